@@ -1,0 +1,5 @@
+import sys
+
+from pipeprof.cli.main import main
+
+sys.exit(main())

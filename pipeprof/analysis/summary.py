@@ -1,0 +1,195 @@
+"""The summary: headline statistics of one run, derived from its raw records.
+
+Pure functions over the run's DataFrames; nothing here times, samples or
+renders. ``summarize(run)`` returns the ``summary.json`` contract documented
+in the README (``SUMMARY_SCHEMA_VERSION`` is bumped on incompatible change).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipeprof.run import Run
+
+SUMMARY_SCHEMA_VERSION = 1
+
+# TensorFlow's input-pipeline analyzer calls a program "highly input-bound"
+# when more than 20% of step time waits for input and "not input-bound"
+# under 5%; pipeprof uses the same cut-offs on the data-wait fraction.
+INPUT_BOUND_FRACTION = 0.20
+COMPUTE_BOUND_FRACTION = 0.05
+
+# final_loss and accuracy describe the end of training, not its average.
+TAIL_FRACTION = 0.10
+
+PHASES = ("data_wait", "h2d", "compute")
+
+
+def counted_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """Steps after warm-up: the ones every statistic is computed over."""
+    return steps.loc[~steps["warmup"].astype(bool)]
+
+
+def step_breakdown(steps: pd.DataFrame) -> pd.DataFrame:
+    """Counted steps with ``other_s`` = step time not in data wait, h2d or compute."""
+    df = counted_steps(steps).copy()
+    df["other_s"] = (df["step_s"] - df[[f"{p}_s" for p in PHASES]].sum(axis=1)).clip(lower=0.0)
+    return df
+
+
+def fractions(steps: pd.DataFrame) -> dict[str, float]:
+    """Share of counted step time in each phase; the four values sum to 1."""
+    df = step_breakdown(steps)
+    total_s = float(df["step_s"].sum())
+    if total_s <= 0:
+        return {p: math.nan for p in (*PHASES, "other")}
+    parts = {p: float(df[f"{p}_s"].sum()) for p in PHASES}
+    parts["other"] = float(df["other_s"].sum())
+    # On CUDA the phases come from device events and the step from their span;
+    # rounding can make the parts overshoot the whole by a hair, so normalize.
+    denominator = max(total_s, sum(parts.values()))
+    return {p: v / denominator for p, v in parts.items()}
+
+
+def bottleneck(data_wait_fraction: float) -> tuple[str, str]:
+    """Coarse class (``input`` / ``compute`` / ``balanced``) and the reason in plain words."""
+    pct = 100 * data_wait_fraction
+    if math.isnan(data_wait_fraction):
+        return "balanced", "no counted steps: nothing to judge"
+    if data_wait_fraction >= INPUT_BOUND_FRACTION:
+        return "input", (
+            f"input-bound: {pct:.0f}% of step time was spent waiting for data "
+            f"(input-bound from {100 * INPUT_BOUND_FRACTION:.0f}%)"
+        )
+    if data_wait_fraction < COMPUTE_BOUND_FRACTION:
+        return "compute", (
+            f"compute-bound: only {pct:.1f}% of step time was spent waiting for data "
+            f"(under {100 * COMPUTE_BOUND_FRACTION:.0f}%)"
+        )
+    return "balanced", (
+        f"moderately input-bound: {pct:.0f}% of step time was spent waiting for data "
+        f"(between {100 * COMPUTE_BOUND_FRACTION:.0f}% and {100 * INPUT_BOUND_FRACTION:.0f}%)"
+    )
+
+
+def counted_window_s(steps: pd.DataFrame) -> tuple[float, float]:
+    """Start and end (run time, seconds) of the counted steps."""
+    df = counted_steps(steps)
+    if df.empty:
+        return math.nan, math.nan
+    return float(df["t_start_s"].iloc[0]), float(df["t_start_s"].iloc[-1] + df["step_s"].iloc[-1])
+
+
+def _in_window(samples: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:
+    start_s, end_s = window
+    if samples.empty or math.isnan(start_s):
+        return samples.iloc[0:0]
+    return samples.loc[(samples["t_s"] >= start_s) & (samples["t_s"] <= end_s)]
+
+
+def _stat(series: pd.Series, how: str) -> float | None:
+    values = pd.to_numeric(series, errors="coerce").dropna()
+    if values.empty:
+        return None  # not measured: null in JSON, never a silent zero
+    return float(getattr(values, how)())
+
+
+def summarize(run: Run) -> dict[str, Any]:
+    """The summary.json contract for ``run`` (see README, "summary.json")."""
+    steps = run.steps
+    counted = counted_steps(steps)
+    n = len(counted)
+    step_s = counted["step_s"].to_numpy(dtype=float)
+    duration_s = float(step_s.sum())
+    samples = int(counted["samples"].sum())
+    frac = fractions(steps)
+    klass, reason = bottleneck(frac["data_wait"])
+
+    tail = counted.tail(max(1, math.ceil(TAIL_FRACTION * n))) if n else counted
+    tail_samples = float(tail["samples"].sum())
+
+    window = counted_window_s(steps)
+    during = _in_window(run.samples, window)
+    processes = run.processes
+
+    summary: dict[str, Any] = {
+        "schema_version": SUMMARY_SCHEMA_VERSION,
+        "scenario": run.name,
+        "device": run.meta.get("device"),
+        "steps": n,
+        "warmup_steps": int(steps["warmup"].astype(bool).sum()),
+        "samples": samples,
+        "duration_s": duration_s,
+        "samples_per_s": samples / duration_s if duration_s > 0 else None,
+        "step_time_s": {
+            "median": float(np.median(step_s)) if n else None,
+            "p90": float(np.percentile(step_s, 90)) if n else None,
+            "mean": float(step_s.mean()) if n else None,
+        },
+        "fractions": frac,
+        "bottleneck": klass,
+        "bottleneck_reason": reason,
+        "cpu": {
+            "cores": run.meta.get("environment", {}).get("cpu_cores"),
+            "mean_util": _stat(during.get("cpu_util_pct", pd.Series(dtype=float)), "mean"),
+            "peak_util": _stat(during.get("cpu_util_pct", pd.Series(dtype=float)), "max"),
+            "main_mean_pct": _stat(during.get("main_cpu_pct", pd.Series(dtype=float)), "mean"),
+            "workers_mean_pct": _stat(during.get("workers_cpu_pct", pd.Series(dtype=float)), "mean"),
+        },
+        "memory": {
+            "peak_rss_bytes": _stat(run.samples.get("tree_rss_bytes", pd.Series(dtype=float)), "max"),
+            "peak_main_rss_bytes": _stat(run.samples.get("main_rss_bytes", pd.Series(dtype=float)), "max"),
+            "peak_workers_rss_bytes": _stat(run.samples.get("workers_rss_bytes", pd.Series(dtype=float)), "max"),
+            "uss_bytes": uss_snapshot(processes),
+        },
+        "disk": {
+            "mean_read_bytes_per_s": _stat(during.get("read_bytes_per_s", pd.Series(dtype=float)), "mean"),
+            "read_bytes": _read_bytes(processes),
+        },
+        "gpu": _gpu_summary(during) if run.meta.get("gpu", {}).get("available") else None,
+        "final_loss": float(tail["loss"].mean()) if n else None,
+        "accuracy": float(tail["correct"].sum()) / tail_samples if tail_samples else None,
+        "absences": dict(run.meta.get("absences", {})),
+    }
+    return summary
+
+
+def uss_snapshot(processes: pd.DataFrame) -> dict[str, Any] | None:
+    """Largest USS seen per role, summed over the processes of one snapshot."""
+    if processes.empty or "uss_bytes" not in processes:
+        return None
+    snaps = processes.dropna(subset=["uss_bytes"])
+    if snaps.empty:
+        return None
+    per_tick = snaps.groupby(["t_s", "role"])["uss_bytes"].sum().unstack("role")
+    return {
+        "main": float(per_tick["main"].max()) if "main" in per_tick else None,
+        "workers": float(per_tick["worker"].max()) if "worker" in per_tick else 0.0,
+        "snapshots": int(len(per_tick)),
+    }
+
+
+def _read_bytes(processes: pd.DataFrame) -> float | None:
+    """Disk bytes read by the process tree: each process's last counter minus its first."""
+    if processes.empty:
+        return None
+    per_pid = processes.dropna(subset=["read_bytes"]).groupby("pid")["read_bytes"]
+    if per_pid.ngroups == 0:
+        return None
+    return float((per_pid.max() - per_pid.min()).sum())
+
+
+def _gpu_summary(during: pd.DataFrame) -> dict[str, Any]:
+    def col(name: str) -> pd.Series:
+        return during.get(name, pd.Series(dtype=float))
+
+    return {
+        "mean_util_pct": _stat(col("gpu_util_pct"), "mean"),
+        "peak_mem_used_bytes": _stat(col("gpu_mem_used_bytes"), "max"),
+        "mean_pcie_rx_bytes_per_s": _stat(col("pcie_rx_bytes_per_s"), "mean"),
+        "mean_pcie_tx_bytes_per_s": _stat(col("pcie_tx_bytes_per_s"), "mean"),
+    }

@@ -1,0 +1,57 @@
+"""pipeprof: find what keeps your PyTorch training waiting for data.
+
+Commands:
+  run SCENARIO     profile a scenario: train it, time every step, sample the system, write a report
+  report RUN...    (re)render report.html and summary.json of run folders
+  list [DIR]       list the scenarios in a folder (default: scenarios/)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn, Sequence
+
+from pipeprof import __version__
+from pipeprof.cli import list_cmd, report_cmd, run_cmd
+from pipeprof.errors import UsageError
+
+COMMANDS = {"run": run_cmd, "report": report_cmd, "list": list_cmd}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is ONE line and exit status 2 (no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pipeprof", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"pipeprof {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, module in COMMANDS.items():
+        doc = module.__doc__ or ""
+        p = sub.add_parser(name, help=doc.splitlines()[0], description=doc,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(p)
+        p.set_defaults(handler=module.execute)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``pipeprof`` command; returns the exit status."""
+    try:
+        args = build_parser().parse_args(argv)
+        if not getattr(args, "handler", None):
+            raise UsageError("pipeprof: a command is needed: run, report or list (see pipeprof --help)")
+        return args.handler(args)
+    except UsageError as e:
+        print(f"pipeprof: error: {e}", file=sys.stderr)
+        return e.exit_status
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

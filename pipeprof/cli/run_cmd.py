@@ -1,0 +1,75 @@
+"""Profile a scenario: train it, time every step, sample the system, write the run folder and report.
+
+Examples:
+  pipeprof run scenarios/quick.toml
+  pipeprof run scenarios/quick.toml --set loader.num_workers=2 --set data.storage=memmap
+  pipeprof run scenarios/quick.toml --set model.hidden=[256,128] --set train.steps=100
+
+Exit status: 0 when the run completed, 1 when training failed, 130 when
+interrupted (the steps measured so far are still saved), 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from pipeprof.cli.report_cmd import derived_files
+from pipeprof.errors import UsageError
+from pipeprof.render.console import print_summary
+from pipeprof.run import new_run_folder, save_run
+from pipeprof.runner import profile_scenario
+from pipeprof.scenario import load_scenario
+
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", metavar="SCENARIO", help="scenario file, e.g. scenarios/quick.toml")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a scenario key; the value is read as TOML (repeatable)")
+    p.add_argument("--out", type=Path, default=Path("reports"), help="where run folders go (default: reports)")
+    p.add_argument("--cache", type=Path, default=None,
+                   help="data cache folder (default: $PIPEPROF_CACHE or ~/.cache/pipeprof)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+
+
+def execute(args: argparse.Namespace) -> int:
+    scenario = load_scenario(args.scenario, args.overrides)
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out {args.out}: exists and is not a folder")
+    context = {"scenario_file": str(args.scenario), "overrides": list(args.overrides)}
+    console = Console(stderr=True)
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("steps"), TimeElapsedColumn(), TimeRemainingColumn(),
+                        console=console, disable=args.quiet, refresh_per_second=4)
+    task = progress.add_task(scenario.name, total=scenario.total_steps())
+    with progress:
+        try:
+            run = profile_scenario(scenario, cache_root=args.cache, context=context,
+                                   on_step=lambda done, total: progress.update(task, completed=done))
+        except OSError as e:
+            print(f"pipeprof: error: preparing {scenario.name}: {e}", file=sys.stderr)
+            return EXIT_FAILED
+    folder = new_run_folder(args.out, scenario.name)
+    summary, files = derived_files(run, folder.name)
+    save_run(run, folder, files)
+    if not args.quiet:
+        print_summary(summary, folder)
+    for note in run.meta.get("notes", []):
+        print(f"note: {note}", file=sys.stderr)
+    print(f"report: {folder / 'report.html'}")
+    status = run.meta.get("status")
+    if status == "interrupted":
+        print(f"pipeprof: interrupted: {len(run.steps)} steps saved in {folder}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if status == "failed":
+        print(f"pipeprof: error: training failed after {len(run.steps)} steps: {run.meta.get('error')}",
+              file=sys.stderr)
+        return EXIT_FAILED
+    return 0

@@ -1,0 +1,72 @@
+"""The machine a run ran on: versions, CPU, memory, GPUs."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+import pipeprof
+
+
+def usable_cores(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
+    """Cores this process may use: its CPU affinity, capped by a cgroup CPU quota.
+
+    ``os.cpu_count()`` counts the machine, not what a container or taskset
+    lets this process run on; oversubscription has to be judged against this.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    quota = _cgroup_quota_cores(cgroup_root)
+    return max(1, min(cores, math.ceil(quota))) if quota else cores
+
+
+def _cgroup_quota_cores(root: Path) -> float | None:
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]  # cgroup v2: "max 100000"
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:  # cgroup v1
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        return None if quota_us <= 0 else quota_us / period_us
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def describe_environment(torch_threads: int) -> dict[str, Any]:
+    """Versions and machine facts for run.json (GPUs are recorded separately)."""
+    import torch
+    import torchvision
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "pipeprof": pipeprof.__version__,
+        "platform": platform.platform(),
+        "cpu_model": cpu_model(),
+        "cpu_cores": usable_cores(),
+        "cpu_count_logical": os.cpu_count(),
+        "ram_bytes": psutil.virtual_memory().total,
+        "torch_threads": torch_threads,
+        "cuda_available": torch.cuda.is_available(),
+        "cuda_version": torch.version.cuda,
+    }

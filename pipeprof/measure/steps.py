@@ -1,0 +1,209 @@
+"""Step timing: each training step split into data wait, host-to-device copy and compute.
+
+The training loop marks four moments per step::
+
+    timer.begin()                 # before next() on the loader
+    batch = next(it)
+    timer.waited()                # the batch is in hand
+    x, y = x.to(device), ...
+    timer.copied()                # the copy is issued
+    loss, correct = step(x, y)
+    timer.computed(samples, loss, correct, epoch)
+    ...
+    timer.finish()                # after the last step
+
+On the CPU every phase is synchronous, so host clock differences are the
+truth: ``step_s`` runs from one ``begin()`` to the next (so the loop's own
+bookkeeping lands in "other"), and the phases are the gaps between marks.
+
+On CUDA the host runs ahead of the device, so host clocks would hand the
+device's compute to whatever the host does next (usually waiting for the
+next batch). Device events are recorded at ``waited``/``copied``/``computed``
+and resolved lazily, after the run, never with a synchronize per step:
+
+* ``h2d_s`` and ``compute_s`` are event spans on the device;
+* ``step_s`` runs from the previous step's compute-end event to this one's;
+* the device sat idle between the previous compute end and this step's copy
+  start; of that gap, the part the host spent blocked in ``next()`` is
+  ``data_wait_s`` and the rest falls to "other". The raw host time blocked
+  in ``next()`` is kept as ``host_wait_s``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from pipeprof.measure.clock import Clock
+
+
+class DeviceEvent(Protocol):
+    """What pipeprof needs of ``torch.cuda.Event(enable_timing=True)``."""
+
+    def record(self) -> None: ...
+
+    def elapsed_time(self, end: "DeviceEvent") -> float: ...  # milliseconds
+
+    def synchronize(self) -> None: ...
+
+
+EventFactory = Callable[[], DeviceEvent]
+
+
+@dataclass
+class _Pending:
+    epoch: int
+    begin_s: float
+    waited_s: float
+    copied_s: float
+    computed_s: float
+    samples: int
+    loss: Any  # a tensor (resolved lazily) or a float
+    correct: Any
+    events: tuple[DeviceEvent, DeviceEvent, DeviceEvent] | None = None
+
+
+def _value(x: Any) -> float:
+    return float(x.item()) if hasattr(x, "item") else float(x)
+
+
+@dataclass
+class StepTimer:
+    """Records one row per step; ``rows()`` resolves them (see module docstring)."""
+
+    clock: Clock
+    t0_s: float
+    warmup_steps: int = 0
+    device_events: EventFactory | None = None
+    _pending: list[_Pending] = field(default_factory=list)
+    _marks: list[float] = field(default_factory=list)
+    _events: list[DeviceEvent] = field(default_factory=list)
+    _end_s: float | None = None
+
+    @property
+    def method(self) -> str:
+        return "cuda-events" if self.device_events else "host-clock"
+
+    def begin(self) -> None:
+        self._marks = [self.clock()]
+        self._events = []
+
+    def waited(self) -> None:
+        self._marks.append(self.clock())
+        self._record_event()
+
+    def copied(self) -> None:
+        self._marks.append(self.clock())
+        self._record_event()
+
+    def computed(self, samples: int, loss: Any, correct: Any, epoch: int = 0) -> None:
+        self._record_event()
+        begin, waited, copied = self._marks
+        events = tuple(self._events) if self.device_events else None
+        self._pending.append(_Pending(epoch, begin, waited, copied, self.clock(), samples, loss, correct, events))
+
+    def finish(self) -> None:
+        """Close the last step (its ``step_s`` ends here)."""
+        self._end_s = self.clock()
+
+    def _record_event(self) -> None:
+        if self.device_events:
+            event = self.device_events()
+            event.record()
+            self._events.append(event)
+
+    @property
+    def steps(self) -> int:
+        return len(self._pending)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per step with the columns of ``run.STEP_COLUMNS``."""
+        pending = self._pending
+        if pending and pending[-1].events:
+            pending[-1].events[2].synchronize()  # once, after the run: every event is then resolved
+        rows = []
+        for i, p in enumerate(pending):
+            if i + 1 < len(pending):
+                end_s = pending[i + 1].begin_s
+            else:
+                end_s = self._end_s if self._end_s is not None else p.computed_s
+            host_wait_s = p.waited_s - p.begin_s
+            row = {
+                "step": i,
+                "epoch": p.epoch,
+                "warmup": i < self.warmup_steps,
+                "t_start_s": p.begin_s - self.t0_s,
+                "data_wait_s": host_wait_s,
+                "h2d_s": p.copied_s - p.waited_s,
+                "compute_s": p.computed_s - p.copied_s,
+                "step_s": end_s - p.begin_s,
+                "host_wait_s": host_wait_s,
+                "samples": p.samples,
+                "loss": _value(p.loss),
+                "correct": _value(p.correct),
+            }
+            if p.events:
+                row.update(_device_times(p, pending[i - 1] if i else None, host_wait_s))
+            rows.append(row)
+        return rows
+
+
+def _device_times(p: _Pending, previous: _Pending | None, host_wait_s: float) -> dict[str, float]:
+    start, copied, done = p.events
+    times = {
+        "h2d_s": start.elapsed_time(copied) / 1e3,
+        "compute_s": copied.elapsed_time(done) / 1e3,
+    }
+    if previous is None:
+        # No earlier device event: the first step keeps its host-clock span.
+        times["step_s"] = host_wait_s + times["h2d_s"] + times["compute_s"]
+        return times
+    idle_s = max(0.0, previous.events[2].elapsed_time(start) / 1e3)
+    times["data_wait_s"] = min(host_wait_s, idle_s)
+    times["step_s"] = previous.events[2].elapsed_time(done) / 1e3
+    return times
+
+
+class ThroughputTimer:
+    """The unprofiled baseline: counts samples after warm-up and reads the clock twice.
+
+    Same marking interface as StepTimer, so the training loop is identical
+    with and without the profiler; used by the overhead benchmark.
+    """
+
+    def __init__(self, clock: Clock, warmup_steps: int = 0, synchronize: Callable[[], None] | None = None) -> None:
+        self.clock = clock
+        self.synchronize = synchronize  # on CUDA: wait for queued work before reading the clock
+        self.warmup_steps = warmup_steps
+        self.steps = 0
+        self.samples = 0
+        self.start_s: float | None = None
+        self.end_s: float | None = None
+
+    def begin(self) -> None:
+        if self.steps == self.warmup_steps:
+            self._sync()
+            self.start_s = self.clock()
+
+    def waited(self) -> None:
+        pass
+
+    def copied(self) -> None:
+        pass
+
+    def computed(self, samples: int, loss: Any, correct: Any, epoch: int = 0) -> None:
+        if self.steps >= self.warmup_steps:
+            self.samples += samples
+        self.steps += 1
+
+    def finish(self) -> None:
+        self._sync()
+        self.end_s = self.clock()
+
+    def _sync(self) -> None:
+        if self.synchronize:
+            self.synchronize()
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / (self.end_s - self.start_s)

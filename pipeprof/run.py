@@ -1,0 +1,216 @@
+"""Run: the raw records of one profiled run, and the run folder on disk.
+
+A run folder holds only what was measured (``run.json`` for metadata, three
+CSV tables for records); everything in ``summary.json`` and ``report.html``
+can be re-derived from it with ``pipeprof report``.
+
+Tables (CSV, one header line, times in seconds since the run started):
+
+* ``steps.csv`` — one row per training step, columns ``STEP_COLUMNS``.
+* ``samples.csv`` — one row per system-sampler tick, columns
+  ``SAMPLE_COLUMNS`` plus ``cpu_core<N>_pct`` for each core and the GPU
+  columns when a GPU was sampled.
+* ``processes.csv`` — one row per tick per process of the training process
+  tree, columns ``PROCESS_COLUMNS``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pipeprof.errors import UsageError
+
+RUN_FORMAT_VERSION = 1
+
+STEP_COLUMNS = [
+    "step",  # 0-based index over the whole run, warm-up included
+    "epoch",  # 0-based
+    "warmup",  # True for warm-up steps (kept, but excluded from statistics)
+    "t_start_s",  # host time the step began (before next() on the loader)
+    "data_wait_s",  # blocked in next() on the loader (on CUDA: the GPU idle gap it caused)
+    "h2d_s",  # moving the batch to the device
+    "compute_s",  # forward + backward + optimizer step
+    "step_s",  # whole step, start to start of the next one
+    "host_wait_s",  # host time blocked in next() (equals data_wait_s on CPU)
+    "samples",  # samples in the step's batch
+    "loss",  # training loss of the batch
+    "correct",  # correctly classified samples in the batch
+]
+
+SAMPLE_COLUMNS = [
+    "t_s",  # host time of the tick
+    "cpu_util_pct",  # whole machine, % of all cores (100 = every core busy)
+    "main_cpu_pct",  # training process, % of one core (200 = two cores busy)
+    "workers_cpu_pct",  # all DataLoader workers together, % of one core
+    "main_rss_bytes",
+    "workers_rss_bytes",
+    "tree_rss_bytes",  # main + workers
+    "workers",  # number of live worker processes
+    "read_bytes_per_s",  # real disk reads by the process tree
+]
+
+GPU_SAMPLE_COLUMNS = [
+    "gpu_util_pct",
+    "gpu_mem_used_bytes",
+    "pcie_rx_bytes_per_s",  # host to device
+    "pcie_tx_bytes_per_s",  # device to host
+]
+
+PROCESS_COLUMNS = [
+    "t_s",
+    "pid",
+    "role",  # "main" or "worker"
+    "cpu_pct",  # % of one core since the previous tick
+    "rss_bytes",
+    "read_bytes",  # cumulative real disk reads of this process
+    "uss_bytes",  # memory not shared with other processes; empty except on rare snapshots
+]
+
+TABLES = {"steps": STEP_COLUMNS, "samples": SAMPLE_COLUMNS, "processes": PROCESS_COLUMNS}
+
+
+@dataclass
+class Run:
+    """Raw records of one run. ``meta`` is run.json; tables are DataFrames."""
+
+    meta: dict[str, Any]
+    steps: pd.DataFrame
+    samples: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SAMPLE_COLUMNS))
+    processes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PROCESS_COLUMNS))
+
+    @property
+    def name(self) -> str:
+        return str(self.meta.get("scenario", {}).get("name", "run"))
+
+
+def new_run_folder(root: Path, scenario: str, now: dt.datetime | None = None) -> Path:
+    """``<root>/<UTC timestamp>-<scenario>``, with a ``-2``, ``-3`` suffix if taken."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", scenario).strip("._") or "run"
+    base = Path(root) / f"{now.strftime('%Y%m%dT%H%M%SZ')}-{safe}"
+    folder, n = base, 1
+    while folder.exists():
+        n += 1
+        folder = base.with_name(f"{base.name}-{n}")
+    return folder
+
+
+def to_json(data: Any) -> str:
+    """Sorted-key JSON; NaN and infinities become null (JSON has no NaN)."""
+    return json.dumps(_finite(data), indent=2, sort_keys=True, default=_json_default, allow_nan=False) + "\n"
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    if hasattr(data, "item") and not isinstance(data, (str, bytes)):
+        return _finite(data.item())
+    return data
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON with sorted keys, atomically (temp file + rename)."""
+    write_text(path, to_json(data))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a text file atomically (temp file + rename)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; reports are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_default(obj: Any) -> Any:
+    # numpy scalars and paths show up in metadata; everything else is a bug.
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def save_run(run: Run, folder: Path, extra_files: dict[str, str] | None = None) -> Path:
+    """Write ``run`` to ``folder`` atomically: a hidden temp folder renamed when complete.
+
+    ``extra_files`` maps file names to text (summary.json, report.html) written
+    into the same temp folder, so a crash never leaves a half run that looks whole.
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    try:
+        os.chmod(tmp, 0o755)
+        meta = dict(run.meta, format_version=RUN_FORMAT_VERSION)
+        write_json(tmp / "run.json", meta)
+        run.steps.to_csv(tmp / "steps.csv", index=False)
+        run.samples.to_csv(tmp / "samples.csv", index=False)
+        run.processes.to_csv(tmp / "processes.csv", index=False)
+        for name, text in (extra_files or {}).items():
+            write_text(tmp / name, text)
+        os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def load_run(folder: Path) -> Run:
+    """Read a run folder; a missing or corrupt one raises UsageError (one line)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UsageError(f"{folder}: not a run folder (no such directory)")
+    meta_path = folder / "run.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{folder}: not a run folder (run.json is missing)") from None
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{meta_path}: corrupt run metadata ({_one_line(e)})") from None
+    if not isinstance(meta, dict):
+        raise UsageError(f"{meta_path}: corrupt run metadata (expected a JSON object)")
+    tables = {}
+    for name, columns in TABLES.items():
+        path = folder / f"{name}.csv"
+        try:
+            df = pd.read_csv(path)
+        except FileNotFoundError:
+            if name == "steps":
+                raise UsageError(f"{folder}: not a run folder ({path.name} is missing)") from None
+            df = pd.DataFrame(columns=columns)  # older or partial runs: empty table
+        except (OSError, ValueError) as e:
+            raise UsageError(f"{path}: corrupt table ({_one_line(e)})") from None
+        missing = [c for c in columns if c not in df.columns]
+        if missing and not df.empty:
+            raise UsageError(f"{path}: corrupt table (missing columns: {', '.join(missing)})")
+        for c in missing:
+            df[c] = pd.Series(dtype="float64")
+        tables[name] = df
+    if "warmup" in tables["steps"]:
+        tables["steps"]["warmup"] = tables["steps"]["warmup"].astype(bool)
+    return Run(meta=meta, **tables)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__

@@ -1,0 +1,210 @@
+"""The runner: builds storage, dataset, DataLoader and model from a Scenario and drives the loop.
+
+``profile_scenario`` returns a ``Run`` of raw records; it never analyzes or
+renders. The training loop is the same function with and without the
+profiler (``train_loop`` takes any timer with the StepTimer interface).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import torch
+from torch.utils.data import DataLoader
+
+import pipeprof
+from pipeprof.errors import UsageError
+from pipeprof.measure import gpu as gpu_mod
+from pipeprof.measure.clock import Clock, monotonic_clock
+from pipeprof.measure.environment import describe_environment
+from pipeprof.measure.sampler import SystemSampler
+from pipeprof.measure.steps import StepTimer, ThroughputTimer
+from pipeprof.run import GPU_SAMPLE_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run
+from pipeprof.scenario import Scenario
+from pipeprof.storage import build_dataset
+from pipeprof.storage.synthetic import ensure_synthetic
+from pipeprof.workload.model import build_mlp
+from pipeprof.workload.train import StepFn, make_train_step
+
+OnStep = Callable[[int, int], None]  # (steps done, total steps)
+
+
+def resolve_device(spec: str, cuda_available: bool | None = None) -> torch.device:
+    """``auto`` -> CUDA when available, else CPU; an unavailable CUDA device is a usage error."""
+    available = torch.cuda.is_available() if cuda_available is None else cuda_available
+    if spec == "auto":
+        return torch.device("cuda" if available else "cpu")
+    device = torch.device(spec)
+    if device.type == "cuda":
+        if not available:
+            raise UsageError(f"train.device = {spec!r}: no CUDA device is available on this machine; "
+                             f"use 'auto' or 'cpu'")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise UsageError(f"train.device = {spec!r}: this machine has {count} CUDA device(s); "
+                             f"allowed: cuda:0 .. cuda:{count - 1}")
+    return device
+
+
+@dataclass
+class Workload:
+    """Everything built from a scenario, ready to train."""
+
+    scenario: Scenario
+    device: torch.device
+    loader: DataLoader
+    step_fn: StepFn
+    threads: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def non_blocking(self) -> bool:
+        # An async copy only overlaps with compute from pinned memory.
+        return self.device.type == "cuda" and self.loader.pin_memory
+
+
+def build_workload(scenario: Scenario, cache_root: Path | None = None) -> Workload:
+    """Generate (or reuse) the data, and build dataset, loader, model and training step."""
+    device = resolve_device(scenario.train.device)
+    notes: list[str] = []
+    if scenario.train.threads:
+        torch.set_num_threads(scenario.train.threads)
+    files = ensure_synthetic(scenario.data.samples, scenario.data.seed, cache_root)
+    dataset = build_dataset(scenario.data, files)
+    spec = scenario.loader
+    pin_memory = spec.pin_memory and device.type == "cuda"
+    if spec.pin_memory and not pin_memory:
+        notes.append("loader.pin_memory = true has no effect without a CUDA device: not applied")
+    kwargs: dict[str, Any] = {}
+    if spec.num_workers:
+        kwargs["persistent_workers"] = spec.persistent_workers
+        if spec.prefetch_factor is not None:
+            kwargs["prefetch_factor"] = spec.prefetch_factor
+    loader = DataLoader(
+        dataset,
+        batch_size=spec.batch_size,
+        shuffle=spec.shuffle,
+        num_workers=spec.num_workers,
+        pin_memory=pin_memory,
+        drop_last=spec.drop_last,
+        generator=torch.Generator().manual_seed(scenario.data.seed),
+        **kwargs,
+    )
+    model = build_mlp(scenario.model.hidden, scenario.model.seed).to(device)
+    step_fn = make_train_step(model, scenario.model.lr, scenario.model.momentum)
+    return Workload(scenario, device, loader, step_fn, torch.get_num_threads(), notes)
+
+
+def train_loop(work: Workload, total_steps: int, timer: StepTimer | ThroughputTimer,
+               on_step: OnStep | None = None) -> None:
+    """Train ``total_steps`` steps, starting a new epoch whenever the loader runs dry."""
+    device, non_blocking, step_fn = work.device, work.non_blocking, work.step_fn
+    iterator = None
+    epoch = -1
+    for i in range(total_steps):
+        timer.begin()
+        try:
+            if iterator is None:
+                raise StopIteration
+            x, y = next(iterator)
+        except StopIteration:
+            # Iterator creation (and, without persistent workers, worker start-up)
+            # is part of this step's wait for data: the loop really blocks on it.
+            iterator = iter(work.loader)
+            epoch += 1
+            x, y = next(iterator)
+        timer.waited()
+        x = x.to(device, non_blocking=non_blocking)
+        y = y.to(device, non_blocking=non_blocking)
+        timer.copied()
+        loss, correct = step_fn(x, y)
+        timer.computed(len(y), loss, correct, epoch)
+        if on_step:
+            on_step(i + 1, total_steps)
+    timer.finish()
+
+
+def _cuda_events() -> torch.cuda.Event:  # pragma: no cover - needs a GPU
+    return torch.cuda.Event(enable_timing=True)
+
+
+def profile_scenario(scenario: Scenario, *, cache_root: Path | None = None, clock: Clock = monotonic_clock,
+                     on_step: OnStep | None = None, context: dict[str, Any] | None = None) -> Run:
+    """Train ``scenario`` under the profiler and return the raw records.
+
+    A failure or Ctrl-C during training still returns the steps measured so
+    far, with ``status`` "failed" or "interrupted" (and the error) in the metadata.
+    """
+    work = build_workload(scenario, cache_root)
+    on_cuda = work.device.type == "cuda"
+    gpu = gpu_mod.open_gpu((work.device.index or 0) if on_cuda else None)
+    absences: dict[str, str] = {}
+    if isinstance(gpu, gpu_mod.Absent):
+        absences["gpu"] = gpu.reason
+        monitor = None
+    else:
+        monitor = gpu
+    t0_s = clock()
+    timer = StepTimer(clock, t0_s, scenario.train.warmup_steps, _cuda_events if on_cuda else None)
+    sampler = SystemSampler(os.getpid(), scenario.profile.sample_hz, clock=clock, t0_s=t0_s, gpu=monitor,
+                            tree_refresh_s=scenario.profile.tree_refresh_s,
+                            uss_interval_s=scenario.profile.uss_interval_s)
+    status, error = "complete", None
+    sampler.start()
+    try:
+        train_loop(work, scenario.total_steps(), timer, on_step)
+    except KeyboardInterrupt:
+        status, error = "interrupted", "interrupted by the user (Ctrl-C)"
+    except Exception as e:  # noqa: BLE001 - recorded in the run, shown as one line by the CLI
+        status, error = "failed", f"{type(e).__name__}: {' '.join(str(e).split())}"
+    finally:
+        sampler.stop()
+    absences.update(sampler.absences)
+    gpu_meta: dict[str, Any] = {"available": monitor is not None}
+    if monitor is not None:
+        gpu_meta.update(monitor.info())
+        absences.update({f"gpu.{k}": v for k, v in monitor.absences.items()})
+        monitor.close()
+    else:
+        gpu_meta["reason"] = absences["gpu"]
+    meta = {
+        "pipeprof_version": pipeprof.__version__,
+        "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "scenario": scenario.to_dict(),
+        "device": str(work.device),
+        "timing": {"method": timer.method},
+        "environment": describe_environment(work.threads),
+        "gpu": gpu_meta,
+        "absences": absences,
+        "notes": work.notes,
+        "status": status,
+        "error": error,
+        **(context or {}),
+    }
+    steps = pd.DataFrame(timer.rows(), columns=STEP_COLUMNS)
+    sample_rows = sampler.sample_rows()
+    extra = sorted({k for row in sample_rows for k in row} - set(SAMPLE_COLUMNS) - set(GPU_SAMPLE_COLUMNS))
+    gpu_cols = GPU_SAMPLE_COLUMNS if monitor is not None else []
+    samples = pd.DataFrame(sample_rows, columns=SAMPLE_COLUMNS + gpu_cols + _by_core(extra))
+    processes = pd.DataFrame(sampler.process_rows(), columns=PROCESS_COLUMNS)
+    return Run(meta=meta, steps=steps, samples=samples, processes=processes)
+
+
+def _by_core(columns: list[str]) -> list[str]:
+    """cpu_core<N>_pct columns in core order (cpu_core10 after cpu_core9)."""
+    return sorted(columns, key=lambda c: (len(c), c))
+
+
+def measure_unprofiled(scenario: Scenario, *, cache_root: Path | None = None,
+                       clock: Clock = monotonic_clock) -> float:
+    """Samples/s after warm-up with no profiler at all: the overhead benchmark's baseline."""
+    work = build_workload(scenario, cache_root)
+    sync = torch.cuda.synchronize if work.device.type == "cuda" else None
+    timer = ThroughputTimer(clock, scenario.train.warmup_steps, sync)
+    train_loop(work, scenario.total_steps(), timer)
+    return timer.samples_per_s

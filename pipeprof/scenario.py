@@ -1,0 +1,293 @@
+"""Scenarios: frozen, validated descriptions of what to train and how to load it.
+
+A scenario is a TOML file (see README, "Scenario format") with top-level
+``name`` and ``description`` and the sections ``[data]``, ``[loader]``,
+``[model]``, ``[train]`` and ``[profile]``. Loader keys are the DataLoader's
+own argument names. Validation is strict: an unknown key, a wrong type or an
+impossible value raises ``UsageError`` with one line naming the file, the key,
+the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pipeprof.errors import UsageError
+
+STORAGE_KINDS = ("ram", "memmap")
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    storage: str = "ram"
+    samples: int = 20_000
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class LoaderSpec:
+    batch_size: int = 64
+    num_workers: int = 0
+    prefetch_factor: int | None = None  # DataLoader's default (2) when None and workers > 0
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    shuffle: bool = True
+    drop_last: bool = False
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    hidden: tuple[int, ...] = (256, 128)
+    lr: float = 0.05
+    momentum: float = 0.9
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    steps: int | None = None
+    epochs: int | None = None
+    warmup_steps: int = 5
+    device: str = "auto"
+    threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+
+
+@dataclass(frozen=True)
+class ProfileSpec:
+    sample_hz: float = 10.0
+    uss_interval_s: float = 5.0
+    tree_refresh_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str = ""
+    data: DataSpec = field(default_factory=DataSpec)
+    loader: LoaderSpec = field(default_factory=LoaderSpec)
+    model: ModelSpec = field(default_factory=ModelSpec)
+    train: TrainSpec = field(default_factory=TrainSpec)
+    profile: ProfileSpec = field(default_factory=ProfileSpec)
+
+    def steps_per_epoch(self) -> int:
+        full, rest = divmod(self.data.samples, self.loader.batch_size)
+        return full if (self.loader.drop_last or rest == 0) else full + 1
+
+    def total_steps(self) -> int:
+        if self.train.steps is not None:
+            return self.train.steps
+        return self.train.epochs * self.steps_per_epoch()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["model"]["hidden"] = list(self.model.hidden)
+        return d
+
+
+# ---- the schema: one Rule per key --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: str  # "int", "float", "bool", "str", "int-list"
+    allowed: str  # what is allowed, in words, for the error line
+    check: Callable[[Any], bool] = lambda v: True
+    nullable: bool = False
+
+
+def _int(minimum: int, nullable: bool = False) -> Rule:
+    allowed = f"an integer >= {minimum}" + (" (or leave it out)" if nullable else "")
+    return Rule("int", allowed, lambda v: v >= minimum, nullable)
+
+
+def _positive_float(what: str = "a number > 0") -> Rule:
+    return Rule("float", what, lambda v: v > 0)
+
+
+def _choice(*choices: str) -> Rule:
+    return Rule("str", "one of " + ", ".join(repr(c) for c in choices), lambda v: v in choices)
+
+
+def _device_ok(value: str) -> bool:
+    if value in ("auto", "cpu", "cuda"):
+        return True
+    prefix, _, index = value.partition(":")
+    return prefix == "cuda" and index.isdigit()
+
+
+BOOL = Rule("bool", "true or false")
+TEXT = Rule("str", "a string")
+
+SCHEMA: dict[str, dict[str, Rule]] = {
+    "": {"name": Rule("str", "a non-empty string", lambda v: bool(v.strip())), "description": TEXT},
+    "data": {"storage": _choice(*STORAGE_KINDS), "samples": _int(1), "seed": _int(0)},
+    "loader": {
+        "batch_size": _int(1),
+        "num_workers": _int(0),
+        "prefetch_factor": _int(1, nullable=True),
+        "pin_memory": BOOL,
+        "persistent_workers": BOOL,
+        "shuffle": BOOL,
+        "drop_last": BOOL,
+    },
+    "model": {
+        "hidden": Rule("int-list", "a list of layer widths, each an integer >= 1, e.g. [256, 128]",
+                       lambda v: all(w >= 1 for w in v)),
+        "lr": _positive_float(),
+        "momentum": Rule("float", "a number in [0, 1)", lambda v: 0 <= v < 1),
+        "seed": _int(0),
+    },
+    "train": {
+        "steps": _int(1, nullable=True),
+        "epochs": _int(1, nullable=True),
+        "warmup_steps": _int(0),
+        "device": Rule("str", "'auto', 'cpu', 'cuda' or 'cuda:N'", _device_ok),
+        "threads": _int(0),
+    },
+    "profile": {
+        "sample_hz": Rule("float", "a rate in Hz, > 0 and <= 1000", lambda v: 0 < v <= 1000),
+        "uss_interval_s": _positive_float("a number of seconds > 0"),
+        "tree_refresh_s": _positive_float("a number of seconds > 0"),
+    },
+}
+
+SECTION_TYPES = {"data": DataSpec, "loader": LoaderSpec, "model": ModelSpec, "train": TrainSpec,
+                 "profile": ProfileSpec}
+
+
+def _type_ok(rule: Rule, value: Any) -> bool:
+    if rule.kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if rule.kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if rule.kind == "bool":
+        return isinstance(value, bool)
+    if rule.kind == "str":
+        return isinstance(value, str)
+    if rule.kind == "int-list":
+        return isinstance(value, list) and all(isinstance(w, int) and not isinstance(w, bool) for w in value)
+    raise AssertionError(rule.kind)
+
+
+def _toml_repr(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, dict):
+        return "a table"
+    return str(value)
+
+
+def _key_name(section: str, key: str) -> str:
+    return f"{section}.{key}" if section else key
+
+
+def _check_value(where: str, section: str, key: str, value: Any) -> Any:
+    rule = SCHEMA[section][key]
+    name = _key_name(section, key)
+    if rule.nullable and value is None:
+        return None
+    if not _type_ok(rule, value) or not rule.check(value):
+        raise UsageError(f"{where}: {name} = {_toml_repr(value)} is not allowed: expected {rule.allowed}")
+    if rule.kind == "float":
+        return float(value)
+    if rule.kind == "int-list":
+        return tuple(value)
+    return value
+
+
+def _unknown(where: str, section: str, key: str, known: list[str]) -> UsageError:
+    name = _key_name(section, key)
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f" (did you mean {_key_name(section, close[0])}?)" if close else ""
+    place = f"[{section}]" if section else "the top level"
+    return UsageError(f"{where}: unknown key {name}{hint}; allowed in {place}: {', '.join(known)}")
+
+
+# ---- loading ------------------------------------------------------------------------------
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """Split ``section.key=value`` and read the value as TOML (a bare word stays a string)."""
+    where = f"--set {text}"
+    lhs, sep, rhs = text.partition("=")
+    if not sep or not lhs.strip():
+        raise UsageError(f"{where}: expected section.key=value, e.g. loader.num_workers=2")
+    section, _, key = lhs.strip().rpartition(".")
+    try:
+        value = tomllib.loads(f"v = {rhs}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = rhs.strip()  # e.g. data.storage=memmap: a bare word is a string
+    return section, key, value
+
+
+def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
+    """Read, override and validate a scenario file. Raises UsageError (one line)."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: scenario file not found") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory, expected a scenario .toml file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}: cannot read scenario file ({e})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path}: not valid TOML: {e}") from None
+    raw.setdefault("name", path.stem)
+    return scenario_from_dict(raw, str(path), overrides)
+
+
+def scenario_from_dict(raw: dict[str, Any], where: str, overrides: list[str] = ()) -> Scenario:
+    """Validate a parsed scenario (plus ``--set`` overrides) into a Scenario."""
+    values: dict[str, dict[str, Any]] = {s: {} for s in SCHEMA}
+    for key, value in raw.items():
+        if key in SECTION_TYPES:
+            if not isinstance(value, dict):
+                raise UsageError(f"{where}: {key} = {_toml_repr(value)} is not allowed: expected a [{key}] table")
+            for sub, subvalue in value.items():
+                _put(values, where, key, sub, subvalue)
+        else:
+            _put(values, where, "", key, value)
+    for text in overrides:
+        section, key, value = parse_override(text)
+        if section and section not in SECTION_TYPES:
+            raise UsageError(f"--set {text}: unknown section [{section}]; allowed: {', '.join(SECTION_TYPES)}")
+        _put(values, f"--set {text} (on {where})", section, key, value)
+        # --set train.epochs replaces the file's train.steps, and the other way round.
+        if section == "train" and key in ("steps", "epochs"):
+            values["train"].pop("epochs" if key == "steps" else "steps", None)
+    return _build(values, where)
+
+
+def _put(values: dict[str, dict[str, Any]], where: str, section: str, key: str, value: Any) -> None:
+    if key not in SCHEMA[section]:
+        raise _unknown(where, section, key, list(SCHEMA[section]))
+    values[section][key] = _check_value(where, section, key, value)
+
+
+def _build(values: dict[str, dict[str, Any]], where: str) -> Scenario:
+    sections = {name: cls(**values[name]) for name, cls in SECTION_TYPES.items()}
+    loader, train = sections["loader"], sections["train"]
+    if loader.num_workers == 0:
+        for key in ("prefetch_factor", "persistent_workers"):
+            if getattr(loader, key) not in (None, False):
+                raise UsageError(
+                    f"{where}: loader.{key} = {_toml_repr(getattr(loader, key))} is not allowed with "
+                    f"loader.num_workers = 0: it needs worker processes (num_workers >= 1)")
+    if (train.steps is None) == (train.epochs is None):
+        raise UsageError(f"{where}: [train] needs exactly one of steps or epochs "
+                         f"(steps = {train.steps}, epochs = {train.epochs})")
+    scenario = Scenario(name=values[""].get("name", "scenario"),
+                        description=values[""].get("description", ""), **sections)
+    total = scenario.total_steps()
+    if train.warmup_steps >= total:
+        raise UsageError(f"{where}: train.warmup_steps = {train.warmup_steps} is not allowed: expected fewer "
+                         f"than the {total} steps of the run, so some steps are counted")
+    return scenario
