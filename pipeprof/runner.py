@@ -135,12 +135,18 @@ def _cuda_events() -> torch.cuda.Event:  # pragma: no cover - needs a GPU
 
 def profile_scenario(scenario: Scenario, *, cache_root: Path | None = None, clock: Clock = monotonic_clock,
                      on_step: OnStep | None = None, context: dict[str, Any] | None = None) -> Run:
-    """Train ``scenario`` under the profiler and return the raw records.
+    """Build ``scenario``'s workload and profile it (see ``profile_workload``)."""
+    return profile_workload(build_workload(scenario, cache_root), clock=clock, on_step=on_step, context=context)
+
+
+def profile_workload(work: Workload, *, clock: Clock = monotonic_clock, on_step: OnStep | None = None,
+                     context: dict[str, Any] | None = None) -> Run:
+    """Train ``work`` under the profiler and return the raw records.
 
     A failure or Ctrl-C during training still returns the steps measured so
     far, with ``status`` "failed" or "interrupted" (and the error) in the metadata.
     """
-    work = build_workload(scenario, cache_root)
+    scenario = work.scenario
     on_cuda = work.device.type == "cuda"
     gpu = gpu_mod.open_gpu((work.device.index or 0) if on_cuda else None)
     absences: dict[str, str] = {}
@@ -164,12 +170,11 @@ def profile_scenario(scenario: Scenario, *, cache_root: Path | None = None, cloc
         status, error = "failed", f"{type(e).__name__}: {' '.join(str(e).split())}"
     finally:
         sampler.stop()
-    absences.update(sampler.absences)
+    absences.update(sampler.absences)  # includes the GPU monitor's missing metrics
     gpu_meta: dict[str, Any] = {"available": monitor is not None}
     if monitor is not None:
         gpu_meta.update(monitor.info())
-        absences.update({f"gpu.{k}": v for k, v in monitor.absences.items()})
-        monitor.close()
+        monitor.close()  # after sampler.stop(): the sampler's last tick still reads NVML
     else:
         gpu_meta["reason"] = absences["gpu"]
     meta = {

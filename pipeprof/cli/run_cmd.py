@@ -12,6 +12,7 @@ interrupted (the steps measured so far are still saved), 2 for bad input.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from pipeprof.cli.report_cmd import derived_files
 from pipeprof.errors import UsageError
 from pipeprof.render.console import print_summary
 from pipeprof.run import new_run_folder, save_run
-from pipeprof.runner import profile_scenario
+from pipeprof.runner import build_workload, profile_workload
 from pipeprof.scenario import load_scenario
 
 EXIT_FAILED = 1
@@ -48,14 +49,17 @@ def execute(args: argparse.Namespace) -> int:
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("steps"), TimeElapsedColumn(), TimeRemainingColumn(),
                         console=console, disable=args.quiet, refresh_per_second=4)
+    try:
+        with console.status(f"preparing {scenario.name}: data, loader, model", spinner="dots") if not args.quiet \
+                else contextlib.nullcontext():
+            work = build_workload(scenario, args.cache)
+    except OSError as e:
+        print(f"pipeprof: error: preparing {scenario.name}: {' '.join(str(e).split())}", file=sys.stderr)
+        return EXIT_FAILED
     task = progress.add_task(scenario.name, total=scenario.total_steps())
     with progress:
-        try:
-            run = profile_scenario(scenario, cache_root=args.cache, context=context,
-                                   on_step=lambda done, total: progress.update(task, completed=done))
-        except OSError as e:
-            print(f"pipeprof: error: preparing {scenario.name}: {e}", file=sys.stderr)
-            return EXIT_FAILED
+        run = profile_workload(work, context=context,
+                               on_step=lambda done, total: progress.update(task, completed=done))
     folder = new_run_folder(args.out, scenario.name)
     summary, files = derived_files(run, folder.name)
     save_run(run, folder, files)

@@ -52,9 +52,13 @@ def cpu_model() -> str:
 
 
 def describe_environment(torch_threads: int) -> dict[str, Any]:
-    """Versions and machine facts for run.json (GPUs are recorded separately)."""
+    """Versions and machine facts for run.json, with every GPU NVML sees (or why none)."""
     import torch
     import torchvision
+
+    from pipeprof.measure.gpu import Absent, gpu_inventory
+
+    gpus = gpu_inventory()
 
     return {
         "python": platform.python_version(),
@@ -69,4 +73,5 @@ def describe_environment(torch_threads: int) -> dict[str, Any]:
         "torch_threads": torch_threads,
         "cuda_available": torch.cuda.is_available(),
         "cuda_version": torch.version.cuda,
+        "gpus": {"absent": gpus.reason} if isinstance(gpus, Absent) else gpus,
     }

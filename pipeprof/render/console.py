@@ -1,0 +1,100 @@
+"""The terminal summary: one compact rich table printed after a run.
+
+Values only; units live in the row labels. Every cell is a ``rich.text.Text``
+so scenario names, reasons and paths are never parsed as rich markup.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+NOT_MEASURED = "not measured"
+
+_BOTTLENECK_STYLE = {"input": "bold red", "compute": "bold green", "balanced": "bold yellow"}
+_MIB = 1024.0**2
+
+
+def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
+    """The summary of one run as a two-column table (label with unit, value)."""
+    s = summary
+    step = _dict(s.get("step_time_s"))
+    frac = _dict(s.get("fractions"))
+    cpu = _dict(s.get("cpu"))
+    memory = _dict(s.get("memory"))
+    klass = s.get("bottleneck")
+
+    table = Table(title=Text(f"pipeprof: {s.get('scenario') or 'run'}", style="bold"),
+                  show_header=False, box=None, pad_edge=False, padding=(0, 2, 0, 0))
+    table.add_column("measure", style="dim", no_wrap=True)
+    table.add_column("value", overflow="fold")
+
+    def add(label: str, value: str, style: str = "") -> None:
+        table.add_row(Text(label), Text(value, style=style if value != NOT_MEASURED else "dim italic"))
+
+    add("scenario", str(s.get("scenario") or NOT_MEASURED))
+    add("steps (counted)", _num(s.get("steps"), 0))
+    add("throughput (samples/s)", _num(s.get("samples_per_s")), "bold")
+    add("step time median / p90 (ms)", _pair(_scaled(step.get("median"), 1e3), _scaled(step.get("p90"), 1e3)))
+    add("data wait (% of step time)", _pct(frac.get("data_wait")), _BOTTLENECK_STYLE.get(klass, ""))
+    add("host → device (% of step time)", _pct(frac.get("h2d")))
+    add("compute (% of step time)", _pct(frac.get("compute")))
+    add("other (% of step time)", _pct(frac.get("other")))
+    add("bottleneck", str(s.get("bottleneck_reason") or klass or NOT_MEASURED), _BOTTLENECK_STYLE.get(klass, ""))
+    add("CPU mean / peak (% of all cores)", _pair(cpu.get("mean_util"), cpu.get("peak_util"), 0))
+    add("peak RSS (MiB)", _num(_scaled(memory.get("peak_rss_bytes"), 1 / _MIB), 0))
+    add("accuracy (%)", _num(_scaled(s.get("accuracy"), 100), 1))
+    add("final loss", _num(s.get("final_loss"), 4))
+    add("run folder", str(folder))
+    return table
+
+
+def print_summary(summary: dict[str, Any], folder: str | Path, console: Console | None = None) -> None:
+    """Print ``summary_table`` to ``console`` (a new stdout Console when None)."""
+    (console or Console()).print(summary_table(summary, folder))
+
+
+# -- formatting ----------------------------------------------------------------
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _value(value: Any) -> float | None:
+    """A finite float, or None for null / NaN / junk."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def _scaled(value: Any, factor: float) -> float | None:
+    v = _value(value)
+    return None if v is None else v * factor
+
+
+def _num(value: Any, digits: int | None = None) -> str:
+    v = _value(value)
+    if v is None:
+        return NOT_MEASURED
+    if digits is None:
+        digits = 0 if abs(v) >= 100 else 1 if abs(v) >= 10 else 2
+    return f"{v:,.{digits}f}"
+
+
+def _pct(fraction: Any) -> str:
+    v = _value(fraction)
+    return NOT_MEASURED if v is None else f"{100 * v:.1f}"
+
+
+def _pair(a: Any, b: Any, digits: int | None = None) -> str:
+    if _value(a) is None and _value(b) is None:
+        return NOT_MEASURED
+    return f"{_num(a, digits)} / {_num(b, digits)}"

@@ -1,0 +1,256 @@
+"""The HTML report: one self-contained file, built from a Run and its summary.
+
+Everything the page needs is inlined (CSS, SVG plots); it loads nothing from
+anywhere, so it can be mailed or archived with the run folder. All text goes
+through Jinja2 autoescaping; the only markup marked safe is the SVG that
+``plots`` draws from numbers. Statistics come from ``analysis``; this module
+only chooses what to show and formats numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from typing import Any, Iterable
+
+from jinja2 import ChainableUndefined, Environment, PackageLoader, Undefined
+from markupsafe import Markup
+
+from pipeprof.analysis.summary import TAIL_FRACTION, counted_window_s, step_breakdown
+from pipeprof.render import plots
+from pipeprof.run import Run
+
+NOT_MEASURED = "not measured"
+
+_BOTTLENECK_TITLES = {
+    "input": "Input-bound: training waits for data",
+    "compute": "Compute-bound: the data pipeline keeps up",
+    "balanced": "Partly input-bound",
+}
+
+# Keys of run.json's "absences" that explain a missing plot, first match wins.
+_SAMPLER_KEYS = ("sampler", "psutil", "samples")
+_DISK_KEYS = ("io_counters", "disk_io", "disk")
+_GPU_KEYS = ("gpu_util_pct", "gpu_mem_used_bytes", "gpu", "nvml")
+
+
+def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = None) -> str:
+    """The report page for ``run`` as one HTML string (UTF-8, no external resources)."""
+    meta = run.meta if isinstance(run.meta, dict) else {}
+    env = _environment()
+    steps_counted = int(summary.get("steps") or 0)
+    klass = summary.get("bottleneck")
+    title = _BOTTLENECK_TITLES.get(klass, str(klass or "unknown"))
+    if steps_counted == 0:
+        title = "No counted steps"
+    fractions = summary.get("fractions") or {}
+    phases = [
+        {"key": p, "label": plots.PHASE_LABELS[p], "color": plots.PHASE_COLORS[p], "fraction": fractions.get(p)}
+        for p in plots.PHASE_COLORS
+    ]
+    return env.get_template("report.html.j2").render(
+        s=summary,
+        meta=meta,
+        folder_name=folder_name,
+        scenario_name=summary.get("scenario") or run.name,
+        scenario_description=_dict(meta.get("scenario")).get("description"),
+        bottleneck_title=title,
+        phases=phases,
+        plots=_plots(run, meta),
+        scenario_sections=_scenario_sections(meta.get("scenario")),
+        environment_rows=_rows(meta.get("environment")),
+        gpu_rows=_rows({k: v for k, v in _dict(meta.get("gpu")).items() if k != "available"}),
+        gpu_available=bool(_dict(meta.get("gpu")).get("available")),
+        gpu_reason=_gpu_reason(meta),
+        absences=sorted(_dict(summary.get("absences") or meta.get("absences")).items()),
+        overrides=[str(o) for o in (meta.get("overrides") or [])],
+        notes=[str(n) for n in (meta.get("notes") or [])],
+        error=meta.get("error"),
+        uss_reason=_dict(meta.get("absences")).get("uss") or "no USS snapshot was taken",
+        status=str(meta.get("status") or "unknown"),
+        tail_pct=round(100 * TAIL_FRACTION),
+    )
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("pipeprof", "render/templates"),
+        autoescape=True,
+        undefined=ChainableUndefined,  # a summary from an older/newer version may lack keys
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        num=format_number,
+        frac_pct=format_fraction_pct,
+        pct=format_pct,
+        ms=format_seconds,
+        bytes=format_bytes,
+        rate=format_rate,
+        css_width=_css_width,
+    )
+    env.tests["measured"] = lambda value: not _missing(value)
+    return env
+
+
+# -- what to show --------------------------------------------------------------
+
+
+def _plots(run: Run, meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each plot with its SVG (safe markup) or the reason it is absent."""
+    absences = _dict(meta.get("absences"))
+    window = counted_window_s(run.steps)
+    samples = run.samples
+    no_samples = _absence(absences, _SAMPLER_KEYS, "the system sampler recorded no samples in this run")
+    if samples is not None and not samples.empty:
+        no_samples = "the samples table has no values for this plot"
+    steps_reason = "no counted steps (every recorded step was warm-up)" if len(run.steps) else "no steps recorded"
+    items = [
+        ("steps", "Step time breakdown", plots.step_breakdown_svg(step_breakdown(run.steps)), steps_reason,
+         "Time per counted step in each phase, stacked; the red band is time spent waiting for data."),
+        ("cpu", "CPU", plots.cpu_svg(samples, window), no_samples,
+         "Top: whole machine, % of all cores. Bottom: training process and DataLoader workers, "
+         "% of one core (200% = two cores busy). Grey: warm-up, not counted."),
+        ("memory", "Memory", plots.memory_svg(samples, window), no_samples,
+         "Resident set size of the training process and of all workers together; a page shared "
+         "between processes counts once per process, so the workers' sum is an upper bound. "
+         "Grey: warm-up, not counted."),
+        ("disk", "Disk reads", plots.disk_svg(samples, window), _absence(absences, _DISK_KEYS, no_samples),
+         "Bytes the process tree read from disk (page-cache hits excluded). Grey: warm-up, not counted."),
+    ]
+    gpu_svg = plots.gpu_svg(samples, window) if _dict(meta.get("gpu")).get("available") else None
+    items.append(("gpu", "GPU", gpu_svg, _gpu_reason(meta),
+                  "GPU utilization and memory used over time. Grey: warm-up, not counted."))
+    return [
+        {"id": key, "title": title, "svg": Markup(svg) if svg else None, "reason": reason, "caption": caption}
+        for key, title, svg, reason, caption in items
+    ]
+
+
+def _gpu_reason(meta: dict[str, Any]) -> str:
+    gpu = _dict(meta.get("gpu"))
+    absences = _dict(meta.get("absences"))
+    if not gpu.get("available"):
+        return str(gpu.get("reason") or _absence(absences, _GPU_KEYS, "no GPU was recorded for this run"))
+    return _absence(absences, _GPU_KEYS, "a GPU was in use, but no GPU samples were recorded")
+
+
+def _absence(absences: dict[str, Any], keys: Iterable[str], default: str) -> str:
+    for key in keys:
+        if absences.get(key):
+            return str(absences[key])
+    return default
+
+
+def _scenario_sections(scenario: Any) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Top-level scalars as a "scenario" section, then one section per table."""
+    scenario = _dict(scenario)
+    top = [(k, v) for k, v in scenario.items() if not isinstance(v, dict)]
+    sections = [("scenario", _rows(dict(top)))] if top else []
+    sections += [(k, _rows(v)) for k, v in scenario.items() if isinstance(v, dict)]
+    return sections
+
+
+def _rows(data: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """(key, display text) pairs; nested tables flatten to dotted keys."""
+    rows: list[tuple[str, str]] = []
+    for key, value in _dict(data).items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            rows += _rows(value, prefix=f"{name}.")
+        else:
+            rows.append((name, _display(name, value)))
+    return rows
+
+
+def _display(key: str, value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, (int, float)) and key.endswith("_bytes"):
+        return f"{format_bytes(value)} ({value:,.0f} bytes)"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+# -- number formatting (Jinja filters) ----------------------------------------
+
+
+def _missing(value: Any) -> bool:
+    if value is None or isinstance(value, Undefined):
+        return True
+    try:
+        return math.isnan(float(value))
+    except (TypeError, ValueError):
+        return True
+
+
+_NOT_MEASURED_HTML = Markup('<span class="nm">not measured</span>')
+
+
+def format_number(value: Any, digits: int | None = None) -> str:
+    """1234.5 → "1,234"; 12.34 → "12.3"; 0.01234 → "0.0123"; None → not measured."""
+    if _missing(value):
+        return _NOT_MEASURED_HTML
+    v = float(value)
+    if digits is not None:
+        return f"{v:,.{digits}f}"
+    a = abs(v)
+    if round(a, 1) >= 100 or isinstance(value, numbers.Integral):
+        return f"{v:,.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3g}"
+
+
+def format_fraction_pct(value: Any, digits: int = 1) -> str:
+    """A fraction as a percentage: 0.3 → "30.0%"."""
+    return _NOT_MEASURED_HTML if _missing(value) else f"{100 * float(value):.{digits}f}%"
+
+
+def format_pct(value: Any, digits: int = 0) -> str:
+    """A value already in percent: 153.2 → "153%"."""
+    return _NOT_MEASURED_HTML if _missing(value) else f"{float(value):,.{digits}f}%"
+
+
+def format_seconds(value: Any) -> str:
+    """Seconds for humans: 0.0123 → "12.3 ms"; 4.5 → "4.50 s"; 83.0 → "83.0 s"."""
+    if _missing(value):
+        return _NOT_MEASURED_HTML
+    v = float(value)
+    if abs(v) >= 1:
+        return f"{format_number(v)} s"
+    return f"{format_number(v * 1e3)} ms"
+
+
+def format_bytes(value: Any) -> str:
+    """Binary units: 536870912 → "512 MiB"; 1.5 * 2**30 → "1.50 GiB"."""
+    if _missing(value):
+        return _NOT_MEASURED_HTML
+    v = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{format_number(v) if unit != 'B' else f'{v:,.0f}'} {unit}"
+        v /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_rate(value: Any) -> str:
+    """Bytes per second: 10485760 → "10.0 MiB/s"."""
+    return _NOT_MEASURED_HTML if _missing(value) else f"{format_bytes(value)}/s"
+
+
+def _css_width(fraction: Any) -> str:
+    """A fraction as a CSS percentage width, clamped to 0–100."""
+    if _missing(fraction):
+        return "0%"
+    return f"{min(100.0, max(0.0, 100 * float(fraction))):.3f}%"

@@ -1,0 +1,290 @@
+"""Plots for the HTML report: DataFrames in, inline SVG strings out.
+
+Each function takes a run's tables (already cut by the analysis module where
+statistics are involved) and returns an ``<svg>`` element as a string, or
+``None`` when there is nothing to draw, so the report can say "not measured"
+instead of showing an empty chart. Long runs are drawn from consecutive bins
+of at most ``MAX_POINTS`` points so an SVG stays small.
+
+Uses matplotlib's object-oriented ``Figure`` API: no pyplot, no global
+backend state, nothing interactive. Plot text is fixed by this module (never
+user input), and matplotlib escapes it for XML anyway.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib import rc_context
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+# One color per phase, used by every plot and by the HTML fractions bar.
+PHASE_COLORS = {
+    "data_wait": "#d62728",
+    "h2d": "#ff7f0e",
+    "compute": "#1f77b4",
+    "other": "#9e9e9e",
+}
+PHASE_LABELS = {
+    "data_wait": "data wait",
+    "h2d": "host → device",
+    "compute": "compute",
+    "other": "other",
+}
+MAIN_COLOR = "#1f77b4"
+WORKERS_COLOR = "#2ca02c"
+MACHINE_COLOR = "#555555"
+WARMUP_COLOR = "#e8e8e8"
+
+# About this many bars/points per series at most; longer series are binned.
+MAX_POINTS = 600
+
+_MIB = 1024.0**2
+_FIG_SIZE = (9.0, 2.8)  # inches; the page scales the SVG to its width
+_RC = {
+    "svg.fonttype": "none",  # text stays text: smaller files, system fonts
+    "svg.hashsalt": "pipeprof",  # deterministic ids, so the same run renders the same bytes
+    "font.size": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#dddddd",
+    "grid.linewidth": 0.6,
+    "legend.frameon": False,
+}
+
+
+def step_breakdown_svg(breakdown: pd.DataFrame) -> str | None:
+    """Stacked per-step time (ms) of data wait, h2d, compute and other over step index.
+
+    ``breakdown`` is ``analysis.summary.step_breakdown(steps)``: counted steps
+    with ``other_s``. Runs longer than ``MAX_POINTS`` steps are drawn as the
+    mean per step over bins of consecutive steps.
+    """
+    columns = [f"{p}_s" for p in PHASE_COLORS]
+    if breakdown is None or breakdown.empty or any(c not in breakdown for c in ["step", *columns]):
+        return None
+    df = breakdown[["step", *columns]].apply(pd.to_numeric, errors="coerce").dropna()
+    if df.empty:
+        return None
+    df, per_bin = _binned(df)
+    x = df["step"].to_numpy(dtype=float)
+    ys = [df[c].to_numpy(dtype=float) * 1e3 for c in columns]
+    with rc_context(_RC):
+        fig, ax = _figure()
+        labels = [PHASE_LABELS[p] for p in PHASE_COLORS]
+        colors = list(PHASE_COLORS.values())
+        if len(x) == 1:
+            bottom = 0.0
+            for y, label, color in zip(ys, labels, colors):
+                ax.bar(x, y, bottom=bottom, width=0.8, color=color, label=label)
+                bottom = bottom + y
+        else:
+            # Few steps read best as levels, one per step; many as a line (half the SVG).
+            step = "mid" if len(x) <= 200 else None
+            ax.stackplot(x, ys, labels=labels, colors=colors, step=step, linewidth=0)
+            ax.set_xlim(x[0], x[-1])
+        ax.set_xlabel("step (counted steps only)")
+        unit = "ms per step" if per_bin == 1 else f"ms per step (mean of {per_bin}-step bins)"
+        ax.set_ylabel(unit)
+        ax.set_ylim(bottom=0)
+        _legend(ax)
+        return _svg(fig, "steps")
+
+
+def cpu_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> str | None:
+    """CPU over time: machine (% of all cores) and training process vs workers (% of one core).
+
+    ``window`` is the counted-steps window ``(start_s, end_s)``; time outside
+    it (warm-up, shutdown) is shaded.
+    """
+    df = _sample_columns(samples, ["cpu_util_pct", "main_cpu_pct", "workers_cpu_pct"])
+    if df is None:
+        return None
+    df, per_bin = _binned(df)
+    with rc_context(_RC):
+        fig, (top, bottom) = _figure(rows=2)
+        _shade(top, df["t_s"], window)
+        _shade(bottom, df["t_s"], window, label=False)
+        _line(top, df, "cpu_util_pct", "machine", MACHINE_COLOR)
+        top.set_ylabel("% of all cores")
+        top.set_ylim(0, 105)
+        _line(bottom, df, "main_cpu_pct", "training process", MAIN_COLOR)
+        _line(bottom, df, "workers_cpu_pct", "DataLoader workers (sum)", WORKERS_COLOR)
+        bottom.set_ylabel("% of one core")
+        bottom.set_ylim(bottom=0)
+        _time_axis(bottom, per_bin)
+        _legend(top)
+        _legend(bottom)
+        return _svg(fig, "cpu")
+
+
+def memory_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> str | None:
+    """Resident memory (MiB) over time of the training process and of the workers."""
+    df = _sample_columns(samples, ["main_rss_bytes", "workers_rss_bytes"])
+    if df is None:
+        return None
+    df, per_bin = _binned(df)
+    df[["main_rss_bytes", "workers_rss_bytes"]] = df[["main_rss_bytes", "workers_rss_bytes"]] / _MIB
+    with rc_context(_RC):
+        fig, ax = _figure()
+        _shade(ax, df["t_s"], window)
+        _line(ax, df, "main_rss_bytes", "training process", MAIN_COLOR)
+        # RSS counts pages shared with the parent once per worker: an upper bound.
+        _line(ax, df, "workers_rss_bytes", "DataLoader workers (RSS sum)", WORKERS_COLOR)
+        ax.set_ylabel("RSS (MiB)")
+        ax.set_ylim(bottom=0)
+        _time_axis(ax, per_bin)
+        _legend(ax)
+        return _svg(fig, "memory")
+
+
+def disk_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> str | None:
+    """Real disk reads of the process tree over time, MiB/s."""
+    df = _sample_columns(samples, ["read_bytes_per_s"])
+    if df is None:
+        return None
+    df, per_bin = _binned(df)
+    df["read_bytes_per_s"] = df["read_bytes_per_s"] / _MIB
+    with rc_context(_RC):
+        fig, ax = _figure()
+        _shade(ax, df["t_s"], window)
+        _line(ax, df, "read_bytes_per_s", "disk reads", MAIN_COLOR, fill=True)
+        ax.set_ylabel("disk reads (MiB/s)")
+        ax.set_ylim(bottom=0)
+        _time_axis(ax, per_bin)
+        _legend(ax)
+        return _svg(fig, "disk")
+
+
+def gpu_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> str | None:
+    """GPU utilization (%) and memory used (MiB) over time; None without GPU columns."""
+    df = _sample_columns(samples, ["gpu_util_pct", "gpu_mem_used_bytes"])
+    if df is None:
+        return None
+    df, per_bin = _binned(df)
+    df["gpu_mem_used_bytes"] = df["gpu_mem_used_bytes"] / _MIB
+    with rc_context(_RC):
+        fig, (top, bottom) = _figure(rows=2)
+        _shade(top, df["t_s"], window)
+        _shade(bottom, df["t_s"], window, label=False)
+        _line(top, df, "gpu_util_pct", "GPU utilization", MAIN_COLOR)
+        top.set_ylabel("utilization (%)")
+        top.set_ylim(0, 105)
+        _line(bottom, df, "gpu_mem_used_bytes", "GPU memory used", WORKERS_COLOR)
+        bottom.set_ylabel("memory (MiB)")
+        bottom.set_ylim(bottom=0)
+        _time_axis(bottom, per_bin)
+        _legend(top)
+        _legend(bottom)
+        return _svg(fig, "gpu")
+
+
+# -- helpers -----------------------------------------------------------------
+
+
+def _sample_columns(samples: pd.DataFrame | None, columns: Sequence[str]) -> pd.DataFrame | None:
+    """``t_s`` and the wanted columns as numbers, or None when none of them has data."""
+    if samples is None or samples.empty or "t_s" not in samples:
+        return None
+    present = [c for c in columns if c in samples]
+    if not present:
+        return None
+    df = samples[["t_s", *present]].apply(pd.to_numeric, errors="coerce")
+    df = df.dropna(subset=["t_s"])
+    if df[present].notna().sum().sum() == 0:
+        return None
+    for c in columns:
+        if c not in df:
+            df[c] = np.nan
+    return df.sort_values("t_s").reset_index(drop=True)
+
+
+def _binned(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Means over bins of consecutive rows so at most ``MAX_POINTS`` remain; and the bin size."""
+    per_bin = max(1, math.ceil(len(df) / MAX_POINTS))
+    if per_bin == 1:
+        return df.reset_index(drop=True), 1
+    bins = np.arange(len(df)) // per_bin
+    return df.groupby(bins).mean().reset_index(drop=True), per_bin
+
+
+def _figure(rows: int = 1):
+    # Fixed margins rather than an automatic layout: every plot's axes then
+    # start and end at the same x, so time axes line up down the page.
+    width_in, height_in = _FIG_SIZE[0], _FIG_SIZE[1] * (1 if rows == 1 else 1.5)
+    fig = Figure(figsize=(width_in, height_in))
+    fig.subplots_adjust(left=0.8 / width_in, right=1 - 0.15 / width_in,
+                        bottom=0.5 / height_in, top=1 - 0.3 / height_in, hspace=0.45)
+    axes = fig.subplots(rows, 1, sharex=True) if rows > 1 else fig.subplots()
+    return fig, axes
+
+
+def _line(ax: Axes, df: pd.DataFrame, column: str, label: str, color: str, fill: bool = False) -> None:
+    if column not in df or df[column].notna().sum() == 0:
+        return
+    x, y = df["t_s"].to_numpy(dtype=float), df[column].to_numpy(dtype=float)
+    ax.plot(x, y, color=color, linewidth=1.2, label=label)
+    if fill:
+        ax.fill_between(x, y, color=color, alpha=0.2, linewidth=0)
+
+
+def _shade(ax: Axes, t_s: pd.Series, window: tuple[float, float] | None, label: bool = True) -> None:
+    """Grey out time before the first counted step (warm-up) and after the last one."""
+    if window is None or t_s.empty:
+        return
+    start_s, end_s = window
+    if math.isnan(start_s) or math.isnan(end_s):
+        return
+    first_s, last_s = float(min(t_s.min(), 0.0)), float(t_s.max())
+    if start_s > first_s:
+        ax.axvspan(first_s, start_s, color=WARMUP_COLOR, linewidth=0, zorder=0,
+                   label="warm-up (not counted)" if label else None)
+    if last_s > end_s:
+        ax.axvspan(end_s, last_s, facecolor="#f4f4f4", hatch="//", edgecolor="#d0d0d0", linewidth=0,
+                   zorder=0, label="after last step" if label else None)
+    ax.set_xlim(first_s, last_s)
+
+
+def _time_axis(ax: Axes, per_bin: int) -> None:
+    label = "time since run start (s)"
+    if per_bin > 1:
+        label += f", mean of {per_bin}-tick bins"
+    ax.set_xlabel(label)
+
+
+def _legend(ax: Axes) -> None:
+    # Above the axes in one row: it never hides data, and every plot keeps the
+    # same axes width, so time axes line up down the page.
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(handles), fontsize=8,
+                  borderaxespad=0.2, handlelength=1.5, columnspacing=1.2)
+
+
+_PROLOG = re.compile(r"^.*?(?=<svg\b)", re.S)
+_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
+_ID = re.compile(r'\bid="([^"]+)"')
+_PATH_DATA = re.compile(r'\bd="([^"]*)"')
+_LONG_FLOAT = re.compile(r"(\d+\.\d{2})\d+")
+
+
+def _svg(fig: Figure, prefix: str) -> str:
+    """The figure as an ``<svg>`` element for inlining: no prolog, metadata or shared ids."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = _METADATA.sub("", _PROLOG.sub("", buf.getvalue(), count=1))
+    # Path coordinates are in points; a hundredth of a point is plenty and halves the size.
+    text = _PATH_DATA.sub(lambda m: 'd="' + _LONG_FLOAT.sub(r"\1", m.group(1)) + '"', text)
+    # Several SVGs share one HTML document, whose ids must be unique: prefix them.
+    ids = set(_ID.findall(text))
+    if ids:
+        pattern = re.compile(r'(id="|#)(' + "|".join(re.escape(i) for i in sorted(ids, key=len, reverse=True)) + r')\b')
+        text = pattern.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", text)
+    return text.strip()

@@ -1,0 +1,138 @@
+"""The whole program, with small real runs (a few seconds each) and its error paths."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from pipeprof.cli.main import main
+
+TINY = """
+name = "tiny"
+description = "a few seconds of training <b>for tests</b>"
+[data]
+storage = "{storage}"
+samples = 3000
+[loader]
+batch_size = 50
+num_workers = {workers}
+[model]
+hidden = [64]
+lr = 0.1
+[train]
+epochs = 1
+warmup_steps = 5
+device = "cpu"
+[profile]
+sample_hz = 50
+"""
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+def run_tiny(tmp_path, cache, storage="ram", workers=0, extra=()):
+    scenario = tmp_path / "tiny.toml"
+    scenario.write_text(TINY.format(storage=storage, workers=workers))
+    out = tmp_path / "reports"
+    status = main(["run", str(scenario), "--out", str(out), "--cache", str(cache), "--quiet", *extra])
+    folders = [p for p in out.iterdir() if not p.name.startswith(".")]
+    assert len(folders) == 1
+    return status, folders[0]
+
+
+def test_run_writes_a_complete_consistent_run_folder(tmp_path, cache, capsys):
+    status, folder = run_tiny(tmp_path, cache)
+    assert status == 0
+    assert capsys.readouterr().out.strip().endswith("report.html")
+    for name in ("run.json", "steps.csv", "samples.csv", "processes.csv", "summary.json", "report.html"):
+        assert (folder / name).is_file(), name
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["status"] == "complete" and meta["device"] == "cpu"
+    assert meta["timing"]["method"] == "host-clock"
+    assert meta["environment"]["cpu_cores"] >= 1 and meta["environment"]["torch"]
+    assert meta["gpu"]["available"] is False and meta["gpu"]["reason"]
+    assert meta["scenario"]["loader"]["batch_size"] == 50
+
+    steps = pd.read_csv(folder / "steps.csv")
+    summary = json.loads((folder / "summary.json").read_text())
+    counted = steps[~steps.warmup]
+    assert len(steps) == 60 and summary["steps"] == 55 and summary["warmup_steps"] == 5
+    assert summary["samples"] == counted.samples.sum() == 55 * 50
+    assert summary["samples_per_s"] == pytest.approx(counted.samples.sum() / counted.step_s.sum())
+    assert sum(summary["fractions"].values()) == pytest.approx(1.0, abs=0.01)
+    assert summary["bottleneck"] in ("input", "compute", "balanced")
+    # the phases fit inside each step, measured on one clock
+    assert (steps.data_wait_s + steps.h2d_s + steps.compute_s <= steps.step_s + 1e-9).all()
+    # learnable: well above chance (10%) within one epoch
+    assert summary["accuracy"] > 0.5
+    assert summary["final_loss"] < steps.loss.iloc[0]
+
+    samples = pd.read_csv(folder / "samples.csv")
+    assert len(samples) >= 3 and samples.t_s.is_monotonic_increasing
+    assert (samples.main_rss_bytes.dropna() > 0).all()
+    assert summary["memory"]["peak_rss_bytes"] > 0
+    assert summary["memory"]["uss_bytes"]["main"] > 0  # the snapshot at the end
+    assert summary["gpu"] is None and "gpu" in summary["absences"]
+    html = (folder / "report.html").read_text()
+    assert "<svg" in html and "&lt;b&gt;for tests&lt;/b&gt;" in html
+
+
+def test_workers_are_sampled_separately(tmp_path, cache):
+    status, folder = run_tiny(tmp_path, cache, storage="memmap", workers=2,
+                              extra=["--set", "loader.persistent_workers=true", "--set", "profile.tree_refresh_s=0.1"])
+    assert status == 0
+    processes = pd.read_csv(folder / "processes.csv")
+    assert set(processes.role) == {"main", "worker"}
+    assert processes[processes.role == "worker"].pid.nunique() == 2
+    samples = pd.read_csv(folder / "samples.csv")
+    assert samples.workers.max() == 2
+    assert json.loads((folder / "run.json").read_text())["scenario"]["data"]["storage"] == "memmap"
+
+
+def test_report_rerenders_from_raw_records(tmp_path, cache, capsys):
+    _, folder = run_tiny(tmp_path, cache)
+    summary_before = json.loads((folder / "summary.json").read_text())
+    (folder / "report.html").unlink()
+    (folder / "summary.json").unlink()
+    assert main(["report", str(folder), "--quiet"]) == 0
+    assert (folder / "report.html").is_file()
+    assert json.loads((folder / "summary.json").read_text()) == summary_before
+
+
+def test_list_shows_scenarios(tmp_path, capsys):
+    (tmp_path / "a.toml").write_text(TINY.format(storage="ram", workers=0))
+    (tmp_path / "b.toml").write_text("name = 1")
+    assert main(["list", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "tiny" in out and "invalid" in out
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "pipeprof", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["run", "missing.toml"], "missing.toml: scenario file not found"),
+    (["run", "scenarios/quick.toml", "--set", "loader.num_workers=-1"], "loader.num_workers = -1"),
+    (["run", "scenarios/quick.toml", "--set", "train.device=cuda:7"], "train.device"),
+    (["report", "no/such/run"], "not a run folder"),
+    (["run"], "required"),
+    (["frobnicate"], "invalid choice"),
+    ([], "a command is needed"),
+])
+def test_bad_input_is_one_line_and_exit_status_2(args, needle):
+    from pathlib import Path
+
+    result = cli(*args, cwd=Path(__file__).parent.parent)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert needle in lines[0] and "Traceback" not in result.stderr

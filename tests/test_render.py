@@ -1,0 +1,351 @@
+"""Renderers: the HTML report, the plots and the console table, on synthetic runs."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from pipeprof.analysis.summary import summarize
+from pipeprof.render import plots
+from pipeprof.render.console import print_summary, summary_table
+from pipeprof.render.html import format_bytes, format_seconds, render_html
+from pipeprof.run import PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run
+
+XSS = "<script>alert(1)</script>"
+GIB = 1024**3
+
+
+def make_meta(*, gpu: bool = False, description: str = "synthetic run", status: str = "complete") -> dict:
+    return {
+        "pipeprof_version": "0.1.0",
+        "created_utc": "2026-11-29T22:40:00Z",
+        "scenario": {
+            "name": "quick",
+            "description": description,
+            "data": {"storage": "ram", "samples": 30000},
+            "loader": {"batch_size": 128, "num_workers": 2, "prefetch_factor": None, "pin_memory": False},
+            "model": {"hidden": [512, 256]},
+            "train": {"steps": 45, "warmup_steps": 5, "device": "auto"},
+            "profile": {"sample_hz": 10.0},
+        },
+        "scenario_file": "scenarios/quick.toml",
+        "overrides": ["loader.num_workers=2"],
+        "device": "cuda" if gpu else "cpu",
+        "timing": {"method": "cuda-events" if gpu else "host-clock"},
+        "environment": {"python": "3.11.7", "torch": "2.14.1", "cpu_cores": 2, "ram_bytes": 25 * GIB},
+        "gpu": (
+            {"available": True, "name": "Fake GPU 9000", "memory_total_bytes": 80 * GIB}
+            if gpu
+            else {"available": False, "reason": "no GPU in use: training device is cpu"}
+        ),
+        "absences": {} if gpu else {"nvml": "NVML not available: libnvidia-ml.so.1 not found"},
+        "status": status,
+    }
+
+
+def make_run(
+    n_steps: int = 50,
+    warmup: int = 5,
+    n_samples: int | None = 30,
+    *,
+    gpu: bool = False,
+    description: str = "synthetic run",
+    status: str = "complete",
+) -> Run:
+    """Steps of 100 ms each: 30 ms data wait, 10 ms h2d, 50 ms compute, 10 ms other; 128 samples."""
+    step = np.arange(n_steps)
+    steps = pd.DataFrame(
+        {
+            "step": step,
+            "epoch": 0,
+            "warmup": step < warmup,
+            "t_start_s": step * 0.1,
+            "data_wait_s": 0.03,
+            "h2d_s": 0.01,
+            "compute_s": 0.05,
+            "step_s": 0.1,
+            "host_wait_s": 0.03,
+            "samples": 128,
+            "loss": np.linspace(2.0, 0.5, n_steps),
+            "correct": 96,
+        }
+    )[STEP_COLUMNS]
+    if n_samples is None:
+        n_samples = max(1, n_steps // 2)
+    t = np.linspace(0.0, n_steps * 0.1, n_samples)
+    samples = pd.DataFrame(
+        {
+            "t_s": t,
+            "cpu_util_pct": 60.0,
+            "main_cpu_pct": 95.0,
+            "workers_cpu_pct": 130.0,
+            "main_rss_bytes": 512 * 1024**2,
+            "workers_rss_bytes": 1024 * 1024**2,
+            "tree_rss_bytes": 1536 * 1024**2,
+            "workers": 2,
+            "read_bytes_per_s": 10 * 1024**2,
+        }
+    )[SAMPLE_COLUMNS]
+    if gpu:
+        samples["gpu_util_pct"] = 40.0
+        samples["gpu_mem_used_bytes"] = 2 * GIB
+        samples["pcie_rx_bytes_per_s"] = 1e9
+        samples["pcie_tx_bytes_per_s"] = 1e6
+    processes = pd.DataFrame(
+        [
+            (0.5, 100, "main", 95.0, 512 * 1024**2, 0, 300 * 1024**2),
+            (0.5, 101, "worker", 65.0, 512 * 1024**2, 0, 40 * 1024**2),
+            (0.5, 102, "worker", 65.0, 512 * 1024**2, 0, 40 * 1024**2),
+            (4.0, 100, "main", 95.0, 512 * 1024**2, 0, np.nan),
+            (4.0, 101, "worker", 65.0, 512 * 1024**2, 50 * 1024**2, np.nan),
+            (4.0, 102, "worker", 65.0, 512 * 1024**2, 50 * 1024**2, np.nan),
+        ],
+        columns=PROCESS_COLUMNS,
+    )
+    return Run(meta=make_meta(gpu=gpu, description=description, status=status),
+               steps=steps, samples=samples, processes=processes)
+
+
+def empty_samples_run() -> Run:
+    run = make_run()
+    run.samples = pd.DataFrame(columns=SAMPLE_COLUMNS)
+    run.meta["absences"]["sampler"] = "psutil missing from this environment"
+    return run
+
+
+def svg_count(html: str) -> int:
+    return len(re.findall(r"<svg\b", html))
+
+
+# -- HTML ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cpu_report() -> tuple[Run, dict, str]:
+    run = make_run(description=f"a scenario {XSS} & more")
+    summary = summarize(run)
+    return run, summary, render_html(run, summary, folder_name="quick-20261129-224000")
+
+
+def test_html_is_one_self_contained_file(cpu_report):
+    _, _, html = cpu_report
+    assert html.lstrip().startswith("<!DOCTYPE html>")
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html, re.I)
+    assert "<script" not in html.lower()  # no scripts at all, inline or fetched
+    assert "<link" not in html.lower()
+    assert "@import" not in html and "url(http" not in html
+    assert "@font-face" not in html
+
+
+def test_html_headline_numbers(cpu_report):
+    _, summary, html = cpu_report
+    assert summary["samples_per_s"] == pytest.approx(1280.0)
+    assert summary["bottleneck"] == "input"
+    headline = html[: html.index("Key numbers")]
+    assert re.search(r'id="samples-per-s">1,280<', headline)
+    assert re.search(r'id="data-wait">30\.0%<', headline)
+    assert "Input-bound" in headline
+    assert "30% of step time was spent waiting for data" in headline  # summary's reason, verbatim
+    # the fractions bar: CSS widths straight from the fractions
+    assert "width: 30.000%; background: #d62728" in html
+    assert "width: 50.000%" in html and "width: 10.000%" in html
+
+
+def test_html_key_numbers(cpu_report):
+    _, _, html = cpu_report
+    assert "median 100 ms · p90 100 ms" in html
+    assert "1.50 GiB" in html  # peak RSS of the tree
+    assert "300 MiB" in html and "80.0 MiB" in html  # USS: main, workers summed in one snapshot
+    assert "10.0 MiB/s" in html  # disk reads
+    assert "75.0%" in html  # accuracy 96/128
+    assert "quick-20261129-224000" in html
+    assert "Run status: <b>complete</b>" in html
+
+
+def test_html_has_a_plot_per_measured_series(cpu_report):
+    _, _, html = cpu_report
+    # steps, cpu, memory, disk; no GPU on this run
+    assert svg_count(html) == 4
+    for plot in ("steps", "cpu", "memory", "disk"):
+        section = html.split(f'id="plot-{plot}"', 1)[1].split("</figure>", 1)[0]
+        assert "<svg" in section
+    ids = re.findall(r'\bid="([^"]+)"', html)
+    assert len(ids) == len(set(ids)), "ids of inlined SVGs must not collide"
+
+
+def test_html_escapes_scenario_text(cpu_report):
+    _, _, html = cpu_report
+    assert XSS not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in html
+
+
+def test_html_absent_gpu_shows_reason(cpu_report):
+    _, _, html = cpu_report
+    gpu = html.split('id="plot-gpu"', 1)[1].split("</figure>", 1)[0]
+    assert "<svg" not in gpu
+    assert "not measured: no GPU in use: training device is cpu" in gpu
+    assert "not measured: <b>nvml</b> — NVML not available: libnvidia-ml.so.1 not found" in html
+
+
+def test_html_empty_samples_says_not_measured():
+    run = empty_samples_run()
+    summary = summarize(run)
+    html = render_html(run, summary)
+    assert svg_count(html) == 1  # only the step breakdown
+    assert html.count("not measured: psutil missing from this environment") == 3  # cpu, memory, disk
+    cpu_row = html.split("CPU, whole machine", 1)[1].split("</tr>", 1)[0]
+    assert '<span class="nm">not measured</span>' in cpu_row
+
+
+def test_html_gpu_plot_when_gpu_sampled():
+    run = make_run(gpu=True)
+    summary = summarize(run)
+    html = render_html(run, summary)
+    assert svg_count(html) == 5
+    gpu = html.split('id="plot-gpu"', 1)[1].split("</figure>", 1)[0]
+    assert "<svg" in gpu
+    assert "Fake GPU 9000" in html
+    assert "40%" in html  # mean GPU utilization
+    assert "2.00 GiB" in html  # peak GPU memory
+
+
+def test_html_gpu_columns_ignored_when_meta_says_unavailable():
+    run = make_run(gpu=True)
+    run.meta["gpu"] = {"available": False, "reason": "GPU disabled by --set train.device=cpu"}
+    html = render_html(run, summarize(run))
+    assert svg_count(html) == 4
+    assert "not measured: GPU disabled by --set train.device=cpu" in html
+
+
+def test_html_tolerates_missing_meta_and_summary_keys():
+    run = make_run()
+    run.meta = {}
+    summary = summarize(run)
+    for key in ("cpu", "memory", "gpu", "step_time_s", "disk"):
+        del summary[key]
+    html = render_html(run, summary)
+    assert "Run status: <b>unknown</b>" in html
+    assert "not measured: no GPU was recorded for this run" in html
+
+
+def test_html_incomplete_run_is_flagged():
+    run = make_run(status="failed")
+    run.meta["error"] = "RuntimeError: <boom>"
+    run.meta["notes"] = ["loader.pin_memory = true has no effect without a CUDA device: not applied"]
+    html = render_html(run, summarize(run))
+    assert "Run status: failed." in html
+    assert "RuntimeError: &lt;boom&gt;" in html and "<boom>" not in html
+    assert "Note: loader.pin_memory = true has no effect" in html
+
+
+def test_html_uss_absence_reason():
+    run = make_run()
+    run.processes["uss_bytes"] = np.nan
+    run.meta["absences"]["uss"] = "psutil.AccessDenied: pid 101"
+    html = render_html(run, summarize(run))
+    uss_row = html.split("USS (unshared memory)", 1)[1].split("</tr>", 1)[0]
+    assert "not measured" in uss_row and "psutil.AccessDenied: pid 101" in uss_row
+
+
+def test_html_gpu_metric_absence_explains_missing_gpu_plot():
+    run = make_run()
+    run.meta["gpu"] = {"available": True, "name": "Fake GPU 9000"}
+    run.meta["absences"] = {"gpu_util_pct": "not supported by this GPU/driver: NVML_ERROR_NOT_SUPPORTED"}
+    html = render_html(run, summarize(run))
+    gpu = html.split('id="plot-gpu"', 1)[1].split("</figure>", 1)[0]
+    assert "not measured: not supported by this GPU/driver: NVML_ERROR_NOT_SUPPORTED" in gpu
+
+
+def test_html_long_run_stays_small():
+    run = make_run(n_steps=20_000, warmup=10, n_samples=2_000, gpu=True)
+    html = render_html(run, summarize(run))
+    assert svg_count(html) == 5
+    assert len(html.encode()) < 2_000_000
+
+
+# -- plots -----------------------------------------------------------------------
+
+
+def test_plots_return_none_on_empty_data():
+    empty = pd.DataFrame(columns=SAMPLE_COLUMNS)
+    for fn in (plots.cpu_svg, plots.memory_svg, plots.disk_svg, plots.gpu_svg):
+        assert fn(empty) is None
+    assert plots.step_breakdown_svg(pd.DataFrame(columns=[*STEP_COLUMNS, "other_s"])) is None
+    all_nan = pd.DataFrame({"t_s": [0.0, 1.0], "read_bytes_per_s": [np.nan, np.nan]})
+    assert plots.disk_svg(all_nan) is None
+    assert plots.gpu_svg(make_run().samples) is None  # no GPU columns
+
+
+def test_plot_svg_is_inline_ready():
+    svg = plots.cpu_svg(make_run().samples, (0.5, 5.0))
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert "<?xml" not in svg and "<!DOCTYPE" not in svg and "<metadata" not in svg
+    assert "warm-up (not counted)" in svg
+
+
+def test_plots_downsample_long_runs():
+    from pipeprof.analysis.summary import step_breakdown
+
+    run = make_run(n_steps=20_000, warmup=10, n_samples=5_000)
+    svg = plots.step_breakdown_svg(step_breakdown(run.steps))
+    assert "mean of 34-step bins" in svg
+    assert len(svg) < 150_000
+    assert len(plots.cpu_svg(run.samples)) < 150_000
+
+
+def test_plots_are_deterministic():
+    samples = make_run().samples
+    assert plots.memory_svg(samples, (0.5, 5.0)) == plots.memory_svg(samples, (0.5, 5.0))
+
+
+# -- formatting and console ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [(512 * 1024**2, "512 MiB"), (1.5 * GIB, "1.50 GiB"), (900, "900 B"), (12.5 * 1024, "12.5 KiB")],
+)
+def test_format_bytes(value, text):
+    assert format_bytes(value) == text
+
+
+def test_format_seconds():
+    assert format_seconds(0.0123) == "12.3 ms"
+    assert format_seconds(4.5) == "4.50 s"
+    assert format_seconds(83.0) == "83.0 s"
+    assert "not measured" in format_seconds(None)
+
+
+def test_console_table_has_numbers_and_folder(tmp_path):
+    run = make_run()
+    summary = summarize(run)
+    folder = tmp_path / "runs" / "quick-[20261129]"  # brackets would be rich markup
+    console = Console(record=True, width=120)
+    print_summary(summary, folder, console=console)
+    text = console.export_text()
+    assert "pipeprof: quick" in text
+    assert re.search(r"throughput \(samples/s\)\s+1,280", text)
+    assert re.search(r"step time median / p90 \(ms\)\s+100 / 100", text)
+    assert re.search(r"data wait \(% of step time\)\s+30\.0", text)
+    assert re.search(r"compute \(% of step time\)\s+50\.0", text)
+    assert re.search(r"bottleneck\s+input-bound: 30% of step time", text)
+    assert re.search(r"CPU mean / peak \(% of all cores\)\s+60 / 60", text)
+    assert re.search(r"peak RSS \(MiB\)\s+1,536", text)
+    assert re.search(r"accuracy \(%\)\s+75\.0", text)
+    assert str(folder) in text
+
+
+def test_console_table_shows_not_measured():
+    run = empty_samples_run()
+    summary = summarize(run)
+    summary.pop("memory")
+    table = summary_table(summary, "runs/x")
+    console = Console(record=True, width=120)
+    console.print(table)
+    text = console.export_text()
+    assert re.search(r"CPU mean / peak \(% of all cores\)\s+not measured", text)
+    assert re.search(r"peak RSS \(MiB\)\s+not measured", text)

@@ -1,0 +1,76 @@
+"""The run folder: atomic writes, round trips, one-line errors for bad folders."""
+
+import datetime as dt
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeprof.errors import UsageError
+from pipeprof.run import STEP_COLUMNS, Run, load_run, new_run_folder, save_run, to_json
+
+STEPS = pd.DataFrame([{"step": 0, "epoch": 0, "warmup": True, "t_start_s": 0.0, "data_wait_s": 0.1, "h2d_s": 0.0,
+                       "compute_s": 0.2, "step_s": 0.3, "host_wait_s": 0.1, "samples": 8, "loss": 2.3, "correct": 1},
+                      {"step": 1, "epoch": 0, "warmup": False, "t_start_s": 0.3, "data_wait_s": 0.1, "h2d_s": 0.0,
+                       "compute_s": 0.2, "step_s": 0.3, "host_wait_s": 0.1, "samples": 8, "loss": 2.1, "correct": 2}],
+                     columns=STEP_COLUMNS)
+
+
+def test_round_trip(tmp_path):
+    run = Run(meta={"scenario": {"name": "rt"}, "x": [1, 2]}, steps=STEPS)
+    folder = save_run(run, tmp_path / "r", {"summary.json": "{}\n"})
+    loaded = load_run(folder)
+    assert loaded.meta["x"] == [1, 2] and loaded.meta["format_version"] == 1
+    assert loaded.name == "rt"
+    pd.testing.assert_frame_equal(loaded.steps, STEPS, check_dtype=False)
+    assert loaded.steps["warmup"].dtype == bool
+    assert (folder / "summary.json").read_text() == "{}\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left behind
+
+
+def test_a_failed_save_leaves_nothing_that_looks_like_a_run(tmp_path):
+    run = Run(meta={"bad": object()}, steps=STEPS)  # not JSON-serializable
+    with pytest.raises(TypeError):
+        save_run(run, tmp_path / "r")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_and_corrupt_folders_give_one_line(tmp_path):
+    with pytest.raises(UsageError, match="no such directory"):
+        load_run(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="run.json is missing"):
+        load_run(tmp_path / "empty")
+    folder = save_run(Run(meta={}, steps=STEPS), tmp_path / "r")
+    (folder / "run.json").write_text("{not json")
+    with pytest.raises(UsageError, match="corrupt run metadata"):
+        load_run(folder)
+    (folder / "run.json").write_text("{}")
+    (folder / "steps.csv").write_text("step,epoch\n0,0\n")
+    with pytest.raises(UsageError, match="missing columns") as info:
+        load_run(folder)
+    assert "\n" not in str(info.value)
+    (folder / "steps.csv").unlink()
+    with pytest.raises(UsageError, match="steps.csv is missing"):
+        load_run(folder)
+
+
+def test_older_runs_without_optional_tables_still_load(tmp_path):
+    folder = save_run(Run(meta={}, steps=STEPS), tmp_path / "r")
+    (folder / "processes.csv").unlink()
+    assert load_run(folder).processes.empty
+
+
+def test_new_run_folder_is_unique_and_safe(tmp_path):
+    now = dt.datetime(2026, 11, 29, 12, 0, 5, tzinfo=dt.timezone.utc)
+    first = new_run_folder(tmp_path, "my scenario/x", now)
+    assert first.name == "20261129T120005Z-my_scenario_x"
+    first.mkdir()
+    assert new_run_folder(tmp_path, "my scenario/x", now).name == "20261129T120005Z-my_scenario_x-2"
+
+
+def test_json_has_no_nan_and_sorted_keys():
+    text = to_json({"b": float("nan"), "a": [np.float32(1.5), float("inf")], "c": np.int64(3)})
+    assert json.loads(text) == {"a": [1.5, None], "b": None, "c": 3}
+    assert text.index('"a"') < text.index('"b"')

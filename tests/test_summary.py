@@ -1,0 +1,128 @@
+"""The summary contract, computed from hand-made raw records."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeprof.analysis.summary import bottleneck, fractions, step_breakdown, summarize, uss_snapshot
+from pipeprof.run import PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run
+
+
+def make_steps(n=20, warmup=2, wait_s=0.01, h2d_s=0.001, compute_s=0.02, other_s=0.002, samples=64):
+    step_s = wait_s + h2d_s + compute_s + other_s
+    rows = []
+    for i in range(n):
+        rows.append({"step": i, "epoch": 0, "warmup": i < warmup, "t_start_s": i * step_s,
+                     "data_wait_s": wait_s, "h2d_s": h2d_s, "compute_s": compute_s, "step_s": step_s,
+                     "host_wait_s": wait_s, "samples": samples, "loss": 2.0 - i * 0.05,
+                     "correct": min(samples, 6 + 3 * i)})
+    return pd.DataFrame(rows, columns=STEP_COLUMNS)
+
+
+def make_run(steps, samples=None, processes=None, meta=None):
+    return Run(meta=meta or {"scenario": {"name": "t"}, "device": "cpu", "gpu": {"available": False}},
+               steps=steps,
+               samples=samples if samples is not None else pd.DataFrame(columns=SAMPLE_COLUMNS),
+               processes=processes if processes is not None else pd.DataFrame(columns=PROCESS_COLUMNS))
+
+
+def test_throughput_and_fractions_agree_with_the_steps():
+    steps = make_steps()
+    s = summarize(make_run(steps))
+    counted = steps[~steps.warmup]
+    assert s["steps"] == 18 and s["warmup_steps"] == 2
+    assert s["samples_per_s"] == pytest.approx(counted.samples.sum() / counted.step_s.sum())
+    assert sum(s["fractions"].values()) == pytest.approx(1.0)
+    assert s["fractions"]["data_wait"] == pytest.approx(0.01 / 0.033)
+    assert s["fractions"]["other"] == pytest.approx(0.002 / 0.033)
+    assert s["step_time_s"]["median"] == pytest.approx(0.033)
+    assert s["bottleneck"] == "input"
+
+
+def test_tail_gives_final_loss_and_accuracy():
+    steps = make_steps(n=20, warmup=0)
+    s = summarize(make_run(steps))
+    tail = steps.tail(2)  # 10% of 20 steps
+    assert s["final_loss"] == pytest.approx(tail.loss.mean())
+    assert s["accuracy"] == pytest.approx(tail.correct.sum() / tail.samples.sum())
+
+
+def test_percentiles_ignore_warmup():
+    steps = make_steps(n=11, warmup=1)
+    steps.loc[0, "step_s"] = 100.0  # a slow first step (worker start-up) must not count
+    steps.loc[10, "step_s"] = 0.133
+    s = summarize(make_run(steps))
+    assert s["step_time_s"]["median"] == pytest.approx(0.033)
+    assert s["step_time_s"]["p90"] == pytest.approx(np.percentile([0.033] * 9 + [0.133], 90))
+
+
+@pytest.mark.parametrize("wait,klass", [(0.0, "compute"), (0.049, "compute"), (0.05, "balanced"),
+                                        (0.19, "balanced"), (0.2, "input"), (0.9, "input")])
+def test_bottleneck_thresholds(wait, klass):
+    assert bottleneck(wait)[0] == klass
+    assert "%" in bottleneck(wait)[1]
+
+
+def test_empty_run_has_no_statistics_but_does_not_crash():
+    s = summarize(make_run(make_steps(n=0)))
+    assert s["steps"] == 0 and s["samples_per_s"] is None and s["final_loss"] is None
+    assert all(math.isnan(v) for v in s["fractions"].values())
+
+
+def test_other_never_negative_and_overlapping_parts_normalized():
+    steps = make_steps(other_s=0.0)
+    steps["compute_s"] += 1e-4  # device-event rounding: parts a hair over the whole
+    f = fractions(steps)
+    assert f["other"] == 0.0
+    assert sum(f.values()) == pytest.approx(1.0)
+    assert (step_breakdown(steps)["other_s"] >= 0).all()
+
+
+def test_system_statistics_only_over_counted_window():
+    steps = make_steps(n=10, warmup=5)  # counted from t=0.165 s to 0.33 s
+    samples = pd.DataFrame({"t_s": [0.0, 0.1, 0.2, 0.3, 0.4], "cpu_util_pct": [100.0, 100.0, 40.0, 60.0, 5.0],
+                            "main_cpu_pct": [150.0, 150, 80, 120, 1], "workers_cpu_pct": [0.0] * 5,
+                            "main_rss_bytes": [1e8, 3e8, 2e8, 2e8, 2e8], "workers_rss_bytes": [0.0] * 5,
+                            "tree_rss_bytes": [1e8, 3e8, 2e8, 2e8, 2e8], "workers": [0] * 5,
+                            "read_bytes_per_s": [np.nan, 1e6, 2e6, 4e6, 0.0]})
+    s = summarize(make_run(steps, samples=samples))
+    assert s["cpu"]["mean_util"] == pytest.approx(50.0)
+    assert s["cpu"]["peak_util"] == pytest.approx(60.0)
+    assert s["cpu"]["main_mean_pct"] == pytest.approx(100.0)
+    assert s["memory"]["peak_rss_bytes"] == pytest.approx(3e8)  # peak over the whole run
+    assert s["disk"]["mean_read_bytes_per_s"] == pytest.approx(3e6)
+
+
+def test_unmeasured_values_are_null_not_zero():
+    s = summarize(make_run(make_steps()))
+    assert s["cpu"]["mean_util"] is None
+    assert s["memory"]["peak_rss_bytes"] is None
+    assert s["memory"]["uss_bytes"] is None
+    assert s["disk"]["read_bytes"] is None
+    assert s["gpu"] is None
+
+
+def test_uss_snapshot_and_read_bytes_per_process():
+    processes = pd.DataFrame([
+        {"t_s": 0.0, "pid": 1, "role": "main", "cpu_pct": np.nan, "rss_bytes": 10, "read_bytes": 100, "uss_bytes": np.nan},
+        {"t_s": 5.0, "pid": 1, "role": "main", "cpu_pct": 90, "rss_bytes": 10, "read_bytes": 300, "uss_bytes": 50},
+        {"t_s": 5.0, "pid": 2, "role": "worker", "cpu_pct": 90, "rss_bytes": 10, "read_bytes": 1000, "uss_bytes": 7},
+        {"t_s": 5.0, "pid": 3, "role": "worker", "cpu_pct": 90, "rss_bytes": 10, "read_bytes": 10, "uss_bytes": 8},
+        {"t_s": 6.0, "pid": 2, "role": "worker", "cpu_pct": 90, "rss_bytes": 10, "read_bytes": 1500, "uss_bytes": np.nan},
+    ], columns=PROCESS_COLUMNS)
+    assert uss_snapshot(processes) == {"main": 50.0, "workers": 15.0, "snapshots": 1}
+    s = summarize(make_run(make_steps(), processes=processes))
+    assert s["disk"]["read_bytes"] == pytest.approx(200 + 500)
+
+
+def test_gpu_summary_when_a_gpu_was_sampled():
+    steps = make_steps(n=10, warmup=0)
+    samples = pd.DataFrame({"t_s": [0.1, 0.2], "gpu_util_pct": [30.0, 50.0], "gpu_mem_used_bytes": [1e9, 2e9],
+                            "pcie_rx_bytes_per_s": [1e6, 3e6], "pcie_tx_bytes_per_s": [0.0, 0.0]})
+    meta = {"scenario": {"name": "g"}, "gpu": {"available": True, "name": "Fake"}}
+    g = summarize(make_run(steps, samples=samples, meta=meta))["gpu"]
+    assert g["mean_util_pct"] == pytest.approx(40.0)
+    assert g["peak_mem_used_bytes"] == pytest.approx(2e9)
+    assert g["mean_pcie_rx_bytes_per_s"] == pytest.approx(2e6)
