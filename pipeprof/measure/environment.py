@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from importlib import metadata
 import os
 import platform
 from pathlib import Path
@@ -41,6 +42,13 @@ def _cgroup_quota_cores(root: Path) -> float | None:
         return None
 
 
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -54,7 +62,6 @@ def cpu_model() -> str:
 def describe_environment(torch_threads: int) -> dict[str, Any]:
     """Versions and machine facts for run.json, with every GPU NVML sees (or why none)."""
     import torch
-    import torchvision
 
     from pipeprof.measure.gpu import Absent, gpu_inventory
 
@@ -63,7 +70,7 @@ def describe_environment(torch_threads: int) -> dict[str, Any]:
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": _version("torchvision"),  # importing it costs seconds
         "pipeprof": pipeprof.__version__,
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
