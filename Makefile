@@ -13,7 +13,6 @@ $(PY):
 
 # Reinstall only when the project's dependencies change.
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 

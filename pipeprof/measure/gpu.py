@@ -64,6 +64,15 @@ def _init(nvml: Any) -> Absent | None:
     return None
 
 
+def _open(nvml: Any) -> Any:
+    """The initialized NVML module, or Absent with the reason."""
+    nv = _load(nvml)
+    if isinstance(nv, Absent):
+        return nv
+    failed = _init(nv)
+    return nv if failed is None else failed
+
+
 def _shutdown(nvml: Any) -> None:
     try:
         nvml.nvmlShutdown()
@@ -220,12 +229,9 @@ def open_gpu(device_index: int | None, nvml: Any = None, *, env: Mapping[str, st
         return Absent("no GPU in use: training device is cpu")
     if device_index < 0:
         raise ValueError(f"device_index must be >= 0, got {device_index}")
-    nv = _load(nvml)
+    nv = _open(nvml)
     if isinstance(nv, Absent):
         return nv
-    failed = _init(nv)
-    if failed is not None:
-        return failed
     try:
         resolved = _resolve(nv, device_index, os.environ if env is None else env)
     except nv.NVMLError as e:
@@ -244,12 +250,9 @@ def gpu_inventory(nvml: Any = None) -> list[dict[str, Any]] | Absent:
     ``absences`` when some field was unsupported. An empty list means NVML
     works and sees no GPU.
     """
-    nv = _load(nvml)
+    nv = _open(nvml)
     if isinstance(nv, Absent):
         return nv
-    failed = _init(nv)
-    if failed is not None:
-        return failed
     try:
         devices = []
         for i in range(nv.nvmlDeviceGetCount()):

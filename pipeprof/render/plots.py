@@ -107,22 +107,10 @@ def cpu_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) ->
     df = _sample_columns(samples, ["cpu_util_pct", "main_cpu_pct", "workers_cpu_pct"])
     if df is None:
         return None
-    df, per_bin = _binned(df)
-    with rc_context(_RC):
-        fig, (top, bottom) = _figure(rows=2)
-        _shade(top, df["t_s"], window)
-        _shade(bottom, df["t_s"], window, label=False)
-        _line(top, df, "cpu_util_pct", "machine", MACHINE_COLOR)
-        top.set_ylabel("% of all cores")
-        top.set_ylim(0, 105)
-        _line(bottom, df, "main_cpu_pct", "training process", MAIN_COLOR)
-        _line(bottom, df, "workers_cpu_pct", "DataLoader workers (sum)", WORKERS_COLOR)
-        bottom.set_ylabel("% of one core")
-        bottom.set_ylim(bottom=0)
-        _time_axis(bottom, per_bin)
-        _legend(top)
-        _legend(bottom)
-        return _svg(fig, "cpu")
+    return _two_panels(df, window, "cpu",
+                       top=([("cpu_util_pct", "machine", MACHINE_COLOR)], "% of all cores", 105),
+                       bottom=([("main_cpu_pct", "training process", MAIN_COLOR),
+                                ("workers_cpu_pct", "DataLoader workers (sum)", WORKERS_COLOR)], "% of one core", None))
 
 
 def memory_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> str | None:
@@ -168,22 +156,30 @@ def gpu_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) ->
     df = _sample_columns(samples, ["gpu_util_pct", "gpu_mem_used_bytes"])
     if df is None:
         return None
-    df, per_bin = _binned(df)
     df["gpu_mem_used_bytes"] = df["gpu_mem_used_bytes"] / _MIB
+    return _two_panels(df, window, "gpu",
+                       top=([("gpu_util_pct", "GPU utilization", MAIN_COLOR)], "utilization (%)", 105),
+                       bottom=([("gpu_mem_used_bytes", "GPU memory used", WORKERS_COLOR)], "memory (MiB)", None))
+
+
+Panel = tuple[list[tuple[str, str, str]], str, float | None]  # lines (column, label, color), y label, y max
+
+
+def _two_panels(df: pd.DataFrame, window: tuple[float, float] | None, name: str, top: Panel,
+                bottom: Panel) -> str:
+    """Two time plots sharing the x axis, warm-up shaded on both."""
+    df, per_bin = _binned(df)
     with rc_context(_RC):
-        fig, (top, bottom) = _figure(rows=2)
-        _shade(top, df["t_s"], window)
-        _shade(bottom, df["t_s"], window, label=False)
-        _line(top, df, "gpu_util_pct", "GPU utilization", MAIN_COLOR)
-        top.set_ylabel("utilization (%)")
-        top.set_ylim(0, 105)
-        _line(bottom, df, "gpu_mem_used_bytes", "GPU memory used", WORKERS_COLOR)
-        bottom.set_ylabel("memory (MiB)")
-        bottom.set_ylim(bottom=0)
-        _time_axis(bottom, per_bin)
-        _legend(top)
-        _legend(bottom)
-        return _svg(fig, "gpu")
+        fig, axes = _figure(rows=2)
+        for i, (ax, (lines, ylabel, ymax)) in enumerate(zip(axes, (top, bottom))):
+            _shade(ax, df["t_s"], window, label=i == 0)
+            for column, label, color in lines:
+                _line(ax, df, column, label, color)
+            ax.set_ylabel(ylabel)
+            ax.set_ylim(0, ymax)
+            _legend(ax)
+        _time_axis(axes[1], per_bin)
+        return _svg(fig, name)
 
 
 # -- helpers -----------------------------------------------------------------
