@@ -19,7 +19,31 @@ from typing import Any, Callable
 
 from pipeprof.errors import UsageError
 
-STORAGE_KINDS = ("ram", "memmap")
+STORAGE_KINDS = ("device", "ram", "memmap", "files", "images")
+ON_DISK = ("memmap", "files", "images")
+TRANSFORMS = ("none", "normalize", "augment")
+IMAGE_FORMATS = ("png", "jpeg")
+ACTIVATIONS = ("relu", "sigmoid", "tanh", "leaky_relu", "prelu")
+INITS = ("default", "xavier", "uniform", "normal")
+IMPLEMENTATIONS = ("module", "scratch")
+
+
+@dataclass(frozen=True)
+class ThrottleSpec:
+    """Emulated slow storage: every read waits ``latency_ms`` plus its bytes at ``bandwidth_mb_s``."""
+
+    latency_ms: float
+    bandwidth_mb_s: float
+    preset: str | None = None
+
+
+# Emulation presets (orders of magnitude, per read): a spinning disk's seek and
+# rotation, a network file system over 1 GbE, and an object store's time to first byte.
+THROTTLE_PRESETS = {
+    "hdd": ThrottleSpec(latency_ms=8.0, bandwidth_mb_s=150.0, preset="hdd"),
+    "nfs": ThrottleSpec(latency_ms=1.0, bandwidth_mb_s=110.0, preset="nfs"),
+    "object": ThrottleSpec(latency_ms=30.0, bandwidth_mb_s=80.0, preset="object"),
+}
 
 
 @dataclass(frozen=True)
@@ -27,6 +51,12 @@ class DataSpec:
     storage: str = "ram"
     samples: int = 20_000
     seed: int = 0
+    format: str = "png"  # images only
+    quality: int = 90  # jpeg only
+    cache: str = "warm"
+    throttle: ThrottleSpec | None = None
+    transform: str = "none"
+    augment_passes: int = 1  # random-affine passes per sample: the CPU cost knob of "augment"
 
 
 @dataclass(frozen=True)
@@ -46,6 +76,10 @@ class ModelSpec:
     lr: float = 0.05
     momentum: float = 0.9
     seed: int = 0
+    activation: str = "relu"
+    init: str = "default"
+    implementation: str = "module"  # module: nn.Sequential; scratch: explicit tensors and a hand-written SGD
+    compile: bool = False  # torch.compile the model
 
 
 @dataclass(frozen=True)
@@ -125,7 +159,18 @@ TEXT = Rule("str", "a string")
 
 SCHEMA: dict[str, dict[str, Rule]] = {
     "": {"name": Rule("str", "a non-empty string", lambda v: bool(v.strip())), "description": TEXT},
-    "data": {"storage": _choice(*STORAGE_KINDS), "samples": _int(1), "seed": _int(0)},
+    "data": {
+        "storage": _choice(*STORAGE_KINDS),
+        "samples": _int(1),
+        "seed": _int(0),
+        "format": _choice(*IMAGE_FORMATS),
+        "quality": Rule("int", "an integer from 1 to 100", lambda v: 1 <= v <= 100),
+        "cache": _choice("warm", "cold"),
+        "throttle": Rule("throttle", "a preset (" + ", ".join(repr(p) for p in THROTTLE_PRESETS)
+                         + ") or a table {latency_ms = >= 0, bandwidth_mb_s = > 0}", lambda v: True),
+        "transform": _choice(*TRANSFORMS),
+        "augment_passes": _int(1),
+    },
     "loader": {
         "batch_size": _int(1),
         "num_workers": _int(0),
@@ -141,6 +186,10 @@ SCHEMA: dict[str, dict[str, Rule]] = {
         "lr": _positive_float(),
         "momentum": Rule("float", "a number in [0, 1)", lambda v: 0 <= v < 1),
         "seed": _int(0),
+        "activation": _choice(*ACTIVATIONS),
+        "init": _choice(*INITS),
+        "implementation": _choice(*IMPLEMENTATIONS),
+        "compile": BOOL,
     },
     "train": {
         "steps": _int(1, nullable=True),
@@ -171,6 +220,8 @@ def _type_ok(rule: Rule, value: Any) -> bool:
         return isinstance(value, str)
     if rule.kind == "int-list":
         return isinstance(value, list) and all(isinstance(w, int) and not isinstance(w, bool) for w in value)
+    if rule.kind == "throttle":
+        return isinstance(value, (str, dict))
     raise AssertionError(rule.kind)
 
 
@@ -199,7 +250,28 @@ def _check_value(where: str, section: str, key: str, value: Any) -> Any:
         return float(value)
     if rule.kind == "int-list":
         return tuple(value)
+    if rule.kind == "throttle":
+        return _throttle(where, name, value, rule)
     return value
+
+
+def _throttle(where: str, name: str, value: str | dict, rule: Rule) -> ThrottleSpec:
+    if isinstance(value, str):
+        if value not in THROTTLE_PRESETS:
+            raise UsageError(f"{where}: {name} = {_toml_repr(value)} is not allowed: expected {rule.allowed}")
+        return THROTTLE_PRESETS[value]
+    allowed = {"latency_ms": lambda v: v >= 0, "bandwidth_mb_s": lambda v: v > 0}
+    for key, sub in value.items():
+        if key not in allowed:
+            raise UsageError(f"{where}: unknown key {name}.{key}; allowed: latency_ms, bandwidth_mb_s")
+        if isinstance(sub, bool) or not isinstance(sub, (int, float)) or not allowed[key](sub):
+            what = "a number >= 0" if key == "latency_ms" else "a number > 0"
+            raise UsageError(f"{where}: {name}.{key} = {_toml_repr(sub)} is not allowed: expected {what}")
+    missing = [k for k in allowed if k not in value]
+    if missing:
+        raise UsageError(f"{where}: {name} needs {' and '.join(missing)} (or a preset: "
+                         f"{', '.join(THROTTLE_PRESETS)})")
+    return ThrottleSpec(float(value["latency_ms"]), float(value["bandwidth_mb_s"]))
 
 
 def _unknown(where: str, section: str, key: str, known: list[str]) -> UsageError:
@@ -272,9 +344,30 @@ def _put(values: dict[str, dict[str, Any]], where: str, section: str, key: str, 
     values[section][key] = _check_value(where, section, key, value)
 
 
+def _check_data(where: str, data: DataSpec, given: dict[str, Any], loader: LoaderSpec) -> None:
+    """Keys that only make sense with some storage kinds."""
+    storage = f"data.storage = {data.storage!r}"
+    for key, kinds in (("format", ("images",)), ("quality", ("images",)), ("throttle", ON_DISK + ("ram",))):
+        if key in given and data.storage not in kinds:
+            raise UsageError(f"{where}: data.{key} is not allowed with {storage}: it applies to "
+                             f"{', '.join(repr(k) for k in kinds)}")
+    if "quality" in given and data.format != "jpeg":
+        raise UsageError(f"{where}: data.quality is not allowed with data.format = {data.format!r}: it applies to 'jpeg'")
+    if data.cache == "cold" and data.storage not in ON_DISK:
+        raise UsageError(f"{where}: data.cache = 'cold' is not allowed with {storage}: a cold page cache needs "
+                         f"data on disk ({', '.join(repr(k) for k in ON_DISK)})")
+    if "augment_passes" in given and data.transform != "augment":
+        raise UsageError(f"{where}: data.augment_passes is not allowed with data.transform = "
+                         f"{data.transform!r}: it applies to 'augment'")
+    if data.storage == "device" and loader.num_workers:
+        raise UsageError(f"{where}: loader.num_workers = {loader.num_workers} is not allowed with {storage}: "
+                         f"batches are taken on the device by index, with no DataLoader (use num_workers = 0)")
+
+
 def _build(values: dict[str, dict[str, Any]], where: str) -> Scenario:
     sections = {name: cls(**values[name]) for name, cls in SECTION_TYPES.items()}
-    loader, train = sections["loader"], sections["train"]
+    loader, train, data = sections["loader"], sections["train"], sections["data"]
+    _check_data(where, data, values["data"], loader)
     if loader.num_workers == 0:
         for key in ("prefetch_factor", "persistent_workers"):
             if getattr(loader, key) not in (None, False):

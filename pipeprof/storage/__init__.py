@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from torch.utils.data import Dataset
-
 from pipeprof.scenario import DataSpec
-from pipeprof.storage import memmap, ram
-from pipeprof.storage.base import Builder
+from pipeprof.storage import device, memmap, ram
+from pipeprof.storage.base import Builder, Progress, SampleDataset, Throttle, Transform
 from pipeprof.storage.synthetic import SyntheticFiles
 
-BUILDERS: dict[str, Builder] = {"ram": ram.build, "memmap": memmap.build}
+BUILDERS: dict[str, Builder] = {
+    "device": device.build,
+    "ram": ram.build,
+    "memmap": memmap.build,
+}
 
 
-def build_dataset(spec: DataSpec, files: SyntheticFiles) -> Dataset:
-    """The Dataset for ``spec.storage`` over the generated files."""
-    return BUILDERS[spec.storage](spec, files)
+def build_dataset(spec: DataSpec, files: SyntheticFiles, transform: Transform | None = None,
+                  throttle: Throttle | None = None, progress: Progress | None = None) -> SampleDataset:
+    """The dataset for ``spec.storage`` over the generated files."""
+    return BUILDERS[spec.storage](spec, files, transform, throttle, progress)
