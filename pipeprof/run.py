@@ -1,6 +1,6 @@
 """Run: the raw records of one profiled run, and the run folder on disk.
 
-A run folder holds only what was measured (``run.json`` for metadata, three
+A run folder holds only what was measured (``run.json`` for metadata, four
 CSV tables for records); everything in ``summary.json`` and ``report.html``
 can be re-derived from it with ``pipeprof report``.
 
@@ -12,6 +12,13 @@ Tables (CSV, one header line, times in seconds since the run started):
   columns when a GPU was sampled.
 * ``processes.csv`` — one row per tick per process of the training process
   tree, columns ``PROCESS_COLUMNS``.
+* ``loading.csv`` — one row per batch consumed by a training step, as the
+  process that made it (a DataLoader worker, or the training process when
+  ``num_workers = 0``) timed it: columns ``LOADING_COLUMNS``. ``fetch_s`` is
+  reading the samples' bytes from storage (emulated slowness included),
+  ``prep_s`` decoding and transforming them, ``collate_s`` stacking them
+  into the batch. Runs from before worker-side timing have no such file and
+  load with an empty table.
 """
 
 from __future__ import annotations
@@ -77,7 +84,23 @@ PROCESS_COLUMNS = [
     "uss_bytes",  # memory not shared with other processes; empty except on rare snapshots
 ]
 
-TABLES = {"steps": STEP_COLUMNS, "samples": SAMPLE_COLUMNS, "processes": PROCESS_COLUMNS}
+LOADING_COLUMNS = [
+    "batch",  # 0-based, in the order the training loop received the batches
+    "step",  # the training step that consumed the batch (joins steps.csv)
+    "worker",  # DataLoader worker id; -1 = made in the training process (num_workers = 0)
+    "pid",  # process that made the batch
+    "t_start_s",  # the batch's first fetch began
+    "t_end_s",  # its collate ended
+    "fetch_s",  # reading bytes from storage, summed over the batch's samples
+    "prep_s",  # decode + transform, summed over the batch's samples
+    "collate_s",  # stacking the samples into the batch
+    "samples",  # samples in the batch
+    "nbytes",  # bytes read from storage for the batch
+    "fetch_max_s",  # the slowest single sample's fetch
+]
+
+TABLES = {"steps": STEP_COLUMNS, "samples": SAMPLE_COLUMNS, "processes": PROCESS_COLUMNS,
+          "loading": LOADING_COLUMNS}
 
 
 @dataclass
@@ -88,6 +111,7 @@ class Run:
     steps: pd.DataFrame
     samples: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SAMPLE_COLUMNS))
     processes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PROCESS_COLUMNS))
+    loading: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LOADING_COLUMNS))
 
     @property
     def name(self) -> str:
@@ -167,6 +191,7 @@ def save_run(run: Run, folder: Path, extra_files: dict[str, str] | None = None) 
         run.steps.to_csv(tmp / "steps.csv", index=False)
         run.samples.to_csv(tmp / "samples.csv", index=False)
         run.processes.to_csv(tmp / "processes.csv", index=False)
+        run.loading.to_csv(tmp / "loading.csv", index=False)
         for name, text in (extra_files or {}).items():
             write_text(tmp / name, text)
         os.replace(tmp, folder)

@@ -7,6 +7,7 @@ profiler (``train_loop`` takes any timer with the StepTimer interface).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 from dataclasses import dataclass, field
@@ -15,7 +16,6 @@ from typing import Any, Callable
 
 import pandas as pd
 import torch
-from torch.utils.data import DataLoader
 
 import pipeprof
 from pipeprof.errors import UsageError
@@ -24,11 +24,13 @@ from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import describe_environment
 from pipeprof.measure.sampler import SystemSampler
 from pipeprof.measure.steps import StepTimer, ThroughputTimer
-from pipeprof.run import GPU_SAMPLE_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run
+from pipeprof.measure.loading import LoadingRecorder
+from pipeprof.run import GPU_SAMPLE_COLUMNS, LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run
 from pipeprof.scenario import Scenario
-from pipeprof.storage import build_dataset
-from pipeprof.storage.synthetic import ensure_synthetic
-from pipeprof.workload.model import build_mlp
+from pipeprof.storage.base import Progress
+from pipeprof.storage.pagecache import drop
+from pipeprof.workload.data import Data, build_data
+from pipeprof.workload.model import build_model
 from pipeprof.workload.train import StepFn, make_train_step
 
 OnStep = Callable[[int, int], None]  # (steps done, total steps)
@@ -57,7 +59,7 @@ class Workload:
 
     scenario: Scenario
     device: torch.device
-    loader: DataLoader
+    data: Data
     step_fn: StepFn
     threads: int
     notes: list[str] = field(default_factory=list)
@@ -65,68 +67,63 @@ class Workload:
     @property
     def non_blocking(self) -> bool:
         # An async copy only overlaps with compute from pinned memory.
-        return self.device.type == "cuda" and self.loader.pin_memory
+        return self.device.type == "cuda" and self.data.pin_memory
 
 
-def build_workload(scenario: Scenario, cache_root: Path | None = None) -> Workload:
-    """Generate (or reuse) the data, and build dataset, loader, model and training step."""
+def build_workload(scenario: Scenario, cache_root: Path | None = None, *, recorder: LoadingRecorder | None = None,
+                   progress: Progress | None = None) -> Workload:
+    """Generate (or reuse) the data, and build dataset, batches, model and training step."""
     device = resolve_device(scenario.train.device)
-    notes: list[str] = []
     if scenario.train.threads:
         torch.set_num_threads(scenario.train.threads)
-    files = ensure_synthetic(scenario.data.samples, scenario.data.seed, cache_root)
-    dataset = build_dataset(scenario.data, files)
-    spec = scenario.loader
-    pin_memory = spec.pin_memory and device.type == "cuda"
-    if spec.pin_memory and not pin_memory:
-        notes.append("loader.pin_memory = true has no effect without a CUDA device: not applied")
-    kwargs: dict[str, Any] = {}
-    if spec.num_workers:
-        kwargs["persistent_workers"] = spec.persistent_workers
-        if spec.prefetch_factor is not None:
-            kwargs["prefetch_factor"] = spec.prefetch_factor
-    loader = DataLoader(
-        dataset,
-        batch_size=spec.batch_size,
-        shuffle=spec.shuffle,
-        num_workers=spec.num_workers,
-        pin_memory=pin_memory,
-        drop_last=spec.drop_last,
-        generator=torch.Generator().manual_seed(scenario.data.seed),
-        **kwargs,
-    )
-    model = build_mlp(scenario.model.hidden, scenario.model.seed).to(device)
-    step_fn = make_train_step(model, scenario.model.lr, scenario.model.momentum)
-    return Workload(scenario, device, loader, step_fn, torch.get_num_threads(), notes)
+    data = build_data(scenario, device, cache_root, recorder=recorder, progress=progress)
+    model = build_model(scenario.model, device)
+    step_fn = make_train_step(model, scenario.model)
+    return Workload(scenario, device, data, step_fn, torch.get_num_threads(), list(data.notes))
+
+
+BeforeEpoch = Callable[[int], None]
 
 
 def train_loop(work: Workload, total_steps: int, timer: StepTimer | ThroughputTimer,
-               on_step: OnStep | None = None) -> None:
-    """Train ``total_steps`` steps, starting a new epoch whenever the loader runs dry."""
+               on_step: OnStep | None = None, *, before_epoch: BeforeEpoch | None = None,
+               recorder: LoadingRecorder | None = None) -> None:
+    """Train ``total_steps`` steps, a new epoch (a new pass over the batches) whenever one is used up.
+
+    ``before_epoch(epoch)`` runs inside the first step's wait for data, after
+    the previous epoch's iterator (and its non-persistent workers) is gone and
+    before the next one is created, with the step timer paused.
+    """
     device, non_blocking, step_fn = work.device, work.non_blocking, work.step_fn
+    batches, per_epoch = work.data.batches, work.data.steps_per_epoch()
     iterator = None
-    epoch = -1
+    epoch, left = -1, 0
     for i in range(total_steps):
         timer.begin()
-        try:
-            if iterator is None:
-                raise StopIteration
-            x, y = next(iterator)
-        except StopIteration:
-            # Iterator creation (and, without persistent workers, worker start-up)
-            # is part of this step's wait for data: the loop really blocks on it.
-            iterator = iter(work.loader)
-            epoch += 1
-            x, y = next(iterator)
+        if left == 0:
+            # Ending an epoch's iterator (joining its workers) and starting the
+            # next (spawning workers) are real waits of a training loop: timed.
+            iterator = None
+            epoch, left = epoch + 1, per_epoch
+            if before_epoch is not None:
+                timer.pause()
+                before_epoch(epoch)
+                timer.resume()
+            iterator = iter(batches)
+        batch = next(iterator)
+        left -= 1
         timer.waited()
-        x = x.to(device, non_blocking=non_blocking)
-        y = y.to(device, non_blocking=non_blocking)
+        if recorder is not None:
+            recorder.record(batch[2], i)
+        x = batch[0].to(device, non_blocking=non_blocking)
+        y = batch[1].to(device, non_blocking=non_blocking)
         timer.copied()
         loss, correct = step_fn(x, y)
         timer.computed(len(y), loss, correct, epoch)
         if on_step:
             on_step(i + 1, total_steps)
     timer.finish()
+    iterator = None
 
 
 def _cuda_events() -> torch.cuda.Event:  # pragma: no cover - needs a GPU
@@ -135,12 +132,31 @@ def _cuda_events() -> torch.cuda.Event:  # pragma: no cover - needs a GPU
 
 def profile_scenario(scenario: Scenario, *, cache_root: Path | None = None, clock: Clock = monotonic_clock,
                      on_step: OnStep | None = None, context: dict[str, Any] | None = None) -> Run:
-    """Build ``scenario``'s workload and profile it (see ``profile_workload``)."""
-    return profile_workload(build_workload(scenario, cache_root), clock=clock, on_step=on_step, context=context)
+    """Build ``scenario``'s workload with worker-side timing and profile it (see ``profile_workload``)."""
+    recorder = LoadingRecorder(clock)
+    work = build_workload(scenario, cache_root, recorder=recorder)
+    return profile_workload(work, recorder=recorder, clock=clock, on_step=on_step, context=context)
 
 
-def profile_workload(work: Workload, *, clock: Clock = monotonic_clock, on_step: OnStep | None = None,
-                     context: dict[str, Any] | None = None) -> Run:
+class ColdCache:
+    """Drops the data set's files from the page cache before each epoch, and keeps what happened."""
+
+    def __init__(self, work: Workload, clock: Clock, t0_s: float) -> None:
+        self.dataset = work.data.dataset
+        self.paths = self.dataset.paths()
+        self.clock, self.t0_s = clock, t0_s
+        self.drops: list[dict[str, Any]] = []
+
+    def before_epoch(self, epoch: int) -> None:
+        self.dataset.close()  # a page still mapped by this process cannot be evicted
+        t_s = self.clock() - self.t0_s
+        result = drop(self.paths)
+        self.drops.append({"epoch": epoch, "t_s": t_s, "took_s": self.clock() - self.t0_s - t_s,
+                           **dataclasses.asdict(result)})
+
+
+def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None, clock: Clock = monotonic_clock,
+                     on_step: OnStep | None = None, context: dict[str, Any] | None = None) -> Run:
     """Train ``work`` under the profiler and return the raw records.
 
     A failure or Ctrl-C during training still returns the steps measured so
@@ -157,13 +173,15 @@ def profile_workload(work: Workload, *, clock: Clock = monotonic_clock, on_step:
         monitor = gpu
     t0_s = clock()
     timer = StepTimer(clock, t0_s, scenario.train.warmup_steps, _cuda_events if on_cuda else None)
+    cold = ColdCache(work, clock, t0_s) if scenario.data.cache == "cold" else None
     sampler = SystemSampler(os.getpid(), scenario.profile.sample_hz, clock=clock, t0_s=t0_s, gpu=monitor,
                             tree_refresh_s=scenario.profile.tree_refresh_s,
                             uss_interval_s=scenario.profile.uss_interval_s)
     status, error = "complete", None
     sampler.start()
     try:
-        train_loop(work, scenario.total_steps(), timer, on_step)
+        train_loop(work, scenario.total_steps(), timer, on_step, recorder=recorder,
+                   before_epoch=cold.before_epoch if cold else None)
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted by the user (Ctrl-C)"
     except Exception as e:  # noqa: BLE001 - recorded in the run, shown as one line by the CLI
@@ -187,6 +205,8 @@ def profile_workload(work: Workload, *, clock: Clock = monotonic_clock, on_step:
         "gpu": gpu_meta,
         "absences": absences,
         "notes": work.notes,
+        "cache": {"mode": scenario.data.cache, "dataset_bytes": work.data.nbytes_on_disk(),
+                  "drops": cold.drops if cold else []},
         "status": status,
         "error": error,
         **(context or {}),
@@ -197,7 +217,9 @@ def profile_workload(work: Workload, *, clock: Clock = monotonic_clock, on_step:
     gpu_cols = GPU_SAMPLE_COLUMNS if monitor is not None else []
     samples = pd.DataFrame(sample_rows, columns=SAMPLE_COLUMNS + gpu_cols + _by_core(extra))
     processes = pd.DataFrame(sampler.process_rows(), columns=PROCESS_COLUMNS)
-    return Run(meta=meta, steps=steps, samples=samples, processes=processes)
+    loading = pd.DataFrame(recorder.rows() if recorder else [], columns=LOADING_COLUMNS)
+    loading[["t_start_s", "t_end_s"]] -= t0_s  # the recorder keeps raw clock readings
+    return Run(meta=meta, steps=steps, samples=samples, processes=processes, loading=loading)
 
 
 def _by_core(columns: list[str]) -> list[str]:
@@ -211,5 +233,6 @@ def measure_unprofiled(scenario: Scenario, *, cache_root: Path | None = None,
     work = build_workload(scenario, cache_root)
     sync = torch.cuda.synchronize if work.device.type == "cuda" else None
     timer = ThroughputTimer(clock, scenario.train.warmup_steps, sync)
-    train_loop(work, scenario.total_steps(), timer)
+    cold = ColdCache(work, clock, clock()) if scenario.data.cache == "cold" else None
+    train_loop(work, scenario.total_steps(), timer, before_epoch=cold.before_epoch if cold else None)
     return timer.samples_per_s

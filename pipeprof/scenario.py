@@ -356,6 +356,10 @@ def _check_data(where: str, data: DataSpec, given: dict[str, Any], loader: Loade
     if data.cache == "cold" and data.storage not in ON_DISK:
         raise UsageError(f"{where}: data.cache = 'cold' is not allowed with {storage}: a cold page cache needs "
                          f"data on disk ({', '.join(repr(k) for k in ON_DISK)})")
+    if data.cache == "cold" and data.storage == "memmap" and loader.persistent_workers:
+        raise UsageError(f"{where}: data.cache = 'cold' is not allowed with {storage} and "
+                         f"loader.persistent_workers = true: persistent workers keep the file mapped, and mapped "
+                         f"pages cannot be dropped from the page cache")
     if "augment_passes" in given and data.transform != "augment":
         raise UsageError(f"{where}: data.augment_passes is not allowed with data.transform = "
                          f"{data.transform!r}: it applies to 'augment'")

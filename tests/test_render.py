@@ -13,7 +13,8 @@ from pipeprof.analysis.summary import summarize
 from pipeprof.render import plots
 from pipeprof.render.console import print_summary, summary_table
 from pipeprof.render.html import format_bytes, format_seconds, render_html
-from pipeprof.run import PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run
+from pipeprof.analysis.loading import counted_batches, loading_breakdown
+from pipeprof.run import LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run
 
 XSS = "<script>alert(1)</script>"
 GIB = 1024**3
@@ -108,6 +109,24 @@ def make_run(
     )
     return Run(meta=make_meta(gpu=gpu, description=description, status=status),
                steps=steps, samples=samples, processes=processes)
+
+
+def make_loading(n_steps: int = 50, workers: int = 2) -> pd.DataFrame:
+    """A batch per step, workers taking turns: 128 samples, 20 ms fetch, 10 ms prep, 2 ms collate."""
+    step = np.arange(n_steps)
+    start = step * 0.1 - 0.05
+    return pd.DataFrame({
+        "batch": step, "step": step, "worker": step % workers if workers else -1,
+        "pid": 200 + (step % workers if workers else -100),
+        "t_start_s": start, "t_end_s": start + 0.033, "fetch_s": 0.02, "prep_s": 0.01, "collate_s": 0.002,
+        "samples": 128, "nbytes": 128 * 3136, "fetch_max_s": 0.0004,
+    })[LOADING_COLUMNS]
+
+
+def loading_run(**kwargs) -> Run:
+    run = make_run(**{k: v for k, v in kwargs.items() if k in ("n_steps", "warmup", "n_samples")})
+    run.loading = make_loading(kwargs.get("n_steps", 50), kwargs.get("workers", 2))
+    return run
 
 
 def empty_samples_run() -> Run:
@@ -267,6 +286,62 @@ def test_html_long_run_stays_small():
     assert len(html.encode()) < 2_000_000
 
 
+def test_html_loading_section():
+    run = loading_run()
+    summary = summarize(run)
+    html = render_html(run, summary)
+    assert svg_count(html) == 6  # steps, cpu, memory, disk + loading timeline and split
+    section = html.split('<h2 id="loading">', 1)[1].split("<h2>", 1)[0]
+    for plot in ("loading-timeline", "loading-split"):
+        assert "<svg" in section.split(f'id="plot-{plot}"', 1)[1].split("</figure>", 1)[0]
+    # the summary's numbers: 20 ms / 128 samples = 156 µs fetch, 78.1 µs prep per sample
+    headline = section.split('id="loading-headline"', 1)[1].split("</p>", 1)[0]
+    assert "fetch <b>156 µs</b>" in headline and "prep <b>78.1 µs</b>" in headline
+    assert "collate <b>2.00 ms</b> per batch" in headline and "<b>33.0 ms</b> to make" in headline
+    assert "fetch 62.5%" in headline
+    table = section.split('id="loading-table"', 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr><th scope=\"row\">(.*?)</tr>", table, re.S)
+    assert [r.split("<", 1)[0] for r in rows] == ["worker 0", "worker 1"]
+    # counted steps 5..49: worker 0 made the even ones (22), worker 1 the odd (23); busy 33 ms every 200 ms
+    assert ">22<" in rows[0] and ">23<" in rows[1]
+    assert "156 µs" in rows[0] and "2.00 ms" in rows[0] and "17%" in rows[0]
+    ids = re.findall(r'\bid="([^"]+)"', html)
+    assert len(ids) == len(set(ids))
+
+
+def test_html_loading_in_the_main_process():
+    run = loading_run(workers=0)
+    html = render_html(run, summarize(run))
+    table = html.split('id="loading-table"', 1)[1].split("</table>", 1)[0]
+    assert ">main<" in table and "worker 0" not in table
+
+
+def test_html_without_loading_records_says_not_measured(cpu_report):
+    _, summary, html = cpu_report
+    assert summary["loading"] is None
+    section = html.split('<h2 id="loading">', 1)[1].split("<h2>", 1)[0]
+    assert "<svg" not in section and 'id="loading-table"' not in section
+    assert section.count("not measured: this run has no loading records") == 3  # table, timeline, split
+
+
+def test_html_loading_only_in_warmup():
+    run = loading_run()
+    run.loading = run.loading.iloc[:5]  # batches of the five warm-up steps only
+    html = render_html(run, summarize(run))
+    section = html.split('<h2 id="loading">', 1)[1].split("<h2>", 1)[0]
+    assert "not measured: no loading records for counted steps" in section
+    assert "<svg" in section.split('id="plot-loading-timeline"', 1)[1].split("</figure>", 1)[0]
+
+
+def test_html_long_run_loading_stays_small():
+    run = loading_run(n_steps=20_000, warmup=10, n_samples=2_000, workers=8)
+    html = render_html(run, summarize(run))
+    assert svg_count(html) == 6
+    assert len(html.encode()) < 2_000_000
+    assert "bins of 50 batches per worker" in html
+    assert len(plots.loading_timeline_svg(run.loading)) < 150_000
+
+
 # -- plots -----------------------------------------------------------------------
 
 
@@ -278,6 +353,17 @@ def test_plots_return_none_on_empty_data():
     all_nan = pd.DataFrame({"t_s": [0.0, 1.0], "read_bytes_per_s": [np.nan, np.nan]})
     assert plots.disk_svg(all_nan) is None
     assert plots.gpu_svg(make_run().samples) is None  # no GPU columns
+    assert plots.loading_timeline_svg(pd.DataFrame(columns=LOADING_COLUMNS)) is None
+    assert plots.loading_split_svg(loading_breakdown(pd.DataFrame(columns=LOADING_COLUMNS))) is None
+
+
+def test_loading_plots_one_row_per_worker():
+    run = loading_run(workers=3)
+    timeline = plots.loading_timeline_svg(run.loading, (0.45, 5.0))
+    assert all(f"worker {w}" in timeline for w in range(3))
+    assert "fetch (read bytes)" in timeline and "warm-up (not counted)" in timeline
+    split = plots.loading_split_svg(loading_breakdown(counted_batches(run.loading, run.steps)))
+    assert all(f"worker {w}" in split for w in range(3)) and "µs per sample" in split
 
 
 def test_plot_svg_is_inline_ready():
@@ -336,7 +422,16 @@ def test_console_table_has_numbers_and_folder(tmp_path):
     assert re.search(r"CPU mean / peak \(% of all cores\)\s+60 / 60", text)
     assert re.search(r"peak RSS \(MiB\)\s+1,536", text)
     assert re.search(r"accuracy \(%\)\s+75\.0", text)
+    assert re.search(r"fetch/prep/collate \(µs/sample\)\s+not measured", text)
     assert str(folder) in text
+
+
+def test_console_loading_row():
+    console = Console(record=True, width=120)
+    run = loading_run()
+    print_summary(summarize(run), "runs/x", console=console)
+    # 20 ms, 10 ms and 2 ms over 128 samples
+    assert re.search(r"fetch/prep/collate \(µs/sample\)\s+156 / 78\.1 / 15\.6", console.export_text())
 
 
 def test_console_table_shows_not_measured():

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from pipeprof.errors import UsageError
-from pipeprof.run import STEP_COLUMNS, Run, load_run, new_run_folder, save_run, to_json
+from pipeprof.run import LOADING_COLUMNS, STEP_COLUMNS, Run, load_run, new_run_folder, save_run, to_json
 
 STEPS = pd.DataFrame([{"step": 0, "epoch": 0, "warmup": True, "t_start_s": 0.0, "data_wait_s": 0.1, "h2d_s": 0.0,
                        "compute_s": 0.2, "step_s": 0.3, "host_wait_s": 0.1, "samples": 8, "loss": 2.3, "correct": 1},
@@ -27,6 +27,33 @@ def test_round_trip(tmp_path):
     assert loaded.steps["warmup"].dtype == bool
     assert (folder / "summary.json").read_text() == "{}\n"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left behind
+
+
+LOADING = pd.DataFrame([{"batch": 0, "step": 0, "worker": 1, "pid": 4242, "t_start_s": 0.05, "t_end_s": 0.09,
+                         "fetch_s": 0.02, "prep_s": 0.015, "collate_s": 0.004, "samples": 8, "nbytes": 25088,
+                         "fetch_max_s": 0.003}], columns=LOADING_COLUMNS)
+
+
+def test_round_trip_with_loading(tmp_path):
+    folder = save_run(Run(meta={}, steps=STEPS, loading=LOADING), tmp_path / "r")
+    assert (folder / "loading.csv").read_text().splitlines()[0] == ",".join(LOADING_COLUMNS)
+    pd.testing.assert_frame_equal(load_run(folder).loading, LOADING, check_dtype=False)
+
+
+def test_a_run_without_loading_records_round_trips_empty(tmp_path):
+    folder = save_run(Run(meta={}, steps=STEPS), tmp_path / "r")
+    loading = load_run(folder).loading
+    assert loading.empty and list(loading.columns) == LOADING_COLUMNS
+
+
+def test_older_runs_without_loading_csv_still_load(tmp_path):
+    folder = save_run(Run(meta={}, steps=STEPS, loading=LOADING), tmp_path / "r")
+    (folder / "loading.csv").unlink()  # what a run folder from before worker-side timing looks like
+    run = load_run(folder)
+    assert run.loading.empty and list(run.loading.columns) == LOADING_COLUMNS
+    from pipeprof.analysis.summary import summarize
+
+    assert summarize(run)["loading"] is None
 
 
 def test_a_failed_save_leaves_nothing_that_looks_like_a_run(tmp_path):

@@ -124,3 +124,36 @@ def test_throughput_timer_counts_after_warmup_and_synchronizes():
     assert timer.samples == 40
     assert timer.samples_per_s == pytest.approx(40 / 2.0)
     assert syncs == [pytest.approx(1.0), pytest.approx(3.0)]
+
+
+def test_paused_time_is_taken_out_of_the_wait_and_the_step():
+    clock = FakeClock(0.0)
+    timer = StepTimer(clock, t0_s=0.0)
+    timer.begin()
+    clock.advance(0.01)
+    timer.pause()
+    clock.advance(5.0)  # e.g. dropping the page cache: not training
+    timer.resume()
+    clock.advance(0.02)
+    timer.waited()
+    clock.advance(0.001)
+    timer.copied()
+    clock.advance(0.1)
+    timer.computed(8, 1.0, 4)
+    timer.finish()
+    row = timer.rows()[0]
+    assert row["data_wait_s"] == pytest.approx(0.03)
+    assert row["step_s"] == pytest.approx(0.131)
+
+
+def test_throughput_timer_excludes_paused_time():
+    clock = FakeClock(0.0)
+    timer = ThroughputTimer(clock, warmup_steps=0)
+    timer.begin()
+    timer.pause()
+    clock.advance(3.0)
+    timer.resume()
+    clock.advance(1.0)
+    timer.computed(10, 0.0, 0)
+    timer.finish()
+    assert timer.samples_per_s == pytest.approx(10.0)

@@ -46,7 +46,10 @@ def test_all_storage_kinds_yield_the_same_sample(files):
             x, y = dataset[index]
             assert len(dataset) == 3000
             assert x.dtype == torch.float32 and x.shape == (FEATURES,)
-            assert torch.equal(x, reference_x), kind
+            if kind == "images":  # 8-bit PNG: equal up to quantization (exact check in test_storage_kinds.py)
+                assert (x - reference_x).abs().max() <= 0.5 / 255 + 1e-6, kind
+            else:
+                assert torch.equal(x, reference_x), kind
             assert y == reference_y, kind
 
 

@@ -102,6 +102,7 @@ def test_unmeasured_values_are_null_not_zero():
     assert s["memory"]["uss_bytes"] is None
     assert s["disk"]["read_bytes"] is None
     assert s["gpu"] is None
+    assert s["loading"] is None  # no loading records
 
 
 def test_uss_snapshot_and_read_bytes_per_process():

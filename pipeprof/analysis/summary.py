@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeprof.analysis.cache import cold_cache_check, epoch_reads
+from pipeprof.analysis.loading import counted_batches, loading_summary
 from pipeprof.run import Run
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -151,11 +153,26 @@ def summarize(run: Run) -> dict[str, Any]:
             "read_bytes": _read_bytes(processes),
         },
         "gpu": _gpu_summary(during) if run.meta.get("gpu", {}).get("available") else None,
+        "loading": loading_summary(counted_batches(run.loading, steps)),
+        "cache": cache_check(run),
         "final_loss": float(tail["loss"].mean()) if n else None,
         "accuracy": float(tail["correct"].sum()) / tail_samples if tail_samples else None,
         "absences": dict(run.meta.get("absences", {})),
     }
     return summary
+
+
+def cache_check(run: Run) -> dict[str, Any] | None:
+    """Disk reads per epoch against the data set's size; for a cold cache, whether it really was cold."""
+    cache = run.meta.get("cache")
+    if not isinstance(cache, dict):
+        return None  # runs from before page-cache control
+    mode, dataset_bytes = cache.get("mode", "warm"), cache.get("dataset_bytes") or 0
+    if dataset_bytes <= 0:
+        return {"cache": mode, "verified": None, "reason": "the data is not read from files on disk"}
+    samples = run.meta.get("scenario", {}).get("data", {}).get("samples")
+    return cold_cache_check(epoch_reads(run.steps, run.processes), dataset_bytes, mode, cache.get("drops"),
+                            dataset_samples=samples)
 
 
 def uss_snapshot(processes: pd.DataFrame) -> dict[str, Any] | None:

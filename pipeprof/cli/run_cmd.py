@@ -12,7 +12,6 @@ interrupted (the steps measured so far are still saved), 2 for bad input.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from pathlib import Path
 
@@ -23,8 +22,21 @@ from pipeprof.cli.report_cmd import derived_files
 from pipeprof.errors import UsageError
 from pipeprof.render.console import print_summary
 from pipeprof.run import new_run_folder, save_run
-from pipeprof.runner import build_workload, profile_workload
+from pipeprof.measure.loading import LoadingRecorder
+from pipeprof.runner import build_workload, profile_workload, resolve_device
 from pipeprof.scenario import load_scenario
+
+def _materializing(progress: Progress):
+    """A materialization progress callback that shows one bar per thing being built."""
+    tasks: dict[str, int] = {}
+
+    def update(what: str, done: int, total: int) -> None:
+        if what not in tasks:
+            tasks[what] = progress.add_task(f"building {what}", total=total)
+        progress.update(tasks[what], completed=done, total=total)
+
+    return update
+
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
@@ -47,24 +59,26 @@ def execute(args: argparse.Namespace) -> int:
     context = {"scenario_file": str(args.scenario), "overrides": list(args.overrides)}
     console = Console(stderr=True)
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("steps"), TimeElapsedColumn(), TimeRemainingColumn(),
+                        TimeElapsedColumn(), TimeRemainingColumn(),
                         console=console, disable=args.quiet, refresh_per_second=4)
+    resolve_device(scenario.train.device)  # a usage error before any progress bar shows
+    recorder = LoadingRecorder()
     try:
-        with console.status(f"preparing {scenario.name}: data, loader, model", spinner="dots") if not args.quiet \
-                else contextlib.nullcontext():
-            work = build_workload(scenario, args.cache)
-    except OSError as e:
+        with progress:
+            work = build_workload(scenario, args.cache, recorder=recorder, progress=_materializing(progress))
+            task = progress.add_task(scenario.name, total=scenario.total_steps())
+            run = profile_workload(work, recorder=recorder, context=context,
+                                   on_step=lambda done, total: progress.update(task, completed=done))
+    except (OSError, RuntimeError) as e:  # a full disk, a compiler torch.compile cannot use
         print(f"pipeprof: error: preparing {scenario.name}: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_FAILED
-    task = progress.add_task(scenario.name, total=scenario.total_steps())
-    with progress:
-        run = profile_workload(work, context=context,
-                               on_step=lambda done, total: progress.update(task, completed=done))
     folder = new_run_folder(args.out, scenario.name)
     summary, files = derived_files(run, folder.name)
     save_run(run, folder, files)
     if not args.quiet:
         print_summary(summary, folder)
+    if (summary.get("cache") or {}).get("verified") is False:
+        print(f"pipeprof: WARNING: {summary['cache']['reason']}", file=sys.stderr)
     for note in run.meta.get("notes", []):
         print(f"note: {note}", file=sys.stderr)
     print(f"report: {folder / 'report.html'}")

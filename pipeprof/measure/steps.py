@@ -61,6 +61,7 @@ class _Pending:
     loss: Any  # a tensor (resolved lazily) or a float
     correct: Any
     events: tuple[DeviceEvent, DeviceEvent, DeviceEvent] | None = None
+    excluded_s: float = 0.0  # paused while waiting for data (e.g. dropping the page cache)
 
 
 def _value(x: Any) -> float:
@@ -79,6 +80,8 @@ class StepTimer:
     _marks: list[float] = field(default_factory=list)
     _events: list[DeviceEvent] = field(default_factory=list)
     _end_s: float | None = None
+    _excluded_s: float = 0.0
+    _paused_at_s: float | None = None
 
     @property
     def method(self) -> str:
@@ -87,6 +90,20 @@ class StepTimer:
     def begin(self) -> None:
         self._marks = [self.clock()]
         self._events = []
+        self._excluded_s = 0.0
+
+    def pause(self) -> None:
+        """Stop the clock inside a step's wait for work that is no part of training.
+
+        The page-cache drop of a cold-cache scenario is such work: the time
+        between ``pause()`` and ``resume()`` is taken out of the step's data
+        wait and of the step.
+        """
+        self._paused_at_s = self.clock()
+
+    def resume(self) -> None:
+        self._excluded_s += self.clock() - self._paused_at_s
+        self._paused_at_s = None
 
     def waited(self) -> None:
         self._marks.append(self.clock())
@@ -100,7 +117,8 @@ class StepTimer:
         self._record_event()
         begin, waited, copied = self._marks
         events = tuple(self._events) if self.device_events else None
-        self._pending.append(_Pending(epoch, begin, waited, copied, self.clock(), samples, loss, correct, events))
+        self._pending.append(_Pending(epoch, begin, waited, copied, self.clock(), samples, loss, correct, events,
+                                      self._excluded_s))
 
     def finish(self) -> None:
         """Close the last step (its ``step_s`` ends here)."""
@@ -127,7 +145,7 @@ class StepTimer:
                 end_s = pending[i + 1].begin_s
             else:
                 end_s = self._end_s if self._end_s is not None else p.computed_s
-            host_wait_s = p.waited_s - p.begin_s
+            host_wait_s = p.waited_s - p.begin_s - p.excluded_s
             row = {
                 "step": i,
                 "epoch": p.epoch,
@@ -136,14 +154,16 @@ class StepTimer:
                 "data_wait_s": host_wait_s,
                 "h2d_s": p.copied_s - p.waited_s,
                 "compute_s": p.computed_s - p.copied_s,
-                "step_s": end_s - p.begin_s,
+                "step_s": end_s - p.begin_s - p.excluded_s,
                 "host_wait_s": host_wait_s,
                 "samples": p.samples,
                 "loss": _value(p.loss),
                 "correct": _value(p.correct),
             }
             if p.events:
-                row.update(_device_times(p, pending[i - 1] if i else None, host_wait_s))
+                # After a pause the device's idle gap holds untimed work: time such a step like the first.
+                previous = pending[i - 1] if i and not p.excluded_s else None
+                row.update(_device_times(p, previous, host_wait_s))
             rows.append(row)
         return rows
 
@@ -179,11 +199,20 @@ class ThroughputTimer:
         self.samples = 0
         self.start_s: float | None = None
         self.end_s: float | None = None
+        self.excluded_s = 0.0
+        self._paused_at_s = 0.0
 
     def begin(self) -> None:
         if self.steps == self.warmup_steps:
             self._sync()
             self.start_s = self.clock()
+
+    def pause(self) -> None:
+        self._paused_at_s = self.clock()
+
+    def resume(self) -> None:
+        if self.start_s is not None:
+            self.excluded_s += self.clock() - self._paused_at_s
 
     def waited(self) -> None:
         pass
@@ -206,4 +235,4 @@ class ThroughputTimer:
 
     @property
     def samples_per_s(self) -> float:
-        return self.samples / (self.end_s - self.start_s)
+        return self.samples / (self.end_s - self.start_s - self.excluded_s)

@@ -27,6 +27,7 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     frac = _dict(s.get("fractions"))
     cpu = _dict(s.get("cpu"))
     memory = _dict(s.get("memory"))
+    loading = _dict(s.get("loading"))
     klass = s.get("bottleneck")
 
     table = Table(title=Text(f"pipeprof: {s.get('scenario') or 'run'}", style="bold"),
@@ -46,6 +47,12 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     add("compute (% of step time)", _pct(frac.get("compute")))
     add("other (% of step time)", _pct(frac.get("other")))
     add("bottleneck", str(s.get("bottleneck_reason") or klass or NOT_MEASURED), _BOTTLENECK_STYLE.get(klass, ""))
+    per_sample_us = (_scaled(loading.get(k), 1e6) for k in ("fetch_s", "prep_s", "collate_per_sample_s"))
+    add("fetch/prep/collate (µs/sample)", _triple(*per_sample_us))
+    cache = _dict(s.get("cache"))
+    if cache.get("cache") == "cold":
+        verified = cache.get("verified")
+        add("page cache", f"cold: {cache.get('reason')}", "bold red" if verified is False else "")
     add("CPU mean / peak (% of all cores)", _pair(cpu.get("mean_util"), cpu.get("peak_util"), 0))
     add("peak RSS (MiB)", _num(_scaled(memory.get("peak_rss_bytes"), 1 / _MIB), 0))
     add("accuracy (%)", _num(_scaled(s.get("accuracy"), 100), 1))
@@ -92,6 +99,12 @@ def _num(value: Any, digits: int | None = None) -> str:
 def _pct(fraction: Any) -> str:
     v = _value(fraction)
     return NOT_MEASURED if v is None else f"{100 * v:.1f}"
+
+
+def _triple(a: Any, b: Any, c: Any) -> str:
+    if all(_value(v) is None for v in (a, b, c)):
+        return NOT_MEASURED
+    return " / ".join(_num(v) for v in (a, b, c))
 
 
 def _pair(a: Any, b: Any, digits: int | None = None) -> str:

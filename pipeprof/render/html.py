@@ -17,6 +17,7 @@ from typing import Any, Iterable
 from jinja2 import ChainableUndefined, Environment, PackageLoader, Undefined
 from markupsafe import Markup
 
+from pipeprof.analysis.loading import counted_batches, loading_breakdown
 from pipeprof.analysis.summary import TAIL_FRACTION, counted_window_s, step_breakdown
 from pipeprof.render import plots
 from pipeprof.run import Run
@@ -33,6 +34,7 @@ _BOTTLENECK_TITLES = {
 _SAMPLER_KEYS = ("sampler", "psutil", "samples")
 _DISK_KEYS = ("io_counters", "disk_io", "disk")
 _GPU_KEYS = ("gpu_util_pct", "gpu_mem_used_bytes", "gpu", "nvml")
+_LOADING_KEYS = ("loading",)
 
 
 def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = None) -> str:
@@ -58,6 +60,7 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         bottleneck_title=title,
         phases=phases,
         plots=_plots(run, meta),
+        loading=_loading(run, meta),
         scenario_sections=_scenario_sections(meta.get("scenario")),
         environment_rows=_rows(meta.get("environment")),
         gpu_rows=_rows({k: v for k, v in _dict(meta.get("gpu")).items() if k != "available"}),
@@ -86,6 +89,7 @@ def _environment() -> Environment:
         frac_pct=format_fraction_pct,
         pct=format_pct,
         ms=format_seconds,
+        us=format_micros,
         bytes=format_bytes,
         rate=format_rate,
         css_width=_css_width,
@@ -126,6 +130,26 @@ def _plots(run: Run, meta: dict[str, Any]) -> list[dict[str, Any]]:
         {"id": key, "title": title, "svg": Markup(svg) if svg else None, "reason": reason, "caption": caption}
         for key, title, svg, reason, caption in items
     ]
+
+
+def _loading(run: Run, meta: dict[str, Any]) -> dict[str, Any]:
+    """The Loading section: per-worker table, timeline and split, or why they are absent."""
+    loading = run.loading
+    breakdown = loading_breakdown(counted_batches(loading, run.steps))
+    if loading is None or loading.empty:
+        reason = _absence(_dict(meta.get("absences")), _LOADING_KEYS,
+                          "this run has no loading records (it was recorded without worker-side timing)")
+    else:
+        reason = "no loading records for counted steps (every recorded batch fed a warm-up step)"
+    timeline = plots.loading_timeline_svg(loading, counted_window_s(run.steps))
+    split = plots.loading_split_svg(breakdown)
+    rows = [dict(r, name=plots.worker_name(r["worker"])) for r in breakdown.to_dict("records")]
+    return {
+        "rows": rows,
+        "reason": reason,
+        "timeline": Markup(timeline) if timeline else None,
+        "split": Markup(split) if split else None,
+    }
 
 
 def _gpu_reason(meta: dict[str, Any]) -> str:
@@ -230,6 +254,11 @@ def format_seconds(value: Any) -> str:
     if abs(v) >= 1:
         return f"{format_number(v)} s"
     return f"{format_number(v * 1e3)} ms"
+
+
+def format_micros(value: Any) -> str:
+    """Seconds as microseconds, for per-sample times: 1.23e-05 → "12.3 µs"."""
+    return _NOT_MEASURED_HTML if _missing(value) else f"{format_number(float(value) * 1e6)} µs"
 
 
 def format_bytes(value: Any) -> str:

@@ -23,6 +23,8 @@ import pandas as pd
 from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import PathPatch
+from matplotlib.path import Path
 
 # One color per phase, used by every plot and by the HTML fractions bar.
 PHASE_COLORS = {
@@ -37,6 +39,18 @@ PHASE_LABELS = {
     "compute": "compute",
     "other": "other",
 }
+# One color per part of making a batch (loading timeline and split).
+LOADING_COLORS = {
+    "fetch": "#8c564b",
+    "prep": "#9467bd",
+    "collate": "#17becf",
+}
+LOADING_LABELS = {
+    "fetch": "fetch (read bytes)",
+    "prep": "prep (decode + transform)",
+    "collate": "collate",
+}
+SPAN_COLOR = "#d4d4d4"
 MAIN_COLOR = "#1f77b4"
 WORKERS_COLOR = "#2ca02c"
 MACHINE_COLOR = "#555555"
@@ -44,6 +58,8 @@ WARMUP_COLOR = "#e8e8e8"
 
 # About this many bars/points per series at most; longer series are binned.
 MAX_POINTS = 600
+# Batches drawn on the loading timeline at most, all workers together.
+MAX_BATCH_BARS = 400
 
 _MIB = 1024.0**2
 _FIG_SIZE = (9.0, 2.8)  # inches; the page scales the SVG to its width
@@ -162,6 +178,96 @@ def gpu_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) ->
                        bottom=([("gpu_mem_used_bytes", "GPU memory used", WORKERS_COLOR)], "memory (MiB)", None))
 
 
+def loading_timeline_svg(loading: pd.DataFrame, window: tuple[float, float] | None = None) -> str | None:
+    """One row per worker; each batch a bar from its first fetch to the end of its collate.
+
+    ``loading`` is the run's loading table (every batch, warm-up included;
+    ``window`` shades time outside the counted steps). A bar is split by the
+    share of fetch, prep and collate in the batch — fetch and prep alternate
+    sample by sample, so the split says how much, not when. Runs with more
+    than ``MAX_BATCH_BARS`` batches draw bins of consecutive batches of a
+    worker instead: a bar spans the bin, its height is the share of the bin
+    the worker spent making batches, its colors split that time.
+    """
+    columns = ["worker", "t_start_s", "t_end_s", *(f"{p}_s" for p in LOADING_COLORS)]
+    if loading is None or loading.empty or any(c not in loading for c in columns):
+        return None
+    df = loading[columns].apply(pd.to_numeric, errors="coerce").dropna()
+    if df.empty:
+        return None
+    df = df.sort_values(["worker", "t_start_s"]).reset_index(drop=True)
+    df["busy_s"] = df["t_end_s"] - df["t_start_s"]
+    per_bin = max(1, math.ceil(len(df) / MAX_BATCH_BARS))
+    if per_bin > 1:
+        rank = df.groupby("worker").cumcount() // per_bin
+        agg = {"t_start_s": "min", "t_end_s": "max", "busy_s": "sum", **{f"{p}_s": "sum" for p in LOADING_COLORS}}
+        df = df.groupby([df["worker"], rank]).agg(agg).reset_index(level=0).reset_index(drop=True)
+    span = (df["t_end_s"] - df["t_start_s"]).to_numpy(dtype=float)
+    parts = df[[f"{p}_s" for p in LOADING_COLORS]].to_numpy(dtype=float)
+    if per_bin > 1:
+        # Fill the bin's span, split by share; busy share of the bin as height.
+        total = parts.sum(axis=1, keepdims=True)
+        parts = np.divide(parts * span[:, None], total, out=np.zeros_like(parts), where=total > 0)
+        height = 0.8 * np.clip(np.divide(df["busy_s"].to_numpy(dtype=float), span, out=np.ones_like(span),
+                                         where=span > 0), 0.0, 1.0)
+    else:
+        height = np.full(len(df), 0.8)
+    workers = sorted(df["worker"].unique())
+    row = df["worker"].map({w: i for i, w in enumerate(workers)}).to_numpy(dtype=float)
+    with rc_context(_RC):
+        fig, ax = _figure(height_in=min(7.0, 1.2 + 0.35 * len(workers)))
+        ax.set_axisbelow(True)
+        _shade(ax, pd.concat([df["t_start_s"], df["t_end_s"]]), window)
+        left = df["t_start_s"].to_numpy(dtype=float)
+        _rectangles(ax, left, span, row, np.full(len(df), 0.8), SPAN_COLOR,
+                    "batch span" if per_bin == 1 else "bin span")
+        for i, (part, color) in enumerate(LOADING_COLORS.items()):
+            _rectangles(ax, left, parts[:, i], row, height, color, LOADING_LABELS[part])
+            left = left + parts[:, i]
+        ax.set_yticks(range(len(workers)), labels=[worker_name(w) for w in workers])
+        ax.set_ylim(len(workers) - 0.5, -0.5)  # first worker on top
+        ax.grid(axis="y", visible=False)
+        label = "time since run start (s)"
+        if per_bin > 1:
+            label += f"; bins of {per_bin} batches per worker, bar height = share of the bin spent making batches"
+        ax.set_xlabel(label)
+        _legend(ax)
+        return _svg(fig, "loading-timeline")
+
+
+def loading_split_svg(breakdown: pd.DataFrame) -> str | None:
+    """Mean fetch, prep and collate time per sample (µs), stacked, one bar per worker.
+
+    ``breakdown`` is ``analysis.loading.loading_breakdown(...)``.
+    """
+    columns = [f"{p}_per_sample_s" for p in LOADING_COLORS]
+    if breakdown is None or breakdown.empty or any(c not in breakdown for c in ["worker", *columns]):
+        return None
+    df = breakdown[["worker", *columns]].apply(pd.to_numeric, errors="coerce").dropna()
+    if df.empty:
+        return None
+    y = np.arange(len(df))
+    with rc_context(_RC):
+        fig, ax = _figure(height_in=min(7.0, 1.2 + 0.35 * len(df)))
+        ax.set_axisbelow(True)
+        left = np.zeros(len(df))
+        for part, color in LOADING_COLORS.items():
+            width = df[f"{part}_per_sample_s"].to_numpy(dtype=float) * 1e6
+            ax.barh(y, width, left=left, height=0.6, color=color, label=LOADING_LABELS[part])
+            left = left + width
+        ax.set_yticks(y, labels=[worker_name(w) for w in df["worker"]])
+        ax.set_ylim(len(df) - 0.5, -0.5)
+        ax.grid(axis="y", visible=False)
+        ax.set_xlabel("µs per sample (mean over counted batches)")
+        _legend(ax)
+        return _svg(fig, "loading-split")
+
+
+def worker_name(worker: float) -> str:
+    """Row label of a loading table's worker id: "main" is the training process (-1)."""
+    return "main" if int(worker) < 0 else f"worker {int(worker)}"
+
+
 Panel = tuple[list[tuple[str, str, str]], str, float | None]  # lines (column, label, color), y label, y max
 
 
@@ -211,15 +317,30 @@ def _binned(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return df.groupby(bins).mean().reset_index(drop=True), per_bin
 
 
-def _figure(rows: int = 1):
+def _figure(rows: int = 1, height_in: float | None = None):
     # Fixed margins rather than an automatic layout: every plot's axes then
     # start and end at the same x, so time axes line up down the page.
-    width_in, height_in = _FIG_SIZE[0], _FIG_SIZE[1] * (1 if rows == 1 else 1.5)
+    width_in = _FIG_SIZE[0]
+    if height_in is None:
+        height_in = _FIG_SIZE[1] * (1 if rows == 1 else 1.5)
     fig = Figure(figsize=(width_in, height_in))
     fig.subplots_adjust(left=0.8 / width_in, right=1 - 0.15 / width_in,
                         bottom=0.5 / height_in, top=1 - 0.3 / height_in, hspace=0.45)
     axes = fig.subplots(rows, 1, sharex=True) if rows > 1 else fig.subplots()
     return fig, axes
+
+
+def _rectangles(ax: Axes, left: np.ndarray, width: np.ndarray, y: np.ndarray, height: np.ndarray, color: str,
+                label: str) -> None:
+    """Many filled rectangles (centered on ``y``) as one compound path: one SVG element, not one per bar."""
+    keep = width > 0
+    x0, y_mid, h = left[keep], y[keep], height[keep]
+    x1, y0, y1 = x0 + width[keep], y_mid - h / 2, y_mid + h / 2
+    if not len(x0):
+        return
+    corners = np.stack([np.c_[x0, y0], np.c_[x1, y0], np.c_[x1, y1], np.c_[x0, y1], np.c_[x0, y0]], axis=1)
+    codes = np.tile([Path.MOVETO, Path.LINETO, Path.LINETO, Path.LINETO, Path.CLOSEPOLY], len(x0))
+    ax.add_patch(PathPatch(Path(corners.reshape(-1, 2), codes), facecolor=color, linewidth=0, label=label))
 
 
 def _line(ax: Axes, df: pd.DataFrame, column: str, label: str, color: str, fill: bool = False) -> None:

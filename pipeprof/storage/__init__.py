@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pipeprof.scenario import DataSpec
 from pipeprof.storage import device, memmap, ram
+from pipeprof.storage import files, images
 from pipeprof.storage.base import Builder, Progress, SampleDataset, Throttle, Transform
 from pipeprof.storage.synthetic import SyntheticFiles
 
@@ -11,6 +12,8 @@ BUILDERS: dict[str, Builder] = {
     "device": device.build,
     "ram": ram.build,
     "memmap": memmap.build,
+    "files": files.build,
+    "images": images.build,
 }
 
 

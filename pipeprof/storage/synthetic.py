@@ -7,24 +7,32 @@ prototype with a random contrast, a shift of up to two pixels and pixel noise,
 so an MLP learns it well above chance within one epoch without it being trivial.
 
 The arrays live as ``x.npy`` (N x 784 float32) and ``y.npy`` (N int64) in
-``<cache>/synthetic-n<N>-seed<S>/``, written to a temporary name and renamed,
-so a crash never leaves a half-written data set that looks whole.
+``<cache>/synthetic-<key>/``, where the key hashes N, the seed and
+``GENERATOR_VERSION`` (see ``materialize``): built in a temporary folder and
+renamed, with a manifest, so a crash never leaves a half-written data set
+that looks whole, and a damaged one is rebuilt.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from pipeprof.errors import UsageError
+from pipeprof.storage.materialize import Progress, materialize, read_manifest
+
+GENERATOR_VERSION = 1  # bump whenever the generated values change: it is part of every cache key
 FEATURES = 784
 SIDE = 28
 CLASSES = 10
 _CHUNK = 8192  # generation chunk; fixed so the content never depends on memory
 _MAX_SHIFT = 3
 _NOISE = 0.6
+_HASHED_BYTES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -83,29 +91,86 @@ def generate_chunk(seed: int, chunk: int, count: int, protos: np.ndarray) -> tup
     return images.reshape(count, FEATURES), y
 
 
-def ensure_synthetic(samples: int, seed: int, cache_root: Path | None = None) -> SyntheticFiles:
-    """Return the cached data set, generating it first if it is not there yet."""
+def synthetic_params(samples: int, seed: int) -> dict:
+    """What determines the arrays' bytes (the cache key of ``ensure_synthetic``)."""
+    return {"kind": "synthetic", "samples": samples, "seed": seed, "generator": GENERATOR_VERSION}
+
+
+def source_params(files: SyntheticFiles) -> dict:
+    """The parameters the arrays in ``files`` were built with, from their manifest.
+
+    Data derived from the arrays (``files``, ``images``) puts these in its own
+    cache key, so it is rebuilt whenever the arrays' bytes would differ.
+    """
+    manifest = read_manifest(files.folder)
+    if manifest is None or manifest.get("kind") != "synthetic":
+        raise UsageError(f"{files.folder}: not a synthetic data set built by ensure_synthetic (no manifest)")
+    return {key: manifest["params"][key] for key in ("samples", "seed", "generator")}
+
+
+def ensure_synthetic(samples: int, seed: int, cache_root: Path | None = None,
+                     progress: Progress | None = None) -> SyntheticFiles:
+    """Return the cached data set, generating it first if it is absent or damaged.
+
+    ``progress(what, done, total)`` is called once per generated chunk of
+    samples. Raises ``UsageError`` when the cache folder is not writable.
+    """
     root = Path(cache_root) if cache_root is not None else default_cache_root()
-    files = SyntheticFiles(root / f"synthetic-n{samples}-seed{seed}", samples)
-    if files.x_path.exists() and files.y_path.exists():
-        return files
-    files.folder.mkdir(parents=True, exist_ok=True)
-    tag = f".tmp-{os.getpid()}"
-    x_tmp, y_tmp = files.folder / f"x{tag}.npy", files.folder / f"y{tag}.npy"
-    try:
-        x = np.lib.format.open_memmap(x_tmp, mode="w+", dtype=np.float32, shape=(samples, FEATURES))
-        y = np.empty(samples, np.int64)
-        protos = prototypes(seed)
-        for chunk, start in enumerate(range(0, samples, _CHUNK)):
-            count = min(_CHUNK, samples - start)
-            x[start : start + count], y[start : start + count] = generate_chunk(seed, chunk, count, protos)
-        x.flush()
-        del x
-        np.save(y_tmp, y)
-        # y first: x.npy's presence is what marks the data set complete.
-        os.replace(y_tmp, files.y_path)
-        os.replace(x_tmp, files.x_path)
-    finally:
-        x_tmp.unlink(missing_ok=True)
-        y_tmp.unlink(missing_ok=True)
-    return files
+    params = synthetic_params(samples, seed)
+
+    def write(folder: Path, progress: Progress | None) -> dict:
+        return _write_arrays(SyntheticFiles(folder, samples), seed, progress)
+
+    def check(folder: Path, manifest: dict) -> str | None:
+        return _check_arrays(SyntheticFiles(folder, samples), manifest)
+
+    folder = materialize(root, params, write, check, progress, label=f"synthetic data ({samples} samples)")
+    return SyntheticFiles(folder, samples)
+
+
+def _write_arrays(files: SyntheticFiles, seed: int, progress: Progress | None) -> dict:
+    samples = files.samples
+    x = np.lib.format.open_memmap(files.x_path, mode="w+", dtype=np.float32, shape=(samples, FEATURES))
+    y = np.empty(samples, np.int64)
+    protos = prototypes(seed)
+    for chunk, start in enumerate(range(0, samples, _CHUNK)):
+        count = min(_CHUNK, samples - start)
+        x[start : start + count], y[start : start + count] = generate_chunk(seed, chunk, count, protos)
+        if progress is not None:
+            progress("synthetic", start + count, samples)  # one call per chunk: generation is vectorized
+    x.flush()
+    del x
+    np.save(files.y_path, y)
+    return {"count": samples, "total_bytes": files.x_path.stat().st_size + files.y_path.stat().st_size,
+            "checksum": _arrays_checksum(files)}
+
+
+def _check_arrays(files: SyntheticFiles, manifest: dict) -> str | None:
+    """Headers say the right shape and dtype, sizes match them, and the checksum holds."""
+    for path, shape, dtype in ((files.x_path, (files.samples, FEATURES), np.float32),
+                               (files.y_path, (files.samples,), np.int64)):
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            header_shape, fortran, header_dtype = read_header(f)
+            offset = f.tell()
+        if header_shape != shape or header_dtype != np.dtype(dtype) or fortran:
+            return f"{path.name} holds {header_dtype} {header_shape}, expected {np.dtype(dtype)} {shape}"
+        expected = offset + int(np.prod(shape)) * np.dtype(dtype).itemsize
+        if path.stat().st_size != expected:
+            return f"{path.name} has {path.stat().st_size} bytes, expected {expected}"
+    if _arrays_checksum(files) != manifest["checksum"]:
+        return "checksum differs"
+    return None
+
+
+def _arrays_checksum(files: SyntheticFiles) -> str:
+    """SHA-1 of all of y.npy and the first and last 64 KiB of x.npy: milliseconds, not a full pass."""
+    digest = hashlib.sha1(files.y_path.read_bytes())
+    size = files.x_path.stat().st_size
+    with open(files.x_path, "rb") as f:
+        digest.update(f.read(_HASHED_BYTES))
+        f.seek(max(0, size - _HASHED_BYTES))
+        digest.update(f.read(_HASHED_BYTES))
+    return digest.hexdigest()

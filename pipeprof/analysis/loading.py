@@ -1,0 +1,160 @@
+"""Where batch-making time goes: fetch, prep and collate per DataLoader worker.
+
+Pure functions over the ``loading`` table (``run.LOADING_COLUMNS``), one row
+per batch as timed in the process that made it. A batch's *production time*
+is ``t_end_s - t_start_s``: from its first fetch to the end of its collate.
+The three measured parts cover it all but the DataLoader's own few
+microseconds of bookkeeping between samples.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+PARTS = ("fetch", "prep", "collate")
+MAIN_PROCESS = -1  # worker id of batches made in the training process (num_workers = 0)
+
+BREAKDOWN_COLUMNS = [
+    "worker",  # DataLoader worker id; -1 = the training process
+    "batches",
+    "samples",
+    "nbytes",  # bytes read from storage
+    "fetch_s",  # totals over the worker's batches
+    "prep_s",
+    "collate_s",
+    "production_s",  # sum of t_end_s - t_start_s
+    "fetch_per_sample_s",  # means
+    "prep_per_sample_s",
+    "collate_per_sample_s",
+    "collate_per_batch_s",
+    "batch_s",  # mean production time per batch
+    "fetch_max_s",  # slowest single sample's fetch
+    "span_s",  # first batch start to last batch end
+    "busy_fraction",  # production_s / span_s: 1 = never idle
+]
+
+_NUMERIC = ["step", "worker", "t_start_s", "t_end_s", "fetch_s", "prep_s", "collate_s", "samples", "nbytes",
+            "fetch_max_s"]
+
+
+def worker_label(worker: Any) -> str:
+    """``"main"`` for the training process, else the worker id as text (summary.json's keys)."""
+    return "main" if int(worker) == MAIN_PROCESS else str(int(worker))
+
+
+def counted_batches(loading: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Batches consumed by counted (non-warm-up) steps: the ones statistics cover."""
+    df = _numeric(loading)
+    if df.empty or steps.empty:
+        return df.iloc[0:0]
+    counted = steps.loc[~steps["warmup"].astype(bool), "step"]
+    return df.loc[df["step"].isin(counted)]
+
+
+def loading_breakdown(loading: pd.DataFrame) -> pd.DataFrame:
+    """One row per worker (``BREAKDOWN_COLUMNS``), the training process (-1) first.
+
+    Pass ``counted_batches(...)`` for statistics over counted steps only.
+    """
+    df = _numeric(loading)
+    if df.empty:
+        return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
+    df = df.assign(production_s=df["t_end_s"] - df["t_start_s"])
+    g = df.groupby("worker", sort=True)
+    out = pd.DataFrame({
+        "batches": g.size(),
+        "samples": g["samples"].sum(),
+        "nbytes": g["nbytes"].sum(),
+        "fetch_s": g["fetch_s"].sum(),
+        "prep_s": g["prep_s"].sum(),
+        "collate_s": g["collate_s"].sum(),
+        "production_s": g["production_s"].sum(),
+        "fetch_max_s": g["fetch_max_s"].max(),
+        "span_s": g["t_end_s"].max() - g["t_start_s"].min(),
+    })
+    samples = out["samples"].where(out["samples"] > 0)
+    out["fetch_per_sample_s"] = out["fetch_s"] / samples
+    out["prep_per_sample_s"] = out["prep_s"] / samples
+    out["collate_per_sample_s"] = out["collate_s"] / samples
+    out["collate_per_batch_s"] = out["collate_s"] / out["batches"]
+    out["batch_s"] = out["production_s"] / out["batches"]
+    out["busy_fraction"] = out["production_s"] / out["span_s"].where(out["span_s"] > 0)
+    out = out.reset_index()
+    out["worker"] = out["worker"].astype(int)
+    out[["batches", "samples"]] = out[["batches", "samples"]].astype(int)
+    return out[BREAKDOWN_COLUMNS]
+
+
+def loading_summary(loading: pd.DataFrame) -> dict[str, Any] | None:
+    """summary.json's ``loading``; None when there are no loading records.
+
+    Pass ``counted_batches(...)``. Keys (times in seconds):
+
+    * ``batches``, ``samples``: batches and samples made.
+    * ``workers``: distinct DataLoader workers that made them (0 when the
+      training process made every batch, ``num_workers = 0``).
+    * ``fetch_s``, ``prep_s``: mean per sample.
+    * ``collate_s``: mean per batch; ``collate_per_sample_s``: the same per sample.
+    * ``batch_s``: mean production time per batch (first fetch to end of collate).
+    * ``fractions``: ``fetch`` / ``prep`` / ``collate`` shares of the measured
+      time (their sum), summing to 1.
+    * ``by_worker``: per worker (key ``"main"`` for the training process, else
+      the worker id as text), ``batches``, ``samples``, ``fetch_s``, ``prep_s``,
+      ``collate_s``, ``collate_per_sample_s``, ``batch_s`` as above, and
+      ``busy_fraction``: production time over the worker's span from first
+      batch start to last batch end (1 = never idle).
+    """
+    df = _numeric(loading)
+    if df.empty:
+        return None
+    totals = {p: float(df[f"{p}_s"].sum()) for p in PARTS}
+    batches, samples = len(df), int(df["samples"].sum())
+    measured_s = sum(totals.values())
+    workers = df["worker"].astype(int)
+    return {
+        "batches": batches,
+        "samples": samples,
+        "workers": int(workers[workers != MAIN_PROCESS].nunique()),
+        "fetch_s": _ratio(totals["fetch"], samples),
+        "prep_s": _ratio(totals["prep"], samples),
+        "collate_s": _ratio(totals["collate"], batches),
+        "collate_per_sample_s": _ratio(totals["collate"], samples),
+        "batch_s": float((df["t_end_s"] - df["t_start_s"]).mean()),
+        "fractions": {p: _ratio(v, measured_s) for p, v in totals.items()},
+        "by_worker": {
+            worker_label(row.worker): {
+                "batches": int(row.batches),
+                "samples": int(row.samples),
+                "fetch_s": _finite(row.fetch_per_sample_s),
+                "prep_s": _finite(row.prep_per_sample_s),
+                "collate_s": _finite(row.collate_per_batch_s),
+                "collate_per_sample_s": _finite(row.collate_per_sample_s),
+                "batch_s": _finite(row.batch_s),
+                "busy_fraction": _finite(row.busy_fraction),
+            }
+            for row in loading_breakdown(df).itertuples(index=False)
+        },
+    }
+
+
+def _numeric(loading: pd.DataFrame | None) -> pd.DataFrame:
+    """The table's numeric columns as numbers, rows without times dropped."""
+    if loading is None or loading.empty:
+        return pd.DataFrame(columns=_NUMERIC)
+    missing = [c for c in _NUMERIC if c not in loading]
+    if missing:
+        raise ValueError(f"loading table lacks columns: {', '.join(missing)}")
+    df = loading[_NUMERIC].apply(pd.to_numeric, errors="coerce")
+    return df.dropna(subset=["worker", "t_start_s", "t_end_s"])
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return float(num) / den if den else None
+
+
+def _finite(value: Any) -> float | None:
+    v = float(value)
+    return v if math.isfinite(v) else None

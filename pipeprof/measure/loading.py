@@ -1,0 +1,181 @@
+"""Worker-side loading timing: fetch, prep and collate of every batch, where it is made.
+
+A DataLoader makes a batch in one process — a worker, or the training
+process itself when ``num_workers = 0`` — by calling ``dataset[i]`` for each
+index of the batch and then ``collate_fn(samples)``, one after the other. The
+recorder wraps both:
+
+* ``TimedDataset.__getitem__`` times ``fetch(i)`` and ``prep(fetched)`` with
+  three clock reads and adds them to this process's open batch;
+* ``TimedCollate`` times the collate, closes the open batch and returns
+  ``(x, y, LoadRecord)``: one small record per batch rides to the training
+  process with the batch itself (the ``pin_memory`` thread passes objects it
+  does not know through untouched).
+
+The training loop hands each record to ``LoadingRecorder.record`` with the
+step that consumed the batch. Nothing is locked, written or sent per sample.
+
+The open batch lives in a per-process table keyed by the recorder, not on the
+dataset object: a spawned worker unpickles the dataset and the collate
+function separately, and only a module-level table is shared by both. A
+forked worker starts with the table emptied, so a batch left half-made in
+the parent never leaks into a worker's first record.
+
+Times are ``clock() - t0_s``. With ``time.perf_counter`` (CLOCK_MONOTONIC on
+Linux) they share the step timer's axis across processes.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from torch.utils.data import Dataset, default_collate, get_worker_info
+
+from pipeprof.measure.clock import Clock, monotonic_clock
+
+if TYPE_CHECKING:
+    from pipeprof.storage.base import SampleDataset
+
+Collate = Callable[[list[Any]], Any]
+
+MAIN_PROCESS = -1  # ``LoadRecord.worker`` of a batch made in the training process
+
+
+@dataclass(frozen=True)
+class LoadRecord:
+    """How one batch was made, in the process that made it (seconds since the run started)."""
+
+    worker: int  # DataLoader worker id, or MAIN_PROCESS
+    pid: int
+    t_start_s: float  # the batch's first fetch began
+    t_end_s: float  # its collate ended
+    fetch_s: float  # sum over samples: reading bytes from storage (emulated slowness included)
+    prep_s: float  # sum over samples: decode + transform
+    collate_s: float  # stacking the samples into the batch
+    samples: int
+    nbytes: int  # bytes read from storage, summed over samples
+    fetch_max_s: float  # the slowest sample's fetch
+
+
+class _OpenBatch:
+    """Running sums for the batch being assembled in this process."""
+
+    __slots__ = ("t_start", "fetch_s", "prep_s", "samples", "nbytes", "fetch_max_s")
+
+    def __init__(self, t_start: float) -> None:
+        self.t_start = t_start
+        self.fetch_s = 0.0
+        self.prep_s = 0.0
+        self.samples = 0
+        self.nbytes = 0
+        self.fetch_max_s = 0.0
+
+
+# Per process: recorder key -> the batch this process is assembling for it.
+_OPEN: dict[str, _OpenBatch] = {}
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_OPEN.clear)
+
+
+class TimedDataset(Dataset):
+    """A ``SampleDataset`` whose ``__getitem__`` times ``fetch`` and ``prep`` (see module docstring)."""
+
+    def __init__(self, dataset: SampleDataset, clock: Clock, key: str) -> None:
+        self.dataset = dataset
+        self.clock = clock
+        self.key = key
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        clock = self.clock
+        t0 = clock()
+        fetched = self.dataset.fetch(index)
+        t1 = clock()
+        item = self.dataset.prep(fetched)
+        t2 = clock()
+        batch = _OPEN.get(self.key)
+        if batch is None:
+            batch = _OPEN[self.key] = _OpenBatch(t0)
+        fetch_s = t1 - t0
+        batch.fetch_s += fetch_s
+        batch.prep_s += t2 - t1
+        batch.samples += 1
+        batch.nbytes += fetched.nbytes
+        if fetch_s > batch.fetch_max_s:
+            batch.fetch_max_s = fetch_s
+        return item
+
+    # The storage's housekeeping stays reachable through the wrapper.
+    def paths(self) -> list:
+        return self.dataset.paths()
+
+    def close(self) -> None:
+        self.dataset.close()
+
+
+class TimedCollate:
+    """Collate, timed; returns ``(x, y, LoadRecord)`` for the batch this process just assembled."""
+
+    def __init__(self, collate: Collate, clock: Clock, t0_s: float, key: str) -> None:
+        self.collate = collate
+        self.clock = clock
+        self.t0_s = t0_s
+        self.key = key
+
+    def __call__(self, samples: list[Any]) -> tuple[Any, Any, LoadRecord]:
+        t0 = self.clock()
+        x, y = self.collate(samples)
+        t1 = self.clock()
+        batch = _OPEN.pop(self.key, None) or _OpenBatch(t0)  # None: the dataset was not wrapped
+        info = get_worker_info()
+        record = LoadRecord(
+            worker=MAIN_PROCESS if info is None else int(info.id),
+            pid=os.getpid(),
+            t_start_s=batch.t_start - self.t0_s,
+            t_end_s=t1 - self.t0_s,
+            fetch_s=batch.fetch_s,
+            prep_s=batch.prep_s,
+            collate_s=t1 - t0,
+            samples=batch.samples,
+            nbytes=batch.nbytes,
+            fetch_max_s=batch.fetch_max_s,
+        )
+        return x, y, record
+
+
+class LoadingRecorder:
+    """Wraps a dataset and a collate function, and keeps the records of consumed batches.
+
+    ``rows()`` gives one dict per consumed batch with the columns of
+    ``run.LOADING_COLUMNS``. Only the training process calls ``record``;
+    the wrappers run wherever the DataLoader runs them.
+    """
+
+    def __init__(self, clock: Clock = monotonic_clock, t0_s: float = 0.0) -> None:
+        self.clock = clock
+        self.t0_s = t0_s
+        self.key = uuid.uuid4().hex  # names this recorder's open batches in every process
+        self._records: list[tuple[int, LoadRecord]] = []
+
+    def wrap_dataset(self, dataset: SampleDataset) -> Dataset:
+        return TimedDataset(dataset, self.clock, self.key)
+
+    def collate_fn(self, collate: Collate = default_collate) -> TimedCollate:
+        return TimedCollate(collate, self.clock, self.t0_s, self.key)
+
+    def record(self, record: LoadRecord, step: int) -> None:
+        """Keep ``record`` as the batch consumed by training step ``step``."""
+        self._records.append((step, record))
+
+    @property
+    def batches(self) -> int:
+        return len(self._records)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [{"batch": i, "step": step, **asdict(record)} for i, (step, record) in enumerate(self._records)]

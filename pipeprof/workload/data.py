@@ -1,0 +1,80 @@
+"""From a scenario's [data] and [loader] to an iterable of batches.
+
+Every storage kind but ``device`` goes through a real
+``torch.utils.data.DataLoader`` built from the scenario's loader arguments;
+``device`` takes batches by index on the device with no DataLoader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+from torch.utils.data import DataLoader
+
+from pipeprof.scenario import Scenario
+from pipeprof.storage import build_dataset, device as device_storage
+from pipeprof.storage.base import Progress, SampleDataset
+from pipeprof.storage.synthetic import ensure_synthetic
+from pipeprof.storage.throttle import from_spec
+from pipeprof.storage.transforms import build_transform
+
+
+@dataclass
+class Data:
+    """The dataset (for its files and page cache) and the batches the loop iterates."""
+
+    dataset: SampleDataset
+    batches: Iterable  # a DataLoader, or DeviceBatches
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def pin_memory(self) -> bool:
+        return bool(getattr(self.batches, "pin_memory", False))
+
+    def steps_per_epoch(self) -> int:
+        return len(self.batches)  # type: ignore[arg-type]
+
+    def nbytes_on_disk(self) -> int:
+        return sum(p.stat().st_size for p in self.dataset.paths())
+
+
+def build_data(scenario: Scenario, device: torch.device, cache_root: Path | None = None, *,
+               recorder: Any = None, progress: Progress | None = None) -> Data:
+    """Generate or reuse the data set and build the batches for ``scenario``.
+
+    ``recorder`` (a ``LoadingRecorder``) wraps the dataset and the collate
+    function so that fetch, prep and collate are timed inside the workers.
+    """
+    spec, loader = scenario.data, scenario.loader
+    files = ensure_synthetic(spec.samples, spec.seed, cache_root, progress=progress)
+    transform = build_transform(spec)
+    if spec.storage == "device":
+        dataset = device_storage.build(spec, files, transform, device=device)
+        return Data(dataset, device_storage.DeviceBatches(dataset, loader, spec.seed))
+    throttle = from_spec(spec.throttle) if spec.throttle is not None else None
+    dataset = build_dataset(spec, files, transform, throttle, progress)
+    notes = []
+    pin_memory = loader.pin_memory and device.type == "cuda"
+    if loader.pin_memory and not pin_memory:
+        notes.append("loader.pin_memory = true has no effect without a CUDA device: not applied")
+    kwargs: dict[str, Any] = {}
+    if loader.num_workers:
+        kwargs["persistent_workers"] = loader.persistent_workers
+        if loader.prefetch_factor is not None:
+            kwargs["prefetch_factor"] = loader.prefetch_factor
+    if recorder is not None:
+        kwargs["collate_fn"] = recorder.collate_fn()
+    batches = DataLoader(
+        recorder.wrap_dataset(dataset) if recorder is not None else dataset,
+        batch_size=loader.batch_size,
+        shuffle=loader.shuffle,
+        num_workers=loader.num_workers,
+        pin_memory=pin_memory,
+        drop_last=loader.drop_last,
+        generator=torch.Generator().manual_seed(spec.seed),
+        **kwargs,
+    )
+    return Data(dataset, batches, notes)
