@@ -112,9 +112,9 @@ def train_loop(work: Workload, total_steps: int, timer: StepTimer | ThroughputTi
             iterator = iter(batches)
         batch = next(iterator)
         left -= 1
-        timer.waited()
-        if recorder is not None:
+        if recorder is not None and len(batch) > 2:  # device batches carry no loading record
             recorder.record(batch[2], i)
+        timer.waited()
         x = batch[0].to(device, non_blocking=non_blocking)
         y = batch[1].to(device, non_blocking=non_blocking)
         timer.copied()

@@ -136,3 +136,32 @@ def test_bad_input_is_one_line_and_exit_status_2(args, needle):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert needle in lines[0] and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("storage", ["device", "files", "images"])
+def test_every_storage_kind_trains_end_to_end(tmp_path, cache, storage):
+    status, folder = run_tiny(tmp_path, cache, storage=storage)
+    assert status == 0
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["steps"] == 55 and summary["accuracy"] > 0.4
+    if storage == "device":
+        assert summary["loading"] is None  # no DataLoader, nothing loaded per sample
+    else:
+        loading = pd.read_csv(folder / "loading.csv")
+        assert len(loading) == 60 and (loading.worker == -1).all()
+        assert summary["loading"]["fetch_s"] > 0 and summary["loading"]["prep_s"] > 0
+
+
+def test_cold_cache_reads_the_data_set_from_disk_every_epoch(tmp_path, cache):
+    status, folder = run_tiny(tmp_path, cache, storage="memmap",
+                              extra=["--set", "data.cache=cold", "--set", "train.epochs=2"])
+    assert status == 0
+    summary = json.loads((folder / "summary.json").read_text())
+    check = summary["cache"]
+    assert check["cache"] == "cold"
+    if not all(d["dropped"] for d in check["drops"]):
+        pytest.skip(f"the kernel kept the pages: {check['drops'][0]['reason']}")
+    assert check["verified"] is True, check["reason"]
+    assert len(check["epochs"]) == 2
+    for epoch in check["epochs"]:
+        assert epoch["read_fraction"] >= 0.8
