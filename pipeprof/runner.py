@@ -133,7 +133,7 @@ def _cuda_events() -> torch.cuda.Event:  # pragma: no cover - needs a GPU
 def profile_scenario(scenario: Scenario, *, cache_root: Path | None = None, clock: Clock = monotonic_clock,
                      on_step: OnStep | None = None, context: dict[str, Any] | None = None) -> Run:
     """Build ``scenario``'s workload with worker-side timing and profile it (see ``profile_workload``)."""
-    recorder = LoadingRecorder(clock)
+    recorder = LoadingRecorder(clock) if scenario.profile.loading else None
     work = build_workload(scenario, cache_root, recorder=recorder)
     return profile_workload(work, recorder=recorder, clock=clock, on_step=on_step, context=context)
 

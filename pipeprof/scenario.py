@@ -96,6 +96,7 @@ class ProfileSpec:
     sample_hz: float = 10.0
     uss_interval_s: float = 5.0
     tree_refresh_s: float = 1.0
+    loading: bool = True  # time fetch / prep / collate inside the workers (~1 us per sample)
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,7 @@ SCHEMA: dict[str, dict[str, Rule]] = {
         "sample_hz": Rule("float", "a rate in Hz, > 0 and <= 1000", lambda v: 0 < v <= 1000),
         "uss_interval_s": _positive_float("a number of seconds > 0"),
         "tree_refresh_s": _positive_float("a number of seconds > 0"),
+        "loading": BOOL,
     },
 }
 

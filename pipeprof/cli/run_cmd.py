@@ -62,7 +62,7 @@ def execute(args: argparse.Namespace) -> int:
                         TimeElapsedColumn(), TimeRemainingColumn(),
                         console=console, disable=args.quiet, refresh_per_second=4)
     resolve_device(scenario.train.device)  # a usage error before any progress bar shows
-    recorder = LoadingRecorder()
+    recorder = LoadingRecorder() if scenario.profile.loading else None
     try:
         with progress:
             work = build_workload(scenario, args.cache, recorder=recorder, progress=_materializing(progress))
