@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import importlib
+
 from pipeprof.scenario import DataSpec
-from pipeprof.storage import device, memmap, ram
-from pipeprof.storage import files, images
 from pipeprof.storage.base import Builder, Progress, SampleDataset, Throttle, Transform
 from pipeprof.storage.synthetic import SyntheticFiles
 
-BUILDERS: dict[str, Builder] = {
-    "device": device.build,
-    "ram": ram.build,
-    "memmap": memmap.build,
-    "files": files.build,
-    "images": images.build,
-}
+
+def _lazy(kind: str) -> Builder:
+    """The kind's ``build``, imported on first use (``images`` pulls in torchvision: seconds)."""
+
+    def build(*args, **kwargs):
+        return importlib.import_module(f"pipeprof.storage.{kind}").build(*args, **kwargs)
+
+    return build
+
+
+BUILDERS: dict[str, Builder] = {kind: _lazy(kind) for kind in ("device", "ram", "memmap", "files", "images")}
 
 
 def build_dataset(spec: DataSpec, files: SyntheticFiles, transform: Transform | None = None,

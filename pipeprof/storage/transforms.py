@@ -13,8 +13,6 @@ also accept a batch (``B x 784``), which the ``device`` storage uses.
 from __future__ import annotations
 
 import torch
-from torchvision.transforms import v2
-
 from pipeprof.scenario import DataSpec
 from pipeprof.storage.base import Transform
 from pipeprof.storage.synthetic import FEATURES, SIDE
@@ -33,6 +31,8 @@ class Augment:
     """Random affine warps of the image (degrees 15, shift 10%, scale 0.9-1.1), then normalize."""
 
     def __init__(self, passes: int = 1) -> None:
+        from torchvision.transforms import v2  # importing torchvision costs seconds: only when augmenting
+
         self.passes = passes
         self.affine = v2.RandomAffine(degrees=15.0, translate=(0.1, 0.1), scale=(0.9, 1.1))
 

@@ -1,0 +1,145 @@
+"""Measure this machine's ceilings (memory, disk, host-to-device, matmul), cached per machine.
+
+Memory bandwidth, sequential and random 4 KiB disk reads with a cold and a
+warm page cache, host-to-device copies from pinned and pageable memory,
+float32 matmul throughput at aligned and misaligned sizes, cores and GPUs:
+the limits a training pipeline can approach but not beat.
+
+Examples:
+  pipeprof probe              print this machine's probe (measured the first time, ~15 s)
+  pipeprof probe --refresh    measure again
+  pipeprof probe --quick      fewer and smaller repeats: a few seconds
+  pipeprof probe --json       the probe as JSON on stdout
+
+The probe is kept as probe-<machine key>.json in the cache folder
+($PIPEPROF_CACHE or ~/.cache/pipeprof; --cache DIR); the key hashes the
+hostname, CPU model, core counts, RAM and GPU names, so another machine never
+reuses it. The disk test writes (and deletes) a file of up to 256 MiB there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from pipeprof.measure.probe import load_or_probe
+from pipeprof.run import to_json
+
+_ABSENT_STYLE = "dim italic"
+EXIT_INTERRUPTED = 130
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--refresh", action="store_true", help="measure again even if this machine has a cached probe")
+    p.add_argument("--quick", action="store_true", help="smaller, fewer repeats: a few seconds instead of ~15")
+    p.add_argument("--json", action="store_true", help="print the probe as JSON instead of a table")
+    p.add_argument("--cache", type=Path, default=None, metavar="DIR",
+                   help="cache folder (default: $PIPEPROF_CACHE or ~/.cache/pipeprof)")
+
+
+def execute(args: argparse.Namespace) -> int:
+    status = Console(stderr=True)
+    try:
+        with status.status("probing this machine") as spinner:
+            probe = load_or_probe(args.cache, refresh=args.refresh, quick=args.quick,
+                                  on_stage=lambda stage: spinner.update(f"probing: {stage}"))
+    except KeyboardInterrupt:  # the disk test file is already deleted; nothing half-measured is cached
+        print("pipeprof: probe interrupted; nothing was cached", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if args.json:
+        sys.stdout.write(to_json(probe))
+        return 0
+    console = Console()
+    console.print(probe_table(probe))
+    console.print(Text(_provenance(probe), style="dim"))
+    return 0
+
+
+def _provenance(probe: dict[str, Any]) -> str:
+    cache = probe.get("cache") or {}
+    kind = "quick probe" if probe.get("quick") else "probe"
+    if cache.get("reused"):
+        return (f"cached {kind} from {probe.get('measured_at_utc')} ({_age(cache.get('age_s'))} ago), "
+                f"{cache.get('path')}; pipeprof probe --refresh measures again")
+    return f"{kind} measured now ({cache.get('reason')}), saved to {cache.get('path')}"
+
+
+def _age(seconds: Any) -> str:
+    if not isinstance(seconds, (int, float)):
+        return "unknown time"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{max(seconds, 0):.0f} s"
+
+
+def _stat(entry: Any, unit: str, scale: float, digits: int = 1) -> tuple[str, str]:
+    """``median [min - max]`` of one measurement, scaled, or its absence."""
+    if not isinstance(entry, dict):
+        return "not measured", _ABSENT_STYLE
+    if "absent" in entry:
+        return f"absent: {entry['absent']}", _ABSENT_STYLE
+    med, lo, hi = (entry.get(f"{k}_{unit}") for k in ("median", "min", "max"))
+    if not all(isinstance(v, (int, float)) for v in (med, lo, hi)):
+        return "not measured", _ABSENT_STYLE
+    return f"{med / scale:,.{digits}f}  [{lo / scale:,.{digits}f} – {hi / scale:,.{digits}f}]", ""
+
+
+def probe_table(probe: dict[str, Any]) -> Table:
+    """The probe as a two-column table: measure (with unit), median [min – max] over repeats."""
+    table = Table(title=Text("pipeprof probe: this machine's ceilings", style="bold"), show_header=False,
+                  box=None, pad_edge=False, padding=(0, 2, 0, 0))
+    table.add_column("measure", style="dim", no_wrap=True)
+    table.add_column("value", overflow="fold")
+
+    def add(label: str, value: str, style: str = "") -> None:
+        table.add_row(Text(label), Text(value, style=style))
+
+    machine = probe.get("machine") or {}
+    cpu = probe.get("cpu") or {}
+    add("machine", f"{machine.get('hostname')} · {machine.get('cpu_model')} · "
+                   f"{(machine.get('ram_bytes') or 0) / 2**30:.1f} GiB RAM · key {machine.get('key')}")
+    add("cores usable / logical, torch threads",
+        f"{cpu.get('usable_cores')} / {cpu.get('cpu_count_logical')}, {cpu.get('torch_threads')}")
+    add("memory copy (GB/s, read + write)", *_stat(probe.get("memory_bandwidth"), "bytes_per_s", 1e9))
+    disk = probe.get("disk") or {}
+    if "absent" in disk:
+        add("disk", f"absent: {disk['absent']}", _ABSENT_STYLE)
+    else:
+        where = f"{disk.get('folder')} ({disk.get('filesystem')}, {(disk.get('file_bytes') or 0) >> 20} MiB file)"
+        add("disk test file", where)
+        add("sequential read cold (MB/s)", *_stat(disk.get("sequential_read_cold"), "bytes_per_s", 1e6, 0))
+        add("sequential read warm (MB/s)", *_stat(disk.get("sequential_read_warm"), "bytes_per_s", 1e6, 0))
+        add("random 4 KiB read cold (IOPS)", *_stat(disk.get("random_read_cold"), "reads_per_s", 1, 0))
+        add("random 4 KiB read warm (IOPS)", *_stat(disk.get("random_read_warm"), "reads_per_s", 1, 0))
+    h2d = probe.get("h2d") or {}
+    if "absent" in h2d:
+        add("host → device (GB/s)", f"absent: {h2d['absent']}", _ABSENT_STYLE)
+    else:
+        add("host → device pinned (GB/s)", *_stat(h2d.get("pinned"), "bytes_per_s", 1e9, 2))
+        add("host → device pageable (GB/s)", *_stat(h2d.get("pageable"), "bytes_per_s", 1e9, 2))
+    matmul = probe.get("matmul") or {}
+    for n, entry in (matmul.get("sizes") or {}).items():
+        value, style = _stat(entry, "gflop_per_s", 1)
+        ratio = entry.get("ratio_to_reference")
+        if isinstance(ratio, (int, float)):
+            value += f"  ×{ratio:.2f} of {matmul.get('reference_n')}"
+        add(f"matmul {n}² float32 on {matmul.get('device')} (GFLOP/s)", value, style)
+    gpu = probe.get("gpu") or {}
+    if "absent" in gpu:
+        add("GPU", f"absent: {gpu['absent']}", _ABSENT_STYLE)
+    for device in gpu.get("devices") or []:
+        memory = device.get("memory_total_bytes")
+        memory_text = f"{memory / 2**30:.1f} GiB" if isinstance(memory, (int, float)) else "memory unknown"
+        bus = device.get("memory_bus_width_bits")
+        bus_text = f"{bus}-bit memory bus" if bus is not None else "memory bus width unknown"
+        add(f"GPU {device.get('nvml_index')}", f"{device.get('name')} · {memory_text} · {bus_text}")
+    add("measured (UTC)", f"{probe.get('measured_at_utc')} in {probe.get('probe_duration_s', 0):.1f} s"
+                          f"{' (quick)' if probe.get('quick') else ''}, pipeprof {probe.get('pipeprof')}")
+    return table
