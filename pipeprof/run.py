@@ -53,7 +53,11 @@ STEP_COLUMNS = [
     "samples",  # samples in the step's batch
     "loss",  # training loss of the batch
     "correct",  # correctly classified samples in the batch
+    "ready_batches",  # prefetched batches already waiting when the step asked (NaN: not observable)
 ]
+
+# Columns added after format 1 shipped: older run folders load without them (as NaN).
+_ADDED_LATER = {"ready_batches"}
 
 SAMPLE_COLUMNS = [
     "t_s",  # host time of the tick
@@ -226,11 +230,12 @@ def load_run(folder: Path) -> Run:
             df = pd.DataFrame(columns=columns)  # older or partial runs: empty table
         except (OSError, ValueError) as e:
             raise UsageError(f"{path}: corrupt table ({_one_line(e)})") from None
-        missing = [c for c in columns if c not in df.columns]
+        missing = [c for c in columns if c not in df.columns and c not in _ADDED_LATER]
         if missing and not df.empty:
             raise UsageError(f"{path}: corrupt table (missing columns: {', '.join(missing)})")
-        for c in missing:
-            df[c] = pd.Series(dtype="float64")
+        for c in columns:
+            if c not in df.columns:
+                df[c] = pd.Series(dtype="float64")
         tables[name] = df
     if "warmup" in tables["steps"]:
         tables["steps"]["warmup"] = tables["steps"]["warmup"].astype(bool)

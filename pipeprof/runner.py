@@ -25,6 +25,7 @@ from pipeprof.measure.environment import describe_environment
 from pipeprof.measure.sampler import SystemSampler
 from pipeprof.measure.steps import StepTimer, ThroughputTimer
 from pipeprof.measure.loading import LoadingRecorder
+from pipeprof.measure.prefetch import NAN, ready_batches
 from pipeprof.run import GPU_SAMPLE_COLUMNS, LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run
 from pipeprof.scenario import Scenario
 from pipeprof.storage.base import Progress
@@ -99,7 +100,7 @@ def train_loop(work: Workload, total_steps: int, timer: StepTimer | ThroughputTi
     iterator = None
     epoch, left = -1, 0
     for i in range(total_steps):
-        timer.begin()
+        timer.begin(ready_batches(iterator) if left else NAN)
         if left == 0:
             # Ending an epoch's iterator (joining its workers) and starting the
             # next (spawning workers) are real waits of a training loop: timed.

@@ -157,3 +157,26 @@ def test_throughput_timer_excludes_paused_time():
     timer.computed(10, 0.0, 0)
     timer.finish()
     assert timer.samples_per_s == pytest.approx(10.0)
+
+
+def test_ready_batches_reads_the_loader_queue():
+    import math
+
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from pipeprof.measure.prefetch import ready_batches
+
+    loader = DataLoader(TensorDataset(torch.zeros(400, 4)), batch_size=10, num_workers=2, prefetch_factor=3)
+    iterator = iter(loader)
+    next(iterator)
+    import time
+
+    deadline = time.monotonic() + 10
+    while ready_batches(iterator) < 6 and time.monotonic() < deadline:  # workers fill 2 x 3 slots
+        time.sleep(0.01)
+    assert ready_batches(iterator) == 6
+    next(iterator)
+    assert ready_batches(iterator) <= 6
+    del iterator
+    assert math.isnan(ready_batches(iter(DataLoader(TensorDataset(torch.zeros(4, 1))))))  # no queue: unknown

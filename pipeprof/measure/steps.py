@@ -62,6 +62,7 @@ class _Pending:
     correct: Any
     events: tuple[DeviceEvent, DeviceEvent, DeviceEvent] | None = None
     excluded_s: float = 0.0  # paused while waiting for data (e.g. dropping the page cache)
+    ready_batches: float = float("nan")  # prefetched batches waiting when the step asked for one
 
 
 def _value(x: Any) -> float:
@@ -82,15 +83,18 @@ class StepTimer:
     _end_s: float | None = None
     _excluded_s: float = 0.0
     _paused_at_s: float | None = None
+    _ready_batches: float = float("nan")
 
     @property
     def method(self) -> str:
         return "cuda-events" if self.device_events else "host-clock"
 
-    def begin(self) -> None:
+    def begin(self, ready_batches: float = float("nan")) -> None:
+        """A step starts; ``ready_batches``: prefetched batches waiting (see ``measure.prefetch``)."""
         self._marks = [self.clock()]
         self._events = []
         self._excluded_s = 0.0
+        self._ready_batches = ready_batches
 
     def pause(self) -> None:
         """Stop the clock inside a step's wait for work that is no part of training.
@@ -118,7 +122,7 @@ class StepTimer:
         begin, waited, copied = self._marks
         events = tuple(self._events) if self.device_events else None
         self._pending.append(_Pending(epoch, begin, waited, copied, self.clock(), samples, loss, correct, events,
-                                      self._excluded_s))
+                                      self._excluded_s, self._ready_batches))
 
     def finish(self) -> None:
         """Close the last step (its ``step_s`` ends here)."""
@@ -159,6 +163,7 @@ class StepTimer:
                 "samples": p.samples,
                 "loss": _value(p.loss),
                 "correct": _value(p.correct),
+                "ready_batches": p.ready_batches,
             }
             if p.events:
                 # After a pause the device's idle gap holds untimed work: time such a step like the first.
@@ -202,7 +207,7 @@ class ThroughputTimer:
         self.excluded_s = 0.0
         self._paused_at_s = 0.0
 
-    def begin(self) -> None:
+    def begin(self, ready_batches: float = float("nan")) -> None:
         if self.steps == self.warmup_steps:
             self._sync()
             self.start_s = self.clock()
