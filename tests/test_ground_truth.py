@@ -1,38 +1,54 @@
 """Ground truth: does the profiler tell the truth? Synthetic workloads with injected, known costs.
 
 Each case builds a data set whose ``read()`` sleeps a known time per sample
-(waiting on storage: no CPU used) and whose ``decode()`` busy-waits a known
-time (preprocessing: a core busy), and a training step that takes a known
-time. The true fractions then follow from arithmetic; the case runs through
-the real measurement path — a real ``DataLoader`` with a real
-``LoadingRecorder``, ``profile_workload`` (``train_loop``, ``StepTimer`` on
-the real clock, the system sampler) — and ``summarize`` must find them.
+(waiting on storage: no CPU used), whose ``decode()`` busy-waits a known
+time (preprocessing: a core busy) and whose collate takes a known time per
+batch, and a training step that takes a known time. The true fractions then
+follow from arithmetic; the case runs through the real measurement path — a
+real ``DataLoader`` with a real ``LoadingRecorder``, ``profile_workload``
+(``train_loop``, ``StepTimer`` on the real clock, the system sampler) — and
+``summarize`` must find them. About 17 s in all on the 2-core machine.
+
+The arithmetic is fed the injected costs *as they ran*: every injected wait
+reads the clock at its own start and end and writes the duration into a
+table shared with the workers (``InjectedDataset.took_s``), apart from
+everything the profiler does. On this shared 2-core machine a requested
+4 ms fetch ran at 4.0-5.0 ms on average and a 2 ms prep in a worker at up
+to 3.7 ms, depending on the load (a woken process waits for a core, a
+burning one is preempted across its deadline), which alone put the
+input-bound case's data wait 5.8 points above what the arithmetic on the
+asked costs gives (load average 4.4): the profiler must report what
+happened, not what was asked. A sanity test checks that no injected
+cost was cut short and that each case, as it ran, kept the class its
+nominal arithmetic gives.
 
 Every injected cost is a wait until a deadline on the wall clock, so a
-preemption in the middle of it (this machine is shared) does not stretch
-it; only one that straddles the deadline does. ``time.sleep`` alone
-overshoots by 70-110 us here (timer slack and wake-up), 14% of a 0.5 ms
-fetch, so a "sleep" sleeps all but the last ``SPIN_MARGIN_S`` and spins that.
+preemption in the middle of it does not stretch it; only one across the
+deadline does. ``time.sleep`` alone overshoots by 70-130 us here (timer
+slack and wake-up), so a "sleep" sleeps all but ``SPIN_MARGIN_S`` and spins
+the rest.
 
-Not modelled in the expected values, and small next to the injected
-milliseconds: collating 16 x 784 floats (~20 us a batch, checked below),
-the DataLoader's own bookkeeping and the recorder's clock reads (a few us a
-sample), moving a batch from a worker through shared memory (~0.1-0.3 ms a
-batch), and the loop's bookkeeping.
+Not injected, so not in the expected values, and at most 1-2.5 points of
+any fraction here: the Python around each injected wait (see the cases),
+the DataLoader's and the recorder's bookkeeping (~0.5 ms a batch), taking a
+batch from a worker (2-6 ms of the training process's time in ``next()``,
+see COMPUTE_BOUND), and the loop's own bookkeeping.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from collections import Counter
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, default_collate
 
-from pipeprof.analysis.summary import summarize
+from pipeprof.analysis.summary import COMPUTE_BOUND_FRACTION, INPUT_BOUND_FRACTION, bottleneck, counted_steps, summarize
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.run import Run
 from pipeprof.runner import Workload, profile_workload
@@ -43,8 +59,8 @@ from pipeprof.workload.data import Data
 pytestmark = pytest.mark.integration
 
 # Every measured fraction (of step time, of loading time) must be within 5
-# percentage points of the arithmetic truth; per-sample and per-batch times
-# within 5% of the injected ones.
+# percentage points of the arithmetic truth; per-sample and per-step times
+# within 5% of the injected costs as they ran.
 TOLERANCE = 0.05
 RELATIVE_TOLERANCE = 0.05
 
@@ -52,78 +68,162 @@ SPIN_MARGIN_S = 300e-6  # time.sleep overshoots by 70-130 us here (median to p90
 FEATURES = 784
 
 
-def burn(seconds: float) -> None:
-    """Keep a core busy for ``seconds`` of wall time: CPU work, like decoding."""
-    end = time.perf_counter() + seconds
+def burn(seconds: float) -> float:
+    """Keep a core busy for ``seconds`` of wall time (CPU work, like decoding); returns the time taken."""
+    start = time.perf_counter()
+    end = start + seconds
     while time.perf_counter() < end:
         pass
+    return time.perf_counter() - start
 
 
-def hold(seconds: float) -> None:
-    """Wait ``seconds`` of wall time asleep, like waiting on storage (spins only the last 150 us)."""
-    end = time.perf_counter() + seconds
-    if seconds > SPIN_MARGIN_S:
-        time.sleep(seconds - SPIN_MARGIN_S)
+def hold(seconds: float, start: float | None = None) -> float:
+    """Wait asleep, like waiting on storage, until ``seconds`` after ``start`` (default: now).
+
+    Sleeps all but the last ``SPIN_MARGIN_S`` and spins those. Returns the
+    time taken since ``start``.
+    """
+    if start is None:
+        start = time.perf_counter()
+    end = start + seconds
+    rest = end - time.perf_counter() - SPIN_MARGIN_S
+    if rest > 0:
+        time.sleep(rest)
     while time.perf_counter() < end:
         pass
+    return time.perf_counter() - start
+
+
+_LAST_READ = [-1]  # per process: the sample this process read last, the last one of the batch it collates next
 
 
 class InjectedDataset(SampleDataset):
-    """Sample i: ``read`` waits ``fetch_s`` asleep, ``decode`` burns ``prep_s``; 784 float32 copies of its label."""
+    """Sample i: ``read`` waits ``fetch_s`` asleep, ``decode`` burns ``prep_s``; 784 float32 copies of its label.
 
-    def __init__(self, samples: int, fetch_s: float, prep_s: float) -> None:
+    ``collate`` collates a batch of ``batch`` samples in ``collate_s``,
+    asleep, ``default_collate`` included. ``took_s[i]`` is (fetch, prep) of
+    sample i as they ran and ``collate_took_s[k]`` batch k's collate, in
+    seconds: shared-memory tensors, so the workers' writes reach the
+    training process.
+    """
+
+    def __init__(self, samples: int, batch: int, fetch_s: float, prep_s: float, collate_s: float) -> None:
         super().__init__(np.arange(samples) % 10)
-        self.fetch_s, self.prep_s = fetch_s, prep_s
+        self.batch, self.fetch_s, self.prep_s, self.collate_s = batch, fetch_s, prep_s, collate_s
+        self.took_s = torch.full((samples, 2), float("nan"), dtype=torch.float64).share_memory_()
+        self.collate_took_s = torch.full((samples // batch,), float("nan"), dtype=torch.float64).share_memory_()
+        self._views: tuple[np.ndarray, np.ndarray] | None = None
+        self._views_pid: int | None = None
         # Made once: building a tensor per sample costs 5-30 us, more than this test wants unaccounted for.
         self.values = [torch.full((FEATURES,), float(label)) for label in range(10)]
 
     def read(self, index: int) -> tuple[int, int]:
-        hold(self.fetch_s)
+        took_s = hold(self.fetch_s)
+        self._took()[0][index, 0] = took_s
+        _LAST_READ[0] = index
         return index, FEATURES * 4
 
     def decode(self, payload: int) -> torch.Tensor:
-        burn(self.prep_s)
+        took_s = burn(self.prep_s)
+        self._took()[0][payload, 1] = took_s
         return self.values[payload % 10]
 
+    def collate(self, samples: list) -> list:
+        start = time.perf_counter()
+        batch = default_collate(samples)  # 0.05-2 ms here: inside the injected time (a worker's is in shared memory)
+        took_s = hold(self.collate_s, start)
+        self._took()[1][_LAST_READ[0] // self.batch] = took_s
+        return batch
 
-def injected_step(compute_s: float, wait: Callable[[float], None]):
-    """A training step that takes ``compute_s``; a sample counts as correct when its values carry its label."""
+    def _took(self) -> tuple[np.ndarray, np.ndarray]:
+        # Numpy views, made once per process (a spawned worker unpickles the tensors, not the views):
+        # storing into a tensor itself costs 20-150 us here, timed by the profiler but not in took_s.
+        if self._views_pid != os.getpid():
+            self._views, self._views_pid = (self.took_s.numpy(), self.collate_took_s.numpy()), os.getpid()
+        return self._views
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        wait(compute_s)
-        correct = (x[:, 0].long() == y).sum()  # all of them, unless samples and labels were mixed up
-        return x.mean(), correct
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_views": None, "_views_pid": None}
 
-    return step
+
+class InjectedStep:
+    """A training step that takes ``compute_s`` asleep, its own few torch ops included.
+
+    Returns ``(loss, correct)`` like pipeprof's training step; a sample is
+    correct when its values carry its label, so accuracy 1 means no batch's
+    samples and labels were mixed up. ``took_s[i]`` is step i's compute as it
+    ran and ``ended_s[i]`` the clock when it returned: the training loop's
+    pace, read apart from the step timer.
+    """
+
+    def __init__(self, compute_s: float) -> None:
+        self.compute_s = compute_s
+        self.took_s: list[float] = []
+        self.ended_s: list[float] = []
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        start = time.perf_counter()
+        correct = (x[:, 0].long() == y).sum()
+        loss = x.mean()
+        self.took_s.append(hold(self.compute_s, start))
+        self.ended_s.append(start + self.took_s[-1])
+        return loss, correct
 
 
 @dataclass(frozen=True)
 class Case:
-    """An injected workload: ``batch`` samples of ``fetch_s`` + ``prep_s`` each, ``compute_s`` a step."""
+    """An injected workload: ``batch`` samples of ``fetch_s`` + ``prep_s`` each, ``collate_s``, ``compute_s`` a step."""
 
     name: str
     workers: int
     batch: int
     fetch_s: float  # per sample, asleep
     prep_s: float  # per sample, a core busy
-    compute_s: float  # per step
-    compute: Callable[[float], None]  # burn or hold
+    collate_s: float  # per batch, asleep
+    compute_s: float  # per step, asleep
+    bottleneck: str  # summarize()'s class, unambiguous from the arithmetic
     steps: int
-    warmup_steps: int = 10
-
-    @property
-    def production_s(self) -> float:
-        """Time one process takes to make one batch (collate not counted: ~20 us)."""
-        return self.batch * (self.fetch_s + self.prep_s)
+    warmup_steps: int
 
 
-def profile_case(case: Case) -> tuple[Run, dict]:
-    """Train ``case`` under the real profiler; returns the run and its summary."""
+@dataclass
+class Profiled:
+    """A case's run, its summary, and its injected costs as they ran."""
+
+    case: Case
+    run: Run
+    summary: dict
+    fetch_took_s: np.ndarray  # per sample
+    prep_took_s: np.ndarray  # per sample
+    collate_took_s: np.ndarray  # per batch
+    compute_took_s: np.ndarray  # per step
+    compute_ended_s: np.ndarray  # per step, clock readings
+
+    def counted(self) -> pd.DataFrame:
+        """Per counted step, as they ran: its batch's fetch and prep (per sample), collate, production
+        (all three: the time one process takes to make the batch), and its compute.
+
+        With ``shuffle=False`` and one epoch, step k consumes batch k: samples
+        ``k * batch`` to ``(k + 1) * batch - 1``.
+        """
+        steps = counted_steps(self.run.steps)["step"].to_numpy()
+        b = self.case.batch
+        fetch_s, prep_s = self.fetch_took_s.reshape(-1, b)[steps], self.prep_took_s.reshape(-1, b)[steps]
+        collate_s = self.collate_took_s[steps]
+        return pd.DataFrame({"step": steps, "fetch_s": fetch_s.mean(axis=1), "prep_s": prep_s.mean(axis=1),
+                             "collate_s": collate_s,
+                             "loading_s": fetch_s.sum(axis=1) + prep_s.sum(axis=1) + collate_s,
+                             "compute_s": self.compute_took_s[steps]})
+
+
+def profile_case(case: Case) -> Profiled:
+    """Train ``case`` under the real profiler (see module docstring)."""
     samples = case.batch * case.steps  # one epoch: no worker restart inside the counted steps
-    dataset = InjectedDataset(samples, case.fetch_s, case.prep_s)
+    dataset = InjectedDataset(samples, case.batch, case.fetch_s, case.prep_s, case.collate_s)
+    step = InjectedStep(case.compute_s)
     recorder = LoadingRecorder()  # raw clock readings: profile_workload shifts them by its t0, as for a scenario
     batches = DataLoader(recorder.wrap_dataset(dataset), batch_size=case.batch, num_workers=case.workers,
-                         collate_fn=recorder.collate_fn())
+                         collate_fn=recorder.collate_fn(dataset.collate))
     scenario = Scenario(
         name=f"ground-truth-{case.name}",
         data=DataSpec(samples=samples),
@@ -131,154 +231,226 @@ def profile_case(case: Case) -> tuple[Run, dict]:
         train=TrainSpec(steps=case.steps, warmup_steps=case.warmup_steps, device="cpu"),
         profile=ProfileSpec(sample_hz=10),
     )
-    work = Workload(scenario, torch.device("cpu"), Data(dataset, batches),
-                    injected_step(case.compute_s, case.compute), torch.get_num_threads())
+    work = Workload(scenario, torch.device("cpu"), Data(dataset, batches), step, torch.get_num_threads())
     run = profile_workload(work, recorder=recorder)
     assert run.meta["status"] == "complete", run.meta["error"]
-    return run, summarize(run)
+    took, collate_took = dataset.took_s.numpy().copy(), dataset.collate_took_s.numpy().copy()
+    assert not np.isnan(took).any() and not np.isnan(collate_took).any(), "every batch is made once (one epoch)"
+    return Profiled(case, run, summarize(run), took[:, 0], took[:, 1], collate_took, np.array(step.took_s),
+                    np.array(step.ended_s))
 
 
 # -- the cases ------------------------------------------------------------------------
 #
-# Injected costs are milliseconds, not the tenths a real RAM data set costs:
-# what is not injected (listed in the module docstring) must stay a few
-# percent of each case. A sample is fetched in 2 ms and prepared in 1 ms.
-# Compute sleeps in every case: a busy-wait of 8 ms on this shared 2-core
-# machine was preempted across its deadline often enough to last 8.6-9.4 ms
-# on average (measured), while short burns right after a sleep (prep) are
-# rarely preempted; and with workers, a busy-waiting training process and two
-# burning workers would take turns on the 2 cores, stretching every injected
-# cost by the scheduler's whim. A GPU step looks like a sleep to the host anyway.
-FETCH_S, PREP_S = 2e-3, 1e-3
+# Injected costs are milliseconds, not the tens of microseconds a real RAM
+# sample costs: what is not injected (module docstring) must stay a point or
+# two of each fraction. In particular the wrappers' and the storage's own
+# Python around each sample (the Fetched record, the label, this test's
+# bookkeeping) is timed by the profiler as fetch or prep but is not in
+# ``took_s``, and on this VM the first few lines after a sleep run ~10x slow
+# (measured: int(labels[i]) 16 us, a numpy store 45 us): 60-90 us a fetch
+# and 25-55 us a prep here, 1.5-2.5% of a 4 ms fetch and a 2 ms prep.
+# Collate is injected too (2 ms a batch, default_collate's own 0.05-2 ms
+# inside it), so that the fetch / prep / collate split is known.
+#
+# Compute sleeps in every case: a busy-wait of 8 ms was preempted across its
+# deadline often enough here to last 8.6-9.4 ms on average, while a short burn
+# right after a sleep (prep) rarely is; and with workers, a busy-waiting
+# training process and two burning workers would take turns on the 2 cores,
+# stretching every cost at the scheduler's whim. A step on a GPU looks like a
+# sleep to the host anyway.
+FETCH_S, PREP_S, COLLATE_S = 4e-3, 2e-3, 2e-3
 
 # (1) No workers: the training process makes each batch itself, then computes.
-# Nothing overlaps, so a step is P + C with P = 8 x 3 ms = 24 ms and C = 16 ms:
-# data wait P / (P + C) = 0.6 (input-bound), compute C / (P + C) = 0.4.
-SERIAL = Case("serial", workers=0, batch=8, fetch_s=FETCH_S, prep_s=PREP_S, compute_s=16e-3, compute=hold,
-              steps=63, warmup_steps=3)
+# Nothing overlaps, so a step is P + C with P = 4 x (4 + 2) + 2 = 26 ms and
+# C = 14 ms: data wait P / (P + C) = 0.65 (input-bound), compute C / (P + C) = 0.35.
+SERIAL = Case("serial", workers=0, batch=4, fetch_s=FETCH_S, prep_s=PREP_S, collate_s=COLLATE_S, compute_s=14e-3,
+              bottleneck="input", steps=63, warmup_steps=3)
 
-# (1b) No workers, 2 samples a batch: P = 6 ms against C = 42 ms gives data
-# wait 6 / 48 = 0.125, in the middle of the balanced band [0.05, 0.20).
-SERIAL_BALANCED = Case("serial-balanced", workers=0, batch=2, fetch_s=FETCH_S, prep_s=PREP_S, compute_s=42e-3,
-                       compute=hold, steps=53, warmup_steps=3)
+# (1b) No workers, 2 samples a batch: P = 2 x 6 + 2 = 14 ms against C = 98 ms
+# gives data wait 14 / 112 = 0.125, in the middle of the balanced band [0.05, 0.20).
+SERIAL_BALANCED = Case("serial-balanced", workers=0, batch=2, fetch_s=FETCH_S, prep_s=PREP_S, collate_s=COLLATE_S,
+                       compute_s=98e-3, bottleneck="balanced", steps=28, warmup_steps=3)
 
-# (2) Two workers, each making a batch of 16 in P = 48 ms while a step
-# computes for C = 150 ms: even one worker keeps ahead, so after warm-up every
-# batch is already waiting: data wait 0, compute 1 (compute-bound).
+# (2) Two workers, each making a batch of 8 in P = 8 x 6 + 2 = 50 ms while a
+# step computes for C = 240 ms: even one worker keeps ahead, so after warm-up
+# every batch is already waiting: data wait 0, compute 1 (compute-bound).
 # Why so long a step: taking a ready batch from a worker costs the training
-# process 2-3.5 ms in next() on this machine (measured with a bare DataLoader,
-# no pipeprof: the tensors come through shared memory, each file descriptor
-# handed over by the worker on a fresh authenticated connection). That is
-# real waiting in next(), rightly counted as data wait; against 150 ms it is
-# 2%, and the class stays "compute" below 7.5 ms.
-COMPUTE_BOUND = Case("compute-bound", workers=2, batch=16, fetch_s=FETCH_S, prep_s=PREP_S, compute_s=150e-3,
-                     compute=hold, steps=23, warmup_steps=3)
+# process 2-3.5 ms in next() on this machine, up to 6 ms under load (measured
+# with a bare DataLoader, no pipeprof: 3.0 ms; the tensors come through shared
+# memory, each file descriptor handed over by the worker on a fresh
+# authenticated connection). That is real waiting in next(), rightly counted
+# as data wait, but not in the arithmetic; against 240 ms it is 1-2.5%.
+COMPUTE_BOUND = Case("compute-bound", workers=2, batch=8, fetch_s=FETCH_S, prep_s=PREP_S, collate_s=COLLATE_S,
+                     compute_s=240e-3, bottleneck="compute", steps=18, warmup_steps=3)
 
-# (3) Two workers both busy all the time, together delivering a batch of 16
-# every P / 2 = 24 ms, while a step computes for C = 9.6 ms: a step lasts
-# P / 2, of which (P / 2 - C) / (P / 2) = 0.6 is waiting for data
-# (input-bound) and C / (P / 2) = 0.4 compute. The 2-3.5 ms of taking a batch
-# happen while the workers make the next ones, so they do not lengthen the
-# step. (The workers finish their batches in pairs, so steps alternate between
-# a long wait and almost none: the average is the same.)
-INPUT_BOUND = Case("input-bound", workers=2, batch=16, fetch_s=FETCH_S, prep_s=PREP_S, compute_s=9.6e-3,
-                   compute=hold, steps=110, warmup_steps=6)
+# (3) Two workers both busy all the time, each making a batch of 16 in
+# P = 16 x 6 + 2 = 98 ms, together one every P / 2 = 49 ms, while a step
+# computes for C = 12 ms: a step lasts P / 2, of which
+# (P / 2 - C) / (P / 2) = 0.755 is waiting for data (input-bound) and
+# C / (P / 2) = 0.245 compute. Taking a batch from a worker happens while the
+# workers make the next ones, so it does not lengthen the step. (The workers
+# finish their batches in pairs, so steps alternate between a long wait and
+# almost none: the average is the same.) A small compute share keeps the wait
+# share steady: production stretched by x% moves it by 0.245 x x% points.
+INPUT_BOUND = Case("input-bound", workers=2, batch=16, fetch_s=FETCH_S, prep_s=PREP_S, collate_s=COLLATE_S,
+                   compute_s=12e-3, bottleneck="input", steps=46, warmup_steps=6)
 
 CASES = [SERIAL, SERIAL_BALANCED, COMPUTE_BOUND, INPUT_BOUND]
+
+
+def expected_step_s(case: Case, production_s: float, compute_s: float) -> float:
+    """The true mean step time: ``production_s`` to make a batch in one process, ``compute_s`` to train on it."""
+    if case.workers == 0:
+        return production_s + compute_s  # made, then computed: nothing overlaps
+    return max(compute_s, production_s / case.workers)  # the slower of supply and demand sets the pace
+
+
+def expected_fractions(case: Case, production_s: float, compute_s: float) -> dict[str, float]:
+    """The arithmetic truth of ``summarize()["fractions"]``: whatever of a step is not compute is waiting."""
+    step_s = expected_step_s(case, production_s, compute_s)
+    return {"data_wait": (step_s - compute_s) / step_s, "h2d": 0.0, "compute": compute_s / step_s, "other": 0.0}
+
+
+def nominal_fractions(case: Case) -> dict[str, float]:
+    production_s = case.batch * (case.fetch_s + case.prep_s) + case.collate_s
+    return expected_fractions(case, production_s, case.compute_s)
 
 
 @pytest.fixture(scope="module")
 def profiled():
     """Each case profiled once (on first use), shared by the tests below."""
-    runs: dict[str, tuple[Run, dict]] = {}
+    done: dict[str, Profiled] = {}
 
-    def get(case: Case) -> tuple[Run, dict]:
-        if case.name not in runs:
-            runs[case.name] = profile_case(case)
-        return runs[case.name]
+    def get(case: Case) -> Profiled:
+        if case.name not in done:
+            done[case.name] = profile_case(case)
+        return done[case.name]
 
     return get
-
-
-def expected_step_s(case: Case) -> float:
-    """The true mean step time of ``case`` (see the cases above)."""
-    if case.workers == 0:
-        return case.production_s + case.compute_s  # made, then computed: nothing overlaps
-    return max(case.compute_s, case.production_s / case.workers)  # the slower of supply and demand sets the pace
-
-
-def expected_fractions(case: Case) -> dict[str, float]:
-    """The arithmetic truth of ``summarize()["fractions"]`` for ``case``: whatever is not compute is waiting."""
-    step_s = expected_step_s(case)
-    return {"data_wait": (step_s - case.compute_s) / step_s, "h2d": 0.0, "compute": case.compute_s / step_s,
-            "other": 0.0}
 
 
 def assert_close(measured: float, expected: float, tolerance: float, what: str) -> None:
     assert abs(measured - expected) <= tolerance, f"{what}: measured {measured:.4f}, expected {expected:.4f}"
 
 
-@pytest.mark.parametrize("case, klass", [(SERIAL, "input"), (SERIAL_BALANCED, "balanced"),
-                                         (COMPUTE_BOUND, "compute"), (INPUT_BOUND, "input")],
-                         ids=lambda v: v.name if isinstance(v, Case) else v)
-def test_step_fractions_and_bottleneck_match_the_arithmetic(profiled, case, klass):
-    run, summary = profiled(case)
-    expected = expected_fractions(case)
-    for phase, value in expected.items():
-        assert_close(summary["fractions"][phase], value, TOLERANCE, f"{case.name} {phase} fraction")
-    assert summary["bottleneck"] == klass, summary["bottleneck_reason"]
-    assert summary["steps"] == case.steps - case.warmup_steps
-    assert summary["samples"] == summary["steps"] * case.batch
-    assert summary["accuracy"] == 1.0  # every batch's values arrived with their own labels
+def test_the_cases_classes_follow_from_their_arithmetic():
+    """Each case's nominal data wait is in its declared class, at least TOLERANCE from either cut-off."""
+    for case in CASES:
+        wait = nominal_fractions(case)["data_wait"]
+        assert bottleneck(wait)[0] == case.bottleneck, case.name
+        assert min(abs(wait - COMPUTE_BOUND_FRACTION), abs(wait - INPUT_BOUND_FRACTION)) >= TOLERANCE, case.name
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_step_time_and_throughput_match_the_arithmetic(profiled, case):
-    _, summary = profiled(case)
-    step_s = expected_step_s(case)
-    assert_close(summary["step_time_s"]["mean"] / step_s, 1.0, RELATIVE_TOLERANCE, f"{case.name} mean step / truth")
-    assert_close(summary["samples_per_s"] * step_s / case.batch, 1.0, RELATIVE_TOLERANCE,
-                 f"{case.name} throughput / truth")
+def test_injected_costs_ran_as_asked(profiled, case):
+    """The truth the other tests use is sound: no injected wait ended early, and the case kept its class.
+
+    A wait that ends at a deadline cannot end early; a broken one that did
+    not wait at all would make every comparison below trivially true. How
+    much longer they ran is the machine's business (see module docstring),
+    as long as the arithmetic on what ran still gives the case's class.
+    """
+    c = profiled(case).counted()
+    asked = {"fetch": case.fetch_s, "prep": case.prep_s, "collate": case.collate_s, "compute": case.compute_s}
+    for what, asked_s in asked.items():
+        assert c[f"{what}_s"].min() >= asked_s, f"{case.name}: a {what} ended early"
+    expected = expected_fractions(case, c["loading_s"].mean(), c["compute_s"].mean())
+    stretch = ", ".join(f"{what} {c[f'{what}_s'].mean() / asked_s:.2f}x" for what, asked_s in asked.items())
+    assert bottleneck(expected["data_wait"])[0] == case.bottleneck, f"{case.name}: ran at {stretch} what was asked"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_step_fractions_and_bottleneck_match_the_arithmetic(profiled, case):
+    """Data wait, h2d, compute and other as the case's arithmetic says; the class; what was counted."""
+    p = profiled(case)
+    c = p.counted()
+    expected = expected_fractions(case, c["loading_s"].mean(), c["compute_s"].mean())
+    for phase, value in expected.items():
+        assert_close(p.summary["fractions"][phase], value, TOLERANCE, f"{case.name} {phase} fraction")
+    assert p.summary["bottleneck"] == case.bottleneck, p.summary["bottleneck_reason"]
+    assert p.summary["steps"] == case.steps - case.warmup_steps
+    assert p.summary["samples"] == p.summary["steps"] * case.batch
+    assert p.summary["accuracy"] == 1.0  # every batch's values arrived with their own labels
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_step_time_and_throughput_match_the_wall_clock(profiled, case):
+    """The counted steps last from the end of the last warm-up step's compute to the end of the last one's.
+
+    (Give or take the loop's few microseconds of bookkeeping at each end.)
+    The step is timed against the wall clock, not against the arithmetic
+    (P + C, or max(C, P / workers)): what is not injected (module docstring)
+    adds 1-3% to the arithmetic's step here, more under load, and the
+    fractions above already hold the profiler to the arithmetic.
+    """
+    p = profiled(case)
+    ended = p.compute_ended_s
+    duration_s = ended[-1] - ended[case.warmup_steps - 1]
+    counted = case.steps - case.warmup_steps
+    assert_close(p.summary["duration_s"] / duration_s, 1.0, RELATIVE_TOLERANCE, f"{case.name} duration / wall clock")
+    assert_close(p.summary["step_time_s"]["mean"] * counted / duration_s, 1.0, RELATIVE_TOLERANCE,
+                 f"{case.name} mean step / wall clock")
+    assert_close(p.summary["samples_per_s"] * duration_s / (counted * case.batch), 1.0, RELATIVE_TOLERANCE,
+                 f"{case.name} throughput / wall clock")
 
 
 # (4) and (5): the loading split and per-sample times, measured inside the
-# process that made the batch: fetch is fetch_s / (fetch_s + prep_s) = 2/3 of
-# loading time, prep 1/3, collate ~0; per sample 0.5 ms and 0.25 ms.
+# process that made the batch. A batch of b samples takes b x 4 ms fetching,
+# b x 2 ms preparing and 2 ms collating: fetch 4b / (6b + 2) of the loading
+# time (0.62 for b = 4, 0.65 for b = 16), prep 2b / (6b + 2), collate
+# 2 / (6b + 2); per sample 4 ms and 2 ms. The truth is again the injected
+# costs as they ran, which the profiler's times exceed by the tens of
+# microseconds of Python around them (see the cases).
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_loading_split_and_per_sample_times_match_the_injected_costs(profiled, case):
-    run, summary = profiled(case)
-    loading = summary["loading"]
-    per_sample_s = case.fetch_s + case.prep_s
-    assert_close(loading["fractions"]["fetch"], case.fetch_s / per_sample_s, TOLERANCE, f"{case.name} fetch fraction")
-    assert_close(loading["fractions"]["prep"], case.prep_s / per_sample_s, TOLERANCE, f"{case.name} prep fraction")
-    assert_close(loading["fractions"]["collate"], 0.0, TOLERANCE, f"{case.name} collate fraction")
-    assert_close(loading["fetch_s"] / case.fetch_s, 1.0, RELATIVE_TOLERANCE, f"{case.name} fetch per sample / truth")
-    assert_close(loading["prep_s"] / case.prep_s, 1.0, RELATIVE_TOLERANCE, f"{case.name} prep per sample / truth")
-    assert_close(loading["batch_s"] / case.production_s, 1.0, RELATIVE_TOLERANCE, f"{case.name} batch time / truth")
+    """Fetch / prep / collate shares, per-sample fetch and prep, and what was counted, inside the makers."""
+    p = profiled(case)
+    c = p.counted()
+    loading = p.summary["loading"]
+    production_s = c["loading_s"].mean()
+    for part, per_batch_s in (("fetch", case.batch * c["fetch_s"].mean()), ("prep", case.batch * c["prep_s"].mean()),
+                              ("collate", c["collate_s"].mean())):
+        assert_close(loading["fractions"][part], per_batch_s / production_s, TOLERANCE, f"{case.name} {part} fraction")
+    assert_close(loading["fetch_s"] / c["fetch_s"].mean(), 1.0, RELATIVE_TOLERANCE, f"{case.name} fetch per sample")
+    assert_close(loading["prep_s"] / c["prep_s"].mean(), 1.0, RELATIVE_TOLERANCE, f"{case.name} prep per sample")
+    assert_close(loading["collate_s"] / c["collate_s"].mean(), 1.0, RELATIVE_TOLERANCE, f"{case.name} collate")
+    assert_close(loading["batch_s"] / production_s, 1.0, RELATIVE_TOLERANCE, f"{case.name} production per batch")
     assert loading["workers"] == case.workers
     assert loading["batches"] == case.steps - case.warmup_steps
     assert loading["samples"] == loading["batches"] * case.batch
 
 
-def test_busy_workers_are_busy_and_idle_ones_idle(profiled):
-    # Input-bound: both workers make batches back to back (busy 1). Compute-
-    # bound: each makes every other batch, one per 2 C = 40 ms, in P = 12 ms:
-    # busy 12 / 40 = 0.3 of the time.
-    _, summary = profiled(INPUT_BOUND)
-    for worker, stats in summary["loading"]["by_worker"].items():
-        assert_close(stats["busy_fraction"], 1.0, TOLERANCE, f"input-bound worker {worker} busy")
-    _, summary = profiled(COMPUTE_BOUND)
-    for worker, stats in summary["loading"]["by_worker"].items():
-        expected = COMPUTE_BOUND.production_s / (COMPUTE_BOUND.workers * COMPUTE_BOUND.compute_s)
+def test_workers_share_the_batches_and_idle_as_the_arithmetic_says(profiled):
+    """Each worker makes every other batch; a compute-bound one is busy only its share of the pace.
+
+    Compute-bound, each worker makes one batch per 2 C = 480 ms, in P = 50 ms;
+    busy_fraction is production over the span from the worker's first
+    batch start to its last batch end, so n batches give
+    n P / ((n - 1) 2 C + P): 0.12 for its 7 or 8 counted batches.
+    (Input-bound, both are busy all the time in the arithmetic, but on this
+    machine a worker waiting for a core between batches fell to 0.90: no
+    truth to hold the profiler to.)
+    """
+    for case in (COMPUTE_BOUND, INPUT_BOUND):
+        by_worker = profiled(case).summary["loading"]["by_worker"]
+        made = Counter(str(step % case.workers) for step in range(case.warmup_steps, case.steps))  # round robin
+        assert {worker: stats["batches"] for worker, stats in by_worker.items()} == made, case.name
+    p = profiled(COMPUTE_BOUND)
+    c = p.counted()
+    production_s, period_s = c["loading_s"].mean(), COMPUTE_BOUND.workers * c["compute_s"].mean()
+    for worker, stats in p.summary["loading"]["by_worker"].items():
+        n = stats["batches"]
+        expected = n * production_s / ((n - 1) * period_s + production_s)
         assert_close(stats["busy_fraction"], expected, TOLERANCE, f"compute-bound worker {worker} busy")
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_each_batch_is_made_before_its_step_receives_it(profiled, case):
     """Worker clocks and the step clock share one time axis: a batch ends before next() returns it."""
-    run, _ = profiled(case)
+    run = profiled(case).run
     merged = run.loading.merge(run.steps, on="step", suffixes=("", "_step"))
     received_s = merged["t_start_s_step"] + merged["data_wait_s"]
     assert len(merged) == case.steps
