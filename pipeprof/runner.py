@@ -210,8 +210,10 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
                   "drops": cold.drops if cold else []},
         "status": status,
         "error": error,
-        **(context or {}),
     }
+    context = dict(context or {})
+    absences.update(context.pop("absences", {}))
+    meta.update(context)
     steps = pd.DataFrame(timer.rows(), columns=STEP_COLUMNS)
     sample_rows = sampler.sample_rows()
     extra = sorted({k for row in sample_rows for k in row} - set(SAMPLE_COLUMNS) - set(GPU_SAMPLE_COLUMNS))

@@ -73,6 +73,7 @@ def make_run(
             "samples": 128,
             "loss": np.linspace(2.0, 0.5, n_steps),
             "correct": 96,
+            "ready_batches": np.nan,  # filled in by tests of the prefetch queue
         }
     )[STEP_COLUMNS]
     if n_samples is None:

@@ -3,6 +3,7 @@
 Pure functions over the run's DataFrames; nothing here times, samples or
 renders. ``summarize(run)`` returns the ``summary.json`` contract documented
 in the README (``SUMMARY_SCHEMA_VERSION`` is bumped on incompatible change).
+``attribution`` and ``verdict`` come from ``pipeprof.analysis.verdict``.
 """
 
 from __future__ import annotations
@@ -100,8 +101,25 @@ def _stat(series: pd.Series, how: str) -> float | None:
     return float(getattr(values, how)())
 
 
-def summarize(run: Run) -> dict[str, Any]:
-    """The summary.json contract for ``run`` (see README, "summary.json")."""
+def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The summary.json contract for ``run`` (see README, "summary.json").
+
+    ``probe`` is the JSON of ``pipeprof probe`` (machine ceilings; default: the
+    one ``pipeprof run`` stored in run.json when the machine had been probed); without it
+    the disk comparison in ``attribution`` is absent, with the reason. Keys added
+    on top of the README's table (schema 1, additive):
+
+    * ``attribution``: the direct evidence, every number with its unit in its
+      name (``verdict.attribution``: ``step``, ``loading``, ``cpu``, ``disk``,
+      ``gpu``, ``prefetch``, ``data``, ``cache``; ``{"absent": reason}`` for
+      what was not measured).
+    * ``verdict``: ``{"class", "rule", "degree", "sentence", "evidence",
+      "notes"}`` (``verdict.verdict``); ``class`` is one of ``compute``,
+      ``input:fetch``, ``input:prep``, ``input:main``, ``h2d``, ``balanced``.
+    """
+    # verdict builds on this module's functions, so it is imported here, not at the top.
+    from pipeprof.analysis.verdict import attribution, verdict_from_attribution
+
     steps = run.steps
     counted = counted_steps(steps)
     n = len(counted)
@@ -159,6 +177,8 @@ def summarize(run: Run) -> dict[str, Any]:
         "accuracy": float(tail["correct"].sum()) / tail_samples if tail_samples else None,
         "absences": dict(run.meta.get("absences", {})),
     }
+    summary["attribution"] = attribution(run, probe if probe is not None else run.meta.get("probe"))
+    summary["verdict"] = verdict_from_attribution(summary["attribution"])
     return summary
 
 

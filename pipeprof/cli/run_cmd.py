@@ -23,6 +23,7 @@ from pipeprof.errors import UsageError
 from pipeprof.render.console import print_summary
 from pipeprof.run import new_run_folder, save_run
 from pipeprof.measure.loading import LoadingRecorder
+from pipeprof.measure.probe import cached_probe
 from pipeprof.runner import build_workload, profile_workload, resolve_device
 from pipeprof.scenario import load_scenario
 
@@ -56,7 +57,10 @@ def execute(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.overrides)
     if args.out.exists() and not args.out.is_dir():
         raise UsageError(f"--out {args.out}: exists and is not a folder")
-    context = {"scenario_file": str(args.scenario), "overrides": list(args.overrides)}
+    probe, why_not = cached_probe(args.cache)  # the machine's ceilings, if `pipeprof probe` ran here
+    context = {"scenario_file": str(args.scenario), "overrides": list(args.overrides), "probe": probe}
+    if probe is None:
+        context["absences"] = {"probe": f"{why_not}: run pipeprof probe"}
     console = Console(stderr=True)
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TimeRemainingColumn(),

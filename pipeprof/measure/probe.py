@@ -449,6 +449,13 @@ def read_cached(path: Path, key: str, quick: bool) -> tuple[dict[str, Any] | Non
     return probe, ""
 
 
+def cached_probe(cache_root: Path | str | None = None) -> tuple[dict[str, Any] | None, str]:
+    """This machine's cached probe (quick or full) without measuring, or ``(None, why not)``."""
+    facts = machine_facts()
+    root = Path(cache_root) if cache_root is not None else default_cache_root()
+    return read_cached(probe_path(root, facts), facts["key"], quick=True)
+
+
 def _ensure_writable(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)

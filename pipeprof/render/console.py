@@ -17,6 +17,7 @@ from rich.text import Text
 NOT_MEASURED = "not measured"
 
 _BOTTLENECK_STYLE = {"input": "bold red", "compute": "bold green", "balanced": "bold yellow"}
+_VERDICT_STYLE = {**_BOTTLENECK_STYLE, "h2d": "bold red"}
 _MIB = 1024.0**2
 
 
@@ -47,6 +48,12 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     add("compute (% of step time)", _pct(frac.get("compute")))
     add("other (% of step time)", _pct(frac.get("other")))
     add("bottleneck", str(s.get("bottleneck_reason") or klass or NOT_MEASURED), _BOTTLENECK_STYLE.get(klass, ""))
+    verdict = _dict(s.get("verdict"))
+    if verdict.get("class"):
+        family = "input" if str(verdict["class"]).startswith("input:") else str(verdict["class"])
+        text = f"{verdict['class']}: {verdict.get('sentence') or ''}".strip()
+        text += "".join(f"\nnote: {note}" for note in verdict.get("notes") or [])
+        add("verdict", text, _VERDICT_STYLE.get(family, ""))
     per_sample_us = (_scaled(loading.get(k), 1e6) for k in ("fetch_s", "prep_s", "collate_per_sample_s"))
     add("fetch/prep/collate (µs/sample)", _triple(*per_sample_us))
     cache = _dict(s.get("cache"))

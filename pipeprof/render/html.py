@@ -18,7 +18,7 @@ from jinja2 import ChainableUndefined, Environment, PackageLoader, Undefined
 from markupsafe import Markup
 
 from pipeprof.analysis.loading import counted_batches, loading_breakdown
-from pipeprof.analysis.summary import TAIL_FRACTION, counted_window_s, step_breakdown
+from pipeprof.analysis.summary import TAIL_FRACTION, counted_steps, counted_window_s, step_breakdown
 from pipeprof.render import plots
 from pipeprof.run import Run
 
@@ -28,6 +28,47 @@ _BOTTLENECK_TITLES = {
     "input": "Input-bound: training waits for data",
     "compute": "Compute-bound: the data pipeline keeps up",
     "balanced": "Partly input-bound",
+}
+
+# Verdict classes (analysis.verdict.CLASSES): a title, and the CSS family for its color.
+_VERDICT_TITLES = {
+    "compute": "Compute-bound",
+    "input:fetch": "storage (fetch)",
+    "input:prep": "CPU preprocessing (prep)",
+    "input:main": "the training process (main)",
+    "h2d": "Bound by the copy to the device",
+    "balanced": "no single cause",
+}
+
+# Plain words for the verdict's evidence keys; others show as the key itself.
+_EVIDENCE_LABELS = {
+    "data_wait_fraction": "data wait, share of step time",
+    "h2d_fraction": "host → device copy, share of step time",
+    "compute_fraction": "compute, share of step time",
+    "data_wait_mean_s": "data wait per step, mean",
+    "fetch_fraction": "fetch, share of batch-making time",
+    "prep_fraction": "prep, share of batch-making time",
+    "collate_fraction": "collate, share of batch-making time",
+    "fetch_per_sample_s": "fetch per sample",
+    "prep_per_sample_s": "prep per sample",
+    "batch_s": "time to make one batch",
+    "production_over_wait_fraction": "batch-making time over the wait per step",
+    "capacity_batches": "prefetch queue capacity (batches)",
+    "mean_ready_batches": "batches ready when the loop asked, mean",
+    "empty_step_fraction": "steps that found the queue empty",
+    "full_step_fraction": "steps that found the queue full",
+    "ready_wait_fraction": "share of the wait on steps that found a batch ready",
+    "wait_when_ready_mean_s": "wait per step when a batch was ready, mean",
+    "wait_when_empty_mean_s": "wait per step when the queue was empty, mean",
+    "worker_busy_mean_fraction": "workers busy, mean share of their span",
+    "mean_read_bytes_per_s": "disk reads, mean",
+    "peak_read_bytes_per_s": "disk reads, peak",
+    "disk_ceiling": "disk ceiling",
+    "sequential_cold_bytes_per_s": "probed cold sequential read ceiling",
+    "peak_over_sequential_fraction": "peak disk reads over the sequential ceiling",
+    "random_4k_cold_bytes_per_s": "probed cold random 4 KiB read ceiling",
+    "peak_over_random_4k_fraction": "peak disk reads over the random 4 KiB ceiling",
+    "cause_measured": "cause measured (not inferred)",
 }
 
 # Keys of run.json's "absences" that explain a missing plot, first match wins.
@@ -58,8 +99,9 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         scenario_name=summary.get("scenario") or run.name,
         scenario_description=_dict(meta.get("scenario")).get("description"),
         bottleneck_title=title,
+        verdict=_verdict(summary),
         phases=phases,
-        plots=_plots(run, meta),
+        plots=_plots(run, meta, summary),
         loading=_loading(run, meta),
         scenario_sections=_scenario_sections(meta.get("scenario")),
         environment_rows=_rows(meta.get("environment")),
@@ -101,7 +143,74 @@ def _environment() -> Environment:
 # -- what to show --------------------------------------------------------------
 
 
-def _plots(run: Run, meta: dict[str, Any]) -> list[dict[str, Any]]:
+def _verdict(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The verdict block: title, sentence, notes and the evidence rows; None for older summaries."""
+    v = _dict(summary.get("verdict"))
+    klass = v.get("class")
+    if not klass:
+        return None
+    title = _VERDICT_TITLES.get(klass, str(klass))
+    if klass.startswith("input:") or (klass == "balanced" and v.get("degree")):
+        title = f"{str(v.get('degree') or 'input-bound').capitalize()}: {title}"
+    elif klass == "balanced":
+        title = "No counted steps" if v.get("rule") == "R0" else f"Balanced: {title}"
+    family = "input" if klass.startswith("input:") else klass
+    rows = [(_EVIDENCE_LABELS.get(k, k.replace("_", " ")), format_evidence(k, value))
+            for k, value in _dict(v.get("evidence")).items()]
+    return {"class": klass, "family": family, "title": title, "rule": v.get("rule"),
+            "sentence": v.get("sentence") or "", "notes": [str(n) for n in v.get("notes") or []],
+            "rows": rows + _context_rows(_dict(summary.get("attribution")))}
+
+
+def _context_rows(attr: dict[str, Any]) -> list[tuple[str, str]]:
+    """CPU, GPU and disk-ceiling evidence shown under every verdict, "not measured: why" when absent."""
+    rows = []
+    cpu = _dict(attr.get("cpu"))
+    if cpu:
+        wanted = (f"{cpu.get('num_workers')} workers + {cpu.get('torch_threads')} torch threads on "
+                  f"{cpu.get('cores_usable')} usable cores")
+        if cpu.get("oversubscribed") is None:
+            rows.append(("workers + torch threads vs usable cores", _NOT_MEASURED_HTML))
+        else:
+            rows.append(("workers + torch threads vs usable cores",
+                         wanted + (": oversubscribed" if cpu["oversubscribed"] else "")))
+        busy = cpu.get("busy_cores")
+        rows.append(("cores busy (training process + workers), mean",
+                     _NOT_MEASURED_HTML if _missing(busy) else
+                     Markup("{} of {} (training process {}, workers {}, % of one core)").format(
+                         format_number(busy), format_number(cpu.get("cores_usable")),
+                         format_pct(cpu.get("main_cpu_mean_pct")), format_pct(cpu.get("workers_cpu_mean_pct")))))
+    gpu = _dict(attr.get("gpu"))
+    if gpu:
+        rows.append(("GPU idle, mean", Markup('<span class="nm">not measured: {}</span>').format(gpu["absent"])
+                     if "absent" in gpu else format_pct(gpu.get("idle_pct"))))
+    ceiling = _dict(_dict(attr.get("disk")).get("ceiling"))
+    if "absent" in ceiling:
+        rows.append(("disk reads vs the machine's ceiling",
+                     Markup('<span class="nm">not compared: {}</span>').format(ceiling["absent"])))
+    return rows
+
+
+def format_evidence(key: str, value: Any) -> str:
+    """An evidence value formatted by the unit its key ends with."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return value
+    if key.endswith("_fraction"):
+        return format_fraction_pct(value)
+    if key.endswith("_bytes_per_s"):
+        return format_rate(value)
+    if key.endswith("_reads_per_s"):
+        return _NOT_MEASURED_HTML if _missing(value) else f"{format_number(value)} reads/s"
+    if key.endswith("_pct"):
+        return format_pct(value)
+    if key.endswith("_s"):
+        return format_micros(value) if not _missing(value) and abs(float(value)) < 1e-3 else format_seconds(value)
+    return format_number(value)
+
+
+def _plots(run: Run, meta: dict[str, Any], summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Each plot with its SVG (safe markup) or the reason it is absent."""
     absences = _dict(meta.get("absences"))
     window = counted_window_s(run.steps)
@@ -113,6 +222,7 @@ def _plots(run: Run, meta: dict[str, Any]) -> list[dict[str, Any]]:
     items = [
         ("steps", "Step time breakdown", plots.step_breakdown_svg(step_breakdown(run.steps)), steps_reason,
          "Time per counted step in each phase, stacked; the red band is time spent waiting for data."),
+        _prefetch_plot(run, summary),
         ("cpu", "CPU", plots.cpu_svg(samples, window), no_samples,
          "Top: whole machine, % of all cores. Bottom: training process and DataLoader workers, "
          "% of one core (200% = two cores busy). Grey: warm-up, not counted."),
@@ -130,6 +240,18 @@ def _plots(run: Run, meta: dict[str, Any]) -> list[dict[str, Any]]:
         {"id": key, "title": title, "svg": Markup(svg) if svg else None, "reason": reason, "caption": caption}
         for key, title, svg, reason, caption in items
     ]
+
+
+def _prefetch_plot(run: Run, summary: dict[str, Any]) -> tuple[str, str, str | None, str, str]:
+    prefetch = _dict(_dict(summary.get("attribution")).get("prefetch"))
+    reason = str(prefetch.get("absent") or "no counted step has a ready_batches reading")
+    svg = None if "absent" in prefetch else plots.prefetch_queue_svg(counted_steps(run.steps),
+                                                                      prefetch.get("capacity_batches"))
+    return ("prefetch", "Prefetch queue", svg, reason,
+            "Batches already produced and waiting when each counted step called next(), against the queue's "
+            "capacity (num_workers × prefetch_factor). Often empty: the workers are too slow; often full yet "
+            "the loop still waits: the cost is in the training process receiving batches; full then empty: "
+            "bursty supply.")
 
 
 def _loading(run: Run, meta: dict[str, Any]) -> dict[str, Any]:

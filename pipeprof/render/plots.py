@@ -263,6 +263,49 @@ def loading_split_svg(breakdown: pd.DataFrame) -> str | None:
         return _svg(fig, "loading-split")
 
 
+def prefetch_queue_svg(steps: pd.DataFrame, capacity_batches: float | None) -> str | None:
+    """Batches ready in the prefetch queue when each counted step asked, with the capacity line.
+
+    ``steps`` are the counted steps (``analysis.summary.counted_steps``) with
+    ``ready_batches``; ``capacity_batches`` is ``num_workers * prefetch_factor``
+    (from the summary's attribution). Runs longer than ``MAX_POINTS`` steps are
+    drawn as the mean per bin of consecutive steps with the bin's min–max as a
+    band. None when no step has a reading.
+    """
+    if steps is None or steps.empty or any(c not in steps for c in ("step", "ready_batches")):
+        return None
+    df = steps[["step", "ready_batches"]].apply(pd.to_numeric, errors="coerce").dropna()
+    if df.empty:
+        return None
+    per_bin = max(1, math.ceil(len(df) / MAX_POINTS))
+    with rc_context(_RC):
+        fig, ax = _figure()
+        if per_bin == 1:
+            x, y = df["step"].to_numpy(dtype=float), df["ready_batches"].to_numpy(dtype=float)
+            ax.fill_between(x, y, step="mid", color=WORKERS_COLOR, alpha=0.25, linewidth=0)
+            ax.step(x, y, where="mid", color=WORKERS_COLOR, linewidth=1.2, label="batches ready")
+        else:
+            g = df.groupby(np.arange(len(df)) // per_bin)
+            x = g["step"].mean().to_numpy(dtype=float)
+            ax.fill_between(x, g["ready_batches"].min().to_numpy(dtype=float),
+                            g["ready_batches"].max().to_numpy(dtype=float), color=WORKERS_COLOR, alpha=0.2,
+                            linewidth=0, label="min–max in bin")
+            ax.plot(x, g["ready_batches"].mean().to_numpy(dtype=float), color=WORKERS_COLOR, linewidth=1.2,
+                    label=f"batches ready (mean of {per_bin}-step bins)")
+        if len(x) > 1:
+            ax.set_xlim(x[0], x[-1])
+        top = float(df["ready_batches"].max())
+        if capacity_batches:
+            ax.axhline(capacity_batches, color=MACHINE_COLOR, linestyle="--", linewidth=1.0,
+                       label=f"capacity: {capacity_batches:g} (num_workers × prefetch_factor)")
+            top = max(top, float(capacity_batches))
+        ax.set_ylim(0, top * 1.1 + 0.5)
+        ax.set_xlabel("step (counted steps only)")
+        ax.set_ylabel("batches ready")
+        _legend(ax)
+        return _svg(fig, "prefetch")
+
+
 def worker_name(worker: float) -> str:
     """Row label of a loading table's worker id: "main" is the training process (-1)."""
     return "main" if int(worker) < 0 else f"worker {int(worker)}"

@@ -1,0 +1,306 @@
+"""The verdict and its attribution, from hand-made runs whose right answer follows from the numbers."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from pipeprof.analysis.summary import summarize
+from pipeprof.analysis.verdict import CLASSES, NO_PROBE, attribution, verdict
+from pipeprof.render.console import print_summary
+from pipeprof.render.html import render_html
+from pipeprof.run import LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
+
+STEP_S = 0.1  # every step lasts 100 ms
+
+
+def make_run(*, wait: float = 0.3, h2d: float = 0.01, n: int = 40, warmup: int = 4, workers: int = 0,
+             prefetch_factor: int | None = None, ready=None, loading: tuple[float, float, float] | None = None,
+             threads: int = 2, cores: int = 2, read_bytes_per_s: float = 0.0, gpu_util: float | None = None,
+             storage: str = "ram") -> Run:
+    """``n`` steps of 100 ms: ``wait`` and ``h2d`` fractions of each, compute the rest.
+
+    ``ready``: batches ready per step (a number, a list, or None for not observed).
+    ``loading``: (fetch, prep, collate) seconds per batch of 128 samples, made by the
+    training process (0 workers) or by the workers taking turns, each batch just in
+    time for its step; None for a run without loading records.
+    """
+    step = np.arange(n)
+    steps = pd.DataFrame({
+        "step": step, "epoch": 0, "warmup": step < warmup, "t_start_s": step * STEP_S,
+        "data_wait_s": wait * STEP_S, "h2d_s": h2d * STEP_S, "compute_s": (1 - wait - h2d) * STEP_S,
+        "step_s": STEP_S, "host_wait_s": wait * STEP_S, "samples": 128, "loss": 1.0, "correct": 100,
+        "ready_batches": np.nan if ready is None else np.broadcast_to(np.asarray(ready, dtype=float), (n,)),
+    })[STEP_COLUMNS]
+    t = np.arange(0.0, n * STEP_S, 0.05)
+    samples = pd.DataFrame({
+        "t_s": t, "cpu_util_pct": 90.0, "main_cpu_pct": 120.0, "workers_cpu_pct": 50.0 if workers else 0.0,
+        "main_rss_bytes": 1e8, "workers_rss_bytes": 0.0, "tree_rss_bytes": 1e8, "workers": workers,
+        "read_bytes_per_s": read_bytes_per_s,
+    })[SAMPLE_COLUMNS]
+    gpu = {"available": False, "reason": "no GPU in use: training device is cpu"}
+    if gpu_util is not None:
+        samples["gpu_util_pct"] = gpu_util
+        gpu = {"available": True, "name": "Fake GPU"}
+    meta = {
+        "scenario": {"name": "hand-made", "data": {"storage": storage},
+                     "loader": {"batch_size": 128, "num_workers": workers, "prefetch_factor": prefetch_factor}},
+        "device": "cpu", "gpu": gpu, "absences": {},
+        "environment": {"cpu_cores": cores, "torch_threads": threads},
+    }
+    run = Run(meta=meta, steps=steps, samples=samples)
+    if loading is not None:
+        fetch, prep, collate = loading
+        made_s = fetch + prep + collate
+        end = step * STEP_S
+        run.loading = pd.DataFrame({
+            "batch": step, "step": step, "worker": step % workers if workers else -1, "pid": 100,
+            "t_start_s": end - made_s, "t_end_s": end, "fetch_s": fetch, "prep_s": prep, "collate_s": collate,
+            "samples": 128, "nbytes": 128 * 3136, "fetch_max_s": fetch / 64,
+        })[LOADING_COLUMNS]
+    return run
+
+
+# -- one run per class -----------------------------------------------------------------
+
+
+def test_compute_bound():
+    v = verdict(make_run(wait=0.02, loading=(0.001, 0.0, 0.0005)))
+    assert (v["class"], v["rule"], v["degree"]) == ("compute", "R2", None)
+    assert v["evidence"]["data_wait_fraction"] == pytest.approx(0.02)
+    assert "Compute-bound" in v["sentence"] and "2.0%" in v["sentence"]
+
+
+@pytest.mark.parametrize("loading, klass, words", [
+    ((0.025, 0.003, 0.002), "input:fetch", "fetching samples"),
+    ((0.003, 0.025, 0.002), "input:prep", "decoding and transforming"),
+    ((0.003, 0.002, 0.025), "input:main", "collating"),
+])
+def test_no_workers_split_by_loading_fractions(loading, klass, words):
+    v = verdict(make_run(wait=0.3, loading=loading))  # a 30 ms batch for a 30 ms wait
+    assert (v["class"], v["rule"], v["degree"]) == (klass, "R4", "input-bound")
+    assert words in v["sentence"] and "num_workers = 0" in v["sentence"]
+    assert max(v["evidence"][f"{p}_fraction"] for p in ("fetch", "prep", "collate")) == pytest.approx(25 / 30)
+
+
+def test_no_workers_wait_outside_batch_making_is_the_training_process():
+    v = verdict(make_run(wait=0.3, loading=(0.008, 0.001, 0.001)))  # 10 ms of batch making for a 30 ms wait
+    assert (v["class"], v["rule"]) == ("input:main", "R3")
+    assert v["evidence"]["production_over_wait_fraction"] == pytest.approx(1 / 3)
+
+
+def test_workers_with_a_full_queue_yet_waiting_is_the_training_process():
+    # memmap-workers: 8 of 8 ready on most steps, yet the loop waits
+    v = verdict(make_run(wait=0.22, workers=2, prefetch_factor=4, ready=8, loading=(0.01, 0.002, 0.003)))
+    assert (v["class"], v["rule"]) == ("input:main", "R5")
+    ev = v["evidence"]
+    assert ev["capacity_batches"] == 8 and ev["full_step_fraction"] == 1.0 and ev["empty_step_fraction"] == 0.0
+    assert ev["ready_wait_fraction"] == 1.0
+    assert "wait_when_empty_mean_s" not in ev  # no step found it empty: no such mean, not a zero
+    assert "prefetch queue full (8 of 8)" in v["sentence"]
+
+
+def test_workers_with_an_empty_queue_and_fetch_dominant_is_storage():
+    v = verdict(make_run(wait=0.6, workers=2, ready=0, loading=(0.15, 0.01, 0.005)))
+    assert (v["class"], v["rule"]) == ("input:fetch", "R6")
+    assert v["evidence"]["empty_step_fraction"] == 1.0
+    assert v["evidence"]["capacity_batches"] == 4  # prefetch_factor None -> PyTorch's default 2
+    assert "cannot keep up" in v["sentence"]
+
+
+def test_workers_with_an_empty_queue_and_prep_dominant_is_preprocessing():
+    v = verdict(make_run(wait=0.6, workers=2, ready=0, loading=(0.01, 0.15, 0.005)))
+    assert (v["class"], v["rule"]) == ("input:prep", "R6")
+
+
+def test_h2d_bound():
+    v = verdict(make_run(wait=0.1, h2d=0.3))
+    assert (v["class"], v["rule"]) == ("h2d", "R1")
+    assert v["evidence"]["h2d_fraction"] == pytest.approx(0.3)
+
+
+def test_h2d_below_the_wait_is_not_h2d():
+    assert verdict(make_run(wait=0.4, h2d=0.25, loading=(0.03, 0.01, 0.0)))["class"] == "input:fetch"
+
+
+def test_balanced_when_the_queue_is_neither_ready_nor_empty():
+    ready = [0, 5] * 20  # half the steps find a batch ready, and the wait is the same on both
+    v = verdict(make_run(wait=0.3, workers=2, prefetch_factor=4, ready=ready, loading=(0.01, 0.01, 0.0)))
+    assert (v["class"], v["rule"]) == ("balanced", "R7")
+    assert v["evidence"]["ready_wait_fraction"] == pytest.approx(0.5)
+    assert "bursty" in v["sentence"]
+
+
+def test_no_counted_steps():
+    v = verdict(make_run(n=4, warmup=4))
+    assert (v["class"], v["rule"]) == ("balanced", "R0")
+
+
+def test_partly_input_bound_between_5_and_20_percent():
+    v = verdict(make_run(wait=0.12, loading=(0.01, 0.001, 0.001)))
+    assert v["class"] == "input:fetch" and v["degree"] == "partly input-bound"
+    assert v["sentence"].startswith("Partly input-bound (12% of step time")
+
+
+def test_every_class_is_reachable_and_known():
+    seen = {verdict(r)["class"] for r in (
+        make_run(wait=0.01), make_run(wait=0.3, h2d=0.4), make_run(wait=0.3, loading=(0.03, 0, 0)),
+        make_run(wait=0.3, loading=(0, 0.03, 0)), make_run(wait=0.3, loading=(0, 0, 0.03)),
+        make_run(wait=0.3, workers=2, ready=[0, 3] * 20, loading=(0.01, 0.01, 0)))}
+    assert seen == set(CLASSES)
+
+
+# -- attribution ----------------------------------------------------------------------
+
+
+def test_oversubscription_is_detected_and_said():
+    run = make_run(wait=0.22, workers=2, prefetch_factor=4, ready=8, loading=(0.01, 0.002, 0.003))
+    cpu = attribution(run)["cpu"]
+    assert (cpu["num_workers"], cpu["torch_threads"], cpu["cores_usable"], cpu["threads_wanted"]) == (2, 2, 2, 4)
+    assert cpu["oversubscribed"] is True
+    assert cpu["busy_cores"] == pytest.approx(1.7)  # 120% + 50% of one core
+    notes = verdict(run)["notes"]
+    assert any("2 workers + 2 torch threads on 2 usable cores" in n for n in notes)
+
+
+@pytest.mark.parametrize("workers, threads, cores", [(0, 2, 2), (1, 1, 2), (2, 2, 8)])
+def test_no_oversubscription_when_cores_suffice(workers, threads, cores):
+    run = make_run(wait=0.01, workers=workers, threads=threads, cores=cores, ready=1 if workers else None)
+    assert attribution(run)["cpu"]["oversubscribed"] is False
+    assert not any("torch threads" in n for n in verdict(run)["notes"])
+
+
+def test_absent_probe_and_gpu_are_reasons_never_zeros():
+    attr = attribution(make_run(read_bytes_per_s=5e6))
+    assert attr["disk"]["mean_read_bytes_per_s"] == pytest.approx(5e6)
+    assert attr["disk"]["ceiling"] == {"absent": NO_PROBE}
+    assert attr["gpu"] == {"absent": "no GPU in use: training device is cpu"}
+    assert attr["prefetch"]["absent"].startswith("no prefetch queue: num_workers = 0")
+
+
+def test_disk_against_the_probed_ceiling():
+    probe = {"disk": {"sequential_read_cold": {"median_bytes_per_s": 2e9},
+                      "random_read_cold": {"median_reads_per_s": 20_000}}}
+    run = make_run(wait=0.5, read_bytes_per_s=1e8, loading=(0.04, 0.005, 0.005))
+    ceiling = attribution(run, probe)["disk"]["ceiling"]
+    assert ceiling["sequential_cold_bytes_per_s"] == 2e9
+    assert ceiling["random_4k_cold_bytes_per_s"] == 20_000 * 4096
+    assert ceiling["peak_over_sequential_fraction"] == pytest.approx(0.05)
+    v = verdict(run, probe)
+    assert v["class"] == "input:fetch" and "of the probed cold sequential ceiling" in v["sentence"]
+    assert "no machine probe" in verdict(run)["sentence"]
+    refused = {"disk": {"sequential_read_cold": {"absent": "the page cache was not dropped"},
+                        "random_read_cold": {"absent": "the page cache was not dropped"}}}
+    assert attribution(run, refused)["disk"]["ceiling"] == {"absent": "machine probe: the page cache was not dropped"}
+
+
+def test_gpu_idle_when_a_gpu_was_sampled():
+    assert attribution(make_run(gpu_util=35.0))["gpu"] == {"mean_util_pct": 35.0, "idle_pct": 65.0}
+
+
+def test_prefetch_occupancy():
+    ready = [0] * 10 + [4] * 20 + [8] * 10  # counted steps 4..39: 6 empty, 20 half, 10 full
+    p = attribution(make_run(workers=2, prefetch_factor=4, ready=ready))["prefetch"]
+    assert p["capacity_batches"] == 8 and p["steps_observed"] == 36
+    assert p["empty_step_fraction"] == pytest.approx(6 / 36)
+    assert p["full_step_fraction"] == pytest.approx(10 / 36)
+    assert p["mean_ready_batches"] == pytest.approx((20 * 4 + 10 * 8) / 36)
+    assert p["mean_occupancy_fraction"] == pytest.approx(p["mean_ready_batches"] / 8)
+
+
+def test_cold_cache_that_was_not_cold_is_said():
+    run = make_run(wait=0.5, storage="memmap", loading=(0.04, 0.005, 0.005))
+    run.meta["scenario"]["data"]["samples"] = 1000
+    run.meta["cache"] = {"mode": "cold", "dataset_bytes": 10**8, "drops": [{"epoch": 0, "dropped": True}]}
+    run.processes = pd.DataFrame({"t_s": [0.0, 4.0], "pid": 1, "role": "main", "cpu_pct": 100.0,
+                                  "rss_bytes": 1e8, "read_bytes": [0.0, 1e5], "uss_bytes": np.nan})[PROCESS_COLUMNS]
+    v = verdict(run)
+    assert any(n.startswith("The cold page cache was not cold") for n in v["notes"])
+
+
+# -- older runs ------------------------------------------------------------------------
+
+
+def test_older_run_without_queue_or_loading_records_still_gets_a_verdict():
+    disk_bound = verdict(make_run(wait=0.5, workers=2, read_bytes_per_s=5e7))
+    assert (disk_bound["class"], disk_bound["rule"]) == ("input:fetch", "R9")
+    assert disk_bound["evidence"]["cause_measured"] is False and "inferred" in disk_bound["sentence"]
+    assert verdict(make_run(wait=0.5, workers=2))["class"] == "input:prep"
+    assert verdict(make_run(wait=0.5, workers=0))["class"] == "input:main"
+    attr = attribution(make_run(wait=0.5, workers=2))
+    assert "absent" in attr["loading"] and "absent" in attr["prefetch"]
+
+
+def test_older_run_with_loading_but_no_queue_uses_worker_busy_time():
+    idle = verdict(make_run(wait=0.3, workers=2, loading=(0.01, 0.005, 0.005)))  # busy ~10% of their span
+    assert (idle["class"], idle["rule"]) == ("input:main", "R8")
+    busy = verdict(make_run(wait=0.6, workers=2, loading=(0.18, 0.01, 0.005)))  # busy ~97%
+    assert (busy["class"], busy["rule"]) == ("input:fetch", "R8")
+
+
+def test_run_without_loader_metadata_reads_workers_from_loading_records():
+    run = make_run(wait=0.3, loading=(0.003, 0.025, 0.002))
+    del run.meta["scenario"]["loader"]
+    assert verdict(run)["class"] == "input:prep"
+
+
+# -- summary, report, console ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def workers_run() -> Run:
+    return make_run(wait=0.22, workers=2, prefetch_factor=4, ready=8, loading=(0.01, 0.002, 0.003))
+
+
+def test_summary_keeps_the_coarse_bottleneck_and_adds_verdict_and_attribution(workers_run):
+    s = summarize(workers_run)
+    assert s["bottleneck"] == "input"
+    assert s["verdict"]["class"] == "input:main" and s["verdict"]["sentence"]
+    assert set(s["attribution"]) == {"step", "loading", "cpu", "disk", "gpu", "prefetch", "data", "cache"}
+    assert "NaN" not in to_json(s)
+
+
+def test_html_shows_the_verdict_first_and_the_occupancy_plot(workers_run):
+    s = summarize(workers_run)
+    html = render_html(workers_run, s)
+    top = html.split('<section class="headline', 1)[0]  # before the headline cards
+    assert 'id="verdict-sentence">Input-bound (22% of step time waiting for data)' in top
+    assert "the training process (main)" in top and "input:main" in top
+    assert "2 workers + 2 torch threads on 2 usable cores" in top
+    evidence = html.split('id="evidence-table"', 1)[1].split("</table>", 1)[0]
+    assert "steps that found the queue full" in evidence and "100.0%" in evidence
+    assert "not measured: no GPU in use" in evidence
+    queue = html.split('id="plot-prefetch"', 1)[1].split("</figure>", 1)[0]
+    assert "<svg" in queue and "capacity: 8" in queue
+    ids = re.findall(r'\bid="([^"]+)"', html)
+    assert len(ids) == len(set(ids))
+
+
+def test_html_without_a_queue_says_why():
+    run = make_run(wait=0.3, loading=(0.003, 0.025, 0.002))
+    html = render_html(run, summarize(run))
+    queue = html.split('id="plot-prefetch"', 1)[1].split("</figure>", 1)[0]
+    assert "<svg" not in queue and "not measured: no prefetch queue: num_workers = 0" in queue
+    assert "input:prep" in html.split('<section class="headline', 1)[0]
+
+
+def test_html_of_an_older_summary_without_a_verdict():
+    run = make_run()
+    s = summarize(run)
+    del s["verdict"], s["attribution"]
+    html = render_html(run, s)
+    assert 'id="verdict"' not in html and 'id="evidence-table"' not in html
+    assert "not measured: no counted step has a ready_batches reading" in html
+
+
+def test_console_has_one_verdict_row(workers_run):
+    console = Console(record=True, width=200)
+    print_summary(summarize(workers_run), "runs/x", console=console)
+    text = console.export_text()
+    assert re.search(r"verdict\s+input:main: Input-bound \(22% of step time", text)
+    assert "note: 2 workers + 2 torch threads" in text
+    assert len(re.findall(r"^verdict\b", text, re.M)) == 1
