@@ -4,6 +4,7 @@ Commands:
   run SCENARIO     profile a scenario: train it, time every step, sample the system, write a report
   report RUN...    (re)render report.html and summary.json of run folders
   list [DIR]       list the scenarios in a folder (default: scenarios/)
+  diagnose SCENARIO  differential runs (data on the device, decoded in RAM, as given): fetch vs prep stalls
   probe            measure this machine's ceilings (memory, disk, matmul, GPU), cached per machine
 """
 
@@ -14,10 +15,11 @@ import sys
 from typing import NoReturn, Sequence
 
 from pipeprof import __version__
-from pipeprof.cli import list_cmd, probe_cmd, report_cmd, run_cmd
+from pipeprof.cli import diagnose_cmd, list_cmd, probe_cmd, report_cmd, run_cmd
 from pipeprof.errors import UsageError
 
-COMMANDS = {"run": run_cmd, "report": report_cmd, "list": list_cmd, "probe": probe_cmd}
+COMMANDS = {"run": run_cmd, "report": report_cmd, "list": list_cmd, "probe": probe_cmd,
+            "diagnose": diagnose_cmd}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if not getattr(args, "handler", None):
-            raise UsageError("pipeprof: a command is needed: run, report, list or probe (see pipeprof --help)")
+            raise UsageError("pipeprof: a command is needed: run, report, list, probe or diagnose (see pipeprof --help)")
         return args.handler(args)
     except UsageError as e:
         print(f"pipeprof: error: {e}", file=sys.stderr)

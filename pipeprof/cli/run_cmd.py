@@ -27,7 +27,7 @@ from pipeprof.measure.probe import cached_probe
 from pipeprof.runner import build_workload, profile_workload, resolve_device
 from pipeprof.scenario import load_scenario
 
-def _materializing(progress: Progress):
+def materializing_progress(progress: Progress):
     """A materialization progress callback that shows one bar per thing being built."""
     tasks: dict[str, int] = {}
 
@@ -69,7 +69,7 @@ def execute(args: argparse.Namespace) -> int:
     recorder = LoadingRecorder() if scenario.profile.loading else None
     try:
         with progress:
-            work = build_workload(scenario, args.cache, recorder=recorder, progress=_materializing(progress))
+            work = build_workload(scenario, args.cache, recorder=recorder, progress=materializing_progress(progress))
             task = progress.add_task(scenario.name, total=scenario.total_steps())
             run = profile_workload(work, recorder=recorder, context=context,
                                    on_step=lambda done, total: progress.update(task, completed=done))

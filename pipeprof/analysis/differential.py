@@ -1,0 +1,279 @@
+"""Differential analysis: fetch and prep stalls from three short runs of one scenario (DS-Analyzer style).
+
+After DS-Analyzer (Mohan et al., "Analyzing and Mitigating Data Stalls in DNN
+Training", VLDB 2021). ``pipeprof diagnose`` trains the same scenario three
+times, each with a fresh workload, and this module turns their summaries into
+stall fractions. Pure functions over ``summary.json`` dicts; nothing here
+trains, times or renders.
+
+The three runs (``RUNS``), from fastest to slowest in principle:
+
+* ``compute`` — the compute ceiling: the data resident on the training device,
+  batches taken by index, no DataLoader, the transform applied to the whole
+  batch on the device. Its per-sample time is the training step itself.
+* ``prep`` — prep only: the data already decoded in RAM behind the same
+  DataLoader settings and the same transform. It adds what preparing samples
+  costs the loop and is not hidden behind compute: per-sample indexing, the
+  transform, collate, worker hand-off.
+* ``real`` — the scenario as given (fetch + prep). It adds reading from the
+  real placement (page cache, cold disk, emulated throttle) and, for encoded
+  images, decoding: run ``prep`` holds decoded samples, so decoding falls in
+  the fetch stall here, while the direct attribution counts it as ``prep_s``.
+
+With ``T_x`` the samples/s of run ``x`` and ``t_x = 1 / T_x`` seconds per
+sample, the stalls are the increments in per-sample time, each as a share of
+the real run's per-sample time:
+
+    fetch_stall = (t_real - t_prep)    / t_real
+    prep_stall  = (t_prep - t_compute) / t_real
+    compute     =  t_compute           / t_real      (the three sum to 1)
+    stall       = 1 - t_compute / t_real = fetch_stall + prep_stall
+
+The model assumes the costs add up and the compute itself does not change
+between runs. On a CPU the second is only approximately true: DataLoader
+workers share the cores with torch's threads, so a step computes more slowly
+in the real run, and that slow-down shows up here as stall while the direct
+attribution calls it compute — one reason the two can disagree.
+
+Run-to-run noise can order the runs the wrong way round (a prep run faster
+than the ceiling, or slower than the real run). The per-sample times are then
+clamped into the model's order t_compute <= t_prep <= t_real (a prep run
+slower than the real one counts as the real one: no fetch stall), so no stall
+is negative, none exceeds 1 and the three shares still sum to 1. Every
+fraction that clamping changed is in ``clamped``, with its unclamped value
+(also in ``unclamped``) and the reason.
+A fraction that needs a run that failed is null, with the reason in
+``null_reasons``.
+
+Cross-check against the direct attribution of run ``real`` (its own
+``summary.json``), each pair within ``TOLERANCE`` (absolute, in fractions):
+
+* ``data_wait``: the direct share of step time spent waiting for data
+  against the differential ``stall``.
+* ``fetch_share``: the direct share of loading time spent fetching
+  (``loading.fractions.fetch``; prep and collate are the rest) against the
+  differential ``fetch_stall / (fetch_stall + prep_stall)``. Left out (null,
+  with the reason) when the stall is under ``MIN_STALL_TO_SPLIT``: splitting
+  next to nothing is noise. With workers, the direct split is of loading
+  *work*, the differential one of *stall* (what the workers did not hide), so
+  a disagreement there is a finding, not necessarily an error.
+
+A disagreement beyond the tolerance is reported (``agree: false``, both
+numbers), never hidden.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+RUNS = ("compute", "prep", "real")
+
+RUN_TITLES = {
+    "compute": "compute ceiling (data on the device)",
+    "prep": "prep only (decoded data in RAM)",
+    "real": "real placement (fetch + prep)",
+}
+
+# Two attributions of one pipeline "agree" when they are this close (absolute,
+# as fractions: 0.10 = 10 percentage points). On the 2-core development machine
+# a single short run's throughput varies by about +-15%, so tighter is noise.
+TOLERANCE = 0.10
+
+# Below this total stall the fetch/prep split is not judged: a few percent of
+# noisy step time split two ways says nothing.
+MIN_STALL_TO_SPLIT = 0.05
+
+FRACTIONS = ("fetch_stall", "prep_stall", "stall", "compute")
+
+# Which runs each fraction needs.
+_NEEDS = {
+    "fetch_stall": ("prep", "real"),
+    "prep_stall": ("compute", "prep", "real"),
+    "stall": ("compute", "real"),
+    "compute": ("compute", "real"),
+}
+
+
+def throughput(summary: Mapping[str, Any] | None) -> float | None:
+    """A summary's samples/s, or None when it is missing, null or not a positive number."""
+    value = _number((summary or {}).get("samples_per_s"))
+    return value if value is not None and value > 0 else None
+
+
+def stall_fractions(samples_per_s: Mapping[str, float | None],
+                    missing: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Fetch, prep and total stall and the compute share from the three runs' samples/s.
+
+    ``samples_per_s`` maps ``compute`` / ``prep`` / ``real`` to samples/s
+    (None: the run is missing); ``missing`` gives the reason a run is missing.
+    Returns ``{"fractions", "unclamped", "clamped", "null_reasons"}``: each a
+    dict keyed by ``FRACTIONS`` (``clamped`` and ``null_reasons`` only hold the
+    affected ones, with the reason as text).
+    """
+    missing = dict(missing or {})
+    t = {run: (1.0 / v if v else None) for run, v in ((r, samples_per_s.get(r)) for r in RUNS)}
+    for run in RUNS:
+        if t[run] is None:
+            missing.setdefault(run, "no throughput was measured")
+    unclamped: dict[str, float | None] = dict.fromkeys(FRACTIONS)
+    null_reasons: dict[str, str] = {}
+    for name in FRACTIONS:
+        lacking = [r for r in _NEEDS[name] if t[r] is None]
+        if lacking:
+            null_reasons[name] = "needs the " + " and ".join(
+                f"{r} run ({missing[r]})" for r in lacking)
+    unclamped.update(_fractions(t["compute"], t["prep"], t["real"], null_reasons))
+
+    # Noise can order the runs the wrong way round; clamp the per-sample times
+    # into the model's order t_compute <= t_prep <= t_real, so that every
+    # fraction stays in [0, 1] and fetch + prep + compute still sum to 1.
+    tc, tp, tr = t["compute"], t["prep"], t["real"]
+    rate = {r: _rate(samples_per_s.get(r)) for r in RUNS}
+    causes = []
+    if tc is not None and tr is not None and tr < tc:
+        causes.append(f"the real run ({rate['real']}) was faster than the compute ceiling ({rate['compute']})")
+        tr = tc
+    if tp is not None and tr is not None and tp > tr:
+        causes.append(f"the prep run ({rate['prep']}) was slower than the real run ({rate['real']})")
+        tp = tr
+    if tp is not None and tc is not None and tp < tc:
+        causes.append(f"the prep run ({rate['prep']}) was faster than the compute ceiling ({rate['compute']})")
+        tp = tc
+    fractions = _fractions(tc, tp, tr, null_reasons)
+    clamped: dict[str, str] = {}
+    for name, value in fractions.items():
+        before = unclamped[name]
+        if value is not None and before is not None and abs(value - before) > 1e-12:
+            clamped[name] = (f"{_pct(before)} clamped to {_pct(value)}: {'; '.join(causes)} — the model needs "
+                             f"t_compute <= t_prep <= t_real, so this is run-to-run noise or interference")
+    return {"fractions": fractions, "unclamped": unclamped, "clamped": clamped, "null_reasons": null_reasons}
+
+
+def _fractions(tc: float | None, tp: float | None, tr: float | None,
+               null_reasons: Mapping[str, str]) -> dict[str, float | None]:
+    """The model's formulas on per-sample times (seconds); None where ``null_reasons`` says so."""
+    out: dict[str, float | None] = dict.fromkeys(FRACTIONS)
+    if "fetch_stall" not in null_reasons:
+        out["fetch_stall"] = (tr - tp) / tr
+    if "prep_stall" not in null_reasons:
+        out["prep_stall"] = (tp - tc) / tr
+    if "stall" not in null_reasons:
+        out["stall"] = 1.0 - tc / tr
+        out["compute"] = tc / tr
+    return out
+
+
+def cross_check(real: Mapping[str, Any] | None, fractions: Mapping[str, float | None], *,
+                storage: str | None = None, num_workers: int | None = None,
+                missing_reason: str | None = None, tolerance: float = TOLERANCE) -> dict[str, Any]:
+    """Direct attribution of run ``real`` against the differential fractions (see the module docstring).
+
+    ``real`` is the real run's summary (None when it failed, ``missing_reason``
+    says why); ``fractions`` are ``stall_fractions(...)["fractions"]``;
+    ``storage`` and ``num_workers`` of the real run only add notes. Returns
+    ``{"tolerance", "agree", "data_wait", "fetch_share"}``: each check has
+    ``direct``, ``differential``, ``difference`` (direct - differential),
+    ``agree`` (True / False / None when a number is missing), ``reason`` (why
+    null) and ``notes``; the top-level ``agree`` is False when any check
+    disagrees, True when all agree, None when none could be made.
+    """
+    real_reason = f"the real run is missing ({missing_reason or 'no summary'})"
+    direct_wait = _number(((real or {}).get("fractions") or {}).get("data_wait"))
+    wait_reason = None
+    if real is None:
+        wait_reason = real_reason
+    elif direct_wait is None:
+        wait_reason = "the real run has no data-wait fraction (no counted steps)"
+    elif fractions.get("stall") is None:
+        wait_reason = "the differential stall is not known (see null_reasons)"
+    data_wait = _check(direct_wait, fractions.get("stall"), wait_reason, tolerance)
+
+    loading = (real or {}).get("loading")
+    direct_fetch = _number(((loading or {}).get("fractions") or {}).get("fetch"))
+    fetch, prep = fractions.get("fetch_stall"), fractions.get("prep_stall")
+    stall = None if fetch is None or prep is None else fetch + prep
+    split_reason = None
+    if real is None:
+        split_reason = real_reason
+    elif direct_fetch is None:
+        split_reason = ("the real run has no loading records (data on the device, or profile.loading = false)"
+                        if not loading else "the real run measured no loading time")
+    elif stall is None:
+        split_reason = "the differential fetch/prep split is not known (see null_reasons)"
+    elif stall < MIN_STALL_TO_SPLIT:
+        split_reason = (f"the differential stall ({_pct(stall)}) is under {_pct(MIN_STALL_TO_SPLIT)}: "
+                        f"too little to split between fetch and prep")
+    share = fetch / stall if split_reason is None else None
+    fetch_share = _check(direct_fetch, share, split_reason, tolerance)
+    if storage == "images":
+        fetch_share["notes"].append(
+            "decoding is prep in the direct attribution (prep_s) but fetch in the differential one "
+            "(the prep run holds decoded samples), so the differential fetch share is larger by the decode cost")
+    if num_workers:
+        fetch_share["notes"].append(
+            f"with {num_workers} workers loading overlaps compute: the direct split is of loading work, "
+            "the differential one of the stall the workers did not hide")
+        data_wait["notes"].append(
+            "workers share the CPU with the training step; a step slowed by them counts as compute in the "
+            "direct attribution and as stall in the differential one")
+
+    flags = [c["agree"] for c in (data_wait, fetch_share) if c["agree"] is not None]
+    return {"tolerance": tolerance, "agree": (all(flags) if flags else None),
+            "data_wait": data_wait, "fetch_share": fetch_share}
+
+
+def differential(summaries: Mapping[str, Mapping[str, Any] | None], *,
+                 missing: Mapping[str, str] | None = None, storage: str | None = None,
+                 num_workers: int | None = None, tolerance: float = TOLERANCE) -> dict[str, Any]:
+    """The whole analysis from the three runs' summaries (None: the run failed, ``missing`` says why).
+
+    Returns ``{"samples_per_s", "seconds_per_sample", "fractions",
+    "unclamped", "clamped", "null_reasons", "cross_check"}``; see
+    ``stall_fractions`` and ``cross_check``.
+    """
+    missing = dict(missing or {})
+    rates = {}
+    for run in RUNS:
+        rates[run] = throughput(summaries.get(run))
+        if rates[run] is None and summaries.get(run) is not None:
+            missing.setdefault(run, "its summary has no samples/s (no counted steps)")
+    result = stall_fractions(rates, missing)
+    return {
+        "samples_per_s": rates,
+        "seconds_per_sample": {run: (1.0 / v if v else None) for run, v in rates.items()},
+        **result,
+        "cross_check": cross_check(summaries.get("real"), result["fractions"], storage=storage,
+                                   num_workers=num_workers, missing_reason=missing.get("real"),
+                                   tolerance=tolerance),
+    }
+
+
+def _check(direct: float | None, differential_value: float | None, reason: str | None,
+           tolerance: float) -> dict[str, Any]:
+    if reason is not None or direct is None or differential_value is None:
+        return {"direct": direct, "differential": differential_value, "difference": None, "agree": None,
+                "reason": reason or "a number is missing", "notes": []}
+    difference = direct - differential_value
+    # A hair of float slack, so that exactly "tolerance apart" agrees.
+    agree = abs(difference) <= tolerance + 1e-12
+    return {"direct": direct, "differential": differential_value, "difference": difference, "agree": agree,
+            "reason": None, "notes": []}
+
+
+def _number(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _pct(fraction: float) -> str:
+    return f"{100 * fraction:.1f}%"
+
+
+def _rate(samples_per_s: float | None) -> str:
+    return "not measured" if samples_per_s is None else f"{samples_per_s:,.0f} samples/s"

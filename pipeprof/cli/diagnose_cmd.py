@@ -1,0 +1,357 @@
+"""Diagnose a scenario: fetch and prep stalls from three short runs (compute ceiling, prep only, real).
+
+Trains the scenario three times, one after the other, each with a fresh
+workload and at most --steps steps (default: the scenario's own length, at
+most 200; warm-up kept):
+
+  compute  the data resident on the device, batches by index, no DataLoader
+  prep     the data already decoded in RAM, the same transform and loader
+  real     the scenario as given (fetch + prep)
+
+From their samples/s it derives the fetch-stall and prep-stall fractions
+(DS-Analyzer, VLDB 2021) and cross-checks them with the real run's direct
+attribution (its data wait and its fetch/prep loading split); a disagreement
+beyond the stated tolerance is shown, not hidden. Writes
+reports/<UTC>-diagnose-<scenario>/ with the three run folders, diagnosis.json
+and diagnosis.html.
+
+Examples:
+  pipeprof diagnose scenarios/jpeg-decode.toml --set data.samples=5000
+  pipeprof diagnose scenarios/memmap-cold-2workers.toml --steps 100
+
+Exit status: 0 when all three runs completed, 1 when one failed (the others
+are kept and the diagnosis is still written), 130 when interrupted, 2 for bad
+input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pipeprof.analysis.differential import RUN_TITLES, RUNS, differential
+from pipeprof.cli.report_cmd import derived_files
+from pipeprof.cli.run_cmd import materializing_progress
+from pipeprof.errors import UsageError
+from pipeprof.measure.loading import LoadingRecorder
+from pipeprof.render.diagnosis import diagnosis_table, render_diagnosis_html
+from pipeprof.run import new_run_folder, save_run, write_json, write_text
+from pipeprof.runner import build_workload, profile_workload, resolve_device
+from pipeprof.scenario import Scenario, load_scenario, scenario_from_dict
+
+DIAGNOSIS_SCHEMA_VERSION = 1
+DEFAULT_MAX_STEPS = 200  # per sub-run: long enough to leave warm-up behind, short enough for three runs
+
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
+
+# Keys each storage kind refuses (see scenario._check_data), dropped when it is swapped in.
+_NOT_ON_DEVICE = ("format", "quality", "cache", "throttle")
+_NOT_IN_RAM = ("format", "quality", "cache", "throttle")  # throttle emulates storage: not "prep only"
+_NEED_WORKERS = ("prefetch_factor", "persistent_workers")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", metavar="SCENARIO", help="scenario file, e.g. scenarios/jpeg-decode.toml")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a scenario key; the value is read as TOML (repeatable)")
+    p.add_argument("--out", type=Path, default=Path("reports"), help="where the diagnosis folder goes "
+                   "(default: reports)")
+    p.add_argument("--cache", type=Path, default=None,
+                   help="data cache folder (default: $PIPEPROF_CACHE or ~/.cache/pipeprof)")
+    p.add_argument("--steps", type=_positive_int, default=None, metavar="N",
+                   help=f"at most N steps per run, warm-up included (default: the scenario's length, "
+                        f"at most {DEFAULT_MAX_STEPS})")
+    p.add_argument("--quiet", action="store_true", help="no progress lines and no table")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+# ---- the three scenarios ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubRun:
+    """One of the three runs: its role (``compute`` / ``prep`` / ``real``), scenario and what changed."""
+
+    role: str
+    scenario: Scenario
+    changes: tuple[str, ...]  # "data.storage = 'device' (was 'memmap')", ...
+
+
+def scenario_dict(scenario: Scenario) -> dict[str, Any]:
+    """The resolved scenario as a raw dict that ``scenario_from_dict`` accepts back unchanged.
+
+    ``Scenario.to_dict()`` holds every key, defaults included; the validator
+    refuses keys that do not apply (a JPEG quality for PNG), so those and the
+    unset (None) ones are left out, and a throttle becomes its preset or table.
+    """
+    d = scenario.to_dict()
+    data = d["data"]
+    throttle = data.pop("throttle")
+    if throttle is not None:
+        data["throttle"] = throttle["preset"] or {"latency_ms": throttle["latency_ms"],
+                                                  "bandwidth_mb_s": throttle["bandwidth_mb_s"]}
+    if data["storage"] != "images":
+        del data["format"], data["quality"]
+    elif data["format"] != "jpeg":
+        del data["quality"]
+    if data["transform"] != "augment":
+        del data["augment_passes"]
+    for section in ("data", "loader", "model", "train", "profile"):
+        d[section] = {k: v for k, v in d[section].items() if v is not None}
+    return d
+
+
+def sub_scenarios(scenario: Scenario, steps: int, where: str) -> dict[str, SubRun]:
+    """The compute, prep and real scenarios, each ``steps`` long, validated like a scenario file.
+
+    compute: ``data.storage = "device"``, ``loader.num_workers = 0``, without
+    the keys device storage refuses (format, quality, cold cache, throttle)
+    and the worker-only loader keys. prep: ``data.storage = "ram"`` without
+    format, quality, cold cache and throttle (the throttle emulates storage),
+    the loader as given. real: the scenario as given. All keep the transform,
+    model, device and warm-up.
+    """
+    if scenario.train.warmup_steps >= steps:
+        raise UsageError(f"--steps {steps} (on {where}): each run needs more steps than its "
+                         f"train.warmup_steps = {scenario.train.warmup_steps}, so some steps are counted")
+    base = scenario_dict(scenario)
+    base["train"].pop("epochs", None)
+    base["train"]["steps"] = steps
+
+    compute = _copy(base)
+    compute["name"] = f"{scenario.name}-compute"
+    compute["data"]["storage"] = "device"
+    _drop(compute["data"], _NOT_ON_DEVICE)
+    compute["loader"]["num_workers"] = 0
+    _drop(compute["loader"], _NEED_WORKERS)
+
+    prep = _copy(base)
+    prep["name"] = f"{scenario.name}-prep"
+    prep["data"]["storage"] = "ram"
+    _drop(prep["data"], _NOT_IN_RAM)
+
+    raws = {"compute": compute, "prep": prep, "real": _copy(base)}
+    before = _flat(scenario.to_dict())
+    out = {}
+    for role in RUNS:
+        sub = scenario_from_dict(raws[role], f"{where} (diagnose: {role} run)")
+        after = _flat(sub.to_dict())
+        changes = tuple(f"{k} = {_show(after.get(k))} (was {_show(before.get(k))})"
+                        for k in sorted(set(before) | set(after))
+                        if k not in ("name", "description") and before.get(k) != after.get(k))
+        out[role] = SubRun(role, sub, changes)
+    return out
+
+
+def _copy(raw: dict[str, Any]) -> dict[str, Any]:
+    return {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+
+
+def _drop(section: dict[str, Any], keys: tuple[str, ...]) -> None:
+    for key in keys:
+        section.pop(key, None)
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and k != "throttle":
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):  # a throttle
+        return repr(value.get("preset")) if value.get("preset") else (
+            f"{{latency_ms = {value.get('latency_ms')}, bandwidth_mb_s = {value.get('bandwidth_mb_s')}}}")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "unset" if value is None else repr(value)
+
+
+# ---- running them -------------------------------------------------------------------------
+
+
+def execute(args: argparse.Namespace) -> int:
+    scenario = load_scenario(args.scenario, args.overrides)
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out {args.out}: exists and is not a folder")
+    steps = min(scenario.total_steps(), args.steps or DEFAULT_MAX_STEPS)
+    plans = sub_scenarios(scenario, steps, str(args.scenario))
+    resolve_device(scenario.train.device)  # a usage error before any progress line shows
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {args.out}: cannot create the folder ({e.strerror or e})") from None
+    folder = new_run_folder(args.out, f"diagnose-{scenario.name}")
+    context = {"scenario_file": str(args.scenario), "overrides": list(args.overrides)}
+    console = Console(stderr=True)
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(),
+                        console=console, disable=args.quiet, refresh_per_second=4)
+    tmp = Path(tempfile.mkdtemp(dir=args.out, prefix=f".{folder.name}.", suffix=".tmp"))
+    try:
+        os.chmod(tmp, 0o755)
+        outcomes: dict[str, dict[str, Any]] = {}
+        with progress:
+            for role, plan in plans.items():
+                if any(o["status"] == "interrupted" for o in outcomes.values()):
+                    outcomes[role] = _outcome(plan, "skipped", "not run: the diagnosis was interrupted")
+                    continue
+                outcomes[role] = _sub_run(plan, tmp, args.cache, progress,
+                                          dict(context, diagnose={"role": role, "changes": list(plan.changes)}),
+                                          report_name=f"{folder.name}/{role}")
+        diagnosis = build_diagnosis(scenario, plans, outcomes, steps, context)
+        write_json(tmp / "diagnosis.json", diagnosis)
+        write_text(tmp / "diagnosis.html", render_diagnosis_html(diagnosis, folder_name=folder.name))
+        if folder.exists():  # taken while we ran
+            folder = new_run_folder(args.out, f"diagnose-{scenario.name}")
+        os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if not args.quiet:
+        Console().print(diagnosis_table(diagnosis, folder))
+    return _report_status(diagnosis, folder)
+
+
+def _sub_run(plan: SubRun, tmp: Path, cache: Path | None, progress: Progress, context: dict[str, Any], *,
+             report_name: str) -> dict[str, Any]:
+    """Build a fresh workload for ``plan``, profile it, save its run folder under ``tmp``; the outcome."""
+    scenario = plan.scenario
+    title = f"{plan.role:<8} {RUN_TITLES[plan.role]}"
+    task = None
+
+    def result(text: str) -> None:
+        nonlocal task
+        if task is None:
+            task = progress.add_task(title, total=scenario.total_steps())
+        progress.update(task, description=f"{title}  {text}")
+
+    recorder = LoadingRecorder() if scenario.profile.loading else None
+    try:
+        # Data built on first use shows its own bars; the run's line comes after them.
+        work = build_workload(scenario, cache, recorder=recorder, progress=materializing_progress(progress))
+        task = progress.add_task(title, total=scenario.total_steps())
+    except UsageError:
+        raise  # bad input (an unwritable cache folder) is the same for every run: exit 2
+    except KeyboardInterrupt:
+        result("[yellow]interrupted")
+        return _outcome(plan, "interrupted", "interrupted by the user (Ctrl-C) while building the workload")
+    except Exception as e:  # noqa: BLE001 - recorded in the diagnosis: which run failed and why
+        result("[red]failed")
+        return _outcome(plan, "failed", f"building the workload: {type(e).__name__}: {_one_line(e)}")
+    try:
+        run = profile_workload(work, recorder=recorder, context=context,
+                               on_step=lambda done, total: progress.update(task, completed=done))
+    except Exception as e:  # noqa: BLE001 - training failures come back in the run; this is the profiler's own
+        result("[red]failed")
+        return _outcome(plan, "failed", f"profiling: {type(e).__name__}: {_one_line(e)}")
+    finally:
+        del work  # the next run starts from nothing: no data, model or DataLoader workers left over
+        gc.collect()
+    summary, files = derived_files(run, report_name)
+    save_run(run, tmp / plan.role, files)
+    status = str(run.meta.get("status") or "failed")
+    rate = summary.get("samples_per_s")
+    result(f"{rate:,.0f} samples/s" if status == "complete" and rate else f"[red]{status}")
+    return _outcome(plan, status, run.meta.get("error"), folder=plan.role, summary=summary)
+
+
+def _outcome(plan: SubRun, status: str, error: str | None, *, folder: str | None = None,
+             summary: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"plan": plan, "status": status, "error": error, "folder": folder, "summary": summary}
+
+
+def build_diagnosis(scenario: Scenario, plans: dict[str, SubRun], outcomes: dict[str, dict[str, Any]],
+                    steps: int, context: dict[str, Any]) -> dict[str, Any]:
+    """diagnosis.json: the runs, their throughputs, the stall fractions and the cross-check."""
+    summaries, missing = {}, {}
+    for role, o in outcomes.items():
+        if o["status"] == "complete":
+            summaries[role] = o["summary"]
+        else:
+            summaries[role] = None
+            missing[role] = f"{o['status']}: {o['error']}" if o["error"] else o["status"]
+    real = plans["real"].scenario
+    analysis = differential(summaries, missing=missing, storage=real.data.storage,
+                            num_workers=real.loader.num_workers)
+    runs = {}
+    for role, o in outcomes.items():
+        s = o["summary"] or {}
+        sub = plans[role].scenario
+        runs[role] = {
+            "title": RUN_TITLES[role],
+            "scenario": sub.name,
+            "storage": sub.data.storage,
+            "num_workers": sub.loader.num_workers,
+            "changes": list(plans[role].changes),
+            "status": o["status"],
+            "error": o["error"],
+            "folder": o["folder"],
+            "report": f"{o['folder']}/report.html" if o["folder"] else None,
+            "samples_per_s": s.get("samples_per_s"),
+            "data_wait": (s.get("fractions") or {}).get("data_wait"),
+            "device": s.get("device"),
+        }
+    statuses = [o["status"] for o in outcomes.values()]
+    status = ("interrupted" if "interrupted" in statuses else
+              "complete" if all(st == "complete" for st in statuses) else "failed")
+    return {
+        "schema_version": DIAGNOSIS_SCHEMA_VERSION,
+        "scenario": scenario.name,
+        "description": scenario.description,
+        "scenario_file": context.get("scenario_file"),
+        "overrides": context.get("overrides", []),
+        "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "steps_per_run": steps,
+        "warmup_steps": scenario.train.warmup_steps,
+        "status": status,
+        "runs": runs,
+        **analysis,
+    }
+
+
+def _report_status(diagnosis: dict[str, Any], folder: Path) -> int:
+    """Errors and disagreements on stderr, the report path on stdout; the exit status."""
+    for role, r in diagnosis["runs"].items():
+        if r["status"] in ("failed", "interrupted"):
+            print(f"pipeprof: error: the {role} run ({r['title']}) {r['status']}: {r['error']}", file=sys.stderr)
+    check = diagnosis["cross_check"]
+    for name, label in (("data_wait", "data wait"), ("fetch_share", "fetch share of loading")):
+        c = check[name]
+        if c["agree"] is False:
+            print(f"pipeprof: WARNING: cross-check {label}: direct {100 * c['direct']:.1f}% vs differential "
+                  f"{100 * c['differential']:.1f}%, beyond the ±{100 * check['tolerance']:.0f} pp tolerance",
+                  file=sys.stderr)
+    print(f"diagnosis: {folder / 'diagnosis.html'}")
+    if diagnosis["status"] == "interrupted":
+        return EXIT_INTERRUPTED
+    return 0 if diagnosis["status"] == "complete" else EXIT_FAILED
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
