@@ -116,8 +116,12 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
     * ``verdict``: ``{"class", "rule", "degree", "sentence", "evidence",
       "notes"}`` (``verdict.verdict``); ``class`` is one of ``compute``,
       ``input:fetch``, ``input:prep``, ``input:main``, ``h2d``, ``balanced``.
+    * ``recommendations``: ``[{"change", "predicted_samples_per_s",
+      "predicted_speedup", "reason", "model"}]`` ranked by predicted speed-up
+      (``recommend.recommend``; its model is in that module's docstring).
     """
-    # verdict builds on this module's functions, so it is imported here, not at the top.
+    # verdict and recommend build on this module's functions, so they are imported here, not at the top. on this module's functions, so it is imported here, not at the top.
+    from pipeprof.analysis.recommend import recommend
     from pipeprof.analysis.verdict import attribution, verdict_from_attribution
 
     steps = run.steps
@@ -179,6 +183,7 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
     }
     summary["attribution"] = attribution(run, probe if probe is not None else run.meta.get("probe"))
     summary["verdict"] = verdict_from_attribution(summary["attribution"])
+    summary["recommendations"] = recommend(run, summary["attribution"], summary["verdict"])
     return summary
 
 

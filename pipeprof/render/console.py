@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from pipeprof.analysis.recommend import set_text
+
 NOT_MEASURED = "not measured"
 
 _BOTTLENECK_STYLE = {"input": "bold red", "compute": "bold green", "balanced": "bold yellow"}
@@ -54,6 +56,13 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
         text = f"{verdict['class']}: {verdict.get('sentence') or ''}".strip()
         text += "".join(f"\nnote: {note}" for note in verdict.get("notes") or [])
         add("verdict", text, _VERDICT_STYLE.get(family, ""))
+    recs = s.get("recommendations")
+    if isinstance(recs, list) and recs and isinstance(recs[0], dict):
+        top = recs[0]
+        speedup = _value(top.get("predicted_speedup"))
+        text = (f"{set_text(top)} → {_num(top.get('predicted_samples_per_s'))} samples/s"
+                + (f" (×{speedup:.2f})" if speedup is not None else "") + f": {top.get('reason') or ''}")
+        add("top recommendation", text, "bold" if _dict(top.get("change")) else "")
     per_sample_us = (_scaled(loading.get(k), 1e6) for k in ("fetch_s", "prep_s", "collate_per_sample_s"))
     add("fetch/prep/collate (µs/sample)", _triple(*per_sample_us))
     cache = _dict(s.get("cache"))

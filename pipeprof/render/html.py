@@ -18,6 +18,7 @@ from jinja2 import ChainableUndefined, Environment, PackageLoader, Undefined
 from markupsafe import Markup
 
 from pipeprof.analysis.loading import counted_batches, loading_breakdown
+from pipeprof.analysis.recommend import set_text
 from pipeprof.analysis.summary import TAIL_FRACTION, counted_steps, counted_window_s, step_breakdown
 from pipeprof.render import plots
 from pipeprof.run import Run
@@ -100,6 +101,7 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         scenario_description=_dict(meta.get("scenario")).get("description"),
         bottleneck_title=title,
         verdict=_verdict(summary),
+        recommendations=_recommendations(summary),
         phases=phases,
         plots=_plots(run, meta, summary),
         loading=_loading(run, meta),
@@ -160,6 +162,21 @@ def _verdict(summary: dict[str, Any]) -> dict[str, Any] | None:
     return {"class": klass, "family": family, "title": title, "rule": v.get("rule"),
             "sentence": v.get("sentence") or "", "notes": [str(n) for n in v.get("notes") or []],
             "rows": rows + _context_rows(_dict(summary.get("attribution")))}
+
+
+def _recommendations(summary: dict[str, Any]) -> list[dict[str, str]]:
+    """The Recommendations table's rows, formatted; empty for summaries from before recommendations."""
+    recs = summary.get("recommendations")
+    if not isinstance(recs, list):
+        return []
+    return [{"change": set_text(r), "samples_per_s": format_number(r.get("predicted_samples_per_s")),
+             "speedup": _speedup(r.get("predicted_speedup")), "reason": str(r.get("reason") or ""),
+             "note": str(r.get("note") or ""), "model": str(r.get("model") or "")}
+            for r in recs if isinstance(r, dict)]
+
+
+def _speedup(value: Any) -> str:
+    return "not measured" if _missing(value) else f"×{float(value):.2f}"
 
 
 def _context_rows(attr: dict[str, Any]) -> list[tuple[str, str]]:

@@ -1,0 +1,467 @@
+"""Recommendations: what to change, ranked by the speed-up an explicit model predicts.
+
+Pure functions over one run's records, its ``attribution`` and its ``verdict``
+(no torch). Every recommendation is ``{"change", "predicted_samples_per_s",
+"predicted_speedup", "reason", "model"}``: ``change`` holds scenario keys as
+``--set`` takes them (``{"loader.num_workers": 2}``), or is empty for advice
+that is a code change (then ``code_change`` says what to write) and for the
+honest negative; ``predicted_speedup`` is the prediction over the *measured*
+samples/s of the run. Only changes predicted to gain at least ``MIN_GAIN``
+are listed; when none is, the list holds one entry with an empty change and
+the reason in words (compute-bound, saturated cores, or nothing in the model).
+
+The model
+=========
+
+From counted steps (``n`` samples, step times summed):
+
+* compute ceiling ``C = n / Σ(compute_s + h2d_s)``: the loop with no data wait.
+* production per sample ``p = fetch + prep + collate`` (per sample, from the
+  loading records); per-worker rate ``r = 1 / p``. ``io`` is the part of ``p``
+  that waits on storage rather than a core: ``fetch`` when the data is on disk
+  and cold or throttled, else 0 (``cpu = p - io``).
+* cores: ``N`` usable cores; the training process needs ``m`` of them to
+  train (its CPU %/100; with 0 workers scaled by its non-waiting share,
+  since the batch-making moves to the workers); free ``F = max(N - m, 0)``.
+  With ``k`` workers they get ``W(k) = min(k, max(F, k·N/(k+T)))`` cores —
+  the free cores, but at least their fair share of ``N`` among the ``k + T``
+  runnable threads (``T`` torch threads). Each worker then runs at
+  ``1 / (io + cpu · k / W(k))``: workers beyond the free cores share them.
+  Cores the workers take beyond ``F`` come out of training: ``C`` is scaled
+  by ``(N - W(k)) / m`` (at most 1).
+* storage ceiling ``S``: with data read from a cold disk, the probe's cold
+  random reads per second (one read per sample) and its sequential bytes/s
+  over bytes per sample, the smaller; not applied otherwise (warm cache, RAM,
+  no probe), which the reason says.
+
+Throughput with ``k`` workers: ``X(k) = min(C', k / (io + cpu·k/W(k)), S)``;
+with 0 workers the training process makes each batch itself:
+``X(0) = 1 / (p + 1/C)``. Not modelled: the cost of moving batches from the
+workers into the training process (pickling, shared memory), which rule R5 of
+the verdict measures when it dominates; ``C`` and ``m`` are measured under the
+run's own contention (its current workers), so changes far from the run's
+settings are predicted less well.
+
+Candidates (each only where it applies):
+
+* ``loader.num_workers``: the best ``k`` in ``0 … max(2N, current + 2)``
+  (the smallest within 2% of the best), up or down. A ``k`` with
+  ``k + T > N`` comes with ``train.threads = max(1, N - k)`` (never an
+  oversubscribed recommendation), compute then at ``C·min(1, threads/m)``.
+* ``loader.prefetch_factor`` doubled when supply is bursty: workers, the
+  queue empty on >= 30% of steps, the workers busy < 80%: predict ``X(k)``
+  at the current ``k`` (the queue no longer runs dry).
+* ``loader.persistent_workers``: the first counted step of an epoch waits
+  more than two median steps longer than the median wait: predict the run
+  without that excess.
+* whole batches at once (code change: a Dataset ``__getitems__`` or a batch
+  sampler) for in-RAM data when fetch + collate are >= 50% of production:
+  assume 90% of fetch (per-sample indexing) and 80% of collate (stacking
+  one-sample tensors) go away. Measured on a 2-core machine: 46k -> 72–93k
+  samples/s for in-RAM data.
+* ``data.storage = "ram"`` (decoded samples cached in RAM) when the data is
+  on disk and either prep is >= 50% of production for images (decode;
+  assumed all decode unless ``transform = "augment"``) or fetch is >= 50%
+  for cold or throttled data: fetch (and decode) removed.
+* ``data.storage = "device"`` for data sets up to ``DEVICE_DATA_MAX_BYTES``:
+  predict ``C``.
+* ``loader.pin_memory`` on CUDA runs with h2d >= 5%: assume pinning halves
+  the copy time.
+* ``train.threads = N - k`` when workers and torch threads oversubscribe the
+  cores: compute assumed to keep ``C·min(1, threads'/m)`` (the cores the
+  training process really used), workers get ``N - threads'`` cores. Not
+  modelled: torch's intra-op threads stalling on each other when any other
+  load shares the cores — measured on a busy 2-core machine, this alone made
+  ``quick`` ~5x slower with 2 threads than with 1, so these predictions are
+  conservative.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from pipeprof.analysis.summary import counted_steps
+from pipeprof.run import Run
+
+MIN_GAIN = 1.05  # a recommendation must predict at least 5% more samples/s
+NEAR_BEST = 0.98  # the smallest worker count within 2% of the best one wins
+SATURATED_FRACTION = 0.9  # busy cores over usable cores
+BURSTY_EMPTY_FRACTION = 0.3
+WORKERS_SATURATED_BUSY = 0.8
+SLOW_EPOCH_START_STEPS = 2.0  # excess wait, in median steps
+SHARE_DOMINATES = 0.5
+BATCH_FETCH_KEEPS_FETCH = 0.1
+BATCH_FETCH_KEEPS_COLLATE = 0.2
+PIN_MEMORY_H2D = 0.05
+DEVICE_DATA_MAX_BYTES = 2 * 1024**3
+SAMPLE_BYTES = 784 * 4  # a synthetic sample: 28x28 float32
+ON_DISK = ("memmap", "files", "images")
+
+
+def recommend(run: Run, attribution: dict[str, Any], verdict: dict[str, Any]) -> list[dict[str, Any]]:
+    """Recommendations ranked by predicted speed-up (see the module docstring for the model).
+
+    Never empty: without a change worth making, one entry with ``change = {}``,
+    ``predicted_speedup = 1.0`` and the reason.
+    """
+    m = _Model(run, attribution)
+    if m.current is None:
+        return [_negative(None, "no counted steps: nothing to predict from", "none")]
+    recs = [r for r in (m.workers(), m.prefetch(), m.persistent(), m.batch_fetch(), m.cache_in_ram(),
+                        m.on_device(), m.pin_memory(), m.fewer_threads()) if r is not None]
+    recs = [r for r in recs if r["predicted_speedup"] >= MIN_GAIN]
+    recs.sort(key=lambda r: -r["predicted_speedup"])
+    return recs or [m.negative(verdict)]
+
+
+class _Model:
+    """The numbers the model needs, read once from the run and its attribution."""
+
+    def __init__(self, run: Run, attr: dict[str, Any]) -> None:
+        self.attr = attr
+        meta = run.meta if isinstance(run.meta, dict) else {}
+        scenario = _dict(meta.get("scenario"))
+        self.data, self.loader = _dict(scenario.get("data")), _dict(scenario.get("loader"))
+        self.device = str(meta.get("device") or "")
+        steps = counted_steps(run.steps)
+        self.all_steps = run.steps
+        self.counted = steps
+        n = float(steps["samples"].sum()) if len(steps) else 0.0
+        total_s = float(steps["step_s"].sum()) if len(steps) else 0.0
+        busy_s = float((steps["compute_s"] + steps["h2d_s"]).sum()) if len(steps) else 0.0
+        self.samples, self.total_s = n, total_s
+        self.h2d_s = float(steps["h2d_s"].sum()) if len(steps) else 0.0
+        self.current = n / total_s if n and total_s > 0 else None
+        self.ceiling = n / busy_s if n and busy_s > 0 else math.inf
+        self.bytes_per_sample = _bytes_per_sample(run.loading)
+        step, cpu, loading = _dict(attr.get("step")), _dict(attr.get("cpu")), _dict(attr.get("loading"))
+        self.wait = step.get("data_wait_fraction") or 0.0
+        self.h2d = step.get("h2d_fraction") or 0.0
+        self.k = cpu.get("num_workers")
+        if self.k is None:
+            self.k = int(self.loader.get("num_workers") or 0)
+        self.cores = float(cpu.get("cores_usable") or 1)
+        self.threads = float(cpu.get("torch_threads") or self.cores)
+        main = (cpu.get("main_cpu_mean_pct") or 0.0) / 100
+        self.train_cores = main * (1 - self.wait) if self.k == 0 else main
+        self.free = max(self.cores - self.train_cores, 0.0)
+        self.busy_over_usable = cpu.get("busy_over_usable_fraction")
+        self.cpu = cpu
+        self.fetch = self.prep = self.collate = None
+        if "absent" not in loading and loading.get("fetch_per_sample_s") is not None:
+            self.fetch = loading.get("fetch_per_sample_s") or 0.0
+            self.prep = loading.get("prep_per_sample_s") or 0.0
+            self.collate = loading.get("collate_per_sample_s") or 0.0
+        self.loading = loading
+        self.storage = self.data.get("storage") or "ram"
+        self.cold = self.storage in ON_DISK and self.data.get("cache") == "cold"
+        self.throttled = self.data.get("throttle") not in (None, False, "")
+        self.storage_ceiling, self.storage_words = self._storage_ceiling()
+
+    # -- the throughput model ------------------------------------------------------------
+
+    def _storage_ceiling(self) -> tuple[float, str]:
+        if not self.cold:
+            return math.inf, "no storage ceiling (the data is not read from a cold disk)"
+        ceiling = _dict(_dict(self.attr.get("disk")).get("ceiling"))
+        if not ceiling or "absent" in ceiling:
+            why = ceiling.get("absent") if ceiling else _dict(self.attr.get("disk")).get("absent")
+            return math.inf, f"no storage ceiling ({why or 'no probe'})"
+        limits = [v for v in (ceiling.get("random_4k_cold_reads_per_s"),
+                              (ceiling.get("sequential_cold_bytes_per_s") or 0) / self.bytes_per_sample or None)
+                  if v]
+        if not limits:
+            return math.inf, "no storage ceiling (the probe has no cold read rates)"
+        return min(limits), f"storage ceiling {min(limits):,.0f} samples/s (probe, cold reads)"
+
+    def throughput(self, k: int, fetch: float, prep: float, collate: float, *,
+                   ceiling: float | None = None, storage: float | None = None, cores: float | None = None,
+                   threads: float | None = None) -> float:
+        """X(k) in samples/s for per-sample fetch / prep / collate seconds (module docstring)."""
+        c = self.ceiling if ceiling is None else ceiling
+        s = self.storage_ceiling if storage is None else storage
+        p = fetch + prep + collate
+        if k == 0:
+            return min(1.0 / (p + 1.0 / c), s)
+        io = fetch if (self.cold or self.throttled) and self.storage in ON_DISK + ("ram",) else 0.0
+        cpu_s = p - io
+        free = self.free if cores is None else cores
+        w = self.worker_cores(k, free, threads)
+        if w > free and self.train_cores > 0:
+            c *= min(1.0, max(self.cores - w, 0.0) / self.train_cores)  # workers take cores from training
+        per_sample = io + cpu_s * k / w if w > 0 else math.inf
+        return min(c, k / per_sample if per_sample > 0 else math.inf, s)
+
+    def worker_cores(self, k: int, free: float | None = None, threads: float | None = None) -> float:
+        """W(k): the free cores, at least the workers' fair share of all cores among k + T threads."""
+        free = self.free if free is None else free
+        t = self.threads if threads is None else threads
+        return min(k, max(free, k * self.cores / (k + t))) if k else 0.0
+
+    def _parts(self) -> tuple[float, float, float] | None:
+        if self.fetch is None:
+            return None
+        return self.fetch, self.prep, self.collate
+
+    def _rec(self, change: dict[str, Any], predicted: float, reason: str, model: str,
+             **extra: Any) -> dict[str, Any]:
+        return {"change": change, "predicted_samples_per_s": float(predicted),
+                "predicted_speedup": float(predicted / self.current), "reason": reason, "model": model, **extra}
+
+    def _now(self) -> str:
+        return f"{self.current:,.0f} samples/s now"
+
+    def _ceiling_words(self) -> str:
+        return f"compute ceiling {self.ceiling:,.0f} samples/s"
+
+    # -- candidates ----------------------------------------------------------------------
+
+    def workers(self) -> dict[str, Any] | None:
+        parts = self._parts()
+        if parts is None or self.storage == "device":
+            return None
+        top = int(max(2 * self.cores, self.k + 2))
+        predicted = {k: self._with_workers(k, parts) for k in range(top + 1)}
+        best = max(x for x, _ in predicted.values())
+        k = min(k for k, (x, _) in predicted.items() if x >= NEAR_BEST * best)
+        threads = predicted[k][1]
+        if k == self.k and threads is None:
+            return None
+        p = sum(parts)
+        change: dict[str, Any] = {"loader.num_workers": k}
+        if threads is not None:
+            change["train.threads"] = threads
+        extra: dict[str, Any] = {}
+        if k == 0 and self.loader.get("persistent_workers"):
+            change["loader.persistent_workers"] = False
+        if k == 0 and self.loader.get("prefetch_factor") is not None:
+            extra["note"] = "remove loader.prefetch_factor from the scenario: it needs workers"
+        w = self.worker_cores(k) if threads is None else self.worker_cores(k, self.cores - threads, threads)
+        how = (f"with {k} worker{'s' if k != 1 else ''}, each makes a sample in {p * 1e6:,.1f} µs "
+               f"({1 / p:,.0f} samples/s per worker) on {w:.2f} of {self.cores:g} cores (the training process "
+               f"uses {self.train_cores:.2f})" if k else
+               f"the training process makes each sample in {p * 1e6:,.1f} µs between steps")
+        if threads is not None:
+            how += (f"; with {threads} torch thread(s), leaving the workers {self.cores - threads:g} of "
+                    f"{self.cores:g} cores (compute assumed to keep min(1, {threads}/{self.train_cores:.2f}) of "
+                    "its speed)")
+        return self._rec(change, predicted[k][0],
+                         f"{how}; predicted min({self._ceiling_words()}, supply) = {predicted[k][0]:,.0f} samples/s "
+                         f"({self._now()} with {self.k} worker{'s' if self.k != 1 else ''}); {self.storage_words}",
+                         "X(k) = min(C', k / (io + cpu·k/W(k)), S); X(0) = 1/(p + 1/C)", **extra)
+
+    def _with_workers(self, k: int, parts: tuple[float, float, float]) -> tuple[float, int | None]:
+        """X(k), and the torch threads to set with it: never an oversubscribed k + T > N (threads N - k, >= 1)."""
+        if k == 0 or k + self.threads <= self.cores or self.threads <= 1:
+            return self.throughput(k, *parts), None
+        threads = int(max(1, self.cores - k))
+        return self.throughput(k, *parts, ceiling=self._ceiling_with(threads),
+                               cores=max(self.cores - threads, 0.0), threads=threads), threads
+
+    def _ceiling_with(self, threads: int) -> float:
+        """C with fewer torch threads: in proportion to the cores the training process really used, at most C."""
+        return self.ceiling * min(1.0, threads / self.train_cores) if self.train_cores > 0 else self.ceiling
+
+    def prefetch(self) -> dict[str, Any] | None:
+        pre, parts = _dict(self.attr.get("prefetch")), self._parts()
+        if not self.k or parts is None or "absent" in pre:
+            return None
+        empty, busy = pre.get("empty_step_fraction"), self.loading.get("worker_busy_mean_fraction")
+        if empty is None or empty < BURSTY_EMPTY_FRACTION or (busy is not None and busy >= WORKERS_SATURATED_BUSY):
+            return None
+        factor = int(pre.get("prefetch_factor") or 2)
+        x = self.throughput(self.k, *parts)
+        return self._rec({"loader.prefetch_factor": 2 * factor}, x,
+                         f"supply is bursty: {100 * empty:.0f}% of steps found the queue empty while the workers "
+                         f"were busy only {100 * (busy or 0):.0f}% of the time; a deeper queue "
+                         f"({self.k} × {2 * factor} batches) lets them run ahead: predicted {x:,.0f} samples/s, "
+                         f"the supply model at {self.k} workers ({self._now()})",
+                         "X(k) at the current k: the queue no longer runs dry")
+
+    def persistent(self) -> dict[str, Any] | None:
+        if not self.k or self.loader.get("persistent_workers"):
+            return None
+        if self.cold and self.storage == "memmap":
+            return None  # refused by the scenario: mapped pages cannot be dropped
+        steps = self.all_steps
+        if steps.empty or "epoch" not in steps:
+            return None
+        firsts = steps.loc[steps.groupby("epoch")["step"].idxmin()]
+        firsts = firsts[~firsts["warmup"].astype(bool)]
+        if firsts.empty:
+            return None
+        median_wait = float(self.counted["data_wait_s"].median())
+        median_step = float(self.counted["step_s"].median())
+        excess = (firsts["data_wait_s"].astype(float) - median_wait).clip(lower=0.0)
+        if float(excess.mean()) <= SLOW_EPOCH_START_STEPS * median_step:
+            return None
+        saved = float(excess.sum())
+        x = self.samples / max(self.total_s - saved, 1e-12)
+        return self._rec({"loader.persistent_workers": True}, x,
+                         f"the first step of {len(firsts)} epoch(s) waited {float(firsts['data_wait_s'].mean()):.3f} s "
+                         f"on average against a median wait of {median_wait * 1e3:.1f} ms (median step "
+                         f"{median_step * 1e3:.1f} ms): workers are started anew every epoch; keeping them saves "
+                         f"{saved:.2f} s of {self.total_s:.2f} s: predicted {x:,.0f} samples/s ({self._now()})",
+                         "n / (counted time − epoch-start excess wait)")
+
+    def batch_fetch(self) -> dict[str, Any] | None:
+        parts = self._parts()
+        if parts is None or self.storage != "ram" or self.wait < 0.05:
+            return None
+        fetch, prep, collate = parts
+        p = fetch + prep + collate
+        if p <= 0 or (fetch + collate) / p < SHARE_DOMINATES:
+            return None
+        x = self.throughput(self.k, BATCH_FETCH_KEEPS_FETCH * fetch, prep, BATCH_FETCH_KEEPS_COLLATE * collate)
+        return self._rec({}, x,
+                         f"per-sample indexing and collate are {100 * (fetch + collate) / p:.0f}% of making a batch "
+                         f"({fetch * 1e6:.1f} + {collate * 1e6:.1f} µs per sample); taking whole batches at once "
+                         f"(assumed: 90% of fetch and 80% of collate go away) predicts {x:,.0f} samples/s "
+                         f"({self._now()}; measured on 2 cores: in-RAM data from ~46k to 72–93k samples/s)",
+                         "X(k) with fetch × 0.1, collate × 0.2",
+                         code_change="give the Dataset a __getitems__(indices) that returns the whole batch, or "
+                                     "use a BatchSampler with batch_size=None")
+
+    def cache_in_ram(self) -> dict[str, Any] | None:
+        parts = self._parts()
+        if parts is None or self.storage not in ON_DISK:
+            return None
+        fetch, prep, collate = parts
+        p = fetch + prep + collate
+        decode = self.storage == "images" and p > 0 and prep / p >= SHARE_DOMINATES
+        stored = (self.cold or self.throttled or self.storage in ("files",)) and p > 0 and fetch / p >= SHARE_DOMINATES
+        if not (decode or stored) or self.wait < 0.05:
+            return None
+        keep_prep = prep if (self.storage != "images" or self.data.get("transform") == "augment") else 0.0
+        x = self.throughput(self.k, 0.0, keep_prep, collate, storage=math.inf)
+        change: dict[str, Any] = {"data.storage": "ram"}
+        if self.data.get("cache") == "cold":
+            change["data.cache"] = "warm"
+        how = "cold" if self.cold else "throttled" if self.throttled else "one file per sample"
+        what = (f"decoding is {100 * prep / p:.0f}% of making a batch ({prep * 1e6:,.0f} µs per sample)" if decode
+                else f"fetching from {self.storage} ({how}) is {100 * fetch / p:.0f}% of making a batch "
+                     f"({fetch * 1e6:,.0f} µs per sample)")
+        extra = {}
+        if self.storage == "images":
+            extra["note"] = "remove data.format / data.quality from the scenario: they apply to images only"
+        if self.throttled:
+            extra["note"] = "remove data.throttle from the scenario (slow storage is what the cache avoids)"
+        return self._rec(change, x,
+                         f"{what}; with decoded samples cached in RAM fetch{' and decode' if decode else ''} go "
+                         f"away: predicted {x:,.0f} samples/s ({self._now()}, {self._ceiling_words()})",
+                         "X(k) with fetch = 0" + (" and prep = 0 (decode)" if decode and not keep_prep else ""),
+                         **extra)
+
+    def on_device(self) -> dict[str, Any] | None:
+        n = self.data.get("samples")
+        if self.storage == "device" or not n or n * SAMPLE_BYTES > DEVICE_DATA_MAX_BYTES or self.wait < 0.05:
+            return None
+        if not math.isfinite(self.ceiling):
+            return None
+        change: dict[str, Any] = {"data.storage": "device"}
+        if self.k:
+            change["loader.num_workers"] = 0
+        notes = (["remove loader.prefetch_factor from the scenario: it needs workers"]
+                 if self.loader.get("prefetch_factor") is not None else [])
+        if self.storage == "images":
+            notes.append("remove data.format / data.quality from the scenario: they apply to images only")
+        if self.throttled:
+            notes.append("remove data.throttle from the scenario: it does not apply to on-device data")
+        extra = {"note": "; ".join(notes)} if notes else {}
+        if self.loader.get("persistent_workers"):
+            change["loader.persistent_workers"] = False
+        if self.data.get("cache") == "cold":
+            change["data.cache"] = "warm"
+        return self._rec(change, self.ceiling,
+                         f"the data set is small ({n * SAMPLE_BYTES / 1e6:,.0f} MB): held on the device, batches are "
+                         f"taken by index with no loading at all — predicted the {self._ceiling_words()} "
+                         f"({self._now()}, {100 * self.wait:.0f}% waiting for data)",
+                         "C = n / Σ(compute + h2d)", **extra)
+
+    def pin_memory(self) -> dict[str, Any] | None:
+        if not self.device.startswith("cuda") or self.loader.get("pin_memory") or self.h2d < PIN_MEMORY_H2D:
+            return None
+        x = self.samples / max(self.total_s - self.h2d_s / 2, 1e-12)
+        return self._rec({"loader.pin_memory": True}, x,
+                         f"host → device copies take {100 * self.h2d:.0f}% of step time; assuming pinned memory "
+                         f"halves them: predicted {x:,.0f} samples/s ({self._now()})",
+                         "n / (counted time − h2d/2)")
+
+    def fewer_threads(self) -> dict[str, Any] | None:
+        parts = self._parts()
+        if parts is None or not self.k or not self.cpu.get("oversubscribed") or self.wait < 0.05:
+            return None
+        threads = int(max(1, self.cores - self.k))
+        if threads >= self.threads:
+            return None
+        c = self._ceiling_with(threads)
+        x = self.throughput(self.k, *parts, ceiling=c, cores=self.cores - threads, threads=threads)
+        return self._rec({"train.threads": threads}, x,
+                         f"{self.k} workers + {self.threads:g} torch threads want more than {self.cores:g} cores; "
+                         f"with {threads} torch thread(s) the workers get {self.cores - threads:g} core(s) and compute "
+                         f"keeps {c:,.0f} samples/s (assumed: in proportion to the {self.train_cores:.2f} cores the "
+                         f"training process used, at most C): predicted {x:,.0f} "
+                         f"samples/s ({self._now()})",
+                         "min(C·min(1, threads'/m), k / (io + cpu·k/(N − threads')), S)")
+
+    # -- the honest negative -------------------------------------------------------------
+
+    def negative(self, verdict: dict[str, Any]) -> dict[str, Any]:
+        busy = self.busy_over_usable
+        if verdict.get("class") == "compute":
+            threads = ""
+            if self.cpu.get("oversubscribed"):
+                threads = (f"; but {self.k} worker(s) + {self.threads:g} torch threads oversubscribe the "
+                           f"{self.cores:g} cores, which can slow compute far more than this model predicts "
+                           f"(on a busy 2-core machine quick ran ~5x faster with 1 thread): measure "
+                           f"--set train.threads={int(max(1, self.cores - self.k))}")
+            return _negative(self.current,
+                             f"the run is compute-bound: only {100 * self.wait:.1f}% of step time waits for data; "
+                             f"the {self._ceiling_words()} is {100 * (self.ceiling / self.current - 1):.0f}% above "
+                             f"the {self._now()}, so a faster input pipeline cannot gain more — make the model's "
+                             f"step cheaper instead{threads}", "C = n / Σ(compute + h2d)")
+        if busy is not None and busy >= SATURATED_FRACTION:
+            return _negative(self.current,
+                             f"more workers will not help: all {self.cores:g} cores are saturated "
+                             f"({100 * busy:.0f}% busy: training process and workers)",
+                             "W(k) = free cores, none left")
+        return _negative(self.current,
+                         f"no change in the model predicts a gain of {100 * (MIN_GAIN - 1):.0f}% or more "
+                         f"({self._now()}, {self._ceiling_words()}; {self.storage_words})", "all candidates")
+
+
+def set_text(rec: dict[str, Any]) -> str:
+    """A recommendation's change as command-line text: ``--set loader.num_workers=2 ...``, the code change, or
+    ``no change``."""
+    change = _dict(rec.get("change"))
+    if change:
+        return " ".join(f"--set {key}={_toml(value)}" for key, value in change.items())
+    return f"code: {rec['code_change']}" if rec.get("code_change") else "no change"
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value if value.replace("_", "").replace("-", "").isalnum() else repr(value)
+    return str(value)
+
+
+def _negative(current: float | None, reason: str, model: str) -> dict[str, Any]:
+    return {"change": {}, "predicted_samples_per_s": current, "predicted_speedup": 1.0, "reason": reason,
+            "model": model}
+
+
+def _bytes_per_sample(loading: pd.DataFrame | None) -> float:
+    if loading is None or loading.empty or "nbytes" not in loading:
+        return float(SAMPLE_BYTES)
+    nbytes = pd.to_numeric(loading["nbytes"], errors="coerce").sum()
+    samples = pd.to_numeric(loading["samples"], errors="coerce").sum()
+    return float(nbytes / samples) if samples and nbytes else float(SAMPLE_BYTES)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,182 @@
+"""Recommendations from hand-made runs whose predicted throughput follows from the model's arithmetic."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from rich.console import Console
+
+from pipeprof.analysis.recommend import recommend, set_text
+from pipeprof.analysis.summary import summarize
+from pipeprof.analysis.verdict import attribution, verdict_from_attribution
+from pipeprof.render.console import print_summary
+from pipeprof.render.html import render_html
+from pipeprof.scenario import SCHEMA
+from test_verdict import STEP_S, make_run
+
+BATCH = 128
+
+
+def recs_of(run, probe=None):
+    attr = attribution(run, probe)
+    return recommend(run, attr, verdict_from_attribution(attr))
+
+
+def with_main_cpu(run, pct: float):
+    run.samples["main_cpu_pct"] = pct
+    return run
+
+
+def by_key(recs, key):
+    return [r for r in recs if key in r["change"]]
+
+
+def assert_valid_keys(recs):
+    for r in recs:
+        for key in r["change"]:
+            section, _, name = key.rpartition(".")
+            assert name in SCHEMA[section], key
+
+
+def test_num_workers_up_with_free_cores():
+    # 4 cores, 2 torch threads; the training process uses 1.2 cores, 70% of it training (wait 0.3):
+    # 0.84 cores, so 3.16 are free. A worker makes a batch in 0.15 s: 853.3 samples/s each.
+    run = with_main_cpu(make_run(wait=0.3, h2d=0.01, loading=(0.09, 0.05, 0.01), cores=4, threads=2), 120.0)
+    recs = recs_of(run)
+    ceiling = BATCH / (0.7 * STEP_S)  # compute + h2d = 70 ms per step
+    (rec,) = by_key(recs, "loader.num_workers")
+    # X(2) = 2 x 853.3 = 1,707 < C; X(3) = min(C, 2,560) = C = 1,829: the smallest k reaching the best.
+    # 3 workers + 2 torch threads > 4 cores: 1 thread, compute keeps min(1, 1/0.84) of C.
+    assert rec["change"] == {"loader.num_workers": 3, "train.threads": 1}
+    assert rec["predicted_samples_per_s"] == pytest.approx(ceiling)
+    assert rec["predicted_speedup"] == pytest.approx(ceiling / (BATCH / STEP_S))
+    assert "3 workers" in rec["reason"] and "1,829" in rec["reason"]
+    assert_valid_keys(recs)
+
+
+def test_num_workers_down_without_free_cores():
+    # 2 cores, 2 torch threads, 2 workers; the training process uses both cores: nothing is free.
+    run = with_main_cpu(make_run(wait=0.5, h2d=0.01, workers=2, ready=0, loading=(0.02, 0.01, 0.0),
+                                 cores=2, threads=2), 200.0)
+    recs = recs_of(run)
+    ceiling = BATCH / (0.5 * STEP_S)  # compute + h2d = 50 ms per step: 2,560 samples/s
+    (rec,) = by_key(recs, "loader.num_workers")
+    # k=1 needs 1 torch thread (1 + 2 > 2 cores): C' = C x min(1, 1/2) = 1,280, no gain; k=2 with 1 thread the same.
+    # k=0: the training process makes the batches itself, X(0) = 1 / (p + 1/C) = 128 / (0.03 + 0.05) = 1,600.
+    assert rec["change"] == {"loader.num_workers": 0}
+    assert rec["predicted_samples_per_s"] == pytest.approx(1 / (0.03 / BATCH + 1 / ceiling))
+    assert recs[0] is rec
+    assert_valid_keys(recs)
+
+
+def test_ranked_by_predicted_speedup():
+    run = with_main_cpu(make_run(wait=0.3, h2d=0.01, loading=(0.09, 0.05, 0.01), cores=4, threads=2), 120.0)
+    run.meta["scenario"]["data"]["samples"] = 30000  # small: on-device data applies too
+    recs = recs_of(run)
+    assert len(recs) >= 2
+    speedups = [r["predicted_speedup"] for r in recs]
+    assert speedups == sorted(speedups, reverse=True)
+    assert all(s >= 1.05 for s in speedups)
+    assert_valid_keys(recs)
+
+
+def test_compute_bound_says_so():
+    run = make_run(wait=0.02, loading=(0.001, 0.0, 0.0005))
+    (rec,) = recs_of(run)
+    assert rec["change"] == {} and rec["predicted_speedup"] == 1.0
+    assert rec["predicted_samples_per_s"] == pytest.approx(BATCH / STEP_S)
+    assert "compute-bound" in rec["reason"] and "2.0%" in rec["reason"]
+    assert set_text(rec) == "no change"
+
+
+def test_saturated_cores_say_more_workers_will_not_help():
+    # Both cores busy with the training process (200%); per-sample fetch is cheap but training needs the cores.
+    run = with_main_cpu(make_run(wait=0.3, h2d=0.01, loading=(0.02, 0.1, 0.0), cores=2, threads=2), 200.0)
+    (rec,) = recs_of(run)
+    assert rec["change"] == {} and rec["predicted_speedup"] == 1.0
+    assert "more workers will not help" in rec["reason"] and "2 cores are saturated (100%" in rec["reason"]
+
+
+def test_persistent_workers_for_slow_epoch_starts():
+    run = make_run(wait=0.1, workers=2, ready=1, loading=(0.002, 0.002, 0.001), n=40, warmup=4)
+    run.steps["epoch"] = run.steps["step"] // 10
+    starts = run.steps["step"].isin([10, 20, 30])
+    run.steps.loc[starts, "data_wait_s"] = 0.5 + 0.1 * STEP_S
+    run.steps.loc[starts, "step_s"] = 0.5 + STEP_S
+    recs = recs_of(run)
+    (rec,) = by_key(recs, "loader.persistent_workers")
+    assert rec["change"] == {"loader.persistent_workers": True}
+    total_s = 36 * STEP_S + 3 * 0.5
+    assert rec["predicted_samples_per_s"] == pytest.approx(36 * BATCH / (total_s - 3 * 0.5))
+    assert "3 epoch(s)" in rec["reason"]
+    # Without the slow starts there is nothing to gain from keeping the workers.
+    assert not by_key(recs_of(make_run(wait=0.1, workers=2, ready=1, loading=(0.002, 0.002, 0.001))),
+                      "loader.persistent_workers")
+
+
+def test_cache_in_ram_for_cold_memmap():
+    run = make_run(wait=0.5, h2d=0.01, loading=(0.08, 0.002, 0.003), storage="memmap", read_bytes_per_s=5e7)
+    run.meta["scenario"]["data"]["cache"] = "cold"
+    recs = recs_of(run)
+    (rec,) = [r for r in recs if r["change"].get("data.storage") == "ram"]
+    assert rec["change"] == {"data.storage": "ram", "data.cache": "warm"}
+    # 0 workers: X(0) = 1 / (p' + 1/C) with fetch gone: p' = 0.005 s per batch.
+    ceiling = BATCH / (0.5 * STEP_S)
+    assert rec["predicted_samples_per_s"] == pytest.approx(1 / (0.005 / BATCH + 1 / ceiling))
+    assert "cold" in rec["reason"]
+    assert set_text(rec) == "--set data.storage=ram --set data.cache=warm"
+    assert_valid_keys(recs)
+
+
+def test_pin_memory_only_on_cuda():
+    cpu = make_run(wait=0.1, h2d=0.15, loading=(0.002, 0.001, 0.001))
+    assert not by_key(recs_of(cpu), "loader.pin_memory")
+    cuda = make_run(wait=0.1, h2d=0.15, loading=(0.002, 0.001, 0.001), gpu_util=60.0)
+    cuda.meta["device"] = "cuda:0"
+    (rec,) = by_key(recs_of(cuda), "loader.pin_memory")
+    assert rec["predicted_samples_per_s"] == pytest.approx(BATCH / (STEP_S - 0.15 * STEP_S / 2))
+    assert "halves" in rec["reason"]
+
+
+def test_summary_carries_recommendations():
+    s = summarize(make_run(wait=0.02, loading=(0.001, 0.0, 0.0005)))
+    assert s["recommendations"][0]["change"] == {}
+    assert set(s["recommendations"][0]) >= {"change", "predicted_samples_per_s", "predicted_speedup", "reason",
+                                            "model"}
+
+
+
+def test_workers_beyond_free_cores_take_them_from_training():
+    # 2 cores, 1 torch thread; at 0 workers the training process uses 2 cores and waits 40%: it trains on 1.2,
+    # 0.8 are free. One worker gets its fair share W(1) = max(0.8, 2 x 1/2) = 1 core, 0.2 more than is free,
+    # so compute keeps (2 - 1) / 1.2 of C = 128 / 0.06 s: X(1) = min(C / 1.2, 2,133 per worker) = 1,778.
+    run = with_main_cpu(make_run(wait=0.4, h2d=0.0, loading=(0.03, 0.02, 0.01), cores=2, threads=1), 200.0)
+    (rec,) = by_key(recs_of(run), "loader.num_workers")
+    assert rec["change"] == {"loader.num_workers": 1}
+    assert rec["predicted_samples_per_s"] == pytest.approx(BATCH / 0.06 / 1.2)
+
+
+def test_num_workers_up_lowers_torch_threads_on_full_cores():
+    # Same run with 2 torch threads on 2 cores: 1 worker + 2 threads would oversubscribe, so the
+    # recommendation comes with 1 thread; compute keeps min(1, 1 / 1.2) of C, the worker gets the other core.
+    run = with_main_cpu(make_run(wait=0.4, h2d=0.0, loading=(0.03, 0.02, 0.01), cores=2, threads=2), 200.0)
+    (rec,) = by_key(recs_of(run), "loader.num_workers")
+    assert rec["change"] == {"loader.num_workers": 1, "train.threads": 1}
+    assert rec["predicted_samples_per_s"] == pytest.approx(BATCH / 0.06 / 1.2)
+    assert "1 torch thread" in rec["reason"]
+    assert_valid_keys([rec])
+
+
+def test_report_and_console_show_the_recommendations():
+    run = make_run(wait=0.5, h2d=0.01, loading=(0.08, 0.002, 0.003), storage="memmap", read_bytes_per_s=5e7)
+    run.meta["scenario"]["data"]["cache"] = "cold"
+    s = summarize(run)
+    html = render_html(run, s)
+    assert 'id="recommendations-table"' in html and "--set data.storage=ram --set data.cache=warm" in html
+    assert html.index('id="verdict"') < html.index('id="recommendations"') < html.index('class="headline')
+    console = Console(width=200, record=True)
+    print_summary(s, "run-folder", console=console)
+    text = console.export_text()
+    top = set_text(s["recommendations"][0])
+    assert top.startswith("--set ") and re.search(r"top recommendation\s+" + re.escape(top), text)
