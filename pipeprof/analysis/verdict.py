@@ -59,6 +59,7 @@ import pandas as pd
 from pipeprof.analysis.loading import counted_batches, loading_summary
 from pipeprof.analysis.summary import (COMPUTE_BOUND_FRACTION, INPUT_BOUND_FRACTION, cache_check,
                                        counted_steps, counted_window_s, fractions)
+from pipeprof.numbers import finite as _finite
 from pipeprof.run import Run
 
 CLASSES = ("compute", "input:fetch", "input:prep", "input:main", "h2d", "balanced")
@@ -475,12 +476,6 @@ def _max(series: pd.Series | None) -> float | None:
     return None if values is None or values.empty else float(values.max())
 
 
-def _finite(value: Any) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def _dict(value: Any) -> dict[str, Any]:

@@ -6,7 +6,6 @@ so scenario names, reasons and paths are never parsed as rich markup.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeprof.analysis.recommend import set_text
+from pipeprof.numbers import finite as _value, scaled as _scaled
 
 NOT_MEASURED = "not measured"
 
@@ -89,18 +89,6 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _value(value: Any) -> float | None:
-    """A finite float, or None for null / NaN / junk."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
-
-
-def _scaled(value: Any, factor: float) -> float | None:
-    v = _value(value)
-    return None if v is None else v * factor
 
 
 def _num(value: Any, digits: int | None = None) -> str:

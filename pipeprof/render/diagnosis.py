@@ -8,7 +8,6 @@ text goes through Jinja2 autoescaping; the terminal table is built from
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from pipeprof.numbers import finite as _value, scaled as _scaled
 from pipeprof.render.html import format_fraction_pct, format_micros, format_number
 
 CHECK_LABELS = {
@@ -115,17 +115,6 @@ def diagnosis_table(diagnosis: dict[str, Any], folder: str | Path) -> Group:
     return Group(runs, Text(""), result)
 
 
-def _value(value: Any) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
-def _scaled(value: Any, factor: float) -> float | None:
-    v = _value(value)
-    return None if v is None else v * factor
 
 
 def _num(value: Any, digits: int) -> str:
