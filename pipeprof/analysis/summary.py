@@ -181,7 +181,7 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
         "accuracy": float(tail["correct"].sum()) / tail_samples if tail_samples else None,
         "absences": dict(run.meta.get("absences", {})),
     }
-    summary["attribution"] = attribution(run, probe if probe is not None else run.meta.get("probe"))
+    summary["attribution"] = attribution(run, probe if probe is not None else run.meta.get("probe"), summary)
     summary["verdict"] = verdict_from_attribution(summary["attribution"])
     summary["recommendations"] = recommend(run, summary["attribution"], summary["verdict"])
     return summary

@@ -79,8 +79,12 @@ NO_PROBE = "no machine probe: run pipeprof probe"
 # ---- attribution ------------------------------------------------------------------------
 
 
-def attribution(run: Run, probe: dict | None = None) -> dict[str, Any]:
+def attribution(run: Run, probe: dict | None = None, summary: dict[str, Any] | None = None) -> dict[str, Any]:
     """The direct attribution evidence of one run; every number carries its unit in its name.
+
+    ``summary`` (when ``summarize`` calls this) supplies the step fractions, the
+    loading summary and the cache check it already derived, so they are not
+    computed twice.
 
     Sections (``{"absent": reason}`` where something was not measured, never a zero):
 
@@ -116,11 +120,14 @@ def attribution(run: Run, probe: dict | None = None) -> dict[str, Any]:
     meta = run.meta if isinstance(run.meta, dict) else {}
     scenario = _dict(meta.get("scenario"))
     steps = counted_steps(run.steps)
-    frac = fractions(run.steps)
+    if summary is None:
+        frac = fractions(run.steps)
+        loading = loading_summary(counted_batches(run.loading, run.steps))
+        cache = cache_check(run)
+    else:
+        frac, loading, cache = summary["fractions"], summary["loading"], summary["cache"]
     wait_mean_s = _mean(steps.get("data_wait_s"))
-    loading = loading_summary(counted_batches(run.loading, run.steps))
     num_workers = _num_workers(scenario, loading)
-    cache = cache_check(run)
     return {
         "step": {
             "steps": int(len(steps)),

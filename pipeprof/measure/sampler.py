@@ -264,22 +264,20 @@ class SystemSampler:
 
     def _read_bytes(self, proc: Any) -> float:
         """Cumulative bytes this process read from storage (page-cache hits excluded on Linux), or NaN."""
-        try:
-            return proc.io_counters().read_bytes
-        except self._ps.AccessDenied as e:
-            self._absences.setdefault("io_counters", f"psutil.AccessDenied: {e}")
-        except AttributeError:
-            self._absences.setdefault("io_counters", "psutil has no io_counters() on this platform")
-        return NAN
+        return self._optional("io_counters", "io_counters()", lambda: proc.io_counters().read_bytes)
 
     def _uss_bytes(self, proc: Any) -> float:
         """Memory unique to this process, bytes, or NaN."""
+        return self._optional("uss", "memory_full_info().uss", lambda: proc.memory_full_info().uss)
+
+    def _optional(self, name: str, what: str, read: Any) -> float:
+        """``read()``, or NaN with the absence recorded once when psutil cannot give it here."""
         try:
-            return proc.memory_full_info().uss
+            return read()
         except self._ps.AccessDenied as e:
-            self._absences.setdefault("uss", f"psutil.AccessDenied: {e}")
+            self._absences.setdefault(name, f"psutil.AccessDenied: {e}")
         except AttributeError:
-            self._absences.setdefault("uss", "psutil has no memory_full_info().uss on this platform")
+            self._absences.setdefault(name, f"psutil has no {what} on this platform")
         return NAN
 
     def _core_pcts(self) -> list[float]:

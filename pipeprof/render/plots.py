@@ -123,10 +123,10 @@ def cpu_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) ->
     df = _sample_columns(samples, ["cpu_util_pct", "main_cpu_pct", "workers_cpu_pct"])
     if df is None:
         return None
-    return _two_panels(df, window, "cpu",
-                       top=([("cpu_util_pct", "machine", MACHINE_COLOR)], "% of all cores", 105),
-                       bottom=([("main_cpu_pct", "training process", MAIN_COLOR),
-                                ("workers_cpu_pct", "DataLoader workers (sum)", WORKERS_COLOR)], "% of one core", None))
+    return _time_panels(df, window, "cpu",
+                        ([("cpu_util_pct", "machine", MACHINE_COLOR)], "% of all cores", 105),
+                        ([("main_cpu_pct", "training process", MAIN_COLOR),
+                          ("workers_cpu_pct", "DataLoader workers (sum)", WORKERS_COLOR)], "% of one core", None))
 
 
 def memory_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> str | None:
@@ -134,19 +134,11 @@ def memory_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None)
     df = _sample_columns(samples, ["main_rss_bytes", "workers_rss_bytes"])
     if df is None:
         return None
-    df, per_bin = _binned(df)
     df[["main_rss_bytes", "workers_rss_bytes"]] = df[["main_rss_bytes", "workers_rss_bytes"]] / _MIB
-    with rc_context(_RC):
-        fig, ax = _figure()
-        _shade(ax, df["t_s"], window)
-        _line(ax, df, "main_rss_bytes", "training process", MAIN_COLOR)
-        # RSS counts pages shared with the parent once per worker: an upper bound.
-        _line(ax, df, "workers_rss_bytes", "DataLoader workers (RSS sum)", WORKERS_COLOR)
-        ax.set_ylabel("RSS (MiB)")
-        ax.set_ylim(bottom=0)
-        _time_axis(ax, per_bin)
-        _legend(ax)
-        return _svg(fig, "memory")
+    # RSS counts pages shared with the parent once per worker: an upper bound.
+    return _time_panels(df, window, "memory", ([("main_rss_bytes", "training process", MAIN_COLOR),
+                                                ("workers_rss_bytes", "DataLoader workers (RSS sum)", WORKERS_COLOR)],
+                                               "RSS (MiB)", None))
 
 
 def disk_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> str | None:
@@ -154,17 +146,9 @@ def disk_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) -
     df = _sample_columns(samples, ["read_bytes_per_s"])
     if df is None:
         return None
-    df, per_bin = _binned(df)
     df["read_bytes_per_s"] = df["read_bytes_per_s"] / _MIB
-    with rc_context(_RC):
-        fig, ax = _figure()
-        _shade(ax, df["t_s"], window)
-        _line(ax, df, "read_bytes_per_s", "disk reads", MAIN_COLOR, fill=True)
-        ax.set_ylabel("disk reads (MiB/s)")
-        ax.set_ylim(bottom=0)
-        _time_axis(ax, per_bin)
-        _legend(ax)
-        return _svg(fig, "disk")
+    return _time_panels(df, window, "disk", ([("read_bytes_per_s", "disk reads", MAIN_COLOR)],
+                                             "disk reads (MiB/s)", None), fill=True)
 
 
 def gpu_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> str | None:
@@ -173,9 +157,9 @@ def gpu_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) ->
     if df is None:
         return None
     df["gpu_mem_used_bytes"] = df["gpu_mem_used_bytes"] / _MIB
-    return _two_panels(df, window, "gpu",
-                       top=([("gpu_util_pct", "GPU utilization", MAIN_COLOR)], "utilization (%)", 105),
-                       bottom=([("gpu_mem_used_bytes", "GPU memory used", WORKERS_COLOR)], "memory (MiB)", None))
+    return _time_panels(df, window, "gpu",
+                        ([("gpu_util_pct", "GPU utilization", MAIN_COLOR)], "utilization (%)", 105),
+                        ([("gpu_mem_used_bytes", "GPU memory used", WORKERS_COLOR)], "memory (MiB)", None))
 
 
 def loading_timeline_svg(loading: pd.DataFrame, window: tuple[float, float] | None = None) -> str | None:
@@ -314,20 +298,21 @@ def worker_name(worker: float) -> str:
 Panel = tuple[list[tuple[str, str, str]], str, float | None]  # lines (column, label, color), y label, y max
 
 
-def _two_panels(df: pd.DataFrame, window: tuple[float, float] | None, name: str, top: Panel,
-                bottom: Panel) -> str:
-    """Two time plots sharing the x axis, warm-up shaded on both."""
+def _time_panels(df: pd.DataFrame, window: tuple[float, float] | None, name: str, *panels: Panel,
+                 fill: bool = False) -> str:
+    """One or more time plots sharing the x axis (binned to MAX_POINTS), warm-up shaded on each."""
     df, per_bin = _binned(df)
     with rc_context(_RC):
-        fig, axes = _figure(rows=2)
-        for i, (ax, (lines, ylabel, ymax)) in enumerate(zip(axes, (top, bottom))):
+        fig, axes = _figure(rows=len(panels))
+        axes = list(axes) if len(panels) > 1 else [axes]
+        for i, (ax, (lines, ylabel, ymax)) in enumerate(zip(axes, panels)):
             _shade(ax, df["t_s"], window, label=i == 0)
             for column, label, color in lines:
-                _line(ax, df, column, label, color)
+                _line(ax, df, column, label, color, fill=fill)
             ax.set_ylabel(ylabel)
             ax.set_ylim(0, ymax)
             _legend(ax)
-        _time_axis(axes[1], per_bin)
+        _time_axis(axes[-1], per_bin)
         return _svg(fig, name)
 
 
