@@ -1,8 +1,9 @@
 """Run: the raw records of one profiled run, and the run folder on disk.
 
-A run folder holds only what was measured (``run.json`` for metadata, four
-CSV tables for records); everything in ``summary.json`` and ``report.html``
-can be re-derived from it with ``pipeprof report``.
+A run folder holds only what was measured (``run.json`` for metadata, CSV
+tables for records, and the profilers' own files); everything in
+``summary.json`` and ``report.html`` can be re-derived from it with
+``pipeprof report``.
 
 Tables (CSV, one header line, times in seconds since the run started):
 
@@ -19,6 +20,17 @@ Tables (CSV, one header line, times in seconds since the run started):
   ``prep_s`` decoding and transforming them, ``collate_s`` stacking them
   into the batch. Runs from before worker-side timing have no such file and
   load with an empty table.
+* ``functions.csv`` — the code-level view (``profile.cprofile_steps``): what
+  cProfile recorded in the training process (``process`` "main", the
+  profiled window of steps) and in the DataLoader workers ("workers", their
+  whole life, all workers merged), one row per function and caller, columns
+  ``FUNCTION_COLUMNS``. A function's totals are the sums over its rows.
+  Runs without code profiling have an empty table.
+
+Files kept as they were recorded (``ATTACHMENTS``, only when recorded):
+``cprofile-main.prof`` and ``cprofile-workers.prof`` (pstats dumps, for
+``pstats`` / snakeviz) and ``pyspy.speedscope.json`` (py-spy's samples, for
+speedscope).
 """
 
 from __future__ import annotations
@@ -103,8 +115,25 @@ LOADING_COLUMNS = [
     "fetch_max_s",  # the slowest single sample's fetch
 ]
 
+FUNCTION_COLUMNS = [
+    "process",  # "main" (the training process, the profiled window) or "workers" (all workers, their whole life)
+    "file",  # source file; "~" for built-in (C) functions
+    "line",  # first line of the function; 0 for built-ins
+    "function",  # name; built-ins as cProfile names them, e.g. "<built-in method torch._C._nn.linear>"
+    "caller_file",  # the function that made these calls; empty: called from a frame entered before
+    "caller_line",  #   profiling began (the training loop itself, a worker's loop)
+    "caller_function",
+    "calls",  # calls along this edge
+    "primitive_calls",  # calls that were not recursive
+    "tottime_s",  # time in the function itself (not in functions it called)
+    "cumtime_s",  # time in the function and everything it called
+]
+
 TABLES = {"steps": STEP_COLUMNS, "samples": SAMPLE_COLUMNS, "processes": PROCESS_COLUMNS,
-          "loading": LOADING_COLUMNS}
+          "loading": LOADING_COLUMNS, "functions": FUNCTION_COLUMNS}
+
+# Recorded files stored in the run folder as they are (bytes), when a run made them.
+ATTACHMENTS = ("cprofile-main.prof", "cprofile-workers.prof", "pyspy.speedscope.json")
 
 
 @dataclass
@@ -116,6 +145,8 @@ class Run:
     samples: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SAMPLE_COLUMNS))
     processes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PROCESS_COLUMNS))
     loading: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LOADING_COLUMNS))
+    functions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=FUNCTION_COLUMNS))
+    attachments: dict[str, bytes] = field(default_factory=dict)  # file name (one of ATTACHMENTS) -> content
 
     @property
     def name(self) -> str:
@@ -196,6 +227,12 @@ def save_run(run: Run, folder: Path, extra_files: dict[str, str] | None = None) 
         run.samples.to_csv(tmp / "samples.csv", index=False)
         run.processes.to_csv(tmp / "processes.csv", index=False)
         run.loading.to_csv(tmp / "loading.csv", index=False)
+        run.functions.to_csv(tmp / "functions.csv", index=False)
+        for name, content in run.attachments.items():
+            if name not in ATTACHMENTS:
+                raise ValueError(f"unknown attachment {name!r}; known: {', '.join(ATTACHMENTS)}")
+            (tmp / name).write_bytes(content)
+            os.chmod(tmp / name, 0o644)
         for name, text in (extra_files or {}).items():
             write_text(tmp / name, text)
         os.replace(tmp, folder)
@@ -239,7 +276,8 @@ def load_run(folder: Path) -> Run:
         tables[name] = df
     if "warmup" in tables["steps"]:
         tables["steps"]["warmup"] = tables["steps"]["warmup"].astype(bool)
-    return Run(meta=meta, **tables)
+    attachments = {name: (folder / name).read_bytes() for name in ATTACHMENTS if (folder / name).is_file()}
+    return Run(meta=meta, attachments=attachments, **tables)
 
 
 def _one_line(e: BaseException) -> str:

@@ -21,12 +21,16 @@ import pipeprof
 from pipeprof.errors import UsageError
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
+from pipeprof.measure.codeprofile import CodeProfile
+from pipeprof.measure.pyspy import PySpy
 from pipeprof.measure.environment import describe_environment
 from pipeprof.measure.sampler import SystemSampler
+from pipeprof.measure.steady import SteadyState
 from pipeprof.measure.steps import StepTimer, ThroughputTimer
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.measure.prefetch import NAN, ready_batches
-from pipeprof.run import GPU_SAMPLE_COLUMNS, LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run
+from pipeprof.run import (FUNCTION_COLUMNS, GPU_SAMPLE_COLUMNS, LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS,
+                          STEP_COLUMNS, Run)
 from pipeprof.scenario import Scenario
 from pipeprof.storage.base import Progress
 from pipeprof.storage.pagecache import drop
@@ -84,22 +88,32 @@ def build_workload(scenario: Scenario, cache_root: Path | None = None, *, record
 
 
 BeforeEpoch = Callable[[int], None]
+BeforeStep = Callable[[int], None]
+StopAfter = Callable[[int, int], bool]
 
 
 def train_loop(work: Workload, total_steps: int, timer: StepTimer | ThroughputTimer,
                on_step: OnStep | None = None, *, before_epoch: BeforeEpoch | None = None,
-               recorder: LoadingRecorder | None = None) -> None:
+               recorder: LoadingRecorder | None = None, before_step: BeforeStep | None = None,
+               stop_after: StopAfter | None = None) -> None:
     """Train ``total_steps`` steps, a new epoch (a new pass over the batches) whenever one is used up.
 
     ``before_epoch(epoch)`` runs inside the first step's wait for data, after
     the previous epoch's iterator (and its non-persistent workers) is gone and
     before the next one is created, with the step timer paused.
+    ``before_step(i)`` runs before step ``i`` begins, outside the step timer's
+    marks (its time falls in the previous step's "other"): the cProfile window
+    turns on and off there.
+    ``stop_after(i, samples)`` runs after step ``i``; True ends training there
+    (steady-state measurement).
     """
     device, non_blocking, step_fn = work.device, work.non_blocking, work.step_fn
     batches, per_epoch = work.data.batches, work.data.steps_per_epoch()
     iterator = None
     epoch, left = -1, 0
     for i in range(total_steps):
+        if before_step is not None:
+            before_step(i)
         timer.begin(ready_batches(iterator) if left else NAN)
         if left == 0:
             # Ending an epoch's iterator (joining its workers) and starting the
@@ -123,6 +137,8 @@ def train_loop(work: Workload, total_steps: int, timer: StepTimer | ThroughputTi
         timer.computed(len(y), loss, correct, epoch)
         if on_step:
             on_step(i + 1, total_steps)
+        if stop_after is not None and stop_after(i, len(y)):
+            break
     timer.finish()
     iterator = None
 
@@ -178,18 +194,36 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     sampler = SystemSampler(os.getpid(), scenario.profile.sample_hz, clock=clock, t0_s=t0_s, gpu=monitor,
                             tree_refresh_s=scenario.profile.tree_refresh_s,
                             uss_interval_s=scenario.profile.uss_interval_s)
+    profile = scenario.profile
+    code = CodeProfile(scenario.train.warmup_steps, profile.cprofile_steps, work.data.batches) \
+        if profile.cprofile_steps else None
+    spy = PySpy(profile.pyspy_hz) if profile.pyspy_hz else None
+    train = scenario.train
+    steady = SteadyState(clock, train.warmup_steps, train.steady, train.steady_cv, train.steady_windows,
+                         train.steady_window_s, train.max_seconds) if train.steady or train.max_seconds else None
     status, error = "complete", None
     sampler.start()
+    if steady is not None:
+        steady.begin()
+    if spy is not None:
+        spy.start(os.getpid())
     try:
         train_loop(work, scenario.total_steps(), timer, on_step, recorder=recorder,
-                   before_epoch=cold.before_epoch if cold else None)
+                   before_epoch=cold.before_epoch if cold else None,
+                   before_step=code.before_step if code else None,
+                   stop_after=steady.after_step if steady else None)
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted by the user (Ctrl-C)"
     except Exception as e:  # noqa: BLE001 - recorded in the run, shown as one line by the CLI
         status, error = "failed", f"{type(e).__name__}: {' '.join(str(e).split())}"
     finally:
         sampler.stop()
+        # After training, untimed: py-spy writes its file, the workers exit and dump their profiles.
+        recorded = {"pyspy": spy.stop() if spy else None, "cprofile": code.finish() if code else None}
     absences.update(sampler.absences)  # includes the GPU monitor's missing metrics
+    recorded = {name: r for name, r in recorded.items() if r is not None}
+    for r in recorded.values():
+        absences.update(r.absences)
     gpu_meta: dict[str, Any] = {"available": monitor is not None}
     if monitor is not None:
         gpu_meta.update(monitor.info())
@@ -211,10 +245,17 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
         "status": status,
         "error": error,
     }
+    if recorded:
+        meta["code_profile"] = {name: r.meta for name, r in recorded.items()}
     context = dict(context or {})
     absences.update(context.pop("absences", {}))
     meta.update(context)
     steps = pd.DataFrame(timer.rows(), columns=STEP_COLUMNS)
+    if steady is not None:
+        meta["steady"] = steady.meta()
+        first = steady.counted_from()
+        if first is not None:  # the unsteady start is warm-up too
+            steps["warmup"] = steps["warmup"].astype(bool) | (steps["step"] < first)
     sample_rows = sampler.sample_rows()
     extra = sorted({k for row in sample_rows for k in row} - set(SAMPLE_COLUMNS) - set(GPU_SAMPLE_COLUMNS))
     gpu_cols = GPU_SAMPLE_COLUMNS if monitor is not None else []
@@ -222,7 +263,10 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     processes = pd.DataFrame(sampler.process_rows(), columns=PROCESS_COLUMNS)
     loading = pd.DataFrame(recorder.rows() if recorder else [], columns=LOADING_COLUMNS)
     loading[["t_start_s", "t_end_s"]] -= t0_s  # the recorder keeps raw clock readings
-    return Run(meta=meta, steps=steps, samples=samples, processes=processes, loading=loading)
+    functions = pd.DataFrame([row for r in recorded.values() for row in r.rows], columns=FUNCTION_COLUMNS)
+    attachments = {name: content for r in recorded.values() for name, content in r.files.items()}
+    return Run(meta=meta, steps=steps, samples=samples, processes=processes, loading=loading,
+               functions=functions, attachments=attachments)
 
 
 def _by_core(columns: list[str]) -> list[str]:

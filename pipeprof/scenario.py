@@ -89,6 +89,11 @@ class TrainSpec:
     warmup_steps: int = 5
     device: str = "auto"
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    steady: bool = False  # stop once windowed throughput is stable; what came before counts as warm-up
+    max_seconds: float = 0.0  # stop after this long (0: no limit)
+    steady_cv: float = 0.05  # stable: the last steady_windows windows within this coefficient of variation
+    steady_windows: int = 5
+    steady_window_s: float = 0.5  # a window: at least this long (and at least 3 steps)
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,8 @@ class ProfileSpec:
     uss_interval_s: float = 5.0
     tree_refresh_s: float = 1.0
     loading: bool = True  # time fetch / prep / collate inside the workers (~1 us per sample)
+    cprofile_steps: int = 0  # cProfile this many counted steps right after warm-up (and the workers); 0 = off
+    pyspy_hz: int = 0  # py-spy samples the process tree at this rate; 0 = off
 
 
 @dataclass(frozen=True)
@@ -198,12 +205,19 @@ SCHEMA: dict[str, dict[str, Rule]] = {
         "warmup_steps": _int(0),
         "device": Rule("str", "'auto', 'cpu', 'cuda' or 'cuda:N'", _device_ok),
         "threads": _int(0),
+        "steady": BOOL,
+        "max_seconds": Rule("float", "a number of seconds >= 0 (0: no limit)", lambda v: v >= 0),
+        "steady_cv": Rule("float", "a coefficient of variation > 0 and < 1", lambda v: 0 < v < 1),
+        "steady_windows": _int(2),
+        "steady_window_s": _positive_float("a number of seconds > 0"),
     },
     "profile": {
         "sample_hz": Rule("float", "a rate in Hz, > 0 and <= 1000", lambda v: 0 < v <= 1000),
         "uss_interval_s": _positive_float("a number of seconds > 0"),
         "tree_refresh_s": _positive_float("a number of seconds > 0"),
         "loading": BOOL,
+        "cprofile_steps": _int(0),
+        "pyspy_hz": Rule("int", "0 (off) or a rate in Hz, an integer from 1 to 1000", lambda v: 0 <= v <= 1000),
     },
 }
 
@@ -322,6 +336,8 @@ def scenario_from_dict(raw: dict[str, Any], where: str, overrides: list[str] = (
     """Validate a parsed scenario (plus ``--set`` overrides) into a Scenario."""
     values: dict[str, dict[str, Any]] = {s: {} for s in SCHEMA}
     for key, value in raw.items():
+        if key == "sweep":
+            continue  # the grid of `pipeprof sweep` (pipeprof.grid checks it); not a setting of this run
         if key in SECTION_TYPES:
             if not isinstance(value, dict):
                 raise UsageError(f"{where}: {key} = {_toml_repr(value)} is not allowed: expected a [{key}] table")
@@ -390,3 +406,17 @@ def _build(values: dict[str, dict[str, Any]], where: str) -> Scenario:
         raise UsageError(f"{where}: train.warmup_steps = {train.warmup_steps} is not allowed: expected fewer "
                          f"than the {total} steps of the run, so some steps are counted")
     return scenario
+
+
+def check_key(where: str, dotted: str, value: Any) -> None:
+    """Validate one ``section.key`` and its value alone (unknown key, wrong type, impossible value).
+
+    Whether it fits the rest of a scenario is ``scenario_from_dict``'s job.
+    """
+    section, _, key = dotted.rpartition(".")
+    if section not in SECTION_TYPES:
+        raise UsageError(f"{where}: {dotted} is not a scenario key: expected section.key with section one of "
+                         f"{', '.join(SECTION_TYPES)}")
+    if key not in SCHEMA[section]:
+        raise _unknown(where, section, key, list(SCHEMA[section]))
+    _check_value(where, section, key, value)

@@ -14,11 +14,11 @@ import torch
 
 from pipeprof.cli import probe_cmd
 from pipeprof.errors import UsageError
-from pipeprof.measure import probe
+from pipeprof.measure import probe, probe_cache
 from pipeprof.measure.clock import FakeClock
-from pipeprof.measure.probe import (QUICK, load_or_probe, machine_key, measure_disk, measure_h2d,
-                                    measure_matmul, measure_memory_bandwidth, probe_path, run_probe,
-                                    time_repeats)
+from pipeprof.measure.probe import (QUICK, machine_key, measure_disk, measure_h2d, measure_matmul,
+                                    measure_memory_bandwidth, run_probe, time_repeats)
+from pipeprof.measure.probe_cache import load_or_probe, probe_path
 from pipeprof.run import to_json
 from pipeprof.storage.pagecache import DropResult
 
@@ -253,8 +253,8 @@ def parse(*argv):
 
 
 def test_execute_prints_a_table_and_exits_0(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(probe, "run_probe", CountingMeasurer())
-    monkeypatch.setattr(probe, "machine_facts", lambda: MACHINE)
+    monkeypatch.setattr(probe_cache, "run_probe", CountingMeasurer())
+    monkeypatch.setattr(probe_cache, "machine_facts", lambda: MACHINE)
     assert probe_cmd.execute(parse("--cache", str(tmp_path))) == 0
     out = capsys.readouterr().out
     assert "this machine's ceilings" in out and "memory copy (GB/s" in out
@@ -269,7 +269,7 @@ def test_execute_prints_a_table_and_exits_0(tmp_path, monkeypatch, capsys):
 
 
 def test_execute_on_an_unwritable_cache_folder_raises_a_usage_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(probe, "machine_facts", lambda: MACHINE)
+    monkeypatch.setattr(probe_cache, "machine_facts", lambda: MACHINE)
     (tmp_path / "f").write_text("")
     with pytest.raises(UsageError, match="not writable"):
         probe_cmd.execute(parse("--cache", str(tmp_path / "f" / "cache")))

@@ -7,9 +7,10 @@ import re
 import pytest
 from rich.console import Console
 
+from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.recommend import recommend, set_text
 from pipeprof.analysis.summary import summarize
-from pipeprof.analysis.verdict import attribution, verdict_from_attribution
+from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
 from pipeprof.scenario import SCHEMA

@@ -89,6 +89,10 @@ def test_unknown_section(tmp_path):
         ("batch_size = 100", "batch_size = true", "loader.batch_size", "true"),
         ('storage = "ram"', 'storage = "tape"', "data.storage", "'tape'"),
         ("steps = 20", "steps = 2.5", "train.steps", "2.5"),
+        ("steps = 20", "steps = 20\nmax_seconds = -1", "train.max_seconds", "-1"),
+        ("steps = 20", "steps = 20\nsteady_cv = 1.5", "train.steady_cv", "1.5"),
+        ("steps = 20", "steps = 20\nsteady_windows = 1", "train.steady_windows", "1"),
+        ("steps = 20", 'steps = 20\nsteady = "yes"', "train.steady", "'yes'"),
     ],
 )
 def test_bad_values_name_the_key_value_and_what_is_allowed(tmp_path, old, new, key, bad):
@@ -155,3 +159,8 @@ def test_parse_override_keeps_bare_words_as_strings():
     assert parse_override("data.storage=memmap") == ("data", "storage", "memmap")
     assert parse_override("loader.num_workers=4") == ("loader", "num_workers", 4)
     assert parse_override("name=x") == ("", "name", "x")
+
+
+def test_a_sweep_table_is_not_a_setting_of_a_run(tmp_path):
+    s = load_scenario(write(tmp_path, GOOD + "\n[sweep]\nloader.num_workers = [0, 1]\n"))
+    assert s == load_scenario(write(tmp_path, GOOD))

@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from pipeprof.analysis.attribution import NO_PROBE, attribution
 from pipeprof.analysis.summary import summarize
-from pipeprof.analysis.verdict import CLASSES, NO_PROBE, attribution, verdict
+from pipeprof.analysis.verdict import CLASSES, verdict
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
 from pipeprof.run import LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
@@ -93,6 +94,19 @@ def test_no_workers_wait_outside_batch_making_is_the_training_process():
     assert v["evidence"]["production_over_wait_fraction"] == pytest.approx(1 / 3)
 
 
+@pytest.mark.parametrize("loading, klass, rule", [
+    ((0.008, 0.007, 0.001), "input:main", "R3"),  # own work 12 ms + collate 1 against fetch 8 and prep 7
+    ((0.020, 0.002, 0.002), "input:fetch", "R4"),  # own work 6 ms + collate 2 against fetch 20
+])
+def test_no_workers_own_work_counts_against_each_part_not_all_of_them(loading, klass, rule):
+    # A 28 / 30 ms wait; making a batch covers more than half of it, yet in the first
+    # run the training process's own work is the largest share of the wait.
+    wait = 0.28 if rule == "R3" else 0.3
+    v = verdict(make_run(wait=wait, loading=loading))
+    assert (v["class"], v["rule"]) == (klass, rule), v["sentence"]
+    assert v["evidence"]["production_over_wait_fraction"] > 0.5
+
+
 def test_workers_with_a_full_queue_yet_waiting_is_the_training_process():
     # memmap-workers: 8 of 8 ready on most steps, yet the loop waits
     v = verdict(make_run(wait=0.22, workers=2, prefetch_factor=4, ready=8, loading=(0.01, 0.002, 0.003)))
@@ -102,6 +116,15 @@ def test_workers_with_a_full_queue_yet_waiting_is_the_training_process():
     assert ev["ready_wait_fraction"] == 1.0
     assert "wait_when_empty_mean_s" not in ev  # no step found it empty: no such mean, not a zero
     assert "prefetch queue full (8 of 8)" in v["sentence"]
+
+
+def test_saturated_workers_set_the_pace_whatever_the_queue_showed():
+    # Each worker makes every other batch in 190 of its 200 ms (busy ~95%): a batch "ready" at
+    # next() was not the one the loop needed in time; the workers are the limit, by fetch.
+    v = verdict(make_run(wait=0.5, workers=2, ready=1, loading=(0.15, 0.03, 0.01)))
+    assert (v["class"], v["rule"]) == ("input:fetch", "R6"), v["sentence"]
+    assert v["evidence"]["ready_wait_fraction"] == pytest.approx(1.0)
+    assert v["evidence"]["worker_busy_mean_fraction"] >= 0.8 and "busy" in v["sentence"]
 
 
 def test_workers_with_an_empty_queue_and_fetch_dominant_is_storage():

@@ -3,7 +3,8 @@
 Pure functions over the run's DataFrames; nothing here times, samples or
 renders. ``summarize(run)`` returns the ``summary.json`` contract documented
 in the README (``SUMMARY_SCHEMA_VERSION`` is bumped on incompatible change).
-``attribution`` and ``verdict`` come from ``pipeprof.analysis.verdict``.
+``attribution`` comes from ``pipeprof.analysis.attribution``, ``verdict`` from
+``pipeprof.analysis.verdict``, ``recommendations`` from ``pipeprof.analysis.recommend``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import numpy as np
 import pandas as pd
 
 from pipeprof.analysis.cache import cold_cache_check, epoch_reads
+from pipeprof.analysis.hotspots import code_profile
 from pipeprof.analysis.loading import counted_batches, loading_summary
+from pipeprof.analysis.verification import verification
+from pipeprof.analysis.windows import throughput_windows
 from pipeprof.run import Run
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -110,7 +114,7 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
     on top of the README's table (schema 1, additive):
 
     * ``attribution``: the direct evidence, every number with its unit in its
-      name (``verdict.attribution``: ``step``, ``loading``, ``cpu``, ``disk``,
+      name (``attribution.attribution``: ``step``, ``loading``, ``cpu``, ``disk``,
       ``gpu``, ``prefetch``, ``data``, ``cache``; ``{"absent": reason}`` for
       what was not measured).
     * ``verdict``: ``{"class", "rule", "degree", "sentence", "evidence",
@@ -119,10 +123,16 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
     * ``recommendations``: ``[{"change", "predicted_samples_per_s",
       "predicted_speedup", "reason", "model"}]`` ranked by predicted speed-up
       (``recommend.recommend``; its model is in that module's docstring).
+    * ``verification``: predicted against measured speed-up of the top
+      recommendation after ``run --verify`` (``verification.verification``),
+      else null.
+    * ``code_profile``: ``{"cprofile", "pyspy"}``, the code-level view
+      (``hotspots.code_profile``), each ``{"absent": reason}`` when off.
     """
-    # verdict and recommend build on this module's functions, so they are imported here, not at the top. on this module's functions, so it is imported here, not at the top.
+    # attribution, verdict and recommend build on this module's functions: imported here, not at the top.
     from pipeprof.analysis.recommend import recommend
-    from pipeprof.analysis.verdict import attribution, verdict_from_attribution
+    from pipeprof.analysis.attribution import attribution
+    from pipeprof.analysis.verdict import verdict_from_attribution
 
     steps = run.steps
     counted = counted_steps(steps)
@@ -180,10 +190,14 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
         "final_loss": float(tail["loss"].mean()) if n else None,
         "accuracy": float(tail["correct"].sum()) / tail_samples if tail_samples else None,
         "absences": dict(run.meta.get("absences", {})),
+        "steady": run.meta.get("steady"),
     }
     summary["attribution"] = attribution(run, probe if probe is not None else run.meta.get("probe"), summary)
     summary["verdict"] = verdict_from_attribution(summary["attribution"])
     summary["recommendations"] = recommend(run, summary["attribution"], summary["verdict"])
+    summary["verification"] = verification(run.meta.get("verification"), summary["samples_per_s"])
+    summary["throughput"] = throughput_windows(run.steps)
+    summary["code_profile"] = code_profile(run)
     return summary
 
 

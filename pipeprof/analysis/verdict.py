@@ -1,10 +1,10 @@
-"""The verdict: what limits this run's training, with the evidence, from one run's records.
+"""The verdict: what limits this run's training, in one class with a sentence, from its attribution.
 
-Pure functions over a Run's tables and metadata (no torch). ``attribution``
-gathers the direct evidence; ``verdict`` turns it into one class and a
-sentence in plain words. Both land in summary.json (``attribution``,
-``verdict``); the coarse ``bottleneck`` (input / compute / balanced) stays
-as it was.
+Pure functions (no torch). ``pipeprof.analysis.attribution`` gathers the
+direct evidence; ``verdict`` turns it into one class and a sentence in plain
+words by the decision table below. Both land in summary.json
+(``attribution``, ``verdict``); the coarse ``bottleneck`` (input / compute /
+balanced) stays as it was.
 
 Classes: ``compute``; ``input:fetch`` (storage: reading samples' bytes);
 ``input:prep`` (decoding and transforms on the CPU); ``input:main`` (the
@@ -16,7 +16,8 @@ Decision table — the first row that matches wins. ``wait`` and ``h2d`` are
 shares of counted step time; "ready share" is the share of the data wait
 spent on steps that found at least one batch already waiting in the prefetch
 queue (a batch was there, yet the loop waited: the time went into receiving
-it), the rest of the wait being on steps that found the queue empty.
+it, when the workers have slack — see R6), the rest of the wait being on
+steps that found the queue empty.
 
 ====  ==========================================================  ==============================
 rule  condition                                                   class
@@ -25,15 +26,18 @@ R0    no counted steps                                            balanced (noth
 R1    h2d >= 0.20 and h2d >= wait                                 h2d
 R2    wait < 0.05                                                 compute
       -- from here wait >= 0.05: "input-bound" from 0.20, "partly input-bound" below --
-R3    0 workers, loading records, a batch's production time       input:main (the training
-      covers < 50% of the mean wait per step                      process's own overhead)
-R4    0 workers, loading records                                  largest of fetch / prep /
-                                                                  collate -> input:fetch /
-                                                                  input:prep / input:main
-R5    workers, ready_batches observed, ready share >= 0.6         input:main
-R6    workers, ready_batches observed, ready share <= 0.4         workers too slow: fetch vs
-                                                                  prep + collate in the workers
-                                                                  -> input:fetch / input:prep
+R3    0 workers, loading records: the mean wait per step split    input:main (the training
+      (see below); input:main has the largest share and the       process's own overhead)
+      training process's own work is most of it
+R4    0 workers, loading records, otherwise                       the largest share of the wait:
+                                                                  fetch -> input:fetch, prep ->
+                                                                  input:prep, collate + own work
+                                                                  -> input:main
+R5    workers, ready_batches observed, ready share >= 0.6, the    input:main
+      workers not saturated (see R6)
+R6    workers, ready_batches observed, ready share <= 0.4 or      workers too slow: fetch vs
+      the workers saturated: mean busy fraction >= 0.8 (loading   prep + collate in the workers
+      records)                                                    -> input:fetch / input:prep
                                                                   (no loading records: R9)
 R7    workers, ready_batches observed, in between                 balanced
 R8    workers, no ready_batches (older runs), loading records:    input:main
@@ -45,220 +49,54 @@ R9    no usable loading records or queue readings: disk reads     input:fetch, e
                                                                   (workers); marked inferred
 ====  ==========================================================  ==============================
 
+R3 and R4, the physics: with ``num_workers = 0`` nothing overlaps the wait.
+The training process spends each step's wait making the batch, one part
+after another — fetching (storage), decoding and transforming (CPU prep),
+collating — and on its own work around them (the sampler, DataLoader
+bookkeeping, pinning): the rest of the wait, mean wait minus ``batch_s``.
+Collate and that own work are both the training process's (``input:main``);
+the class is the one with the largest share of the wait. (``batch_s`` is
+split by the measured fractions, so the DataLoader's few microseconds between
+a batch's samples go to its parts, not to the own work: never towards
+``input:main``.) An earlier R3 called the own work the cause only when it
+exceeded all of the making put together (making < 50% of the wait), so a
+loop whose own work and collate (15 ms a step) outweighed fetching (8 ms) and
+decoding (7 ms) was called storage-bound, making the batch being 63% of the
+wait (tests/test_ground_truth.py, the mixed case).
+
+R5 and R6, the physics: a worker busy (making batches) 80% or more of its
+span has no slack to get ahead, so the workers set the loop's pace, whatever
+the queue showed at ``next()``. A batch counted as ready then need not be the
+one the loop takes next: with several workers a later batch can arrive first
+(the DataLoader hands batches over in order, so the loop still waits), and on
+cores the workers keep busy, taking a batch from the queue itself waits for a
+core. Workers that keep up fill the queue and idle (busy well below 0.8).
+Before this, the ready share alone decided: on a loaded 2-core machine the
+ground-truth input-bound case (two workers 99% busy, each batch 98 ms of
+work for a 12 ms step) had 54% of its wait on steps with a batch "ready" and
+was called balanced (R7).
+
 Besides the class, ``notes`` say when ``num_workers`` + torch threads exceed
 the usable cores (oversubscription) and when a cold page cache was not cold.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-import pandas as pd
-
-from pipeprof.analysis.loading import counted_batches, loading_summary
-from pipeprof.analysis.summary import (COMPUTE_BOUND_FRACTION, INPUT_BOUND_FRACTION, cache_check,
-                                       counted_steps, counted_window_s, fractions)
+from pipeprof.analysis.attribution import attribution
+from pipeprof.analysis.summary import COMPUTE_BOUND_FRACTION, INPUT_BOUND_FRACTION
 from pipeprof.numbers import finite as _finite
 from pipeprof.run import Run
 
 CLASSES = ("compute", "input:fetch", "input:prep", "input:main", "h2d", "balanced")
 
 H2D_BOUND_FRACTION = 0.20
-PRODUCTION_COVERS_WAIT = 0.5  # R3
 READY_WAIT_MAIN = 0.6  # R5: ready share at or above
 READY_WAIT_WORKERS = 0.4  # R6: ready share at or below
 WORKERS_IDLE_BUSY = 0.5  # R8
-WORKERS_BUSY = 0.8  # R8
+WORKERS_BUSY = 0.8  # R6 and R8: workers busy at least this share of their span set the pace
 DISK_READ_FLOOR_BYTES_PER_S = 1e6  # R9
-DEFAULT_PREFETCH_FACTOR = 2  # torch.utils.data.DataLoader's default with workers
-RANDOM_READ_BYTES = 4096  # the probe's random reads are 4 KiB
-NO_PROBE = "no machine probe: run pipeprof probe"
-
-
-# ---- attribution ------------------------------------------------------------------------
-
-
-def attribution(run: Run, probe: dict | None = None, summary: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The direct attribution evidence of one run; every number carries its unit in its name.
-
-    ``summary`` (when ``summarize`` calls this) supplies the step fractions, the
-    loading summary and the cache check it already derived, so they are not
-    computed twice.
-
-    Sections (``{"absent": reason}`` where something was not measured, never a zero):
-
-    * ``step``: ``data_wait_fraction``, ``h2d_fraction``, ``compute_fraction``,
-      ``other_fraction`` of counted step time; ``steps``; ``step_mean_s``, ``data_wait_mean_s``.
-    * ``loading``: ``workers`` (0: the training process made the batches);
-      ``fetch_per_sample_s``, ``prep_per_sample_s``, ``collate_per_sample_s``,
-      ``collate_per_batch_s``, ``batch_s`` (mean production time per batch);
-      ``fetch_fraction``, ``prep_fraction``, ``collate_fraction`` of production time;
-      ``busy_fraction_by_worker`` (``"main"``, ``"0"``, …) and ``worker_busy_mean_fraction``
-      (DataLoader workers only); ``production_over_wait_fraction``: ``batch_s`` over the
-      mean data wait per step.
-    * ``cpu``: ``cores_usable`` (affinity and cgroup quota), ``torch_threads``,
-      ``num_workers``, ``threads_wanted`` (workers + torch threads), ``oversubscribed``;
-      ``main_cpu_mean_pct`` and ``workers_cpu_mean_pct`` (% of one core),
-      ``machine_cpu_mean_pct`` and ``machine_cpu_peak_pct`` (% of all cores),
-      ``busy_cores`` (training process + workers, in cores) and ``busy_over_usable_fraction``.
-    * ``disk``: ``mean_read_bytes_per_s``, ``peak_read_bytes_per_s`` (process tree, real
-      reads, counted steps) and ``ceiling``: ``sequential_cold_bytes_per_s``,
-      ``random_4k_cold_reads_per_s`` and ``random_4k_cold_bytes_per_s`` from the probe, with
-      ``mean_over_sequential_fraction``, ``peak_over_sequential_fraction``,
-      ``peak_over_random_4k_fraction`` — or ``{"absent": reason}`` without a probe.
-    * ``gpu``: ``mean_util_pct`` and ``idle_pct`` (100 - utilization).
-    * ``prefetch``: ``num_workers``, ``prefetch_factor``, ``capacity_batches``
-      (workers × prefetch factor), ``steps_observed``, ``mean_ready_batches``,
-      ``mean_occupancy_fraction`` (ready / capacity), ``empty_step_fraction`` and
-      ``full_step_fraction`` (share of observed counted steps that found no batch / a
-      full queue), ``ready_wait_fraction`` (share of their data wait on steps that found
-      at least one batch ready), ``wait_when_ready_mean_s``, ``wait_when_empty_mean_s``.
-    * ``data``: ``storage`` kind, ``throttle`` (emulated slow storage or None),
-      ``pin_memory``; ``cache``: ``{"cache", "verified", "reason"}`` or absent.
-    """
-    meta = run.meta if isinstance(run.meta, dict) else {}
-    scenario = _dict(meta.get("scenario"))
-    steps = counted_steps(run.steps)
-    if summary is None:
-        frac = fractions(run.steps)
-        loading = loading_summary(counted_batches(run.loading, run.steps))
-        cache = cache_check(run)
-    else:
-        frac, loading, cache = summary["fractions"], summary["loading"], summary["cache"]
-    wait_mean_s = _mean(steps.get("data_wait_s"))
-    num_workers = _num_workers(scenario, loading)
-    return {
-        "step": {
-            "steps": int(len(steps)),
-            **{f"{p}_fraction": _finite(v) for p, v in frac.items()},
-            "step_mean_s": _mean(steps.get("step_s")),
-            "data_wait_mean_s": wait_mean_s,
-        },
-        "loading": _loading(loading, wait_mean_s, meta),
-        "cpu": _cpu(run, meta, num_workers),
-        "disk": _disk(run, probe),
-        "gpu": _gpu(run, meta),
-        "prefetch": _prefetch(steps, scenario, num_workers),
-        "data": {"storage": _dict(scenario.get("data")).get("storage"),
-                 "throttle": _dict(scenario.get("data")).get("throttle"),
-                 "pin_memory": _dict(scenario.get("loader")).get("pin_memory")},
-        "cache": ({"cache": cache.get("cache"), "verified": cache.get("verified"), "reason": cache.get("reason")}
-                  if cache else {"absent": "this run has no page-cache record (recorded before page-cache control)"}),
-    }
-
-
-def _loading(loading: dict | None, wait_mean_s: float | None, meta: dict) -> dict[str, Any]:
-    if not loading:
-        return {"absent": str(_dict(meta.get("absences")).get("loading")
-                              or "no loading records for counted steps (recorded without worker-side timing?)")}
-    busy = {w: v.get("busy_fraction") for w, v in loading["by_worker"].items()}
-    workers_busy = [b for w, b in busy.items() if w != "main" and b is not None]
-    part = loading.get("fractions") or {}
-    return {
-        "workers": loading["workers"],
-        "fetch_per_sample_s": loading["fetch_s"],
-        "prep_per_sample_s": loading["prep_s"],
-        "collate_per_sample_s": loading["collate_per_sample_s"],
-        "collate_per_batch_s": loading["collate_s"],
-        "batch_s": loading["batch_s"],
-        **{f"{p}_fraction": part.get(p) for p in ("fetch", "prep", "collate")},
-        "busy_fraction_by_worker": busy,
-        "worker_busy_mean_fraction": sum(workers_busy) / len(workers_busy) if workers_busy else None,
-        "production_over_wait_fraction": (loading["batch_s"] / wait_mean_s
-                                          if wait_mean_s and loading["batch_s"] is not None else None),
-    }
-
-
-def _cpu(run: Run, meta: dict, num_workers: int | None) -> dict[str, Any]:
-    env = _dict(meta.get("environment"))
-    cores, threads = env.get("cpu_cores"), env.get("torch_threads")
-    during = _during(run)
-    main, workers = _mean(during.get("main_cpu_pct")), _mean(during.get("workers_cpu_pct"))
-    busy = None if main is None else (main + (workers or 0.0)) / 100
-    wanted = None if threads is None or num_workers is None else num_workers + threads
-    return {
-        "cores_usable": cores,
-        "torch_threads": threads,
-        "num_workers": num_workers,
-        "threads_wanted": wanted,
-        "oversubscribed": None if wanted is None or not cores else wanted > cores,
-        "main_cpu_mean_pct": main,
-        "workers_cpu_mean_pct": workers,
-        "machine_cpu_mean_pct": _mean(during.get("cpu_util_pct")),
-        "machine_cpu_peak_pct": _max(during.get("cpu_util_pct")),
-        "busy_cores": busy,
-        "busy_over_usable_fraction": busy / cores if busy is not None and cores else None,
-    }
-
-
-def _disk(run: Run, probe: dict | None) -> dict[str, Any]:
-    reads = _during(run).get("read_bytes_per_s")
-    mean_bps, peak_bps = _mean(reads), _max(reads)
-    if mean_bps is None:
-        reason = _dict(run.meta.get("absences")).get("io_counters") if isinstance(run.meta, dict) else None
-        return {"absent": str(reason or "no disk read samples during counted steps")}
-    return {"mean_read_bytes_per_s": mean_bps, "peak_read_bytes_per_s": peak_bps,
-            "ceiling": _disk_ceiling(probe, mean_bps, peak_bps)}
-
-
-def _disk_ceiling(probe: dict | None, mean_bps: float, peak_bps: float | None) -> dict[str, Any]:
-    if not probe:
-        return {"absent": NO_PROBE}
-    disk = _dict(probe.get("disk"))
-    seq, rnd = _dict(disk.get("sequential_read_cold")), _dict(disk.get("random_read_cold"))
-    seq_bps, rnd_iops = seq.get("median_bytes_per_s"), rnd.get("median_reads_per_s")
-    if not seq_bps and not rnd_iops:
-        why = seq.get("absent") or rnd.get("absent") or disk.get("absent") or "the probe has no cold disk numbers"
-        return {"absent": f"machine probe: {why}"}
-    rnd_bps = rnd_iops * RANDOM_READ_BYTES if rnd_iops else None
-    return {
-        "sequential_cold_bytes_per_s": seq_bps,
-        "random_4k_cold_reads_per_s": rnd_iops,
-        "random_4k_cold_bytes_per_s": rnd_bps,
-        "mean_over_sequential_fraction": mean_bps / seq_bps if seq_bps else None,
-        "peak_over_sequential_fraction": peak_bps / seq_bps if seq_bps and peak_bps is not None else None,
-        "peak_over_random_4k_fraction": peak_bps / rnd_bps if rnd_bps and peak_bps is not None else None,
-    }
-
-
-def _gpu(run: Run, meta: dict) -> dict[str, Any]:
-    gpu = _dict(meta.get("gpu"))
-    absences = _dict(meta.get("absences"))
-    if not gpu.get("available"):
-        return {"absent": str(gpu.get("reason") or absences.get("gpu") or "no GPU was recorded for this run")}
-    util = _mean(_during(run).get("gpu_util_pct"))
-    if util is None:
-        return {"absent": str(absences.get("gpu_util_pct") or "a GPU was in use, but no utilization was sampled")}
-    return {"mean_util_pct": util, "idle_pct": 100.0 - util}
-
-
-def _prefetch(steps: pd.DataFrame, scenario: dict, num_workers: int | None) -> dict[str, Any]:
-    if num_workers == 0:
-        return {"absent": "no prefetch queue: num_workers = 0 (the training process makes each batch when asked)"}
-    ready = pd.to_numeric(steps.get("ready_batches", pd.Series(dtype=float)), errors="coerce")
-    seen = steps.assign(ready=ready).dropna(subset=["ready"])
-    if seen.empty:
-        return {"absent": "the queue was not observed (no ready_batches readings: a run from before they were "
-                          "recorded, or a loader whose internals do not show them)"}
-    factor = _dict(scenario.get("loader")).get("prefetch_factor")
-    capacity = num_workers * (factor or DEFAULT_PREFETCH_FACTOR) if num_workers else None
-    wait = pd.to_numeric(seen["data_wait_s"], errors="coerce").fillna(0.0)
-    has_ready = seen["ready"] >= 1
-    total_wait = float(wait.sum())
-    return {
-        "num_workers": num_workers,
-        "prefetch_factor": factor or DEFAULT_PREFETCH_FACTOR,
-        "capacity_batches": capacity,
-        "steps_observed": int(len(seen)),
-        "mean_ready_batches": float(seen["ready"].mean()),
-        "mean_occupancy_fraction": float(seen["ready"].mean()) / capacity if capacity else None,
-        "empty_step_fraction": float((~has_ready).mean()),
-        "full_step_fraction": float((seen["ready"] >= capacity).mean()) if capacity else None,
-        "ready_wait_fraction": float(wait[has_ready].sum()) / total_wait if total_wait > 0 else None,
-        "wait_when_ready_mean_s": float(wait[has_ready].mean()) if has_ready.any() else None,
-        "wait_when_empty_mean_s": float(wait[~has_ready].mean()) if (~has_ready).any() else None,
-    }
 
 
 # ---- verdict ----------------------------------------------------------------------------
@@ -323,13 +161,20 @@ def _input_cause(attr: dict[str, Any]) -> tuple[str, str, str, dict[str, Any]]:
         ev = {k: loading.get(k) for k in ("fetch_fraction", "prep_fraction", "collate_fraction", "batch_s",
                                           "production_over_wait_fraction")}
         ev["data_wait_mean_s"] = attr["step"].get("data_wait_mean_s")
-        covers = loading.get("production_over_wait_fraction")
-        if covers is not None and covers < PRODUCTION_COVERS_WAIT:
-            return "input:main", "R3", (
-                f"making a batch takes {_time(loading['batch_s'])} but the loop waited "
-                f"{_time(ev['data_wait_mean_s'])} per step; the rest is the training process's own work outside "
-                "fetch, prep and collate (DataLoader bookkeeping, pinning)"), ev
-        part = _largest(loading, ("fetch", "prep", "collate"))
+        wait_s = _serial_wait_s(loading, ev["data_wait_mean_s"])
+        if wait_s is None:  # no wait or making time to split: the largest part of making a batch
+            part = _largest(loading, ("fetch", "prep", "collate"))
+        else:
+            by_class = {"fetch": wait_s["fetch"], "prep": wait_s["prep"], "collate": wait_s["collate"] + wait_s["own"]}
+            part = max(by_class, key=by_class.get)
+            if part == "collate" and wait_s["own"] >= wait_s["collate"]:
+                total_s = sum(wait_s.values())
+                return "input:main", "R3", (
+                    f"making a batch takes {_time(loading['batch_s'])} but the loop waited "
+                    f"{_time(ev['data_wait_mean_s'])} per step; the other {_time(wait_s['own'])} is the training "
+                    "process's own work outside fetch, prep and collate (DataLoader bookkeeping, pinning) — with "
+                    f"collating {_pct(by_class['collate'] / total_s)} of the wait, against fetching's "
+                    f"{_pct(by_class['fetch'] / total_s)} and decoding's {_pct(by_class['prep'] / total_s)}"), ev
         return _PART_CLASS[part], "R4", (
             f"the training process makes every batch (num_workers = 0) and {_pct(loading[f'{part}_fraction'])} "
             f"of that time is {_part_words(part, loading, storage)}"), ev
@@ -340,10 +185,19 @@ def _input_cause(attr: dict[str, Any]) -> tuple[str, str, str, dict[str, Any]]:
         ev.update({k: prefetch[k] for k in ("wait_when_ready_mean_s", "wait_when_empty_mean_s")
                    if prefetch.get(k) is not None})
         share = prefetch["ready_wait_fraction"]
+        busy = loading.get("worker_busy_mean_fraction") if has_loading else None
+        saturated = busy is not None and busy >= WORKERS_BUSY
+        if saturated:
+            ev["worker_busy_mean_fraction"] = busy
         capacity = prefetch.get("capacity_batches")
         queue = (f"{_pct(prefetch['full_step_fraction'])} of steps found the prefetch queue full "
                  f"({capacity} of {capacity}), " if capacity else "")
         queue += f"{_pct(prefetch['empty_step_fraction'])} found it empty"
+        if saturated:
+            klass, words = _workers_split(loading, storage, ev)
+            return klass, "R6", (f"the workers cannot keep up — busy {_pct(busy)} of the time, they set the pace "
+                                 f"({queue}; {_pct(share)} of the wait fell on steps that had a batch in the queue, "
+                                 f"not necessarily the next one); {words}"), ev
         if share >= READY_WAIT_MAIN:
             return "input:main", "R5", (
                 f"{queue}, and {_pct(share)} of the wait fell on steps that had a batch ready — the workers "
@@ -375,6 +229,16 @@ def _input_cause(attr: dict[str, Any]) -> tuple[str, str, str, dict[str, Any]]:
 
 
 _PART_CLASS = {"fetch": "input:fetch", "prep": "input:prep", "collate": "input:main"}
+
+
+def _serial_wait_s(loading: dict, wait_mean_s: float | None) -> dict[str, float] | None:
+    """With 0 workers, the mean wait per step in seconds as ``fetch``, ``prep``, ``collate`` (``batch_s``
+    split by their measured fractions) and ``own``: the training process's work outside them (R3, R4)."""
+    batch_s = _finite(loading.get("batch_s"))
+    if not wait_mean_s or batch_s is None:
+        return None
+    parts = {p: (loading.get(f"{p}_fraction") or 0.0) * batch_s for p in ("fetch", "prep", "collate")}
+    return {**parts, "own": max(wait_mean_s - batch_s, 0.0)}
 
 
 def _workers_split(loading: dict, storage: str | None, ev: dict) -> tuple[str, str]:
@@ -453,36 +317,6 @@ def _result(klass: str, rule: str, degree: str | None, sentence: str, evidence: 
 
 
 # ---- helpers ----------------------------------------------------------------------------
-
-
-def _num_workers(scenario: dict, loading: dict | None) -> int | None:
-    """num_workers from the scenario as run; else from who made the batches; else unknown."""
-    value = _dict(scenario.get("loader")).get("num_workers")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(value)
-    return int(loading["workers"]) if loading else None
-
-
-def _during(run: Run) -> pd.DataFrame:
-    """System samples inside the counted-steps window."""
-    samples = run.samples
-    start_s, end_s = counted_window_s(run.steps)
-    if samples is None or samples.empty or "t_s" not in samples or math.isnan(start_s):
-        return pd.DataFrame()
-    t = pd.to_numeric(samples["t_s"], errors="coerce")
-    return samples.loc[(t >= start_s) & (t <= end_s)]
-
-
-def _mean(series: pd.Series | None) -> float | None:
-    values = pd.to_numeric(series, errors="coerce").dropna() if series is not None else None
-    return None if values is None or values.empty else float(values.mean())
-
-
-def _max(series: pd.Series | None) -> float | None:
-    values = pd.to_numeric(series, errors="coerce").dropna() if series is not None else None
-    return None if values is None or values.empty else float(values.max())
-
-
 
 
 def _dict(value: Any) -> dict[str, Any]:

@@ -48,19 +48,14 @@ from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.render.diagnosis import diagnosis_table, render_diagnosis_html
 from pipeprof.run import new_run_folder, save_run, write_json, write_text
 from pipeprof.runner import build_workload, profile_workload, resolve_device
-from pipeprof.scenario import Scenario, load_scenario, scenario_from_dict
+from pipeprof.scenario import Scenario, load_scenario
+from pipeprof.variants import vary
 
 DIAGNOSIS_SCHEMA_VERSION = 1
 DEFAULT_MAX_STEPS = 200  # per sub-run: long enough to leave warm-up behind, short enough for three runs
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
-
-# Keys each storage kind refuses (see scenario._check_data), dropped when it is swapped in.
-_NOT_ON_DEVICE = ("format", "quality", "cache", "throttle")
-_NOT_IN_RAM = ("format", "quality", "cache", "throttle")  # throttle emulates storage: not "prep only"
-_NEED_WORKERS = ("prefetch_factor", "persistent_workers")
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", metavar="SCENARIO", help="scenario file, e.g. scenarios/jpeg-decode.toml")
@@ -98,98 +93,30 @@ class SubRun:
     changes: tuple[str, ...]  # "data.storage = 'device' (was 'memmap')", ...
 
 
-def scenario_dict(scenario: Scenario) -> dict[str, Any]:
-    """The resolved scenario as a raw dict that ``scenario_from_dict`` accepts back unchanged.
-
-    ``Scenario.to_dict()`` holds every key, defaults included; the validator
-    refuses keys that do not apply (a JPEG quality for PNG), so those and the
-    unset (None) ones are left out, and a throttle becomes its preset or table.
-    """
-    d = scenario.to_dict()
-    data = d["data"]
-    throttle = data.pop("throttle")
-    if throttle is not None:
-        data["throttle"] = throttle["preset"] or {"latency_ms": throttle["latency_ms"],
-                                                  "bandwidth_mb_s": throttle["bandwidth_mb_s"]}
-    if data["storage"] != "images":
-        del data["format"], data["quality"]
-    elif data["format"] != "jpeg":
-        del data["quality"]
-    if data["transform"] != "augment":
-        del data["augment_passes"]
-    for section in ("data", "loader", "model", "train", "profile"):
-        d[section] = {k: v for k, v in d[section].items() if v is not None}
-    return d
+CHANGES = {"compute": {"data.storage": "device", "loader.num_workers": 0},
+           "prep": {"data.storage": "ram"},
+           "real": {}}
 
 
 def sub_scenarios(scenario: Scenario, steps: int, where: str) -> dict[str, SubRun]:
     """The compute, prep and real scenarios, each ``steps`` long, validated like a scenario file.
 
-    compute: ``data.storage = "device"``, ``loader.num_workers = 0``, without
-    the keys device storage refuses (format, quality, cold cache, throttle)
-    and the worker-only loader keys. prep: ``data.storage = "ram"`` without
-    format, quality, cold cache and throttle (the throttle emulates storage),
-    the loader as given. real: the scenario as given. All keep the transform,
-    model, device and warm-up.
+    compute: ``data.storage = "device"``, ``loader.num_workers = 0``; prep:
+    ``data.storage = "ram"`` with the loader as given; real: the scenario as
+    given. Keys the new placement has no use for are dropped (image format and
+    quality, cold cache, throttle — it emulates storage, so the prep run has
+    none; see ``pipeprof.variants``). All keep the transform, model, device
+    and warm-up.
     """
     if scenario.train.warmup_steps >= steps:
         raise UsageError(f"--steps {steps} (on {where}): each run needs more steps than its "
                          f"train.warmup_steps = {scenario.train.warmup_steps}, so some steps are counted")
-    base = scenario_dict(scenario)
-    base["train"].pop("epochs", None)
-    base["train"]["steps"] = steps
-
-    compute = _copy(base)
-    compute["name"] = f"{scenario.name}-compute"
-    compute["data"]["storage"] = "device"
-    _drop(compute["data"], _NOT_ON_DEVICE)
-    compute["loader"]["num_workers"] = 0
-    _drop(compute["loader"], _NEED_WORKERS)
-
-    prep = _copy(base)
-    prep["name"] = f"{scenario.name}-prep"
-    prep["data"]["storage"] = "ram"
-    _drop(prep["data"], _NOT_IN_RAM)
-
-    raws = {"compute": compute, "prep": prep, "real": _copy(base)}
-    before = _flat(scenario.to_dict())
     out = {}
     for role in RUNS:
-        sub = scenario_from_dict(raws[role], f"{where} (diagnose: {role} run)")
-        after = _flat(sub.to_dict())
-        changes = tuple(f"{k} = {_show(after.get(k))} (was {_show(before.get(k))})"
-                        for k in sorted(set(before) | set(after))
-                        if k not in ("name", "description") and before.get(k) != after.get(k))
-        out[role] = SubRun(role, sub, changes)
+        v = vary(scenario, {**CHANGES[role], "train.steps": steps}, f"{where} (diagnose: {role} run)",
+                 name=f"{scenario.name}-{role}" if CHANGES[role] else None)
+        out[role] = SubRun(role, v.scenario, v.changes)
     return out
-
-
-def _copy(raw: dict[str, Any]) -> dict[str, Any]:
-    return {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
-
-
-def _drop(section: dict[str, Any], keys: tuple[str, ...]) -> None:
-    for key in keys:
-        section.pop(key, None)
-
-
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and k != "throttle":
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, dict):  # a throttle
-        return repr(value.get("preset")) if value.get("preset") else (
-            f"{{latency_ms = {value.get('latency_ms')}, bandwidth_mb_s = {value.get('bandwidth_mb_s')}}}")
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "unset" if value is None else repr(value)
 
 
 # ---- running them -------------------------------------------------------------------------

@@ -6,20 +6,25 @@ Commands:
   list [DIR]       list the scenarios in a folder (default: scenarios/)
   diagnose SCENARIO  differential runs (data on the device, decoded in RAM, as given): fetch vs prep stalls
   probe            measure this machine's ceilings (memory, disk, matmul, GPU), cached per machine
+  compare RUN_A RUN_B...  compare runs against the first: throughput ratio with its uncertainty, shares, settings
+  sweep SCENARIO   run a grid of settings, each point in a fresh process; a sortable comparison page
+  tune SCENARIO    search the fastest DataLoader and placement settings, seeded by the recommendations
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import NoReturn, Sequence
 
 from pipeprof import __version__
-from pipeprof.cli import diagnose_cmd, list_cmd, probe_cmd, report_cmd, run_cmd
+from pipeprof.cli import compare_cmd, diagnose_cmd, list_cmd, probe_cmd, report_cmd, run_cmd, sweep_cmd, tune_cmd
 from pipeprof.errors import UsageError
+from pipeprof.render.index import is_reports_folder, rebuild_index
 
 COMMANDS = {"run": run_cmd, "report": report_cmd, "list": list_cmd, "probe": probe_cmd,
-            "diagnose": diagnose_cmd}
+            "diagnose": diagnose_cmd, "compare": compare_cmd, "sweep": sweep_cmd, "tune": tune_cmd}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,13 +52,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if not getattr(args, "handler", None):
-            raise UsageError("pipeprof: a command is needed: run, report, list, probe or diagnose (see pipeprof --help)")
-        return args.handler(args)
+            raise UsageError(f"pipeprof: a command is needed: {', '.join(COMMANDS)} (see pipeprof --help)")
+        status = args.handler(args)
+        rebuild_indexes(args)
+        return status
     except UsageError as e:
         print(f"pipeprof: error: {e}", file=sys.stderr)
         return e.exit_status
     except BrokenPipeError:
         return 1
+
+
+def rebuild_indexes(args: argparse.Namespace) -> None:
+    """Rebuild index.html in the reports folders the command wrote into (``--out``; for ``report``, the
+    runs' parent folders); a failure is a warning on stderr, never a changed exit status."""
+    folders = [args.out] if getattr(args, "out", None) is not None else []
+    if args.command == "report":
+        folders += [Path(r).resolve().parent for r in args.runs]
+    seen = set()
+    for folder in folders:
+        try:
+            key = Path(folder).resolve()
+            if key in seen:
+                continue
+            seen.add(key)
+            if is_reports_folder(folder):
+                rebuild_index(folder)
+        except Exception as e:  # noqa: BLE001 - the index is a convenience: it never fails the command
+            print(f"pipeprof: warning: could not rebuild {Path(folder) / 'index.html'}: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr)
 
 
 if __name__ == "__main__":

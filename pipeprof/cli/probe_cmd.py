@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from pipeprof.measure.probe import load_or_probe
+from pipeprof.measure.probe_cache import load_or_probe
 from pipeprof.run import to_json
 
 _ABSENT_STYLE = "dim italic"

@@ -4,6 +4,7 @@ Examples:
   pipeprof run scenarios/quick.toml
   pipeprof run scenarios/quick.toml --set loader.num_workers=2 --set data.storage=memmap
   pipeprof run scenarios/quick.toml --set model.hidden=[256,128] --set train.steps=100
+  pipeprof run scenarios/jpeg-decode.toml --verify    # re-run with the top recommendation applied
 
 Exit status: 0 when the run completed, 1 when training failed, 130 when
 interrupted (the steps measured so far are still saved), 2 for bad input.
@@ -18,12 +19,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from pipeprof.cli.keyflags import add_code_profile_flags
 from pipeprof.cli.report_cmd import derived_files
+from pipeprof.cli.verify import print_verification, store, verify
 from pipeprof.errors import UsageError
 from pipeprof.render.console import print_summary
 from pipeprof.run import new_run_folder, save_run
 from pipeprof.measure.loading import LoadingRecorder
-from pipeprof.measure.probe import cached_probe
+from pipeprof.measure.probe_cache import cached_probe
 from pipeprof.runner import build_workload, profile_workload, resolve_device
 from pipeprof.scenario import load_scenario
 
@@ -51,6 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", type=Path, default=None,
                    help="data cache folder (default: $PIPEPROF_CACHE or ~/.cache/pipeprof)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+    add_code_profile_flags(p)  # --cprofile [STEPS], --pyspy [HZ]: sugar for --set profile.<key>
+    p.add_argument("--verify", action="store_true",
+                   help="after the run, re-run in a fresh process with the top recommendation applied and "
+                        "report predicted vs measured speed-up (the re-run goes into the run folder's verify/)")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -85,8 +92,14 @@ def execute(args: argparse.Namespace) -> int:
         print(f"pipeprof: WARNING: {summary['cache']['reason']}", file=sys.stderr)
     for note in run.meta.get("notes", []):
         print(f"note: {note}", file=sys.stderr)
-    print(f"report: {folder / 'report.html'}")
     status = run.meta.get("status")
+    if args.verify and status == "complete":
+        summary = store(run, folder, verify(scenario, summary, folder, cache=args.cache, quiet=args.quiet),
+                        derived_files)
+        print_verification(summary)
+        if summary["verification"]["status"] == "interrupted":
+            status = "interrupted"
+    print(f"report: {folder / 'report.html'}")
     if status == "interrupted":
         print(f"pipeprof: interrupted: {len(run.steps)} steps saved in {folder}", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -3,10 +3,11 @@
 A training pipeline cannot beat its machine: a loader reading 3 KiB samples
 from a cold disk is bounded by the disk's random-read IOPS, a batch copied to
 the GPU by the host-to-device bandwidth, the model by matmul throughput.
-``run_probe`` measures these once (~10-20 s; ``quick`` a few seconds) and
-``load_or_probe`` keeps the result per machine in the cache folder
-(``probe-<machine key>.json``), so the diagnosis can compare a run against
-its ceilings without measuring every time.
+``run_probe`` measures these once (~10-20 s; ``quick`` a few seconds), with
+the facts that identify the machine (``machine_facts``, hashed into
+``machine_key``); ``pipeprof.measure.probe_cache`` keeps the result per
+machine, so the diagnosis can compare a run against its ceilings without
+measuring every time.
 
 Every measurement is a dict with ``method``, the raw per-repeat ``times_s``
 and the median / min / max over the repeats, the unit in the key name
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import math
 import os
 import platform
@@ -37,9 +37,8 @@ import pipeprof
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import cpu_model, usable_cores
 from pipeprof.measure.gpu import Absent, gpu_inventory
-from pipeprof.run import write_json
 from pipeprof.storage import pagecache
-from pipeprof.storage.materialize import cache_key, not_writable
+from pipeprof.storage.materialize import cache_key
 from pipeprof.storage.synthetic import default_cache_root
 
 PROBE_FORMAT_VERSION = 1
@@ -47,8 +46,7 @@ MATMUL_SIZES = (1024, 1025, 1026, 1028, 1032)  # aligned, then misaligned by 1, 
 SEQUENTIAL_CHUNK_BYTES = 1 << 20  # one read() of the sequential pass (8 MiB measured no faster here)
 RANDOM_READ_BYTES = 4096  # one random read: a page, at a page-aligned offset
 _MAX_CALLS_PER_REPEAT = 10_000
-_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
-_SECTIONS = ("memory_bandwidth", "disk", "h2d", "matmul", "cpu", "gpu", "machine")
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # measured_at_utc
 
 Now = Callable[[], dt.datetime]
 Drop = Callable[[Sequence[Path]], pagecache.DropResult]
@@ -401,7 +399,7 @@ def run_probe(quick: bool = False, *, scratch_dir: Path | None = None, plan: Pro
     cuda = torch.cuda.is_available()
     probe: dict[str, Any] = {
         "format_version": PROBE_FORMAT_VERSION, "pipeprof": pipeprof.__version__, "torch": torch.__version__,
-        "measured_at_utc": started_at.strftime(_TIME_FORMAT), "quick": quick, "plan": dataclasses.asdict(plan),
+        "measured_at_utc": started_at.strftime(TIME_FORMAT), "quick": quick, "plan": dataclasses.asdict(plan),
         "machine": machine or machine_facts(inventory), "gpu": _gpu_section(inventory),
         "cpu": {"usable_cores": usable_cores(), "cpu_count_logical": os.cpu_count(),
                 "torch_threads": torch.get_num_threads()}}
@@ -416,80 +414,3 @@ def run_probe(quick: bool = False, *, scratch_dir: Path | None = None, plan: Pro
     probe["matmul"] = measure_matmul(plan, clock, device, sync=torch.cuda.synchronize if cuda else _no_sync)
     probe["probe_duration_s"] = clock() - start_s
     return probe
-
-
-# ---- the cache -------------------------------------------------------------------------------
-
-
-def probe_path(cache_root: Path, facts: dict[str, Any]) -> Path:
-    return Path(cache_root) / f"probe-{facts['key']}.json"
-
-
-def read_cached(path: Path, key: str, quick: bool) -> tuple[dict[str, Any] | None, str]:
-    """``(probe, "")`` if ``path`` holds a usable probe of this machine, else ``(None, why not)``."""
-    try:
-        probe = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None, "no cached probe of this machine"
-    except (OSError, ValueError) as e:
-        return None, f"corrupt cache file {path} ({' '.join(str(e).split())})"
-    if not isinstance(probe, dict) or probe.get("format_version") != PROBE_FORMAT_VERSION:
-        return None, f"cache file {path} is not a probe of format version {PROBE_FORMAT_VERSION}"
-    missing = [s for s in _SECTIONS if not isinstance(probe.get(s), dict)]
-    if missing:
-        return None, f"corrupt cache file {path} (missing {', '.join(missing)})"
-    if probe["machine"].get("key") != key:
-        return None, f"cache file {path} was measured on another machine"
-    try:
-        dt.datetime.strptime(str(probe.get("measured_at_utc")), _TIME_FORMAT)
-    except ValueError:
-        return None, f"corrupt cache file {path} (bad measured_at_utc)"
-    if probe.get("quick") and not quick:
-        return None, "the cached probe is a quick one and a full one was asked for"
-    return probe, ""
-
-
-def cached_probe(cache_root: Path | str | None = None) -> tuple[dict[str, Any] | None, str]:
-    """This machine's cached probe (quick or full) without measuring, or ``(None, why not)``."""
-    facts = machine_facts()
-    root = Path(cache_root) if cache_root is not None else default_cache_root()
-    return read_cached(probe_path(root, facts), facts["key"], quick=True)
-
-
-def _ensure_writable(folder: Path) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=folder, prefix=".probe-check-")
-        os.close(fd)
-        os.unlink(name)
-    except OSError as e:
-        raise not_writable(folder, e) from None
-
-
-def load_or_probe(cache_root: Path | str | None = None, refresh: bool = False, quick: bool = False, *,
-                  measure: Callable[..., dict[str, Any]] | None = None, machine: dict[str, Any] | None = None,
-                  now: Now = utc_now, on_stage: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """This machine's probe: the cached one, or measured now (``refresh``, none, or an unusable one) and cached.
-
-    The result carries ``cache``: ``path``, ``reused``, ``age_s`` (since it was
-    measured) and ``reason`` (why it was measured now; None when reused).
-    Raises UsageError (one line) when the cache folder cannot be written.
-    """
-    root = Path(cache_root) if cache_root is not None else default_cache_root()
-    facts = machine if machine is not None else machine_facts()
-    path = probe_path(root, facts)
-    if refresh:
-        cached, why = None, "a new measurement was asked for (--refresh)"
-    else:
-        cached, why = read_cached(path, facts["key"], quick)
-    if cached is not None:
-        measured = dt.datetime.strptime(cached["measured_at_utc"], _TIME_FORMAT).replace(tzinfo=dt.timezone.utc)
-        age_s = (now() - measured).total_seconds()
-        return {**cached, "cache": {"path": str(path), "reused": True, "age_s": age_s, "reason": None}}
-    _ensure_writable(root)  # before measuring for seconds, not after
-    probe = (measure or run_probe)(quick=quick, scratch_dir=root, machine=facts, on_stage=on_stage)
-    try:
-        write_json(path, probe)
-    except OSError as e:
-        raise not_writable(root, e) from None
-    return {**probe, "cache": {"path": str(path), "reused": False, "age_s": 0.0, "reason": why}}

@@ -65,6 +65,9 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
         add("top recommendation", text, "bold" if _dict(top.get("change")) else "")
     per_sample_us = (_scaled(loading.get(k), 1e6) for k in ("fetch_s", "prep_s", "collate_per_sample_s"))
     add("fetch/prep/collate (µs/sample)", _triple(*per_sample_us))
+    code = _code_profile_line(_dict(s.get("code_profile")))
+    if code:
+        add("code profile", code)
     cache = _dict(s.get("cache"))
     if cache.get("cache") == "cold":
         verified = cache.get("verified")
@@ -80,6 +83,24 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
 def print_summary(summary: dict[str, Any], folder: str | Path, console: Console | None = None) -> None:
     """Print ``summary_table`` to ``console`` (a new stdout Console when None)."""
     (console or Console()).print(summary_table(summary, folder))
+
+
+def _code_profile_line(code: dict[str, Any]) -> str | None:
+    """cProfile's group shares per process and its cost, and py-spy's file; None when both were off."""
+    parts = []
+    cprofile, pyspy = _dict(code.get("cprofile")), _dict(code.get("pyspy"))
+    if "absent" not in cprofile and cprofile:
+        for name, info in _dict(cprofile.get("processes")).items():
+            groups = sorted(_dict(_dict(info).get("groups")).items(), key=lambda gv: -(_value(gv[1]) or 0))
+            shares = ", ".join(f"{g} {_pct(v)}%" for g, v in groups[:3] if (_value(v) or 0) >= 0.005)
+            parts.append(f"{name}: {shares or _dict(info).get('absent') or NOT_MEASURED}")
+        ratio = _value(_dict(cprofile.get("overhead")).get("ratio"))
+        parts.append(f"profiled steps ×{ratio:.2f} the others" if ratio is not None else "cost not measured")
+    elif not str(cprofile.get("absent", "off")).startswith("off"):
+        parts.append(f"cProfile: {cprofile['absent']}")
+    if pyspy and not str(pyspy.get("absent", "")).startswith("off"):
+        parts.append(f"py-spy: {pyspy['file']}" if pyspy.get("file") else f"py-spy: {pyspy.get('absent')}")
+    return "; ".join(parts) or None
 
 
 # -- formatting ----------------------------------------------------------------

@@ -102,9 +102,11 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         bottleneck_title=title,
         verdict=_verdict(summary),
         recommendations=_recommendations(summary),
+        verification=_verification(summary),
         phases=phases,
         plots=_plots(run, meta, summary),
         loading=_loading(run, meta),
+        code_profile=_code_profile(summary),
         scenario_sections=_scenario_sections(meta.get("scenario")),
         environment_rows=_rows(meta.get("environment")),
         gpu_rows=_rows({k: v for k, v in _dict(meta.get("gpu")).items() if k != "available"}),
@@ -173,6 +175,22 @@ def _recommendations(summary: dict[str, Any]) -> list[dict[str, str]]:
              "speedup": _speedup(r.get("predicted_speedup")), "reason": str(r.get("reason") or ""),
              "note": str(r.get("note") or ""), "model": str(r.get("model") or "")}
             for r in recs if isinstance(r, dict)]
+
+
+def _verification(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The verified-prediction block under the recommendations; None when ``--verify`` was not asked."""
+    v = _dict(summary.get("verification"))
+    if not v:
+        return None
+    folder = v.get("folder")
+    return {"status": str(v.get("status") or "unknown"), "reason": str(v.get("reason") or ""),
+            "set": str(v.get("set") or "no change"), "dropped": [str(d) for d in v.get("dropped") or []],
+            "report": f"{folder}/report.html" if folder else None,
+            "predicted": format_number(v.get("predicted_samples_per_s")),
+            "measured": format_number(v.get("measured_samples_per_s")),
+            "predicted_speedup": _speedup(v.get("predicted_speedup")),
+            "measured_speedup": _speedup(v.get("measured_speedup")),
+            "words": str(v.get("verdict_words") or "")}
 
 
 def _speedup(value: Any) -> str:
@@ -289,6 +307,59 @@ def _loading(run: Run, meta: dict[str, Any]) -> dict[str, Any]:
         "timeline": Markup(timeline) if timeline else None,
         "split": Markup(split) if split else None,
     }
+
+
+_GROUP_COLORS = {"loading": "#d62728", "transfer": "#ff7f0e", "compute": "#1f77b4", "waiting": "#c5b0d5",
+                 "other": "#9e9e9e"}
+_PROCESS_TITLES = {"main": "training process", "workers": "DataLoader workers"}
+
+
+def _code_profile(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The Code-level view section (``summary["code_profile"]``, formatted); None when neither profiler was on."""
+    code = _dict(summary.get("code_profile"))
+    cprofile, pyspy = _dict(code.get("cprofile")), _dict(code.get("pyspy"))
+    off = [p for p in (cprofile, pyspy) if str(p.get("absent", "")).startswith("off")]
+    if not code or len(off) == 2:
+        return None
+    return {"cprofile": _cprofile_view(cprofile), "pyspy": pyspy}
+
+
+def _cprofile_view(cprofile: dict[str, Any]) -> dict[str, Any]:
+    if "absent" in cprofile:
+        return {"absent": str(cprofile["absent"])}
+    window = _dict(cprofile.get("window"))
+    overhead = _dict(cprofile.get("overhead"))
+    first, steps = window.get("first_step"), window.get("profiled_steps", window.get("steps"))
+    processes = []
+    for key, info in _dict(cprofile.get("processes")).items():
+        info = _dict(info)
+        groups = _dict(info.get("groups"))
+        top = _dict(cprofile.get("top")).get(key) or []
+        processes.append({
+            "key": key, "title": _PROCESS_TITLES.get(key, key), "absent": info.get("absent"),
+            "scope": str(info.get("scope") or ""), "profiled_s": format_seconds(info.get("profiled_s")),
+            "workers": (f"{info['processes_profiled']} of {info['processes_started']} worker processes profiled"
+                        if "processes_started" in info else ""),
+            "groups": [{"group": g, "color": _GROUP_COLORS.get(g, "#9e9e9e"), "fraction": groups.get(g)}
+                       for g in _GROUP_COLORS if g in groups],
+            "top": [{"function": str(t.get("function")), "group": str(t.get("group")),
+                     "color": _GROUP_COLORS.get(t.get("group"), "#9e9e9e"), "self": format_seconds(t.get("self_s")),
+                     "cum": format_seconds(t.get("cum_s")), "share": format_fraction_pct(t.get("share")),
+                     "calls": format_number(t.get("calls"))} for t in top if isinstance(t, dict)],
+        })
+    if "absent" in overhead:
+        overhead_text = Markup('<span class="nm">not measured: {}</span>').format(overhead["absent"])
+    else:
+        overhead_text = Markup("median step {} profiled vs {} not ({} and {} counted steps): ×{}").format(
+            format_seconds(overhead.get("median_step_in_window_s")),
+            format_seconds(overhead.get("median_step_outside_s")),
+            format_number(overhead.get("steps_in_window")), format_number(overhead.get("steps_outside")),
+            format_number(overhead.get("ratio"), 2))
+    return {"window": f"steps {first}–{int(first) + int(steps) - 1} ({steps} steps)"
+            if isinstance(first, int) and isinstance(steps, int) and steps > 0 else "no steps",
+            "overhead": overhead_text, "overhead_note": str(cprofile.get("overhead_note") or ""),
+            "processes": processes,
+            "files": [str(f) for f in _dict(cprofile.get("files")).values()]}
 
 
 def _gpu_reason(meta: dict[str, Any]) -> str:

@@ -433,3 +433,8 @@ def _svg(fig: Figure, prefix: str) -> str:
         pattern = re.compile(r'(id="|#)(' + "|".join(re.escape(i) for i in sorted(ids, key=len, reverse=True)) + r')\b')
         text = pattern.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", text)
     return text.strip()
+
+
+# For the other pages' plots (sweep, tune): the same figure geometry and SVG inlining.
+new_figure = _figure
+svg_element = _svg

@@ -1,0 +1,245 @@
+"""The direct attribution: the evidence of what one run's time went into, every number with its unit.
+
+Pure functions over a Run's tables and metadata (no torch). ``attribution``
+gathers, from the counted steps only: the step split (data wait, h2d,
+compute), the loading split measured inside the process that made each
+batch (fetch / prep / collate, per-worker busy fraction), CPU use against
+the usable cores (oversubscription: workers + torch threads > cores), disk
+reads against the probed cold-read ceilings, GPU idle time, and the
+prefetch queue's occupancy (``ready_batches``). It lands in summary.json
+under ``attribution``; ``pipeprof.analysis.verdict`` turns it into one class.
+What was not measured is ``{"absent": reason}``, never a zero.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from pipeprof.analysis.loading import counted_batches, loading_summary
+from pipeprof.analysis.summary import cache_check, counted_steps, counted_window_s, fractions
+from pipeprof.numbers import finite as _finite
+from pipeprof.run import Run
+
+DEFAULT_PREFETCH_FACTOR = 2  # torch.utils.data.DataLoader's default with workers
+RANDOM_READ_BYTES = 4096  # the probe's random reads are 4 KiB
+NO_PROBE = "no machine probe: run pipeprof probe"
+
+
+def attribution(run: Run, probe: dict | None = None, summary: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The direct attribution evidence of one run; every number carries its unit in its name.
+
+    ``summary`` (when ``summarize`` calls this) supplies the step fractions, the
+    loading summary and the cache check it already derived, so they are not
+    computed twice.
+
+    Sections (``{"absent": reason}`` where something was not measured, never a zero):
+
+    * ``step``: ``data_wait_fraction``, ``h2d_fraction``, ``compute_fraction``,
+      ``other_fraction`` of counted step time; ``steps``; ``step_mean_s``, ``data_wait_mean_s``.
+    * ``loading``: ``workers`` (0: the training process made the batches);
+      ``fetch_per_sample_s``, ``prep_per_sample_s``, ``collate_per_sample_s``,
+      ``collate_per_batch_s``, ``batch_s`` (mean production time per batch);
+      ``fetch_fraction``, ``prep_fraction``, ``collate_fraction`` of production time;
+      ``busy_fraction_by_worker`` (``"main"``, ``"0"``, …) and ``worker_busy_mean_fraction``
+      (DataLoader workers only); ``production_over_wait_fraction``: ``batch_s`` over the
+      mean data wait per step.
+    * ``cpu``: ``cores_usable`` (affinity and cgroup quota), ``torch_threads``,
+      ``num_workers``, ``threads_wanted`` (workers + torch threads), ``oversubscribed``;
+      ``main_cpu_mean_pct`` and ``workers_cpu_mean_pct`` (% of one core),
+      ``machine_cpu_mean_pct`` and ``machine_cpu_peak_pct`` (% of all cores),
+      ``busy_cores`` (training process + workers, in cores) and ``busy_over_usable_fraction``.
+    * ``disk``: ``mean_read_bytes_per_s``, ``peak_read_bytes_per_s`` (process tree, real
+      reads, counted steps) and ``ceiling``: ``sequential_cold_bytes_per_s``,
+      ``random_4k_cold_reads_per_s`` and ``random_4k_cold_bytes_per_s`` from the probe, with
+      ``mean_over_sequential_fraction``, ``peak_over_sequential_fraction``,
+      ``peak_over_random_4k_fraction`` — or ``{"absent": reason}`` without a probe.
+    * ``gpu``: ``mean_util_pct`` and ``idle_pct`` (100 - utilization).
+    * ``prefetch``: ``num_workers``, ``prefetch_factor``, ``capacity_batches``
+      (workers × prefetch factor), ``steps_observed``, ``mean_ready_batches``,
+      ``mean_occupancy_fraction`` (ready / capacity), ``empty_step_fraction`` and
+      ``full_step_fraction`` (share of observed counted steps that found no batch / a
+      full queue), ``ready_wait_fraction`` (share of their data wait on steps that found
+      at least one batch ready), ``wait_when_ready_mean_s``, ``wait_when_empty_mean_s``.
+    * ``data``: ``storage`` kind, ``throttle`` (emulated slow storage or None),
+      ``pin_memory``; ``cache``: ``{"cache", "verified", "reason"}`` or absent.
+    """
+    meta = run.meta if isinstance(run.meta, dict) else {}
+    scenario = _dict(meta.get("scenario"))
+    steps = counted_steps(run.steps)
+    if summary is None:
+        frac = fractions(run.steps)
+        loading = loading_summary(counted_batches(run.loading, run.steps))
+        cache = cache_check(run)
+    else:
+        frac, loading, cache = summary["fractions"], summary["loading"], summary["cache"]
+    wait_mean_s = _mean(steps.get("data_wait_s"))
+    num_workers = _num_workers(scenario, loading)
+    return {
+        "step": {
+            "steps": int(len(steps)),
+            **{f"{p}_fraction": _finite(v) for p, v in frac.items()},
+            "step_mean_s": _mean(steps.get("step_s")),
+            "data_wait_mean_s": wait_mean_s,
+        },
+        "loading": _loading(loading, wait_mean_s, meta),
+        "cpu": _cpu(run, meta, num_workers),
+        "disk": _disk(run, probe),
+        "gpu": _gpu(run, meta),
+        "prefetch": _prefetch(steps, scenario, num_workers),
+        "data": {"storage": _dict(scenario.get("data")).get("storage"),
+                 "throttle": _dict(scenario.get("data")).get("throttle"),
+                 "pin_memory": _dict(scenario.get("loader")).get("pin_memory")},
+        "cache": ({"cache": cache.get("cache"), "verified": cache.get("verified"), "reason": cache.get("reason")}
+                  if cache else {"absent": "this run has no page-cache record (recorded before page-cache control)"}),
+    }
+
+
+def _loading(loading: dict | None, wait_mean_s: float | None, meta: dict) -> dict[str, Any]:
+    if not loading:
+        return {"absent": str(_dict(meta.get("absences")).get("loading")
+                              or "no loading records for counted steps (recorded without worker-side timing?)")}
+    busy = {w: v.get("busy_fraction") for w, v in loading["by_worker"].items()}
+    workers_busy = [b for w, b in busy.items() if w != "main" and b is not None]
+    part = loading.get("fractions") or {}
+    return {
+        "workers": loading["workers"],
+        "fetch_per_sample_s": loading["fetch_s"],
+        "prep_per_sample_s": loading["prep_s"],
+        "collate_per_sample_s": loading["collate_per_sample_s"],
+        "collate_per_batch_s": loading["collate_s"],
+        "batch_s": loading["batch_s"],
+        **{f"{p}_fraction": part.get(p) for p in ("fetch", "prep", "collate")},
+        "busy_fraction_by_worker": busy,
+        "worker_busy_mean_fraction": sum(workers_busy) / len(workers_busy) if workers_busy else None,
+        "production_over_wait_fraction": (loading["batch_s"] / wait_mean_s
+                                          if wait_mean_s and loading["batch_s"] is not None else None),
+    }
+
+
+def _cpu(run: Run, meta: dict, num_workers: int | None) -> dict[str, Any]:
+    env = _dict(meta.get("environment"))
+    cores, threads = env.get("cpu_cores"), env.get("torch_threads")
+    during = _during(run)
+    main, workers = _mean(during.get("main_cpu_pct")), _mean(during.get("workers_cpu_pct"))
+    busy = None if main is None else (main + (workers or 0.0)) / 100
+    wanted = None if threads is None or num_workers is None else num_workers + threads
+    return {
+        "cores_usable": cores,
+        "torch_threads": threads,
+        "num_workers": num_workers,
+        "threads_wanted": wanted,
+        "oversubscribed": None if wanted is None or not cores else wanted > cores,
+        "main_cpu_mean_pct": main,
+        "workers_cpu_mean_pct": workers,
+        "machine_cpu_mean_pct": _mean(during.get("cpu_util_pct")),
+        "machine_cpu_peak_pct": _max(during.get("cpu_util_pct")),
+        "busy_cores": busy,
+        "busy_over_usable_fraction": busy / cores if busy is not None and cores else None,
+    }
+
+
+def _disk(run: Run, probe: dict | None) -> dict[str, Any]:
+    reads = _during(run).get("read_bytes_per_s")
+    mean_bps, peak_bps = _mean(reads), _max(reads)
+    if mean_bps is None:
+        reason = _dict(run.meta.get("absences")).get("io_counters") if isinstance(run.meta, dict) else None
+        return {"absent": str(reason or "no disk read samples during counted steps")}
+    return {"mean_read_bytes_per_s": mean_bps, "peak_read_bytes_per_s": peak_bps,
+            "ceiling": _disk_ceiling(probe, mean_bps, peak_bps)}
+
+
+def _disk_ceiling(probe: dict | None, mean_bps: float, peak_bps: float | None) -> dict[str, Any]:
+    if not probe:
+        return {"absent": NO_PROBE}
+    disk = _dict(probe.get("disk"))
+    seq, rnd = _dict(disk.get("sequential_read_cold")), _dict(disk.get("random_read_cold"))
+    seq_bps, rnd_iops = seq.get("median_bytes_per_s"), rnd.get("median_reads_per_s")
+    if not seq_bps and not rnd_iops:
+        why = seq.get("absent") or rnd.get("absent") or disk.get("absent") or "the probe has no cold disk numbers"
+        return {"absent": f"machine probe: {why}"}
+    rnd_bps = rnd_iops * RANDOM_READ_BYTES if rnd_iops else None
+    return {
+        "sequential_cold_bytes_per_s": seq_bps,
+        "random_4k_cold_reads_per_s": rnd_iops,
+        "random_4k_cold_bytes_per_s": rnd_bps,
+        "mean_over_sequential_fraction": mean_bps / seq_bps if seq_bps else None,
+        "peak_over_sequential_fraction": peak_bps / seq_bps if seq_bps and peak_bps is not None else None,
+        "peak_over_random_4k_fraction": peak_bps / rnd_bps if rnd_bps and peak_bps is not None else None,
+    }
+
+
+def _gpu(run: Run, meta: dict) -> dict[str, Any]:
+    gpu = _dict(meta.get("gpu"))
+    absences = _dict(meta.get("absences"))
+    if not gpu.get("available"):
+        return {"absent": str(gpu.get("reason") or absences.get("gpu") or "no GPU was recorded for this run")}
+    util = _mean(_during(run).get("gpu_util_pct"))
+    if util is None:
+        return {"absent": str(absences.get("gpu_util_pct") or "a GPU was in use, but no utilization was sampled")}
+    return {"mean_util_pct": util, "idle_pct": 100.0 - util}
+
+
+def _prefetch(steps: pd.DataFrame, scenario: dict, num_workers: int | None) -> dict[str, Any]:
+    if num_workers == 0:
+        return {"absent": "no prefetch queue: num_workers = 0 (the training process makes each batch when asked)"}
+    ready = pd.to_numeric(steps.get("ready_batches", pd.Series(dtype=float)), errors="coerce")
+    seen = steps.assign(ready=ready).dropna(subset=["ready"])
+    if seen.empty:
+        return {"absent": "the queue was not observed (no ready_batches readings: a run from before they were "
+                          "recorded, or a loader whose internals do not show them)"}
+    factor = _dict(scenario.get("loader")).get("prefetch_factor")
+    capacity = num_workers * (factor or DEFAULT_PREFETCH_FACTOR) if num_workers else None
+    wait = pd.to_numeric(seen["data_wait_s"], errors="coerce").fillna(0.0)
+    has_ready = seen["ready"] >= 1
+    total_wait = float(wait.sum())
+    return {
+        "num_workers": num_workers,
+        "prefetch_factor": factor or DEFAULT_PREFETCH_FACTOR,
+        "capacity_batches": capacity,
+        "steps_observed": int(len(seen)),
+        "mean_ready_batches": float(seen["ready"].mean()),
+        "mean_occupancy_fraction": float(seen["ready"].mean()) / capacity if capacity else None,
+        "empty_step_fraction": float((~has_ready).mean()),
+        "full_step_fraction": float((seen["ready"] >= capacity).mean()) if capacity else None,
+        "ready_wait_fraction": float(wait[has_ready].sum()) / total_wait if total_wait > 0 else None,
+        "wait_when_ready_mean_s": float(wait[has_ready].mean()) if has_ready.any() else None,
+        "wait_when_empty_mean_s": float(wait[~has_ready].mean()) if (~has_ready).any() else None,
+    }
+
+
+# ---- helpers ----------------------------------------------------------------------------
+
+
+def _num_workers(scenario: dict, loading: dict | None) -> int | None:
+    """num_workers from the scenario as run; else from who made the batches; else unknown."""
+    value = _dict(scenario.get("loader")).get("num_workers")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value)
+    return int(loading["workers"]) if loading else None
+
+
+def _during(run: Run) -> pd.DataFrame:
+    """System samples inside the counted-steps window."""
+    samples = run.samples
+    start_s, end_s = counted_window_s(run.steps)
+    if samples is None or samples.empty or "t_s" not in samples or math.isnan(start_s):
+        return pd.DataFrame()
+    t = pd.to_numeric(samples["t_s"], errors="coerce")
+    return samples.loc[(t >= start_s) & (t <= end_s)]
+
+
+def _mean(series: pd.Series | None) -> float | None:
+    values = pd.to_numeric(series, errors="coerce").dropna() if series is not None else None
+    return None if values is None or values.empty else float(values.mean())
+
+
+def _max(series: pd.Series | None) -> float | None:
+    values = pd.to_numeric(series, errors="coerce").dropna() if series is not None else None
+    return None if values is None or values.empty else float(values.max())
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,102 @@
+"""A sweep's results: one record per point from its run's summary, the best point, and the plot series.
+
+Pure functions over summaries (dicts); the sweep command runs the points.
+A point's throughput is its run's ``samples_per_s`` (counted steps: after
+warm-up, and with ``train.steady`` after the unstable start as well) with
+the uncertainty of its windowed throughput (``summary["throughput"]``:
+the 95% interval of the window mean, else the windows' min–max). The best
+point is the complete one with the highest samples/s; points whose upper
+bound reaches the best one's lower bound are "within noise of the best" —
+on a noisy machine the ranking among them is not meaningful.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from pipeprof.numbers import finite
+
+POINT_STATUSES = ("complete", "failed", "invalid", "interrupted", "skipped", "not run")
+
+
+def point_record(index: int, label: str, change: dict[str, Any], status: str, *, reason: str | None = None,
+                 folder: str | None = None, summary: dict[str, Any] | None = None,
+                 wall_s: float | None = None) -> dict[str, Any]:
+    """One row of the sweep: the settings, the outcome, and the headline numbers of its run."""
+    s = summary or {}
+    fractions = s.get("fractions") or {}
+    low, high, how = interval(s)
+    return {
+        "index": index,
+        "label": label,
+        "change": dict(change),
+        "status": status,
+        "reason": reason,
+        "folder": folder,
+        "report": f"{folder}/report.html" if folder and summary is not None else None,
+        "samples_per_s": finite(s.get("samples_per_s")),
+        "samples_per_s_low": low,
+        "samples_per_s_high": high,
+        "uncertainty": how,
+        "steps": s.get("steps"),
+        "step_time_median_s": finite((s.get("step_time_s") or {}).get("median")),
+        "fractions": {k: finite(fractions.get(k)) for k in ("data_wait", "h2d", "compute", "other")},
+        "verdict": (s.get("verdict") or {}).get("class"),
+        "bottleneck": s.get("bottleneck"),
+        "cpu_mean_util_pct": finite((s.get("cpu") or {}).get("mean_util")),
+        "peak_rss_bytes": finite((s.get("memory") or {}).get("peak_rss_bytes")),
+        "steady": (s.get("steady") or None),
+        "wall_s": wall_s,
+    }
+
+
+def interval(summary: dict[str, Any]) -> tuple[float | None, float | None, str | None]:
+    """(low, high, method) of a run's samples/s from its windowed throughput."""
+    t = summary.get("throughput") or {}
+    low, high = finite(t.get("ci95_low")), finite(t.get("ci95_high"))
+    if low is not None and high is not None:
+        return low, high, f"95% interval over {t.get('windows')} windows"
+    low, high = finite(t.get("min")), finite(t.get("max"))
+    if low is not None and high is not None:
+        return low, high, f"min-max over {t.get('windows')} windows"
+    rates = [r for r in ((summary.get("steady") or {}).get("window_samples_per_s") or []) if finite(r) is not None]
+    if len(rates) >= 2:
+        return min(rates), max(rates), f"min-max over the last {len(rates)} steady-state windows"
+    return None, None, None
+
+
+def best_point(points: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The complete point with the highest samples/s (the first one on a tie)."""
+    done = [p for p in points if p["status"] == "complete" and p.get("samples_per_s") is not None]
+    return max(done, key=lambda p: p["samples_per_s"]) if done else None
+
+
+def near_best(points: list[dict[str, Any]], best: dict[str, Any] | None) -> list[int]:
+    """Indices of complete points whose upper bound reaches the best point's lower bound (best included)."""
+    if best is None:
+        return []
+    floor = best.get("samples_per_s_low") or best["samples_per_s"]
+    return [p["index"] for p in points if p["status"] == "complete" and p.get("samples_per_s") is not None
+            and (p.get("samples_per_s_high") or p["samples_per_s"]) >= floor]
+
+
+def best_summary(best: dict[str, Any] | None, base_settings: dict[str, Any]) -> dict[str, Any] | None:
+    """sweep.json's ``best``: the point's settings (its change over the base), samples/s and folder."""
+    if best is None:
+        return None
+    return {"index": best["index"], "label": best["label"], "settings": dict(best["change"]),
+            "samples_per_s": best["samples_per_s"], "samples_per_s_low": best["samples_per_s_low"],
+            "samples_per_s_high": best["samples_per_s_high"], "verdict": best["verdict"],
+            "folder": best["folder"], "base": base_settings}
+
+
+def series(points: list[dict[str, Any]], x_key: str, group_key: str | None) -> dict[str, list[tuple]]:
+    """samples/s against ``x_key`` for each value of ``group_key``: {group: [(x, rate, low, high), ...]}."""
+    out: dict[str, list[tuple]] = {}
+    for p in points:
+        if p["status"] != "complete" or p.get("samples_per_s") is None or x_key not in p["change"]:
+            continue
+        group = str(p["change"].get(group_key, "")) if group_key else ""
+        out.setdefault(group, []).append((p["change"][x_key], p["samples_per_s"], p.get("samples_per_s_low"),
+                                          p.get("samples_per_s_high")))
+    return {g: sorted(v, key=lambda t: t[0]) for g, v in out.items()}

@@ -1,0 +1,120 @@
+"""Run a scenario file in a fresh Python process and read back what it wrote.
+
+A fresh process inherits nothing from the one before: no page cache it
+opened, no torch thread setting, no DataLoader workers, no allocator state.
+``run --verify`` (and sweeps) use it so a re-run compares like with like.
+The child is ``python -m pipeprof run FILE --out DIR --quiet``; its exit
+status, its run folder (the one new folder under ``DIR``), its summary.json
+and its last error line come back in a ``ChildRun``.
+
+Ctrl-C while a child runs: the child (in the same process group) gets the
+signal from the terminal and saves its steps so far; ``run_child`` passes it
+on when it came from elsewhere, waits for the child to finish saving, and
+returns with ``interrupted = True`` instead of raising, so the caller can
+record what happened before it exits.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+EXIT_INTERRUPTED = 130
+STOP_WAIT_S = 60.0  # how long a child gets to save its run after Ctrl-C
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """What a child ``pipeprof run`` left: exit status, run folder, summary and its last error line."""
+
+    exit_code: int
+    folder: Path | None
+    summary: dict[str, Any] | None
+    error: str | None
+    interrupted: bool = False
+
+    @property
+    def status(self) -> str:
+        """``complete``, ``failed``, ``interrupted`` or ``invalid`` (bad input: exit status 2)."""
+        if self.interrupted or self.exit_code == EXIT_INTERRUPTED:
+            return "interrupted"
+        if self.exit_code == 0 and self.summary is not None:
+            return "complete"
+        return "invalid" if self.exit_code == 2 else "failed"
+
+
+def run_command(scenario_file: Path, out: Path, cache: Path | None = None,
+                extra: Sequence[str] = ()) -> list[str]:
+    """The child's command line."""
+    cmd = [sys.executable, "-m", "pipeprof", "run", str(scenario_file), "--out", str(out), "--quiet", *extra]
+    if cache is not None:
+        cmd += ["--cache", str(cache)]
+    return cmd
+
+
+def run_child(scenario_file: Path, out: Path, *, cache: Path | None = None, extra: Sequence[str] = (),
+              command: Sequence[str] | None = None) -> ChildRun:
+    """Run ``scenario_file`` in a fresh process writing its run folder under ``out`` (created if needed).
+
+    ``command`` replaces the whole command line (tests use it to run a
+    stand-in child).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    before = {p.name for p in out.iterdir()}
+    cmd = list(command) if command is not None else run_command(scenario_file, out, cache, extra)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    interrupted = False
+    try:
+        stdout, stderr = proc.communicate()
+    except KeyboardInterrupt:
+        interrupted = True
+        stdout, stderr = _stop(proc)
+    folder = _new_folder(out, before)
+    summary = _read_summary(folder)
+    return ChildRun(proc.returncode, folder, summary, _error_line(stderr, proc.returncode), interrupted)
+
+
+def _stop(proc: subprocess.Popen) -> tuple[str, str]:
+    """Let the child save its run after Ctrl-C: pass SIGINT on (if it is still running), wait, then kill."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
+    except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
+        proc.kill()
+        return proc.communicate()
+
+
+def _new_folder(out: Path, before: set[str]) -> Path | None:
+    new = sorted(p for p in out.iterdir() if p.name not in before and p.is_dir() and not p.name.startswith("."))
+    return new[-1] if new else None
+
+
+def _read_summary(folder: Path | None) -> dict[str, Any] | None:
+    if folder is None:
+        return None
+    try:
+        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def _error_line(stderr: str, exit_code: int) -> str | None:
+    """The child's ``pipeprof: error:`` line, else its last stderr line when it failed."""
+    lines = [line.strip() for line in (stderr or "").splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("pipeprof: error:")]
+    if errors:
+        return errors[-1].removeprefix("pipeprof: error:").strip()
+    if exit_code != 0 and lines:
+        return lines[-1]
+    return None

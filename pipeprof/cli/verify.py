@@ -1,0 +1,99 @@
+"""``pipeprof run --verify``: re-run with the top recommendation applied, record predicted vs measured.
+
+The run folder is saved first (nothing measured is ever at the mercy of the
+re-run). Then the first recommendation that changes a setting is applied to
+the resolved scenario (``pipeprof.variants.vary``: keys the change makes
+meaningless are dropped and listed), written as ``verify/scenario.toml`` in
+the run folder, and run in a fresh process (``pipeprof.child``) whose run
+folder lands in ``verify/``. The outcome goes into run.json as
+``verification`` and summary.json and report.html are derived again.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from pipeprof.analysis.recommend import set_text
+from pipeprof.child import run_child
+from pipeprof.errors import UsageError
+from pipeprof.run import RUN_FORMAT_VERSION, Run, write_json, write_text
+from pipeprof.scenario import Scenario
+from pipeprof.variants import to_toml, vary
+
+VERIFY_FOLDER = "verify"
+
+
+def first_change(recommendations: Any) -> dict[str, Any] | None:
+    """The highest-ranked recommendation that changes scenario settings (not code, not the negative)."""
+    for rec in recommendations if isinstance(recommendations, list) else []:
+        if isinstance(rec, dict) and isinstance(rec.get("change"), dict) and rec["change"]:
+            return rec
+    return None
+
+
+def verify(scenario: Scenario, summary: dict[str, Any], folder: Path, *, cache: Path | None = None,
+           quiet: bool = False) -> dict[str, Any]:
+    """Re-run ``scenario`` with its top applicable recommendation; the raw ``verification`` record."""
+    rec = first_change(summary.get("recommendations"))
+    if rec is None:
+        recs = summary.get("recommendations") or [{}]
+        top = recs[0] if isinstance(recs[0], dict) else {}
+        why = (f"the top recommendation is a code change ({top['code_change']})" if top.get("code_change")
+               else top.get("reason") or "no recommendation")
+        return {"status": "not applicable", "reason": why, "change": {}}
+    record: dict[str, Any] = {
+        "change": rec["change"],
+        "set": set_text(rec),
+        "predicted_samples_per_s": rec.get("predicted_samples_per_s"),
+        "predicted_speedup": rec.get("predicted_speedup"),
+        "recommendation_reason": rec.get("reason"),
+    }
+    try:
+        variant = vary(scenario, rec["change"], f"--verify ({set_text(rec)})", name=f"{scenario.name}-verify")
+    except UsageError as e:
+        return {**record, "status": "invalid", "reason": str(e)}
+    out = folder / VERIFY_FOLDER
+    out.mkdir(exist_ok=True)
+    scenario_file = out / "scenario.toml"
+    write_text(scenario_file, to_toml(variant.raw))
+    record["dropped"] = list(variant.dropped)
+    status = None if quiet else Console(stderr=True).status(f"verify: re-running with {set_text(rec)}")
+    if status is not None:
+        status.start()
+    try:
+        child = run_child(scenario_file, out, cache=cache)
+    finally:
+        if status is not None:
+            status.stop()
+    record.update(
+        status=child.status,
+        reason=child.error,
+        exit_code=child.exit_code,
+        folder=str(child.folder.relative_to(folder)) if child.folder else None,
+        measured_samples_per_s=(child.summary or {}).get("samples_per_s"),
+        measured_verdict=((child.summary or {}).get("verdict") or {}).get("class"),
+    )
+    return record
+
+
+def store(run: Run, folder: Path, record: dict[str, Any], derived_files) -> dict[str, Any]:
+    """Put ``record`` into run.json and derive summary.json and report.html again; the new summary."""
+    run.meta["verification"] = record
+    write_json(folder / "run.json", dict(run.meta, format_version=RUN_FORMAT_VERSION))
+    summary, files = derived_files(run, folder.name)
+    for name, text in files.items():
+        write_text(folder / name, text)
+    return summary
+
+
+def print_verification(summary: dict[str, Any]) -> None:
+    """One line on stderr: what was verified and how the prediction fared."""
+    v = summary.get("verification") or {}
+    what = v.get("set") or "nothing"
+    print(f"verify: {what}: {v.get('verdict_words')}", file=sys.stderr)
+    if v.get("folder"):
+        print(f"verify run: {v['folder']}", file=sys.stderr)

@@ -1,0 +1,207 @@
+"""Render a comparison (``compare.json``'s dict): the terminal table and compare.html.
+
+Formatting only: every number comes from ``analysis.compare`` through the
+dict. The page is self-contained (inline CSS bars, no scripts, nothing
+fetched) and all text goes through Jinja2 autoescaping; the terminal tables
+are built from ``rich.text.Text`` cells so names are never read as markup.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from jinja2 import ChainableUndefined, Environment, PackageLoader
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from pipeprof.numbers import finite
+from pipeprof.render.plots import PHASE_COLORS, PHASE_LABELS
+
+NOT_MEASURED = "not measured"
+ABSENT = "(absent)"
+
+
+# ---- what both show -------------------------------------------------------------------------
+
+
+def run_rows(compare: dict[str, Any]) -> list[dict[str, Any]]:
+    """One formatted row per run: throughput ± half-width, ratio with interval, fractions with deltas."""
+    runs = compare.get("runs") or []
+    by_run = {c.get("run"): c for c in compare.get("comparisons") or []}
+    rows = []
+    for i, r in enumerate(runs):
+        c = by_run.get(i) or {}
+        t = r.get("throughput") or {}
+        ratio = c.get("throughput_ratio") or {}
+        fractions = r.get("fractions") or {}
+        deltas = c.get("fractions") or {}
+        verdict = r.get("verdict") or {}
+        rows.append({
+            "index": i,
+            "label": str(r.get("label") or f"run {i}"),
+            "scenario": str(r.get("scenario") or ""),
+            "status": str(r.get("status") or "unknown"),
+            "report": r.get("report"),
+            "overrides": [str(o) for o in r.get("overrides") or []],
+            "samples_per_s": _num(r.get("samples_per_s")),
+            "uncertainty": _uncertainty(t),
+            "windows": t.get("windows") or 0,
+            "ratio": "baseline" if i == 0 else _ratio(ratio),
+            "ratio_noise": None if i == 0 else ratio.get("within_noise"),
+            "ratio_reason": ratio.get("reason"),
+            "phases": [{"key": p, "label": PHASE_LABELS[p], "color": PHASE_COLORS[p],
+                        "value": finite(fractions.get(p)), "pct": _pct(fractions.get(p)),
+                        "delta": None if i == 0 else _pp((deltas.get(p) or {}).get("delta_pp")),
+                        "noise": None if i == 0 else (deltas.get(p) or {}).get("within_noise")}
+                       for p in PHASE_COLORS],
+            "verdict": str(verdict.get("class") or NOT_MEASURED),
+            "verdict_sentence": str(verdict.get("sentence") or ""),
+            "verdict_changed": bool((c.get("verdict") or {}).get("changed")),
+        })
+    return rows
+
+
+def setting_rows(compare: dict[str, Any]) -> list[dict[str, Any]]:
+    """The differing settings: key, then one display value per run, and whether it differs from the baseline."""
+    rows = []
+    for s in compare.get("settings") or []:
+        absent = set(s.get("absent_in") or [])
+        values = s.get("values") or []
+        shown = [ABSENT if i in absent else setting_text(v) for i, v in enumerate(values)]
+        rows.append({"key": str(s.get("key")),
+                     "values": [{"text": t, "differs": i > 0 and t != shown[0]} for i, t in enumerate(shown)]})
+    return rows
+
+
+def setting_text(value: Any) -> str:
+    """A scenario value as --set would take it: strings bare, the rest as JSON (``[256, 128]``, ``true``, ``null``)."""
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _uncertainty(t: dict[str, Any]) -> str:
+    low, high = finite(t.get("ci95_low")), finite(t.get("ci95_high"))
+    if low is None or high is None:
+        return f"no interval: {t.get('reason')}" if t.get("reason") else "no interval"
+    return f"± {_num((high - low) / 2)}"
+
+
+def _ratio(ratio: dict[str, Any]) -> str:
+    r, low, high = finite(ratio.get("ratio")), finite(ratio.get("low")), finite(ratio.get("high"))
+    if r is None:
+        return NOT_MEASURED
+    return f"×{r:.3f}" + (f" ({low:.3f}–{high:.3f})" if low is not None and high is not None else "")
+
+
+def _num(value: Any) -> str:
+    v = finite(value)
+    return NOT_MEASURED if v is None else f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def _pct(fraction: Any) -> str:
+    v = finite(fraction)
+    return NOT_MEASURED if v is None else f"{100 * v:.1f}%"
+
+
+def _pp(delta_pp: Any) -> str | None:
+    v = finite(delta_pp)
+    return None if v is None else f"{round(v, 1) + 0.0:+.1f} pp"  # + 0.0: no "-0.0"
+
+
+def _noise_word(within: Any) -> str:
+    return {True: "within noise", False: "beyond noise"}.get(within, "noise unknown")
+
+
+# ---- HTML -----------------------------------------------------------------------------------
+
+
+def render_compare_html(compare: dict[str, Any], *, folder_name: str | None = None) -> str:
+    """compare.html as one string (UTF-8, no external resources)."""
+    env = Environment(loader=PackageLoader("pipeprof", "render/templates"), autoescape=True,
+                      undefined=ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(noise=_noise_word, flex=_flex)
+    rows = run_rows(compare)
+    return env.get_template("compare.html.j2").render(
+        c=compare, folder_name=folder_name, rows=rows, settings=setting_rows(compare),
+        labels=[r["label"] for r in rows],
+        legend=[{"label": PHASE_LABELS[p], "color": PHASE_COLORS[p]} for p in PHASE_COLORS],
+        rules=(compare.get("noise") or {}).get("rules") or {},
+    )
+
+
+def _flex(value: Any) -> str:
+    """A fraction as a CSS flex-grow factor (segments share the bar's width in proportion)."""
+    v = finite(value)
+    return "0" if v is None or v < 0 else f"{v:.6f}"
+
+
+# ---- terminal -------------------------------------------------------------------------------
+
+
+def run_id(index: int) -> str:
+    """The short name of a run in the terminal tables: A (the baseline), B, C, ... then R27, R28, ..."""
+    return chr(ord("A") + index) if index < 26 else f"R{index + 1}"
+
+
+def compare_table(compare: dict[str, Any], folder: str | Path) -> Group:
+    """The runs (as A, B, ...), throughput against A, shares of step time, differing settings: rich tables."""
+    rows = run_rows(compare)
+
+    def table(title: str) -> Table:
+        return Table(title=Text(title, style="bold"), title_justify="left", box=None, pad_edge=False,
+                     padding=(0, 2, 0, 0))
+
+    runs = table("pipeprof compare: runs (A is the baseline)")
+    for name in ("", "folder", "status", "scenario"):
+        runs.add_column(name, overflow="fold")
+    for r in rows:
+        runs.add_row(Text(run_id(r["index"]), style="bold"), Text(r["label"]),
+                     Text(r["status"], style="" if r["status"] == "complete" else "bold red"),
+                     Text(r["scenario"] + "".join(f"\n--set {o}" for o in r["overrides"])))
+
+    speed = table("throughput in samples/s (± half the 95% interval)")
+    for name, justify in (("", "left"), ("samples/s", "right"), ("±", "right"), ("ratio to A", "right"),
+                          ("interval", "left"), ("", "left")):
+        speed.add_column(name, justify=justify, no_wrap=True)
+    for r in rows:
+        ratio, _, interval = r["ratio"].partition(" ")
+        noise = "" if r["ratio_noise"] is None else _noise_word(r["ratio_noise"])
+        speed.add_row(Text(run_id(r["index"]), style="bold"), Text(r["samples_per_s"], style="bold"),
+                      Text(r["uncertainty"].removeprefix("± ") if r["uncertainty"].startswith("±") else "none",
+                           style="dim"),
+                      Text(ratio), Text(interval.strip("()")), Text(noise, style="dim" if r["ratio_noise"] else "bold"))
+
+    shares = table("share of step time (change against A in percentage points)")
+    shares.add_column("")
+    for p in PHASE_COLORS:
+        shares.add_column(PHASE_LABELS[p], justify="right", no_wrap=True)
+    shares.add_column("verdict", overflow="fold")
+    for r in rows:
+        cells = []
+        for p in r["phases"]:
+            cell = Text(p["pct"])
+            if p["delta"]:
+                cell.append(f" {p['delta'].removesuffix(' pp')}", style="dim" if p["noise"] else "bold")
+            cells.append(cell)
+        shares.add_row(Text(run_id(r["index"]), style="bold"), *cells,
+                       Text(r["verdict"] + (" (changed)" if r["verdict_changed"] else ""),
+                            style="bold" if r["verdict_changed"] else ""))
+
+    settings = setting_rows(compare)
+    differ = table("settings that differ")
+    differ.add_column("key", no_wrap=True)
+    for r in rows:
+        differ.add_column(run_id(r["index"]), overflow="fold")
+    for s in settings:
+        differ.add_row(Text(s["key"]), *(Text(v["text"], style="bold" if v["differs"] else "") for v in s["values"]))
+    fraction_pp = (compare.get("noise") or {}).get("fraction_pp")
+    parts: list[Any] = [runs, Text(""), speed, Text(""), shares, Text("")]
+    parts.append(differ if settings else Text("settings: every run has the same scenario settings", style="dim"))
+    parts += [Text(""),
+              Text(f"noise: a ratio is within noise when its 95% interval contains 1, a share when it moved less "
+                   f"than {fraction_pp:g} pp; the interval covers variation within each run only, not between "
+                   f"re-runs.", style="dim"),
+              Text(f"compare folder: {folder}")]
+    return Group(*parts)

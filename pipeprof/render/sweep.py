@@ -1,0 +1,114 @@
+"""Render a sweep (``sweep.json``'s dict): the terminal table and sweep.html.
+
+Formatting only; every number comes from ``analysis.sweep`` through the
+sweep dict. The page is self-contained: inline CSS, inline SVG plots and a
+few lines of inline JavaScript that sort the table when a header is
+clicked (the page reads fine without it). All text goes through Jinja2
+autoescaping; terminal cells are ``rich.text.Text`` (never markup).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from jinja2 import ChainableUndefined, Environment, PackageLoader
+from matplotlib import rc_context
+from rich.table import Table
+from rich.text import Text
+
+from pipeprof.analysis.sweep import series
+from pipeprof.numbers import finite
+from pipeprof.render import plots
+from pipeprof.render.html import format_bytes, format_fraction_pct, format_number, format_seconds
+
+PHASES = ("data_wait", "h2d", "compute", "other")
+
+
+def render_sweep_html(doc: dict[str, Any], *, folder_name: str | None = None) -> str:
+    """sweep.html (or tune.html: the same page with ``doc["kind"] == "tune"``) as one string."""
+    env = Environment(loader=PackageLoader("pipeprof", "render/templates"), autoescape=True,
+                      undefined=ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(num=format_number, frac_pct=format_fraction_pct, ms=format_seconds, bytes=format_bytes)
+    points = [dict(p, stack_title=_stack_title(p)) for p in doc.get("points") or []]
+    best = (doc.get("best") or {}).get("index")
+    return env.get_template("sweep.html.j2").render(
+        d=doc, folder_name=folder_name, points=points, best_index=best,
+        axes=[a["key"] for a in doc.get("axes") or []],
+        numeric_axes={a["key"] for a in doc.get("axes") or []
+                      if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in a.get("values") or [])},
+        near_best=set(doc.get("near_best") or []),
+        phases=[{"key": k, "label": plots.PHASE_LABELS[k], "color": plots.PHASE_COLORS[k]} for k in PHASES],
+        workers_plot=workers_svg(points, [a["key"] for a in doc.get("axes") or []]),
+        max_rate=max([p.get("samples_per_s_high") or p.get("samples_per_s") or 0 for p in points] or [0]),
+    )
+
+
+def workers_svg(points: list[dict[str, Any]], axes: list[str]) -> str | None:
+    """samples/s against num_workers, one line per storage kind (or per other axis), with the uncertainty."""
+    if "loader.num_workers" not in axes:
+        return None
+    group = "data.storage" if "data.storage" in axes else next((a for a in axes if a != "loader.num_workers"),
+                                                               None)
+    lines = series(points, "loader.num_workers", group)
+    if not any(lines.values()):
+        return None
+    with rc_context({"font.size": 9, "svg.fonttype": "none"}):
+        fig, ax = plots.new_figure()
+        for name, rows in lines.items():
+            x = [r[0] for r in rows]
+            y = [r[1] for r in rows]
+            label = f"{group.rpartition('.')[2]} = {name}" if group else "samples/s"
+            line, = ax.plot(x, y, marker="o", linewidth=1.5, label=label)
+            lows = [r[2] if r[2] is not None else r[1] for r in rows]
+            highs = [r[3] if r[3] is not None else r[1] for r in rows]
+            ax.fill_between(x, lows, highs, color=line.get_color(), alpha=0.15, linewidth=0)
+        ax.set_xlabel("num_workers")
+        ax.set_ylabel("samples/s")
+        ax.set_ylim(bottom=0)
+        ax.set_xticks(sorted({r[0] for rows in lines.values() for r in rows}))
+        ax.grid(alpha=0.3)
+        plots._legend(ax)
+        return plots.svg_element(fig, "workers")
+
+
+def sweep_table(doc: dict[str, Any], folder: Path) -> Table:
+    """The terminal table: points by samples/s, the best first, failures and skips last."""
+    axes = [a["key"] for a in doc.get("axes") or []]
+    table = Table(title=f"{doc.get('kind', 'sweep')} {doc.get('scenario')}: {len(doc.get('points') or [])} points",
+                  title_justify="left")
+    for key in axes:
+        table.add_column(key.rpartition(".")[2])
+    for name in ("samples/s", "±", "data wait %", "verdict", "status"):
+        table.add_column(name, justify="right" if name in ("samples/s", "±", "data wait %") else "left")
+    points = sorted(doc.get("points") or [], key=lambda p: -(p.get("samples_per_s") or -1))
+    best = (doc.get("best") or {}).get("index")
+    for p in points:
+        rate = finite(p.get("samples_per_s"))
+        low, high = finite(p.get("samples_per_s_low")), finite(p.get("samples_per_s_high"))
+        spread = f"{(high - low) / 2:,.0f}" if low is not None and high is not None else ""
+        wait = finite((p.get("fractions") or {}).get("data_wait"))
+        status = p.get("status") or ""
+        if p.get("reason") and status not in ("complete", "skipped"):
+            status += f": {p['reason'][:60]}"
+        cells = [Text(_short(p["change"].get(k))) for k in axes]
+        cells += [Text(f"{rate:,.0f}" if rate is not None else "", style="bold" if p["index"] == best else ""),
+                  Text(spread), Text(f"{100 * wait:.1f}" if wait is not None else ""), Text(p.get("verdict") or ""),
+                  Text(status, style="red" if p.get("status") in ("failed", "invalid", "interrupted") else "")]
+        table.add_row(*cells)
+    skipped = sum(p.get("status") == "skipped" for p in points)
+    table.caption = (f"{skipped} point(s) skipped: invalid together (reasons in the page); " if skipped else "") \
+        + str(folder)
+    return table
+
+
+def _stack_title(point: dict[str, Any]) -> str:
+    fractions = point.get("fractions") or {}
+    return ", ".join(f"{plots.PHASE_LABELS[k]} {100 * v:.1f}%" for k in PHASES
+                     if (v := finite(fractions.get(k))) is not None)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)

@@ -1,0 +1,74 @@
+"""pipeprof tune end to end on a tiny scenario, its snippets, and bad input."""
+
+import json
+import tomllib
+
+import pytest
+
+from pipeprof.cli.main import main
+from pipeprof.cli.tune_cmd import dataloader_kwargs, toml_snippet
+from pipeprof.scenario import scenario_from_dict
+from tiny import tiny_toml
+
+TINY = tiny_toml("tiny-tune", "a tiny <script>alert(1)</script> tuning")
+
+
+@pytest.fixture
+def scenario_file(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    return path
+
+
+@pytest.mark.integration
+def test_tune_measures_trials_confirms_the_best_in_a_fresh_process_and_prints_its_settings(tmp_path, scenario_file,
+                                                                                          capsys):
+    out, cache = tmp_path / "reports", tmp_path / "cache"
+    status = main(["tune", str(scenario_file), "--max-evals", "3", "--window", "1", "--confirm-seconds", "1",
+                   "--out", str(out), "--cache", str(cache), "--quiet"])
+    assert status == 0
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    doc = json.loads((folder / "tune.json").read_text())
+    assert doc["kind"] == "tune" and doc["status"] == "complete"
+    trials = [p for p in doc["points"] if p["index"] >= 0]
+    measured = [p for p in trials if p["status"] in ("complete", "failed")]
+    assert 1 <= len(measured) <= 4  # --max-evals 3, and one more for the compute ceiling when needed
+    assert trials[0]["why"] == "the scenario as given"
+    assert trials[0]["change"]["loader.num_workers"] == 0 and trials[0]["change"]["data.storage"] == "ram"
+    confirm = doc["points"][-1]
+    assert confirm["index"] == -1 and confirm["status"] == "complete" and (folder / confirm["report"]).exists()
+    assert doc["best"]["samples_per_s"] == confirm["samples_per_s"]
+    # the snippet is valid TOML that the scenario accepts back
+    snippet = tomllib.loads(doc["toml_snippet"])
+    base = tomllib.loads(TINY)
+    for section, values in snippet.items():
+        base.setdefault(section, {}).update(values)
+    scenario_from_dict(base, "snippet")
+    assert "DataLoader(dataset" in doc["dataloader_kwargs"] or "on the device" in doc["dataloader_kwargs"]
+    assert doc["ceiling"]["samples_per_s"] > 0 and "compute ceiling" in doc["ceiling"]["words"]
+    html = (folder / "tune.html").read_text()
+    assert 'id="toml-snippet"' in html and "<script>alert(1)" not in html
+    assert capsys.readouterr().out.strip().endswith(f"tune: {folder / 'tune.html'}")
+
+
+@pytest.mark.parametrize("extra, match", [(["--max-evals", "0"], "--max-evals 0"),
+                                          (["--batch-sizes", "64,x"], "--batch-sizes 64,x"),
+                                          (["--window", "-1"], "expected a number > 0")])
+def test_bad_tune_arguments_are_one_line_and_exit_2(tmp_path, scenario_file, capsys, extra, match):
+    assert main(["tune", str(scenario_file), "--out", str(tmp_path / "r"), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and "\n" not in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_snippets_of_a_setting():
+    settings = {"loader.num_workers": 2, "loader.prefetch_factor": 4, "loader.persistent_workers": True,
+                "train.threads": 1, "data.storage": "ram"}
+    assert tomllib.loads(toml_snippet(settings)) == {
+        "loader": {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True},
+        "train": {"threads": 1}, "data": {"storage": "ram"}}
+    text = dataloader_kwargs(settings)
+    assert "DataLoader(dataset, num_workers=2, prefetch_factor=4, persistent_workers=True)" in text
+    assert "torch.set_num_threads(1)" in text and "decode the data set once into RAM" in text
+    device = dataloader_kwargs({"loader.num_workers": 0, "data.storage": "device", "train.threads": 2})
+    assert "no DataLoader" in device and "DataLoader(" not in device

@@ -1,0 +1,247 @@
+"""run --verify: scenario variants, the child-process runner, the verification record, and a real re-run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from pipeprof.analysis.verification import NOISE, verification
+from pipeprof.child import ChildRun, run_child
+from pipeprof.cli.main import main
+from pipeprof.cli.verify import first_change, verify
+from pipeprof.errors import UsageError
+from pipeprof.scenario import load_scenario, scenario_from_dict
+from pipeprof.variants import to_toml, vary
+
+IMAGES = """
+name = "tiny-jpeg"
+description = "tiny <script>alert(1)</script> jpegs"
+[data]
+storage = "images"
+format = "jpeg"
+quality = 80
+samples = 1200
+cache = "cold"
+[loader]
+batch_size = 50
+num_workers = 1
+prefetch_factor = 4
+persistent_workers = false
+[model]
+hidden = [32]
+[train]
+epochs = 2
+warmup_steps = 4
+device = "cpu"
+"""
+
+
+@pytest.fixture
+def images(tmp_path):
+    path = tmp_path / "tiny-jpeg.toml"
+    path.write_text(IMAGES)
+    return load_scenario(path)
+
+
+# ---- variants ------------------------------------------------------------------------------
+
+
+def test_moving_images_to_ram_drops_the_keys_ram_has_no_use_for(images):
+    v = vary(images, {"data.storage": "ram"}, "test")
+    assert v.scenario.data.storage == "ram"
+    assert v.scenario.data.cache == "warm"  # the default again
+    assert "format" not in v.raw["data"] and "quality" not in v.raw["data"] and "cache" not in v.raw["data"]
+    assert sorted(d.split(" =")[0] for d in v.dropped) == ["data.cache", "data.format", "data.quality"]
+    assert "data.storage = 'ram' (was 'images')" in v.changes
+    assert v.scenario.loader == images.loader and v.scenario.model == images.model
+
+
+def test_no_workers_drops_the_worker_only_keys_and_steps_replace_epochs(images):
+    v = vary(images, {"loader.num_workers": 0, "train.steps": 30}, "test")
+    assert v.scenario.loader.num_workers == 0 and v.scenario.loader.prefetch_factor is None
+    assert v.scenario.train.steps == 30 and v.scenario.train.epochs is None
+    assert any(d.startswith("loader.prefetch_factor = 4") for d in v.dropped)
+    assert not any("persistent_workers" in d for d in v.dropped)  # false is the default: nothing to say
+
+
+def test_a_key_the_change_names_is_kept_and_validated(images):
+    with pytest.raises(UsageError, match="prefetch_factor"):
+        vary(images, {"loader.num_workers": 0, "loader.prefetch_factor": 2}, "test")
+
+
+@pytest.mark.parametrize("change, match", [({"loader.bogus": 1}, "unknown key loader.bogus"),
+                                           ({"nosection": 1}, "not a scenario key"),
+                                           ({"loader.num_workers": -1}, "num_workers")])
+def test_a_bad_change_is_one_usage_error_naming_where(images, change, match):
+    with pytest.raises(UsageError, match=match) as e:
+        vary(images, change, "--verify (x)")
+    assert str(e.value).startswith("--verify (x)") and "\n" not in str(e.value)
+
+
+def test_a_variant_written_as_toml_loads_back_to_the_same_scenario(images, tmp_path):
+    v = vary(images, {"loader.num_workers": 2, "train.threads": 1}, "test", name="again")
+    path = tmp_path / "v.toml"
+    path.write_text(to_toml(v.raw))
+    assert load_scenario(path) == v.scenario
+    throttled = scenario_from_dict({"data": {"storage": "files", "throttle": "nfs", "samples": 100},
+                                    "train": {"steps": 5, "warmup_steps": 1}}, "t")
+    v = vary(throttled, {"loader.batch_size": 10}, "test")
+    path.write_text(to_toml(v.raw))
+    assert load_scenario(path) == v.scenario
+
+
+# ---- the verification record ---------------------------------------------------------------
+
+
+def test_verification_compares_the_prediction_with_the_re_run():
+    record = {"status": "complete", "predicted_samples_per_s": 2000.0, "predicted_speedup": 2.0,
+              "measured_samples_per_s": 1600.0, "set": "--set loader.num_workers=2"}
+    v = verification(record, 1000.0)
+    assert v["measured_speedup"] == pytest.approx(1.6)
+    assert v["prediction_error"] == pytest.approx(0.25)
+    assert "25% too high" in v["verdict_words"] and "beyond" in v["verdict_words"]
+    low = verification(dict(record, measured_samples_per_s=2100.0), 1000.0)
+    assert low["prediction_error"] == pytest.approx(2000 / 2100 - 1)
+    assert "too low" in low["verdict_words"] and f"within the ±{100 * NOISE:.0f}%" in low["verdict_words"]
+
+
+def test_a_failed_or_inapplicable_verification_says_so_without_numbers():
+    assert verification(None, 1000.0) is None
+    failed = verification({"status": "failed", "reason": "RuntimeError: boom", "predicted_samples_per_s": 5.0},
+                          1000.0)
+    assert failed["measured_speedup"] is None and failed["prediction_error"] is None
+    assert failed["verdict_words"] == "re-run failed: RuntimeError: boom"
+    na = verification({"status": "not applicable", "reason": "compute-bound"}, 1000.0)
+    assert na["verdict_words"] == "nothing to verify: compute-bound"
+
+
+def test_first_change_skips_code_changes_and_the_negative():
+    code = {"change": {}, "code_change": "a __getitems__", "predicted_speedup": 1.9}
+    setting = {"change": {"loader.num_workers": 2}, "predicted_speedup": 1.5}
+    assert first_change([code, setting]) is setting
+    assert first_change([{"change": {}, "reason": "compute-bound"}]) is None
+    assert first_change(None) is None
+
+
+def test_verify_without_an_applicable_change_runs_nothing(images, tmp_path):
+    summary = {"recommendations": [{"change": {}, "code_change": "fetch whole batches", "reason": "r"}]}
+    record = verify(images, summary, tmp_path, quiet=True)
+    assert record["status"] == "not applicable" and "code change (fetch whole batches)" in record["reason"]
+    assert not (tmp_path / "verify").exists()
+
+
+def test_verify_with_a_change_the_scenario_refuses_is_invalid_and_runs_nothing(images, tmp_path):
+    summary = {"recommendations": [{"change": {"loader.num_workers": 0, "loader.persistent_workers": True},
+                                    "predicted_samples_per_s": 10.0, "predicted_speedup": 2.0}]}
+    record = verify(images, summary, tmp_path, quiet=True)
+    assert record["status"] == "invalid" and "persistent_workers" in record["reason"]
+    assert not (tmp_path / "verify").exists()
+
+
+# ---- the child process ---------------------------------------------------------------------
+
+
+def stand_in(body: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(body)]
+
+
+def test_a_child_that_completes_comes_back_with_its_folder_and_summary(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "older-run").mkdir()  # there before: not the child's
+    child = run_child(tmp_path / "x.toml", out, command=stand_in(f"""
+        import json, pathlib
+        f = pathlib.Path({str(out)!r}) / "20261130T000000Z-x"
+        f.mkdir()
+        (f / "summary.json").write_text(json.dumps({{"samples_per_s": 123.0}}))
+        (pathlib.Path({str(out)!r}) / ".hidden.tmp").mkdir()
+        """))
+    assert child.status == "complete" and child.folder.name == "20261130T000000Z-x"
+    assert child.summary == {"samples_per_s": 123.0} and child.error is None
+
+
+@pytest.mark.parametrize("code, stderr, status, error", [
+    (2, "pipeprof: error: x.toml: unknown key loader.bogus", "invalid", "x.toml: unknown key loader.bogus"),
+    (1, "Traceback\\nRuntimeError: boom", "failed", "RuntimeError: boom"),
+    (130, "pipeprof: interrupted: 3 steps saved", "interrupted", "pipeprof: interrupted: 3 steps saved"),
+])
+def test_a_child_that_fails_comes_back_with_its_status_and_error_line(tmp_path, code, stderr, status, error):
+    child = run_child(tmp_path / "x.toml", tmp_path / "out", command=stand_in(f"""
+        import sys
+        print("{stderr}", file=sys.stderr)
+        sys.exit({code})
+        """))
+    assert (child.status, child.error, child.folder, child.summary) == (status, error, None, None)
+
+
+def test_ctrl_c_in_the_parent_lets_the_child_save_and_returns_interrupted(tmp_path):
+    """A real SIGINT to a parent process only (not its group): it is passed on and the child saves."""
+    out, ready = tmp_path / "out", tmp_path / "ready"
+    child_code = textwrap.dedent(f"""
+        import pathlib, signal, sys, time
+        def save(*_):
+            f = pathlib.Path({str(out)!r}) / "partial"
+            f.mkdir()
+            (f / "summary.json").write_text('{{"samples_per_s": 7.0}}')
+            sys.exit(130)
+        signal.signal(signal.SIGINT, save)
+        pathlib.Path({str(ready)!r}).touch()
+        time.sleep(60)
+        """)
+    parent_code = textwrap.dedent(f"""
+        import json, sys
+        from pipeprof.child import run_child
+        c = run_child(None, {str(out)!r}, command=[sys.executable, "-c", {child_code!r}])
+        print(json.dumps({{"status": c.status, "folder": c.folder.name, "summary": c.summary}}))
+        """)
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.exists()
+    os.kill(parent.pid, signal.SIGINT)
+    stdout, _ = parent.communicate(timeout=60)
+    assert parent.returncode == 0
+    assert json.loads(stdout) == {"status": "interrupted", "folder": "partial", "summary": {"samples_per_s": 7.0}}
+
+
+# ---- end to end ----------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_run_verify_re_runs_the_top_recommendation_in_a_fresh_process(tmp_path, capsys):
+    scenario = tmp_path / "tiny-jpeg.toml"
+    scenario.write_text(IMAGES.replace('cache = "cold"\n', "").replace("num_workers = 1", "num_workers = 0")
+                        .replace("prefetch_factor = 4\n", ""))
+    out, cache = tmp_path / "reports", tmp_path / "cache"
+    status = main(["run", str(scenario), "--out", str(out), "--cache", str(cache), "--quiet", "--verify"])
+    assert status == 0
+    (folder,) = [p for p in out.iterdir() if p.name != "index.html"]
+    summary = json.loads((folder / "summary.json").read_text())
+    v = summary["verification"]
+    top = first_change(summary["recommendations"])
+    assert v["change"] == top["change"] and v["status"] == "complete"
+    assert v["predicted_samples_per_s"] == pytest.approx(top["predicted_samples_per_s"])
+    assert v["measured_samples_per_s"] > 0
+    assert v["measured_speedup"] == pytest.approx(v["measured_samples_per_s"] / summary["samples_per_s"])
+    rerun = folder / v["folder"]
+    assert rerun.parent.name == "verify" and (rerun / "report.html").exists()
+    again = load_scenario(folder / "verify" / "scenario.toml")
+    for key, value in v["change"].items():
+        section, _, name = key.partition(".")
+        assert getattr(getattr(again, section), name) == value
+    assert json.loads((folder / "run.json").read_text())["verification"]["folder"] == v["folder"]
+    html = (folder / "report.html").read_text()
+    assert 'id="verification"' in html and f'href="{v["folder"]}/report.html"' in html
+    assert "<script>alert(1)</script>" not in html
+    err = capsys.readouterr().err
+    assert f"verify: {v['set']}: predicted ×" in err
+    # re-deriving the report from the raw records keeps the verification
+    assert main(["report", str(folder)]) == 0
+    assert json.loads((folder / "summary.json").read_text())["verification"] == v
