@@ -11,6 +11,10 @@ process) this runs, one after the other in one invocation:
   in a fresh process until steady or ``--grid-seconds``;
 * the tuner: ``pipeprof tune`` with its defaults.
 
+With ``--keep-storage`` neither moves the data (no placement axis, ``tune
+--keep-storage``): on a CPU-only machine the on-device placement wins
+everywhere, and this checks the search over loader and thread settings alone.
+
 and prints per scenario the tuner's best (its confirmed run) as a fraction
 of the grid's best, and the tuner's wall time as a fraction of the grid's.
 Target: >= 0.95 of the grid's best in <= 1/3 of its time. prefetch_factor
@@ -51,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grid-seconds", type=float, default=10.0)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--cache", default=None)
+    parser.add_argument("--keep-storage", action="store_true",
+                        help="neither grid nor tuner moves the data (no RAM or device placement)")
     args = parser.parse_args(argv)
     plan = [(s, list(args.overrides)) for s in args.scenarios] or [(s, o + args.overrides)
                                                                    for s, o in DEFAULT_SCENARIOS]
@@ -62,11 +68,12 @@ def main(argv: list[str] | None = None) -> int:
             storage = _storage(scenario, overrides)
             grid = ["--grid", f"loader.num_workers={','.join(map(str, range(5)))}",
                     "--grid", f"train.threads={','.join(map(str, range(1, cores + 1)))}",
-                    "--grid", f"data.storage={PLACEMENT[storage]}"]
+                    *([] if args.keep_storage else ["--grid", f"data.storage={PLACEMENT[storage]}"])]
             out = Path(tmp) / Path(scenario).stem
             g_s, g_doc = _pipeprof(["sweep", scenario, *sets, *grid, "--max-seconds", str(args.grid_seconds)],
                                    out / "grid", args.cache, "sweep.json")
-            t_s, t_doc = _pipeprof(["tune", scenario, *sets], out / "tune", args.cache, "tune.json")
+            keep = ["--keep-storage"] if args.keep_storage else []
+            t_s, t_doc = _pipeprof(["tune", scenario, *sets, *keep], out / "tune", args.cache, "tune.json")
             g_best = (g_doc.get("best") or {}).get("samples_per_s")
             t_best = (t_doc.get("best") or {}).get("samples_per_s")
             row = {"scenario": Path(scenario).stem, "grid_best": g_best, "grid_best_label": (g_doc.get("best") or {})

@@ -35,6 +35,7 @@ speedscope).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
@@ -44,7 +45,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pandas as pd
 
@@ -163,6 +164,44 @@ def new_run_folder(root: Path, scenario: str, now: dt.datetime | None = None) ->
         n += 1
         folder = base.with_name(f"{base.name}-{n}")
     return folder
+
+
+def ensure_out_folder(out: Path) -> None:
+    """Create ``--out`` (and its parents); a file in the way or no permission is a usage error."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot create the folder ({e.strerror or e})") from None
+
+
+@dataclass
+class Staged:
+    """A folder being written: ``tmp`` (hidden, in the same parent) and the ``folder`` it will become."""
+
+    tmp: Path
+    folder: Path
+
+
+@contextlib.contextmanager
+def staged_folder(root: Path, name: str, now: dt.datetime | None = None) -> Iterator[Staged]:
+    """Write into a hidden temp folder, renamed to ``<root>/<UTC>-<name>`` when the block ends without error.
+
+    The final name is chosen at the start (so pages can name it) and chosen
+    again if another process took it meanwhile; on any error, Ctrl-C included,
+    the temp folder is removed, so a half-written folder never looks whole.
+    """
+    stage = Staged(Path(tempfile.mkdtemp(dir=root, prefix=".staged.", suffix=".tmp")), new_run_folder(root, name, now))
+    try:
+        os.chmod(stage.tmp, 0o755)
+        yield stage
+        if stage.folder.exists():  # taken while we worked
+            stage.folder = new_run_folder(root, name)
+        os.replace(stage.tmp, stage.folder)
+    except BaseException:
+        shutil.rmtree(stage.tmp, ignore_errors=True)
+        raise
 
 
 def to_json(data: Any) -> str:

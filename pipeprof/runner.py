@@ -220,6 +220,12 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
         sampler.stop()
         # After training, untimed: py-spy writes its file, the workers exit and dump their profiles.
         recorded = {"pyspy": spy.stop() if spy else None, "cprofile": code.finish() if code else None}
+    compute_ceiling = None
+    if status == "complete":
+        try:
+            compute_ceiling = measure_compute_ceiling(work, clock)
+        except Exception as e:  # noqa: BLE001 - a missing ceiling is recorded, never a failed run
+            absences["compute_ceiling"] = f"{type(e).__name__}: {' '.join(str(e).split())}"
     absences.update(sampler.absences)  # includes the GPU monitor's missing metrics
     recorded = {name: r for name, r in recorded.items() if r is not None}
     for r in recorded.values():
@@ -244,6 +250,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
                   "drops": cold.drops if cold else []},
         "status": status,
         "error": error,
+        "compute_ceiling": compute_ceiling,
     }
     if recorded:
         meta["code_profile"] = {name: r.meta for name, r in recorded.items()}
@@ -267,6 +274,37 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     attachments = {name: content for r in recorded.values() for name, content in r.files.items()}
     return Run(meta=meta, steps=steps, samples=samples, processes=processes, loading=loading,
                functions=functions, attachments=attachments)
+
+
+COMPUTE_PROBE_STEPS = 20
+COMPUTE_PROBE_WARMUP = 3
+
+
+def measure_compute_ceiling(work: Workload, clock: Clock = monotonic_clock,
+                            steps: int = COMPUTE_PROBE_STEPS) -> dict[str, Any]:
+    """The uncontended compute ceiling: training steps on one batch already on the device, after the run.
+
+    No loader, no data wait, the DataLoader workers gone (or idle): what the
+    model trains at when nothing else competes for the cores. The run's own
+    compute time is measured under its contention (workers decoding beside
+    torch's threads slow both), so predictions that remove the loading use
+    this instead. Costs ``steps`` + 3 steps after the measured ones; they
+    change the weights, not any statistic.
+    """
+    batch = work.scenario.loader.batch_size
+    x = torch.randn(batch, 784, device=work.device)
+    y = torch.randint(0, 10, (batch,), device=work.device)
+    sync = torch.cuda.synchronize if work.device.type == "cuda" else (lambda: None)
+    for _ in range(COMPUTE_PROBE_WARMUP):
+        work.step_fn(x, y)
+    sync()
+    start_s = clock()
+    for _ in range(steps):
+        work.step_fn(x, y)
+    sync()
+    took_s = clock() - start_s
+    return {"samples_per_s": steps * batch / took_s if took_s > 0 else None, "steps": steps,
+            "batch_size": batch, "took_s": took_s}
 
 
 def _by_core(columns: list[str]) -> list[str]:

@@ -55,7 +55,7 @@ from torch.utils.data import DataLoader, Sampler, default_collate
 from pipeprof.analysis.summary import COMPUTE_BOUND_FRACTION, INPUT_BOUND_FRACTION, bottleneck, counted_steps, summarize
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.run import Run
-from pipeprof.runner import Workload, profile_workload
+from pipeprof.runner import COMPUTE_PROBE_STEPS, COMPUTE_PROBE_WARMUP, Workload, profile_workload
 from pipeprof.scenario import DataSpec, LoaderSpec, ProfileSpec, Scenario, TrainSpec
 from pipeprof.storage.base import SampleDataset
 from pipeprof.workload.data import Data
@@ -228,6 +228,7 @@ class Profiled:
     collate_took_s: np.ndarray  # per batch
     compute_took_s: np.ndarray  # per step
     compute_ended_s: np.ndarray  # per step, clock readings
+    probe_took_s: np.ndarray  # per step of the compute-ceiling probe after training
 
     def counted(self) -> pd.DataFrame:
         """Per counted step, as they ran: its batch's sampler work, fetch and prep (per sample), collate,
@@ -280,8 +281,11 @@ def profile_case(case: Case) -> Profiled:
     assert run.meta["status"] == "complete", run.meta["error"]
     took, collate_took = dataset.took_s.numpy().copy(), dataset.collate_took_s.numpy().copy()
     assert not np.isnan(took).any() and not np.isnan(collate_took).any(), "every batch is made once (one epoch)"
+    # The step function also ran the compute-ceiling probe after training: those calls are not steps.
+    assert len(step.took_s) == case.steps + COMPUTE_PROBE_WARMUP + COMPUTE_PROBE_STEPS
     return Profiled(case, run, summarize(run), sampler.took_s.copy(), took[:, 0], took[:, 1], collate_took,
-                    np.array(step.took_s), np.array(step.ended_s))
+                    np.array(step.took_s[:case.steps]), np.array(step.ended_s[:case.steps]),
+                    np.array(step.took_s[-COMPUTE_PROBE_STEPS:]))
 
 
 # -- the cases ------------------------------------------------------------------------
@@ -515,6 +519,16 @@ def test_verdict_class_matches_the_arithmetic(profiled, case):
     assert verdict["class"] == p.arithmetic()[1] == case.verdict, why
     degree = {"input": "input-bound", "balanced": "partly input-bound", "compute": None}[case.bottleneck]
     assert verdict["degree"] == degree, why
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_the_compute_ceiling_measured_after_the_run_is_the_injected_compute(profiled, case):
+    """With nothing else running, the probe's samples/s is the batch over the compute step as it ran."""
+    p = profiled(case)
+    ceiling = p.run.meta["compute_ceiling"]
+    assert ceiling["steps"] == COMPUTE_PROBE_STEPS and ceiling["batch_size"] == case.batch
+    assert_close(ceiling["samples_per_s"] * p.probe_took_s.mean() / case.batch, 1.0, RELATIVE_TOLERANCE,
+                 f"{case.name} compute ceiling x probe step / batch")
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

@@ -181,3 +181,38 @@ def test_report_and_console_show_the_recommendations():
     text = console.export_text()
     top = set_text(s["recommendations"][0])
     assert top.startswith("--set ") and re.search(r"top recommendation\s+" + re.escape(top), text)
+
+
+def test_on_device_predicts_the_compute_ceiling_measured_alone_not_the_contended_one():
+    run = with_main_cpu(make_run(wait=0.3, h2d=0.01, loading=(0.09, 0.05, 0.01), cores=4, threads=2), 120.0)
+    run.meta["scenario"]["data"]["samples"] = 30000
+    contended = by_key(recs_of(run), "data.storage")[0]["predicted_samples_per_s"]
+    run.meta["compute_ceiling"] = {"samples_per_s": 3 * contended, "steps": 20, "batch_size": BATCH}
+    device = [r for r in recs_of(run) if r["change"].get("data.storage") == "device"][0]
+    assert device["predicted_samples_per_s"] == pytest.approx(3 * contended)
+    assert "alone" in device["reason"]
+
+
+def test_the_compute_ceiling_is_measured_after_the_run_on_one_batch_with_a_fake_clock():
+    import torch
+
+    from pipeprof.measure.clock import FakeClock
+    from pipeprof.runner import COMPUTE_PROBE_STEPS, COMPUTE_PROBE_WARMUP, measure_compute_ceiling
+
+    clock, calls = FakeClock(), []
+
+    def step_fn(x, y):
+        calls.append((tuple(x.shape), tuple(y.shape), x.device.type))
+        clock.advance(0.002)  # every step takes 2 ms
+        return 0.0, 0
+
+    class Work:  # the parts of a Workload the probe uses
+        device = torch.device("cpu")
+        scenario = type("S", (), {"loader": type("L", (), {"batch_size": 64})()})()
+
+    Work.step_fn = staticmethod(step_fn)
+    result = measure_compute_ceiling(Work(), clock)
+    assert len(calls) == COMPUTE_PROBE_WARMUP + COMPUTE_PROBE_STEPS
+    assert calls[0] == ((64, 784), (64,), "cpu")
+    assert result["samples_per_s"] == pytest.approx(64 / 0.002)  # warm-up steps not timed
+    assert result["took_s"] == pytest.approx(COMPUTE_PROBE_STEPS * 0.002)

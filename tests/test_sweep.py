@@ -10,16 +10,11 @@ from pipeprof.cli.main import main
 from pipeprof.errors import UsageError
 from pipeprof.grid import axes_from_table, build_axes, parse_axis, plan
 from pipeprof.scenario import load_scenario
-from tiny import tiny_toml
-
-TINY = tiny_toml("tiny-sweep", "a tiny <script>alert(1)</script> sweep")
-
+from tiny import tiny_file
 
 @pytest.fixture
 def scenario_file(tmp_path):
-    path = tmp_path / "tiny.toml"
-    path.write_text(TINY)
-    return path
+    return tiny_file(tmp_path, "tiny-sweep", "a tiny <script>alert(1)</script> sweep")
 
 
 # ---- the grid ------------------------------------------------------------------------------
@@ -153,3 +148,42 @@ def test_a_sweep_whose_every_point_is_invalid_is_bad_input(tmp_path, scenario_fi
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "every point of the grid is invalid" in err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.integration
+def test_ctrl_c_keeps_the_finished_points_and_exits_130(tmp_path, scenario_file):
+    """SIGINT to the sweep's whole process group (what a terminal's Ctrl-C does) during the second point."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out, cache = tmp_path / "reports", tmp_path / "cache"
+    proc = subprocess.Popen([sys.executable, "-m", "pipeprof", "sweep", str(scenario_file), "--grid",
+                             "train.steps=40,200000,41", "--fixed-steps", "--out", str(out), "--cache",
+                             str(cache), "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    doc = {}
+    while time.monotonic() < deadline and proc.poll() is None:
+        docs = list(out.glob("*/sweep.json"))
+        if docs:
+            try:
+                doc = json.loads(docs[0].read_text())
+            except ValueError:
+                doc = {}
+            if len(doc.get("points", [])) == 1 and list(out.glob("*/scenarios/001.toml")):
+                time.sleep(10)  # the second point's child (200,000 steps) has imported torch and is training
+                break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    doc = json.loads((folder / "sweep.json").read_text())
+    assert doc["status"] == "interrupted"
+    statuses = [p["status"] for p in doc["points"]]
+    assert statuses[0] == "complete" and statuses[1] == "interrupted" and statuses[2] == "not run"
+    assert doc["best"]["index"] == 0 and (folder / "sweep.html").exists()
+    assert "Traceback" not in err

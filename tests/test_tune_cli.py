@@ -8,16 +8,14 @@ import pytest
 from pipeprof.cli.main import main
 from pipeprof.cli.tune_cmd import dataloader_kwargs, toml_snippet
 from pipeprof.scenario import scenario_from_dict
-from tiny import tiny_toml
+from tiny import tiny_file, tiny_toml
 
 TINY = tiny_toml("tiny-tune", "a tiny <script>alert(1)</script> tuning")
 
 
 @pytest.fixture
 def scenario_file(tmp_path):
-    path = tmp_path / "tiny.toml"
-    path.write_text(TINY)
-    return path
+    return tiny_file(tmp_path, "tiny-tune", "a tiny <script>alert(1)</script> tuning")
 
 
 @pytest.mark.integration
@@ -72,3 +70,18 @@ def test_the_snippets_of_a_setting():
     assert "torch.set_num_threads(1)" in text and "decode the data set once into RAM" in text
     device = dataloader_kwargs({"loader.num_workers": 0, "data.storage": "device", "train.threads": 2})
     assert "no DataLoader" in device and "DataLoader(" not in device
+
+
+def test_the_search_space_follows_the_scenario_and_keep_storage(tmp_path):
+    import torch
+
+    from pipeprof.cli.tune_cmd import make_space
+    from pipeprof.scenario import load_scenario
+
+    ram = load_scenario(tiny_file(tmp_path))
+    assert make_space(ram, torch.device("cpu"), ()).placements == ("ram", "device")
+    disk = load_scenario(tiny_file(tmp_path, storage="memmap"))
+    assert make_space(disk, torch.device("cpu"), ()).placements == ("memmap", "ram", "device")
+    kept = make_space(disk, torch.device("cpu"), (64, 128), keep_storage=True)
+    assert kept.placements == () and "data.storage" not in kept.dimensions()
+    assert "loader.batch_size" in kept.dimensions() and "loader.pin_memory" not in kept.dimensions()

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from pipeprof.analysis.verification import NOISE, verification
-from pipeprof.child import ChildRun, run_child
+from pipeprof.child import run_child
 from pipeprof.cli.main import main
 from pipeprof.cli.verify import first_change, verify
 from pipeprof.errors import UsageError

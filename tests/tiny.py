@@ -23,3 +23,10 @@ steps = {steps}
 warmup_steps = 5
 device = "cpu"
 '''
+
+
+def tiny_file(folder, *args, **kwargs):
+    """``tiny_toml(*args, **kwargs)`` written to ``folder/tiny.toml``; its path."""
+    path = folder / "tiny.toml"
+    path.write_text(tiny_toml(*args, **kwargs))
+    return path

@@ -15,7 +15,15 @@ The model
 
 From counted steps (``n`` samples, step times summed):
 
-* compute ceiling ``C = n / Σ(compute_s + h2d_s)``: the loop with no data wait.
+* compute ceiling ``C = n / Σ(compute_s + h2d_s)``: the loop with no data
+  wait, measured under the run's own contention (workers decoding beside
+  torch's intra-op threads slow compute, on a 2-core machine by up to 5x);
+  ``C_alone``: training steps on one batch already on the device right after
+  the run with nothing else running (``runner.measure_compute_ceiling``, in
+  run.json as ``compute_ceiling``; ``C`` when absent). ``C_alone`` is used
+  where the loading leaves the cores: data on the device, and the training
+  process making its own batches (``k = 0``, and any ``k`` predicted from a
+  run without workers, whose ``C`` saw no contention to carry over).
 * production per sample ``p = fetch + prep + collate`` (per sample, from the
   loading records); per-worker rate ``r = 1 / p``. ``io`` is the part of ``p``
   that waits on storage rather than a core: ``fetch`` when the data is on disk
@@ -136,6 +144,10 @@ class _Model:
         self.h2d_s = float(steps["h2d_s"].sum()) if len(steps) else 0.0
         self.current = n / total_s if n and total_s > 0 else None
         self.ceiling = n / busy_s if n and busy_s > 0 else math.inf
+        # Measured after the run with nothing else on the cores (runner.measure_compute_ceiling); the run's
+        # own C is measured under its contention and only holds while that contention stays.
+        alone = _dict(meta.get("compute_ceiling")).get("samples_per_s")
+        self.ceiling_alone = float(alone) if alone and math.isfinite(float(alone)) and alone > 0 else self.ceiling
         self.bytes_per_sample = _bytes_per_sample(run.loading)
         step, cpu, loading = _dict(attr.get("step")), _dict(attr.get("cpu")), _dict(attr.get("loading"))
         self.wait = step.get("data_wait_fraction") or 0.0
@@ -181,7 +193,10 @@ class _Model:
                    ceiling: float | None = None, storage: float | None = None, cores: float | None = None,
                    threads: float | None = None) -> float:
         """X(k) in samples/s for per-sample fetch / prep / collate seconds (module docstring)."""
-        c = self.ceiling if ceiling is None else ceiling
+        if ceiling is not None:
+            c = ceiling
+        else:  # with no workers the loop makes batches between steps: nothing competes with compute
+            c = self.ceiling_alone if k == 0 or self.k == 0 else self.ceiling
         s = self.storage_ceiling if storage is None else storage
         p = fetch + prep + collate
         if k == 0:
@@ -215,6 +230,9 @@ class _Model:
         return f"{self.current:,.0f} samples/s now"
 
     def _ceiling_words(self) -> str:
+        if self.ceiling_alone != self.ceiling:
+            return (f"compute ceiling {self.ceiling_alone:,.0f} samples/s alone, {self.ceiling:,.0f} under this "
+                    f"run's load")
         return f"compute ceiling {self.ceiling:,.0f} samples/s"
 
     # -- candidates ----------------------------------------------------------------------
@@ -375,11 +393,12 @@ class _Model:
             change["loader.persistent_workers"] = False
         if self.data.get("cache") == "cold":
             change["data.cache"] = "warm"
-        return self._rec(change, self.ceiling,
+        return self._rec(change, self.ceiling_alone,
                          f"the data set is small ({n * SAMPLE_BYTES / 1e6:,.0f} MB): held on the device, batches are "
                          f"taken by index with no loading at all — predicted the {self._ceiling_words()} "
                          f"({self._now()}, {100 * self.wait:.0f}% waiting for data)",
-                         "C = n / Σ(compute + h2d)", **extra)
+                         "C_alone: training steps on one batch on the device after the run, nothing else "
+                         "running (else C = n / Σ(compute + h2d))", **extra)
 
     def pin_memory(self) -> dict[str, Any] | None:
         if not self.device.startswith("cuda") or self.loader.get("pin_memory") or self.h2d < PIN_MEMORY_H2D:

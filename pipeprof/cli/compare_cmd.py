@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import shutil
-import tempfile
 import urllib.parse
 from pathlib import Path
 from typing import Sequence
@@ -33,9 +31,8 @@ from rich.console import Console
 
 from pipeprof.analysis.compare import compare_runs
 from pipeprof.analysis.summary import summarize
-from pipeprof.errors import UsageError
 from pipeprof.render.compare import compare_table, render_compare_html
-from pipeprof.run import load_run, new_run_folder, write_json, write_text
+from pipeprof.run import ensure_out_folder, load_run, staged_folder, write_json, write_text
 
 NAME_CHARS = 40  # of each scenario name in the comparison folder's name
 
@@ -51,31 +48,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     folders = [args.baseline, *args.others]
     runs = [load_run(f) for f in folders]  # every folder validated before anything is written
-    if args.out.exists() and not args.out.is_dir():
-        raise UsageError(f"--out {args.out}: exists and is not a folder")
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--out {args.out}: cannot create the folder ({e.strerror or e})") from None
+    ensure_out_folder(args.out)
     now = dt.datetime.now(dt.timezone.utc)
     labels = run_labels(folders)
     summaries = [summarize(run) for run in runs]
     compare = compare_runs([(label, str(f), run, s) for label, f, run, s in zip(labels, folders, runs, summaries)],
                            created_utc=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
-    folder = new_run_folder(args.out, comparison_name([r.name for r in runs]), now=now)
-    for entry, f in zip(compare["runs"], folders):
-        entry["report"] = report_link(f, folder)
-    tmp = Path(tempfile.mkdtemp(dir=args.out, prefix=f".{folder.name}.", suffix=".tmp"))
-    try:
-        os.chmod(tmp, 0o755)
-        write_json(tmp / "compare.json", compare)
-        write_text(tmp / "compare.html", render_compare_html(compare, folder_name=folder.name))
-        if folder.exists():  # taken while we worked
-            folder = new_run_folder(args.out, comparison_name([r.name for r in runs]))
-        os.replace(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with staged_folder(args.out, comparison_name([r.name for r in runs]), now=now) as stage:
+        for entry, f in zip(compare["runs"], folders):
+            entry["report"] = report_link(f, stage.folder)
+        write_json(stage.tmp / "compare.json", compare)
+        write_text(stage.tmp / "compare.html", render_compare_html(compare, folder_name=stage.folder.name))
+    folder = stage.folder
     if not args.quiet:
         Console().print(compare_table(compare, folder))
     print(f"compare: {folder / 'compare.html'}")

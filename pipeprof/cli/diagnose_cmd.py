@@ -29,10 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
-import os
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +43,7 @@ from pipeprof.cli.run_cmd import materializing_progress
 from pipeprof.errors import UsageError
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.render.diagnosis import diagnosis_table, render_diagnosis_html
-from pipeprof.run import new_run_folder, save_run, write_json, write_text
+from pipeprof.run import ensure_out_folder, save_run, staged_folder, write_json, write_text
 from pipeprof.runner import build_workload, profile_workload, resolve_device
 from pipeprof.scenario import Scenario, load_scenario
 from pipeprof.variants import vary
@@ -124,42 +121,29 @@ def sub_scenarios(scenario: Scenario, steps: int, where: str) -> dict[str, SubRu
 
 def execute(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.overrides)
-    if args.out.exists() and not args.out.is_dir():
-        raise UsageError(f"--out {args.out}: exists and is not a folder")
     steps = min(scenario.total_steps(), args.steps or DEFAULT_MAX_STEPS)
     plans = sub_scenarios(scenario, steps, str(args.scenario))
     resolve_device(scenario.train.device)  # a usage error before any progress line shows
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--out {args.out}: cannot create the folder ({e.strerror or e})") from None
-    folder = new_run_folder(args.out, f"diagnose-{scenario.name}")
+    ensure_out_folder(args.out)
     context = {"scenario_file": str(args.scenario), "overrides": list(args.overrides)}
     console = Console(stderr=True)
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(),
                         console=console, disable=args.quiet, refresh_per_second=4)
-    tmp = Path(tempfile.mkdtemp(dir=args.out, prefix=f".{folder.name}.", suffix=".tmp"))
-    try:
-        os.chmod(tmp, 0o755)
+    with staged_folder(args.out, f"diagnose-{scenario.name}") as stage:
         outcomes: dict[str, dict[str, Any]] = {}
         with progress:
             for role, plan in plans.items():
                 if any(o["status"] == "interrupted" for o in outcomes.values()):
                     outcomes[role] = _outcome(plan, "skipped", "not run: the diagnosis was interrupted")
                     continue
-                outcomes[role] = _sub_run(plan, tmp, args.cache, progress,
+                outcomes[role] = _sub_run(plan, stage.tmp, args.cache, progress,
                                           dict(context, diagnose={"role": role, "changes": list(plan.changes)}),
-                                          report_name=f"{folder.name}/{role}")
+                                          report_name=f"{stage.folder.name}/{role}")
         diagnosis = build_diagnosis(scenario, plans, outcomes, steps, context)
-        write_json(tmp / "diagnosis.json", diagnosis)
-        write_text(tmp / "diagnosis.html", render_diagnosis_html(diagnosis, folder_name=folder.name))
-        if folder.exists():  # taken while we ran
-            folder = new_run_folder(args.out, f"diagnose-{scenario.name}")
-        os.replace(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_json(stage.tmp / "diagnosis.json", diagnosis)
+        write_text(stage.tmp / "diagnosis.html", render_diagnosis_html(diagnosis, folder_name=stage.folder.name))
+    folder = stage.folder
     if not args.quiet:
         Console().print(diagnosis_table(diagnosis, folder))
     return _report_status(diagnosis, folder)

@@ -61,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.exit_status
     except BrokenPipeError:
         return 1
+    except KeyboardInterrupt:  # commands that save partial results catch it themselves; this is the rest
+        print("pipeprof: interrupted", file=sys.stderr)
+        return 130
 
 
 def rebuild_indexes(args: argparse.Namespace) -> None:

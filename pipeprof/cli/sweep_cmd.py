@@ -42,7 +42,7 @@ from pipeprof.child import run_child
 from pipeprof.errors import UsageError
 from pipeprof.grid import Point, axes_from_table, build_axes, parse_axis, plan, read_sweep_table
 from pipeprof.render.sweep import render_sweep_html, sweep_table
-from pipeprof.run import new_run_folder, write_json, write_text
+from pipeprof.run import ensure_out_folder, new_run_folder, write_json, write_text
 from pipeprof.scenario import Scenario, load_scenario
 from pipeprof.variants import to_toml
 
@@ -113,14 +113,13 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _create_folder(out: Path, name: str) -> Path:
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: exists and is not a folder")
+    """The sweep's folder, created at once: points are saved into it as they finish."""
+    ensure_out_folder(out)
+    folder = new_run_folder(out, name)
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        folder = new_run_folder(out, name)
         folder.mkdir()
     except OSError as e:
-        raise UsageError(f"--out {out}: cannot create the folder ({e.strerror or e})") from None
+        raise UsageError(f"--out {out}: cannot create {folder.name} ({e.strerror or e})") from None
     return folder
 
 
@@ -169,10 +168,14 @@ def run_points(doc: dict[str, Any], points: list[Point], folder: Path, cache: Pa
                 doc["points"].append(point_record(point.index, point.label, point.change, "not run",
                                                   reason="the sweep was interrupted"))
                 continue
-            progress.update(task, description=f"{doc['scenario']}: {point.label}")
-            record = run_point(point, folder, cache)
+            try:
+                progress.update(task, description=f"{doc['scenario']}: {point.label}")
+                record = run_point(point, folder, cache)
+            except KeyboardInterrupt:  # outside the child's run: nothing of this point to keep
+                record = point_record(point.index, point.label, point.change, "not run",
+                                      reason="the sweep was interrupted")
             doc["points"].append(record)
-            if record["status"] == "interrupted":
+            if record["status"] in ("interrupted", "not run"):
                 status = "interrupted"
             elif not quiet:
                 rate = record["samples_per_s"]

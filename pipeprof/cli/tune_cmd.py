@@ -69,6 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"seconds per trial at most, until steady (default {DEFAULT_WINDOW_S:g})")
     p.add_argument("--confirm-seconds", type=_positive_float, default=DEFAULT_CONFIRM_S, metavar="S",
                    help=f"the confirming run of the best setting, in a fresh process (default {DEFAULT_CONFIRM_S:g})")
+    p.add_argument("--keep-storage", action="store_true",
+                   help="do not try other placements of the data (RAM, device): only loader and thread settings")
     p.add_argument("--batch-sizes", default=None, metavar="B1,B2,...",
                    help="also search loader.batch_size over these values (changes the optimization!)")
     p.add_argument("--out", type=Path, default=Path("reports"), help="where the tune folder goes (default: reports)")
@@ -82,14 +84,14 @@ def execute(args: argparse.Namespace) -> int:
     if args.max_evals < 1:
         raise UsageError(f"--max-evals {args.max_evals}: expected an integer >= 1")
     device = resolve_device(scenario.train.device)
-    space = make_space(scenario, device, _batch_sizes(args.batch_sizes))
+    space = make_space(scenario, device, _batch_sizes(args.batch_sizes), keep_storage=args.keep_storage)
     start = current_settings(scenario, space)
     folder = _create_folder(args.out, f"tune-{scenario.name}")
     args.fixed_steps = False
     args.max_seconds = args.window
     doc = new_document("tune", scenario, args, [(d, []) for d in DIMENSIONS_SHOWN if d in start])
     console = Console(stderr=True)
-    trials = Trials(scenario, args, console, str(args.scenario))
+    trials = Trials(scenario, args, console, str(args.scenario), tuple(space.dimensions()))
     status = "complete"
     try:
         result = search(start, space, trials.evaluate, trials.seeds, max_evals=args.max_evals)
@@ -112,9 +114,13 @@ def execute(args: argparse.Namespace) -> int:
     return report_end(doc, folder, console)
 
 
-def make_space(scenario: Scenario, device: torch.device, batch_sizes: tuple[int, ...]) -> Space:
+def make_space(scenario: Scenario, device: torch.device, batch_sizes: tuple[int, ...], *,
+               keep_storage: bool = False) -> Space:
     cores = usable_cores()
     placements: list[str] = []
+    if keep_storage:
+        return Space(cores=cores, max_workers=max(2 * cores, scenario.loader.num_workers + 2),
+                     cuda=device.type == "cuda", batch_sizes=batch_sizes)
     if scenario.data.storage in ON_DISK:
         placements.append("ram")
     if scenario.data.samples * SAMPLE_BYTES <= DEVICE_DATA_MAX_BYTES:
@@ -144,8 +150,10 @@ def current_settings(scenario: Scenario, space: Space) -> dict[str, Any]:
 class Trials:
     """Measures settings in this process for the search, keeping a record per trial."""
 
-    def __init__(self, scenario: Scenario, args: argparse.Namespace, console: Console, where: str) -> None:
+    def __init__(self, scenario: Scenario, args: argparse.Namespace, console: Console, where: str,
+                 dimensions: tuple[str, ...]) -> None:
         self.scenario, self.args, self.console, self.where = scenario, args, console, where
+        self.dimensions = dimensions
         self.records: list[dict[str, Any]] = []
         self.summaries: list[dict[str, Any] | None] = []
         self.measured: dict[str, float] = {}
@@ -199,7 +207,7 @@ class Trials:
         first = self.summaries[0] if self.summaries else None
         out = []
         for rec in (first or {}).get("recommendations") or []:
-            change = {k: v for k, v in (rec.get("change") or {}).items() if k in DIMENSIONS_SHOWN}
+            change = {k: v for k, v in (rec.get("change") or {}).items() if k in self.dimensions}
             if change:
                 out.append(change)
         return out[:SEEDS]
