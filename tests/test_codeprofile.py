@@ -326,6 +326,8 @@ def test_pyspy_refused_is_a_reason(tmp_path, monkeypatch):
     ("trap 'exit 0' INT", "wrote no speedscope file"),
     ("trap '' INT", "was killed"),
     ('out="${11}"; trap \'printf "{not json" > "$out"; exit 0\' INT', "not valid JSON"),
+    ('out="${11}"; trap \'printf \'"\'"\'{"profiles": [{"samples": []}]}\'"\'"\' > "$out"; exit 0\' INT',
+     "recorded no samples"),
 ])
 def test_pyspy_that_writes_nothing_usable_is_a_reason(tmp_path, monkeypatch, body, needle):
     script = fake_pyspy(tmp_path, monkeypatch, body + '\ntouch "$0.ready"\nwhile true; do sleep 0.05; done\n')
@@ -477,8 +479,10 @@ def test_a_real_run_profiles_compute_in_main_and_loading_in_the_workers(tmp_path
     pyspy = summary["code_profile"]["pyspy"]
     if locate_pyspy() is None:
         assert "not installed" in pyspy["absent"]
+    elif "absent" in pyspy:  # a run of a few seconds can end before py-spy has attached and sampled
+        assert pyspy["absent"].startswith("py-spy recorded no samples"), pyspy
+        assert not (folder / PYSPY_FILE).exists()
     else:
-        assert "absent" not in pyspy, pyspy
         assert json.loads((folder / PYSPY_FILE).read_text())["profiles"]
     html = (folder / "report.html").read_text()
     assert 'id="code-profile"' in html and "cprofile-main.prof" in html

@@ -144,8 +144,12 @@ class PySpy:
             profiles = json.loads(content).get("profiles") or []
         except (ValueError, AttributeError) as e:
             return f"py-spy's speedscope file is not valid JSON ({' '.join(str(e).split())[:200]})"
+        samples = sum(len(p.get("samples") or []) for p in profiles if isinstance(p, dict))
+        if not samples:  # an empty file is not a profile: say why instead of showing nothing
+            elapsed = out.meta.get("elapsed_s")
+            return (f"py-spy recorded no samples in {elapsed:.1f} s: the run ended before it attached and sampled"
+                    if elapsed is not None else "py-spy recorded no samples")
         out.files[FILE] = content
-        out.meta.update(file=FILE, bytes=len(content), profiles=len(profiles),
-                        samples=sum(len(p.get("samples") or []) for p in profiles if isinstance(p, dict)))
+        out.meta.update(file=FILE, bytes=len(content), profiles=len(profiles), samples=samples)
         return None
 
