@@ -69,13 +69,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_measure_arguments(p: argparse.ArgumentParser) -> None:
     """How long each point runs (shared with tune)."""
-    p.add_argument("--max-seconds", type=_positive_float, default=DEFAULT_MAX_SECONDS, metavar="S",
+    p.add_argument("--max-seconds", type=positive_float, default=DEFAULT_MAX_SECONDS, metavar="S",
                    help=f"time budget per point for steady-state measurement (default {DEFAULT_MAX_SECONDS:g})")
     p.add_argument("--fixed-steps", action="store_true",
                    help="run each point for the scenario's own steps/epochs instead of until steady")
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -102,7 +102,7 @@ def execute(args: argparse.Namespace) -> int:
     runnable = [p for p in points if p.variant is not None]
     if not runnable:
         raise UsageError(f"{where}: every point of the grid is invalid; the first: {points[0].skipped}")
-    folder = _create_folder(args.out, f"sweep-{scenario.name}")
+    folder = create_folder(args.out, f"sweep-{scenario.name}")
     doc = new_document("sweep", scenario, args, axes)
     console = Console(stderr=True)
     status = run_points(doc, points, folder, args.cache, console, quiet=args.quiet)
@@ -112,7 +112,7 @@ def execute(args: argparse.Namespace) -> int:
     return report_end(doc, folder, console)
 
 
-def _create_folder(out: Path, name: str) -> Path:
+def create_folder(out: Path, name: str) -> Path:
     """The sweep's folder, created at once: points are saved into it as they finish."""
     ensure_out_folder(out)
     folder = new_run_folder(out, name)

@@ -41,7 +41,7 @@ from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.sweep import best_summary, near_best, point_record
 from pipeprof.analysis.tune import Search, Space, ceiling_words, search
 from pipeprof.child import run_child
-from pipeprof.cli.sweep_cmd import _create_folder, _positive_float, new_document, report_end, save_document
+from pipeprof.cli.sweep_cmd import create_folder, positive_float, new_document, report_end, save_document
 from pipeprof.errors import UsageError
 from pipeprof.measure.environment import usable_cores
 from pipeprof.measure.loading import LoadingRecorder
@@ -65,9 +65,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="override a scenario key (repeatable)")
     p.add_argument("--max-evals", type=int, default=DEFAULT_MAX_EVALS, metavar="N",
                    help=f"at most N trial measurements (default {DEFAULT_MAX_EVALS})")
-    p.add_argument("--window", type=_positive_float, default=DEFAULT_WINDOW_S, metavar="S",
+    p.add_argument("--window", type=positive_float, default=DEFAULT_WINDOW_S, metavar="S",
                    help=f"seconds per trial at most, until steady (default {DEFAULT_WINDOW_S:g})")
-    p.add_argument("--confirm-seconds", type=_positive_float, default=DEFAULT_CONFIRM_S, metavar="S",
+    p.add_argument("--confirm-seconds", type=positive_float, default=DEFAULT_CONFIRM_S, metavar="S",
                    help=f"the confirming run of the best setting, in a fresh process (default {DEFAULT_CONFIRM_S:g})")
     p.add_argument("--keep-storage", action="store_true",
                    help="do not try other placements of the data (RAM, device): only loader and thread settings")
@@ -86,7 +86,7 @@ def execute(args: argparse.Namespace) -> int:
     device = resolve_device(scenario.train.device)
     space = make_space(scenario, device, _batch_sizes(args.batch_sizes), keep_storage=args.keep_storage)
     start = current_settings(scenario, space)
-    folder = _create_folder(args.out, f"tune-{scenario.name}")
+    folder = create_folder(args.out, f"tune-{scenario.name}")
     args.fixed_steps = False
     args.max_seconds = args.window
     doc = new_document("tune", scenario, args, [(d, []) for d in DIMENSIONS_SHOWN if d in start])
