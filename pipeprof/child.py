@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-EXIT_INTERRUPTED = 130
+from pipeprof.errors import EXIT_INTERRUPTED
+
 STOP_WAIT_S = 60.0  # how long a child gets to save its run after Ctrl-C
 
 

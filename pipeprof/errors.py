@@ -1,4 +1,7 @@
-"""Errors that reach the user as one line and exit status 2."""
+"""Errors that reach the user as one line and exit status 2; the commands' other exit statuses."""
+
+EXIT_FAILED = 1  # training (or every point of a sweep) failed; what was measured is saved
+EXIT_INTERRUPTED = 130  # Ctrl-C; what was measured is saved
 
 
 class UsageError(Exception):

@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 
 from pipeprof.errors import UsageError
 from pipeprof.scenario import Scenario, check_key
-from pipeprof.variants import Variant, show, vary
+from pipeprof.variants import Variant, short, show, vary
 
 MAX_POINTS = 1000
 
@@ -116,7 +116,7 @@ def plan(base: Scenario, axes: Sequence[tuple[str, list[Any]]], where: str,
     points = []
     for i, combo in enumerate(itertools.product(*(values for _, values in axes))):
         change = dict(zip(keys, combo))
-        label = " ".join(f"{k.rpartition('.')[2]}={_short(v)}" for k, v in change.items())
+        label = " ".join(f"{k.rpartition('.')[2]}={short(v)}" for k, v in change.items())
         try:
             variant = vary(base, {**change, **(fixed or {})}, f"{where} (point {label})",
                            name=f"{base.name}-{i:02d}")
@@ -164,10 +164,3 @@ def _flatten(table: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
             out.append((f"{prefix}{key}", value))
     return out
 
-
-def _short(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "x".join(str(v) for v in value)
-    return str(value)

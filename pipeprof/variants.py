@@ -148,3 +148,12 @@ def show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return "unset" if value is None else repr(value)
+
+
+def short(value: Any) -> str:
+    """A value for labels and table cells: ``true``/``false``, ``256x128`` for a list, empty for unset."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "x".join(str(v) for v in value)
+    return "" if value is None else str(value)

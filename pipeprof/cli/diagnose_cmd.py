@@ -37,10 +37,11 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pipeprof.cli.arguments import add_scenario_arguments
 from pipeprof.analysis.differential import RUN_TITLES, RUNS, differential
 from pipeprof.cli.report_cmd import derived_files
 from pipeprof.cli.run_cmd import materializing_progress
-from pipeprof.errors import UsageError
+from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.render.diagnosis import diagnosis_table, render_diagnosis_html
 from pipeprof.run import ensure_out_folder, save_run, staged_folder, write_json, write_text
@@ -51,17 +52,9 @@ from pipeprof.variants import vary
 DIAGNOSIS_SCHEMA_VERSION = 1
 DEFAULT_MAX_STEPS = 200  # per sub-run: long enough to leave warm-up behind, short enough for three runs
 
-EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("scenario", metavar="SCENARIO", help="scenario file, e.g. scenarios/jpeg-decode.toml")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a scenario key; the value is read as TOML (repeatable)")
-    p.add_argument("--out", type=Path, default=Path("reports"), help="where the diagnosis folder goes "
-                   "(default: reports)")
-    p.add_argument("--cache", type=Path, default=None,
-                   help="data cache folder (default: $PIPEPROF_CACHE or ~/.cache/pipeprof)")
+    add_scenario_arguments(p, example="scenarios/jpeg-decode.toml", out_what="the diagnosis folder goes")
     p.add_argument("--steps", type=_positive_int, default=None, metavar="N",
                    help=f"at most N steps per run, warm-up included (default: the scenario's length, "
                         f"at most {DEFAULT_MAX_STEPS})")

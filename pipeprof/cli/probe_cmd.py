@@ -29,10 +29,10 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeprof.measure.probe_cache import load_or_probe
+from pipeprof.errors import EXIT_INTERRUPTED
 from pipeprof.run import to_json
 
 _ABSENT_STYLE = "dim italic"
-EXIT_INTERRUPTED = 130
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from pipeprof.cli.arguments import add_scenario_arguments
 from pipeprof.cli.keyflags import add_code_profile_flags
 from pipeprof.cli.report_cmd import derived_files
 from pipeprof.cli.verify import print_verification, store, verify
-from pipeprof.errors import UsageError
+from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError
 from pipeprof.render.console import print_summary
 from pipeprof.run import new_run_folder, save_run
 from pipeprof.measure.loading import LoadingRecorder
@@ -42,17 +42,10 @@ def materializing_progress(progress: Progress):
     return update
 
 
-EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("scenario", metavar="SCENARIO", help="scenario file, e.g. scenarios/quick.toml")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a scenario key; the value is read as TOML (repeatable)")
-    p.add_argument("--out", type=Path, default=Path("reports"), help="where run folders go (default: reports)")
-    p.add_argument("--cache", type=Path, default=None,
-                   help="data cache folder (default: $PIPEPROF_CACHE or ~/.cache/pipeprof)")
+    add_scenario_arguments(p, example="scenarios/quick.toml", out_what="run folders go")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
     add_code_profile_flags(p)  # --cprofile [STEPS], --pyspy [HZ]: sugar for --set profile.<key>
     p.add_argument("--verify", action="store_true",

@@ -37,9 +37,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 import pipeprof
+from pipeprof.cli.arguments import add_scenario_arguments
 from pipeprof.analysis.sweep import best_point, best_summary, near_best, point_record
 from pipeprof.child import run_child
-from pipeprof.errors import UsageError
+from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError
 from pipeprof.grid import Point, axes_from_table, build_axes, parse_axis, plan, read_sweep_table
 from pipeprof.render.sweep import render_sweep_html, sweep_table
 from pipeprof.run import ensure_out_folder, new_run_folder, write_json, write_text
@@ -49,21 +50,14 @@ from pipeprof.variants import to_toml
 SWEEP_SCHEMA_VERSION = 1
 DEFAULT_MAX_SECONDS = 30.0
 DEFAULT_MAX_STEPS = 5000
-EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("scenario", metavar="SCENARIO", help="scenario file, e.g. scenarios/quick.toml")
+    add_scenario_arguments(p, example="scenarios/quick.toml", out_what="the sweep folder goes")
     p.add_argument("--grid", action="append", default=[], metavar="SECTION.KEY=V1,V2,...",
                    help="an axis of the grid; values read as TOML, bare words as strings (repeatable; "
                         "replaces the scenario's [sweep] axis of the same key)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a scenario key for every point (repeatable)")
     add_measure_arguments(p)
-    p.add_argument("--out", type=Path, default=Path("reports"), help="where the sweep folder goes (default: reports)")
-    p.add_argument("--cache", type=Path, default=None,
-                   help="data cache folder (default: $PIPEPROF_CACHE or ~/.cache/pipeprof)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no table")
 
 

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from rich.console import Console
 
+from pipeprof.cli.arguments import add_scenario_arguments
 from pipeprof.analysis.recommend import DEVICE_DATA_MAX_BYTES, SAMPLE_BYTES
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.sweep import best_summary, near_best, point_record
@@ -49,7 +50,7 @@ from pipeprof.render.sweep import render_sweep_html, sweep_table
 from pipeprof.run import write_text
 from pipeprof.runner import build_workload, profile_workload, resolve_device
 from pipeprof.scenario import ON_DISK, Scenario, load_scenario
-from pipeprof.variants import to_toml, vary
+from pipeprof.variants import short, to_toml, vary
 
 DEFAULT_MAX_EVALS = 12
 DEFAULT_WINDOW_S = 4.0
@@ -60,9 +61,7 @@ DIMENSIONS_SHOWN = ("loader.num_workers", "train.threads", "loader.prefetch_fact
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("scenario", metavar="SCENARIO", help="scenario file, e.g. scenarios/jpeg-decode.toml")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a scenario key (repeatable)")
+    add_scenario_arguments(p, example="scenarios/jpeg-decode.toml", out_what="the tune folder goes")
     p.add_argument("--max-evals", type=int, default=DEFAULT_MAX_EVALS, metavar="N",
                    help=f"at most N trial measurements (default {DEFAULT_MAX_EVALS})")
     p.add_argument("--window", type=positive_float, default=DEFAULT_WINDOW_S, metavar="S",
@@ -73,9 +72,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="do not try other placements of the data (RAM, device): only loader and thread settings")
     p.add_argument("--batch-sizes", default=None, metavar="B1,B2,...",
                    help="also search loader.batch_size over these values (changes the optimization!)")
-    p.add_argument("--out", type=Path, default=Path("reports"), help="where the tune folder goes (default: reports)")
-    p.add_argument("--cache", type=Path, default=None,
-                   help="data cache folder (default: $PIPEPROF_CACHE or ~/.cache/pipeprof)")
     p.add_argument("--quiet", action="store_true", help="no progress lines and no table")
 
 
@@ -307,14 +303,11 @@ def dataloader_kwargs(settings: dict[str, Any]) -> str:
 
 
 def _label(settings: dict[str, Any]) -> str:
-    short = {"loader.num_workers": "workers", "train.threads": "threads", "loader.prefetch_factor": "prefetch",
+    names = {"loader.num_workers": "workers", "train.threads": "threads", "loader.prefetch_factor": "prefetch",
              "loader.persistent_workers": "persistent", "loader.pin_memory": "pin", "data.storage": "storage",
              "loader.batch_size": "batch"}
-    return " ".join(f"{short.get(k, k)}={_v(v)}" for k, v in settings.items() if v is not None)
+    return " ".join(f"{names.get(k, k)}={short(v)}" for k, v in settings.items() if v is not None)
 
-
-def _v(value: Any) -> str:
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def _batch_sizes(text: str | None) -> tuple[int, ...]:

@@ -20,6 +20,7 @@ from rich.text import Text
 from pipeprof.analysis.sweep import series
 from pipeprof.numbers import finite
 from pipeprof.render import plots
+from pipeprof.variants import short
 from pipeprof.render.html import format_bytes, format_fraction_pct, format_number, format_seconds
 
 PHASES = ("data_wait", "h2d", "compute", "other")
@@ -91,7 +92,7 @@ def sweep_table(doc: dict[str, Any], folder: Path) -> Table:
         status = p.get("status") or ""
         if p.get("reason") and status not in ("complete", "skipped"):
             status += f": {p['reason'][:60]}"
-        cells = [Text(_short(p["change"].get(k))) for k in axes]
+        cells = [Text(short(p["change"].get(k))) for k in axes]
         cells += [Text(f"{rate:,.0f}" if rate is not None else "", style="bold" if p["index"] == best else ""),
                   Text(spread), Text(f"{100 * wait:.1f}" if wait is not None else ""), Text(p.get("verdict") or ""),
                   Text(status, style="red" if p.get("status") in ("failed", "invalid", "interrupted") else "")]
@@ -107,8 +108,3 @@ def _stack_title(point: dict[str, Any]) -> str:
     return ", ".join(f"{plots.PHASE_LABELS[k]} {100 * v:.1f}%" for k in PHASES
                      if (v := finite(fractions.get(k))) is not None)
 
-
-def _short(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "" if value is None else str(value)
