@@ -6,7 +6,8 @@ import tomllib
 import pytest
 
 from pipeprof.cli.main import main
-from pipeprof.cli.tune_cmd import dataloader_kwargs, toml_snippet
+from pipeprof.analysis.recommend import dataloader_kwargs
+from pipeprof.cli.tune_cmd import toml_snippet
 from pipeprof.scenario import scenario_from_dict
 from tiny import tiny_file, tiny_toml
 

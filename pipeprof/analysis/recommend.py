@@ -122,7 +122,27 @@ def recommend(run: Run, attribution: dict[str, Any], verdict: dict[str, Any]) ->
                         m.on_device(), m.pin_memory(), m.fewer_threads()) if r is not None]
     recs = [r for r in recs if r["predicted_speedup"] >= MIN_GAIN]
     recs.sort(key=lambda r: -r["predicted_speedup"])
+    meta = run.meta if isinstance(run.meta, dict) else {}
+    if meta.get("kind") == "script":
+        recs = _for_script(recs, meta)
     return recs or [m.negative(verdict)]
+
+
+def _for_script(recs: list[dict[str, Any]], meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """A script's recommendations: only settings its code can change where it builds the training loader
+    (placement is the script's design), each with the Python to write (``script_text``)."""
+    loader = next((d for d in meta.get("loaders") or [] if d.get("role") == "train"), {})
+    name = loader.get("name") or "the training loader"
+    out = []
+    for rec in recs:
+        change = _dict(rec.get("change"))
+        if any(key.startswith("data.") for key in change):
+            continue
+        code = dataloader_kwargs(change, dataset=f"{loader.get('dataset') or 'dataset'}(...)").splitlines()
+        if not any(key.startswith("loader.") for key in change):
+            code = code[1:]  # threads only: no DataLoader line
+        out.append({**rec, "script_text": f"{name}: " + "; ".join(code)})
+    return out
 
 
 class _Model:
@@ -453,8 +473,10 @@ class _Model:
 
 
 def set_text(rec: dict[str, Any]) -> str:
-    """A recommendation's change as command-line text: ``--set loader.num_workers=2 ...``, the code change, or
-    ``no change``."""
+    """A recommendation's change as command-line text: ``--set loader.num_workers=2 ...`` (for a script: the
+    Python to change, ``script_text``), the code change, or ``no change``."""
+    if rec.get("script_text"):
+        return str(rec["script_text"])
     change = _dict(rec.get("change"))
     if change:
         return " ".join(f"--set {key}={_toml(value)}" for key, value in change.items())
@@ -484,3 +506,22 @@ def _bytes_per_sample(loading: pd.DataFrame | None) -> float:
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def dataloader_kwargs(settings: dict[str, Any], dataset: str = "dataset") -> str:
+    """The loader settings as Python: DataLoader keyword arguments, plus threads and placement as comments."""
+    kwargs = []
+    for key in ("loader.batch_size", "loader.num_workers", "loader.prefetch_factor", "loader.persistent_workers",
+                "loader.pin_memory"):
+        if key in settings and settings[key] is not None:
+            kwargs.append(f"{key.partition('.')[2]}={settings[key]!r}")
+    lines = [f"DataLoader({dataset}, {', '.join(kwargs)})"]
+    if settings.get("train.threads"):
+        lines.append(f"torch.set_num_threads({settings['train.threads']})")
+    storage = settings.get("data.storage")
+    if storage == "device":
+        lines = ["# hold the whole data set on the device and take batches by index (no DataLoader)",
+                 f"torch.set_num_threads({settings['train.threads']})" if settings.get("train.threads") else ""]
+    elif storage == "ram":
+        lines.insert(0, "# decode the data set once into RAM (e.g. a TensorDataset) and load from there")
+    return "\n".join(line for line in lines if line)

@@ -188,10 +188,12 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
         "loading": loading_summary(counted_batches(run.loading, steps)),
         "cache": cache_check(run),
         "final_loss": float(tail["loss"].mean()) if n else None,
-        "accuracy": float(tail["correct"].sum()) / tail_samples if tail_samples else None,
+        "accuracy": _accuracy(tail["correct"], tail_samples),
         "absences": dict(run.meta.get("absences", {})),
         "steady": run.meta.get("steady"),
     }
+    if run.meta.get("kind") == "script":  # pipeprof profile / pipeprof.profile(): what ran, and its loaders
+        summary.update({k: run.meta.get(k) for k in ("script", "loaders", "step_source")})
     summary["attribution"] = attribution(run, probe if probe is not None else run.meta.get("probe"), summary)
     summary["verdict"] = verdict_from_attribution(summary["attribution"])
     summary["recommendations"] = recommend(run, summary["attribution"], summary["verdict"])
@@ -199,6 +201,12 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
     summary["throughput"] = throughput_windows(run.steps)
     summary["code_profile"] = code_profile(run)
     return summary
+
+
+def _accuracy(correct: pd.Series, samples: float) -> float | None:
+    """Correct over samples; None when not recorded (a script's own loop keeps its accuracy to itself)."""
+    total = pd.to_numeric(correct, errors="coerce").sum(min_count=1)
+    return float(total) / samples if samples and pd.notna(total) else None
 
 
 def cache_check(run: Run) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ Commands:
   compare RUN_A RUN_B...  compare runs against the first: throughput ratio with its uncertainty, shares, settings
   sweep SCENARIO   run a grid of settings, each point in a fresh process; a sortable comparison page
   tune SCENARIO    search the fastest DataLoader and placement settings, seeded by the recommendations
+  profile -- python train.py ARGS   profile your own training script, unmodified (same report)
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from pipeprof import __version__
-from pipeprof.cli import compare_cmd, diagnose_cmd, list_cmd, probe_cmd, report_cmd, run_cmd, sweep_cmd, tune_cmd
+from pipeprof.cli import (compare_cmd, diagnose_cmd, list_cmd, probe_cmd, profile_cmd, report_cmd, run_cmd, sweep_cmd,
+                          tune_cmd)
 from pipeprof.errors import UsageError
 from pipeprof.render.index import is_reports_folder, rebuild_index
 
 COMMANDS = {"run": run_cmd, "report": report_cmd, "list": list_cmd, "probe": probe_cmd,
-            "diagnose": diagnose_cmd, "compare": compare_cmd, "sweep": sweep_cmd, "tune": tune_cmd}
+            "diagnose": diagnose_cmd, "compare": compare_cmd, "sweep": sweep_cmd, "tune": tune_cmd,
+            "profile": profile_cmd}
 
 
 class _Parser(argparse.ArgumentParser):

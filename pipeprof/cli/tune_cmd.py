@@ -37,7 +37,7 @@ import torch
 from rich.console import Console
 
 from pipeprof.cli.arguments import add_scenario_arguments
-from pipeprof.analysis.recommend import DEVICE_DATA_MAX_BYTES, SAMPLE_BYTES
+from pipeprof.analysis.recommend import dataloader_kwargs, DEVICE_DATA_MAX_BYTES, SAMPLE_BYTES
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.sweep import best_summary, near_best, point_record
 from pipeprof.analysis.tune import Search, Space, ceiling_words, search
@@ -281,25 +281,6 @@ def toml_snippet(settings: dict[str, Any]) -> str:
         if value is not None:
             tables.setdefault(section, {})[name] = value
     return to_toml(tables).strip()
-
-
-def dataloader_kwargs(settings: dict[str, Any]) -> str:
-    """The loader settings as Python: DataLoader keyword arguments, plus threads and placement as comments."""
-    kwargs = []
-    for key in ("loader.batch_size", "loader.num_workers", "loader.prefetch_factor", "loader.persistent_workers",
-                "loader.pin_memory"):
-        if key in settings and settings[key] is not None:
-            kwargs.append(f"{key.partition('.')[2]}={settings[key]!r}")
-    lines = [f"DataLoader(dataset, {', '.join(kwargs)})"]
-    if settings.get("train.threads"):
-        lines.append(f"torch.set_num_threads({settings['train.threads']})")
-    storage = settings.get("data.storage")
-    if storage == "device":
-        lines = ["# hold the whole data set on the device and take batches by index (no DataLoader)",
-                 f"torch.set_num_threads({settings['train.threads']})" if settings.get("train.threads") else ""]
-    elif storage == "ram":
-        lines.insert(0, "# decode the data set once into RAM (e.g. a TensorDataset) and load from there")
-    return "\n".join(line for line in lines if line)
 
 
 def _label(settings: dict[str, Any]) -> str:

@@ -41,7 +41,14 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     def add(label: str, value: str, style: str = "") -> None:
         table.add_row(Text(label), Text(value, style=style if value != NOT_MEASURED else "dim italic"))
 
-    add("scenario", str(s.get("scenario") or NOT_MEASURED))
+    script = _dict(s.get("script"))
+    if script:
+        add("script", str(script.get("command_line") or NOT_MEASURED))
+        loaders = [_dict(d) for d in s.get("loaders") or []]
+        add("loaders", ", ".join(f"{d.get('name')} ({d.get('role')}, {d.get('batches')} batches)" for d in loaders)
+            or "none iterated")
+    else:
+        add("scenario", str(s.get("scenario") or NOT_MEASURED))
     add("steps (counted)", _num(s.get("steps"), 0))
     add("throughput (samples/s)", _num(s.get("samples_per_s")), "bold")
     add("step time median / p90 (ms)", _pair(_scaled(step.get("median"), 1e3), _scaled(step.get("p90"), 1e3)))

@@ -108,6 +108,7 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         loading=_loading(run, meta),
         code_profile=_code_profile(summary),
         scenario_sections=_scenario_sections(meta.get("scenario")),
+        script=_script(meta),
         environment_rows=_rows(meta.get("environment")),
         gpu_rows=_rows({k: v for k, v in _dict(meta.get("gpu")).items() if k != "available"}),
         gpu_available=bool(_dict(meta.get("gpu")).get("available")),
@@ -375,6 +376,27 @@ def _absence(absences: dict[str, Any], keys: Iterable[str], default: str) -> str
         if absences.get(key):
             return str(absences[key])
     return default
+
+
+def _script(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """A profiled script's command, folder and end, and its loaders (None for a scenario run)."""
+    if meta.get("kind") != "script":
+        return None
+    script = _dict(meta.get("script"))
+    ended = _dict(script.get("ended"))
+    how = {"exit": f"exit status {ended.get('detail')}", "exception": f"raised {ended.get('detail')}",
+           "interrupted": "interrupted (KeyboardInterrupt)",
+           "stopped": f"stopped by pipeprof after {ended.get('detail')} steps (--steps)"}.get(ended.get("how"))
+    if how is None:
+        code = script.get("returncode")
+        how = f"exit status {script.get('exit_status')}" + (" (killed by a signal)" if code is not None and code < 0
+                                                            else "") if code is not None else "not recorded"
+    source = meta.get("step_source")
+    return {"command_line": script.get("command_line"), "cwd": script.get("cwd"), "python": script.get("python"),
+            "ended": how, "loaders": [_dict(x) for x in meta.get("loaders") or []],
+            "step_source": {"optimizer": "optimizer.step() (PyTorch's global step hook)",
+                            "prof.step": "prof.step() marks", "loader batches": "each batch of the training loader "
+                            "(no optimizer step was seen)"}.get(source, "no training steps")}
 
 
 def _scenario_sections(scenario: Any) -> list[tuple[str, list[tuple[str, str]]]]:

@@ -1,0 +1,129 @@
+"""The Python API: profile a training loop in your own code or a notebook, with the same run folder and report.
+
+    import pipeprof
+
+    with pipeprof.profile(name="mlp") as prof:
+        for epoch in range(3):
+            for x, y in prof.wrap(train_loader):   # optional: names the training loader
+                ...
+                optimizer.step()                   # a step ends here (or call prof.step())
+    print(prof.summary["verdict"]["sentence"], prof.folder)
+
+Inside the block every torch DataLoader's iteration is timed, batch copies
+to the device are timed, and the process (with its DataLoader workers) is
+sampled, exactly as ``pipeprof profile`` does for a script. When the block
+ends — normally, by an exception, or by Ctrl-C — the run is saved under
+``out`` (default ``reports/``), with summary.json and report.html; the
+exception goes on as it would without pipeprof.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pipeprof.run import Run
+
+__all__ = ["Profile", "profile"]
+
+
+class Profile:
+    """One profiled block: ``wrap(loader)`` and ``step()`` inside it; ``run``, ``summary``, ``folder`` after it."""
+
+    def __init__(self, name: str = "profile", *, out: str | Path = "reports", warmup_steps: int = 5,
+                 sample_hz: float = 10.0, quiet: bool = False) -> None:
+        if not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be a whole number >= 0, got {warmup_steps!r}")
+        if not 0 < float(sample_hz) <= 1000:
+            raise ValueError(f"sample_hz must be > 0 and <= 1000, got {sample_hz!r}")
+        self.name, self.out, self.quiet = name, Path(out), quiet
+        self.warmup_steps, self.sample_hz = warmup_steps, float(sample_hz)
+        self.run: Run | None = None
+        self.summary: dict[str, Any] | None = None
+        self.folder: Path | None = None
+        self._hooks: Any = None
+
+    def __enter__(self) -> "Profile":
+        import torch
+
+        from pipeprof.run import ensure_out_folder
+        from pipeprof.script.hooks import EventLog, Hooks, clock
+        from pipeprof.script.session import Session
+
+        ensure_out_folder(self.out)
+        self._tmp = tempfile.TemporaryDirectory(prefix="pipeprof-")
+        events = Path(self._tmp.name) / "events.jsonl"
+        self._hooks = Hooks(EventLog(str(events)))
+        self._hooks.log.add(("S", clock(), {"pid": os.getpid(), "argv": list(sys.argv), "cwd": os.getcwd(),
+                                            "python": sys.executable, "torch": torch.__version__,
+                                            "torch_threads": torch.get_num_threads(),
+                                            "cuda_available": torch.cuda.is_available()}), clock())
+        self._session = Session(self.name, events, warmup_steps=self.warmup_steps, sample_hz=self.sample_hz)
+        self._hooks.install()
+        self._session.start(os.getpid())
+        return self
+
+    def wrap(self, loader: Any) -> Any:
+        """Declare ``loader`` the training loader (other loaders count as evaluation); returns it unchanged."""
+        self._active().declare_training(loader)
+        return loader
+
+    def step(self) -> None:
+        """Mark the end of a training step (use when steps are not one ``optimizer.step()`` each)."""
+        self._active().mark_step()
+
+    def _active(self) -> Any:
+        if self._hooks is None or self.run is not None:
+            raise RuntimeError("pipeprof: wrap() and step() work inside `with pipeprof.profile() as prof:`")
+        return self._hooks
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        from pipeprof.cli.report_cmd import derived_files
+        from pipeprof.render.index import rebuild_index
+        from pipeprof.run import new_run_folder, save_run
+
+        self._hooks.uninstall()
+        self._session.stop_sampling()
+        if exc_type is None:
+            status, error = "complete", None
+        elif issubclass(exc_type, KeyboardInterrupt):
+            status, error = "interrupted", "interrupted by the user (Ctrl-C)"
+        else:
+            status, error = "failed", f"{exc_type.__name__}: {' '.join(str(exc).split())}"
+        where = _caller()
+        script = {"command_line": f"pipeprof.profile() in {where}", "api": True, "cwd": os.getcwd(),
+                  "python": sys.executable, "argv": list(sys.argv)}
+        try:
+            self.run = self._session.finish(status, error, script)
+        finally:
+            self._tmp.cleanup()
+        self.folder = new_run_folder(self.out, self.name)
+        self.summary, files = derived_files(self.run, self.folder.name)
+        save_run(self.run, self.folder, files)
+        try:
+            rebuild_index(self.out)
+        except Exception as e:  # noqa: BLE001 - the index is a convenience, never a failure of the block
+            print(f"pipeprof: warning: could not rebuild {self.out / 'index.html'}: {e}", file=sys.stderr)
+        if not self.quiet:
+            verdict = (self.summary.get("verdict") or {}).get("sentence") or self.summary.get("bottleneck_reason")
+            print(f"pipeprof: {verdict}\nreport: {self.folder / 'report.html'}", file=sys.stderr)
+        return False  # an exception inside the block goes on
+
+
+def profile(name: str = "profile", **options: Any) -> Profile:
+    """``with pipeprof.profile(name=...) as prof:`` — see the module docstring; options: ``out``,
+    ``warmup_steps`` (5), ``sample_hz`` (10), ``quiet``."""
+    return Profile(name, **options)
+
+
+def _caller() -> str:
+    """The file and line of the ``with`` statement (a notebook cell names itself like ``<ipython-input-3>``)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(("pipeprof", "contextlib")):
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"

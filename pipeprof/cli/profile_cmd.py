@@ -1,0 +1,237 @@
+"""Profile your own training script, unmodified: DataLoader waits, batch copies and steps, with the same report.
+
+Examples:
+  pipeprof profile -- python train.py --epochs 1
+  pipeprof profile --steps 300 -- python -m mypackage.train --config base.yaml
+  pipeprof profile --out runs --name resnet -- python train.py
+
+The script runs in its own process, as `python train.py` would run it, with
+every torch DataLoader's iteration timed, steps cut at optimizer steps (at
+DataLoader batches when there is no optimizer), batch copies to the device
+timed, each batch's __getitem__ and collate timed inside the workers, and the
+script's whole process tree sampled. Training and evaluation loaders are
+told apart; evaluation passes are reported per loader and kept out of the
+training steps.
+
+--steps N ends the script after N steps (SystemExit(0) at its next next()).
+Ctrl-C reaches the script as usual; what was measured is saved. A bare
+`python` means the interpreter pipeprof runs in; give a path
+(`-- ./venv/bin/python train.py`) to use another one that can import pipeprof.
+
+Exit status: the script's own (128 + N when signal N killed it); 2 for
+pipeprof's own usage errors. The run folder is written in every case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pipeprof
+from pipeprof.cli.report_cmd import derived_files
+from pipeprof.errors import UsageError
+from pipeprof.render.console import print_summary
+from pipeprof.run import ensure_out_folder, new_run_folder, save_run
+from pipeprof.script.boot import EVENTS_ENV, STEPS_ENV
+from pipeprof.script.session import Session
+
+_PYTHON = re.compile(r"python[0-9.]*(\.exe)?$")
+_OPTIONS_WITH_VALUE = {"-W", "-X", "-Q"}  # python's own options that take the next word
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=Path("reports"), help="where run folders go (default: reports/)")
+    p.add_argument("--name", help="the run's name (default: the script's or module's name)")
+    p.add_argument("--steps", type=_positive_int, metavar="N", help="end the script after N training steps")
+    p.add_argument("--warmup-steps", type=_non_negative_int, default=5, metavar="N",
+                   help="steps left out of the statistics (default: 5)")
+    p.add_argument("--sample-hz", type=_rate, default=10.0, metavar="HZ",
+                   help="system sampling rate (default: 10)")
+    p.add_argument("--quiet", action="store_true", help="no summary table")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python SCRIPT [ARGS]",
+                   help="the training command: python SCRIPT ARGS, python -m MODULE ARGS, or SCRIPT.py ARGS")
+
+
+def _positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1000:
+        raise argparse.ArgumentTypeError(f"expected a rate in Hz, > 0 and <= 1000, got {text!r}")
+    return value
+
+
+def split_command(command: list[str], default_python: str = sys.executable) -> tuple[str, list[str], list[str]]:
+    """``(python, python options, [SCRIPT | -m MODULE] + ARGS)`` from the words after ``--``."""
+    words = command[1:] if command and command[0] == "--" else list(command)
+    if not words:
+        raise UsageError("pipeprof profile: no command: expected `-- python SCRIPT [ARGS]` "
+                         "or `-- python -m MODULE [ARGS]` after the options")
+    first = words[0]
+    if first.endswith(".py") and not _PYTHON.search(Path(first).name):
+        return default_python, [], words
+    if not _PYTHON.search(Path(first).name):
+        raise UsageError(f"pipeprof profile: {first!r} is not a Python interpreter or a .py script; "
+                         "expected `-- python SCRIPT [ARGS]`, `-- python -m MODULE [ARGS]` or `-- SCRIPT.py [ARGS]`")
+    # A bare `python` is the interpreter running pipeprof (which can import it, and torch); a path is used as given.
+    python = default_python if os.sep not in first else shutil.which(first)
+    if python is None:
+        raise UsageError(f"pipeprof profile: {first!r}: no such interpreter (not found on PATH)")
+    options, rest = [], words[1:]
+    while rest and rest[0].startswith("-") and rest[0] != "-m":
+        option = rest.pop(0)
+        if option in ("-c", "-") or option.startswith("-c"):
+            raise UsageError("pipeprof profile: python -c and stdin are not supported: give a script "
+                             "file or -m MODULE")
+        options.append(option)
+        if option in _OPTIONS_WITH_VALUE and rest:
+            options.append(rest.pop(0))
+    if not rest or rest == ["-m"]:
+        raise UsageError(f"pipeprof profile: {' '.join(words)!r}: no script or -m MODULE to run")
+    return python, options, rest
+
+
+def run_name(target: list[str]) -> str:
+    """The script's file name without .py, or the module's last part."""
+    if target[0] == "-m":
+        return target[1].rsplit(".", 1)[-1]
+    return Path(target[0]).stem or "script"
+
+
+class _Signals:
+    """While the script runs: Ctrl-C is the script's (the terminal sends it to both); a second one kills it.
+
+    SIGTERM sent to pipeprof is passed on to the script. Either way the run is saved afterwards.
+    """
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        self.received: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "_Signals":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received.append(signum)
+        if signum == signal.SIGTERM:
+            self._send(signal.SIGTERM)
+        elif self.received.count(signal.SIGINT) >= 2:
+            self._send(signal.SIGKILL)
+
+    def _send(self, sig: int) -> None:
+        try:
+            self.process.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+def exit_status(returncode: int) -> int:
+    """The shell's view: a process killed by signal N exits 128 + N."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def outcome(returncode: int, ended: dict[str, Any] | None, received: list[int]) -> tuple[str, str | None]:
+    """(status, error) of the run from how the script ended."""
+    how, detail = (ended or {}).get("how"), (ended or {}).get("detail")
+    if how == "interrupted" or returncode in (-signal.SIGINT, 128 + signal.SIGINT) or signal.SIGINT in received:
+        return "interrupted", "interrupted by the user (Ctrl-C)"
+    if returncode == -signal.SIGTERM or signal.SIGTERM in received:
+        return "interrupted", "terminated (SIGTERM)"
+    if returncode == 0:
+        return "complete", None
+    if returncode < 0:
+        return "failed", f"the script was killed by {signal.Signals(-returncode).name}"
+    if how == "exception":
+        return "failed", f"the script raised {detail}"
+    return "failed", f"the script exited with status {returncode}"
+
+
+def execute(args: argparse.Namespace) -> int:
+    python, options, target = split_command(args.command)
+    ensure_out_folder(args.out)
+    name = args.name or run_name(target)
+    command_line = " ".join([Path(python).name if python == sys.executable else python, *options, *target])
+    with tempfile.TemporaryDirectory(prefix="pipeprof-profile-") as tmp:
+        events = Path(tmp) / "events.jsonl"
+        env = dict(os.environ, **{EVENTS_ENV: str(events)})
+        if args.steps:
+            env[STEPS_ENV] = str(args.steps)
+        root = str(Path(pipeprof.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
+        session = Session(name, events, warmup_steps=args.warmup_steps, sample_hz=args.sample_hz)
+        try:
+            process = subprocess.Popen([python, *options, "-m", "pipeprof.script.boot", *target], env=env)
+        except OSError as e:
+            raise UsageError(f"pipeprof profile: cannot start {python}: {e.strerror or e}") from None
+        with _Signals(process) as signals:
+            session.start(process.pid)
+            returncode = _wait(process)
+        session.stop_sampling()
+        script = {"command": [python, *options, *target], "command_line": command_line, "cwd": os.getcwd(),
+                  "returncode": returncode, "exit_status": exit_status(returncode)}
+        status, error = outcome(returncode, session.records().end, signals.received)
+        run = session.finish(status, error, script)
+    folder = new_run_folder(args.out, name)
+    summary, files = derived_files(run, folder.name)
+    save_run(run, folder, files)
+    if not args.quiet and not run.steps.empty:
+        print_summary(summary, folder)
+    print(f"report: {folder / 'report.html'}")
+    _say_how_it_ended(run, folder)
+    return exit_status(returncode)
+
+
+def _wait(process: subprocess.Popen) -> int:
+    while True:
+        try:
+            return process.wait()
+        except KeyboardInterrupt:  # pragma: no cover - the handler above catches SIGINT; belt and braces
+            continue
+
+
+def _say_how_it_ended(run: Any, folder: Path) -> None:
+    """One line on stderr when the script did not simply finish, or gave nothing to attribute."""
+    meta = run.meta
+    steps = len(run.steps)
+    if meta["status"] != "complete":
+        print(f"pipeprof: {meta['status']}: {meta['error']}; {steps} step(s) measured, saved in {folder}",
+              file=sys.stderr)
+    elif "steps" in meta["absences"]:
+        print(f"pipeprof: {meta['absences']['steps']}; saved in {folder}", file=sys.stderr)

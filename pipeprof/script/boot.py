@@ -1,0 +1,67 @@
+"""``python -m pipeprof.script.boot SCRIPT ARGS`` / ``... -m MODULE ARGS``: run a script with the hooks installed.
+
+``pipeprof profile`` starts the user's interpreter with this module in front
+of the script. The script runs as ``__main__`` with its own ``sys.argv`` and
+``sys.path[0]`` (its folder, or the working folder for ``-m``), exactly as
+``python SCRIPT`` would run it; its exceptions and exit status pass through
+unchanged. The environment names the event file (``PIPEPROF_EVENTS``) and
+an optional number of steps after which to stop (``PIPEPROF_STEPS``).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+import torch
+
+from pipeprof.script.hooks import EventLog, Hooks, clock
+
+EVENTS_ENV, STEPS_ENV = "PIPEPROF_EVENTS", "PIPEPROF_STEPS"
+
+
+def main(argv: list[str]) -> None:
+    steps = os.environ.get(STEPS_ENV)
+    hooks = Hooks(EventLog(os.environ[EVENTS_ENV]), int(steps) if steps else None)
+    log = hooks.log
+    log.add(("S", clock(), {"pid": os.getpid(), "argv": argv, "cwd": os.getcwd(), "python": sys.executable,
+                            "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+                            "cuda_available": torch.cuda.is_available()}), clock())
+    if argv[0] == "-m":
+        target, run = argv[1], lambda: runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        sys.argv = [argv[1], *argv[2:]]  # run_module puts the module's file name in argv[0]
+    else:
+        target = argv[0]
+        if not os.path.isfile(target):
+            log.add(("X", clock(), "exception", f"FileNotFoundError: no such script: {target}"), clock())
+            log.flush(final=True)
+            print(f"{sys.executable}: can't open file {os.path.abspath(target)!r}: no such file", file=sys.stderr)
+            sys.exit(2)  # what python itself does
+        sys.argv = list(argv)
+        sys.path[0] = os.path.dirname(os.path.abspath(target))
+        run = lambda: runpy.run_path(target, run_name="__main__")  # noqa: E731
+    hooks.install()
+    try:
+        run()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) or e.code is None else 1
+        how = "stopped" if hooks.stopping else "exit"
+        log.add(("X", clock(), how, code or 0 if how == "exit" else hooks.stop_after_steps), clock())
+        raise
+    except KeyboardInterrupt:
+        log.add(("X", clock(), "interrupted", "KeyboardInterrupt"), clock())
+        raise
+    except BaseException as e:
+        log.add(("X", clock(), "exception", f"{type(e).__name__}: {' '.join(str(e).split())}"), clock())
+        raise
+    else:
+        log.add(("X", clock(), "exit", 0), clock())
+    finally:
+        hooks.log.flush(final=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or (sys.argv[1] == "-m" and len(sys.argv) < 3):
+        sys.exit("usage: python -m pipeprof.script.boot SCRIPT [ARGS] | -m MODULE [ARGS]")
+    main(sys.argv[1:])

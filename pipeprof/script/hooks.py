@@ -1,0 +1,425 @@
+"""Instrumentation installed into a user's own training process (``pipeprof profile``, ``pipeprof.profile()``).
+
+It runs inside the user's process and its DataLoader workers, so it imports
+only the standard library and torch, and every record is a cheap tuple
+appended to a list. ``EventLog`` writes them as JSON lines to one file in
+bulk, at most every ``FLUSH_EVERY_S`` and at exit, so a script killed by a
+signal loses at most that much. ``pipeprof.analysis.script_steps`` turns the
+events into steps; nothing here interprets them.
+
+What ``install()`` patches (``uninstall()`` restores every one):
+
+* ``DataLoader.__iter__``: registers the loader once (its settings, the name
+  of the variable or attribute that holds it in the calling code), wraps its
+  ``collate_fn`` in ``TimedCollate`` and tags the iterator with the loader's
+  id; one ``I`` event per pass.
+* ``_BaseDataLoaderIter.__next__``: host time blocked in ``next()`` (``N``,
+  or ``E`` when the pass ends), and the worker's record of how the batch was
+  made, which rode along with the batch (``Tagged``) and is removed before
+  the script sees the batch.
+* the map-style and iterable dataset fetchers' ``fetch``, in whichever
+  process makes the batch (a worker or the training process): wall and
+  thread CPU time of ``__getitem__`` over the batch, and of the collate.
+  Off-CPU time in ``__getitem__`` (storage, network, sleep) is recorded as
+  fetch, on-CPU time (decode, transforms) as prep: a user's dataset does
+  both in one call, and the thread's CPU clock is what tells them apart.
+* ``torch.Tensor.to`` and ``.cuda``: copies of tensors that came out of a
+  loader (``C``); CUDA copies are timed with device events.
+* PyTorch's global optimizer step post-hook: step ends (``O``).
+
+A spawned or forkserver worker imports this module when it unpickles the
+``TimedCollate``, which installs the fetch patch there too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Callable
+
+import torch
+from torch.utils.data import DataLoader, get_worker_info
+from torch.utils.data import dataloader as _dataloader
+from torch.utils.data._utils import fetch as _fetch
+from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
+
+clock = time.perf_counter  # CLOCK_MONOTONIC on Linux: one time axis for the script, its workers and pipeprof
+cpu_clock = time.thread_time
+
+FLUSH_EVERY_S = 0.5
+_ORIGINAL: dict[str, Any] = {}  # what install() replaced, by name
+
+
+class EventLog:
+    """Appends event tuples in memory and writes them to ``path`` as JSON lines, in bulk."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.pid = os.getpid()
+        self._events: list[tuple] = []
+        self._last_flush_s = clock()
+        self._lock = threading.Lock()  # flush() runs from the training thread and at exit
+        self._cuda_pending: list[tuple[float, float, int, Any, Any]] = []
+
+    def add(self, event: tuple, now_s: float) -> None:
+        self._events.append(event)
+        if now_s - self._last_flush_s >= FLUSH_EVERY_S:
+            self.flush(now_s)
+
+    def add_cuda_copy(self, t0_s: float, t1_s: float, nbytes: int, start: Any, end: Any) -> None:
+        self._cuda_pending.append((t0_s, t1_s, nbytes, start, end))
+
+    def flush(self, now_s: float | None = None, final: bool = False) -> None:
+        if os.getpid() != self.pid:  # a forked child holds a copy: only the process that made it writes
+            return
+        with self._lock:
+            self._resolve_cuda(final)
+            events, self._events = self._events, []
+            self._last_flush_s = clock() if now_s is None else now_s
+            if events:
+                with open(self.path, "a", encoding="utf-8") as f:
+                    f.write("".join(json.dumps(e, default=_plain) + "\n" for e in events))
+
+    def _resolve_cuda(self, final: bool) -> None:  # pragma: no cover - needs a GPU
+        pending, self._cuda_pending = self._cuda_pending, []
+        for t0_s, t1_s, nbytes, start, end in pending:
+            if final:
+                end.synchronize()
+            elif not end.query():
+                self._cuda_pending.append((t0_s, t1_s, nbytes, start, end))
+                continue
+            self._events.append(("C", t0_s, t1_s, nbytes, start.elapsed_time(end) / 1e3))
+
+
+def _plain(obj: Any) -> Any:
+    return obj.item() if hasattr(obj, "item") else str(obj)
+
+
+# --- what rides with a batch from the process that made it -------------------------------------------
+
+class Tagged:
+    """A batch and the record of how it was made; the training process unwraps it in ``next()``."""
+
+    __slots__ = ("batch", "record")
+
+    def __init__(self, batch: Any, record: list) -> None:
+        self.batch = batch
+        self.record = record  # [worker, pid, t_start_s, t_end_s, fetch_s, prep_s, collate_s, samples]
+
+    def pin_memory(self) -> "Tagged":  # the pin-memory thread calls this instead of passing us through
+        return Tagged(_pin_memory(self.batch), self.record)
+
+    def __reduce__(self) -> tuple:
+        return Tagged, (self.batch, self.record)
+
+
+class TimedCollate:
+    """The loader's collate function, timed (wall and thread CPU), counting the samples it stacks."""
+
+    def __init__(self, collate: Callable[[Any], Any]) -> None:
+        self.collate = collate
+        self.last: tuple[float, float, int] = (0.0, 0.0, 0)  # wall s, cpu s, samples of the last call
+
+    def __call__(self, samples: Any) -> Any:
+        w0, c0 = clock(), cpu_clock()
+        batch = self.collate(samples)
+        self.last = (clock() - w0, cpu_clock() - c0, len(samples) if isinstance(samples, list) else 1)
+        return batch
+
+    def __getstate__(self) -> dict:
+        return {"collate": self.collate}
+
+    def __setstate__(self, state: dict) -> None:
+        _install_fetch()  # a spawned worker: this module was just imported there
+        self.collate = state["collate"]
+        self.last = (0.0, 0.0, 0)
+
+
+def _timed_fetch(original: Callable) -> Callable:
+    def fetch(self: Any, possibly_batched_index: Any) -> Any:
+        collate = self.collate_fn
+        if not isinstance(collate, TimedCollate):
+            return original(self, possibly_batched_index)
+        w0, c0 = clock(), cpu_clock()
+        batch = original(self, possibly_batched_index)
+        w1, c1 = clock(), cpu_clock()
+        collate_s, collate_cpu_s, samples = collate.last
+        getitem_s = max(w1 - w0 - collate_s, 0.0)
+        prep_s = min(max(c1 - c0 - collate_cpu_s, 0.0), getitem_s)
+        info = get_worker_info()
+        return Tagged(batch, [-1 if info is None else info.id, os.getpid(), w0, w1,
+                              getitem_s - prep_s, prep_s, collate_s, samples])
+    fetch.__wrapped__ = original
+    return fetch
+
+
+def _install_fetch() -> None:
+    for cls in (_fetch._MapDatasetFetcher, _fetch._IterableDatasetFetcher):
+        key = f"{cls.__name__}.fetch"
+        if key not in _ORIGINAL:
+            _ORIGINAL[key] = cls.fetch
+            cls.fetch = _timed_fetch(cls.fetch)
+
+
+# --- the training process ---------------------------------------------------------------------------
+
+class Hooks:
+    """The patches of one profiling session (only one at a time in a process)."""
+
+    def __init__(self, log: EventLog, stop_after_steps: int | None = None) -> None:
+        self.log = log
+        self.stop_after_steps = stop_after_steps
+        self.loaders: dict[int, int] = {}  # id(loader) -> loader number
+        self._keep: list[Any] = []  # the loaders themselves, so id() is never reused while profiling
+        self.batch_refs: dict[int, Any] = {}  # id(tensor) -> weakref, for the last batch's tensors
+        self.optimizer_steps = 0
+        self.marks = 0
+        self.batches: dict[int, int] = {}  # loader number -> batches (stops a script without an optimizer)
+        self.stopping = False
+        self._handle = None
+
+    # DataLoader.__iter__
+    def loader_number(self, loader: DataLoader) -> int:
+        number = self.loaders.get(id(loader))
+        if number is None:
+            number = self.loaders[id(loader)] = len(self.loaders)
+            self._keep.append(loader)
+            if not isinstance(loader.collate_fn, TimedCollate):
+                loader.collate_fn = TimedCollate(loader.collate_fn)
+            self.log.add(("L", number, describe_loader(loader, number)), clock())
+        return number
+
+    def on_iter(self, loader: DataLoader, original: Callable) -> Any:
+        number = self.loader_number(loader)
+        t0 = clock()
+        iterator = original(loader)
+        t1 = clock()
+        iterator._pipeprof_loader = number
+        self.log.add(("I", number, t0, t1), t1)
+        return iterator
+
+    # _BaseDataLoaderIter.__next__
+    def on_next(self, iterator: Any, original: Callable) -> Any:
+        number = getattr(iterator, "_pipeprof_loader", None)
+        if number is None:  # an iterator made before install()
+            return original(iterator)
+        if self.stopping:
+            raise SystemExit(0)
+        t0 = clock()
+        try:
+            data = original(iterator)
+        except StopIteration:
+            t1 = clock()
+            self.log.add(("E", number, t0, t1), t1)
+            raise
+        t1 = clock()
+        record = None
+        if type(data) is Tagged:
+            data, record = data.batch, data.record
+        self.log.add(("N", number, t0, t1, _batch_samples(data, record), record), t1)
+        self._remember(data)
+        if self.stop_after_steps is not None and not (self.optimizer_steps or self.marks):
+            batches = self.batches[number] = self.batches.get(number, 0) + 1
+            self._maybe_stop(batches)  # no optimizer (yet): a step is a batch
+        return data
+
+    def _remember(self, data: Any) -> None:
+        refs = {}
+        for t in _tensors(data):
+            refs[id(t)] = weakref.ref(t)
+        self.batch_refs = refs
+
+    # Tensor.to / Tensor.cuda
+    def on_copy(self, tensor: torch.Tensor, original: Callable, args: tuple, kwargs: dict) -> Any:
+        ref = self.batch_refs.get(id(tensor))
+        if ref is None or ref() is not tensor:
+            return original(tensor, *args, **kwargs)
+        start = _cuda_event() if torch.cuda.is_initialized() else None
+        t0 = clock()
+        out = original(tensor, *args, **kwargs)
+        t1 = clock()
+        if out is tensor:  # no copy (already there): nothing to time
+            return out
+        nbytes = out.element_size() * out.nelement()
+        if start is not None and out.is_cuda:  # pragma: no cover - needs a GPU
+            # The host only queued the copy (asynchronous from pinned memory): device events time it.
+            end = _cuda_event()
+            self.log.add_cuda_copy(t0, t1, nbytes, start, end)
+        else:
+            self.log.add(("C", t0, t1, nbytes, None), t1)
+        return out
+
+    # optimizer.step() post-hook and prof.step()
+    def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.optimizer_steps += 1
+        now = clock()
+        self.log.add(("O", now), now)
+        self._maybe_stop(self.optimizer_steps)
+
+    def declare_training(self, loader: DataLoader) -> None:
+        """``prof.wrap(loader)``: this loader feeds the training steps, whatever else is iterated."""
+        now = clock()
+        self.log.add(("W", self.loader_number(loader)), now)
+
+    def mark_step(self) -> None:
+        self.marks += 1
+        now = clock()
+        self.log.add(("M", now), now)
+        self._maybe_stop(self.marks)
+
+    def _maybe_stop(self, steps: int) -> None:
+        # Stop at the next next(): the step's own bookkeeping after optimizer.step() still runs.
+        if self.stop_after_steps is not None and steps >= self.stop_after_steps:
+            self.stopping = True
+
+    def install(self) -> None:
+        global _ACTIVE
+        if _ACTIVE is not None:
+            raise RuntimeError("pipeprof is already profiling this process")
+        _ACTIVE = self
+        _install_fetch()
+        _patch(DataLoader, "__iter__", lambda original: lambda loader: _ACTIVE.on_iter(loader, original))
+        _patch(_dataloader._BaseDataLoaderIter, "__next__", lambda original: lambda it: _ACTIVE.on_next(it, original))
+        for name in ("to", "cuda"):
+            _patch(torch.Tensor, name, lambda original: _copy_method(original))
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+        self._handle = register_optimizer_step_post_hook(self.on_optimizer_step)
+        atexit.register(self.log.flush, final=True)
+
+    def uninstall(self) -> None:
+        global _ACTIVE
+        if self._handle is not None:
+            self._handle.remove()
+        for key in ("DataLoader.__iter__", "_BaseDataLoaderIter.__next__", "Tensor.to", "Tensor.cuda"):
+            _unpatch(key)
+        for loader in self._keep:  # the loaders work as before: their own collate, no workers left tagging
+            if isinstance(loader.collate_fn, TimedCollate):
+                loader.collate_fn = loader.collate_fn.collate
+            iterator = getattr(loader, "_iterator", None)
+            if iterator is not None:  # persistent workers hold the timed collate: end them
+                iterator._shutdown_workers()
+                loader._iterator = None
+        atexit.unregister(self.log.flush)
+        self.log.flush(final=True)
+        _ACTIVE = None
+
+
+_ACTIVE: Hooks | None = None
+
+
+def _cuda_event() -> Any:  # pragma: no cover - needs a GPU
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
+
+def _copy_method(original: Callable) -> Callable:
+    def method(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        hooks = _ACTIVE
+        if hooks is None or not hooks.batch_refs:
+            return original(self, *args, **kwargs)
+        return hooks.on_copy(self, original, args, kwargs)
+    method.__wrapped__ = original
+    method.__name__ = original.__name__
+    method.__doc__ = original.__doc__
+    return method
+
+
+def _patch(owner: type, name: str, make: Callable[[Callable], Callable]) -> None:
+    key = f"{owner.__name__}.{name}"
+    if key in _ORIGINAL:
+        return
+    original = getattr(owner, name)
+    _ORIGINAL[key] = (owner, name, original)
+    setattr(owner, name, make(original))
+
+
+def _unpatch(key: str) -> None:
+    owner, name, original = _ORIGINAL.pop(key)
+    setattr(owner, name, original)
+
+
+def active() -> Hooks | None:
+    return _ACTIVE
+
+
+# --- reading what a batch and a loader are ----------------------------------------------------------
+
+def _tensors(data: Any, depth: int = 0) -> list[torch.Tensor]:
+    """The tensors of a batch: itself, or in a tuple / list / dict, two levels deep."""
+    if isinstance(data, torch.Tensor):
+        return [data]
+    if depth >= 2:
+        return []
+    if isinstance(data, (list, tuple)):
+        return [t for item in data for t in _tensors(item, depth + 1)]
+    if isinstance(data, dict):
+        return [t for item in data.values() for t in _tensors(item, depth + 1)]
+    return []
+
+
+def _batch_samples(data: Any, record: list | None) -> int:
+    if record is not None:
+        return int(record[7])
+    tensors = _tensors(data)
+    return int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 1
+
+
+def describe_loader(loader: DataLoader, number: int) -> dict[str, Any]:
+    """The loader's settings as PyTorch names them, and the name the calling code gives it."""
+    dataset = loader.dataset
+    try:
+        size = len(dataset)
+    except TypeError:  # an IterableDataset without __len__
+        size = None
+    return {
+        "number": number,
+        "name": _variable_name(loader) or f"loader{number}",
+        "dataset": type(dataset).__name__,
+        "dataset_samples": size,
+        "batch_size": loader.batch_size,
+        "num_workers": loader.num_workers,
+        "pin_memory": bool(loader.pin_memory),
+        "prefetch_factor": loader.prefetch_factor if loader.num_workers else None,
+        "persistent_workers": bool(loader.persistent_workers),
+        "drop_last": bool(loader.drop_last),
+        "multiprocessing_context": _context_name(loader),
+    }
+
+
+def _context_name(loader: DataLoader) -> str | None:
+    context = loader.multiprocessing_context
+    if context is None:
+        return None
+    return context if isinstance(context, str) else context.get_start_method()
+
+
+_SKIP_MODULES = ("torch", "tqdm", "pipeprof", "contextlib", "runpy", "threading")
+
+
+def _variable_name(loader: DataLoader) -> str | None:
+    """``train_loader`` or ``self.val_loader``: where the first frame outside torch/tqdm/pipeprof keeps it."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "") or ""
+        if not module.split(".")[0] in _SKIP_MODULES:
+            break
+        frame = frame.f_back
+    if frame is None:
+        return None
+    for scope in (frame.f_locals, frame.f_globals):
+        for name, value in scope.items():
+            if value is loader and not name.startswith("_"):
+                return name
+    for name, value in frame.f_locals.items():  # an attribute of self, or of any local object
+        attrs = getattr(value, "__dict__", None)
+        if isinstance(attrs, dict):
+            for attr, held in attrs.items():
+                if held is loader:
+                    return f"{name}.{attr}"
+    return None

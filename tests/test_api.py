@@ -1,0 +1,84 @@
+"""The Python API, ``pipeprof.profile()``: a profiled block in this very process, as a notebook would run it."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import pipeprof
+from pipeprof.script import hooks
+
+pytestmark = pytest.mark.integration
+
+
+def _setup(samples: int = 320):
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(samples, 784), torch.randint(0, 10, (samples,)))
+    model = torch.nn.Sequential(torch.nn.Linear(784, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    return data, model, torch.optim.SGD(model.parameters(), lr=0.05)
+
+
+def test_profile_block_with_wrap_validation_and_the_same_run_folder(tmp_path):
+    data, model, optimizer = _setup()
+    train_loader = DataLoader(data, batch_size=32, shuffle=True)
+    val_loader = DataLoader(data, batch_size=64)
+    with pipeprof.profile(name="nb", out=tmp_path, warmup_steps=2, quiet=True) as prof:
+        for epoch in range(2):
+            for x, y in prof.wrap(train_loader):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                time.sleep(0.004)
+                optimizer.step()
+            with torch.no_grad():
+                for x, _ in val_loader:
+                    model(x)
+    s = prof.summary
+    assert s["steps"] + s["warmup_steps"] == 20  # 2 epochs of 320 / 32
+    assert {d["name"]: d["role"] for d in s["loaders"]} == {"train_loader": "train", "val_loader": "eval"}
+    assert s["fractions"]["compute"] > 0.5
+    assert s["step_source"] == "optimizer"
+    for name in ("run.json", "steps.csv", "samples.csv", "loading.csv", "summary.json", "report.html"):
+        assert (prof.folder / name).is_file()
+    assert json.loads((prof.folder / "run.json").read_text())["script"]["api"] is True
+    assert (tmp_path / "index.html").is_file()
+    # After the block the loaders are the user's again: plain batches, their own collate, nothing patched.
+    x, y = next(iter(train_loader))
+    assert isinstance(x, torch.Tensor) and hooks.active() is None
+    assert "DataLoader.__iter__" not in hooks._ORIGINAL and "Tensor.to" not in hooks._ORIGINAL
+
+
+def test_manual_steps_and_an_exception_inside_the_block(tmp_path):
+    data, model, optimizer = _setup(160)
+    loader = DataLoader(data, batch_size=16)
+    with pytest.raises(ValueError, match="boom"):
+        with pipeprof.profile(name="failing", out=tmp_path, warmup_steps=0, quiet=True) as prof:
+            for i, (x, y) in enumerate(loader):
+                model(x).sum().backward()
+                if i % 2:
+                    prof.step()  # one step per two batches
+                if i == 7:
+                    raise ValueError("boom")
+    meta = json.loads((prof.folder / "run.json").read_text())
+    assert meta["status"] == "failed" and meta["error"] == "ValueError: boom"
+    assert prof.summary["step_source"] == "prof.step" and prof.summary["steps"] == 4
+    with pytest.raises(RuntimeError, match="inside `with pipeprof.profile"):
+        prof.step()
+
+
+def test_two_blocks_at_once_are_refused(tmp_path):
+    with pipeprof.profile(name="outer", out=tmp_path, quiet=True):
+        with pytest.raises(RuntimeError, match="already profiling"):
+            with pipeprof.profile(name="inner", out=tmp_path, quiet=True):
+                pass
+
+
+def test_bad_options_are_refused_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match="warmup_steps"):
+        pipeprof.profile(out=tmp_path, warmup_steps=-1)
+    with pytest.raises(ValueError, match="sample_hz"):
+        pipeprof.profile(out=tmp_path, sample_hz=0)

@@ -1,0 +1,221 @@
+"""`pipeprof profile -- python SCRIPT`: small real runs of the fixture scripts with injected costs, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeprof.cli.main import main
+from pipeprof.cli.profile_cmd import exit_status, outcome, split_command
+
+FIXTURES = Path(__file__).parent / "fixtures"
+pytestmark = pytest.mark.integration
+
+
+def profile(tmp_path: Path, *command: str, options: tuple[str, ...] = (), cwd: Path | None = None,
+            timeout: float = 240) -> tuple[subprocess.CompletedProcess, Path | None, dict | None, dict | None]:
+    """Run `pipeprof profile OPTIONS -- COMMAND`; the process, its run folder, summary.json and run.json."""
+    out = tmp_path / "reports"
+    proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--out", str(out), "--quiet", *options,
+                           "--", *command], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    folder = _folder(proc.stdout)
+    if folder is None:
+        return proc, None, None, None
+    return proc, folder, json.loads((folder / "summary.json").read_text()), json.loads((folder / "run.json").read_text())
+
+
+def _folder(stdout: str) -> Path | None:
+    lines = [line for line in stdout.splitlines() if line.startswith("report: ")]
+    return Path(lines[-1][len("report: "):]).parent if lines else None
+
+
+def test_plain_loop_injected_collate_is_input_bound_in_the_training_process(tmp_path):
+    proc, folder, s, meta = profile(tmp_path, "python", str(FIXTURES / "plain_loop.py"), "--epochs", "1",
+                                    "--samples", "640", "--collate-ms", "25", "--threads", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert s["fractions"]["data_wait"] >= 0.8
+    assert s["loading"]["collate_s"] >= 0.025  # per batch, timed where the batch was made
+    assert s["verdict"]["class"] == "input:main"  # 0 workers: the training process collates
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    data = tmp_path_factory.mktemp("imagefolder")
+    subprocess.run([sys.executable, str(FIXTURES / "imagefolder_train.py"), "--data", str(data),
+                    "--images-per-class", "8", "--epochs", "1"], check=True, capture_output=True, timeout=120)
+    return data
+
+
+@pytest.mark.parametrize("injected, klass", [("--read-ms", "input:fetch"), ("--transform-ms", "input:prep")])
+def test_imagefolder_fetch_and_prep_are_told_apart(tmp_path, images, injected, klass):
+    proc, folder, s, meta = profile(tmp_path, "python", str(FIXTURES / "imagefolder_train.py"), "--data",
+                                    str(images), "--images-per-class", "8", "--batch-size", "8", injected, "4",
+                                    options=("--warmup-steps", "2"))
+    assert proc.returncode == 0, proc.stderr
+    assert s["steps"] + s["warmup_steps"] == 10  # 80 images, batches of 8
+    part = "fetch_s" if klass == "input:fetch" else "prep_s"
+    assert s["loading"][part] >= 0.004  # seconds per sample: the 4 ms injected into each image
+    assert s["verdict"]["class"] == klass
+    assert s["loaders"][0]["dataset"] == "ImageFolder"
+
+
+def test_trainer_with_validation_tqdm_and_workers(tmp_path):
+    proc, folder, s, meta = profile(tmp_path, "python", str(FIXTURES / "trainer_class.py"), "--epochs", "2",
+                                    "--samples", "512", "--val-samples", "256", "--num-workers", "2",
+                                    "--getitem-ms", "0.5")
+    assert proc.returncode == 0, proc.stderr
+    assert s["steps"] + s["warmup_steps"] == 16  # 2 epochs of 512 / 64
+    roles = {d["name"]: d for d in s["loaders"]}
+    assert roles["self.train_loader"]["role"] == "train" and roles["self.val_loader"]["role"] == "eval"
+    assert roles["self.val_loader"]["passes"] == 2 and roles["self.val_loader"]["eval_s"] > 0
+    assert roles["self.train_loader"]["num_workers"] == 2
+    workers = set(s["loading"]["by_worker"])
+    assert workers <= {"0", "1"} and workers  # batches made in the two workers
+    assert s["loading"]["fetch_s"] >= 0.0005  # the injected sleep is off-CPU time in __getitem__
+    # No step swallowed a validation pass: the slowest step is nowhere near an epoch's validation time.
+    assert s["step_time_s"]["p90"] < roles["self.val_loader"]["eval_s"]
+    assert "val accuracy" in proc.stdout
+    html = (folder / "report.html").read_text()
+    assert "self.val_loader" in html and "trainer_class.py" in html and str(Path.cwd()) in html
+
+
+def test_script_that_raises_is_recorded_as_failed_with_its_exit_status(tmp_path):
+    proc, folder, s, meta = profile(tmp_path, "python", str(FIXTURES / "trainer_class.py"), "--epochs", "1",
+                                    "--samples", "640", "--fail-at-step", "7", "--no-tqdm")
+    assert proc.returncode == 1
+    assert meta["status"] == "failed"
+    assert meta["error"] == "the script raised RuntimeError: injected failure at step 7"
+    assert s["steps"] + s["warmup_steps"] == 7
+    assert "Traceback" in proc.stderr  # the script's own traceback, as python prints it
+    assert proc.stderr.strip().splitlines()[-1].startswith("pipeprof: failed: the script raised RuntimeError")
+
+
+def test_missing_script_exits_2_and_is_recorded(tmp_path):
+    proc, folder, s, meta = profile(tmp_path, "python", str(tmp_path / "nope.py"))
+    assert proc.returncode == 2
+    assert meta["status"] == "failed" and "nope.py" in json.dumps(meta["script"]["ended"])
+    assert "can't open file" in proc.stderr
+
+
+def test_script_killed_by_a_signal_keeps_the_steps_seen(tmp_path):
+    script = tmp_path / "killed.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, time, torch
+        from torch.utils.data import DataLoader, TensorDataset
+        loader = DataLoader(TensorDataset(torch.randn(400, 784)), batch_size=10)
+        model = torch.nn.Linear(784, 10)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for i, (x,) in enumerate(loader):
+            model(x).sum().backward()
+            time.sleep(0.05)
+            opt.step()
+            if i == 25:
+                os.kill(os.getpid(), signal.SIGKILL)
+    """))
+    proc, folder, s, meta = profile(tmp_path, "python", str(script), options=("--warmup-steps", "0"))
+    assert proc.returncode == 128 + signal.SIGKILL
+    assert meta["status"] == "failed" and meta["error"] == "the script was killed by SIGKILL"
+    assert 10 <= s["steps"] <= 26  # what was flushed before the kill (every 0.5 s)
+
+
+def test_script_without_a_dataloader(tmp_path):
+    script = tmp_path / "noloader.py"
+    script.write_text("import sys\nprint('hello')\nsys.exit(3)\n")
+    proc, folder, s, meta = profile(tmp_path, "python", str(script))
+    assert proc.returncode == 3
+    assert meta["status"] == "failed" and meta["error"] == "the script exited with status 3" and s["steps"] == 0
+    assert "never iterated a torch.utils.data.DataLoader" in meta["absences"]["steps"]
+    assert proc.stderr.strip().splitlines()[-1].startswith("pipeprof: failed: the script exited with status 3")
+    assert "DataLoader" in (folder / "report.html").read_text()
+
+
+def test_module_with_injected_compute_and_a_steps_limit(tmp_path):
+    (tmp_path / "mytrain.py").write_text((FIXTURES / "plain_loop.py").read_text())
+    proc, folder, s, meta = profile(tmp_path, "python", "-m", "mytrain", "--epochs", "3", "--samples", "640",
+                                    "--compute-ms", "25", "--threads", "1",
+                                    options=("--steps", "12", "--warmup-steps", "2"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert s["steps"] + s["warmup_steps"] == 12  # stopped after 12 of the 30 optimizer steps
+    assert meta["script"]["ended"] == {"how": "stopped", "detail": 12}
+    assert folder.name.endswith("-mytrain")
+    assert s["step_source"] == "optimizer"
+    assert s["fractions"]["compute"] >= 0.8  # 25 ms of sleep per step against ~1 ms of everything else
+    assert s["verdict"]["class"] == "compute"
+    assert meta["status"] == "complete" and meta["script"]["exit_status"] == 0
+    assert [(d["name"], d["role"], d["batches"]) for d in s["loaders"]] == [("loader", "train", 12)]
+
+
+def test_ctrl_c_saves_the_run_and_exits_130(tmp_path):
+    out = tmp_path / "reports"
+    command = [sys.executable, "-m", "pipeprof", "profile", "--out", str(out), "--quiet", "--",
+               "python", str(FIXTURES / "plain_loop.py"), "--epochs", "50", "--compute-ms", "5"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _events_written(proc):
+        time.sleep(0.5)
+    time.sleep(2.0)
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C: the whole process group
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    folder = _folder(stdout)
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["status"] == "interrupted"
+    assert json.loads((folder / "summary.json").read_text())["steps"] > 0
+    assert "pipeprof: interrupted" in stderr
+
+
+def _events_written(proc: subprocess.Popen) -> bool:
+    """True once the script's event file holds steps (it lives in a temp folder named by the child's env)."""
+    import psutil
+    try:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            path = child.environ().get("PIPEPROF_EVENTS")
+            if path and Path(path).exists() and '"O"' in Path(path).read_text():
+                return True
+    except (psutil.Error, OSError):
+        pass
+    return False
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["profile"], "no command"),
+    (["profile", "--", "ls", "-l"], "'ls' is not a Python interpreter"),
+    (["profile", "--", "python", "-c", "print(1)"], "python -c and stdin are not supported"),
+    (["profile", "--", "python", "-u"], "no script or -m MODULE"),
+    (["profile", "--steps", "0", "--", "python", "x.py"], "expected a whole number >= 1"),
+    (["profile", "--sample-hz", "0", "--", "python", "x.py"], "a rate in Hz"),
+    (["profile", "--", "/no/such/python3", "x.py"], "no such interpreter"),
+])
+def test_usage_errors_are_one_line_and_status_2(argv, message, capsys, tmp_path):
+    assert main([*argv[:1], "--out", str(tmp_path), *argv[1:]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+    assert not list(tmp_path.iterdir())  # nothing recorded for pipeprof's own usage errors
+
+
+def test_split_command_forms():
+    assert split_command(["--", "python", "-u", "-X", "dev", "t.py", "-a"], "/py") == ("/py", ["-u", "-X", "dev"],
+                                                                                          ["t.py", "-a"])
+    assert split_command(["python3", "-m", "pkg.train", "--lr", "1"], "/py") == ("/py", [], ["-m", "pkg.train",
+                                                                                           "--lr", "1"])
+    assert split_command(["train.py", "x"], "/py") == ("/py", [], ["train.py", "x"])
+
+
+def test_exit_status_and_outcome():
+    assert exit_status(0) == 0 and exit_status(3) == 3 and exit_status(-9) == 137
+    assert outcome(0, {"how": "exit", "detail": 0}, []) == ("complete", None)
+    assert outcome(-2, None, [signal.SIGINT])[0] == "interrupted"
+    assert outcome(1, {"how": "interrupted", "detail": "KeyboardInterrupt"}, [])[0] == "interrupted"
+    assert outcome(-15, None, [signal.SIGTERM]) == ("interrupted", "terminated (SIGTERM)")
+    assert outcome(1, {"how": "exception", "detail": "ValueError: x"}, []) == ("failed",
+                                                                              "the script raised ValueError: x")
+    assert outcome(4, {"how": "exit", "detail": 4}, []) == ("failed", "the script exited with status 4")

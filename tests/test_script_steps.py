@@ -1,0 +1,220 @@
+"""Cutting a script's events into steps (analysis.script_steps): made-up event streams with known times."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeprof.analysis.script_steps import read_events, script_steps
+
+SETTINGS = {"batch_size": 4, "num_workers": 0, "pin_memory": False, "prefetch_factor": None,
+            "persistent_workers": False, "dataset": "TensorDataset"}
+
+
+class Script:
+    """Writes the events a training script would cause, on a made-up clock (seconds)."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+        self.events: list[list] = []
+        self.loaders = 0
+
+    def loader(self, name: str) -> int:
+        n = self.loaders
+        self.loaders += 1
+        self.events.append(["L", n, {**SETTINGS, "number": n, "name": name}])
+        return n
+
+    def iter(self, n: int, took: float = 0.0) -> None:
+        self.events.append(["I", n, self.t, self.t + took])
+        self.t += took
+
+    def batch(self, n: int, wait: float, samples: int = 4, record: list | None = None) -> None:
+        self.events.append(["N", n, self.t, self.t + wait, samples, record])
+        self.t += wait
+
+    def end(self, n: int, wait: float = 0.0) -> None:
+        self.events.append(["E", n, self.t, self.t + wait])
+        self.t += wait
+
+    def copy(self, took: float) -> None:
+        self.events.append(["C", self.t, self.t + took, 100, None])
+        self.t += took
+
+    def work(self, seconds: float) -> None:
+        self.t += seconds
+
+    def optimizer(self) -> None:
+        self.events.append(["O", self.t])
+
+    def mark(self) -> None:
+        self.events.append(["M", self.t])
+
+
+def train_epoch(s: Script, n: int, batches: int, *, wait: float, copy: float, compute: float, after: float = 0.0,
+                record: bool = False) -> None:
+    s.iter(n, took=0.01)
+    for _ in range(batches):
+        rec = [-1, 1, s.t, s.t + wait, wait / 2, wait / 4, wait / 4, 4] if record else None
+        s.batch(n, wait, record=rec)
+        s.copy(copy)
+        s.work(compute)
+        s.optimizer()
+        s.work(after)
+    s.end(n, wait=0.002)
+
+
+def test_optimizer_steps_split_into_wait_copy_compute_and_other():
+    s = Script()
+    train = s.loader("train_loader")
+    train_epoch(s, train, 10, wait=0.010, copy=0.002, compute=0.030, after=0.005)
+    cut = script_steps(s.events, t0_s=100.0, warmup_steps=2)
+    steps = cut.steps
+    assert cut.step_source == "optimizer"
+    assert len(steps) == 10
+    assert steps["warmup"].tolist() == [True, True] + [False] * 8
+    later = steps.iloc[1:]  # the first step begins at iter(): no "after" work before it
+    assert later["data_wait_s"].to_numpy() == pytest.approx(0.010)
+    assert later["h2d_s"].to_numpy() == pytest.approx(0.002)
+    assert later["compute_s"].to_numpy() == pytest.approx(0.030)
+    assert later["step_s"].to_numpy() == pytest.approx(0.047)  # 5 ms after the previous optimizer step: other
+    assert (later["step_s"] - later["data_wait_s"] - later["h2d_s"] - later["compute_s"]).to_numpy() \
+        == pytest.approx(0.005)
+    first = steps.iloc[0]
+    assert first["data_wait_s"] == pytest.approx(0.020)  # iter() (spawning workers) + the first next()
+    assert first["t_start_s"] == pytest.approx(0.0)
+    assert steps["samples"].tolist() == [4] * 10
+    assert steps["loss"].isna().all()  # a script's loss is not ours to read
+
+
+def test_validation_pass_is_kept_out_of_the_steps_and_reported_per_loader():
+    s = Script()
+    train, val = s.loader("train_loader"), s.loader("val_loader")
+    for epoch in range(2):
+        train_epoch(s, train, 5, wait=0.010, copy=0.0, compute=0.020)
+        s.iter(val)
+        for _ in range(3):
+            s.batch(val, wait=0.050)  # slow validation batches: not a training wait
+            s.work(0.100)
+        s.end(val)
+    cut = script_steps(s.events, t0_s=100.0)
+    steps = cut.steps
+    assert len(steps) == 10
+    assert steps["epoch"].tolist() == [0] * 5 + [1] * 5
+    step5 = steps.iloc[5]  # the first step of epoch 1 holds the validation pass and the end of epoch 0
+    assert step5["step_s"] == pytest.approx(0.002 + 0.010 + 0.010 + 0.020)  # E, iter(), next(), compute
+    assert step5["data_wait_s"] == pytest.approx(0.022)
+    roles = {d["name"]: d for d in cut.loaders}
+    assert roles["train_loader"]["role"] == "train" and roles["val_loader"]["role"] == "eval"
+    assert roles["val_loader"]["batches"] == 6 and roles["val_loader"]["passes"] == 2
+    assert roles["val_loader"]["eval_s"] == pytest.approx(2 * 3 * 0.150)
+    assert roles["train_loader"]["eval_s"] is None
+
+
+def test_gradient_accumulation_two_batches_per_step():
+    s = Script()
+    n = s.loader("loader")
+    s.iter(n)
+    for _ in range(4):
+        s.batch(n, wait=0.010)
+        s.work(0.020)
+        s.batch(n, wait=0.010)
+        s.work(0.020)
+        s.optimizer()
+    cut = script_steps(s.events, t0_s=100.0)
+    assert len(cut.steps) == 4
+    assert cut.steps["samples"].tolist() == [8] * 4
+    assert cut.steps["data_wait_s"].to_numpy() == pytest.approx(0.020)
+    assert cut.steps["compute_s"].to_numpy() == pytest.approx(0.040)
+
+
+def test_two_optimizers_stepping_on_one_batch_make_one_step():
+    s = Script()
+    n = s.loader("loader")
+    s.iter(n)
+    for _ in range(3):
+        s.batch(n, wait=0.010)
+        s.work(0.010)
+        s.optimizer()  # e.g. a GAN's discriminator
+        s.work(0.010)
+        s.optimizer()  # and its generator
+    cut = script_steps(s.events, t0_s=100.0)
+    assert len(cut.steps) == 3
+    assert cut.steps["step_s"].to_numpy() == pytest.approx(0.030)
+
+
+def test_manual_marks_win_over_optimizer_steps():
+    s = Script()
+    n = s.loader("loader")
+    s.iter(n)
+    for i in range(6):
+        s.batch(n, wait=0.001)
+        s.work(0.010)
+        s.optimizer()
+        if i % 2:
+            s.mark()
+    cut = script_steps(s.events, t0_s=100.0)
+    assert cut.step_source == "prof.step"
+    assert len(cut.steps) == 3
+    assert cut.steps["samples"].tolist() == [8, 8, 8]
+
+
+def test_no_optimizer_steps_are_the_batches_of_the_busiest_loader():
+    s = Script()
+    feature, other = s.loader("loader"), s.loader("small")
+    s.iter(other)
+    s.batch(other, wait=0.5)
+    s.end(other)
+    s.iter(feature)
+    for _ in range(5):
+        s.batch(feature, wait=0.010)
+        s.work(0.030)
+    s.end(feature, wait=0.001)
+    cut = script_steps(s.events, t0_s=100.0)
+    assert cut.step_source == "loader batches"
+    assert len(cut.steps) == 5  # the pass's end closes the last step
+    assert cut.steps["data_wait_s"].iloc[1:].to_numpy() == pytest.approx(0.010)
+    assert cut.steps["compute_s"].iloc[1:].to_numpy() == pytest.approx(0.030)
+    assert {d["name"]: d["role"] for d in cut.loaders} == {"loader": "train", "small": "eval"}
+
+
+def test_wrapped_loader_is_the_training_loader_even_without_optimizer_credit():
+    s = Script()
+    a, b = s.loader("a"), s.loader("b")
+    s.events.append(["W", b])
+    s.iter(b)
+    for _ in range(3):
+        s.batch(b, wait=0.01)
+        s.mark()
+    cut = script_steps(s.events, t0_s=100.0)
+    assert {d["name"]: d["role"] for d in cut.loaders} == {"a": "eval", "b": "train"}
+    assert len(cut.steps) == 3
+
+
+def test_loading_records_join_the_step_that_consumed_the_batch():
+    s = Script()
+    n = s.loader("loader")
+    train_epoch(s, n, 4, wait=0.008, copy=0.0, compute=0.01, record=True)
+    cut = script_steps(s.events, t0_s=100.0)
+    assert cut.loading["step"].tolist() == [0, 1, 2, 3]
+    assert cut.loading["fetch_s"].to_numpy() == pytest.approx(0.004)
+    assert cut.loading["worker"].tolist() == [-1] * 4
+    assert cut.loading["t_start_s"].iloc[0] == pytest.approx(0.01)  # after the 10 ms iter()
+    loader = cut.loaders[0]
+    assert loader["fetch_per_sample_s"] == pytest.approx(0.001)
+    assert loader["prep_per_sample_s"] == pytest.approx(0.0005)
+
+
+def test_no_dataloader_no_steps_and_no_source():
+    cut = script_steps([["S", 1.0, {"pid": 5}], ["O", 2.0], ["X", 3.0, "exit", 0]], t0_s=0.0)
+    assert cut.steps.empty and cut.step_source is None and cut.loaders == []
+    assert cut.start == {"pid": 5} and cut.end == {"how": "exit", "detail": 0}
+
+
+def test_read_events_skips_a_line_cut_short(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps(["O", 1.0]) + "\n" + json.dumps(["O", 2.0]) + "\n" + '["N", 0, 1.')
+    events, bad = read_events(path)
+    assert events == [["O", 1.0], ["O", 2.0]] and bad == 1
+    assert read_events(tmp_path / "missing.jsonl") == ([], 0)
