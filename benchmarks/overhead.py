@@ -13,13 +13,24 @@ Each repeat trains the scenario three times, in rotating order:
 Throughput is samples/s after warm-up in all three. The result is the median
 over repeats of each profiled/bare ratio; target for the full profiler: >= 0.98.
 Ratios, not times: the runs are made side by side on the same machine.
+
+**Script case** (``--case script``; ``both`` is the default): the fixture
+training scripts in ``tests/fixtures/`` run alternately as ``python SCRIPT``
+and as ``pipeprof profile -- python SCRIPT``; each prints its own throughput
+after its first 5 optimizer steps, so both sides are measured by the same
+code, and the ratio profiled/bare is all pipeprof's cost: the hooks in the
+script's process and workers, and the sampler in pipeprof's process. Target
+>= 0.98.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -30,6 +41,12 @@ from pipeprof.scenario import load_scenario  # noqa: E402
 
 TARGET = 0.98
 MODES = ("bare", "steps+system", "full")
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = {  # name -> the fixture and its arguments: a fast loop (worst case: ~1 ms steps), and workers
+    "plain_loop 0 workers": ["plain_loop.py", "--epochs", "3", "--samples", "8192", "--threads", "1"],
+    "trainer 2 workers": ["trainer_class.py", "--epochs", "2", "--samples", "4096", "--num-workers", "2",
+                          "--getitem-ms", "0.05", "--no-tqdm", "--threads", "1"],
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("scenario", nargs="?", default="scenarios/quick.toml")
     parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--case", choices=("scenario", "script", "both"), default="both")
     args = parser.parse_args(argv)
+    if args.case in ("scenario", "both"):
+        scenario_case(args)
+    if args.case in ("script", "both"):
+        script_case(args.repeats)
+    return 0
+
+
+def scenario_case(args: argparse.Namespace) -> None:
     scenarios = {
         "steps+system": load_scenario(args.scenario, [*args.overrides, "profile.loading=false"]),
         "full": load_scenario(args.scenario, [*args.overrides, "profile.loading=true"]),
@@ -61,7 +87,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{mode}/bare throughput: median {median:.3f} (min {min(values):.3f}, max {max(values):.3f})")
     full = statistics.median(ratios["full"])
     print(f"target full/bare >= {TARGET}: {'met' if full >= TARGET else 'NOT met'}")
-    return 0
+
+
+def script_case(repeats: int) -> None:
+    """Each fixture script bare and under ``pipeprof profile``, alternating which goes first."""
+    fixtures = ROOT / "tests" / "fixtures"
+    medians = []
+    with tempfile.TemporaryDirectory(prefix="pipeprof-bench-") as out:
+        for name, (script, *script_args) in SCRIPTS.items():
+            bare_cmd = [sys.executable, str(fixtures / script), *script_args]
+            profiled_cmd = [sys.executable, "-m", "pipeprof", "profile", "--quiet", "--out", out, "--", *bare_cmd]
+            print(f"script {name}: {repeats} repeats, alternating order")
+            ratios = []
+            for i in range(repeats):
+                pair = [("bare", bare_cmd), ("profiled", profiled_cmd)]
+                result = {label: _script_throughput(cmd) for label, cmd in (pair if i % 2 == 0 else pair[::-1])}
+                ratios.append(result["profiled"] / result["bare"])
+                print(f"  repeat {i + 1}: bare {result['bare']:8.0f}   profiled {result['profiled']:8.0f} samples/s")
+            median = statistics.median(ratios)
+            medians.append(median)
+            print(f"  profiled/bare throughput: median {median:.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})")
+    worst = min(medians)
+    print(f"target script profiled/bare >= {TARGET}: {'met' if worst >= TARGET else 'NOT met'} "
+          f"(worst median {worst:.3f})")
+
+
+def _script_throughput(command: list[str]) -> float:
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=True)
+    found = re.findall(r"^throughput: ([0-9.]+) samples/s", proc.stdout, re.MULTILINE)
+    if not found:
+        raise RuntimeError(f"no throughput line from {' '.join(command)}: {proc.stdout[-300:]}")
+    return float(found[-1])
 
 
 if __name__ == "__main__":

@@ -29,8 +29,7 @@ from pipeprof.measure.steady import SteadyState
 from pipeprof.measure.steps import StepTimer, ThroughputTimer
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.measure.prefetch import NAN, ready_batches
-from pipeprof.run import (FUNCTION_COLUMNS, GPU_SAMPLE_COLUMNS, LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS,
-                          STEP_COLUMNS, Run)
+from pipeprof.run import FUNCTION_COLUMNS, LOADING_COLUMNS, STEP_COLUMNS, Run, sample_tables
 from pipeprof.scenario import Scenario
 from pipeprof.storage.base import Progress
 from pipeprof.storage.pagecache import drop
@@ -263,11 +262,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
         first = steady.counted_from()
         if first is not None:  # the unsteady start is warm-up too
             steps["warmup"] = steps["warmup"].astype(bool) | (steps["step"] < first)
-    sample_rows = sampler.sample_rows()
-    extra = sorted({k for row in sample_rows for k in row} - set(SAMPLE_COLUMNS) - set(GPU_SAMPLE_COLUMNS))
-    gpu_cols = GPU_SAMPLE_COLUMNS if monitor is not None else []
-    samples = pd.DataFrame(sample_rows, columns=SAMPLE_COLUMNS + gpu_cols + _by_core(extra))
-    processes = pd.DataFrame(sampler.process_rows(), columns=PROCESS_COLUMNS)
+    samples, processes = sample_tables(sampler.sample_rows(), sampler.process_rows(), monitor is not None)
     loading = pd.DataFrame(recorder.rows() if recorder else [], columns=LOADING_COLUMNS)
     loading[["t_start_s", "t_end_s"]] -= t0_s  # the recorder keeps raw clock readings
     functions = pd.DataFrame([row for r in recorded.values() for row in r.rows], columns=FUNCTION_COLUMNS)
@@ -305,11 +300,6 @@ def measure_compute_ceiling(work: Workload, clock: Clock = monotonic_clock,
     took_s = clock() - start_s
     return {"samples_per_s": steps * batch / took_s if took_s > 0 else None, "steps": steps,
             "batch_size": batch, "took_s": took_s}
-
-
-def _by_core(columns: list[str]) -> list[str]:
-    """cpu_core<N>_pct columns in core order (cpu_core10 after cpu_core9)."""
-    return sorted(columns, key=lambda c: (len(c), c))
 
 
 def measure_unprofiled(scenario: Scenario, *, cache_root: Path | None = None,

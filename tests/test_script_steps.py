@@ -181,7 +181,8 @@ def test_no_optimizer_steps_are_the_batches_of_the_busiest_loader():
 
 def test_wrapped_loader_is_the_training_loader_even_without_optimizer_credit():
     s = Script()
-    a, b = s.loader("a"), s.loader("b")
+    s.loader("a")
+    b = s.loader("b")
     s.events.append(["W", b])
     s.iter(b)
     for _ in range(3):
@@ -218,3 +219,17 @@ def test_read_events_skips_a_line_cut_short(tmp_path):
     events, bad = read_events(path)
     assert events == [["O", 1.0], ["O", 2.0]] and bad == 1
     assert read_events(tmp_path / "missing.jsonl") == ([], 0)
+
+
+def test_prefetch_queue_reading_of_the_steps_first_batch():
+    s = Script()
+    n = s.loader("loader")
+    s.iter(n)
+    for ready in (None, 2.0, 0.0):
+        s.batch(n, wait=0.01)
+        s.events[-1].append(ready)  # what next() found waiting in the queue before it was called
+        s.work(0.01)
+        s.optimizer()
+    steps = script_steps(s.events, t0_s=100.0).steps
+    assert steps["ready_batches"].isna().tolist() == [True, False, False]
+    assert steps["ready_batches"].tolist()[1:] == [2.0, 0.0]

@@ -116,6 +116,9 @@ def _loading(loading: dict | None, wait_mean_s: float | None, meta: dict) -> dic
         "worker_busy_mean_fraction": sum(workers_busy) / len(workers_busy) if workers_busy else None,
         "production_over_wait_fraction": (loading["batch_s"] / wait_mean_s
                                           if wait_mean_s and loading["batch_s"] is not None else None),
+        # How fetch and prep were told apart: null = timed around the storage's own fetch() and prep();
+        # "thread-cpu-time" = a script's __getitem__, off-CPU time as fetch and on-CPU time as prep.
+        "split": meta.get("loading_split"),
     }
 
 

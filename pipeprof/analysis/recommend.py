@@ -138,6 +138,9 @@ def _for_script(recs: list[dict[str, Any]], meta: dict[str, Any]) -> list[dict[s
         change = _dict(rec.get("change"))
         if any(key.startswith("data.") for key in change):
             continue
+        if not change:  # a code change (e.g. take whole batches): its own words apply to a script too
+            out.append(rec)
+            continue
         code = dataloader_kwargs(change, dataset=f"{loader.get('dataset') or 'dataset'}(...)").splitlines()
         if not any(key.startswith("loader.") for key in change):
             code = code[1:]  # threads only: no DataLoader line
@@ -188,7 +191,8 @@ class _Model:
             self.prep = loading.get("prep_per_sample_s") or 0.0
             self.collate = loading.get("collate_per_sample_s") or 0.0
         self.loading = loading
-        self.storage = self.data.get("storage") or "ram"
+        # A script's storage is unknown: no placement or batch-indexing advice is made for it.
+        self.storage = self.data.get("storage") or ("script" if meta.get("kind") == "script" else "ram")
         self.cold = self.storage in ON_DISK and self.data.get("cache") == "cold"
         self.throttled = self.data.get("throttle") not in (None, False, "")
         self.storage_ceiling, self.storage_words = self._storage_ceiling()
@@ -221,7 +225,9 @@ class _Model:
         p = fetch + prep + collate
         if k == 0:
             return min(1.0 / (p + 1.0 / c), s)
-        io = fetch if (self.cold or self.throttled) and self.storage in ON_DISK + ("ram",) else 0.0
+        # Waiting on storage needs no core; a script's fetch is measured as exactly that (off-CPU time).
+        io = fetch if self.storage == "script" or ((self.cold or self.throttled)
+                                                    and self.storage in ON_DISK + ("ram",)) else 0.0
         cpu_s = p - io
         free = self.free if cores is None else cores
         w = self.worker_cores(k, free, threads)

@@ -8,7 +8,8 @@ kind  fields                                     when
 ====  =========================================  ==========================================
 L     loader, settings                           a DataLoader is iterated the first time
 I     loader, t0, t1                             ``iter(loader)``: a pass begins
-N     loader, t0, t1, samples, record|None       ``next()`` returned a batch
+N     loader, t0, t1, samples, record|None,      ``next()`` returned a batch; ``ready``: batches
+      ready|None                                 already waiting in the prefetch queue before it
 E     loader, t0, t1                             ``next()`` ended the pass (StopIteration)
 C     t0, t1, bytes, device_s|None               a batch tensor was copied (``.to``/``.cuda``)
 O     t                                          an optimizer step ended (global post-hook)
@@ -253,6 +254,12 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: list[list], tr
     for i in range(len(ib) - 1, -1, -1):
         if ib[i] >= 0:
             first_batch[ib[i]] = train_nexts[i][2]
+    ready = np.full(n, NAN)  # the prefetch queue when the step asked for its first batch, as in a scenario run
+    for i in range(len(ib) - 1, -1, -1):
+        if ib[i] >= 0 and len(train_nexts[i]) > 6 and train_nexts[i][6] is not None:
+            ready[ib[i]] = train_nexts[i][6]
+        elif ib[i] >= 0:
+            ready[ib[i]] = NAN
     train_iters = sorted(e[2] for e in iters if e[1] in train)
     epoch = np.clip(np.searchsorted(np.array(train_iters), first_batch, side="right") - 1, 0, None) \
         if train_iters else np.zeros(n, dtype=int)
@@ -269,7 +276,7 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: list[list], tr
         "samples": samples.astype(int),
         "loss": NAN,  # the script's loss is its own business
         "correct": NAN,
-        "ready_batches": NAN,
+        "ready_batches": ready,
     }, columns=STEP_COLUMNS)
 
 

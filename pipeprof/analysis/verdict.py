@@ -341,6 +341,12 @@ def _storage_words(data: dict[str, Any]) -> str | None:
 
 def _part_words(part: str, loading: dict, storage: str | None) -> str:
     where = f", storage: {storage}" if storage else ""
+    if loading.get("split") == "thread-cpu-time" and part in ("fetch", "prep"):  # a script's __getitem__
+        if part == "fetch":
+            return (f"time in __getitem__ off the CPU — reading storage, the network or sleeping "
+                    f"({_time(loading.get('fetch_per_sample_s'))} per sample)")
+        return (f"CPU work in __getitem__ — decoding and transforms "
+                f"({_time(loading.get('prep_per_sample_s'))} per sample)")
     if part == "fetch":
         return f"fetching samples ({_time(loading.get('fetch_per_sample_s'))} per sample{where})"
     if part == "prep":

@@ -19,16 +19,14 @@ What ``install()`` patches (``uninstall()`` restores every one):
   the script sees the batch.
 * the map-style and iterable dataset fetchers' ``fetch``, in whichever
   process makes the batch (a worker or the training process): wall and
-  thread CPU time of ``__getitem__`` over the batch, and of the collate.
-  Off-CPU time in ``__getitem__`` (storage, network, sleep) is recorded as
-  fetch, on-CPU time (decode, transforms) as prep: a user's dataset does
-  both in one call, and the thread's CPU clock is what tells them apart.
+  thread CPU time of ``__getitem__`` over the batch, and of the collate
+  (``pipeprof.script.batches``). Off-CPU time in ``__getitem__`` (storage,
+  network, sleep) is recorded as fetch, on-CPU time (decode, transforms) as
+  prep: a user's dataset does both in one call, and the thread's CPU clock
+  is what tells them apart.
 * ``torch.Tensor.to`` and ``.cuda``: copies of tensors that came out of a
   loader (``C``); CUDA copies are timed with device events.
 * PyTorch's global optimizer step post-hook: step ends (``O``).
-
-A spawned or forkserver worker imports this module when it unpickles the
-``TimedCollate``, which installs the fetch patch there too.
 """
 
 from __future__ import annotations
@@ -36,20 +34,17 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import sys
 import threading
-import time
 import weakref
 from typing import Any, Callable
 
 import torch
-from torch.utils.data import DataLoader, get_worker_info
+from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as _dataloader
-from torch.utils.data._utils import fetch as _fetch
-from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 
-clock = time.perf_counter  # CLOCK_MONOTONIC on Linux: one time axis for the script, its workers and pipeprof
-cpu_clock = time.thread_time
+from pipeprof.measure.prefetch import ready_batches  # standard library only
+from pipeprof.script.batches import Tagged, TimedCollate, clock, install_fetch
+from pipeprof.script.loaders import batch_samples, describe_loader, tensors
 
 FLUSH_EVERY_S = 0.5
 _ORIGINAL: dict[str, Any] = {}  # what install() replaced, by name
@@ -100,72 +95,6 @@ def _plain(obj: Any) -> Any:
     return obj.item() if hasattr(obj, "item") else str(obj)
 
 
-# --- what rides with a batch from the process that made it -------------------------------------------
-
-class Tagged:
-    """A batch and the record of how it was made; the training process unwraps it in ``next()``."""
-
-    __slots__ = ("batch", "record")
-
-    def __init__(self, batch: Any, record: list) -> None:
-        self.batch = batch
-        self.record = record  # [worker, pid, t_start_s, t_end_s, fetch_s, prep_s, collate_s, samples]
-
-    def pin_memory(self) -> "Tagged":  # the pin-memory thread calls this instead of passing us through
-        return Tagged(_pin_memory(self.batch), self.record)
-
-    def __reduce__(self) -> tuple:
-        return Tagged, (self.batch, self.record)
-
-
-class TimedCollate:
-    """The loader's collate function, timed (wall and thread CPU), counting the samples it stacks."""
-
-    def __init__(self, collate: Callable[[Any], Any]) -> None:
-        self.collate = collate
-        self.last: tuple[float, float, int] = (0.0, 0.0, 0)  # wall s, cpu s, samples of the last call
-
-    def __call__(self, samples: Any) -> Any:
-        w0, c0 = clock(), cpu_clock()
-        batch = self.collate(samples)
-        self.last = (clock() - w0, cpu_clock() - c0, len(samples) if isinstance(samples, list) else 1)
-        return batch
-
-    def __getstate__(self) -> dict:
-        return {"collate": self.collate}
-
-    def __setstate__(self, state: dict) -> None:
-        _install_fetch()  # a spawned worker: this module was just imported there
-        self.collate = state["collate"]
-        self.last = (0.0, 0.0, 0)
-
-
-def _timed_fetch(original: Callable) -> Callable:
-    def fetch(self: Any, possibly_batched_index: Any) -> Any:
-        collate = self.collate_fn
-        if not isinstance(collate, TimedCollate):
-            return original(self, possibly_batched_index)
-        w0, c0 = clock(), cpu_clock()
-        batch = original(self, possibly_batched_index)
-        w1, c1 = clock(), cpu_clock()
-        collate_s, collate_cpu_s, samples = collate.last
-        getitem_s = max(w1 - w0 - collate_s, 0.0)
-        prep_s = min(max(c1 - c0 - collate_cpu_s, 0.0), getitem_s)
-        info = get_worker_info()
-        return Tagged(batch, [-1 if info is None else info.id, os.getpid(), w0, w1,
-                              getitem_s - prep_s, prep_s, collate_s, samples])
-    fetch.__wrapped__ = original
-    return fetch
-
-
-def _install_fetch() -> None:
-    for cls in (_fetch._MapDatasetFetcher, _fetch._IterableDatasetFetcher):
-        key = f"{cls.__name__}.fetch"
-        if key not in _ORIGINAL:
-            _ORIGINAL[key] = cls.fetch
-            cls.fetch = _timed_fetch(cls.fetch)
-
-
 # --- the training process ---------------------------------------------------------------------------
 
 class Hooks:
@@ -210,6 +139,7 @@ class Hooks:
             return original(iterator)
         if self.stopping:
             raise SystemExit(0)
+        ready = ready_batches(iterator)  # before the clock: the step timer does the same
         t0 = clock()
         try:
             data = original(iterator)
@@ -221,7 +151,8 @@ class Hooks:
         record = None
         if type(data) is Tagged:
             data, record = data.batch, data.record
-        self.log.add(("N", number, t0, t1, _batch_samples(data, record), record), t1)
+        self.log.add(("N", number, t0, t1, batch_samples(data, record), record,
+                      None if ready != ready else ready), t1)  # NaN (no queue) as null
         self._remember(data)
         if self.stop_after_steps is not None and not (self.optimizer_steps or self.marks):
             batches = self.batches[number] = self.batches.get(number, 0) + 1
@@ -230,7 +161,7 @@ class Hooks:
 
     def _remember(self, data: Any) -> None:
         refs = {}
-        for t in _tensors(data):
+        for t in tensors(data):
             refs[id(t)] = weakref.ref(t)
         self.batch_refs = refs
 
@@ -282,7 +213,7 @@ class Hooks:
         if _ACTIVE is not None:
             raise RuntimeError("pipeprof is already profiling this process")
         _ACTIVE = self
-        _install_fetch()
+        install_fetch()
         _patch(DataLoader, "__iter__", lambda original: lambda loader: _ACTIVE.on_iter(loader, original))
         _patch(_dataloader._BaseDataLoaderIter, "__next__", lambda original: lambda it: _ACTIVE.on_next(it, original))
         for name in ("to", "cuda"):
@@ -346,80 +277,3 @@ def _unpatch(key: str) -> None:
 
 def active() -> Hooks | None:
     return _ACTIVE
-
-
-# --- reading what a batch and a loader are ----------------------------------------------------------
-
-def _tensors(data: Any, depth: int = 0) -> list[torch.Tensor]:
-    """The tensors of a batch: itself, or in a tuple / list / dict, two levels deep."""
-    if isinstance(data, torch.Tensor):
-        return [data]
-    if depth >= 2:
-        return []
-    if isinstance(data, (list, tuple)):
-        return [t for item in data for t in _tensors(item, depth + 1)]
-    if isinstance(data, dict):
-        return [t for item in data.values() for t in _tensors(item, depth + 1)]
-    return []
-
-
-def _batch_samples(data: Any, record: list | None) -> int:
-    if record is not None:
-        return int(record[7])
-    tensors = _tensors(data)
-    return int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 1
-
-
-def describe_loader(loader: DataLoader, number: int) -> dict[str, Any]:
-    """The loader's settings as PyTorch names them, and the name the calling code gives it."""
-    dataset = loader.dataset
-    try:
-        size = len(dataset)
-    except TypeError:  # an IterableDataset without __len__
-        size = None
-    return {
-        "number": number,
-        "name": _variable_name(loader) or f"loader{number}",
-        "dataset": type(dataset).__name__,
-        "dataset_samples": size,
-        "batch_size": loader.batch_size,
-        "num_workers": loader.num_workers,
-        "pin_memory": bool(loader.pin_memory),
-        "prefetch_factor": loader.prefetch_factor if loader.num_workers else None,
-        "persistent_workers": bool(loader.persistent_workers),
-        "drop_last": bool(loader.drop_last),
-        "multiprocessing_context": _context_name(loader),
-    }
-
-
-def _context_name(loader: DataLoader) -> str | None:
-    context = loader.multiprocessing_context
-    if context is None:
-        return None
-    return context if isinstance(context, str) else context.get_start_method()
-
-
-_SKIP_MODULES = ("torch", "tqdm", "pipeprof", "contextlib", "runpy", "threading")
-
-
-def _variable_name(loader: DataLoader) -> str | None:
-    """``train_loader`` or ``self.val_loader``: where the first frame outside torch/tqdm/pipeprof keeps it."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "") or ""
-        if not module.split(".")[0] in _SKIP_MODULES:
-            break
-        frame = frame.f_back
-    if frame is None:
-        return None
-    for scope in (frame.f_locals, frame.f_globals):
-        for name, value in scope.items():
-            if value is loader and not name.startswith("_"):
-                return name
-    for name, value in frame.f_locals.items():  # an attribute of self, or of any local object
-        attrs = getattr(value, "__dict__", None)
-        if isinstance(attrs, dict):
-            for attr, held in attrs.items():
-                if held is loader:
-                    return f"{name}.{attr}"
-    return None

@@ -16,15 +16,13 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 import pipeprof
 from pipeprof.analysis.script_steps import TRAIN, ScriptSteps, read_events, script_steps
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import describe_environment
 from pipeprof.measure.sampler import SystemSampler
-from pipeprof.run import GPU_SAMPLE_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, Run
+from pipeprof.run import Run, sample_tables
 
 LOADER_KEYS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 NO_LOADER = "the script never iterated a torch.utils.data.DataLoader: there are no steps to attribute"
@@ -111,6 +109,7 @@ class Session:
             "script": script,
             "loaders": cut.loaders,
             "step_source": cut.step_source,
+            "loading_split": "thread-cpu-time",  # fetch = __getitem__ off the CPU, prep = on it (hooks)
             "device": "cuda" if cut.cuda_copies else "cpu",  # where its batches went
             "timing": {"method": "host-clock"},
             "environment": describe_environment(int(cut.start.get("torch_threads") or 1)),
@@ -122,9 +121,6 @@ class Session:
             "error": error,
             "compute_ceiling": None,
         }
-        sample_rows = self.sampler.sample_rows() if self.sampler else []
-        extra = sorted({k for row in sample_rows for k in row} - set(SAMPLE_COLUMNS) - set(GPU_SAMPLE_COLUMNS))
-        gpu_cols = GPU_SAMPLE_COLUMNS if self.monitor is not None else []
-        samples = pd.DataFrame(sample_rows, columns=SAMPLE_COLUMNS + gpu_cols + sorted(extra, key=lambda c: (len(c), c)))
-        processes = pd.DataFrame(self.sampler.process_rows() if self.sampler else [], columns=PROCESS_COLUMNS)
+        samples, processes = sample_tables(self.sampler.sample_rows() if self.sampler else [],
+                                           self.sampler.process_rows() if self.sampler else [], self.monitor is not None)
         return Run(meta=meta, steps=cut.steps, samples=samples, processes=processes, loading=cut.loading)

@@ -1,0 +1,94 @@
+"""Timing each batch where it is made — a DataLoader worker or the training process — and carrying the record back.
+
+Part of the hooks of a profiled script (``pipeprof.script.hooks``); standard
+library and torch only. The dataset fetchers' ``fetch`` is patched in every
+process that makes batches: it times ``__getitem__`` over the batch (wall and
+thread CPU time) and the collate (``TimedCollate``), and returns the batch as
+``Tagged(batch, record)``; the training process unwraps it in ``next()``, so
+the script never sees it. The pin-memory thread pins a ``Tagged`` through its
+``pin_memory()``. A spawned or forkserver worker imports this module when it
+unpickles the ``TimedCollate``, which installs the fetch patch there too.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+from torch.utils.data import get_worker_info
+from torch.utils.data._utils import fetch as _fetch
+from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
+
+clock = time.perf_counter  # CLOCK_MONOTONIC on Linux: one time axis for the script, its workers and pipeprof
+cpu_clock = time.thread_time
+_PATCHED: dict[str, Any] = {}  # fetcher class name -> its original fetch
+
+
+class Tagged:
+    """A batch and the record of how it was made; the training process unwraps it in ``next()``."""
+
+    __slots__ = ("batch", "record")
+
+    def __init__(self, batch: Any, record: list) -> None:
+        self.batch = batch
+        self.record = record  # [worker, pid, t_start_s, t_end_s, fetch_s, prep_s, collate_s, samples]
+
+    def pin_memory(self) -> "Tagged":  # the pin-memory thread calls this instead of passing us through
+        return Tagged(_pin_memory(self.batch), self.record)
+
+    def __reduce__(self) -> tuple:
+        return Tagged, (self.batch, self.record)
+
+
+class TimedCollate:
+    """The loader's collate function, timed (wall and thread CPU), counting the samples it stacks."""
+
+    def __init__(self, collate: Callable[[Any], Any]) -> None:
+        self.collate = collate
+        self.last: tuple[float, float, int] = (0.0, 0.0, 0)  # wall s, cpu s, samples of the last call
+
+    def __call__(self, samples: Any) -> Any:
+        w0, c0 = clock(), cpu_clock()
+        batch = self.collate(samples)
+        self.last = (clock() - w0, cpu_clock() - c0, len(samples) if isinstance(samples, list) else 1)
+        return batch
+
+    def __getstate__(self) -> dict:
+        return {"collate": self.collate}
+
+    def __setstate__(self, state: dict) -> None:
+        _install_fetch()  # a spawned worker: this module was just imported there
+        self.collate = state["collate"]
+        self.last = (0.0, 0.0, 0)
+
+
+def _timed_fetch(original: Callable) -> Callable:
+    def fetch(self: Any, possibly_batched_index: Any) -> Any:
+        collate = self.collate_fn
+        if not isinstance(collate, TimedCollate):
+            return original(self, possibly_batched_index)
+        w0, c0 = clock(), cpu_clock()
+        batch = original(self, possibly_batched_index)
+        w1, c1 = clock(), cpu_clock()
+        collate_s, collate_cpu_s, samples = collate.last
+        getitem_s = max(w1 - w0 - collate_s, 0.0)
+        prep_s = min(max(c1 - c0 - collate_cpu_s, 0.0), getitem_s)
+        info = get_worker_info()
+        return Tagged(batch, [-1 if info is None else info.id, os.getpid(), w0, w1,
+                              getitem_s - prep_s, prep_s, collate_s, samples])
+    fetch.__wrapped__ = original
+    return fetch
+
+
+def _install_fetch() -> None:
+    for cls in (_fetch._MapDatasetFetcher, _fetch._IterableDatasetFetcher):
+        key = f"{cls.__name__}.fetch"
+        if key not in _PATCHED:
+            _PATCHED[key] = cls.fetch
+            cls.fetch = _timed_fetch(cls.fetch)
+
+
+def install_fetch() -> None:
+    """Patch the fetchers in this process (once; they pass through for loaders without a ``TimedCollate``)."""
+    _install_fetch()
