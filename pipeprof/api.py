@@ -82,6 +82,7 @@ class Profile:
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         from pipeprof.cli.report_cmd import derived_files
+        from pipeprof.errors import interrupt_reason
         from pipeprof.render.index import rebuild_index
         from pipeprof.run import new_run_folder, save_run
 
@@ -90,7 +91,7 @@ class Profile:
         if exc_type is None:
             status, error = "complete", None
         elif issubclass(exc_type, KeyboardInterrupt):
-            status, error = "interrupted", "interrupted by the user (Ctrl-C)"
+            status, error = "interrupted", interrupt_reason(exc)
         else:
             status, error = "failed", f"{exc_type.__name__}: {' '.join(str(exc).split())}"
         where = _caller()

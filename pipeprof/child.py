@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from pipeprof.errors import EXIT_INTERRUPTED
+from pipeprof.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 
 STOP_WAIT_S = 60.0  # how long a child gets to save its run after Ctrl-C
 
@@ -42,7 +42,7 @@ class ChildRun:
     @property
     def status(self) -> str:
         """``complete``, ``failed``, ``interrupted`` or ``invalid`` (bad input: exit status 2)."""
-        if self.interrupted or self.exit_code == EXIT_INTERRUPTED:
+        if self.interrupted or self.exit_code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
             return "interrupted"
         if self.exit_code == 0 and self.summary is not None:
             return "complete"
@@ -73,18 +73,19 @@ def run_child(scenario_file: Path, out: Path, *, cache: Path | None = None, extr
     interrupted = False
     try:
         stdout, stderr = proc.communicate()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM to us (errors.Terminated): the child gets the same
         interrupted = True
-        stdout, stderr = _stop(proc)
+        stdout, stderr = _stop(proc, signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
     folder = _new_folder(out, before)
     summary = _read_summary(folder)
     return ChildRun(proc.returncode, folder, summary, _error_line(stderr, proc.returncode), interrupted)
 
 
-def _stop(proc: subprocess.Popen) -> tuple[str, str]:
-    """Let the child save its run after Ctrl-C: pass SIGINT on (if it is still running), wait, then kill."""
+def _stop(proc: subprocess.Popen, sig: int = signal.SIGINT) -> tuple[str, str]:
+    """Let the child save its run after Ctrl-C or SIGTERM: pass the signal on (if it is still running), wait,
+    then kill."""
     if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
     try:
         return proc.communicate(timeout=STOP_WAIT_S)
     except subprocess.TimeoutExpired:

@@ -1,7 +1,47 @@
-"""Errors that reach the user as one line and exit status 2; the commands' other exit statuses."""
+"""Errors that reach the user as one line and exit status 2; the commands' other exit statuses; SIGTERM.
+
+SIGTERM is turned into ``Terminated``, a ``KeyboardInterrupt``, while a
+command runs (``on_sigterm``): every path that saves what was measured on
+Ctrl-C saves it on SIGTERM too, and the command then exits 143 instead of 130.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
 
 EXIT_FAILED = 1  # training (or every point of a sweep) failed; what was measured is saved
 EXIT_INTERRUPTED = 130  # Ctrl-C; what was measured is saved
+EXIT_TERMINATED = 143  # SIGTERM; what was measured is saved
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: raised where a Ctrl-C would be, so it is handled (and saved) the same way."""
+
+
+def interrupt_reason(e: BaseException) -> str:
+    """The words for why a run stopped early, as run.json's ``error``."""
+    return "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted by the user (Ctrl-C)"
+
+
+class SigtermState:
+    """Whether SIGTERM came during this command; a second one ends the process at once."""
+
+    def __init__(self) -> None:
+        self.received = 0
+
+    def handle(self, signum: int, frame: Any) -> None:
+        self.received += 1
+        if self.received > 1:
+            os._exit(EXIT_TERMINATED)  # the first is still saving: the user wants out now
+        raise Terminated()
+
+
+def on_sigterm() -> tuple[SigtermState, Any]:
+    """Install the SIGTERM handler (main thread only); returns the state and the handler it replaced."""
+    state = SigtermState()
+    return state, signal.signal(signal.SIGTERM, state.handle)
 
 
 class UsageError(Exception):

@@ -169,7 +169,7 @@ def new_run_folder(root: Path, scenario: str, now: dt.datetime | None = None) ->
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", scenario).strip("._") or "run"
     base = Path(root) / f"{now.strftime('%Y%m%dT%H%M%SZ')}-{safe}"
     folder, n = base, 1
-    while folder.exists():
+    while os.path.lexists(folder):  # a name taken by anything, a dangling symlink included, is skipped
         n += 1
         folder = base.with_name(f"{base.name}-{n}")
     return folder

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 import pipeprof
-from pipeprof.errors import UsageError
+from pipeprof.errors import UsageError, interrupt_reason
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.codeprofile import CodeProfile
@@ -110,36 +110,40 @@ def train_loop(work: Workload, total_steps: int, timer: StepTimer | ThroughputTi
     batches, per_epoch = work.data.batches, work.data.steps_per_epoch()
     iterator = None
     epoch, left = -1, 0
-    for i in range(total_steps):
-        if before_step is not None:
-            before_step(i)
-        timer.begin(ready_batches(iterator) if left else NAN)
-        if left == 0:
-            # Ending an epoch's iterator (joining its workers) and starting the
-            # next (spawning workers) are real waits of a training loop: timed.
-            iterator = None
-            epoch, left = epoch + 1, per_epoch
-            if before_epoch is not None:
-                timer.pause()
-                before_epoch(epoch)
-                timer.resume()
-            iterator = iter(batches)
-        batch = next(iterator)
-        left -= 1
-        if recorder is not None and len(batch) > 2:  # device batches carry no loading record
-            recorder.record(batch[2], i)
-        timer.waited()
-        x = batch[0].to(device, non_blocking=non_blocking)
-        y = batch[1].to(device, non_blocking=non_blocking)
-        timer.copied()
-        loss, correct = step_fn(x, y)
-        timer.computed(len(y), loss, correct, epoch)
-        if on_step:
-            on_step(i + 1, total_steps)
-        if stop_after is not None and stop_after(i, len(y)):
-            break
-    timer.finish()
-    iterator = None
+    try:
+        for i in range(total_steps):
+            if before_step is not None:
+                before_step(i)
+            timer.begin(ready_batches(iterator) if left else NAN)
+            if left == 0:
+                # Ending an epoch's iterator (joining its workers) and starting the
+                # next (spawning workers) are real waits of a training loop: timed.
+                iterator = None
+                epoch, left = epoch + 1, per_epoch
+                if before_epoch is not None:
+                    timer.pause()
+                    before_epoch(epoch)
+                    timer.resume()
+                iterator = iter(batches)
+            batch = next(iterator)
+            left -= 1
+            if recorder is not None and len(batch) > 2:  # device batches carry no loading record
+                recorder.record(batch[2], i)
+            timer.waited()
+            x = batch[0].to(device, non_blocking=non_blocking)
+            y = batch[1].to(device, non_blocking=non_blocking)
+            timer.copied()
+            loss, correct = step_fn(x, y)
+            timer.computed(len(y), loss, correct, epoch)
+            if on_step:
+                on_step(i + 1, total_steps)
+            if stop_after is not None and stop_after(i, len(y)):
+                break
+        timer.finish()
+    finally:
+        # Interrupted or failed too: end the workers now, while they are alive, not whenever the
+        # traceback lets go of the iterator (a worker outliving its parent prints tracebacks).
+        iterator = None  # noqa: F841
 
 
 def _cuda_events() -> torch.cuda.Event:  # pragma: no cover - needs a GPU
@@ -211,8 +215,8 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
                    before_epoch=cold.before_epoch if cold else None,
                    before_step=code.before_step if code else None,
                    stop_after=steady.after_step if steady else None)
-    except KeyboardInterrupt:
-        status, error = "interrupted", "interrupted by the user (Ctrl-C)"
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (errors.Terminated)
+        status, error = "interrupted", interrupt_reason(e)
     except Exception as e:  # noqa: BLE001 - recorded in the run, shown as one line by the CLI
         status, error = "failed", f"{type(e).__name__}: {' '.join(str(e).split())}"
     finally:

@@ -46,6 +46,13 @@ def test_profile_block_with_wrap_validation_and_the_same_run_folder(tmp_path):
         assert (prof.folder / name).is_file()
     assert json.loads((prof.folder / "run.json").read_text())["script"]["api"] is True
     assert (tmp_path / "index.html").is_file()
+    # Raw records in: `pipeprof report` re-derives the same summary from the folder alone.
+    from pipeprof.cli.main import main
+    before = json.loads((prof.folder / "summary.json").read_text())
+    assert main(["report", str(prof.folder), "--quiet"]) == 0
+    after = json.loads((prof.folder / "summary.json").read_text())
+    assert after["steps"] == before["steps"] and after["loaders"] == before["loaders"]
+    assert after["fractions"] == pytest.approx(before["fractions"])
     # After the block the loaders are the user's again: plain batches, their own collate, nothing patched.
     x, y = next(iter(train_loader))
     assert isinstance(x, torch.Tensor) and hooks.active() is None

@@ -15,6 +15,7 @@ import pytest
 
 from pipeprof.cli.main import main
 from pipeprof.cli.profile_cmd import exit_status, outcome, split_command
+from tiny import script_stepping
 
 FIXTURES = Path(__file__).parent / "fixtures"
 pytestmark = pytest.mark.integration
@@ -160,7 +161,7 @@ def test_ctrl_c_saves_the_run_and_exits_130(tmp_path):
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _events_written(proc):
+    while time.monotonic() < deadline and not script_stepping(proc):
         time.sleep(0.5)
     time.sleep(2.0)
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C: the whole process group
@@ -171,19 +172,6 @@ def test_ctrl_c_saves_the_run_and_exits_130(tmp_path):
     assert meta["status"] == "interrupted"
     assert json.loads((folder / "summary.json").read_text())["steps"] > 0
     assert "pipeprof: interrupted" in stderr
-
-
-def _events_written(proc: subprocess.Popen) -> bool:
-    """True once the script's event file holds steps (it lives in a temp folder named by the child's env)."""
-    import psutil
-    try:
-        for child in psutil.Process(proc.pid).children(recursive=True):
-            path = child.environ().get("PIPEPROF_EVENTS")
-            if path and Path(path).exists() and '"O"' in Path(path).read_text():
-                return True
-    except (psutil.Error, OSError):
-        pass
-    return False
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -30,3 +30,19 @@ def tiny_file(folder, *args, **kwargs):
     path = folder / "tiny.toml"
     path.write_text(tiny_toml(*args, **kwargs))
     return path
+
+
+def script_stepping(proc) -> bool:
+    """True once the script under ``pipeprof profile`` (a process under ``proc``) has recorded an optimizer step:
+    its event file, named in its environment, holds an ``O`` event."""
+    from pathlib import Path
+
+    import psutil
+    try:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            path = child.environ().get("PIPEPROF_EVENTS")
+            if path and Path(path).exists() and '"O"' in Path(path).read_text():
+                return True
+    except (psutil.Error, OSError):
+        pass
+    return False

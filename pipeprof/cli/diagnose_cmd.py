@@ -41,7 +41,7 @@ from pipeprof.cli.arguments import add_scenario_arguments
 from pipeprof.analysis.differential import RUN_TITLES, RUNS, differential
 from pipeprof.cli.report_cmd import derived_files
 from pipeprof.cli.run_cmd import materializing_progress
-from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError
+from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError, interrupt_reason
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.render.diagnosis import diagnosis_table, render_diagnosis_html
 from pipeprof.run import ensure_out_folder, save_run, staged_folder, write_json, write_text
@@ -162,9 +162,9 @@ def _sub_run(plan: SubRun, tmp: Path, cache: Path | None, progress: Progress, co
         task = progress.add_task(title, total=scenario.total_steps())
     except UsageError:
         raise  # bad input (an unwritable cache folder) is the same for every run: exit 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         result("[yellow]interrupted")
-        return _outcome(plan, "interrupted", "interrupted by the user (Ctrl-C) while building the workload")
+        return _outcome(plan, "interrupted", f"{interrupt_reason(e)} while building the workload")
     except Exception as e:  # noqa: BLE001 - recorded in the diagnosis: which run failed and why
         result("[red]failed")
         return _outcome(plan, "failed", f"building the workload: {type(e).__name__}: {_one_line(e)}")

@@ -3,6 +3,7 @@
 Commands:
   run SCENARIO     profile a scenario: train it, time every step, sample the system, write a report
   report RUN...    (re)render report.html and summary.json of run folders
+  export RUN --format chrome-trace  write a timeline (trace.json) for Perfetto or chrome://tracing
   list [DIR]       list the scenarios in a folder (default: scenarios/)
   diagnose SCENARIO  differential runs (data on the device, decoded in RAM, as given): fetch vs prep stalls
   probe            measure this machine's ceilings (memory, disk, matmul, GPU), cached per machine
@@ -15,19 +16,20 @@ Commands:
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
 from pipeprof import __version__
-from pipeprof.cli import (compare_cmd, diagnose_cmd, list_cmd, probe_cmd, profile_cmd, report_cmd, run_cmd, sweep_cmd,
-                          tune_cmd)
-from pipeprof.errors import UsageError
+from pipeprof.cli import (compare_cmd, diagnose_cmd, export_cmd, list_cmd, probe_cmd, profile_cmd, report_cmd, run_cmd,
+                          sweep_cmd, tune_cmd)
+from pipeprof.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, UsageError, interrupt_reason, on_sigterm
 from pipeprof.render.index import is_reports_folder, rebuild_index
 
 COMMANDS = {"run": run_cmd, "report": report_cmd, "list": list_cmd, "probe": probe_cmd,
             "diagnose": diagnose_cmd, "compare": compare_cmd, "sweep": sweep_cmd, "tune": tune_cmd,
-            "profile": profile_cmd}
+            "profile": profile_cmd, "export": export_cmd}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,22 +53,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``pipeprof`` command; returns the exit status."""
+    """Entry point of the ``pipeprof`` command; returns the exit status.
+
+    Ctrl-C and SIGTERM both stop a command the same way (what was measured is
+    saved, marked interrupted); the exit status tells them apart: 130 or 143.
+    """
+    sigterm, previous = on_sigterm()
     try:
         args = build_parser().parse_args(argv)
         if not getattr(args, "handler", None):
             raise UsageError(f"pipeprof: a command is needed: {', '.join(COMMANDS)} (see pipeprof --help)")
         status = args.handler(args)
         rebuild_indexes(args)
-        return status
+        return EXIT_TERMINATED if sigterm.received and status == EXIT_INTERRUPTED else status
     except UsageError as e:
         print(f"pipeprof: error: {e}", file=sys.stderr)
         return e.exit_status
     except BrokenPipeError:
         return 1
-    except KeyboardInterrupt:  # commands that save partial results catch it themselves; this is the rest
-        print("pipeprof: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # commands that save partial results catch it themselves; this is the rest
+        print(f"pipeprof: {interrupt_reason(e)}", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def rebuild_indexes(args: argparse.Namespace) -> None:

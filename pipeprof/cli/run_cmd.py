@@ -94,7 +94,8 @@ def execute(args: argparse.Namespace) -> int:
             status = "interrupted"
     print(f"report: {folder / 'report.html'}")
     if status == "interrupted":
-        print(f"pipeprof: interrupted: {len(run.steps)} steps saved in {folder}", file=sys.stderr)
+        print(f"pipeprof: {run.meta.get('error') or 'interrupted'}: {len(run.steps)} steps saved in {folder}",
+              file=sys.stderr)
         return EXIT_INTERRUPTED
     if status == "failed":
         print(f"pipeprof: error: training failed after {len(run.steps)} steps: {run.meta.get('error')}",

@@ -1,0 +1,107 @@
+"""SIGTERM is handled like Ctrl-C: what was measured is saved, marked interrupted, and the exit status is 143.
+
+Real signals to real child processes (`pipeprof run`, `sweep`, `profile`), and the handler's own logic.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pipeprof.errors import EXIT_TERMINATED, SigtermState, Terminated, interrupt_reason
+from tiny import script_stepping, tiny_file
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def start(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "pipeprof", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def wait_for_descendants(proc: subprocess.Popen, count: int, timeout_s: float = 120.0) -> None:
+    """Until ``proc`` has ``count`` descendants (a DataLoader worker, a child run) — training has begun."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if len(psutil.Process(proc.pid).children(recursive=True)) >= count:
+                return
+        except psutil.Error:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"no {count} descendant(s) of {proc.pid} within {timeout_s} s")
+
+
+@pytest.mark.integration
+def test_sigterm_to_run_saves_the_steps_and_exits_143(tmp_path):
+    scenario = tiny_file(tmp_path, steps=200000, workers=1)
+    out = tmp_path / "reports"
+    proc = start(["run", str(scenario), "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet"])
+    wait_for_descendants(proc, 1)  # the DataLoader worker: training has begun
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)  # to pipeprof alone, as `kill` or a job scheduler would
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_TERMINATED, err
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["status"] == "interrupted" and meta["error"] == "terminated (SIGTERM)"
+    assert json.loads((folder / "summary.json").read_text())["steps"] > 0
+    assert (folder / "report.html").is_file() and "Traceback" not in err
+
+
+@pytest.mark.integration
+def test_sigterm_to_sweep_reaches_the_point_running_and_keeps_the_sweep(tmp_path):
+    scenario = tiny_file(tmp_path, workers=1)
+    out = tmp_path / "reports"
+    proc = start(["sweep", str(scenario), "--grid", "train.steps=200000,40", "--fixed-steps", "--out", str(out),
+                  "--cache", str(tmp_path / "cache"), "--quiet"])
+    wait_for_descendants(proc, 2)  # the first point's child and its DataLoader worker: it is training
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_TERMINATED, err
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    doc = json.loads((folder / "sweep.json").read_text())
+    assert doc["status"] == "interrupted"
+    assert [p["status"] for p in doc["points"]] == ["interrupted", "not run"]
+    (point,) = folder.rglob("run.json")
+    assert json.loads(point.read_text())["error"] == "terminated (SIGTERM)"
+    assert (folder / "sweep.html").is_file()
+
+
+@pytest.mark.integration
+def test_sigterm_to_profile_is_passed_to_the_script(tmp_path):
+    out = tmp_path / "reports"
+    proc = start(["profile", "--out", str(out), "--quiet", "--", "python", str(FIXTURES / "plain_loop.py"),
+                  "--epochs", "100", "--compute-ms", "5", "--threads", "1"])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not script_stepping(proc):
+        time.sleep(0.3)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    stdout, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_TERMINATED, err  # the script died by SIGTERM: 128 + 15
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["status"] == "interrupted" and meta["error"] == "terminated (SIGTERM)"
+    assert json.loads((folder / "summary.json").read_text())["steps"] > 0
+
+
+def test_first_sigterm_raises_terminated_and_the_second_exits_at_once(monkeypatch):
+    state = SigtermState()
+    with pytest.raises(Terminated) as caught:
+        state.handle(signal.SIGTERM, None)
+    assert isinstance(caught.value, KeyboardInterrupt)  # saved on every path that saves on Ctrl-C
+    assert interrupt_reason(caught.value) == "terminated (SIGTERM)"
+    assert interrupt_reason(KeyboardInterrupt()) == "interrupted by the user (Ctrl-C)"
+    exits = []
+    monkeypatch.setattr("os._exit", exits.append)
+    state.handle(signal.SIGTERM, None)
+    assert exits == [EXIT_TERMINATED] and state.received == 2
