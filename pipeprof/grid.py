@@ -23,13 +23,12 @@ axis for that key and adds new axes after the table's.
 from __future__ import annotations
 
 import itertools
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pipeprof.errors import UsageError
-from pipeprof.scenario import Scenario, check_key
+from pipeprof.scenario import Scenario, check_key, one_line, read_toml, toml_value
 from pipeprof.variants import Variant, short, show, vary
 
 MAX_POINTS = 1000
@@ -48,7 +47,7 @@ class Point:
 
 def parse_axis(text: str) -> tuple[str, list[Any]]:
     """``loader.num_workers=0,1,2`` -> ("loader.num_workers", [0, 1, 2]); values read as TOML or bare words."""
-    where = f"--grid {text}"
+    where = f"--grid {one_line(text)}"
     key, sep, rhs = text.partition("=")
     key = key.strip()
     if not sep or not key:
@@ -63,13 +62,14 @@ def axes_from_table(table: Any, where: str) -> list[tuple[str, list[Any]]]:
     """The ``[sweep]`` table of a scenario file as axes (dotted or nested keys, list values)."""
     if table is None:
         return []
+    where = one_line(where)
     if not isinstance(table, dict):
         raise UsageError(f"{where}: sweep must be a table of section.key = [values], e.g. "
                          f"[sweep] loader.num_workers = [0, 1, 2]")
     out = []
     for key, values in _flatten(table):
         if not isinstance(values, list):
-            raise UsageError(f"{where}: sweep.{key} = {values!r} is not allowed: expected a list of values, "
+            raise UsageError(f"{where}: sweep.{one_line(key)} = {values!r} is not allowed: expected a list of values, "
                              f"e.g. [0, 1, 2]")
         out.append((key, values))
     return out
@@ -78,23 +78,26 @@ def axes_from_table(table: Any, where: str) -> list[tuple[str, list[Any]]]:
 def read_sweep_table(path: str | Path) -> Any:
     """The raw ``[sweep]`` table of a scenario file (None when absent); the file itself is validated elsewhere."""
     try:
-        return tomllib.loads(Path(path).read_text(encoding="utf-8")).get("sweep")
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return read_toml(path).get("sweep")
+    except UsageError:
         return None  # load_scenario reports the file's own problem
 
 
 def build_axes(table_axes: Sequence[tuple[str, list[Any]]], cli_axes: Sequence[tuple[str, list[Any]]],
                where: str) -> list[tuple[str, list[Any]]]:
     """The grid's axes, each key and value checked alone; ``--grid`` replaces the table's axis of the same key."""
-    axes: dict[str, tuple[list[Any], str]] = {k: (v, f"{where} [sweep] {k}") for k, v in table_axes}
+    where = one_line(where)
+    axes: dict[str, tuple[list[Any], str]] = {k: (v, f"{where} [sweep] {one_line(k)}") for k, v in table_axes}
     for key, values in cli_axes:
-        axes[key] = (values, f"--grid {key}")
+        axes[key] = (values, f"--grid {one_line(key)}")
     if not axes:
         raise UsageError(f"{where}: empty grid: give --grid section.key=v1,v2,... or a [sweep] table")
     out = []
     for key, (values, origin) in axes.items():
         if not values:
             raise UsageError(f"{origin}: no values")
+        if len(values) > MAX_POINTS:  # before the repeat check below, which compares every pair
+            raise UsageError(f"{origin}: {len(values)} values; a grid has at most {MAX_POINTS} points")
         for value in values:
             check_key(origin, key, value)
         repeated = [show(v) for i, v in enumerate(values) if v in values[:i]]
@@ -113,6 +116,7 @@ def plan(base: Scenario, axes: Sequence[tuple[str, list[Any]]], where: str,
          fixed: Mapping[str, Any] | None = None) -> list[Point]:
     """Every combination as a Point: validated with ``fixed`` (e.g. a step budget) added, or skipped with the reason."""
     keys = [k for k, _ in axes]
+    where = one_line(where)
     points = []
     for i, combo in enumerate(itertools.product(*(values for _, values in axes))):
         change = dict(zip(keys, combo))
@@ -149,18 +153,25 @@ def _split(text: str) -> list[str]:
 
 
 def _value(text: str) -> Any:
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text  # a bare word: data.storage=ram,memmap
+    return toml_value(text)  # a bare word stays a string: data.storage=ram,memmap
 
 
-def _flatten(table: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+def _flatten(table: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Nested tables as dotted keys, in order; a loop, not recursion (``a.a.a...`` may be thousands deep)."""
     out = []
-    for key, value in table.items():
+    stack = [iter(table.items())]
+    prefixes = [""]
+    while stack:
+        item = next(stack[-1], None)
+        if item is None:
+            stack.pop()
+            prefixes.pop()
+            continue
+        key, value = item
         if isinstance(value, dict):
-            out += _flatten(value, f"{prefix}{key}.")
+            stack.append(iter(value.items()))
+            prefixes.append(f"{prefixes[-1]}{key}.")
         else:
-            out.append((f"{prefix}{key}", value))
+            out.append((f"{prefixes[-1]}{key}", value))
     return out
 

@@ -11,7 +11,9 @@ the bad value and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import difflib
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,9 @@ IMAGE_FORMATS = ("png", "jpeg")
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "leaky_relu", "prelu")
 INITS = ("default", "xavier", "uniform", "normal")
 IMPLEMENTATIONS = ("module", "scratch")
+INT64 = (-(2**63), 2**63 - 1)  # TOML's integers: a value outside cannot be held losslessly (nor by torch or numpy)
+MAX_CUDA_INDEX = 127  # torch keeps a device index in an int8: cuda:128 wraps to cuda:-128
+MAX_SCENARIO_BYTES = 1 << 20  # a scenario is a few hundred bytes; /dev/zero must not be read until memory runs out
 
 
 @dataclass(frozen=True)
@@ -159,7 +164,9 @@ def _device_ok(value: str) -> bool:
     if value in ("auto", "cpu", "cuda"):
         return True
     prefix, _, index = value.partition(":")
-    return prefix == "cuda" and index.isdigit()
+    # ASCII digits without a leading zero: torch.device() refuses 'cuda:²', 'cuda:٣' and 'cuda:01'.
+    return (prefix == "cuda" and index.isascii() and index.isdigit() and str(int(index)) == index
+            and int(index) <= MAX_CUDA_INDEX)
 
 
 BOOL = Rule("bool", "true or false")
@@ -203,7 +210,7 @@ SCHEMA: dict[str, dict[str, Rule]] = {
         "steps": _int(1, nullable=True),
         "epochs": _int(1, nullable=True),
         "warmup_steps": _int(0),
-        "device": Rule("str", "'auto', 'cpu', 'cuda' or 'cuda:N'", _device_ok),
+        "device": Rule("str", f"'auto', 'cpu', 'cuda' or 'cuda:N' (N from 0 to {MAX_CUDA_INDEX})", _device_ok),
         "threads": _int(0),
         "steady": BOOL,
         "max_seconds": Rule("float", "a number of seconds >= 0 (0: no limit)", lambda v: v >= 0),
@@ -225,33 +232,61 @@ SECTION_TYPES = {"data": DataSpec, "loader": LoaderSpec, "model": ModelSpec, "tr
                  "profile": ProfileSpec}
 
 
+def _is_int(value: Any) -> bool:
+    """A TOML integer: not a bool, and within 64 bits (tomllib reads longer ones; float() of them overflows)."""
+    return isinstance(value, int) and not isinstance(value, bool) and INT64[0] <= value <= INT64[1]
+
+
+def _is_number(value: Any) -> bool:
+    """An integer, or a finite float: inf seconds or an inf learning rate is no setting (nan fails every check)."""
+    return _is_int(value) or (isinstance(value, float) and math.isfinite(value))
+
+
 def _type_ok(rule: Rule, value: Any) -> bool:
     if rule.kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
+        return _is_int(value)
     if rule.kind == "float":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return _is_number(value)
     if rule.kind == "bool":
         return isinstance(value, bool)
     if rule.kind == "str":
         return isinstance(value, str)
     if rule.kind == "int-list":
-        return isinstance(value, list) and all(isinstance(w, int) and not isinstance(w, bool) for w in value)
+        return isinstance(value, list) and all(_is_int(w) for w in value)
     if rule.kind == "throttle":
         return isinstance(value, (str, dict))
     raise AssertionError(rule.kind)
 
 
-def _toml_repr(value: Any) -> str:
+def _toml_repr(value: Any, depth: int = 0) -> str:
+    """A value for an error line: TOML-like, one line, bounded (no recursion into deep or long lists)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
         return repr(value)
     if isinstance(value, dict):
         return "a table"
-    return str(value)
+    if isinstance(value, list):
+        if depth >= 3:
+            return "[...]"
+        items = [_toml_repr(v, depth + 1) for v in value[:8]] + (["..."] if len(value) > 8 else [])
+        return "[" + ", ".join(items) + "]"
+    if isinstance(value, int) and value.bit_length() > 256:
+        return f"an integer of {value.bit_length()} bits"  # str() refuses ints of more than 4300 digits
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    return one_line(str(value))
+
+
+def one_line(text: str) -> str:
+    """``text`` with its non-printable characters escaped (a newline as ``\\n``, ESC as ``\\x1b``): for error lines."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _key_name(section: str, key: str) -> str:
+    key = one_line(key)
     return f"{section}.{key}" if section else key
 
 
@@ -279,8 +314,8 @@ def _throttle(where: str, name: str, value: str | dict, rule: Rule) -> ThrottleS
     allowed = {"latency_ms": lambda v: v >= 0, "bandwidth_mb_s": lambda v: v > 0}
     for key, sub in value.items():
         if key not in allowed:
-            raise UsageError(f"{where}: unknown key {name}.{key}; allowed: latency_ms, bandwidth_mb_s")
-        if isinstance(sub, bool) or not isinstance(sub, (int, float)) or not allowed[key](sub):
+            raise UsageError(f"{where}: unknown key {name}.{one_line(key)}; allowed: latency_ms, bandwidth_mb_s")
+        if not _is_number(sub) or not allowed[key](sub):
             what = "a number >= 0" if key == "latency_ms" else "a number > 0"
             raise UsageError(f"{where}: {name}.{key} = {_toml_repr(sub)} is not allowed: expected {what}")
     missing = [k for k in allowed if k not in value]
@@ -301,35 +336,61 @@ def _unknown(where: str, section: str, key: str, known: list[str]) -> UsageError
 # ---- loading ------------------------------------------------------------------------------
 
 
+def toml_value(text: str) -> Any:
+    """``text`` read as one TOML value (``4``, ``true``, ``[256,128]``); anything else stays a string (a bare word).
+
+    Anything else includes text that is not exactly one value (``1\\n[loader]\\n...``: nothing after the
+    value is read), nesting too deep for tomllib and integers too long for Python's ``int()``.
+    """
+    try:
+        doc = tomllib.loads(f"v = {text}")
+    except (ValueError, RecursionError):  # TOMLDecodeError is a ValueError, and so is int() of 4301 digits
+        return text.strip()
+    return doc["v"] if len(doc) == 1 else text.strip()
+
+
 def parse_override(text: str) -> tuple[str, str, Any]:
     """Split ``section.key=value`` and read the value as TOML (a bare word stays a string)."""
-    where = f"--set {text}"
+    where = f"--set {one_line(text)}"
     lhs, sep, rhs = text.partition("=")
     if not sep or not lhs.strip():
         raise UsageError(f"{where}: expected section.key=value, e.g. loader.num_workers=2")
     section, _, key = lhs.strip().rpartition(".")
+    return section, key, toml_value(rhs)  # e.g. data.storage=memmap: a bare word is a string
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A scenario file parsed; UsageError (one line) when it cannot be read or is not TOML."""
+    path = Path(path)
+    where = one_line(str(path))
     try:
-        value = tomllib.loads(f"v = {rhs}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = rhs.strip()  # e.g. data.storage=memmap: a bare word is a string
-    return section, key, value
+        with path.open("rb") as f:
+            data = f.read(MAX_SCENARIO_BYTES + 1)
+        if len(data) > MAX_SCENARIO_BYTES:
+            raise UsageError(f"{where}: too large for a scenario file (over {MAX_SCENARIO_BYTES} bytes)")
+        return tomllib.loads(data.decode("utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{where}: scenario file not found") from None
+    except IsADirectoryError:
+        raise UsageError(f"{where}: is a directory, expected a scenario .toml file") from None
+    except OSError as e:
+        raise UsageError(f"{where}: cannot read scenario file ({one_line(str(e))})") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{where}: cannot read scenario file ({e})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{where}: not valid TOML: {one_line(str(e))}") from None
+    except RecursionError:
+        raise UsageError(f"{where}: not valid TOML: arrays or inline tables nested too deeply") from None
+    except ValueError:  # int() of an integer literal of thousands of digits
+        raise UsageError(f"{where}: not valid TOML: an integer too long to read (TOML integers are 64-bit)") from None
 
 
 def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
     """Read, override and validate a scenario file. Raises UsageError (one line)."""
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{path}: scenario file not found") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory, expected a scenario .toml file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{path}: cannot read scenario file ({e})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"{path}: not valid TOML: {e}") from None
+    raw = read_toml(path)
     raw.setdefault("name", path.stem)
-    return scenario_from_dict(raw, str(path), overrides)
+    return scenario_from_dict(raw, one_line(str(path)), overrides)
 
 
 def scenario_from_dict(raw: dict[str, Any], where: str, overrides: list[str] = ()) -> Scenario:
@@ -348,8 +409,9 @@ def scenario_from_dict(raw: dict[str, Any], where: str, overrides: list[str] = (
     for text in overrides:
         section, key, value = parse_override(text)
         if section and section not in SECTION_TYPES:
-            raise UsageError(f"--set {text}: unknown section [{section}]; allowed: {', '.join(SECTION_TYPES)}")
-        _put(values, f"--set {text} (on {where})", section, key, value)
+            raise UsageError(f"--set {one_line(text)}: unknown section [{one_line(section)}]; allowed: "
+                             f"{', '.join(SECTION_TYPES)}")
+        _put(values, f"--set {one_line(text)} (on {where})", section, key, value)
         # --set train.epochs replaces the file's train.steps, and the other way round.
         if section == "train" and key in ("steps", "epochs"):
             values["train"].pop("epochs" if key == "steps" else "steps", None)
@@ -415,8 +477,8 @@ def check_key(where: str, dotted: str, value: Any) -> None:
     """
     section, _, key = dotted.rpartition(".")
     if section not in SECTION_TYPES:
-        raise UsageError(f"{where}: {dotted} is not a scenario key: expected section.key with section one of "
-                         f"{', '.join(SECTION_TYPES)}")
+        raise UsageError(f"{where}: {one_line(dotted)} is not a scenario key: expected section.key with section "
+                         f"one of {', '.join(SECTION_TYPES)}")
     if key not in SCHEMA[section]:
         raise _unknown(where, section, key, list(SCHEMA[section]))
     _check_value(where, section, key, value)

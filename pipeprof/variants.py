@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import tomli_w
 
 from pipeprof.errors import UsageError
-from pipeprof.scenario import Scenario, scenario_from_dict
+from pipeprof.scenario import Scenario, one_line, scenario_from_dict
 
 SECTIONS = ("data", "loader", "model", "train", "profile")
 
@@ -88,8 +88,8 @@ def vary(scenario: Scenario, change: Mapping[str, Any], where: str, *, name: str
     for dotted, value in change.items():
         section, _, key = dotted.partition(".")
         if section not in SECTIONS or not key:
-            raise UsageError(f"{where}: {dotted} is not a scenario key; expected section.key with section one of "
-                             f"{', '.join(SECTIONS)}")
+            raise UsageError(f"{where}: {one_line(dotted)} is not a scenario key; expected section.key with section "
+                             f"one of {', '.join(SECTIONS)}")
         if value is None:
             raw[section].pop(key, None)  # unset: the default
         else:
