@@ -82,7 +82,7 @@ class Profile:
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         from pipeprof.cli.report_cmd import derived_files
-        from pipeprof.errors import interrupt_reason
+        from pipeprof.errors import interrupt_reason, one_line
         from pipeprof.render.index import rebuild_index
         from pipeprof.run import new_run_folder, save_run
 
@@ -93,7 +93,7 @@ class Profile:
         elif issubclass(exc_type, KeyboardInterrupt):
             status, error = "interrupted", interrupt_reason(exc)
         else:
-            status, error = "failed", f"{exc_type.__name__}: {' '.join(str(exc).split())}"
+            status, error = "failed", one_line(exc)
         where = _caller()
         script = {"command_line": f"pipeprof.profile() in {where}", "api": True, "cwd": os.getcwd(),
                   "python": sys.executable, "argv": list(sys.argv)}

@@ -20,6 +20,19 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM arrived: raised where a Ctrl-C would be, so it is handled (and saved) the same way."""
 
 
+def one_line(e: BaseException) -> str:
+    """``Type: message`` on one line. A DataLoader worker's exception arrives with the worker's whole traceback
+    in its message ("Caught X in DataLoader worker process 0. Original Traceback ..."): its first and last
+    lines are kept, the frames between them dropped."""
+    text = str(e)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if "Original Traceback" in text and len(lines) > 1:
+        message = f"{lines[0]} ... {lines[-1]}"
+    else:
+        message = " ".join(text.split())
+    return f"{type(e).__name__}: {message}" if message else type(e).__name__
+
+
 def interrupt_reason(e: BaseException) -> str:
     """The words for why a run stopped early, as run.json's ``error``."""
     return "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted by the user (Ctrl-C)"

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 import pipeprof
-from pipeprof.errors import UsageError, interrupt_reason
+from pipeprof.errors import UsageError, interrupt_reason, one_line
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.codeprofile import CodeProfile
@@ -218,7 +218,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (errors.Terminated)
         status, error = "interrupted", interrupt_reason(e)
     except Exception as e:  # noqa: BLE001 - recorded in the run, shown as one line by the CLI
-        status, error = "failed", f"{type(e).__name__}: {' '.join(str(e).split())}"
+        status, error = "failed", one_line(e)
     finally:
         sampler.stop()
         # After training, untimed: py-spy writes its file, the workers exit and dump their profiles.
@@ -228,7 +228,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
         try:
             compute_ceiling = measure_compute_ceiling(work, clock)
         except Exception as e:  # noqa: BLE001 - a missing ceiling is recorded, never a failed run
-            absences["compute_ceiling"] = f"{type(e).__name__}: {' '.join(str(e).split())}"
+            absences["compute_ceiling"] = one_line(e)
     absences.update(sampler.absences)  # includes the GPU monitor's missing metrics
     recorded = {name: r for name, r in recorded.items() if r is not None}
     for r in recorded.values():

@@ -24,7 +24,8 @@ from typing import NoReturn, Sequence
 from pipeprof import __version__
 from pipeprof.cli import (compare_cmd, diagnose_cmd, export_cmd, list_cmd, probe_cmd, profile_cmd, report_cmd, run_cmd,
                           sweep_cmd, tune_cmd)
-from pipeprof.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, UsageError, interrupt_reason, on_sigterm
+from pipeprof.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, UsageError, interrupt_reason,
+                             on_sigterm, one_line)
 from pipeprof.render.index import is_reports_folder, rebuild_index
 
 COMMANDS = {"run": run_cmd, "report": report_cmd, "list": list_cmd, "probe": probe_cmd,
@@ -71,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.exit_status
     except BrokenPipeError:
         return 1
+    except OSError as e:  # a full disk, a folder that became unwritable: one line, never a traceback
+        print(f"pipeprof: error: {one_line(e)}", file=sys.stderr)  # str(OSError) names the file
+        return EXIT_FAILED
     except KeyboardInterrupt as e:  # commands that save partial results catch it themselves; this is the rest
         print(f"pipeprof: {interrupt_reason(e)}", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED

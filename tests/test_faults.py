@@ -1,0 +1,80 @@
+"""Injected faults: a DataLoader worker killed, a dataset that raises, a full disk — recorded, never a traceback."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+
+import pytest
+
+from pipeprof.cli.main import main
+from pipeprof.errors import one_line
+from pipeprof.render.html import render_html
+from pipeprof.analysis.summary import summarize
+from pipeprof.runner import profile_scenario
+from pipeprof.scenario import load_scenario
+from pipeprof.storage.ram import RamDataset
+from tiny import tiny_file
+
+pytestmark = pytest.mark.integration
+
+
+def faulty_fetch(fault: str, after: int):
+    """RamDataset.fetch that, in the process making batches, misbehaves after ``after`` samples."""
+    original = RamDataset.fetch
+    seen = {"n": 0, "pid": None}
+
+    def fetch(self, index):
+        if seen["pid"] != os.getpid():  # a forked worker starts its own count
+            seen.update(n=0, pid=os.getpid())
+        seen["n"] += 1
+        if seen["n"] > after:
+            if fault == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise ValueError(f"sample {index} is corrupt")
+        return original(self, index)
+
+    return fetch
+
+
+@pytest.mark.parametrize("workers, fault, words", [
+    (1, "kill", "DataLoader worker"),
+    (1, "raise", "ValueError: sample"),
+    (0, "raise", "ValueError: sample"),
+])
+def test_a_failing_loader_is_a_failed_run_with_the_steps_before_it(tmp_path, monkeypatch, workers, fault, words):
+    scenario = load_scenario(tiny_file(tmp_path, steps=200, workers=workers))
+    monkeypatch.setattr(RamDataset, "fetch", faulty_fetch(fault, after=600))  # 12 batches of 50
+    run = profile_scenario(scenario, cache_root=tmp_path / "cache")
+    assert run.meta["status"] == "failed"
+    error = run.meta["error"]
+    assert words in error and "\n" not in error and "Traceback" not in error
+    assert 4 <= len(run.steps) <= 12  # the steps before the fault (workers run ahead by their prefetch)
+    html = render_html(run, summarize(run), folder_name="x")
+    assert "Run status: failed" in html
+
+
+def test_one_line_keeps_a_worker_exceptions_first_and_last_lines():
+    wrapped = ValueError("Caught ValueError in DataLoader worker process 0.\nOriginal Traceback (most recent call "
+                         "last):\n  File \"x.py\", line 3, in f\n    raise ValueError('bad')\nValueError: bad\n")
+    assert one_line(wrapped) == "ValueError: Caught ValueError in DataLoader worker process 0. ... ValueError: bad"
+    assert one_line(OSError(errno.ENOSPC, "No space left on device")) == \
+        "OSError: [Errno 28] No space left on device"
+
+
+def test_a_full_disk_while_writing_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+    scenario = tiny_file(tmp_path, steps=20)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "reports" / "steps.csv"))
+
+    monkeypatch.setattr("pandas.DataFrame.to_csv", full)
+    status = main(["run", str(scenario), "--out", str(tmp_path / "reports"), "--cache", str(tmp_path / "cache"),
+                   "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1
+    assert len(err) == 1 and "No space left on device" in err[0] and err[0].startswith("pipeprof: error:")
+    assert not [p for p in (tmp_path / "reports").iterdir() if p.name.startswith(".")]  # no half-written folder
+    assert json.dumps(err)  # one plain line
