@@ -154,13 +154,12 @@ class Run:
         return str(self.meta.get("scenario", {}).get("name", "run"))
 
 
-def sample_tables(sample_rows: list[dict[str, Any]], process_rows: list[dict[str, Any]],
-                  gpu: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The sampler's rows as the samples and processes tables: GPU columns when a GPU was sampled, then
+def sample_tables(samples: pd.DataFrame, processes: pd.DataFrame, gpu: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The sampler's frames with the run folder's columns: GPU columns when a GPU was sampled, then
     ``cpu_core<N>_pct`` in core order (cpu_core10 after cpu_core9)."""
-    extra = {k for row in sample_rows for k in row} - set(SAMPLE_COLUMNS) - set(GPU_SAMPLE_COLUMNS)
+    extra = set(samples.columns) - set(SAMPLE_COLUMNS) - set(GPU_SAMPLE_COLUMNS)
     columns = SAMPLE_COLUMNS + (GPU_SAMPLE_COLUMNS if gpu else []) + sorted(extra, key=lambda c: (len(c), c))
-    return pd.DataFrame(sample_rows, columns=columns), pd.DataFrame(process_rows, columns=PROCESS_COLUMNS)
+    return samples.reindex(columns=columns), processes.reindex(columns=PROCESS_COLUMNS)
 
 
 def new_run_folder(root: Path, scenario: str, now: dt.datetime | None = None) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +26,7 @@ from pipeprof.measure.codeprofile import CodeProfile
 from pipeprof.measure.pyspy import PySpy
 from pipeprof.measure.environment import describe_environment
 from pipeprof.measure.sampler import SystemSampler
+from pipeprof.measure.spool import Spool
 from pipeprof.measure.steady import SteadyState
 from pipeprof.measure.steps import StepTimer, ThroughputTimer
 from pipeprof.measure.loading import LoadingRecorder
@@ -191,12 +193,18 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
         monitor = None
     else:
         monitor = gpu
+    # Steps, samples and loading records stream to files here: a run of hours stays small (measure.spool).
+    spool = tempfile.TemporaryDirectory(prefix="pipeprof-spool-")
+    spool_dir = Path(spool.name)
     t0_s = clock()
-    timer = StepTimer(clock, t0_s, scenario.train.warmup_steps, _cuda_events if on_cuda else None)
+    timer = StepTimer(clock, t0_s, scenario.train.warmup_steps, _cuda_events if on_cuda else None,
+                      spool=Spool(STEP_COLUMNS, spool_dir, "steps"))
+    if recorder is not None and not recorder.batches:
+        recorder.spool_to(spool_dir)
     cold = ColdCache(work, clock, t0_s) if scenario.data.cache == "cold" else None
     sampler = SystemSampler(os.getpid(), scenario.profile.sample_hz, clock=clock, t0_s=t0_s, gpu=monitor,
                             tree_refresh_s=scenario.profile.tree_refresh_s,
-                            uss_interval_s=scenario.profile.uss_interval_s)
+                            uss_interval_s=scenario.profile.uss_interval_s, spool_dir=spool_dir)
     profile = scenario.profile
     code = CodeProfile(scenario.train.warmup_steps, profile.cprofile_steps, work.data.batches) \
         if profile.cprofile_steps else None
@@ -260,15 +268,16 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     context = dict(context or {})
     absences.update(context.pop("absences", {}))
     meta.update(context)
-    steps = pd.DataFrame(timer.rows(), columns=STEP_COLUMNS)
+    steps = timer.frame()
     if steady is not None:
         meta["steady"] = steady.meta()
         first = steady.counted_from()
         if first is not None:  # the unsteady start is warm-up too
             steps["warmup"] = steps["warmup"].astype(bool) | (steps["step"] < first)
-    samples, processes = sample_tables(sampler.sample_rows(), sampler.process_rows(), monitor is not None)
-    loading = pd.DataFrame(recorder.rows() if recorder else [], columns=LOADING_COLUMNS)
+    samples, processes = sample_tables(*sampler.frames(), monitor is not None)
+    loading = recorder.frame() if recorder else pd.DataFrame(columns=LOADING_COLUMNS)
     loading[["t_start_s", "t_end_s"]] -= t0_s  # the recorder keeps raw clock readings
+    spool.cleanup()
     functions = pd.DataFrame([row for r in recorded.values() for row in r.rows], columns=FUNCTION_COLUMNS)
     attachments = {name: content for r in recorded.values() for name, content in r.files.items()}
     return Run(meta=meta, steps=steps, samples=samples, processes=processes, loading=loading,

@@ -180,3 +180,37 @@ def test_ready_batches_reads_the_loader_queue():
     assert ready_batches(iterator) <= 6
     del iterator
     assert math.isnan(ready_batches(iter(DataLoader(TensorDataset(torch.zeros(4, 1))))))  # no queue: unknown
+
+
+def test_a_long_run_streams_its_rows_to_disk_and_they_read_back_the_same(tmp_path):
+    """With a file-backed spool only ~keep_steps steps (and one chunk of rows) stay in memory."""
+    from pipeprof.measure.spool import Spool
+    from pipeprof.run import STEP_COLUMNS
+
+    phases = [(0.002 * (i % 7), 0.0005, 0.003, 0.001) for i in range(500)]
+    clock_a, clock_b = FakeClock(0.0), FakeClock(0.0)
+    held = StepTimer(clock_a, t0_s=0.0, warmup_steps=5, keep_steps=10 ** 6)
+    streamed = StepTimer(clock_b, t0_s=0.0, warmup_steps=5, keep_steps=8,
+                         spool=Spool(STEP_COLUMNS, folder=tmp_path, name="steps", chunk_rows=50))
+    drive(held, clock_a, phases)
+    largest_pending = 0
+    for i, (wait, h2d, compute, other) in enumerate(phases):  # drive() by hand, watching what stays in memory
+        streamed.begin()
+        clock_b.advance(wait)
+        streamed.waited()
+        clock_b.advance(h2d)
+        streamed.copied()
+        clock_b.advance(compute)
+        streamed.computed(32, loss=1.5 - 0.1 * i, correct=16, epoch=0)
+        clock_b.advance(other)
+        largest_pending = max(largest_pending, len(streamed._pending))
+    streamed.finish()
+    assert largest_pending <= 2 * 8 + 1 and len(streamed.spool._rows) < 50
+    assert streamed.spool.path.stat().st_size > 0  # written as it went
+    a, b = held.frame(), streamed.frame()
+    assert list(b.columns) == STEP_COLUMNS and len(b) == 500 == streamed.steps
+    for column in ("step", "epoch", "samples"):
+        assert b[column].tolist() == a[column].tolist()
+    assert b["warmup"].tolist() == a["warmup"].tolist()
+    for column in ("t_start_s", "data_wait_s", "h2d_s", "compute_s", "step_s", "loss"):
+        assert b[column].to_numpy() == pytest.approx(a[column].to_numpy())

@@ -29,12 +29,15 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from pipeprof.measure.clock import Clock, monotonic_clock
+from pipeprof.measure.spool import Spool
+from pipeprof.run import LOADING_COLUMNS
 
 if TYPE_CHECKING:
     from pipeprof.storage.base import SampleDataset
@@ -161,7 +164,13 @@ class LoadingRecorder:
         self.clock = clock
         self.t0_s = t0_s
         self.key = uuid.uuid4().hex  # names this recorder's open batches in every process
-        self._records: list[tuple[int, LoadRecord]] = []
+        self._rows = Spool(LOADING_COLUMNS)
+
+    def spool_to(self, folder: Path) -> None:
+        """Stream the records to a file in ``folder`` from now on (before the first record: a long run)."""
+        if len(self._rows):
+            raise RuntimeError("spool_to() must come before the first record")
+        self._rows = Spool(LOADING_COLUMNS, folder, "loading")
 
     def wrap_dataset(self, dataset: SampleDataset) -> Dataset:
         return TimedDataset(dataset, self.clock, self.key)
@@ -171,11 +180,19 @@ class LoadingRecorder:
 
     def record(self, record: LoadRecord, step: int) -> None:
         """Keep ``record`` as the batch consumed by training step ``step``."""
-        self._records.append((step, record))
+        r = record
+        self._rows.append({"batch": len(self._rows), "step": step, "worker": r.worker, "pid": r.pid,
+                           "t_start_s": r.t_start_s, "t_end_s": r.t_end_s, "fetch_s": r.fetch_s, "prep_s": r.prep_s,
+                           "collate_s": r.collate_s, "samples": r.samples, "nbytes": r.nbytes,
+                           "fetch_max_s": r.fetch_max_s})
 
     @property
     def batches(self) -> int:
-        return len(self._records)
+        return len(self._rows)
 
     def rows(self) -> list[dict[str, Any]]:
-        return [{"batch": i, "step": step, **asdict(record)} for i, (step, record) in enumerate(self._records)]
+        return self._rows.rows()
+
+    def frame(self) -> Any:
+        """The loading table (a DataFrame), times as recorded (raw clock readings minus ``t0_s``)."""
+        return self._rows.frame()

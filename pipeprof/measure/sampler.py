@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import math
 import threading
+from pathlib import Path
 from typing import Any
 
 import psutil
 
 from pipeprof.measure.clock import Clock, monotonic_clock
+from pipeprof.measure.spool import Spool
+from pipeprof.run import PROCESS_COLUMNS
 
 NAN = float("nan")
 MAIN = "main"
@@ -58,6 +61,7 @@ class SystemSampler:
         gpu: Any = None,
         tree_refresh_s: float = 1.0,
         uss_interval_s: float = 5.0,
+        spool_dir: Path | None = None,
     ) -> None:
         if not sample_hz > 0:
             raise ValueError(f"sample_hz must be > 0, got {sample_hz}")
@@ -87,8 +91,9 @@ class SystemSampler:
         self._prev_now_s: float | None = None
         self._prev_cores: list[tuple[float, float]] | None = None  # (busy_s, total_s) per core
 
-        self._samples: list[dict[str, Any]] = []
-        self._process_rows: list[dict[str, Any]] = []
+        # Rows stream to files in spool_dir (a long run stays small); without one they stay in memory.
+        self._samples = Spool(None, spool_dir, "samples")
+        self._process_rows = Spool(PROCESS_COLUMNS, spool_dir, "processes")
         self._absences: dict[str, str] = {}
 
         self._lock = threading.Lock()  # tick() may be called by hand while the thread runs
@@ -148,11 +153,15 @@ class SystemSampler:
 
     def sample_rows(self) -> list[dict[str, Any]]:
         """One dict per tick: SAMPLE_COLUMNS, cpu_core<N>_pct per core, GPU_SAMPLE_COLUMNS if a GPU is sampled."""
-        return list(self._samples)
+        return self._samples.rows()
 
     def process_rows(self) -> list[dict[str, Any]]:
         """One dict per tick per live process: PROCESS_COLUMNS."""
-        return list(self._process_rows)
+        return self._process_rows.rows()
+
+    def frames(self) -> tuple[Any, Any]:
+        """``(samples, processes)`` as DataFrames (after ``stop()``; read back from the spool files)."""
+        return self._samples.frame(), self._process_rows.frame()
 
     @property
     def absences(self) -> dict[str, str]:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from pipeprof.measure.clock import Clock
+from pipeprof.measure.spool import Spool
 
 
 class DeviceEvent(Protocol):
@@ -84,6 +85,15 @@ class StepTimer:
     _excluded_s: float = 0.0
     _paused_at_s: float | None = None
     _ready_batches: float = float("nan")
+    spool: Spool | None = None  # where finished rows go (a file-backed one streams a long run to disk)
+    keep_steps: int = 256  # unfinished steps held back before rows are made (their successors' begin is needed)
+    _previous: _Pending | None = None  # the last step already turned into a row (its end event times the next)
+    _first: int = 0  # the step number of _pending[0]
+
+    def __post_init__(self) -> None:
+        if self.spool is None:
+            from pipeprof.run import STEP_COLUMNS
+            self.spool = Spool(STEP_COLUMNS)
 
     @property
     def method(self) -> str:
@@ -123,6 +133,8 @@ class StepTimer:
         events = tuple(self._events) if self.device_events else None
         self._pending.append(_Pending(epoch, begin, waited, copied, self.clock(), samples, loss, correct, events,
                                       self._excluded_s, self._ready_batches))
+        if len(self._pending) > 2 * self.keep_steps:
+            self._drain(len(self._pending) - self.keep_steps)
 
     def finish(self) -> None:
         """Close the last step (its ``step_s`` ends here)."""
@@ -136,24 +148,37 @@ class StepTimer:
 
     @property
     def steps(self) -> int:
-        return len(self._pending)
+        return self._first + len(self._pending)
 
     def rows(self) -> list[dict[str, Any]]:
-        """One dict per step with the columns of ``run.STEP_COLUMNS``."""
+        """One dict per step with the columns of ``run.STEP_COLUMNS`` (the run is over: every step is made a row)."""
+        self._drain(len(self._pending))
+        return self.spool.rows()
+
+    def frame(self) -> Any:
+        """The steps table (a DataFrame); like ``rows()``, for the end of the run."""
+        self._drain(len(self._pending))
+        return self.spool.frame()
+
+    def _drain(self, count: int) -> None:
+        """Turn the oldest ``count`` pending steps into rows (the last one ends at ``finish()`` if it is the last)."""
         pending = self._pending
-        if pending and pending[-1].events:
-            pending[-1].events[2].synchronize()  # once, after the run: every event is then resolved
-        rows = []
-        for i, p in enumerate(pending):
+        if not count:
+            return
+        if pending[count - 1].events:
+            pending[count - 1].events[2].synchronize()  # long done by now: every earlier event is resolved too
+        for i in range(count):
+            p = pending[i]
             if i + 1 < len(pending):
                 end_s = pending[i + 1].begin_s
             else:
                 end_s = self._end_s if self._end_s is not None else p.computed_s
             host_wait_s = p.waited_s - p.begin_s - p.excluded_s
+            step = self._first + i
             row = {
-                "step": i,
+                "step": step,
                 "epoch": p.epoch,
-                "warmup": i < self.warmup_steps,
+                "warmup": step < self.warmup_steps,
                 "t_start_s": p.begin_s - self.t0_s,
                 "data_wait_s": host_wait_s,
                 "h2d_s": p.copied_s - p.waited_s,
@@ -167,10 +192,12 @@ class StepTimer:
             }
             if p.events:
                 # After a pause the device's idle gap holds untimed work: time such a step like the first.
-                previous = pending[i - 1] if i and not p.excluded_s else None
+                previous = (pending[i - 1] if i else self._previous) if not p.excluded_s else None
                 row.update(_device_times(p, previous, host_wait_s))
-            rows.append(row)
-        return rows
+            self.spool.append(row)
+        self._previous = pending[count - 1]
+        del pending[:count]
+        self._first += count
 
 
 def _device_times(p: _Pending, previous: _Pending | None, host_wait_s: float) -> dict[str, float]:

@@ -16,6 +16,8 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 import pipeprof
 from pipeprof.analysis.script_steps import TRAIN, ScriptSteps, read_events, script_steps
 from pipeprof.measure import gpu as gpu_mod
@@ -121,6 +123,7 @@ class Session:
             "error": error,
             "compute_ceiling": None,
         }
-        samples, processes = sample_tables(self.sampler.sample_rows() if self.sampler else [],
-                                           self.sampler.process_rows() if self.sampler else [], self.monitor is not None)
+        empty = pd.DataFrame()
+        samples, processes = sample_tables(*(self.sampler.frames() if self.sampler else (empty, empty)),
+                                           self.monitor is not None)
         return Run(meta=meta, steps=cut.steps, samples=samples, processes=processes, loading=cut.loading)
