@@ -7,7 +7,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.pipeprof-installed
 
-.PHONY: install demo test bench clean
+.PHONY: install browser demo test bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,16 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/pipeprof sweep scenarios/demo-sweep.toml --max-seconds 12
 
-test: install
+# tests/test_browser.py opens the pages in Debian's chromium (DevTools protocol on a pipe: no chromedriver,
+# no pip package). Installed when missing if we are root (CI) or have sudo without a password; else that test skips.
+BROWSER_PACKAGES := chromium fonts-dejavu-core
+browser:
+	@if command -v chromium >/dev/null 2>&1 || [ -n "$$PIPEPROF_CHROMIUM" ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BROWSER_PACKAGES); \
+	elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BROWSER_PACKAGES); \
+	else echo "make: no chromium and no root for apt-get: tests/test_browser.py will be skipped (apt-get install $(BROWSER_PACKAGES))"; fi
+
+test: install browser
 	$(PY) -m pytest
 
 bench: install

@@ -164,7 +164,7 @@ def rate_stats(samples: Sequence[float], seconds: Sequence[float]) -> dict[str, 
     plain = float(rates.mean())
     return {"mean": mean, "median": float(np.median(rates)), "min": float(rates.min()), "max": float(rates.max()),
             "std": std, "cv": std / plain if plain > 0 else None, "se": se,
-            "ci95_low": mean - half, "ci95_high": mean + half}
+            "ci95_low": max(mean - half, 0.0), "ci95_high": mean + half}  # a rate is never below 0
 
 
 def coefficient_of_variation(values: Sequence[float]) -> float | None:

@@ -20,8 +20,8 @@ from rich.text import Text
 from pipeprof.analysis.sweep import series
 from pipeprof.numbers import finite
 from pipeprof.render import plots
-from pipeprof.variants import short
 from pipeprof.render.html import format_bytes, format_fraction_pct, format_number, format_seconds
+from pipeprof.variants import short
 
 PHASES = ("data_wait", "h2d", "compute", "other")
 
@@ -30,7 +30,8 @@ def render_sweep_html(doc: dict[str, Any], *, folder_name: str | None = None) ->
     """sweep.html (or tune.html: the same page with ``doc["kind"] == "tune"``) as one string."""
     env = Environment(loader=PackageLoader("pipeprof", "render/templates"), autoescape=True,
                       undefined=ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(num=format_number, frac_pct=format_fraction_pct, ms=format_seconds, bytes=format_bytes)
+    env.filters.update(num=format_number, frac_pct=format_fraction_pct, ms=format_seconds, bytes=format_bytes,
+                       toml=short)  # true/false as a scenario file writes them
     points = [dict(p, stack_title=_stack_title(p)) for p in doc.get("points") or []]
     best = (doc.get("best") or {}).get("index")
     return env.get_template("sweep.html.j2").render(
