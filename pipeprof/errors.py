@@ -53,8 +53,24 @@ class SigtermState:
 
 def on_sigterm() -> tuple[SigtermState, Any]:
     """Install the SIGTERM handler (main thread only); returns the state and the handler it replaced."""
+    global _FORK_HOOKED
+    if not _FORK_HOOKED and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_default_sigterm_in_child)
+        _FORK_HOOKED = True
     state = SigtermState()
     return state, signal.signal(signal.SIGTERM, state.handle)
+
+
+_FORK_HOOKED = False
+
+
+def _default_sigterm_in_child() -> None:
+    # A forked DataLoader worker must not inherit the handler: when the loader ends a worker with SIGTERM it
+    # would raise Terminated there, and the worker's clean-up after it prints tracebacks (resource_sharer).
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except ValueError:  # forked from a thread other than the main one: it has no handler to reset
+        pass
 
 
 class UsageError(Exception):

@@ -6,6 +6,7 @@ Real signals to real child processes (`pipeprof run`, `sweep`, `profile`), and t
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -102,6 +103,32 @@ def test_first_sigterm_raises_terminated_and_the_second_exits_at_once(monkeypatc
     assert interrupt_reason(caught.value) == "terminated (SIGTERM)"
     assert interrupt_reason(KeyboardInterrupt()) == "interrupted by the user (Ctrl-C)"
     exits = []
-    monkeypatch.setattr("os._exit", exits.append)
-    state.handle(signal.SIGTERM, None)
+    monkeypatch.setattr("os._exit", exits.append)  # a stand-in that returns (the real one never does)
+    with pytest.raises(Terminated):
+        state.handle(signal.SIGTERM, None)
     assert exits == [EXIT_TERMINATED] and state.received == 2
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command, sig, status", [
+    ("tune", signal.SIGTERM, EXIT_TERMINATED),
+    ("diagnose", signal.SIGINT, 130),
+])
+def test_tune_and_diagnose_keep_what_they_measured(tmp_path, command, sig, status):
+    scenario = tiny_file(tmp_path, steps=200000, workers=1)
+    out = tmp_path / "reports"
+    extra = ["--window", "600", "--max-evals", "3"] if command == "tune" else []
+    proc = start([command, str(scenario), "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet", *extra])
+    wait_for_descendants(proc, 1)  # the first trial's (run's) DataLoader worker: it is training
+    time.sleep(3)
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole process group
+    else:
+        proc.send_signal(sig)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == status, err
+    assert "Traceback" not in err
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    document = json.loads((folder / f"{command}.json" if command == "tune" else folder / "diagnosis.json").read_text())
+    assert document["status"] == "interrupted"
+    assert (folder / ("tune.html" if command == "tune" else "diagnosis.html")).is_file()

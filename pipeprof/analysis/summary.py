@@ -191,6 +191,9 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
         "accuracy": _accuracy(tail["correct"], tail_samples),
         "absences": dict(run.meta.get("absences", {})),
         "steady": run.meta.get("steady"),
+        # How the run ended (run.json's status and error): complete, interrupted (Ctrl-C, SIGTERM) or failed.
+        "status": run.meta.get("status"),
+        "error": run.meta.get("error"),
     }
     if run.meta.get("kind") == "script":  # pipeprof profile / pipeprof.profile(): what ran, and its loaders
         summary.update({k: run.meta.get(k) for k in ("script", "loaders", "step_source")})
