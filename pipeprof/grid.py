@@ -133,9 +133,13 @@ def plan(base: Scenario, axes: Sequence[tuple[str, list[Any]]], where: str,
 
 def _split(text: str) -> list[str]:
     """Split at commas outside brackets and quotes: ``[256,128],[64]`` -> two values."""
-    parts, depth, quote, current = [], 0, "", []
+    parts, depth, quote, current, escaped = [], 0, "", [], False
     for ch in text:
-        if quote:
+        if escaped:  # the character after a backslash in a "basic string": \" does not end it
+            escaped = False
+        elif quote == '"' and ch == "\\":
+            escaped = True
+        elif quote:
             quote = "" if ch == quote else quote
         elif ch in "'\"":
             quote = ch

@@ -165,8 +165,8 @@ def _device_ok(value: str) -> bool:
         return True
     prefix, _, index = value.partition(":")
     # ASCII digits without a leading zero: torch.device() refuses 'cuda:²', 'cuda:٣' and 'cuda:01'.
-    return (prefix == "cuda" and index.isascii() and index.isdigit() and str(int(index)) == index
-            and int(index) <= MAX_CUDA_INDEX)
+    return (prefix == "cuda" and index.isascii() and index.isdigit() and len(index) <= 3
+            and str(int(index)) == index and int(index) <= MAX_CUDA_INDEX)
 
 
 BOOL = Rule("bool", "true or false")
@@ -366,15 +366,16 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     try:
         with path.open("rb") as f:
             data = f.read(MAX_SCENARIO_BYTES + 1)
-        if len(data) > MAX_SCENARIO_BYTES:
-            raise UsageError(f"{where}: too large for a scenario file (over {MAX_SCENARIO_BYTES} bytes)")
-        return tomllib.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise UsageError(f"{where}: scenario file not found") from None
     except IsADirectoryError:
         raise UsageError(f"{where}: is a directory, expected a scenario .toml file") from None
-    except OSError as e:
+    except (OSError, ValueError) as e:  # ValueError: a NUL character in the path
         raise UsageError(f"{where}: cannot read scenario file ({one_line(str(e))})") from None
+    if len(data) > MAX_SCENARIO_BYTES:
+        raise UsageError(f"{where}: too large for a scenario file (over {MAX_SCENARIO_BYTES} bytes)")
+    try:
+        return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise UsageError(f"{where}: cannot read scenario file ({e})") from None
     except tomllib.TOMLDecodeError as e:
