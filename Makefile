@@ -1,7 +1,7 @@
 # make demo : create .venv, install pipeprof, sweep scenarios/demo-sweep.toml (decode bottleneck and its fixes,
 #             about three minutes), write the comparison page and every point's report under reports/
 # make test : install what is missing, run the whole test suite
-# make bench: run the benchmarks (ratios measured side by side)
+# make bench: run every benchmark (ratios measured side by side) and write BENCHMARKS.md
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -35,10 +35,7 @@ test: install browser
 	$(PY) -m pytest
 
 bench: install
-	$(PY) benchmarks/overhead.py
-	$(PY) benchmarks/codeprofile.py
-	$(PY) benchmarks/predict.py
-	$(PY) benchmarks/tune.py
+	$(PY) benchmarks/publish.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
