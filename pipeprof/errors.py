@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from typing import Any
 
 EXIT_FAILED = 1  # training (or every point of a sweep) failed; what was measured is saved
@@ -52,13 +53,45 @@ class SigtermState:
 
 
 def on_sigterm() -> tuple[SigtermState, Any]:
-    """Install the SIGTERM handler (main thread only); returns the state and the handler it replaced."""
+    """Install the SIGTERM handler (main thread only); returns the state and the handler it replaced.
+
+    Also installs ``redeliver_swallowed`` as ``sys.unraisablehook`` (until
+    ``restore``): an interrupt raised where Python cannot propagate it — in a
+    ``__del__`` or an at-fork callback, such as the one ``logging`` registers —
+    is otherwise printed as "Exception ignored" and lost, and the run goes on.
+    """
     global _FORK_HOOKED
     if not _FORK_HOOKED and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_default_sigterm_in_child)
         _FORK_HOOKED = True
     state = SigtermState()
-    return state, signal.signal(signal.SIGTERM, state.handle)
+    previous = signal.signal(signal.SIGTERM, state.handle)
+    _HOOKS.append((sys.unraisablehook, state))
+    sys.unraisablehook = _redeliver_swallowed
+    return state, previous
+
+
+def restore(previous: Any) -> None:
+    """Undo ``on_sigterm``: the SIGTERM handler and the unraisable hook it replaced."""
+    signal.signal(signal.SIGTERM, previous)
+    if _HOOKS:
+        sys.unraisablehook = _HOOKS.pop()[0]
+
+
+_HOOKS: list[tuple[Any, SigtermState]] = []
+
+
+def _redeliver_swallowed(unraisable: Any) -> None:
+    """Send a swallowed Ctrl-C or SIGTERM again, to be raised where it can propagate; anything else as usual."""
+    exc = unraisable.exc_value
+    if not isinstance(exc, KeyboardInterrupt) or not _HOOKS:
+        (_HOOKS[-1][0] if _HOOKS else sys.__unraisablehook__)(unraisable)
+        return
+    if isinstance(exc, Terminated):
+        _HOOKS[-1][1].received -= 1  # the same SIGTERM, not a second one
+        signal.raise_signal(signal.SIGTERM)
+    else:
+        signal.raise_signal(signal.SIGINT)
 
 
 _FORK_HOOKED = False

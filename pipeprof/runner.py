@@ -120,7 +120,7 @@ def train_loop(work: Workload, total_steps: int, timer: StepTimer | ThroughputTi
             if left == 0:
                 # Ending an epoch's iterator (joining its workers) and starting the
                 # next (spawning workers) are real waits of a training loop: timed.
-                iterator = None
+                iterator = _end_workers(iterator, batches)
                 epoch, left = epoch + 1, per_epoch
                 if before_epoch is not None:
                     timer.pause()
@@ -145,7 +145,20 @@ def train_loop(work: Workload, total_steps: int, timer: StepTimer | ThroughputTi
     finally:
         # Interrupted or failed too: end the workers now, while they are alive, not whenever the
         # traceback lets go of the iterator (a worker outliving its parent prints tracebacks).
-        iterator = None  # noqa: F841
+        _end_workers(iterator, batches)
+
+
+def _end_workers(iterator: Any, batches: Any) -> None:
+    """End a finished pass's DataLoader workers explicitly (persistent ones stay for the next pass).
+
+    Dropping the iterator would end them in its ``__del__``, where a Ctrl-C or
+    SIGTERM arriving meanwhile is "ignored" with a printed traceback and lost;
+    called here, it propagates like anywhere else in the loop.
+    """
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None and not getattr(batches, "persistent_workers", False):
+        shutdown()
+    return None
 
 
 def _cuda_events() -> torch.cuda.Event:  # pragma: no cover - needs a GPU

@@ -40,9 +40,11 @@ def faulty_fetch(fault: str, after: int):
 
 
 @pytest.mark.parametrize("workers, fault, words", [
-    (1, "kill", "DataLoader worker"),
-    (1, "raise", "ValueError: sample"),
-    (0, "raise", "ValueError: sample"),
+    # A killed worker reaches the training process as torch's "DataLoader worker (pid N) is killed by signal",
+    # or, when it died while handing over a batch's shared memory, as the connection it reset.
+    (1, "kill", ("DataLoader worker", "Connection reset")),
+    (1, "raise", ("ValueError: sample",)),
+    (0, "raise", ("ValueError: sample",)),
 ])
 def test_a_failing_loader_is_a_failed_run_with_the_steps_before_it(tmp_path, monkeypatch, workers, fault, words):
     scenario = load_scenario(tiny_file(tmp_path, steps=200, workers=workers))
@@ -50,7 +52,7 @@ def test_a_failing_loader_is_a_failed_run_with_the_steps_before_it(tmp_path, mon
     run = profile_scenario(scenario, cache_root=tmp_path / "cache")
     assert run.meta["status"] == "failed"
     error = run.meta["error"]
-    assert words in error and "\n" not in error and "Traceback" not in error
+    assert any(w in error for w in words) and "\n" not in error and "Traceback" not in error
     assert 4 <= len(run.steps) <= 12  # the steps before the fault (workers run ahead by their prefetch)
     html = render_html(run, summarize(run), folder_name="x")
     assert "Run status: failed" in html

@@ -132,3 +132,28 @@ def test_tune_and_diagnose_keep_what_they_measured(tmp_path, command, sig, statu
     document = json.loads((folder / f"{command}.json" if command == "tune" else folder / "diagnosis.json").read_text())
     assert document["status"] == "interrupted"
     assert (folder / ("tune.html" if command == "tune" else "diagnosis.html")).is_file()
+
+
+def test_an_interrupt_python_swallowed_is_sent_again(monkeypatch):
+    """Raised in a __del__ or an at-fork callback, an interrupt is only printed ("Exception ignored") and the run
+    would go on: the hook sends the same signal again, to be raised where it can propagate."""
+    from types import SimpleNamespace
+
+    from pipeprof import errors
+
+    seen = []
+    monkeypatch.setattr("sys.unraisablehook", seen.append)
+    state, previous = errors.on_sigterm()
+    try:
+        state.received = 1  # the SIGTERM that was swallowed
+        with pytest.raises(Terminated):
+            sys.unraisablehook(SimpleNamespace(exc_value=Terminated()))
+        assert state.received == 1  # the same one again, not a second (which would exit at once)
+        with pytest.raises(KeyboardInterrupt):
+            sys.unraisablehook(SimpleNamespace(exc_value=KeyboardInterrupt()))
+        other = SimpleNamespace(exc_value=ValueError("x"))
+        sys.unraisablehook(other)
+        assert seen == [other]  # anything else goes to the hook that was there before
+    finally:
+        errors.restore(previous)
+    assert sys.unraisablehook == seen.append

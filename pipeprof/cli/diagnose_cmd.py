@@ -130,9 +130,12 @@ def execute(args: argparse.Namespace) -> int:
                 if any(o["status"] == "interrupted" for o in outcomes.values()):
                     outcomes[role] = _outcome(plan, "skipped", "not run: the diagnosis was interrupted")
                     continue
-                outcomes[role] = _sub_run(plan, stage.tmp, args.cache, progress,
-                                          dict(context, diagnose={"role": role, "changes": list(plan.changes)}),
-                                          report_name=f"{stage.folder.name}/{role}")
+                try:
+                    outcomes[role] = _sub_run(plan, stage.tmp, args.cache, progress,
+                                              dict(context, diagnose={"role": role, "changes": list(plan.changes)}),
+                                              report_name=f"{stage.folder.name}/{role}")
+                except KeyboardInterrupt as e:  # outside the run's own handling (saving it, between its parts)
+                    outcomes[role] = _outcome(plan, "interrupted", interrupt_reason(e))
         diagnosis = build_diagnosis(scenario, plans, outcomes, steps, context)
         write_json(stage.tmp / "diagnosis.json", diagnosis)
         write_text(stage.tmp / "diagnosis.html", render_diagnosis_html(diagnosis, folder_name=stage.folder.name))

@@ -16,7 +16,6 @@ Commands:
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
@@ -25,7 +24,7 @@ from pipeprof import __version__
 from pipeprof.cli import (compare_cmd, diagnose_cmd, export_cmd, list_cmd, probe_cmd, profile_cmd, report_cmd, run_cmd,
                           sweep_cmd, tune_cmd)
 from pipeprof.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, UsageError, interrupt_reason,
-                             on_sigterm, one_line)
+                             on_sigterm, one_line, restore)
 from pipeprof.render.index import is_reports_folder, rebuild_index
 
 COMMANDS = {"run": run_cmd, "report": report_cmd, "list": list_cmd, "probe": probe_cmd,
@@ -79,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pipeprof: {interrupt_reason(e)}", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        restore(previous)
 
 
 def rebuild_indexes(args: argparse.Namespace) -> None:
