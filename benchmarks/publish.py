@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             "a ratio or an error measured side by side in one invocation on this machine, never an absolute time "
             "compared across runs. The machine is shared: medians over repeats, with their spread.", "",
             "Machine:", "", *machine(), ""]
-    body = [sections[n] for n in BENCHMARKS if n in sections]
+    body = [sections.get(n) or f"## {n}: {BENCHMARKS[n][0]}\n\nNot measured in this file yet: "
+            f"`python benchmarks/publish.py --only {n}` (or `make bench`).\n" for n in BENCHMARKS]
     args.output.write_text("\n".join(head) + "\n" + "\n".join(body))
     print(f"wrote {args.output}")
     return 0
@@ -107,8 +108,9 @@ def _existing_sections(path: Path) -> dict[str, str]:
         return {}
     text = path.read_text()
     starts = [(m.start(), m.group("name")) for m in SECTION.finditer(text)]
-    return {name: text[start:(starts[i + 1][0] if i + 1 < len(starts) else len(text))].rstrip() + "\n"
-            for i, (start, name) in enumerate(starts)}
+    sections = {name: text[start:(starts[i + 1][0] if i + 1 < len(starts) else len(text))].rstrip() + "\n"
+                for i, (start, name) in enumerate(starts)}
+    return {name: text for name, text in sections.items() if "Not measured in this file yet" not in text}
 
 
 if __name__ == "__main__":
