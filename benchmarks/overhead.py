@@ -43,7 +43,7 @@ TARGET = 0.98
 MODES = ("bare", "steps+system", "full")
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = {  # name -> the fixture and its arguments: a fast loop (worst case: ~1 ms steps), and workers
-    "plain_loop 0 workers": ["plain_loop.py", "--epochs", "3", "--samples", "8192", "--threads", "1"],
+    "plain_loop 0 workers": ["plain_loop.py", "--epochs", "10", "--samples", "8192", "--threads", "1"],
     "trainer 2 workers": ["trainer_class.py", "--epochs", "2", "--samples", "4096", "--num-workers", "2",
                           "--getitem-ms", "0.05", "--no-tqdm", "--threads", "1"],
 }

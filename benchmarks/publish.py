@@ -54,7 +54,8 @@ def machine() -> list[str]:
 def how(name: str) -> str:
     """The benchmark module's docstring, without its usage line."""
     doc = ast.get_docstring(ast.parse((ROOT / "benchmarks" / f"{name}.py").read_text())) or ""
-    return "\n".join(line for line in doc.splitlines() if not line.strip().startswith("python benchmarks/")).strip()
+    lines = [line for line in doc.splitlines() if not line.strip().startswith("python benchmarks/")]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
 def run(name: str, quick: bool) -> str:
@@ -69,17 +70,19 @@ def run(name: str, quick: bool) -> str:
     print(output, flush=True)
     status = "" if proc.returncode == 0 else f" — **exit status {proc.returncode}**"
     return (f"## {name}: {title}\n\n{how(name)}\n\n"
-            f"`python {' '.join(command[1:])}` — {took_s / 60:.1f} min, load average {load:.2f} before it{status}\n\n"
+            f"`python {' '.join(command[1:])}`{' (quick: fewer repeats, noisier)' if quick else ''} — "
+            f"{took_s / 60:.1f} min, load average {load:.2f} before it{status}\n\n"
             f"```\n{output}\n```\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repeats: faster, noisier")
-    parser.add_argument("--only", default=None, help=f"comma-separated: {', '.join(BENCHMARKS)}")
+    parser.add_argument("--only", default=None, help=f"comma-separated: {', '.join(BENCHMARKS)}; "
+                                                      "none: only rewrite the file's head")
     parser.add_argument("--output", type=Path, default=ROOT / "BENCHMARKS.md")
     args = parser.parse_args(argv)
-    names = list(BENCHMARKS) if not args.only else args.only.split(",")
+    names = list(BENCHMARKS) if not args.only else [] if args.only == "none" else args.only.split(",")
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
@@ -90,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                             text=True).stdout.strip() or "unknown"
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     head = ["# Benchmarks", "",
-            f"Written by `make bench` (`benchmarks/publish.py`{' --quick' if args.quick else ''}) on {now}, "
-            f"commit `{commit}`{' (quick mode: fewer repeats, noisier)' if args.quick else ''}. Every figure is "
+            f"Written by `make bench` (`benchmarks/publish.py`) on {now}, commit `{commit}`; each section "
+            "says how it was run (`--quick`: fewer repeats, noisier). Every figure is "
             "a ratio or an error measured side by side in one invocation on this machine, never an absolute time "
             "compared across runs. The machine is shared: medians over repeats, with their spread.", "",
             "Machine:", "", *machine(), ""]
