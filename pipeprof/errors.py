@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 EXIT_FAILED = 1  # training (or every point of a sweep) failed; what was measured is saved
@@ -79,6 +80,7 @@ def restore(previous: Any) -> None:
 
 
 _HOOKS: list[tuple[Any, SigtermState]] = []
+REDELIVER_AFTER_S = 0.01
 
 
 def _redeliver_swallowed(unraisable: Any) -> None:
@@ -89,9 +91,9 @@ def _redeliver_swallowed(unraisable: Any) -> None:
         return
     if isinstance(exc, Terminated):
         _HOOKS[-1][1].received -= 1  # the same SIGTERM, not a second one
-        signal.raise_signal(signal.SIGTERM)
-    else:
-        signal.raise_signal(signal.SIGINT)
+    # Sent from another thread a moment later: raised here, inside the hook, it would be swallowed again.
+    sig = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+    threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), sig)).start()
 
 
 _FORK_HOOKED = False

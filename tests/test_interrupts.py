@@ -146,14 +146,32 @@ def test_an_interrupt_python_swallowed_is_sent_again(monkeypatch):
     state, previous = errors.on_sigterm()
     try:
         state.received = 1  # the SIGTERM that was swallowed
-        with pytest.raises(Terminated):
+        with pytest.raises(Terminated):  # not inside the hook (it would be swallowed again): a moment later
             sys.unraisablehook(SimpleNamespace(exc_value=Terminated()))
+            time.sleep(2)
         assert state.received == 1  # the same one again, not a second (which would exit at once)
         with pytest.raises(KeyboardInterrupt):
             sys.unraisablehook(SimpleNamespace(exc_value=KeyboardInterrupt()))
+            time.sleep(2)
         other = SimpleNamespace(exc_value=ValueError("x"))
         sys.unraisablehook(other)
         assert seen == [other]  # anything else goes to the hook that was there before
     finally:
         errors.restore(previous)
     assert sys.unraisablehook == seen.append
+
+
+@pytest.mark.integration
+def test_a_second_ctrl_c_exits_at_once(tmp_path):
+    scenario = tiny_file(tmp_path, steps=200000, workers=1)
+    proc = start(["run", str(scenario), "--out", str(tmp_path / "reports"), "--cache", str(tmp_path / "cache"),
+                  "--quiet"])
+    wait_for_descendants(proc, 1)
+    time.sleep(2)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.05)  # the first is being handled: pipeprof is saving the run
+    os.killpg(proc.pid, signal.SIGINT)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - sent < 20  # no waiting for the report of a run the user asked to leave
