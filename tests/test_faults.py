@@ -80,3 +80,24 @@ def test_a_full_disk_while_writing_is_one_line_and_exit_1(tmp_path, monkeypatch,
     assert len(err) == 1 and "No space left on device" in err[0] and err[0].startswith("pipeprof: error:")
     assert not [p for p in (tmp_path / "reports").iterdir() if p.name.startswith(".")]  # no half-written folder
     assert json.dumps(err)  # one plain line
+
+
+def test_a_cut_handover_in_a_worker_prints_nothing_and_other_errors_still_do(monkeypatch, capsys):
+    """quiet_handover_errors (the workers' init): what resource_sharer's thread reports is dropped, only that."""
+    import sys
+
+    from pipeprof.workload.data import quiet_handover_errors
+
+    printed = []
+    monkeypatch.setattr(sys, "excepthook", lambda *e: printed.append(e[0]))
+    quiet_handover_errors(0)
+    code = compile("def _serve():\n    raise ConnectionResetError('cut')\n", "/x/multiprocessing/resource_sharer.py",
+                   "exec")
+    namespace: dict = {}
+    exec(code, namespace)
+    for fn in (namespace["_serve"], lambda: 1 / 0):
+        try:
+            fn()
+        except Exception:
+            sys.excepthook(*sys.exc_info())
+    assert printed == [ZeroDivisionError]

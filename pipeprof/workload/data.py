@@ -7,6 +7,9 @@ Every storage kind but ``device`` goes through a real
 
 from __future__ import annotations
 
+import sys
+import traceback
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -62,6 +65,7 @@ def build_data(scenario: Scenario, device: torch.device, cache_root: Path | None
         notes.append("loader.pin_memory = true has no effect without a CUDA device: not applied")
     kwargs: dict[str, Any] = {}
     if loader.num_workers:
+        kwargs["worker_init_fn"] = quiet_handover_errors
         kwargs["persistent_workers"] = loader.persistent_workers
         if loader.prefetch_factor is not None:
             kwargs["prefetch_factor"] = loader.prefetch_factor
@@ -78,3 +82,24 @@ def build_data(scenario: Scenario, device: torch.device, cache_root: Path | None
         **kwargs,
     )
     return Data(dataset, batches, notes)
+
+
+def quiet_handover_errors(worker_id: int) -> None:
+    """A DataLoader ``worker_init_fn``: a batch handover cut short is not an error worth a traceback.
+
+    A worker hands each batch's shared memory to the training process through
+    ``multiprocessing.resource_sharer``, whose serving thread prints any error
+    through ``sys.excepthook``. When the training process is interrupted (Ctrl-C,
+    SIGTERM) in the middle of a handover, the worker's side fails and printed a
+    traceback under pipeprof's one-line message. Such errors, from that module,
+    are dropped here; every other exception is printed as before.
+    """
+    previous = sys.excepthook
+
+    def hook(kind: type, value: BaseException, tb: Any) -> None:
+        frames = traceback.extract_tb(tb)
+        if issubclass(kind, Exception) and any(f.filename.endswith("resource_sharer.py") for f in frames):
+            return
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
