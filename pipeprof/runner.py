@@ -120,7 +120,8 @@ def train_loop(work: Workload, total_steps: int, timer: StepTimer | ThroughputTi
             if left == 0:
                 # Ending an epoch's iterator (joining its workers) and starting the
                 # next (spawning workers) are real waits of a training loop: timed.
-                iterator = _end_workers(iterator, batches)
+                _end_workers(iterator, batches)
+                iterator = None
                 epoch, left = epoch + 1, per_epoch
                 if before_epoch is not None:
                     timer.pause()
@@ -158,7 +159,6 @@ def _end_workers(iterator: Any, batches: Any) -> None:
     shutdown = getattr(iterator, "_shutdown_workers", None)
     if shutdown is not None and not getattr(batches, "persistent_workers", False):
         shutdown()
-    return None
 
 
 def _cuda_events() -> torch.cuda.Event:  # pragma: no cover - needs a GPU

@@ -203,7 +203,6 @@ def execute(args: argparse.Namespace) -> int:
         with _Signals(process) as signals:
             session.start(process.pid)
             returncode = _wait(process)
-        session.stop_sampling()
         script = {"command": [python, *options, *target], "command_line": command_line, "cwd": os.getcwd(),
                   "returncode": returncode, "exit_status": exit_status(returncode)}
         status, error = outcome(returncode, session.records().end, signals.received)
