@@ -16,17 +16,29 @@ Default rates: 150 steps/s (scenarios/quick.toml on 2 cores makes about
 cores and 3 processes. Memory bound stated in the README: the recorders
 stay under 32 MiB for any run length (they hold 256 steps and one chunk of
 rows per table).
+
+**A profiled script** (``pipeprof profile``; ``--case script``, or ``both``,
+the default): the same hour as the hooks in a script's process record it —
+per step a batch with its worker's record, two copies and an optimizer step
+— written through the real ``EventLog`` (which holds at most half a second
+of events), then read back the way ``pipeprof profile`` does at the end:
+the event file in chunks into columns (``analysis.script_events``), cut
+into steps, summarized and rendered. Side by side, the same file read into
+Python lists (one list per event, what the reader did before) shows what
+the columns save.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import sys
 import tempfile
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -37,6 +49,10 @@ from pipeprof.measure.spool import Spool  # noqa: E402
 from pipeprof.measure.steps import StepTimer  # noqa: E402
 from pipeprof.render.html import render_html  # noqa: E402
 from pipeprof.run import PROCESS_COLUMNS, STEP_COLUMNS, Run, sample_tables  # noqa: E402
+from pipeprof.script.hooks import EventLog, clock as host_clock  # noqa: E402
+from pipeprof.analysis.script_events import read_events  # noqa: E402
+from pipeprof.analysis.script_steps import script_steps  # noqa: E402
+from pipeprof.script.session import Session  # noqa: E402
 
 BOUND_MIB = 32
 
@@ -87,13 +103,85 @@ def record_hour(seconds: float, steps_per_s: float, workers: int, folder: Path |
     return run, peak / 2**20
 
 
+def write_script_hour(path: Path, seconds: float, steps_per_s: float, workers: int) -> float:
+    """The events of ``seconds`` of a profiled script, through the real EventLog; its peak MiB while recording."""
+    log = EventLog(str(path))
+    base_s, step_s = host_clock(), 1.0 / steps_per_s  # the log flushes by host time: start from now
+    log.add(("S", base_s, {"pid": 1, "argv": ["train.py"], "torch_threads": 2}), base_s)
+    log.add(("L", 0, {"number": 0, "name": "train_loader", "batch_size": 128, "num_workers": workers}), base_s)
+    log.add(("I", 0, base_s, base_s + 0.01), base_s + 0.01)
+    gc.collect()
+    tracemalloc.start()
+    for i in range(int(seconds * steps_per_s)):
+        t = base_s + 0.01 + i * step_s
+        record = [i % workers, 100 + i % workers, t - 0.02, t - 0.001, 0.008, 0.006, 0.001, 128]
+        log.add(("N", 0, t, t + 0.3 * step_s, 128, record, float(i % 3)), t + 0.3 * step_s)
+        log.add(("C", t + 0.3 * step_s, t + 0.33 * step_s, 401408, None), t + 0.33 * step_s)
+        log.add(("C", t + 0.33 * step_s, t + 0.35 * step_s, 1024, None), t + 0.35 * step_s)
+        log.add(("O", t + 0.95 * step_s), t + 0.95 * step_s)
+    log.add(("X", base_s + seconds, "exit", 0), base_s + seconds)
+    log.flush(final=True)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak / 2**20
+
+
+def _peak_mib(read: Callable[[], Any]) -> tuple[Any, float, float]:
+    """What ``read()`` returns, the peak MiB of Python allocations while it ran, and the seconds it took
+    (timed on a second call without tracemalloc, which slows allocation)."""
+    gc.collect()
+    tracemalloc.start()
+    read()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    gc.collect()
+    started = time.perf_counter()
+    out = read()
+    return out, peak / 2**20, time.perf_counter() - started
+
+
+def script_case(seconds: float, steps_per_s: float, workers: int) -> None:
+    print(f"script: simulated {seconds / 3600:g} h at {steps_per_s:g} steps/s (a batch, 2 copies, an optimizer step)")
+    with tempfile.TemporaryDirectory(prefix="pipeprof-longrun-") as folder:
+        path = Path(folder) / "events.jsonl"
+        log_mib = write_script_hour(path, seconds, steps_per_s, workers)
+        print(f"  EventLog's peak Python memory while recording: {log_mib:.1f} MiB; events file "
+              f"{path.stat().st_size / 2**20:.0f} MiB")
+        session = Session("longrun-script", path, warmup_steps=5)
+        session.t0_s = host_clock()
+
+        events, columns_mib, columns_s = _peak_mib(lambda: read_events(path))
+        del events
+        _, lists_mib, lists_s = _peak_mib(lambda: [json.loads(line) for line in path.open(encoding="utf-8")])
+        print(f"  reading the events: into columns {columns_mib:.0f} MiB peak, {columns_s:.1f} s; into Python lists "
+              f"(one per event) {lists_mib:.0f} MiB, {lists_s:.1f} s (ratios {columns_mib / lists_mib:.2f}, "
+              f"{columns_s / lists_s:.2f})")
+
+        cut, cut_mib, cut_s = _peak_mib(lambda: script_steps(read_events(path), session.t0_s, 5))
+        print(f"  read and cut into steps: {cut_mib:.0f} MiB peak, {cut_s:.1f} s; "
+              f"{len(cut.steps):,} steps, {len(cut.loading):,} loading records")
+        del cut
+        started = time.perf_counter()
+        run = session.finish("complete", None, {"command_line": "python train.py"})  # reads and cuts again
+        summary = summarize(run)
+        html = render_html(run, summary, folder_name="longrun-script")
+        render_s = time.perf_counter() - started
+        print(f"  events read + steps + summary + report {render_s:.1f} s (target < 10 s: "
+              f"{'met' if render_s < 10 else 'NOT met'}); report.html {len(html) / 2**20:.1f} MiB")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hours", type=float, default=1.0)
     parser.add_argument("--steps-per-s", type=float, default=150.0)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--case", choices=("scenario", "script", "both"), default="both")
     args = parser.parse_args(argv)
     seconds = args.hours * 3600
+    if args.case != "scenario":
+        script_case(seconds, args.steps_per_s, args.workers)
+    if args.case == "script":
+        return 0
     print(f"simulated {args.hours:g} h at {args.steps_per_s:g} steps/s, {args.workers} workers, sampler 10 Hz")
     with tempfile.TemporaryDirectory(prefix="pipeprof-longrun-") as folder:
         started = time.perf_counter()

@@ -216,9 +216,10 @@ def test_no_dataloader_no_steps_and_no_source():
 def test_read_events_skips_a_line_cut_short(tmp_path):
     path = tmp_path / "events.jsonl"
     path.write_text(json.dumps(["O", 1.0]) + "\n" + json.dumps(["O", 2.0]) + "\n" + '["N", 0, 1.')
-    events, bad = read_events(path)
-    assert events == [["O", 1.0], ["O", 2.0]] and bad == 1
-    assert read_events(tmp_path / "missing.jsonl") == ([], 0)
+    events = read_events(path)
+    assert events.tables["O"]["t_s"].tolist() == [1.0, 2.0] and events.unreadable == 1
+    missing = read_events(tmp_path / "missing.jsonl")
+    assert missing.unreadable == 0 and all(table.empty for table in missing.tables.values())
 
 
 def test_prefetch_queue_reading_of_the_steps_first_batch():

@@ -8,7 +8,7 @@ kind  fields                                     when
 ====  =========================================  ==========================================
 L     loader, settings                           a DataLoader is iterated the first time
 I     loader, t0, t1                             ``iter(loader)``: a pass begins
-N     loader, t0, t1, samples, record|None,      ``next()`` returned a batch; ``ready``: batches
+N     loader, t0, t1, samples, record,           ``next()`` returned a batch; ``ready``: batches
       ready|None                                 already waiting in the prefetch queue before it
 E     loader, t0, t1                             ``next()`` ended the pass (StopIteration)
 C     t0, t1, bytes, device_s|None               a batch tensor was copied (``.to``/``.cuda``)
@@ -20,7 +20,9 @@ X     t, how, detail                             the script ended (exit code / e
 ====  =========================================  ==========================================
 
 ``record`` = ``[worker, pid, t_start, t_end, fetch_s, prep_s, collate_s,
-samples]``, how the process that made the batch timed it.
+samples]``, how the process that made the batch timed it (eight nulls when
+the batch came without one). ``pipeprof.analysis.script_events`` reads the
+event file into one table per kind.
 
 **Which loader trains.** Loaders given to ``prof.wrap``; otherwise each
 step end is credited to the loader whose batch came last before it, and
@@ -52,18 +54,20 @@ step's wait, as PyTorch's own profiler would show without device events.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
+from pipeprof.analysis.script_events import Events, read_events
 from pipeprof.run import LOADING_COLUMNS, STEP_COLUMNS
+
+__all__ = ["EVAL", "TRAIN", "ScriptSteps", "read_events", "script_steps"]
 
 NAN = float("nan")
 TRAIN, EVAL = "train", "eval"
+ITER, END, NEXT = 1, 0, 2  # kinds of wait, in the order ties sort ("E" < "I" < "N")
 
 
 @dataclass
@@ -79,83 +83,75 @@ class ScriptSteps:
     cuda_copies: int = 0  # batch copies timed on a CUDA device
 
 
-def read_events(path: Path) -> tuple[list[list], int]:
-    """The events of an event file, and how many lines could not be read (a line cut by a kill)."""
-    events, bad = [], 0
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return [], 0
-    for line in text.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            bad += 1
-            continue
-        if isinstance(event, list) and event and isinstance(event[0], str):
-            events.append(event)
-        else:
-            bad += 1
-    return events, bad
-
-
-def script_steps(events: Iterable[list], t0_s: float, warmup_steps: int = 0) -> ScriptSteps:
+def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int = 0) -> ScriptSteps:
     """Turn raw events into steps (see module docstring); times in the result are ``t - t0_s``."""
-    by_kind: dict[str, list[list]] = {}
-    for e in events:
-        by_kind.setdefault(e[0], []).append(e)
-    loaders = {int(e[1]): dict(e[2]) for e in by_kind.get("L", [])}
-    nexts = sorted(by_kind.get("N", []), key=lambda e: e[2])
-    waits = sorted(by_kind.get("I", []) + by_kind.get("E", []) + nexts, key=lambda e: e[2])
-    marks = sorted(float(e[1]) for e in by_kind.get("M", []))
-    opts = sorted(float(e[1]) for e in by_kind.get("O", []))
-    start = dict(by_kind["S"][0][2]) if by_kind.get("S") else {}
-    end = ({"how": by_kind["X"][-1][2], "detail": by_kind["X"][-1][3]} if by_kind.get("X") else None)
-
-    boundaries, source = (marks, "prof.step") if marks else (opts, "optimizer") if opts else ([], "loader batches")
-    train = _training_loaders(by_kind.get("W", []), nexts, boundaries)
-    train_nexts = [e for e in nexts if e[1] in train]
-    train_waits = [e for e in waits if e[1] in train]
-    eval_spans = _eval_spans(by_kind, set(loaders) - train)
-    if not train_nexts:
+    ev = events if isinstance(events, Events) else Events.of(events)
+    tables = ev.tables
+    nexts = _by_start(tables["N"])
+    waits = _waits(tables["I"], tables["E"], nexts)
+    marks, opts = (np.sort(tables[k]["t_s"].to_numpy()) for k in ("M", "O"))
+    boundaries, source = (marks, "prof.step") if len(marks) else (opts, "optimizer") if len(opts) \
+        else (np.array([]), "loader batches")
+    train = _training_loaders(ev.wrapped, nexts, boundaries)
+    train_nexts, train_waits = _of_loaders(nexts, train), _of_loaders(waits, train)
+    eval_spans = _eval_spans(waits, set(ev.loaders) - train)
+    if train_nexts.empty:
         begins, ends, source = np.array([]), np.array([]), None
-    elif boundaries:
+    elif len(boundaries):
         begins, ends = _cut_at_ends(train_waits, train_nexts, boundaries)
     else:
-        begins, ends = _cut_at_batches(train_waits, train_nexts, by_kind.get("E", []))
-    steps = _step_rows(begins, ends, train_waits, train_nexts, by_kind.get("C", []), by_kind.get("I", []),
-                       train, eval_spans, t0_s, warmup_steps)
+        begins, ends = _cut_at_batches(train_waits, train_nexts, tables["E"])
+    train_iters = np.sort(tables["I"]["t0_s"][tables["I"]["loader"].isin(train)].to_numpy())
+    steps = _step_rows(begins, ends, train_waits, train_nexts, tables["C"], train_iters, eval_spans,
+                       t0_s, warmup_steps)
     loading = _loading_rows(train_nexts, begins, ends, t0_s)
-    summary = _loader_summaries(loaders, train, nexts, waits, eval_spans)
-    cuda_copies = sum(1 for c in by_kind.get("C", []) if c[4] is not None)
-    return ScriptSteps(steps, loading, summary, source, start, end, cuda_copies)
+    summary = _loader_summaries(ev.loaders, train, nexts, waits, eval_spans)
+    cuda_copies = int(tables["C"]["device_s"].notna().sum())
+    return ScriptSteps(steps, loading, summary, source, ev.start, ev.end, cuda_copies)
 
 
-def _training_loaders(wrapped: list[list], nexts: list[list], boundaries: list[float]) -> set[int]:
+def _by_start(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows by start time (as written, mostly: then no copy)."""
+    if frame["t0_s"].is_monotonic_increasing:
+        return frame
+    return frame.sort_values("t0_s", kind="stable", ignore_index=True)
+
+
+def _of_loaders(frame: pd.DataFrame, loaders: set[int]) -> pd.DataFrame:
+    """The rows of these loaders (all of them, mostly: then no copy)."""
+    mine = frame["loader"].isin(loaders)
+    return frame if mine.all() else frame[mine].reset_index(drop=True)
+
+
+def _waits(iters: pd.DataFrame, pass_ends: pd.DataFrame, nexts: pd.DataFrame) -> pd.DataFrame:
+    """Every ``iter()`` and ``next()`` (loader, t0_s, t1_s, kind), by start time."""
+    parts = [frame[["loader", "t0_s", "t1_s"]].assign(kind=kind)
+             for frame, kind in ((iters, ITER), (pass_ends, END), (nexts, NEXT))]
+    return _by_start(pd.concat(parts, ignore_index=True))
+
+
+def _training_loaders(wrapped: list[int], nexts: pd.DataFrame, boundaries: np.ndarray) -> set[int]:
     if wrapped:
-        return {int(e[1]) for e in wrapped}
-    if not nexts:
+        return set(wrapped)
+    if nexts.empty:
         return set()
-    if not boundaries:
-        counts: dict[int, int] = {}
-        for e in nexts:
-            counts[e[1]] = counts.get(e[1], 0) + 1
-        return {max(counts, key=lambda n: (counts[n], -n))}
-    t1 = np.array([e[3] for e in nexts])
-    last = np.searchsorted(t1, np.asarray(boundaries), side="right") - 1
-    return {int(nexts[i][1]) for i in last if i >= 0}
+    loader = nexts["loader"].to_numpy().astype(int)
+    if not len(boundaries):
+        numbers, counts = np.unique(loader, return_counts=True)
+        return {int(numbers[np.argmax(counts)])}  # the busiest; the lowest number on a tie
+    last = np.searchsorted(nexts["t1_s"].to_numpy(), boundaries, side="right") - 1
+    return {int(n) for n in np.unique(loader[last[last >= 0]])}
 
 
-def _eval_spans(by_kind: dict[str, list[list]], evaluation: set[int]) -> list[tuple[float, float, int]]:
+def _eval_spans(waits: pd.DataFrame, evaluation: set[int]) -> list[tuple[float, float, int]]:
     """(start, end, loader) of each pass of an evaluation loader: ``iter()`` to the pass's end or last batch."""
     spans = []
     for n in evaluation:
-        marks = sorted([(e[2], "I", e[3]) for e in by_kind.get("I", []) if e[1] == n]
-                       + [(e[2], "N", e[3]) for e in by_kind.get("N", []) if e[1] == n]
-                       + [(e[2], "E", e[3]) for e in by_kind.get("E", []) if e[1] == n])
+        mine = waits[waits["loader"] == n]
+        order = np.lexsort((mine["t1_s"], mine["kind"], mine["t0_s"]))
         open_s = last_s = None
-        for t0, kind, t1 in marks:
-            if kind == "I":
+        for t0, kind, t1 in zip(*(mine[c].to_numpy()[order].tolist() for c in ("t0_s", "kind", "t1_s"))):
+            if kind == ITER:
                 if open_s is not None:
                     spans.append((open_s, last_s, n))
                 open_s, last_s = t0, t1
@@ -163,7 +159,7 @@ def _eval_spans(by_kind: dict[str, list[list]], evaluation: set[int]) -> list[tu
                 if open_s is None:  # next() on an iterator whose iter() came before profiling
                     open_s = t0
                 last_s = t1
-                if kind == "E":
+                if kind == END:
                     spans.append((open_s, last_s, n))
                     open_s = None
         if open_s is not None:
@@ -171,42 +167,39 @@ def _eval_spans(by_kind: dict[str, list[list]], evaluation: set[int]) -> list[tu
     return sorted(spans)
 
 
-def _cut_at_ends(train_waits: list[list], train_nexts: list[list],
-                 boundaries: list[float]) -> tuple[np.ndarray, np.ndarray]:
+def _cut_at_ends(train_waits: pd.DataFrame, train_nexts: pd.DataFrame,
+                 boundaries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Steps end at the boundaries; a boundary with no training batch since the previous one extends it."""
-    first = train_waits[0][2]
-    batch_t1 = np.array([e[3] for e in train_nexts])
+    first = float(train_waits["t0_s"].iloc[0])
+    batch_t1 = train_nexts["t1_s"].to_numpy()
+    kept = boundaries[boundaries >= first]
+    batches_by = np.searchsorted(batch_t1, kept, side="right").tolist()  # batches received by each boundary
     ends: list[float] = []
-    for b in boundaries:
-        if b < first:
-            continue
-        since = ends[-1] if ends else first
-        got_batch = np.searchsorted(batch_t1, b, side="right") > np.searchsorted(batch_t1, since, side="right")
-        if ends and not got_batch:
-            ends[-1] = b
-        elif got_batch:
+    seen = int(np.searchsorted(batch_t1, first, side="right"))
+    for b, received in zip(kept.tolist(), batches_by):
+        if received > seen:
             ends.append(b)
+        elif ends:
+            ends[-1] = b
+        seen = received
     begins = [first] + ends[:-1]
     return np.array(begins[:len(ends)]), np.array(ends)
 
 
-def _cut_at_batches(train_waits: list[list], train_nexts: list[list],
-                    pass_ends: list[list]) -> tuple[np.ndarray, np.ndarray]:
-    """No step ends known: a step runs from one training batch's wait to the next one's."""
-    starts: list[float] = []
-    pending_iter = None
-    for e in train_waits:
-        if e[0] == "I":
-            pending_iter = e[2]
-        elif e[0] == "N":
-            starts.append(pending_iter if pending_iter is not None else e[2])
-            pending_iter = None
+def _cut_at_batches(train_waits: pd.DataFrame, train_nexts: pd.DataFrame,
+                    pass_ends: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """No step ends known: a step runs from one training batch's wait to the next one's (its pass's ``iter()``
+    when that came right before it)."""
+    calls = train_waits[train_waits["kind"] != END]
+    kind, t0 = calls["kind"].to_numpy(), calls["t0_s"].to_numpy()
+    after_iter = np.r_[False, kind[:-1] == ITER]
+    starts = np.where(after_iter, np.r_[NAN, t0[:-1]], t0)[kind == NEXT]
     ends = starts[1:]
-    last = train_nexts[-1]
-    after = [e[2] for e in pass_ends if e[1] == last[1] and e[2] >= last[3]]
-    if after:  # the pass's end closes its last step; without one the last step's end is unknown
-        ends.append(min(after))
-    return np.array(starts[:len(ends)]), np.array(ends)
+    last = train_nexts.iloc[-1]
+    after = pass_ends["t0_s"][(pass_ends["loader"] == last["loader"]) & (pass_ends["t0_s"] >= last["t1_s"])]
+    if len(after):  # the pass's end closes its last step; without one the last step's end is unknown
+        ends = np.r_[ends, after.min()]
+    return starts[:len(ends)], ends
 
 
 def _which_step(t: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -218,51 +211,62 @@ def _which_step(t: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.ndarr
     return np.where(inside, i, -1)
 
 
-def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: list[list], train_nexts: list[list],
-               copies: list[list], iters: list[list], train: set[int], eval_spans: list[tuple[float, float, int]],
+def _first_in_step(t: np.ndarray, values: np.ndarray, begins: np.ndarray, ends: np.ndarray,
+                   default: np.ndarray) -> np.ndarray:
+    """Per step, the value of the first of the (time-ordered) events inside it; ``default`` where none."""
+    i = _which_step(t, begins, ends)
+    inside = i >= 0
+    steps, first = np.unique(i[inside], return_index=True)
+    out = default.copy()
+    out[steps] = values[inside][first]
+    return out
+
+
+def _inside_any(t: np.ndarray, spans: list[tuple[float, float, int]]) -> np.ndarray:
+    """Whether each time lies in one of the closed spans."""
+    if not spans:
+        return np.zeros(len(t), dtype=bool)
+    starts = np.array([a for a, _, _ in spans])  # sorted
+    reach = np.maximum.accumulate(np.array([b for _, b, _ in spans]))
+    i = np.searchsorted(starts, t, side="right") - 1
+    return (i >= 0) & (t <= reach[np.clip(i, 0, None)])
+
+
+def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, train_nexts: pd.DataFrame,
+               copies: pd.DataFrame, train_iters: np.ndarray, eval_spans: list[tuple[float, float, int]],
                t0_s: float, warmup_steps: int) -> pd.DataFrame:
     n = len(begins)
     if not n:
         return pd.DataFrame(columns=STEP_COLUMNS)
 
-    def sums(t: list[float], values: list[float]) -> np.ndarray:
-        i = _which_step(np.asarray(t, dtype=float), begins, ends)
+    def sums(t: np.ndarray, values: np.ndarray) -> np.ndarray:
+        i = _which_step(t, begins, ends)
         ok = i >= 0
-        return np.bincount(i[ok], weights=np.asarray(values, dtype=float)[ok], minlength=n)
+        return np.bincount(i[ok], weights=values[ok], minlength=n)
 
-    wait_s = sums([e[2] for e in train_waits], [e[3] - e[2] for e in train_waits])
-    samples = sums([e[2] for e in train_nexts], [e[4] for e in train_nexts])
-    first_wait = np.full(n, np.inf)
-    iw = _which_step(np.array([e[2] for e in train_waits]), begins, ends)
-    for i, e in zip(iw, train_waits):
-        if i >= 0 and e[2] < first_wait[i]:
-            first_wait[i] = e[2]
-    first_wait = np.where(np.isfinite(first_wait), first_wait, begins)
+    wait_t0, wait_t1 = train_waits["t0_s"].to_numpy(), train_waits["t1_s"].to_numpy()
+    batch_t0 = train_nexts["t0_s"].to_numpy()
+    wait_s = sums(wait_t0, wait_t1 - wait_t0)
+    samples = sums(batch_t0, train_nexts["samples"].to_numpy())
+    first_wait = _first_in_step(wait_t0, wait_t0, begins, ends, begins)
     excluded, excluded_before = np.zeros(n), np.zeros(n)
     for a, b, _ in eval_spans:
         for i in range(max(0, np.searchsorted(ends, a, side="right")), min(n, np.searchsorted(begins, b))):
             excluded[i] += max(0.0, min(b, ends[i]) - max(a, begins[i]))
             excluded_before[i] += max(0.0, min(b, first_wait[i]) - max(a, begins[i]))
-    outside = [c for c in copies if not _inside(c[1], eval_spans)]
-    h2d_s = sums([c[1] for c in outside], [c[4] if c[4] is not None else c[2] - c[1] for c in outside])
+    copy_t0 = copies["t0_s"].to_numpy()
+    outside = ~_inside_any(copy_t0, eval_spans)
+    copy_s = copies["device_s"].fillna(copies["t1_s"] - copies["t0_s"]).to_numpy()
+    h2d_s = sums(copy_t0[outside], copy_s[outside])
     step_s = ends - begins - excluded
     other_s = np.clip(first_wait - begins - excluded_before, 0.0, None)
     compute_s = np.clip(step_s - wait_s - h2d_s - other_s, 0.0, None)
     # A step's epoch is the pass its first batch came from (its wait may begin with the last pass's end).
-    first_batch = begins.copy()
-    ib = _which_step(np.array([e[2] for e in train_nexts]), begins, ends)
-    for i in range(len(ib) - 1, -1, -1):
-        if ib[i] >= 0:
-            first_batch[ib[i]] = train_nexts[i][2]
-    ready = np.full(n, NAN)  # the prefetch queue when the step asked for its first batch, as in a scenario run
-    for i in range(len(ib) - 1, -1, -1):
-        if ib[i] >= 0 and len(train_nexts[i]) > 6 and train_nexts[i][6] is not None:
-            ready[ib[i]] = train_nexts[i][6]
-        elif ib[i] >= 0:
-            ready[ib[i]] = NAN
-    train_iters = sorted(e[2] for e in iters if e[1] in train)
-    epoch = np.clip(np.searchsorted(np.array(train_iters), first_batch, side="right") - 1, 0, None) \
-        if train_iters else np.zeros(n, dtype=int)
+    first_batch = _first_in_step(batch_t0, batch_t0, begins, ends, begins)
+    # The prefetch queue when the step asked for its first batch, as in a scenario run.
+    ready = _first_in_step(batch_t0, train_nexts["ready"].to_numpy(), begins, ends, np.full(n, NAN))
+    epoch = np.clip(np.searchsorted(train_iters, first_batch, side="right") - 1, 0, None) \
+        if len(train_iters) else np.zeros(n, dtype=int)
     return pd.DataFrame({
         "step": np.arange(n),
         "epoch": epoch.astype(int),
@@ -280,43 +284,45 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: list[list], tr
     }, columns=STEP_COLUMNS)
 
 
-def _inside(t: float, spans: list[tuple[float, float, int]]) -> bool:
-    return any(a <= t <= b for a, b, _ in spans)
+def _loading_rows(train_nexts: pd.DataFrame, begins: np.ndarray, ends: np.ndarray, t0_s: float) -> pd.DataFrame:
+    step = _which_step(train_nexts["t0_s"].to_numpy(), begins, ends)
+    keep = (train_nexts["made_samples"].notna() & (step >= 0)).to_numpy()
+    made = {c: train_nexts[c].to_numpy()[keep] for c in train_nexts.columns}
+    return pd.DataFrame({
+        "batch": np.flatnonzero(keep),  # the batch's number among the training loader's batches
+        "step": step[keep],
+        "worker": made["worker"].astype(int),
+        "pid": made["pid"].astype(int),
+        "t_start_s": made["made_t0_s"] - t0_s,
+        "t_end_s": made["made_t1_s"] - t0_s,
+        "fetch_s": made["fetch_s"],
+        "prep_s": made["prep_s"],
+        "collate_s": made["collate_s"],
+        "samples": made["made_samples"].astype(int),
+        "nbytes": NAN,
+        "fetch_max_s": NAN,
+    }, columns=LOADING_COLUMNS)
 
 
-def _loading_rows(train_nexts: list[list], begins: np.ndarray, ends: np.ndarray, t0_s: float) -> pd.DataFrame:
-    step = _which_step(np.array([e[2] for e in train_nexts], dtype=float), begins, ends)
-    rows = []
-    for batch, (e, s) in enumerate(zip(train_nexts, step)):
-        record = e[5]
-        if record is None or s < 0:
-            continue
-        worker, pid, start, stop, fetch_s, prep_s, collate_s, count = record
-        rows.append({"batch": batch, "step": int(s), "worker": worker, "pid": pid, "t_start_s": start - t0_s,
-                     "t_end_s": stop - t0_s, "fetch_s": fetch_s, "prep_s": prep_s, "collate_s": collate_s,
-                     "samples": count, "nbytes": NAN, "fetch_max_s": NAN})
-    return pd.DataFrame(rows, columns=LOADING_COLUMNS)
-
-
-def _loader_summaries(loaders: dict[int, dict], train: set[int], nexts: list[list], waits: list[list],
+def _loader_summaries(loaders: dict[int, dict], train: set[int], nexts: pd.DataFrame, waits: pd.DataFrame,
                       eval_spans: list[tuple[float, float, int]]) -> list[dict[str, Any]]:
     out = []
-    for n in sorted(set(loaders) | {e[1] for e in nexts}):
-        mine = [e for e in nexts if e[1] == n]
-        records = [e[5] for e in mine if e[5] is not None]
-        samples = sum(e[4] for e in mine)
-        made = sum(r[7] for r in records)
+    for n in sorted(set(loaders) | set(nexts["loader"].astype(int).tolist())):
+        mine = nexts[nexts["loader"] == n]
+        made = mine[mine["made_samples"].notna()]
+        made_samples = int(made["made_samples"].sum())
+        my_waits = waits[waits["loader"] == n]
         info = dict(loaders.get(n, {"number": n, "name": f"loader{n}"}))
         info.update({
             "role": TRAIN if n in train else EVAL,
             "batches": len(mine),
-            "samples": samples,
-            "passes": sum(1 for e in waits if e[1] == n and e[0] == "I"),
-            "wait_s": sum(e[3] - e[2] for e in waits if e[1] == n),
-            "wait_per_batch_s": (sum(e[3] - e[2] for e in mine) / len(mine)) if mine else None,
+            "samples": int(mine["samples"].sum()),
+            "passes": int((my_waits["kind"] == ITER).sum()),
+            "wait_s": float((my_waits["t1_s"] - my_waits["t0_s"]).sum()),
+            "wait_per_batch_s": float((mine["t1_s"] - mine["t0_s"]).mean()) if len(mine) else None,
             "eval_s": sum(b - a for a, b, m in eval_spans if m == n) if n not in train else None,
-            **{f"{part}_per_sample_s": (sum(r[i] for r in records) / made if made else None)
-               for part, i in (("fetch", 4), ("prep", 5), ("collate", 6))},
+            **{f"{part}_per_sample_s": (float(made[f"{part}_s"].sum()) / made_samples if made_samples else None)
+               for part in ("fetch", "prep", "collate")},
         })
         out.append(info)
     return out

@@ -47,6 +47,7 @@ from pipeprof.script.batches import Tagged, TimedCollate, clock, install_fetch
 from pipeprof.script.loaders import batch_samples, describe_loader, tensors
 
 FLUSH_EVERY_S = 0.5
+NO_RECORD = (None,) * 8  # a batch without its maker's record: N events keep one width (the reader's fast path)
 _ORIGINAL: dict[str, Any] = {}  # what install() replaced, by name
 
 
@@ -151,7 +152,7 @@ class Hooks:
         record = None
         if type(data) is Tagged:
             data, record = data.batch, data.record
-        self.log.add(("N", number, t0, t1, batch_samples(data, record), record,
+        self.log.add(("N", number, t0, t1, batch_samples(data, record), NO_RECORD if record is None else record,
                       None if ready != ready else ready), t1)  # NaN (no queue) as null
         self._remember(data)
         if self.stop_after_steps is not None and not (self.optimizer_steps or self.marks):

@@ -74,7 +74,8 @@ class Session:
     def records(self) -> ScriptSteps:
         """The events cut into steps (read once, after the script or block ended)."""
         if self._cut is None:
-            events, self._unreadable = read_events(self.events_path)
+            events = read_events(self.events_path)
+            self._unreadable = events.unreadable
             self._cut = script_steps(events, self.t0_s, self.warmup_steps)
         return self._cut
 

@@ -1,0 +1,191 @@
+"""A profiled script's events as columns: one numpy table per kind, read from the event file in chunks.
+
+Pure (numpy and pandas, no torch). The event kinds and their fields are
+described in ``pipeprof.analysis.script_steps``. An hour of a fast script
+is millions of events: as Python lists they would take gigabytes and
+seconds to build, so the file is read ``CHUNK_BYTES`` at a time, its lines
+sorted by kind, and the lines of each numeric kind, whose fields are all
+numbers (``null`` for an absent one), parsed as CSV in one call; what stays in memory is 8 bytes per number (``nan`` for an
+absent one). Lines of the other kinds (a loader's settings, the script's
+start and end: a few) and any line the fast path cannot take are parsed as
+JSON one by one. A line that does not parse (cut short by a kill) or an
+event with fields of the wrong shape is counted in ``unreadable``, not
+raised.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+CHUNK_BYTES = 4 * 2**20
+NAN = float("nan")
+SPAN_COLUMNS = ["loader", "t0_s", "t1_s"]  # I (iter) and E (end of a pass)
+BATCH_COLUMNS = ["loader", "t0_s", "t1_s", "samples",  # N, in the order written; the maker's record (nan if none)
+                 "worker", "pid", "made_t0_s", "made_t1_s", "fetch_s", "prep_s", "collate_s", "made_samples",
+                 "ready"]
+COPY_COLUMNS = ["t0_s", "t1_s", "nbytes", "device_s"]  # C; device_s nan when timed on the host
+NO_RECORD = [None] * 8  # a batch that came without its maker's record (the hooks write it so: fixed width)
+# The columns of each numeric kind, the ones that must be numbers, and how an event becomes a row.
+ROWS = {
+    "I": (SPAN_COLUMNS, 3, lambda e: e[1:4]),
+    "E": (SPAN_COLUMNS, 3, lambda e: e[1:4]),
+    "N": (BATCH_COLUMNS, 4, lambda e: [*e[1:5], *(e[5] or NO_RECORD), e[6] if len(e) > 6 else None]),
+    "C": (COPY_COLUMNS, 3, lambda e: e[1:5]),
+    "O": (["t_s"], 1, lambda e: e[1:2]),
+    "M": (["t_s"], 1, lambda e: e[1:2]),
+}
+
+
+@dataclass
+class Events:
+    """Every event of a script: tables of the numeric kinds, the few others as read."""
+
+    tables: dict[str, pd.DataFrame]  # kind -> rows (see ROWS), in the order they were written
+    loaders: dict[int, dict[str, Any]] = field(default_factory=dict)  # L: number -> settings
+    wrapped: list[int] = field(default_factory=list)  # W: loaders given to prof.wrap
+    start: dict[str, Any] = field(default_factory=dict)  # S: pid, argv, ...
+    end: dict[str, Any] | None = None  # X: {"how", "detail"}
+    unreadable: int = 0  # lines or events that could not be read
+
+    @classmethod
+    def of(cls, events: Iterable[list]) -> "Events":
+        """Events from event lists as the hooks write them (tests, a block in this process)."""
+        reader = EventReader()
+        reader.add(list(events))
+        return reader.finish()
+
+
+class EventReader:
+    """Collects events chunk by chunk into float arrays per kind."""
+
+    def __init__(self) -> None:
+        self._chunks: dict[str, list[np.ndarray]] = {kind: [] for kind in ROWS}
+        self.events = Events(tables={})
+
+    def add_text(self, text: str) -> None:
+        """Whole lines of an event file."""
+        lines: dict[str, list[str]] = {kind: [] for kind in ROWS}
+        others: list[str] = []
+        for line in text.split("\n"):
+            lines.get(line[2:3], others).append(line)  # '["N", ...]': the kind is the third character
+        for kind, (columns, _, _) in ROWS.items():
+            values = _numbers(kind, lines[kind], len(columns))
+            if values is None:  # some line of another shape: one by one, to keep the good ones
+                self.add_lines(lines[kind])
+            else:
+                self._keep(kind, values)
+        self.add_lines(line for line in others if line.strip())
+
+    def add_lines(self, lines: Iterable[str]) -> None:
+        parsed = []
+        for line in lines:
+            try:
+                parsed.append(json.loads(line))
+            except ValueError:  # cut short when the script was killed
+                self.events.unreadable += 1
+        self.add(parsed)
+
+    def add(self, events: list[Any]) -> None:
+        groups: dict[str, list[list]] = {}
+        for e in events:
+            if isinstance(e, list) and e and isinstance(e[0], str):
+                groups.setdefault(e[0], []).append(e)
+            else:
+                self.events.unreadable += 1
+        for kind, group in groups.items():
+            if kind in ROWS:
+                self._add_numeric(kind, group)
+            else:
+                self._add_other(kind, group)
+
+    def _add_numeric(self, kind: str, group: list[list]) -> None:
+        columns, required, row = ROWS[kind]
+        try:
+            values = np.array([row(e) for e in group], dtype=float)
+            ok = values.ndim == 2 and values.shape[1] == len(columns)
+        except (ValueError, TypeError, IndexError):
+            ok = False
+        if not ok:  # some event of the wrong shape: keep the good ones
+            rows = [r for r in (_row_or_none(row, e, len(columns)) for e in group) if r is not None]
+            self.events.unreadable += len(group) - len(rows)
+            values = np.array(rows, dtype=float).reshape(len(rows), len(columns))
+        self._keep(kind, values)
+
+    def _keep(self, kind: str, values: np.ndarray) -> None:
+        good = ~np.isnan(values[:, :ROWS[kind][1]]).any(axis=1)  # the required fields are numbers
+        self.events.unreadable += int((~good).sum())
+        self._chunks[kind].append(values[good])
+
+    def _add_other(self, kind: str, group: list[list]) -> None:
+        ev = self.events
+        for e in group:
+            try:
+                if kind == "L":
+                    ev.loaders[int(e[1])] = dict(e[2])
+                elif kind == "W":
+                    ev.wrapped.append(int(e[1]))
+                elif kind == "S":
+                    ev.start = ev.start or dict(e[2])  # the first one
+                elif kind == "X":
+                    ev.end = {"how": e[2], "detail": e[3]}  # the last one
+            except (ValueError, TypeError, IndexError, OverflowError):
+                ev.unreadable += 1
+
+    def finish(self) -> Events:
+        for kind, (columns, _, _) in ROWS.items():
+            chunks = self._chunks.pop(kind, [])
+            values = np.concatenate(chunks) if chunks else np.empty((0, len(columns)))
+            del chunks  # one copy at a time
+            self.events.tables[kind] = pd.DataFrame(values, columns=columns, copy=False)
+        return self.events
+
+
+def _row_or_none(row: Any, event: list, width: int) -> list[float] | None:
+    try:
+        values = np.array(row(event), dtype=float)
+    except (ValueError, TypeError, IndexError):
+        return None
+    return values.tolist() if values.shape == (width,) else None
+
+
+def _numbers(kind: str, lines: list[str], width: int) -> np.ndarray | None:
+    """The numbers of each line ``["K", n, ...]`` of one kind (a nested record flattened, null as nan), or
+    None unless every line is whole and holds ``width`` numbers."""
+    if not lines:
+        return np.empty((0, width))
+    text = "\n".join(lines)
+    head, nested = f'["{kind}", ', 2 if kind == "N" else 1  # an N event holds its maker's record: [[...]]
+    whole = text.count(head) == len(lines) and text.count("[") == text.count("]") == nested * len(lines)
+    text = text.replace(head, "").replace("[", "").replace("]", "")
+    if not whole or text.count(",") != (width - 1) * len(lines):
+        return None  # a line cut short, of another kind, or with another number of fields
+    try:  # pandas' C parser: a few times faster than numpy's
+        values = pd.read_csv(io.StringIO(text), header=None, skipinitialspace=True, dtype=float).to_numpy()
+    except ValueError:  # something else than numbers
+        return None
+    return values if values.shape == (len(lines), width) else None
+
+
+def read_events(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Events:
+    """The events of an event file (none if it is missing), ``chunk_bytes`` of whole lines at a time."""
+    reader = EventReader()
+    try:
+        f = open(path, encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return reader.finish()
+    with f:
+        rest = ""
+        while block := f.read(chunk_bytes):
+            block = rest + block
+            cut = block.rfind("\n") + 1
+            reader.add_text(block[:cut])
+            rest = block[cut:]
+        reader.add_text(rest)  # a last line without its newline (cut short?)
+    return reader.finish()

@@ -1,0 +1,95 @@
+"""Reading a profiled script's event file into columns (analysis.script_events): the fast path, its fallbacks."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from pipeprof.analysis.script_events import Events, read_events
+from pipeprof.script.hooks import NO_RECORD, EventLog
+
+
+def random_events(rng: random.Random) -> list[tuple]:
+    """A plausible stream as the hooks write it: loaders, passes, batches with or without a record, copies..."""
+    t = 1000.0 + rng.random()
+    events: list[tuple] = [("S", t, {"pid": 7, "argv": ["train.py", "--lr", "0.1"]})]
+    for n in range(rng.randint(1, 3)):
+        events.append(("L", n, {"number": n, "name": f"loader{n}", "batch_size": 64}))
+    for _ in range(rng.randint(1, 40)):
+        n = rng.randrange(3)
+        kind = rng.choice("IENNNCCOM")
+        dt = rng.random() / 100
+        if kind in "IE":
+            events.append((kind, n, t, t + dt))
+        elif kind == "N":
+            record = [rng.choice([-1, 0, 3]), 4242, t - dt, t, dt / 2, dt / 3, dt / 6, 64] \
+                if rng.random() < 0.7 else NO_RECORD
+            events.append(("N", n, t, t + dt, 64, record, rng.choice([None, 0, 2.0])))
+        elif kind == "C":
+            events.append(("C", t, t + dt, rng.randrange(1, 10**9), rng.choice([None, dt / 2])))
+        else:
+            events.append((kind, t))
+        t += dt
+    events.append(("X", t, "exit", 0))
+    return events
+
+
+def write(path, events: list[tuple]) -> None:
+    log = EventLog(str(path))
+    for event in events:
+        log.add(event, 0.0)
+    log.flush(final=True)
+
+
+def same(a: Events, b: Events) -> None:
+    assert a.loaders == b.loaders and a.start == b.start and a.end == b.end and a.wrapped == b.wrapped
+    assert a.unreadable == b.unreadable
+    for kind, table in a.tables.items():
+        assert list(table.columns) == list(b.tables[kind].columns)
+        np.testing.assert_array_equal(table.to_numpy(), b.tables[kind].to_numpy(), err_msg=kind)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_the_file_read_fast_holds_exactly_the_events_written(tmp_path, seed):
+    events = random_events(random.Random(seed))
+    path = tmp_path / "events.jsonl"
+    write(path, events)
+    from_file = read_events(path)
+    same(from_file, Events.of([json.loads(json.dumps(e)) for e in events]))
+    same(read_events(path, chunk_bytes=40), from_file)  # chunks that end mid-line
+    batches = from_file.tables["N"]
+    assert len(batches) == sum(1 for e in events if e[0] == "N")
+    assert batches["made_samples"].isna().sum() == sum(1 for e in events if e[0] == "N" and e[5] is NO_RECORD)
+
+
+def test_bad_lines_are_counted_and_the_good_ones_kept(tmp_path):
+    good = [["O", 1.0], ["N", 0, 1.0, 1.5, 8, [0, 9, 0.5, 1.0, 0.2, 0.2, 0.1, 8], None], ["C", 1.5, 1.6, 10, None]]
+    bad = [
+        '["N", 0, 2.0, 2.5, 8, [0, 9, 0.5, 1.0, 0.2, 0.2, 0.1], null]',  # a record field missing
+        '["N", 0, 3.0, 3.5, "eight", null, null]',  # not a number
+        '["O", null]',  # a required time absent
+        '["C", 1.5, 1.6]',  # too short
+        '{"not": "a list"}',
+        'garbage',
+        '["N", 0, 4.0, 4',  # cut short by a kill
+    ]
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join([json.dumps(good[0]), bad[0], json.dumps(good[1]), *bad[1:5], "",
+                               json.dumps(good[2]), bad[5], bad[6]]))
+    events = read_events(path)
+    assert events.unreadable == len(bad)
+    assert events.tables["O"]["t_s"].tolist() == [1.0]
+    assert events.tables["N"]["t0_s"].tolist() == [1.0] and events.tables["N"]["made_samples"].tolist() == [8.0]
+    assert events.tables["C"]["nbytes"].tolist() == [10.0]
+
+
+def test_events_of_kinds_with_few_fields_keep_their_meaning():
+    events = Events.of([["S", 1.0, {"pid": 1}], ["S", 2.0, {"pid": 2}], ["W", 1], ["X", 3.0, "exit", 0],
+                        ["X", 4.0, "signal", 9], ["L", "x", {}], ["Z", 1.0]])
+    assert events.start == {"pid": 1}  # the first start
+    assert events.end == {"how": "signal", "detail": 9}  # the last end
+    assert events.wrapped == [1]
+    assert events.unreadable == 1  # the loader numbered "x"; an unknown kind is ignored, not bad
