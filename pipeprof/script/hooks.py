@@ -79,7 +79,7 @@ class EventLog:
             self._last_flush_s = clock() if now_s is None else now_s
             if events:
                 with open(self.path, "a", encoding="utf-8") as f:
-                    f.write("".join(json.dumps(e, default=_plain) + "\n" for e in events))
+                    f.write("".join(map(_line, events)))
 
     def _resolve_cuda(self, final: bool) -> None:  # pragma: no cover - needs a GPU
         pending, self._cuda_pending = self._cuda_pending, []
@@ -94,6 +94,45 @@ class EventLog:
 
 def _plain(obj: Any) -> Any:
     return obj.item() if hasattr(obj, "item") else str(obj)
+
+
+# The kinds written for every batch and step, formatted by hand: json.dumps takes about 5 µs an event, a
+# quarter of what the hooks cost a fast training step; these take 0.5-2 µs and write the same JSON (times
+# to the nanosecond). Fields of other types (a numpy number, None where a number belongs) go through json.
+_FORMATS = {
+    "N": '["N", %d, %.9f, %.9f, %d, [%d, %d, %.9f, %.9f, %.9f, %.9f, %.9f, %d], %s]\n',
+    "C": '["C", %.9f, %.9f, %d, %s]\n',
+    "I": '["I", %d, %.9f, %.9f]\n',
+    "E": '["E", %d, %.9f, %.9f]\n',
+    "O": '["O", %.9f]\n',
+    "M": '["M", %.9f]\n',
+}
+_FLOAT_TYPES = (float, int)
+
+
+def _number_or_null(value: Any) -> str:
+    if value is None:
+        return "null"
+    if type(value) in _FLOAT_TYPES:
+        return "%.9f" % value
+    raise TypeError(value)  # not a plain number: json writes it
+
+
+def _line(event: tuple) -> str:
+    """One event as a JSON line."""
+    kind, line = event[0], None
+    try:
+        if kind == "N":
+            line = _FORMATS["N"] % (*event[1:5], *event[5], _number_or_null(event[6]))
+        elif kind == "C":
+            line = _FORMATS["C"] % (*event[1:4], _number_or_null(event[4]))
+        elif kind in _FORMATS:
+            line = _FORMATS[kind] % event[1:]
+    except (TypeError, ValueError, OverflowError):
+        pass
+    if line is None or "nan" in line or "inf" in line:  # not JSON: json writes NaN, Infinity
+        line = json.dumps(event, default=_plain) + "\n"
+    return line
 
 
 # --- the training process ---------------------------------------------------------------------------
