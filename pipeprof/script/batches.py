@@ -42,16 +42,16 @@ class Tagged:
 
 
 class TimedCollate:
-    """The loader's collate function, timed (wall and thread CPU), counting the samples it stacks."""
+    """The loader's collate function, timed (wall and thread CPU clocks at its start and end)."""
 
     def __init__(self, collate: Callable[[Any], Any]) -> None:
         self.collate = collate
-        self.last: tuple[float, float, int] = (0.0, 0.0, 0)  # wall s, cpu s, samples of the last call
+        self.last: tuple[float, float, float, float, int] | None = None  # w0, c0, w1, c1, samples
 
     def __call__(self, samples: Any) -> Any:
         w0, c0 = clock(), cpu_clock()
         batch = self.collate(samples)
-        self.last = (clock() - w0, cpu_clock() - c0, len(samples) if isinstance(samples, list) else 1)
+        self.last = (w0, c0, clock(), cpu_clock(), len(samples) if isinstance(samples, list) else 1)
         return batch
 
     def __getstate__(self) -> dict:
@@ -60,7 +60,7 @@ class TimedCollate:
     def __setstate__(self, state: dict) -> None:
         _install_fetch()  # a spawned worker: this module was just imported there
         self.collate = state["collate"]
-        self.last = (0.0, 0.0, 0)
+        self.last = None
 
 
 def _timed_fetch(original: Callable) -> Callable:
@@ -68,17 +68,31 @@ def _timed_fetch(original: Callable) -> Callable:
         collate = self.collate_fn
         if not isinstance(collate, TimedCollate):
             return original(self, possibly_batched_index)
+        collate.last = None
         w0, c0 = clock(), cpu_clock()
         batch = original(self, possibly_batched_index)
-        w1, c1 = clock(), cpu_clock()
-        collate_s, collate_cpu_s, samples = collate.last
-        getitem_s = max(w1 - w0 - collate_s, 0.0)
-        prep_s = min(max(c1 - c0 - collate_cpu_s, 0.0), getitem_s)
+        # torch's fetchers call the collate last: __getitem__ ran from w0 to the collate's start. Its clocks
+        # end the record (one pair of clock reads fewer per batch than reading them again here).
+        timed = collate.last or (clock(), cpu_clock(), clock(), cpu_clock(), 1)  # no collate call: none
+        getitem_s = max(timed[0] - w0, 0.0)
+        prep_s = min(max(timed[1] - c0, 0.0), getitem_s)
         info = get_worker_info()
-        return Tagged(batch, [-1 if info is None else info.id, os.getpid(), w0, w1,
-                              getitem_s - prep_s, prep_s, collate_s, samples])
+        return Tagged(batch, [-1 if info is None else info.id, _pid(), w0, timed[2],
+                              getitem_s - prep_s, prep_s, timed[2] - timed[0], timed[4]])
     fetch.__wrapped__ = original
     return fetch
+
+
+_PID: list[int] = []  # this process's pid, read once (os.getpid is a system call); emptied in a forked child
+
+
+def _pid() -> int:
+    if not _PID:
+        _PID.append(os.getpid())
+    return _PID[0]
+
+
+os.register_at_fork(after_in_child=_PID.clear)
 
 
 def _install_fetch() -> None:
