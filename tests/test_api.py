@@ -40,7 +40,8 @@ def test_profile_block_with_wrap_validation_and_the_same_run_folder(tmp_path):
     s = prof.summary
     assert s["steps"] + s["warmup_steps"] == 20  # 2 epochs of 320 / 32
     assert {d["name"]: d["role"] for d in s["loaders"]} == {"train_loader": "train", "val_loader": "eval"}
-    assert s["fractions"]["compute"] > 0.5
+    steps = prof.run.steps[~prof.run.steps["warmup"]]
+    assert (steps["compute_s"] / steps["step_s"]).median() > 0.5  # the median step: one stall of a busy machine
     assert s["step_source"] == "optimizer"
     for name in ("run.json", "steps.csv", "samples.csv", "loading.csv", "summary.json", "report.html"):
         assert (prof.folder / name).is_file()
