@@ -5,12 +5,12 @@ described in ``pipeprof.analysis.script_steps``. An hour of a fast script
 is millions of events: as Python lists they would take gigabytes and
 seconds to build, so the file is read ``CHUNK_BYTES`` at a time, its lines
 sorted by kind, and the lines of each numeric kind, whose fields are all
-numbers (``null`` for an absent one), parsed as CSV in one call; what stays in memory is 8 bytes per number (``nan`` for an
-absent one). Lines of the other kinds (a loader's settings, the script's
-start and end: a few) and any line the fast path cannot take are parsed as
-JSON one by one. A line that does not parse (cut short by a kill) or an
-event with fields of the wrong shape is counted in ``unreadable``, not
-raised.
+numbers (``null`` for an absent one), parsed as CSV in one call; what stays
+in memory is 8 bytes per number (``nan`` for an absent one). Lines of the
+other kinds (a loader's settings, the script's start and end: a few) and
+any line the fast path cannot take are parsed as JSON one by one. A line
+that does not parse (cut short by a kill) or an event with fields of the
+wrong shape is counted in ``unreadable``, not raised.
 """
 
 from __future__ import annotations
