@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import traceback
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
