@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeprof.analysis.summary import summarize  # noqa: E402
 from pipeprof.measure.pyspy import locate_pyspy  # noqa: E402
-from pipeprof.runner import profile_scenario  # noqa: E402
+from pipeprof.pipeline.train import profile_scenario  # noqa: E402
 from pipeprof.scenario import load_scenario  # noqa: E402
 
 BASELINE = "pipeprof"

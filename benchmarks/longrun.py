@@ -48,10 +48,10 @@ from pipeprof.measure.loading import LoadingRecorder, LoadRecord  # noqa: E402
 from pipeprof.measure.spool import Spool  # noqa: E402
 from pipeprof.measure.steps import StepTimer  # noqa: E402
 from pipeprof.render.html import render_html  # noqa: E402
-from pipeprof.run import PROCESS_COLUMNS, STEP_COLUMNS, Run, sample_tables  # noqa: E402
+from pipeprof.run_folder import PROCESS_COLUMNS, STEP_COLUMNS, Run, sample_tables  # noqa: E402
 from pipeprof.script.hooks import EventLog, clock as host_clock  # noqa: E402
-from pipeprof.analysis.script_events import read_events  # noqa: E402
-from pipeprof.analysis.script_steps import script_steps  # noqa: E402
+from pipeprof.script.event_file import read_events  # noqa: E402
+from pipeprof.script.event_steps import script_steps  # noqa: E402
 from pipeprof.script.session import Session  # noqa: E402
 
 BOUND_MIB = 32

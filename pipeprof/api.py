@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeprof.run import Run
+from pipeprof.run_folder import Run
 
 __all__ = ["Profile", "profile"]
 
@@ -49,7 +49,7 @@ class Profile:
     def __enter__(self) -> "Profile":
         import torch
 
-        from pipeprof.run import ensure_out_folder
+        from pipeprof.run_folder import ensure_out_folder
         from pipeprof.script.hooks import EventLog, Hooks, clock
         from pipeprof.script.session import Session
 
@@ -81,10 +81,10 @@ class Profile:
         return self._hooks
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        from pipeprof.cli.report_cmd import derived_files
+        from pipeprof.pipeline.derive import derived_files
         from pipeprof.errors import interrupt_reason, one_line
         from pipeprof.render.index import rebuild_index
-        from pipeprof.run import new_run_folder, save_run
+        from pipeprof.run_folder import new_run_folder, save_run
 
         self._hooks.uninstall()
         self._session.stop_sampling()

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from pipeprof.analysis.cache import MIN_COLD_READ_FRACTION, cold_cache_check, epoch_reads
-from pipeprof.run import PROCESS_COLUMNS, STEP_COLUMNS
+from pipeprof.run_folder import PROCESS_COLUMNS, STEP_COLUMNS
 
 MB = 1_000_000
 DATASET_BYTES = 100 * MB

@@ -26,7 +26,7 @@ from pipeprof.measure.pyspy import FILE as PYSPY_FILE, PySpy, locate_pyspy
 from pipeprof.render.console import summary_table
 from rich.console import Console
 from pipeprof.render.html import render_html
-from pipeprof.run import FUNCTION_COLUMNS, STEP_COLUMNS, Run, load_run, save_run
+from pipeprof.run_folder import FUNCTION_COLUMNS, STEP_COLUMNS, Run, load_run, save_run
 from pipeprof.scenario import load_scenario
 
 SITE = "/venv/lib/python3.11/site-packages"
@@ -47,7 +47,7 @@ SELECTORS = (f"{STDLIB}/selectors.py", 402, "select")
 CONN_RECV = (f"{STDLIB}/multiprocessing/connection.py", 390, "_recv")
 QUEUE_GET = (f"{STDLIB}/multiprocessing/queues.py", 103, "get")
 TRY_GET = (f"{SITE}/torch/utils/data/dataloader.py", 1270, "_try_get_data")
-STEP_FN = ("/repo/pipeprof/workload/train.py", 30, "step")
+STEP_FN = ("/repo/pipeprof/workload/step.py", 30, "step")
 
 
 def table(*rows):

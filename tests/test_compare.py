@@ -14,7 +14,7 @@ from pipeprof.analysis.summary import summarize
 from pipeprof.cli.compare_cmd import comparison_name, run_labels
 from pipeprof.cli.main import main
 from pipeprof.render.compare import compare_table, render_compare_html
-from pipeprof.run import STEP_COLUMNS, Run
+from pipeprof.run_folder import STEP_COLUMNS, Run
 from tiny import tiny_toml
 
 # ---- the analysis -------------------------------------------------------------------------

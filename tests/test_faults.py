@@ -13,7 +13,7 @@ from pipeprof.cli.main import main
 from pipeprof.errors import one_line
 from pipeprof.render.html import render_html
 from pipeprof.analysis.summary import summarize
-from pipeprof.runner import profile_scenario
+from pipeprof.pipeline.train import profile_scenario
 from pipeprof.scenario import load_scenario
 from pipeprof.storage.ram import RamDataset
 from tiny import tiny_file

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from pipeprof.measure.gpu import Absent, GpuMonitor, gpu_inventory, open_gpu
-from pipeprof.run import GPU_SAMPLE_COLUMNS
+from pipeprof.run_folder import GPU_SAMPLE_COLUMNS
 
 
 class FakeNVMLError(Exception):

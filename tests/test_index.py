@@ -11,7 +11,7 @@ import pytest
 import pipeprof.cli.main as cli_main
 from pipeprof.cli.main import main
 from pipeprof.render.index import index_entries, is_reports_folder, rebuild_index
-from pipeprof.run import STEP_COLUMNS, Run, save_run
+from pipeprof.run_folder import STEP_COLUMNS, Run, save_run
 
 EVIL = "<script>alert('x')</script>"
 

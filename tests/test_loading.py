@@ -17,7 +17,7 @@ from pipeprof.analysis.loading import BREAKDOWN_COLUMNS, counted_batches, loadin
 from pipeprof.analysis.summary import summarize
 from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.loading import MAIN_PROCESS, LoadingRecorder, LoadRecord, TimedCollate, TimedDataset
-from pipeprof.run import LOADING_COLUMNS, STEP_COLUMNS, Run
+from pipeprof.run_folder import LOADING_COLUMNS, STEP_COLUMNS, Run
 from pipeprof.storage.base import SampleDataset
 
 # -- the wrappers, on a fake clock ---------------------------------------------------

@@ -19,7 +19,7 @@ from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.probe import (QUICK, machine_key, measure_disk, measure_h2d, measure_matmul,
                                     measure_memory_bandwidth, run_probe, time_repeats)
 from pipeprof.measure.probe_cache import load_or_probe, probe_path
-from pipeprof.run import to_json
+from pipeprof.run_folder import to_json
 from pipeprof.storage.pagecache import DropResult
 
 FACTS = {"hostname": "box", "cpu_model": "AMD EPYC", "cpu_count_logical": 2, "usable_cores": 2,

@@ -197,7 +197,7 @@ def test_the_compute_ceiling_is_measured_after_the_run_on_one_batch_with_a_fake_
     import torch
 
     from pipeprof.measure.clock import FakeClock
-    from pipeprof.runner import COMPUTE_PROBE_STEPS, COMPUTE_PROBE_WARMUP, measure_compute_ceiling
+    from pipeprof.pipeline.train import COMPUTE_PROBE_STEPS, COMPUTE_PROBE_WARMUP, measure_compute_ceiling
 
     clock, calls = FakeClock(), []
 

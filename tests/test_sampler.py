@@ -13,7 +13,7 @@ import pytest
 
 from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.sampler import SystemSampler, _next_deadline_s
-from pipeprof.run import GPU_SAMPLE_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS
+from pipeprof.run_folder import GPU_SAMPLE_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS
 
 ProcCpu = namedtuple("pcputimes", "user system children_user children_system")
 CoreCpu = namedtuple("scputimes", "user nice system idle iowait irq softirq steal guest guest_nice")

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from pipeprof.analysis.script_events import Events, read_events
+from pipeprof.script.event_file import Events, read_events
 from pipeprof.script.hooks import NO_RECORD, EventLog
 
 

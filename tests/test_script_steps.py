@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipeprof.analysis.script_steps import read_events, script_steps
+from pipeprof.script.event_steps import read_events, script_steps
 
 SETTINGS = {"batch_size": 4, "num_workers": 0, "pin_memory": False, "prefetch_factor": None,
             "persistent_workers": False, "dataset": "TensorDataset"}

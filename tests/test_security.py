@@ -15,7 +15,7 @@ from pipeprof.cli.main import main
 from pipeprof.render.compare import render_compare_html
 from pipeprof.render.html import render_html
 from pipeprof.render.index import rebuild_index
-from pipeprof.run import new_run_folder, save_run, to_json
+from pipeprof.run_folder import new_run_folder, save_run, to_json
 from tests.test_render import loading_run
 
 HOSTILE = "<script>alert(1)</script>"

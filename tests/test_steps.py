@@ -185,7 +185,7 @@ def test_ready_batches_reads_the_loader_queue():
 def test_a_long_run_streams_its_rows_to_disk_and_they_read_back_the_same(tmp_path):
     """With a file-backed spool only ~keep_steps steps (and one chunk of rows) stay in memory."""
     from pipeprof.measure.spool import Spool
-    from pipeprof.run import STEP_COLUMNS
+    from pipeprof.run_folder import STEP_COLUMNS
 
     phases = [(0.002 * (i % 7), 0.0005, 0.003, 0.001) for i in range(500)]
     clock_a, clock_b = FakeClock(0.0), FakeClock(0.0)

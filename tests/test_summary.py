@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from pipeprof.analysis.summary import bottleneck, fractions, step_breakdown, summarize, uss_snapshot
-from pipeprof.run import PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run
+from pipeprof.run_folder import PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run
 
 
 def make_steps(n=20, warmup=2, wait_s=0.01, h2d_s=0.001, compute_s=0.02, other_s=0.002, samples=64):

@@ -14,7 +14,7 @@ from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.verdict import CLASSES, verdict
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
-from pipeprof.run import LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
+from pipeprof.run_folder import LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
 
 STEP_S = 0.1  # every step lasts 100 ms
 

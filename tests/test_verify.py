@@ -11,9 +11,9 @@ import time
 import pytest
 
 from pipeprof.analysis.verification import NOISE, verification
-from pipeprof.child import run_child
+from pipeprof.pipeline.fresh_process import run_child
 from pipeprof.cli.main import main
-from pipeprof.cli.verify import first_change, verify
+from pipeprof.pipeline.verify import first_change, verify
 from pipeprof.errors import UsageError
 from pipeprof.scenario import load_scenario, scenario_from_dict
 from pipeprof.variants import to_toml, vary
@@ -195,7 +195,7 @@ def test_ctrl_c_in_the_parent_lets_the_child_save_and_returns_interrupted(tmp_pa
         """)
     parent_code = textwrap.dedent(f"""
         import json, sys
-        from pipeprof.child import run_child
+        from pipeprof.pipeline.fresh_process import run_child
         c = run_child(None, {str(out)!r}, command=[sys.executable, "-c", {child_code!r}])
         print(json.dumps({{"status": c.status, "folder": c.folder.name, "summary": c.summary}}))
         """)

@@ -9,7 +9,7 @@ import pytest
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.windows import (assign_windows, coefficient_of_variation, is_stable, t_975,
                                        throughput_windows, window_count)
-from pipeprof.run import STEP_COLUMNS, Run
+from pipeprof.run_folder import STEP_COLUMNS, Run
 
 
 def make_steps(step_s, samples, warmup=0, warmup_step_s=5.0):

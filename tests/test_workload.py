@@ -11,7 +11,7 @@ from torch import nn
 
 from pipeprof.scenario import ACTIVATIONS, INITS, ModelSpec
 from pipeprof.workload.model import ScratchMLP, build_model, initial_parameters
-from pipeprof.workload.train import ScratchSGD, make_train_step
+from pipeprof.workload.step import ScratchSGD, make_train_step
 
 CPU = torch.device("cpu")
 IMPLEMENTATIONS = ("module", "scratch")

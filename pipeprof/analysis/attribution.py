@@ -21,7 +21,7 @@ import pandas as pd
 from pipeprof.analysis.loading import counted_batches, loading_summary
 from pipeprof.analysis.summary import cache_check, counted_steps, counted_window_s, fractions
 from pipeprof.numbers import finite as _finite
-from pipeprof.run import Run
+from pipeprof.run_folder import Run
 
 DEFAULT_PREFETCH_FACTOR = 2  # torch.utils.data.DataLoader's default with workers
 RANDOM_READ_BYTES = 4096  # the probe's random reads are 4 KiB

@@ -1,7 +1,7 @@
 """Was a cold run really cold? Disk reads per epoch, checked against the data set's size.
 
 Pure functions over the run's tables (``steps``, ``processes``; see
-``pipeprof/run.py``). With ``cache = "cold"`` the runner drops the data set
+``pipeprof/run_folder.py``). With ``cache = "cold"`` the runner drops the data set
 from the page cache before each epoch, so each epoch should read (about) the
 whole data set from disk; an epoch that read much less was served from the
 cache and the run was warm in all but name.

@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 from pipeprof.analysis.windows import t_975
 from pipeprof.numbers import finite
-from pipeprof.run import Run
+from pipeprof.run_folder import Run
 
 COMPARE_SCHEMA_VERSION = 1
 FRACTION_NOISE_PP = 2.0  # percentage points of step time

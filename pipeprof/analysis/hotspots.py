@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeprof.run import Run
+from pipeprof.run_folder import Run
 
 LOADING, TRANSFER, COMPUTE, WAITING, OTHER = "loading", "transfer", "compute", "waiting", "other"
 GROUPS = (LOADING, TRANSFER, COMPUTE, WAITING, OTHER)

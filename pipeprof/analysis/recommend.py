@@ -92,7 +92,7 @@ from typing import Any
 import pandas as pd
 
 from pipeprof.analysis.summary import counted_steps
-from pipeprof.run import Run
+from pipeprof.run_folder import Run
 
 MIN_GAIN = 1.05  # a recommendation must predict at least 5% more samples/s
 NEAR_BEST = 0.98  # the smallest worker count within 2% of the best one wins

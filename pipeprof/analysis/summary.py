@@ -20,7 +20,7 @@ from pipeprof.analysis.hotspots import code_profile
 from pipeprof.analysis.loading import counted_batches, loading_summary
 from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
-from pipeprof.run import Run
+from pipeprof.run_folder import Run
 
 SUMMARY_SCHEMA_VERSION = 1
 

@@ -87,7 +87,7 @@ from typing import Any
 from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.summary import COMPUTE_BOUND_FRACTION, INPUT_BOUND_FRACTION
 from pipeprof.numbers import finite as _finite
-from pipeprof.run import Run
+from pipeprof.run_folder import Run
 
 CLASSES = ("compute", "input:fetch", "input:prep", "input:main", "h2d", "balanced")
 

@@ -39,7 +39,7 @@ re-run on a shared machine would differ.
 coefficient of variation to the last few windows: the steady-state test for
 measurement loops (sweeps, tuning) that add windows until the rate settles.
 
-Pure functions over the steps DataFrame (``pipeprof.run.STEP_COLUMNS``); no torch.
+Pure functions over the steps DataFrame (``pipeprof.run_folder.STEP_COLUMNS``); no torch.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from rich.console import Console
 from pipeprof.analysis.compare import compare_runs
 from pipeprof.analysis.summary import summarize
 from pipeprof.render.compare import compare_table, render_compare_html
-from pipeprof.run import ensure_out_folder, load_run, staged_folder, write_json, write_text
+from pipeprof.run_folder import ensure_out_folder, load_run, staged_folder, write_json, write_text
 
 NAME_CHARS = 40  # of each scenario name in the comparison folder's name
 

@@ -39,13 +39,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pipeprof.cli.arguments import add_scenario_arguments
 from pipeprof.analysis.differential import RUN_TITLES, RUNS, differential
-from pipeprof.cli.report_cmd import derived_files
+from pipeprof.pipeline.derive import derived_files
 from pipeprof.cli.run_cmd import materializing_progress
 from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError, interrupt_reason
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.render.diagnosis import diagnosis_table, render_diagnosis_html
-from pipeprof.run import ensure_out_folder, save_run, staged_folder, write_json, write_text
-from pipeprof.runner import build_workload, profile_workload, resolve_device
+from pipeprof.run_folder import ensure_out_folder, save_run, staged_folder, write_json, write_text
+from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
 from pipeprof.scenario import Scenario, load_scenario
 from pipeprof.variants import vary
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pipeprof.errors import UsageError
 from pipeprof.render.trace import chrome_trace
-from pipeprof.run import load_run, write_text
+from pipeprof.run_folder import load_run, write_text
 
 FORMATS = ("chrome-trace",)
 

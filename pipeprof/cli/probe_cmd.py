@@ -30,7 +30,7 @@ from rich.text import Text
 
 from pipeprof.measure.probe_cache import load_or_probe
 from pipeprof.errors import EXIT_INTERRUPTED
-from pipeprof.run import to_json
+from pipeprof.run_folder import to_json
 
 _ABSENT_STYLE = "dim italic"
 

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import pipeprof
-from pipeprof.cli.report_cmd import derived_files
+from pipeprof.pipeline.derive import derived_files
 from pipeprof.errors import UsageError
 from pipeprof.render.console import print_summary
-from pipeprof.run import ensure_out_folder, new_run_folder, save_run
+from pipeprof.run_folder import ensure_out_folder, new_run_folder, save_run
 from pipeprof.script.boot import EVENTS_ENV, STEPS_ENV
 from pipeprof.script.session import Session
 

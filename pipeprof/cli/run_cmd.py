@@ -20,14 +20,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pipeprof.cli.arguments import add_scenario_arguments
 from pipeprof.cli.keyflags import add_code_profile_flags
-from pipeprof.cli.report_cmd import derived_files
-from pipeprof.cli.verify import print_verification, store, verify
+from pipeprof.pipeline.derive import derived_files
+from pipeprof.pipeline.verify import print_verification, store, verify
 from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError
 from pipeprof.render.console import print_summary
-from pipeprof.run import new_run_folder, save_run
+from pipeprof.run_folder import new_run_folder, save_run
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.measure.probe_cache import cached_probe
-from pipeprof.runner import build_workload, profile_workload, resolve_device
+from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
 from pipeprof.scenario import load_scenario
 
 def materializing_progress(progress: Progress):

@@ -41,14 +41,14 @@ from pipeprof.analysis.recommend import dataloader_kwargs, DEVICE_DATA_MAX_BYTES
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.sweep import best_summary, near_best, point_record
 from pipeprof.analysis.tune import Search, Space, ceiling_words, search
-from pipeprof.child import run_child
+from pipeprof.pipeline.fresh_process import run_child
 from pipeprof.cli.sweep_cmd import create_folder, positive_float, new_document, report_end, save_document
 from pipeprof.errors import UsageError
 from pipeprof.measure.environment import usable_cores
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.render.sweep import render_sweep_html, sweep_table
-from pipeprof.run import write_text
-from pipeprof.runner import build_workload, profile_workload, resolve_device
+from pipeprof.run_folder import write_text
+from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
 from pipeprof.scenario import ON_DISK, Scenario, load_scenario
 from pipeprof.variants import short, to_toml, vary
 

@@ -37,7 +37,7 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.spool import Spool
-from pipeprof.run import LOADING_COLUMNS
+from pipeprof.run_folder import LOADING_COLUMNS
 
 if TYPE_CHECKING:
     from pipeprof.storage.base import SampleDataset

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeprof.measure.probe import PROBE_FORMAT_VERSION, TIME_FORMAT, Now, machine_facts, run_probe, utc_now
-from pipeprof.run import write_json
+from pipeprof.run_folder import write_json
 from pipeprof.storage.materialize import not_writable
 from pipeprof.storage.synthetic import default_cache_root
 

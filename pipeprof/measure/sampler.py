@@ -1,7 +1,7 @@
 """System sampler: a background thread that watches the training process tree.
 
 Each tick records one sample row (machine CPU, the tree's CPU, memory, disk
-reads, optionally GPU) and one row per live process (see ``pipeprof.run``
+reads, optionally GPU) and one row per live process (see ``pipeprof.run_folder``
 for the columns). It is a thread, not a process, because a sampler process
 would compete for the same few cores as the DataLoader workers it measures.
 
@@ -32,7 +32,7 @@ import psutil
 
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.spool import Spool
-from pipeprof.run import PROCESS_COLUMNS
+from pipeprof.run_folder import PROCESS_COLUMNS
 
 NAN = float("nan")
 MAIN = "main"

@@ -92,7 +92,7 @@ class StepTimer:
 
     def __post_init__(self) -> None:
         if self.spool is None:
-            from pipeprof.run import STEP_COLUMNS
+            from pipeprof.run_folder import STEP_COLUMNS
             self.spool = Spool(STEP_COLUMNS)
 
     @property

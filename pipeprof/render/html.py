@@ -21,7 +21,7 @@ from pipeprof.analysis.loading import counted_batches, loading_breakdown
 from pipeprof.analysis.recommend import set_text
 from pipeprof.analysis.summary import TAIL_FRACTION, counted_steps, counted_window_s, step_breakdown
 from pipeprof.render import plots
-from pipeprof.run import Run
+from pipeprof.run_folder import Run
 
 NOT_MEASURED = "not measured"
 

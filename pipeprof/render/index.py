@@ -35,7 +35,7 @@ from typing import Any
 from jinja2 import ChainableUndefined, Environment, PackageLoader
 
 from pipeprof.numbers import finite
-from pipeprof.run import write_text
+from pipeprof.run_folder import write_text
 
 INDEX_NAME = "index.html"
 MAX_JSON_BYTES = 20 * 1024 * 1024  # a summary is tens of kB; anything this big is not ours

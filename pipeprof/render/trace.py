@@ -26,7 +26,7 @@ import pandas as pd
 
 from pipeprof import __version__
 from pipeprof.numbers import finite
-from pipeprof.run import Run
+from pipeprof.run_folder import Run
 
 STEPS_TID, PHASES_TID, LOADING_TID = 1, 2, 3
 PHASES = (("data wait", "data_wait_s"), ("host→device", "h2d_s"), ("compute", "compute_s"))

@@ -4,7 +4,7 @@ It runs inside the user's process and its DataLoader workers, so it imports
 only the standard library and torch, and every record is a cheap tuple
 appended to a list. ``EventLog`` writes them as JSON lines to one file in
 bulk, at most every ``FLUSH_EVERY_S`` and at exit, so a script killed by a
-signal loses at most that much. ``pipeprof.analysis.script_steps`` turns the
+signal loses at most that much. ``pipeprof.script.event_steps`` turns the
 events into steps; nothing here interprets them.
 
 What ``install()`` patches (``uninstall()`` restores every one):

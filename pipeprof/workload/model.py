@@ -149,7 +149,7 @@ def build_model(spec: ModelSpec, device: torch.device) -> Model:
     """The MLP ``spec`` describes, on ``device``, deterministic for ``spec.seed``.
 
     ``spec.compile`` is not applied here: the training step compiles the
-    forward (see ``pipeprof.workload.train.make_train_step``), so the model
+    forward (see ``pipeprof.workload.step.make_train_step``), so the model
     returned stays a plain, inspectable object.
     """
     pairs = initial_parameters(spec)

@@ -31,13 +31,13 @@ from pipeprof.measure.steady import SteadyState
 from pipeprof.measure.steps import StepTimer, ThroughputTimer
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.measure.prefetch import NAN, ready_batches
-from pipeprof.run import FUNCTION_COLUMNS, LOADING_COLUMNS, STEP_COLUMNS, Run, sample_tables
+from pipeprof.run_folder import FUNCTION_COLUMNS, LOADING_COLUMNS, STEP_COLUMNS, Run, sample_tables
 from pipeprof.scenario import Scenario
 from pipeprof.storage.base import Progress
 from pipeprof.storage.pagecache import drop
 from pipeprof.workload.data import Data, build_data
 from pipeprof.workload.model import build_model
-from pipeprof.workload.train import StepFn, make_train_step
+from pipeprof.workload.step import StepFn, make_train_step
 
 OnStep = Callable[[int, int], None]  # (steps done, total steps)
 

@@ -4,7 +4,7 @@ The run folder is saved first (nothing measured is ever at the mercy of the
 re-run). Then the first recommendation that changes a setting is applied to
 the resolved scenario (``pipeprof.variants.vary``: keys the change makes
 meaningless are dropped and listed), written as ``verify/scenario.toml`` in
-the run folder, and run in a fresh process (``pipeprof.child``) whose run
+the run folder, and run in a fresh process (``pipeprof.pipeline.fresh_process``) whose run
 folder lands in ``verify/``. The outcome goes into run.json as
 ``verification`` and summary.json and report.html are derived again.
 """
@@ -18,9 +18,9 @@ from typing import Any
 from rich.console import Console
 
 from pipeprof.analysis.recommend import set_text
-from pipeprof.child import run_child
+from pipeprof.pipeline.fresh_process import run_child
 from pipeprof.errors import UsageError
-from pipeprof.run import RUN_FORMAT_VERSION, Run, write_json, write_text
+from pipeprof.run_folder import RUN_FORMAT_VERSION, Run, write_json, write_text
 from pipeprof.scenario import Scenario
 from pipeprof.variants import to_toml, vary
 

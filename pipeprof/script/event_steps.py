@@ -21,7 +21,7 @@ X     t, how, detail                             the script ended (exit code / e
 
 ``record`` = ``[worker, pid, t_start, t_end, fetch_s, prep_s, collate_s,
 samples]``, how the process that made the batch timed it (eight nulls when
-the batch came without one). ``pipeprof.analysis.script_events`` reads the
+the batch came without one). ``pipeprof.script.event_file`` reads the
 event file into one table per kind.
 
 **Which loader trains.** Loaders given to ``prof.wrap``; otherwise each
@@ -60,8 +60,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from pipeprof.analysis.script_events import Events, read_events
-from pipeprof.run import LOADING_COLUMNS, STEP_COLUMNS
+from pipeprof.script.event_file import Events, read_events
+from pipeprof.run_folder import LOADING_COLUMNS, STEP_COLUMNS
 
 __all__ = ["EVAL", "TRAIN", "ScriptSteps", "read_events", "script_steps"]
 

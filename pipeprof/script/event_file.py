@@ -1,7 +1,7 @@
 """A profiled script's events as columns: one numpy table per kind, read from the event file in chunks.
 
 Pure (numpy and pandas, no torch). The event kinds and their fields are
-described in ``pipeprof.analysis.script_steps``. An hour of a fast script
+described in ``pipeprof.script.event_steps``. An hour of a fast script
 is millions of events: as Python lists they would take gigabytes and
 seconds to build, so the file is read ``CHUNK_BYTES`` at a time, its lines
 sorted by kind, and the lines of each numeric kind, whose fields are all
