@@ -7,7 +7,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.pipeprof-installed
 
-.PHONY: install browser demo test bench clean
+.PHONY: install browser demo test lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ browser:
 	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BROWSER_PACKAGES); \
 	elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BROWSER_PACKAGES); \
 	else echo "make: no chromium and no root for apt-get: tests/test_browser.py will be skipped (apt-get install $(BROWSER_PACKAGES))"; fi
+
+# ruff (lint and import order) over everything, mypy over the typed stages; zero findings
+lint: install
+	$(VENV)/bin/ruff check pipeprof tests benchmarks
+	$(VENV)/bin/mypy
 
 test: install browser
 	$(PY) -m pytest

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import tempfile
 import timeit
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch.utils.data import default_collate

@@ -37,8 +37,9 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -49,9 +50,10 @@ from pipeprof.measure.spool import Spool  # noqa: E402
 from pipeprof.measure.steps import StepTimer  # noqa: E402
 from pipeprof.render.html import render_html  # noqa: E402
 from pipeprof.run_folder import PROCESS_COLUMNS, STEP_COLUMNS, Run, sample_tables  # noqa: E402
-from pipeprof.script.hooks import EventLog, clock as host_clock  # noqa: E402
 from pipeprof.script.event_file import read_events  # noqa: E402
 from pipeprof.script.event_steps import script_steps  # noqa: E402
+from pipeprof.script.hooks import EventLog  # noqa: E402
+from pipeprof.script.hooks import clock as host_clock
 from pipeprof.script.session import Session  # noqa: E402
 
 BOUND_MIB = 32

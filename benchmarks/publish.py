@@ -41,9 +41,10 @@ SECTION = re.compile(r"^## (?P<name>[a-z]+): ", re.MULTILINE)
 
 
 def machine() -> list[str]:
-    from pipeprof.measure.environment import cpu_model, usable_cores
     import psutil
     import torch
+
+    from pipeprof.measure.environment import cpu_model, usable_cores
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CUDA not available)"
     return [f"- CPU: {cpu_model()}, {usable_cores()} usable cores ({os.cpu_count()} logical)",
             f"- memory: {psutil.virtual_memory().total / 2**30:.1f} GiB",

@@ -46,7 +46,7 @@ class Profile:
         self.folder: Path | None = None
         self._hooks: Any = None
 
-    def __enter__(self) -> "Profile":
+    def __enter__(self) -> Profile:
         import torch
 
         from pipeprof.run_folder import ensure_out_folder
@@ -81,8 +81,8 @@ class Profile:
         return self._hooks
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        from pipeprof.pipeline.derive import derived_files
         from pipeprof.errors import interrupt_reason, one_line
+        from pipeprof.pipeline.derive import derived_files
         from pipeprof.render.index import rebuild_index
         from pipeprof.run_folder import new_run_folder, save_run
 

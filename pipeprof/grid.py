@@ -23,9 +23,10 @@ axis for that key and adds new axes after the table's.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from pipeprof.errors import UsageError
 from pipeprof.scenario import Scenario, check_key, one_line, read_toml, toml_value

@@ -14,10 +14,12 @@ import dataclasses
 import datetime as dt
 import difflib
 import math
-import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+import tomllib
 
 from pipeprof.errors import UsageError
 

@@ -18,8 +18,9 @@ key the change itself names is kept (and then validated).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import tomli_w
 

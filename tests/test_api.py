@@ -27,7 +27,7 @@ def test_profile_block_with_wrap_validation_and_the_same_run_folder(tmp_path):
     train_loader = DataLoader(data, batch_size=32, shuffle=True)
     val_loader = DataLoader(data, batch_size=64)
     with pipeprof.profile(name="nb", out=tmp_path, warmup_steps=2, quiet=True) as prof:
-        for epoch in range(2):
+        for _epoch in range(2):
             for x, y in prof.wrap(train_loader):
                 loss = torch.nn.functional.cross_entropy(model(x), y)
                 optimizer.zero_grad()
@@ -65,7 +65,7 @@ def test_manual_steps_and_an_exception_inside_the_block(tmp_path):
     loader = DataLoader(data, batch_size=16)
     with pytest.raises(ValueError, match="boom"):
         with pipeprof.profile(name="failing", out=tmp_path, warmup_steps=0, quiet=True) as prof:
-            for i, (x, y) in enumerate(loader):
+            for i, (x, _y) in enumerate(loader):
                 model(x).sum().backward()
                 if i % 2:
                     prof.step()  # one step per two batches

@@ -14,17 +14,25 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from rich.console import Console
 from torch.utils.data import DataLoader, Dataset
 
-from pipeprof.analysis.hotspots import (GROUPS, code_profile, file_group, group_fractions, grouped_functions,
-                                        top_functions, window_overhead)
+from pipeprof.analysis.hotspots import (
+    GROUPS,
+    code_profile,
+    file_group,
+    group_fractions,
+    grouped_functions,
+    top_functions,
+    window_overhead,
+)
 from pipeprof.analysis.summary import summarize
 from pipeprof.cli.main import build_parser, main
 from pipeprof.errors import UsageError
 from pipeprof.measure.codeprofile import CodeProfile, CProfileWindow, read_worker_dumps, stats_rows
-from pipeprof.measure.pyspy import FILE as PYSPY_FILE, PySpy, locate_pyspy
+from pipeprof.measure.pyspy import FILE as PYSPY_FILE
+from pipeprof.measure.pyspy import PySpy, locate_pyspy
 from pipeprof.render.console import summary_table
-from rich.console import Console
 from pipeprof.render.html import render_html
 from pipeprof.run_folder import FUNCTION_COLUMNS, STEP_COLUMNS, Run, load_run, save_run
 from pipeprof.scenario import load_scenario

@@ -7,15 +7,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from tiny import tiny_toml
 
-from pipeprof.analysis.compare import (FRACTION_NOISE_PP, compare_runs, differing_settings, flatten_settings,
-                                       fraction_changes, throughput_ratio)
+from pipeprof.analysis.compare import (
+    FRACTION_NOISE_PP,
+    compare_runs,
+    differing_settings,
+    flatten_settings,
+    fraction_changes,
+    throughput_ratio,
+)
 from pipeprof.analysis.summary import summarize
 from pipeprof.cli.compare_cmd import comparison_name, run_labels
 from pipeprof.cli.main import main
 from pipeprof.render.compare import compare_table, render_compare_html
 from pipeprof.run_folder import STEP_COLUMNS, Run
-from tiny import tiny_toml
 
 # ---- the analysis -------------------------------------------------------------------------
 

@@ -4,11 +4,11 @@ import json
 
 import pandas as pd
 import pytest
+from tiny import tiny_toml
 
 from pipeprof.cli import diagnose_cmd
 from pipeprof.cli import main as main_module
 from pipeprof.cli.main import main
-from tiny import tiny_toml
 
 TINY = tiny_toml("tiny", "a tiny <b>diagnosis</b>", storage="memmap", samples=3000)
 

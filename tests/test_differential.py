@@ -4,12 +4,18 @@ from pathlib import Path
 
 import pytest
 
-from pipeprof.analysis.differential import (MIN_STALL_TO_SPLIT, TOLERANCE, cross_check, differential,
-                                            stall_fractions, throughput)
+from pipeprof.analysis.differential import (
+    MIN_STALL_TO_SPLIT,
+    TOLERANCE,
+    cross_check,
+    differential,
+    stall_fractions,
+    throughput,
+)
 from pipeprof.cli.diagnose_cmd import build_diagnosis, sub_scenarios
-from pipeprof.variants import scenario_dict
 from pipeprof.errors import UsageError
 from pipeprof.scenario import ON_DISK, load_scenario, scenario_from_dict
+from pipeprof.variants import scenario_dict
 
 SCENARIOS = sorted(Path(__file__).parent.parent.joinpath("scenarios").glob("*.toml"))
 

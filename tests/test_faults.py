@@ -8,15 +8,15 @@ import os
 import signal
 
 import pytest
+from tiny import tiny_file
 
+from pipeprof.analysis.summary import summarize
 from pipeprof.cli.main import main
 from pipeprof.errors import one_line
-from pipeprof.render.html import render_html
-from pipeprof.analysis.summary import summarize
 from pipeprof.pipeline.train import profile_scenario
+from pipeprof.render.html import render_html
 from pipeprof.scenario import load_scenario
 from pipeprof.storage.ram import RamDataset
-from tiny import tiny_file
 
 pytestmark = pytest.mark.integration
 

@@ -21,12 +21,12 @@ import subprocess
 import sys
 import textwrap
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tomli_w
+import tomllib
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -183,7 +183,7 @@ def dump(doc: dict[str, Any]) -> str:
         return tomli_w.dumps(doc)
     except (TypeError, ValueError, RecursionError):  # what TOML (or tomli_w) cannot write: skip it
         assume(False)
-        raise AssertionError("unreachable")
+        raise AssertionError("unreachable") from None
 
 
 # ---- 1. random TOML documents --------------------------------------------------------------------

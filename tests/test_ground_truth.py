@@ -54,8 +54,8 @@ from torch.utils.data import DataLoader, Sampler, default_collate
 
 from pipeprof.analysis.summary import COMPUTE_BOUND_FRACTION, INPUT_BOUND_FRACTION, bottleneck, counted_steps, summarize
 from pipeprof.measure.loading import LoadingRecorder
-from pipeprof.run_folder import Run
 from pipeprof.pipeline.train import COMPUTE_PROBE_STEPS, COMPUTE_PROBE_WARMUP, Workload, profile_workload
+from pipeprof.run_folder import Run
 from pipeprof.scenario import DataSpec, LoaderSpec, ProfileSpec, Scenario, TrainSpec
 from pipeprof.storage.base import SampleDataset
 from pipeprof.workload.data import Data

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tiny import script_stepping, tiny_file
 
 from pipeprof.errors import EXIT_TERMINATED, SigtermState, Terminated, interrupt_reason
-from tiny import script_stepping, tiny_file
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -12,7 +12,9 @@ import pytest
 
 from pipeprof.errors import UsageError
 from pipeprof.scenario import DataSpec
-from pipeprof.storage import files as files_kind, images as images_kind, materialize
+from pipeprof.storage import files as files_kind
+from pipeprof.storage import images as images_kind
+from pipeprof.storage import materialize
 from pipeprof.storage.materialize import MANIFEST, cache_key
 from pipeprof.storage.synthetic import ensure_synthetic
 

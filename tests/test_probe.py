@@ -16,8 +16,16 @@ from pipeprof.cli import probe_cmd
 from pipeprof.errors import UsageError
 from pipeprof.measure import probe, probe_cache
 from pipeprof.measure.clock import FakeClock
-from pipeprof.measure.probe import (QUICK, machine_key, measure_disk, measure_h2d, measure_matmul,
-                                    measure_memory_bandwidth, run_probe, time_repeats)
+from pipeprof.measure.probe import (
+    QUICK,
+    machine_key,
+    measure_disk,
+    measure_h2d,
+    measure_matmul,
+    measure_memory_bandwidth,
+    run_probe,
+    time_repeats,
+)
 from pipeprof.measure.probe_cache import load_or_probe, probe_path
 from pipeprof.run_folder import to_json
 from pipeprof.storage.pagecache import DropResult

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny import script_stepping
 
 from pipeprof.cli.main import main
 from pipeprof.cli.profile_cmd import exit_status, outcome, split_command
-from tiny import script_stepping
 
 FIXTURES = Path(__file__).parent / "fixtures"
 pytestmark = pytest.mark.integration

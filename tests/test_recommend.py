@@ -6,6 +6,7 @@ import re
 
 import pytest
 from rich.console import Console
+from test_verdict import STEP_S, make_run
 
 from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.recommend import recommend, set_text
@@ -14,7 +15,6 @@ from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
 from pipeprof.scenario import SCHEMA
-from test_verdict import STEP_S, make_run
 
 BATCH = 128
 

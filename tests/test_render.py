@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from pipeprof.analysis.loading import counted_batches, loading_breakdown
 from pipeprof.analysis.summary import summarize
 from pipeprof.render import plots
 from pipeprof.render.console import print_summary, summary_table
 from pipeprof.render.html import format_bytes, format_seconds, render_html
-from pipeprof.analysis.loading import counted_batches, loading_breakdown
 from pipeprof.run_folder import LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run
 
 XSS = "<script>alert(1)</script>"

@@ -91,7 +91,7 @@ def test_optimizer_steps_split_into_wait_copy_compute_and_other():
 def test_validation_pass_is_kept_out_of_the_steps_and_reported_per_loader():
     s = Script()
     train, val = s.loader("train_loader"), s.loader("val_loader")
-    for epoch in range(2):
+    for _epoch in range(2):
         train_epoch(s, train, 5, wait=0.010, copy=0.0, compute=0.020)
         s.iter(val)
         for _ in range(3):

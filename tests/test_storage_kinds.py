@@ -9,7 +9,9 @@ from torch.utils.data import DataLoader
 
 from pipeprof.errors import UsageError
 from pipeprof.scenario import DataSpec
-from pipeprof.storage import BUILDERS, device, files as files_kind, images as images_kind
+from pipeprof.storage import BUILDERS, device
+from pipeprof.storage import files as files_kind
+from pipeprof.storage import images as images_kind
 from pipeprof.storage.synthetic import CLASSES, FEATURES, ensure_synthetic
 
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding:DeprecationWarning")

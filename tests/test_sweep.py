@@ -4,13 +4,14 @@ import csv
 import json
 
 import pytest
+from tiny import tiny_file
 
 from pipeprof.analysis.sweep import best_point, interval, near_best, point_record, series
 from pipeprof.cli.main import main
 from pipeprof.errors import UsageError
 from pipeprof.grid import axes_from_table, build_axes, parse_axis, plan
 from pipeprof.scenario import load_scenario
-from tiny import tiny_file
+
 
 @pytest.fixture
 def scenario_file(tmp_path):

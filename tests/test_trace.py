@@ -10,8 +10,15 @@ import pytest
 from pipeprof import __version__
 from pipeprof.cli.main import main
 from pipeprof.render.trace import chrome_trace
-from pipeprof.run_folder import (GPU_SAMPLE_COLUMNS, LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run,
-                          save_run)
+from pipeprof.run_folder import (
+    GPU_SAMPLE_COLUMNS,
+    LOADING_COLUMNS,
+    PROCESS_COLUMNS,
+    SAMPLE_COLUMNS,
+    STEP_COLUMNS,
+    Run,
+    save_run,
+)
 
 MAIN_PID = 4000
 

@@ -1,15 +1,15 @@
 """pipeprof tune end to end on a tiny scenario, its snippets, and bad input."""
 
 import json
-import tomllib
 
 import pytest
+import tomllib
+from tiny import tiny_file, tiny_toml
 
-from pipeprof.cli.main import main
 from pipeprof.analysis.recommend import dataloader_kwargs
+from pipeprof.cli.main import main
 from pipeprof.cli.tune_cmd import toml_snippet
 from pipeprof.scenario import scenario_from_dict
-from tiny import tiny_file, tiny_toml
 
 TINY = tiny_toml("tiny-tune", "a tiny <script>alert(1)</script> tuning")
 

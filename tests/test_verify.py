@@ -11,10 +11,10 @@ import time
 import pytest
 
 from pipeprof.analysis.verification import NOISE, verification
-from pipeprof.pipeline.fresh_process import run_child
 from pipeprof.cli.main import main
-from pipeprof.pipeline.verify import first_change, verify
 from pipeprof.errors import UsageError
+from pipeprof.pipeline.fresh_process import run_child
+from pipeprof.pipeline.verify import first_change, verify
 from pipeprof.scenario import load_scenario, scenario_from_dict
 from pipeprof.variants import to_toml, vary
 

@@ -7,8 +7,14 @@ import pandas as pd
 import pytest
 
 from pipeprof.analysis.summary import summarize
-from pipeprof.analysis.windows import (assign_windows, coefficient_of_variation, is_stable, t_975,
-                                       throughput_windows, window_count)
+from pipeprof.analysis.windows import (
+    assign_windows,
+    coefficient_of_variation,
+    is_stable,
+    t_975,
+    throughput_windows,
+    window_count,
+)
 from pipeprof.run_folder import STEP_COLUMNS, Run
 
 

@@ -32,7 +32,8 @@ runs to include run-to-run noise.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pipeprof.analysis.windows import t_975
 from pipeprof.numbers import finite

@@ -65,7 +65,8 @@ numbers), never hidden.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 RUNS = ("compute", "prep", "real")
 

@@ -130,8 +130,8 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
       (``hotspots.code_profile``), each ``{"absent": reason}`` when off.
     """
     # attribution, verdict and recommend build on this module's functions: imported here, not at the top.
-    from pipeprof.analysis.recommend import recommend
     from pipeprof.analysis.attribution import attribution
+    from pipeprof.analysis.recommend import recommend
     from pipeprof.analysis.verdict import verdict_from_attribution
 
     steps = run.steps

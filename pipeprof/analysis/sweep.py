@@ -12,7 +12,8 @@ on a noisy machine the ranking among them is not meaningful.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from pipeprof.numbers import finite
 

@@ -32,8 +32,9 @@ counted against ``max_evals``); a failed measurement counts.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 Settings = dict[str, Any]
 # (settings, why it is tried) -> (samples/s or None, status: "complete", "failed" or "skipped")

@@ -45,7 +45,8 @@ Pure functions over the steps DataFrame (``pipeprof.run_folder.STEP_COLUMNS``); 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -24,8 +24,8 @@ import argparse
 import datetime as dt
 import os
 import urllib.parse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from rich.console import Console
 

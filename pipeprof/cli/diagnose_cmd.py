@@ -37,15 +37,15 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pipeprof.cli.arguments import add_scenario_arguments
 from pipeprof.analysis.differential import RUN_TITLES, RUNS, differential
-from pipeprof.pipeline.derive import derived_files
+from pipeprof.cli.arguments import add_scenario_arguments
 from pipeprof.cli.run_cmd import materializing_progress
 from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError, interrupt_reason
 from pipeprof.measure.loading import LoadingRecorder
+from pipeprof.pipeline.derive import derived_files
+from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
 from pipeprof.render.diagnosis import diagnosis_table, render_diagnosis_html
 from pipeprof.run_folder import ensure_out_folder, save_run, staged_folder, write_json, write_text
-from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
 from pipeprof.scenario import Scenario, load_scenario
 from pipeprof.variants import vary
 

@@ -17,14 +17,34 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import NoReturn
 
 from pipeprof import __version__
-from pipeprof.cli import (compare_cmd, diagnose_cmd, export_cmd, list_cmd, probe_cmd, profile_cmd, report_cmd, run_cmd,
-                          sweep_cmd, tune_cmd)
-from pipeprof.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, UsageError, interrupt_reason,
-                             on_sigterm, one_line, restore)
+from pipeprof.cli import (
+    compare_cmd,
+    diagnose_cmd,
+    export_cmd,
+    list_cmd,
+    probe_cmd,
+    profile_cmd,
+    report_cmd,
+    run_cmd,
+    sweep_cmd,
+    tune_cmd,
+)
+from pipeprof.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    Terminated,
+    UsageError,
+    interrupt_reason,
+    on_sigterm,
+    one_line,
+    restore,
+)
 from pipeprof.render.index import is_reports_folder, rebuild_index
 
 COMMANDS = {"run": run_cmd, "report": report_cmd, "list": list_cmd, "probe": probe_cmd,

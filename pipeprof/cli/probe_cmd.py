@@ -28,8 +28,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from pipeprof.measure.probe_cache import load_or_probe
 from pipeprof.errors import EXIT_INTERRUPTED
+from pipeprof.measure.probe_cache import load_or_probe
 from pipeprof.run_folder import to_json
 
 _ABSENT_STYLE = "dim italic"

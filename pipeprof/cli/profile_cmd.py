@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import pipeprof
-from pipeprof.pipeline.derive import derived_files
 from pipeprof.errors import UsageError
+from pipeprof.pipeline.derive import derived_files
 from pipeprof.render.console import print_summary
 from pipeprof.run_folder import ensure_out_folder, new_run_folder, save_run
 from pipeprof.script.boot import EVENTS_ENV, STEPS_ENV
@@ -139,7 +139,7 @@ class _Signals:
         self.received: list[int] = []
         self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> "_Signals":
+    def __enter__(self) -> _Signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._previous[sig] = signal.signal(sig, self._handle)
         return self

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
 from pipeprof.pipeline.derive import derived_files
 from pipeprof.render.console import print_summary
 from pipeprof.run_folder import load_run, write_text

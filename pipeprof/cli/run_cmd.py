@@ -20,15 +20,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pipeprof.cli.arguments import add_scenario_arguments
 from pipeprof.cli.keyflags import add_code_profile_flags
-from pipeprof.pipeline.derive import derived_files
-from pipeprof.pipeline.verify import print_verification, store, verify
 from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError
-from pipeprof.render.console import print_summary
-from pipeprof.run_folder import new_run_folder, save_run
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.measure.probe_cache import cached_probe
+from pipeprof.pipeline.derive import derived_files
 from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
+from pipeprof.pipeline.verify import print_verification, store, verify
+from pipeprof.render.console import print_summary
+from pipeprof.run_folder import new_run_folder, save_run
 from pipeprof.scenario import load_scenario
+
 
 def materializing_progress(progress: Progress):
     """A materialization progress callback that shows one bar per thing being built."""

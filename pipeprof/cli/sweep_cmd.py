@@ -37,11 +37,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 import pipeprof
-from pipeprof.cli.arguments import add_scenario_arguments
 from pipeprof.analysis.sweep import best_point, best_summary, near_best, point_record
-from pipeprof.pipeline.fresh_process import run_child
+from pipeprof.cli.arguments import add_scenario_arguments
 from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError
 from pipeprof.grid import Point, axes_from_table, build_axes, parse_axis, plan, read_sweep_table
+from pipeprof.pipeline.fresh_process import run_child
 from pipeprof.render.sweep import render_sweep_html, sweep_table
 from pipeprof.run_folder import ensure_out_folder, new_run_folder, write_json, write_text
 from pipeprof.scenario import Scenario, load_scenario

@@ -36,19 +36,19 @@ from typing import Any
 import torch
 from rich.console import Console
 
-from pipeprof.cli.arguments import add_scenario_arguments
-from pipeprof.analysis.recommend import dataloader_kwargs, DEVICE_DATA_MAX_BYTES, SAMPLE_BYTES
+from pipeprof.analysis.recommend import DEVICE_DATA_MAX_BYTES, SAMPLE_BYTES, dataloader_kwargs
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.sweep import best_summary, near_best, point_record
 from pipeprof.analysis.tune import Search, Space, ceiling_words, search
-from pipeprof.pipeline.fresh_process import run_child
-from pipeprof.cli.sweep_cmd import create_folder, positive_float, new_document, report_end, save_document
+from pipeprof.cli.arguments import add_scenario_arguments
+from pipeprof.cli.sweep_cmd import create_folder, new_document, positive_float, report_end, save_document
 from pipeprof.errors import UsageError
 from pipeprof.measure.environment import usable_cores
 from pipeprof.measure.loading import LoadingRecorder
+from pipeprof.pipeline.fresh_process import run_child
+from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
 from pipeprof.render.sweep import render_sweep_html, sweep_table
 from pipeprof.run_folder import write_text
-from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
 from pipeprof.scenario import ON_DISK, Scenario, load_scenario
 from pipeprof.variants import short, to_toml, vary
 

@@ -8,7 +8,7 @@ arbitrary fixed origin (``time.perf_counter`` is the real one). Tests use
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 Clock = Callable[[], float]
 

@@ -39,10 +39,11 @@ import pstats
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.util import Finalize
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from torch.utils.data import DataLoader
 

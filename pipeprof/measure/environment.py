@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from importlib import metadata
 import os
 import platform
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 

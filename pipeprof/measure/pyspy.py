@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import psutil

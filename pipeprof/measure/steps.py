@@ -31,8 +31,9 @@ and resolved lazily, after the run, never with a synchronize per step:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from pipeprof.measure.clock import Clock
 from pipeprof.measure.spool import Spool
@@ -43,7 +44,7 @@ class DeviceEvent(Protocol):
 
     def record(self) -> None: ...
 
-    def elapsed_time(self, end: "DeviceEvent") -> float: ...  # milliseconds
+    def elapsed_time(self, end: DeviceEvent) -> float: ...  # milliseconds
 
     def synchronize(self) -> None: ...
 

@@ -20,9 +20,10 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from pipeprof.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 

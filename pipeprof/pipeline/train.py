@@ -11,9 +11,10 @@ import dataclasses
 import datetime as dt
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 import torch
@@ -23,14 +24,14 @@ from pipeprof.errors import UsageError, interrupt_reason, one_line
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.codeprofile import CodeProfile
-from pipeprof.measure.pyspy import PySpy
 from pipeprof.measure.environment import describe_environment
+from pipeprof.measure.loading import LoadingRecorder
+from pipeprof.measure.prefetch import NAN, ready_batches
+from pipeprof.measure.pyspy import PySpy
 from pipeprof.measure.sampler import SystemSampler
 from pipeprof.measure.spool import Spool
 from pipeprof.measure.steady import SteadyState
 from pipeprof.measure.steps import StepTimer, ThroughputTimer
-from pipeprof.measure.loading import LoadingRecorder
-from pipeprof.measure.prefetch import NAN, ready_batches
 from pipeprof.run_folder import FUNCTION_COLUMNS, LOADING_COLUMNS, STEP_COLUMNS, Run, sample_tables
 from pipeprof.scenario import Scenario
 from pipeprof.storage.base import Progress

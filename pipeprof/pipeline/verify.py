@@ -18,8 +18,8 @@ from typing import Any
 from rich.console import Console
 
 from pipeprof.analysis.recommend import set_text
-from pipeprof.pipeline.fresh_process import run_child
 from pipeprof.errors import UsageError
+from pipeprof.pipeline.fresh_process import run_child
 from pipeprof.run_folder import RUN_FORMAT_VERSION, Run, write_json, write_text
 from pipeprof.scenario import Scenario
 from pipeprof.variants import to_toml, vary

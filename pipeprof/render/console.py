@@ -14,7 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeprof.analysis.recommend import set_text
-from pipeprof.numbers import finite as _value, scaled as _scaled
+from pipeprof.numbers import finite as _value
+from pipeprof.numbers import scaled as _scaled
 
 NOT_MEASURED = "not measured"
 

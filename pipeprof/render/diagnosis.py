@@ -16,7 +16,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from pipeprof.numbers import finite as _value, scaled as _scaled
+from pipeprof.numbers import finite as _value
+from pipeprof.numbers import scaled as _scaled
 from pipeprof.render.html import format_fraction_pct, format_micros, format_number
 
 CHECK_LABELS = {

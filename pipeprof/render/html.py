@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from jinja2 import ChainableUndefined, Environment, PackageLoader, Undefined
 from markupsafe import Markup

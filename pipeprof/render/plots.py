@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import math
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

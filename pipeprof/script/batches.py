@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from torch.utils.data import get_worker_info
 from torch.utils.data._utils import fetch as _fetch
@@ -34,7 +35,7 @@ class Tagged:
         self.batch = batch
         self.record = record  # [worker, pid, t_start_s, t_end_s, fetch_s, prep_s, collate_s, samples]
 
-    def pin_memory(self) -> "Tagged":  # the pin-memory thread calls this instead of passing us through
+    def pin_memory(self) -> Tagged:  # the pin-memory thread calls this instead of passing us through
         return Tagged(_pin_memory(self.batch), self.record)
 
     def __reduce__(self) -> tuple:

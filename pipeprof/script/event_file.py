@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -55,7 +56,7 @@ class Events:
     unreadable: int = 0  # lines or events that could not be read
 
     @classmethod
-    def of(cls, events: Iterable[list]) -> "Events":
+    def of(cls, events: Iterable[list]) -> Events:
         """Events from event lists as the hooks write them (tests, a block in this process)."""
         reader = EventReader()
         reader.add(list(events))

@@ -54,14 +54,15 @@ step's wait, as PyTorch's own profiler would show without device events.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from pipeprof.script.event_file import Events, read_events
 from pipeprof.run_folder import LOADING_COLUMNS, STEP_COLUMNS
+from pipeprof.script.event_file import Events, read_events
 
 __all__ = ["EVAL", "TRAIN", "ScriptSteps", "read_events", "script_steps"]
 

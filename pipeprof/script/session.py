@@ -19,12 +19,12 @@ from typing import Any
 import pandas as pd
 
 import pipeprof
-from pipeprof.script.event_steps import TRAIN, ScriptSteps, read_events, script_steps
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import describe_environment
 from pipeprof.measure.sampler import SystemSampler
 from pipeprof.run_folder import Run, sample_tables
+from pipeprof.script.event_steps import TRAIN, ScriptSteps, read_events, script_steps
 
 LOADER_KEYS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 NO_LOADER = "the script never iterated a torch.utils.data.DataLoader: there are no steps to attribute"

@@ -8,7 +8,7 @@ to the whole batch on the device.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch

@@ -28,9 +28,10 @@ import json
 import os
 import shutil
 import socket
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from pipeprof.errors import UsageError
 

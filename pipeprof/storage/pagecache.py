@@ -26,9 +26,9 @@ import ctypes.util
 import dataclasses
 import mmap
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 # At most this fraction of the data set's bytes may stay in the page cache for
 # a drop to count as done: a few pages come back at once (file metadata, a

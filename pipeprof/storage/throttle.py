@@ -23,7 +23,7 @@ module-level function such as ``time.sleep``.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from pipeprof.scenario import ThrottleSpec
 

@@ -13,6 +13,7 @@ also accept a batch (``B x 784``), which the ``device`` storage uses.
 from __future__ import annotations
 
 import torch
+
 from pipeprof.scenario import DataSpec
 from pipeprof.storage.base import Transform
 from pipeprof.storage.synthetic import FEATURES, SIDE

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import sys
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
 from pipeprof.scenario import Scenario
-from pipeprof.storage import build_dataset, device as device_storage
+from pipeprof.storage import build_dataset
+from pipeprof.storage import device as device_storage
 from pipeprof.storage.base import Progress, SampleDataset
 from pipeprof.storage.synthetic import ensure_synthetic
 from pipeprof.storage.throttle import from_spec

@@ -14,7 +14,7 @@ so for one spec they start from the same weights, bit for bit, on any device.
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F

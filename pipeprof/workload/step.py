@@ -9,7 +9,7 @@ rest (a warm-up), and a new batch size (an epoch's last, partial batch) compiles
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
