@@ -22,8 +22,9 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/pipeprof sweep scenarios/demo-sweep.toml --max-seconds 12
 
-# tests/test_browser.py opens the pages in Debian's chromium (DevTools protocol on a pipe: no chromedriver,
-# no pip package). Installed when missing if we are root (CI) or have sudo without a password; else that test skips.
+# tests/test_browser.py opens the pages in Debian's chromium, driven by Playwright (the test extra) through
+# executable_path: `playwright install` is never run and no browser is downloaded. Chromium is installed here with
+# apt when missing if we are root (CI) or have sudo without a password; else that test skips.
 BROWSER_PACKAGES := chromium fonts-dejavu-core
 browser:
 	@if command -v chromium >/dev/null 2>&1 || [ -n "$$PIPEPROF_CHROMIUM" ]; then :; \

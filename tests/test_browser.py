@@ -6,33 +6,41 @@ show every figure (and every chart's SVG) with a non-zero size, link only to fil
 sortable tables when a header is clicked. Full-page screenshots land in reports/screenshots/ (git-ignored) for a
 person to look at.
 
-Chromium is driven over the DevTools protocol on a pipe (``--remote-debugging-pipe``: NUL-terminated JSON on
-file descriptors 3 and 4), so the test needs Debian's ``chromium`` package and nothing else: no chromedriver, no
-Selenium or Playwright, no websocket library, and nothing that could try to download a browser. Set
-PIPEPROF_CHROMIUM to use another Chromium or Chrome binary. The test skips only when no browser is found.
+Chromium is driven by Playwright (the ``playwright`` package of the test extra) through ``executable_path``:
+Debian's ``chromium`` package, never a browser Playwright downloads (``playwright install`` is not needed and
+never run). Every request a page makes goes through Playwright's routing: local ones (file:, data:, about:,
+blob:) continue, any other is recorded and aborted, and so are websockets, so nothing leaves the machine even
+when a check fails. Set PIPEPROF_CHROMIUM to use another Chromium or Chrome binary. The test skips only when no
+browser is found (or when the test extra, with Playwright, is not installed).
 """
 
 from __future__ import annotations
 
-import base64
-import fcntl
-import json
 import os
-import queue
 import shutil
+import struct
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
 from tiny import tiny_toml
 
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # the test extra is not installed: skipped below, saying so
+    sync_playwright = None
+
 EVIL = "<script>alert(1)</script>"
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "reports" / "screenshots"
 LOCAL_SCHEMES = ("file:", "data:", "about:", "blob:")
+# Known to work here as root (CI runs as root, hence no sandbox); Playwright adds its own switches after these.
+# No network of Chromium's own (QUIC, background updates, component updates, sync) and /tmp instead of a small
+# /dev/shm in containers.
+LAUNCH_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage"]
 
 
 def find_chromium() -> str | None:
@@ -51,196 +59,106 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(CHROMIUM is None, reason="no Chromium found (apt-get install chromium, or set "
                                                 "PIPEPROF_CHROMIUM): the pages cannot be checked in a browser"),
+    pytest.mark.skipif(sync_playwright is None, reason="Playwright is not installed (pip install -e '.[test]'): "
+                                                       "the pages cannot be checked in a browser"),
 ]
 
 
-# ---- a minimal DevTools-protocol client over --remote-debugging-pipe ------------------------------------------
+# ---- Chromium through Playwright -----------------------------------------------------------------------------
 
 
 class Chromium:
-    """Headless Chromium; ``send`` one DevTools command and get its result; events are kept per session."""
+    """Headless Chromium (one Playwright browser context); ``open`` a file in a new tab, watched from the start."""
 
-    def __init__(self, exe: str, folder: Path):
-        to_child_r, self._to_child = os.pipe()
-        self._from_child, from_child_w = os.pipe()
-        # Chromium's ends go to file descriptors 3 and 4 (where --remote-debugging-pipe reads and writes) through
-        # a tiny Python that moves them there and execs the browser: no preexec_fn, so nothing runs between fork
-        # and exec. They are first moved to 10 and up so that the moves cannot overwrite one another.
-        ends = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_child_r, from_child_w)]
-        for fd in (to_child_r, from_child_w):
-            os.close(fd)
-        trampoline = ("import os, sys; r, w = int(sys.argv[1]), int(sys.argv[2]); os.dup2(r, 3); os.dup2(w, 4); "
-                      "os.close(r); os.close(w); os.execv(sys.argv[3], sys.argv[3:])")
-        self.exe, self.stderr_path = exe, folder / "chromium-stderr.txt"
-        with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", trampoline, *map(str, ends),
-                 exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--remote-debugging-pipe", f"--user-data-dir={folder / 'profile'}", "--no-first-run",
-                 "--no-default-browser-check", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--hide-scrollbars", "--mute-audio", "--force-color-profile=srgb",
-                 "--window-size=1280,900", "about:blank"],
-                stdin=subprocess.DEVNULL, stdout=err, stderr=err, pass_fds=ends)
-        for fd in ends:
-            os.close(fd)
-        self._lock = threading.Lock()
-        self._next_id = 0
-        self._replies: queue.Queue = queue.Queue()
-        self.events: dict[str | None, list[dict]] = {}
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+    def __init__(self, exe: str):
+        self.exe = exe
+        self._playwright = sync_playwright().start()
+        try:
+            self._browser = self._playwright.chromium.launch(executable_path=exe, args=LAUNCH_FLAGS, timeout=60_000)
+            self._context = self._browser.new_context(viewport={"width": 1280, "height": 900},
+                                                      device_scale_factor=1, service_workers="block")
+        except BaseException:
+            self._playwright.stop()
+            raise
 
-    def _write(self, message: dict) -> int:
-        with self._lock:
-            self._next_id += 1
-            message["id"] = self._next_id
-            os.write(self._to_child, json.dumps(message).encode() + b"\0")
-            return self._next_id
-
-    def _read(self) -> None:
-        buffer = b""
-        while True:
-            try:
-                chunk = os.read(self._from_child, 1 << 20)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self._replies.put(None)
-                return
-            buffer += chunk
-            *messages, buffer = buffer.split(b"\0")
-            for raw in messages:
-                message = json.loads(raw)
-                if "id" in message:
-                    self._replies.put(message)
-                    continue
-                session = message.get("sessionId")
-                self.events.setdefault(session, []).append(message)
-                if message.get("method") == "Page.javascriptDialogOpening":  # it blocks the page: dismiss it here
-                    self._write({"method": "Page.handleJavaScriptDialog", "params": {"accept": True},
-                                 "sessionId": session})
-
-    def send(self, method: str, params: dict | None = None, session: str | None = None, timeout: float = 30):
-        message = {"method": method, "params": params or {}}
-        if session:
-            message["sessionId"] = session
-        wanted = self._write(message)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                reply = self._replies.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise TimeoutError(f"Chromium did not answer {method} in {timeout} s") from None
-            if reply is None:
-                raise RuntimeError(f"{self.exe} exited; its output: {self.stderr_tail()}")
-            if reply["id"] == wanted:
-                if "error" in reply:
-                    raise RuntimeError(f"{method}: {reply['error']}")
-                return reply["result"]
-
-    def stderr_tail(self) -> str:
-        return self.stderr_path.read_text(errors="replace")[-2000:]
+    @property
+    def version(self) -> str:
+        return self._browser.version
 
     def open(self, path: Path) -> Page:
-        target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-        session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        page = Page(self, session)
-        for domain in ("Page", "Runtime", "Log", "Network"):
-            page.send(f"{domain}.enable")
-        page.send("Emulation.setDeviceMetricsOverride",
-                  {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False})
-        nav = page.send("Page.navigate", {"url": path.resolve().as_uri()})
-        assert "errorText" not in nav, f"{path}: {nav['errorText']}"
-        page.wait_for("Page.loadEventFired")
+        page = Page(self._context.new_page())
+        response = page.page.goto(path.resolve().as_uri(), wait_until="load")
+        assert response is None or response.ok, f"{path}: {response and response.status}"
         page.evaluate("document.fonts.ready.then(() => new Promise(r => requestAnimationFrame(() => r(true))))")
         return page
 
     def close(self) -> None:
         try:
-            self.send("Browser.close", timeout=10)
-        except (RuntimeError, TimeoutError, OSError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        os.close(self._to_child)
-        self._reader.join(timeout=5)
-        if not self._reader.is_alive():
-            os.close(self._from_child)
+            self._context.close()
+            self._browser.close()
+        finally:
+            self._playwright.stop()
 
 
 class Page:
-    """One tab: DevTools commands in its session, its events, and the checks' helpers."""
+    """One tab: what it logged, asked for and opened since it was created, and the checks' helpers."""
 
-    def __init__(self, browser: Chromium, session: str):
-        self.browser, self.session = browser, session
+    def __init__(self, page):
+        self.page = page
+        self.errors: list[str] = []  # console errors and asserts, uncaught exceptions, dialogs
+        self.requests: list[str] = []  # every URL the page asked for, as the browser saw it
+        self.blocked: list[str] = []  # the non-local ones, aborted by the route before they left
+        page.on("console", self._console)
+        page.on("pageerror", lambda error: self.errors.append(f"uncaught: {error}"))
+        page.on("dialog", self._dialog)
+        page.on("request", lambda request: self.requests.append(request.url))
+        page.route("**/*", self._route)
+        page.route_web_socket("**/*", self._websocket)
 
-    def send(self, method: str, params: dict | None = None):
-        return self.browser.send(method, params, session=self.session)
+    def _console(self, message) -> None:
+        if message.type in ("error", "assert"):  # Chromium's own log entries ("Failed to load resource") too
+            where = message.location.get("url", "")
+            self.errors.append(f"console.{message.type}: {message.text}" + (f" ({where})" if where else ""))
 
-    @property
-    def events(self) -> list[dict]:
-        return list(self.browser.events.get(self.session, []))
+    def _dialog(self, dialog) -> None:
+        self.errors.append(f"a JavaScript {dialog.type} opened: {dialog.message!r}")
+        dialog.accept()  # it blocks the page until answered
 
-    def wait_for(self, method: str, timeout: float = 30) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for e in self.events:
-                if e["method"] == method:
-                    return e
-            time.sleep(0.02)
-        raise TimeoutError(f"no {method} in {timeout} s")
+    def _route(self, route) -> None:
+        url = route.request.url
+        if url.startswith(LOCAL_SCHEMES):
+            route.continue_()
+        else:
+            self.blocked.append(url)
+            route.abort("blockedbyclient")
 
-    def evaluate(self, expression: str):
-        result = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True,
-                                                "awaitPromise": True})
-        if "exceptionDetails" in result:
-            raise AssertionError(f"{expression[:80]}...: {result['exceptionDetails']}")
-        return result["result"].get("value")
+    def _websocket(self, ws) -> None:
+        self.blocked.append(ws.url)  # not connected to any server: mocked, then closed
+        ws.close()
+
+    def evaluate(self, expression: str, arg=None):
+        return self.page.evaluate(expression, arg)
 
     def click(self, selector: str) -> None:
-        """A real left click (mouse events at the element's centre), as a person would."""
-        x, y = self.evaluate(f"""(() => {{ const e = document.querySelector({json.dumps(selector)});
-            e.scrollIntoView({{block: "center"}}); const r = e.getBoundingClientRect();
-            return [r.x + r.width / 2, r.y + r.height / 2]; }})()""")
-        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
-            self.send("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1})
+        """A real left click (mouse events at the element's centre, scrolled into view), as a person would."""
+        self.page.click(selector)
 
     def screenshot(self, path: Path) -> tuple[int, int]:
-        """The whole page (not only the viewport) as PNG; its CSS size."""
-        self.evaluate("window.scrollTo(0, 0), true")
-        size = self.send("Page.getLayoutMetrics")["cssContentSize"]
-        w, h = int(size["width"]), int(size["height"])
-        shot = self.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
-                                                    "clip": {"x": 0, "y": 0, "width": w, "height": h, "scale": 1}})
+        """The whole page (not only the viewport) as PNG; its size in CSS pixels (one device pixel each)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(base64.b64decode(shot["data"]))
+        png = self.page.screenshot(path=path, full_page=True, type="png")
+        assert png[:8] == b"\x89PNG\r\n\x1a\n", f"{path}: not a PNG"
+        w, h = struct.unpack(">II", png[16:24])  # IHDR: width, height
         return w, h
 
     # ---- what every page must satisfy -----------------------------------------------------------------------
 
     def console_errors(self) -> list[str]:
-        errors = []
-        for e in self.events:
-            p = e.get("params", {})
-            if e["method"] == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert"):
-                errors.append("console." + p["type"] + ": " + " ".join(
-                    str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
-            elif e["method"] == "Runtime.exceptionThrown":
-                d = p["exceptionDetails"]
-                errors.append(f"uncaught: {d.get('exception', {}).get('description') or d.get('text')}")
-            elif e["method"] == "Log.entryAdded" and p["entry"]["level"] == "error":
-                errors.append(f"log ({p['entry']['source']}): {p['entry']['text']} {p['entry'].get('url', '')}")
-            elif e["method"] == "Page.javascriptDialogOpening":
-                errors.append(f"a JavaScript {p['type']} opened: {p['message']!r}")
-        return errors
+        return list(self.errors)
 
     def remote_requests(self) -> list[str]:
-        """URLs the page asked for that are not local: what the browser sent, the Performance API's view of it,
-        and any element that would fetch from a server."""
-        sent = [e["params"]["request"]["url"] for e in self.events if e["method"] == "Network.requestWillBeSent"]
+        """URLs the page asked for that are not local: what the browser sent (and the route blocked), the
+        Performance API's view of it, and any element that would fetch from a server."""
         performance = self.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
         attributes = self.evaluate("""Array.from(document.querySelectorAll('[src], [href], [srcset], [poster]'))
             .filter(e => e.localName !== 'a')
@@ -248,7 +166,8 @@ class Page:
             .filter(v => v)""")
         css = self.evaluate("""Array.from(document.querySelectorAll('style')).map(s => s.textContent).join('\\n')
             .match(/url\\([^)]*\\)|@import[^;]*/g) || []""")
-        return ([u for u in sent + performance if not u.startswith(LOCAL_SCHEMES)]
+        sent = sorted(set(self.requests + self.blocked + performance))
+        return ([u for u in sent if not u.startswith(LOCAL_SCHEMES)]
                 + [f"attribute: {v}" for v in attributes if not v.startswith(LOCAL_SCHEMES) and ":" in v.split("/")[0]]
                 + [f"attribute: {v}" for v in attributes if v.startswith("//")]
                 + [f"css: {v}" for v in css if "data:" not in v])
@@ -334,10 +253,9 @@ def reports(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    chromium = Chromium(CHROMIUM, tmp_path_factory.mktemp("chromium"))
+def browser():
+    chromium = Chromium(CHROMIUM)
     try:
-        chromium.send("Browser.getVersion", timeout=60)
         yield chromium
     finally:
         chromium.close()
@@ -436,3 +354,48 @@ def test_no_page_scrolls_sideways_at_1280_px(browser, reports, name):
     page = browser.open(reports[name])
     width, viewport = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
     assert width <= viewport, f"{name}: {width} CSS pixels wide in a {viewport}-pixel window"
+
+
+BROKEN_PAGE = """<!doctype html><html><head><title>broken</title>
+<link rel="stylesheet" href="https://example.invalid/remote.css">
+<style>body { background: url(https://example.invalid/background.png) }</style></head>
+<body><h1>every check fails here</h1><figure id="flat" style="height: 0; margin: 0; overflow: hidden"></figure>
+<a href="gone.html">a file that is not there</a><img src="//example.invalid/scheme-relative.png" alt="">
+<script>
+console.error("boom");
+alert("hey");
+const ws = new WebSocket("ws://example.invalid/socket");
+window.settled = Promise.all([fetch("https://example.invalid/api").catch(() => "refused"),
+                              new Promise(done => { ws.onclose = ws.onerror = done; })]);
+</script>
+<script>throw new Error("thrown while loading");</script>
+</body></html>"""
+
+
+def test_the_checks_catch_a_page_that_breaks_them(browser, tmp_path):
+    """The harness itself: a page that logs an error, throws, opens an alert, reaches for the network four ways
+    (a stylesheet, a CSS url(), fetch, a websocket) and once more by attribute, shows a flat figure and links to a
+    missing file. Every check must see it, and nothing may reach a server: the route aborts every request."""
+    (tmp_path / "broken.html").write_text(BROKEN_PAGE)
+    page = browser.open(tmp_path / "broken.html")
+    page.evaluate("window.settled.then(() => true)")  # the fetch refused and the websocket closed
+
+    errors = page.console_errors()
+    assert "console.error: boom" in " | ".join(errors)
+    assert any(e.startswith("uncaught:") and "thrown while loading" in e for e in errors)
+    assert "a JavaScript alert opened: 'hey'" in errors
+    assert any("Failed to load resource" in e and "remote.css" in e for e in errors)  # the aborted stylesheet
+
+    remote = page.remote_requests()
+    for url in ("https://example.invalid/remote.css", "https://example.invalid/background.png",
+                "https://example.invalid/api", "ws://example.invalid/socket",
+                "attribute: //example.invalid/scheme-relative.png", "css: url(https://example.invalid/background.png)"):
+        assert url in remote, f"{url} not reported among {remote}"
+    assert sorted(set(page.blocked)) == ["https://example.invalid/api", "https://example.invalid/background.png",
+                                         "https://example.invalid/remote.css", "ws://example.invalid/socket"]
+
+    flat = [f for f in page.figures() if f["kind"] == "figure" and f["id"] == "flat"]
+    assert len(flat) == 1 and flat[0]["h"] == 0
+    assert [Path(unquote(urlparse(h).path)).name for h in page.broken_links()] == ["gone.html"]
+    with pytest.raises(AssertionError, match="broken: console errors"):
+        page.check("broken")
