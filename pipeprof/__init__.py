@@ -1,6 +1,8 @@
 """pipeprof: a data-pipeline bottleneck profiler for PyTorch training."""
 
-__version__ = "0.1.0"
+from pipeprof.version import __version__
+
+__all__ = ["__version__", "profile", "Profile"]
 
 
 def __getattr__(name: str):

@@ -25,6 +25,10 @@ from pipeprof.errors import UsageError
 
 STORAGE_KINDS = ("device", "ram", "memmap", "files", "images")
 ON_DISK = ("memmap", "files", "images")
+# Every generated sample: 28 x 28 float32 values (``storage/synthetic.py`` makes them; the model and the
+# recommendations size the data set by them). Here, not in storage/, so the analysis reads it without torch.
+SAMPLE_FEATURES = 784
+SAMPLE_BYTES = SAMPLE_FEATURES * 4
 TRANSFORMS = ("none", "normalize", "augment")
 IMAGE_FORMATS = ("png", "jpeg")
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "leaky_relu", "prelu")

@@ -52,7 +52,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Sampler, default_collate
 
-from pipeprof.analysis.summary import COMPUTE_BOUND_FRACTION, INPUT_BOUND_FRACTION, bottleneck, counted_steps, summarize
+from pipeprof.analysis.steps import counted_steps
+from pipeprof.analysis.summary import bottleneck, summarize
+from pipeprof.analysis.thresholds import COMPUTE_BOUND_FRACTION, INPUT_BOUND_FRACTION
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.pipeline.train import COMPUTE_PROBE_STEPS, COMPUTE_PROBE_WARMUP, Workload, profile_workload
 from pipeprof.run_folder import Run

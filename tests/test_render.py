@@ -375,7 +375,7 @@ def test_plot_svg_is_inline_ready():
 
 
 def test_plots_downsample_long_runs():
-    from pipeprof.analysis.summary import step_breakdown
+    from pipeprof.analysis.steps import step_breakdown
 
     run = make_run(n_steps=20_000, warmup=10, n_samples=5_000)
     svg = plots.step_breakdown_svg(step_breakdown(run.steps))

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeprof.analysis.summary import bottleneck, fractions, step_breakdown, summarize, uss_snapshot
+from pipeprof.analysis.steps import fractions, step_breakdown
+from pipeprof.analysis.summary import bottleneck, summarize, uss_snapshot
 from pipeprof.run_folder import PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run
 
 

@@ -14,26 +14,46 @@ What was not measured is ``{"absent": reason}``, never a zero.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
+from pipeprof.analysis.cache import cache_check
 from pipeprof.analysis.loading import counted_batches, loading_summary
-from pipeprof.analysis.summary import cache_check, counted_steps, counted_window_s, fractions
+from pipeprof.analysis.steps import counted_steps, counted_window_s, fractions
+from pipeprof.loader_rules import prefetch_factor, queue_capacity_batches
 from pipeprof.numbers import finite as _finite
 from pipeprof.run_folder import Run
 
-DEFAULT_PREFETCH_FACTOR = 2  # torch.utils.data.DataLoader's default with workers
 RANDOM_READ_BYTES = 4096  # the probe's random reads are 4 KiB
 NO_PROBE = "no machine probe: run pipeprof probe"
 
 
-def attribution(run: Run, probe: dict | None = None, summary: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The direct attribution evidence of one run; every number carries its unit in its name.
+@dataclass(frozen=True)
+class Attribution:
+    """What ``attribution`` hands the verdict, the recommendations and the summary.
 
-    ``summary`` (when ``summarize`` calls this) supplies the step fractions, the
-    loading summary and the cache check it already derived, so they are not
-    computed twice.
+    ``sections`` is summary.json's ``attribution`` (see ``attribution``);
+    ``fractions``, ``loading_summary`` and ``cache_check`` are the step split,
+    the loading summary and the cache check it was derived from, which the
+    summary reports as they are (computed once, here).
+    """
+
+    sections: dict[str, Any]
+    fractions: dict[str, float]
+    loading_summary: dict[str, Any] | None
+    cache_check: dict[str, Any] | None
+
+    def __getitem__(self, section: str) -> dict[str, Any]:
+        return self.sections[section]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.sections
+
+
+def attribution(run: Run, probe: dict | None = None) -> Attribution:
+    """The direct attribution evidence of one run; every number carries its unit in its name.
 
     Sections (``{"absent": reason}`` where something was not measured, never a zero):
 
@@ -69,15 +89,12 @@ def attribution(run: Run, probe: dict | None = None, summary: dict[str, Any] | N
     meta = run.meta if isinstance(run.meta, dict) else {}
     scenario = _dict(meta.get("scenario"))
     steps = counted_steps(run.steps)
-    if summary is None:
-        frac = fractions(run.steps)
-        loading = loading_summary(counted_batches(run.loading, run.steps))
-        cache = cache_check(run)
-    else:
-        frac, loading, cache = summary["fractions"], summary["loading"], summary["cache"]
+    frac = fractions(run.steps)
+    loading = loading_summary(counted_batches(run.loading, run.steps))
+    cache = cache_check(run)
     wait_mean_s = _mean(steps.get("data_wait_s"))
     num_workers = _num_workers(scenario, loading)
-    return {
+    sections = {
         "step": {
             "steps": int(len(steps)),
             **{f"{p}_fraction": _finite(v) for p, v in frac.items()},
@@ -95,6 +112,7 @@ def attribution(run: Run, probe: dict | None = None, summary: dict[str, Any] | N
         "cache": ({"cache": cache.get("cache"), "verified": cache.get("verified"), "reason": cache.get("reason")}
                   if cache else {"absent": "this run has no page-cache record (recorded before page-cache control)"}),
     }
+    return Attribution(sections, frac, loading, cache)
 
 
 def _loading(loading: dict | None, wait_mean_s: float | None, meta: dict) -> dict[str, Any]:
@@ -194,13 +212,13 @@ def _prefetch(steps: pd.DataFrame, scenario: dict, num_workers: int | None) -> d
         return {"absent": "the queue was not observed (no ready_batches readings: a run from before they were "
                           "recorded, or a loader whose internals do not show them)"}
     factor = _dict(scenario.get("loader")).get("prefetch_factor")
-    capacity = num_workers * (factor or DEFAULT_PREFETCH_FACTOR) if num_workers else None
+    capacity = queue_capacity_batches(num_workers or 0, factor)
     wait = pd.to_numeric(seen["data_wait_s"], errors="coerce").fillna(0.0)
     has_ready = seen["ready"] >= 1
     total_wait = float(wait.sum())
     return {
         "num_workers": num_workers,
-        "prefetch_factor": factor or DEFAULT_PREFETCH_FACTOR,
+        "prefetch_factor": prefetch_factor(num_workers or 1, factor),  # workers (count unknown: None) use it
         "capacity_batches": capacity,
         "steps_observed": int(len(seen)),
         "mean_ready_batches": float(seen["ready"].mean()),

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeprof.run_folder import Run
+
 # A cold epoch must read at least this fraction of the data set from disk.
 # Not 1.0: reads in the epoch's last ~1/sample_hz seconds can fall after the
 # sampler's last tick, a new worker's first reads go uncounted (see above),
@@ -207,3 +209,16 @@ def cold_cache_check(epochs_df: pd.DataFrame, dataset_bytes: int, cache: str,
         result["reason"] = (f"every epoch read at least {min(fractions):.0%} of the data set "
                             f"({_mb(dataset_bytes)}) from disk")
     return result
+
+
+def cache_check(run: Run) -> dict[str, Any] | None:
+    """Disk reads per epoch against the data set's size; for a cold cache, whether it really was cold."""
+    cache = run.meta.get("cache")
+    if not isinstance(cache, dict):
+        return None  # runs from before page-cache control
+    mode, dataset_bytes = cache.get("mode", "warm"), cache.get("dataset_bytes") or 0
+    if dataset_bytes <= 0:
+        return {"cache": mode, "verified": None, "reason": "the data is not read from files on disk"}
+    samples = run.meta.get("scenario", {}).get("data", {}).get("samples")
+    return cold_cache_check(epoch_reads(run.steps, run.processes), dataset_bytes, mode, cache.get("drops"),
+                            dataset_samples=samples)

@@ -91,31 +91,36 @@ from typing import Any
 
 import pandas as pd
 
-from pipeprof.analysis.summary import counted_steps
+from pipeprof.analysis.attribution import Attribution
+from pipeprof.analysis.steps import counted_steps
+from pipeprof.analysis.thresholds import (
+    BURSTY_EMPTY_FRACTION,
+    COMPUTE_BOUND_FRACTION,
+    MIN_GAIN,
+    NEAR_BEST,
+    PIN_MEMORY_H2D,
+    SATURATED_FRACTION,
+    SHARE_DOMINATES,
+    SLOW_EPOCH_START_STEPS,
+    WORKERS_BUSY,
+)
+from pipeprof.loader_rules import prefetch_factor, worker_only_conflicts
 from pipeprof.run_folder import Run
+from pipeprof.scenario import ON_DISK, SAMPLE_BYTES
 
-MIN_GAIN = 1.05  # a recommendation must predict at least 5% more samples/s
-NEAR_BEST = 0.98  # the smallest worker count within 2% of the best one wins
-SATURATED_FRACTION = 0.9  # busy cores over usable cores
-BURSTY_EMPTY_FRACTION = 0.3
-WORKERS_SATURATED_BUSY = 0.8
-SLOW_EPOCH_START_STEPS = 2.0  # excess wait, in median steps
-SHARE_DOMINATES = 0.5
+# The model's assumptions for whole batches at once: what is left of per-sample fetch and of collate.
 BATCH_FETCH_KEEPS_FETCH = 0.1
 BATCH_FETCH_KEEPS_COLLATE = 0.2
-PIN_MEMORY_H2D = 0.05
 DEVICE_DATA_MAX_BYTES = 2 * 1024**3
-SAMPLE_BYTES = 784 * 4  # a synthetic sample: 28x28 float32
-ON_DISK = ("memmap", "files", "images")
 
 
-def recommend(run: Run, attribution: dict[str, Any], verdict: dict[str, Any]) -> list[dict[str, Any]]:
+def recommend(run: Run, attribution: Attribution, verdict: dict[str, Any]) -> list[dict[str, Any]]:
     """Recommendations ranked by predicted speed-up (see the module docstring for the model).
 
     Never empty: without a change worth making, one entry with ``change = {}``,
     ``predicted_speedup = 1.0`` and the reason.
     """
-    m = _Model(run, attribution)
+    m = _Model(run, attribution.sections)
     if m.current is None:
         return [_negative(None, "no counted steps: nothing to predict from", "none")]
     recs = [r for r in (m.workers(), m.prefetch(), m.persistent(), m.batch_fetch(), m.cache_in_ram(),
@@ -261,6 +266,17 @@ class _Model:
                     f"run's load")
         return f"compute ceiling {self.ceiling:,.0f} samples/s"
 
+    def _drop_worker_only(self, change: dict[str, Any]) -> list[str]:
+        """Going to 0 workers: the settings that need workers (``loader_rules``) reset in ``change`` where
+        ``--set`` can reset them (``persistent_workers = false``), else a note to remove them."""
+        notes = []
+        for key in worker_only_conflicts(0, self.loader):
+            if key == "persistent_workers":
+                change[f"loader.{key}"] = False
+            else:
+                notes.append(f"remove loader.{key} from the scenario: it needs workers")
+        return notes
+
     # -- candidates ----------------------------------------------------------------------
 
     def workers(self) -> dict[str, Any] | None:
@@ -279,10 +295,10 @@ class _Model:
         if threads is not None:
             change["train.threads"] = threads
         extra: dict[str, Any] = {}
-        if k == 0 and self.loader.get("persistent_workers"):
-            change["loader.persistent_workers"] = False
-        if k == 0 and self.loader.get("prefetch_factor") is not None:
-            extra["note"] = "remove loader.prefetch_factor from the scenario: it needs workers"
+        if k == 0:
+            notes = self._drop_worker_only(change)
+            if notes:
+                extra["note"] = "; ".join(notes)
         w = self.worker_cores(k) if threads is None else self.worker_cores(k, self.cores - threads, threads)
         how = (f"with {k} worker{'s' if k != 1 else ''}, each makes a sample in {p * 1e6:,.1f} µs "
                f"({1 / p:,.0f} samples/s per worker) on {w:.2f} of {self.cores:g} cores (the training process "
@@ -314,9 +330,9 @@ class _Model:
         if not self.k or parts is None or "absent" in pre:
             return None
         empty, busy = pre.get("empty_step_fraction"), self.loading.get("worker_busy_mean_fraction")
-        if empty is None or empty < BURSTY_EMPTY_FRACTION or (busy is not None and busy >= WORKERS_SATURATED_BUSY):
+        if empty is None or empty < BURSTY_EMPTY_FRACTION or (busy is not None and busy >= WORKERS_BUSY):
             return None
-        factor = int(pre.get("prefetch_factor") or 2)
+        factor = prefetch_factor(self.k, pre.get("prefetch_factor")) or 1
         x = self.throughput(self.k, *parts)
         return self._rec({"loader.prefetch_factor": 2 * factor}, x,
                          f"supply is bursty: {100 * empty:.0f}% of steps found the queue empty while the workers "
@@ -353,7 +369,7 @@ class _Model:
 
     def batch_fetch(self) -> dict[str, Any] | None:
         parts = self._parts()
-        if parts is None or self.storage != "ram" or self.wait < 0.05:
+        if parts is None or self.storage != "ram" or self.wait < COMPUTE_BOUND_FRACTION:
             return None
         fetch, prep, collate = parts
         p = fetch + prep + collate
@@ -377,7 +393,7 @@ class _Model:
         p = fetch + prep + collate
         decode = self.storage == "images" and p > 0 and prep / p >= SHARE_DOMINATES
         stored = (self.cold or self.throttled or self.storage in ("files",)) and p > 0 and fetch / p >= SHARE_DOMINATES
-        if not (decode or stored) or self.wait < 0.05:
+        if not (decode or stored) or self.wait < COMPUTE_BOUND_FRACTION:
             return None
         keep_prep = prep if (self.storage != "images" or self.data.get("transform") == "augment") else 0.0
         x = self.throughput(self.k, 0.0, keep_prep, collate, storage=math.inf)
@@ -401,22 +417,19 @@ class _Model:
 
     def on_device(self) -> dict[str, Any] | None:
         n = self.data.get("samples")
-        if self.storage == "device" or not n or n * SAMPLE_BYTES > DEVICE_DATA_MAX_BYTES or self.wait < 0.05:
+        if self.storage == "device" or not n or n * SAMPLE_BYTES > DEVICE_DATA_MAX_BYTES or self.wait < COMPUTE_BOUND_FRACTION:
             return None
         if not math.isfinite(self.ceiling):
             return None
         change: dict[str, Any] = {"data.storage": "device"}
         if self.k:
             change["loader.num_workers"] = 0
-        notes = (["remove loader.prefetch_factor from the scenario: it needs workers"]
-                 if self.loader.get("prefetch_factor") is not None else [])
+        notes = self._drop_worker_only(change)
         if self.storage == "images":
             notes.append("remove data.format / data.quality from the scenario: they apply to images only")
         if self.throttled:
             notes.append("remove data.throttle from the scenario: it does not apply to on-device data")
         extra = {"note": "; ".join(notes)} if notes else {}
-        if self.loader.get("persistent_workers"):
-            change["loader.persistent_workers"] = False
         if self.data.get("cache") == "cold":
             change["data.cache"] = "warm"
         return self._rec(change, self.ceiling_alone,
@@ -437,7 +450,7 @@ class _Model:
 
     def fewer_threads(self) -> dict[str, Any] | None:
         parts = self._parts()
-        if parts is None or not self.k or not self.cpu.get("oversubscribed") or self.wait < 0.05:
+        if parts is None or not self.k or not self.cpu.get("oversubscribed") or self.wait < COMPUTE_BOUND_FRACTION:
             return None
         threads = int(max(1, self.cores - self.k))
         if threads >= self.threads:

@@ -15,51 +15,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeprof.analysis.cache import cold_cache_check, epoch_reads
+from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.hotspots import code_profile
-from pipeprof.analysis.loading import counted_batches, loading_summary
+from pipeprof.analysis.recommend import recommend
+from pipeprof.analysis.steps import counted_steps, counted_window_s
+from pipeprof.analysis.thresholds import COMPUTE_BOUND_FRACTION, INPUT_BOUND_FRACTION
+from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
 from pipeprof.run_folder import Run
 
 SUMMARY_SCHEMA_VERSION = 1
 
-# TensorFlow's input-pipeline analyzer calls a program "highly input-bound"
-# when more than 20% of step time waits for input and "not input-bound"
-# under 5%; pipeprof uses the same cut-offs on the data-wait fraction.
-INPUT_BOUND_FRACTION = 0.20
-COMPUTE_BOUND_FRACTION = 0.05
-
 # final_loss and accuracy describe the end of training, not its average.
 TAIL_FRACTION = 0.10
-
-PHASES = ("data_wait", "h2d", "compute")
-
-
-def counted_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """Steps after warm-up: the ones every statistic is computed over."""
-    return steps.loc[~steps["warmup"].astype(bool)]
-
-
-def step_breakdown(steps: pd.DataFrame) -> pd.DataFrame:
-    """Counted steps with ``other_s`` = step time not in data wait, h2d or compute."""
-    df = counted_steps(steps).copy()
-    df["other_s"] = (df["step_s"] - df[[f"{p}_s" for p in PHASES]].sum(axis=1)).clip(lower=0.0)
-    return df
-
-
-def fractions(steps: pd.DataFrame) -> dict[str, float]:
-    """Share of counted step time in each phase; the four values sum to 1."""
-    df = step_breakdown(steps)
-    total_s = float(df["step_s"].sum())
-    if total_s <= 0:
-        return {p: math.nan for p in (*PHASES, "other")}
-    parts = {p: float(df[f"{p}_s"].sum()) for p in PHASES}
-    parts["other"] = float(df["other_s"].sum())
-    # On CUDA the phases come from device events and the step from their span;
-    # rounding can make the parts overshoot the whole by a hair, so normalize.
-    denominator = max(total_s, sum(parts.values()))
-    return {p: v / denominator for p, v in parts.items()}
 
 
 def bottleneck(data_wait_fraction: float) -> tuple[str, str]:
@@ -81,14 +50,6 @@ def bottleneck(data_wait_fraction: float) -> tuple[str, str]:
         f"moderately input-bound: {pct:.0f}% of step time was spent waiting for data "
         f"(between {100 * COMPUTE_BOUND_FRACTION:.0f}% and {100 * INPUT_BOUND_FRACTION:.0f}%)"
     )
-
-
-def counted_window_s(steps: pd.DataFrame) -> tuple[float, float]:
-    """Start and end (run time, seconds) of the counted steps."""
-    df = counted_steps(steps)
-    if df.empty:
-        return math.nan, math.nan
-    return float(df["t_start_s"].iloc[0]), float(df["t_start_s"].iloc[-1] + df["step_s"].iloc[-1])
 
 
 def _in_window(samples: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:
@@ -129,18 +90,14 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
     * ``code_profile``: ``{"cprofile", "pyspy"}``, the code-level view
       (``hotspots.code_profile``), each ``{"absent": reason}`` when off.
     """
-    # attribution, verdict and recommend build on this module's functions: imported here, not at the top.
-    from pipeprof.analysis.attribution import attribution
-    from pipeprof.analysis.recommend import recommend
-    from pipeprof.analysis.verdict import verdict_from_attribution
-
     steps = run.steps
     counted = counted_steps(steps)
     n = len(counted)
     step_s = counted["step_s"].to_numpy(dtype=float)
     duration_s = float(step_s.sum())
     samples = int(counted["samples"].sum())
-    frac = fractions(steps)
+    attr = attribution(run, probe if probe is not None else run.meta.get("probe"))
+    frac = attr.fractions
     klass, reason = bottleneck(frac["data_wait"])
 
     tail = counted.tail(max(1, math.ceil(TAIL_FRACTION * n))) if n else counted
@@ -185,8 +142,8 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
             "read_bytes": _read_bytes(processes),
         },
         "gpu": _gpu_summary(during) if run.meta.get("gpu", {}).get("available") else None,
-        "loading": loading_summary(counted_batches(run.loading, steps)),
-        "cache": cache_check(run),
+        "loading": attr.loading_summary,
+        "cache": attr.cache_check,
         "final_loss": float(tail["loss"].mean()) if n else None,
         "accuracy": _accuracy(tail["correct"], tail_samples),
         "absences": dict(run.meta.get("absences", {})),
@@ -197,9 +154,9 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
     }
     if run.meta.get("kind") == "script":  # pipeprof profile / pipeprof.profile(): what ran, and its loaders
         summary.update({k: run.meta.get(k) for k in ("script", "loaders", "step_source")})
-    summary["attribution"] = attribution(run, probe if probe is not None else run.meta.get("probe"), summary)
-    summary["verdict"] = verdict_from_attribution(summary["attribution"])
-    summary["recommendations"] = recommend(run, summary["attribution"], summary["verdict"])
+    summary["attribution"] = attr.to_json()
+    summary["verdict"] = verdict_from_attribution(attr)
+    summary["recommendations"] = recommend(run, attr, summary["verdict"])
     summary["verification"] = verification(run.meta.get("verification"), summary["samples_per_s"])
     summary["throughput"] = throughput_windows(run.steps)
     summary["code_profile"] = code_profile(run)
@@ -210,19 +167,6 @@ def _accuracy(correct: pd.Series, samples: float) -> float | None:
     """Correct over samples; None when not recorded (a script's own loop keeps its accuracy to itself)."""
     total = pd.to_numeric(correct, errors="coerce").sum(min_count=1)
     return float(total) / samples if samples and pd.notna(total) else None
-
-
-def cache_check(run: Run) -> dict[str, Any] | None:
-    """Disk reads per epoch against the data set's size; for a cold cache, whether it really was cold."""
-    cache = run.meta.get("cache")
-    if not isinstance(cache, dict):
-        return None  # runs from before page-cache control
-    mode, dataset_bytes = cache.get("mode", "warm"), cache.get("dataset_bytes") or 0
-    if dataset_bytes <= 0:
-        return {"cache": mode, "verified": None, "reason": "the data is not read from files on disk"}
-    samples = run.meta.get("scenario", {}).get("data", {}).get("samples")
-    return cold_cache_check(epoch_reads(run.steps, run.processes), dataset_bytes, mode, cache.get("drops"),
-                            dataset_samples=samples)
 
 
 def uss_snapshot(processes: pd.DataFrame) -> dict[str, Any] | None:

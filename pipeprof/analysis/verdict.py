@@ -84,19 +84,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeprof.analysis.attribution import attribution
-from pipeprof.analysis.summary import COMPUTE_BOUND_FRACTION, INPUT_BOUND_FRACTION
+from pipeprof.analysis.attribution import Attribution, attribution
+from pipeprof.analysis.thresholds import (
+    COMPUTE_BOUND_FRACTION,
+    DISK_READ_FLOOR_BYTES_PER_S,
+    H2D_BOUND_FRACTION,
+    INPUT_BOUND_FRACTION,
+    READY_WAIT_MAIN,
+    READY_WAIT_WORKERS,
+    WORKERS_BUSY,
+    WORKERS_IDLE_BUSY,
+)
 from pipeprof.numbers import finite as _finite
 from pipeprof.run_folder import Run
 
 CLASSES = ("compute", "input:fetch", "input:prep", "input:main", "h2d", "balanced")
-
-H2D_BOUND_FRACTION = 0.20
-READY_WAIT_MAIN = 0.6  # R5: ready share at or above
-READY_WAIT_WORKERS = 0.4  # R6: ready share at or below
-WORKERS_IDLE_BUSY = 0.5  # R8
-WORKERS_BUSY = 0.8  # R6 and R8: workers busy at least this share of their span set the pace
-DISK_READ_FLOOR_BYTES_PER_S = 1e6  # R9
 
 
 # ---- verdict ----------------------------------------------------------------------------
@@ -114,8 +116,9 @@ def verdict(run: Run, probe: dict | None = None) -> dict[str, Any]:
     return verdict_from_attribution(attribution(run, probe))
 
 
-def verdict_from_attribution(attr: dict[str, Any]) -> dict[str, Any]:
+def verdict_from_attribution(record: Attribution) -> dict[str, Any]:
     """The verdict from an ``attribution(...)`` result (what ``summarize`` uses: computed once)."""
+    attr = record.sections
     step = attr["step"]
     wait, h2d = step.get("data_wait_fraction"), step.get("h2d_fraction")
     evidence = {k: step.get(k) for k in ("data_wait_fraction", "h2d_fraction", "compute_fraction")}

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from rich.console import Console
 
-from pipeprof.analysis.recommend import DEVICE_DATA_MAX_BYTES, SAMPLE_BYTES, dataloader_kwargs
+from pipeprof.analysis.recommend import DEVICE_DATA_MAX_BYTES, dataloader_kwargs
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.sweep import best_summary, near_best, point_record
 from pipeprof.analysis.tune import Search, Space, ceiling_words, search
@@ -49,7 +49,7 @@ from pipeprof.pipeline.fresh_process import run_child
 from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
 from pipeprof.render.sweep import render_sweep_html, sweep_table
 from pipeprof.run_folder import write_text
-from pipeprof.scenario import ON_DISK, Scenario, load_scenario
+from pipeprof.scenario import ON_DISK, SAMPLE_BYTES, Scenario, load_scenario
 from pipeprof.variants import short, to_toml, vary
 
 DEFAULT_MAX_EVALS = 12

@@ -11,7 +11,7 @@ from typing import Any
 
 import psutil
 
-import pipeprof
+from pipeprof.version import __version__
 
 
 def usable_cores(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
@@ -71,7 +71,7 @@ def describe_environment(torch_threads: int) -> dict[str, Any]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torchvision": _version("torchvision"),  # importing it costs seconds
-        "pipeprof": pipeprof.__version__,
+        "pipeprof": __version__,
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
         "cpu_cores": usable_cores(),

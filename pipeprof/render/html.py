@@ -20,7 +20,8 @@ from markupsafe import Markup
 
 from pipeprof.analysis.loading import counted_batches, loading_breakdown
 from pipeprof.analysis.recommend import set_text
-from pipeprof.analysis.summary import TAIL_FRACTION, counted_steps, counted_window_s, step_breakdown
+from pipeprof.analysis.steps import counted_steps, counted_window_s, step_breakdown
+from pipeprof.analysis.summary import TAIL_FRACTION
 from pipeprof.render import plots
 from pipeprof.run_folder import Run
 

@@ -18,13 +18,13 @@ from typing import Any
 
 import pandas as pd
 
-import pipeprof
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import describe_environment
 from pipeprof.measure.sampler import SystemSampler
 from pipeprof.run_folder import Run, sample_tables
 from pipeprof.script.event_steps import TRAIN, ScriptSteps, read_events, script_steps
+from pipeprof.version import __version__
 
 LOADER_KEYS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 NO_LOADER = "the script never iterated a torch.utils.data.DataLoader: there are no steps to attribute"
@@ -102,7 +102,7 @@ class Session:
             gpu_meta["reason"] = absences.get("gpu")
         script = {**script, "started": cut.start, "ended": cut.end}
         meta = {
-            "pipeprof_version": pipeprof.__version__,
+            "pipeprof_version": __version__,
             "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "kind": "script",
             "scenario": {"name": self.name, "description": script.get("command_line"),

@@ -23,10 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from pipeprof.errors import UsageError
+from pipeprof.scenario import SAMPLE_FEATURES
 from pipeprof.storage.materialize import Progress, materialize, read_manifest
 
 GENERATOR_VERSION = 1  # bump whenever the generated values change: it is part of every cache key
-FEATURES = 784
+FEATURES = SAMPLE_FEATURES
 SIDE = 28
 CLASSES = 10
 _CHUNK = 8192  # generation chunk; fixed so the content never depends on memory

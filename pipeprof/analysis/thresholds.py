@@ -1,0 +1,31 @@
+"""Every threshold the verdict and the recommendations decide by, in one place (fractions are 0-1).
+
+The verdict's decision table (``pipeprof.analysis.verdict``) and the
+recommendations' candidates (``pipeprof.analysis.recommend``) import these;
+a threshold used by both (the compute-bound data wait, the busy workers) is
+one name here, not two numbers there.
+"""
+
+from __future__ import annotations
+
+# TensorFlow's input-pipeline analyzer calls a program "highly input-bound" when more than 20% of step time
+# waits for input and "not input-bound" under 5%; pipeprof uses the same cut-offs on the data-wait fraction.
+INPUT_BOUND_FRACTION = 0.20
+COMPUTE_BOUND_FRACTION = 0.05  # under this data wait: compute-bound (R2), and no input change is worth making
+
+H2D_BOUND_FRACTION = 0.20  # R1: the copy to the device takes at least this share (and no less than the wait)
+READY_WAIT_MAIN = 0.6  # R5: share of the wait on steps with a batch ready, at or above
+READY_WAIT_WORKERS = 0.4  # R6: that share at or below
+WORKERS_IDLE_BUSY = 0.5  # R8: workers busy at most this share of their span have slack
+# R6 and R8, and the prefetch recommendation: workers busy at least this share of their span set the pace.
+WORKERS_BUSY = 0.8
+DISK_READ_FLOOR_BYTES_PER_S = 1e6  # R9 and the storage sentence: below this the disk read "next to nothing"
+
+# Recommendations.
+MIN_GAIN = 1.05  # a recommendation must predict at least 5% more samples/s
+NEAR_BEST = 0.98  # the smallest worker count within 2% of the best one wins
+SATURATED_FRACTION = 0.9  # busy cores over usable cores: no core left for more workers
+BURSTY_EMPTY_FRACTION = 0.3  # the queue found empty on at least this share of steps: supply is bursty
+SLOW_EPOCH_START_STEPS = 2.0  # excess wait of an epoch's first step, in median steps: persistent workers
+SHARE_DOMINATES = 0.5  # a part of batch-making at least this share of it is worth removing
+PIN_MEMORY_H2D = 0.05  # h2d share of step time from which pinning is worth suggesting
