@@ -22,6 +22,7 @@ from typing import Any
 import tomllib
 
 from pipeprof.errors import UsageError
+from pipeprof.loader_rules import worker_only_conflicts
 
 STORAGE_KINDS = ("device", "ram", "memmap", "files", "images")
 ON_DISK = ("memmap", "files", "images")
@@ -459,12 +460,12 @@ def _build(values: dict[str, dict[str, Any]], where: str) -> Scenario:
     sections = {name: cls(**values[name]) for name, cls in SECTION_TYPES.items()}
     loader, train, data = sections["loader"], sections["train"], sections["data"]
     _check_data(where, data, values["data"], loader)
-    if loader.num_workers == 0:
-        for key in ("prefetch_factor", "persistent_workers"):
-            if getattr(loader, key) not in (None, False):
-                raise UsageError(
-                    f"{where}: loader.{key} = {_toml_repr(getattr(loader, key))} is not allowed with "
-                    f"loader.num_workers = 0: it needs worker processes (num_workers >= 1)")
+    conflicts = worker_only_conflicts(loader.num_workers, dataclasses.asdict(loader))
+    if conflicts:
+        key = conflicts[0]
+        raise UsageError(
+            f"{where}: loader.{key} = {_toml_repr(getattr(loader, key))} is not allowed with "
+            f"loader.num_workers = 0: it needs worker processes (num_workers >= 1)")
     if (train.steps is None) == (train.epochs is None):
         raise UsageError(f"{where}: [train] needs exactly one of steps or epochs "
                          f"(steps = {train.steps}, epochs = {train.epochs})")

@@ -25,6 +25,7 @@ from typing import Any
 import tomli_w
 
 from pipeprof.errors import UsageError
+from pipeprof.loader_rules import NEED_WORKERS
 from pipeprof.scenario import Scenario, one_line, scenario_from_dict
 
 SECTIONS = ("data", "loader", "model", "train", "profile")
@@ -37,7 +38,6 @@ DROP_FOR_STORAGE = {
     "files": ("format", "quality"),
     "images": (),
 }
-NEED_WORKERS = ("prefetch_factor", "persistent_workers")
 ONE_OF = {"steps": "epochs", "epochs": "steps"}
 
 

@@ -22,7 +22,7 @@ import pandas as pd
 from pipeprof.analysis.cache import cache_check
 from pipeprof.analysis.loading import counted_batches, loading_summary
 from pipeprof.analysis.steps import counted_steps, counted_window_s, fractions
-from pipeprof.loader_rules import prefetch_factor, queue_capacity_batches
+from pipeprof.loader_rules import pins_memory, prefetch_factor, queue_capacity_batches
 from pipeprof.numbers import finite as _finite
 from pipeprof.run_folder import Run
 
@@ -84,7 +84,8 @@ def attribution(run: Run, probe: dict | None = None) -> Attribution:
       full queue), ``ready_wait_fraction`` (share of their data wait on steps that found
       at least one batch ready), ``wait_when_ready_mean_s``, ``wait_when_empty_mean_s``.
     * ``data``: ``storage`` kind, ``throttle`` (emulated slow storage or None),
-      ``pin_memory``; ``cache``: ``{"cache", "verified", "reason"}`` or absent.
+      ``pin_memory`` (whether batches were pinned: asked for, and on a CUDA device —
+      ``loader_rules.pins_memory``); ``cache``: ``{"cache", "verified", "reason"}`` or absent.
     """
     meta = run.meta if isinstance(run.meta, dict) else {}
     scenario = _dict(meta.get("scenario"))
@@ -108,7 +109,8 @@ def attribution(run: Run, probe: dict | None = None) -> Attribution:
         "prefetch": _prefetch(steps, scenario, num_workers),
         "data": {"storage": _dict(scenario.get("data")).get("storage"),
                  "throttle": _dict(scenario.get("data")).get("throttle"),
-                 "pin_memory": _dict(scenario.get("loader")).get("pin_memory")},
+                 "pin_memory": pins_memory(_dict(scenario.get("loader")).get("pin_memory") or False,
+                                           str(meta.get("device") or "cpu"))},
         "cache": ({"cache": cache.get("cache"), "verified": cache.get("verified"), "reason": cache.get("reason")}
                   if cache else {"absent": "this run has no page-cache record (recorded before page-cache control)"}),
     }

@@ -104,7 +104,7 @@ from pipeprof.analysis.thresholds import (
     SLOW_EPOCH_START_STEPS,
     WORKERS_BUSY,
 )
-from pipeprof.loader_rules import prefetch_factor, worker_only_conflicts
+from pipeprof.loader_rules import pins_memory, prefetch_factor, worker_only_conflicts
 from pipeprof.run_folder import Run
 from pipeprof.scenario import ON_DISK, SAMPLE_BYTES
 
@@ -440,7 +440,8 @@ class _Model:
                          "running (else C = n / Σ(compute + h2d))", **extra)
 
     def pin_memory(self) -> dict[str, Any] | None:
-        if not self.device.startswith("cuda") or self.loader.get("pin_memory") or self.h2d < PIN_MEMORY_H2D:
+        if not self.device.startswith("cuda") or pins_memory(self.loader.get("pin_memory") or False, self.device) \
+                or self.h2d < PIN_MEMORY_H2D:
             return None
         x = self.samples / max(self.total_s - self.h2d_s / 2, 1e-12)
         return self._rec({"loader.pin_memory": True}, x,

@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeprof.loader_rules import prefetch_factor, without_worker_only
+
 Settings = dict[str, Any]
 # (settings, why it is tried) -> (samples/s or None, status: "complete", "failed" or "skipped")
 Evaluate = Callable[[Settings, str], "tuple[float | None, str]"]
@@ -70,11 +72,11 @@ class Space:
         if s.get("data.storage") == "device":
             s["loader.num_workers"] = 0
             s.pop("loader.pin_memory", None)
-        if not s.get("loader.num_workers"):
-            s["loader.prefetch_factor"] = None
-            s["loader.persistent_workers"] = False
-        elif s.get("loader.prefetch_factor") is None:
-            s["loader.prefetch_factor"] = 2  # PyTorch's default, written out so it can be compared
+        workers = int(s.get("loader.num_workers") or 0)
+        if not workers:
+            s.update({f"loader.{key}": value for key, value in without_worker_only({}).items()})
+        else:  # the factor the DataLoader uses, PyTorch's default written out, so it can be compared
+            s["loader.prefetch_factor"] = prefetch_factor(workers, s.get("loader.prefetch_factor"))
         return s
 
     def neighbours(self, dim: str, current: Settings) -> list[Any]:
@@ -92,7 +94,7 @@ class Space:
             t = int(value or self.cores)
             return _unique(v for v in (t - 1, t + 1, 1, self.cores) if 1 <= v <= self.cores and v != t)
         if dim == "loader.prefetch_factor":
-            return [] if workers == 0 else [v for v in PREFETCH_FACTORS if v != (value or 2)]
+            return [] if workers == 0 else [v for v in PREFETCH_FACTORS if v != prefetch_factor(workers, value)]
         if dim == "loader.persistent_workers":
             return [] if workers == 0 else [not bool(value)]
         if dim == "loader.pin_memory":
