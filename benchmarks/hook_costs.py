@@ -69,13 +69,13 @@ def hook_costs_us() -> dict[str, float]:
         probe.log = hooks.EventLog(str(Path(folder) / "next.jsonl"))
         costs["next()"] = _extra_us(lambda: batch, lambda: probe.on_next(iterator, lambda it: Tagged(batch, record)))
         probe._remember(batch)
-        to, hooked_to = torch.Tensor.to, hooks._copy_method(torch.Tensor.to)
-        hooks._ACTIVE = probe
+        to, hooked_to = torch.Tensor.to, hooks._copy_method(torch.Tensor.to, probe)
+        probe.live = True
         try:
             costs["2 x .to() of the batch"] = 2 * _extra_us(lambda: to(x, "cpu"), lambda: hooked_to(x, "cpu"))
             costs["optimizer post-hook"] = _extra_us(lambda: None, lambda: probe.on_optimizer_step(None, (), {}))
         finally:
-            hooks._ACTIVE = None
+            probe.live = False
     costs["total"] = sum(costs.values())
     return costs
 

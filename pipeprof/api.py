@@ -55,15 +55,24 @@ class Profile:
 
         ensure_out_folder(self.out)
         self._tmp = tempfile.TemporaryDirectory(prefix="pipeprof-")
-        events = Path(self._tmp.name) / "events.jsonl"
-        self._hooks = Hooks(EventLog(str(events)))
-        self._hooks.log.add(("S", clock(), {"pid": os.getpid(), "argv": list(sys.argv), "cwd": os.getcwd(),
-                                            "python": sys.executable, "torch": torch.__version__,
-                                            "torch_threads": torch.get_num_threads(),
-                                            "cuda_available": torch.cuda.is_available()}), clock())
-        self._session = Session(self.name, events, warmup_steps=self.warmup_steps, sample_hz=self.sample_hz)
-        self._hooks.install()
-        self._session.start(os.getpid())
+        try:  # a start that fails leaves nothing behind: no patch, no sampler, no temporary folder
+            events = Path(self._tmp.name) / "events.jsonl"
+            hooks = Hooks(EventLog(str(events)))
+            hooks.log.add(("S", clock(), {"pid": os.getpid(), "argv": list(sys.argv), "cwd": os.getcwd(),
+                                          "python": sys.executable, "torch": torch.__version__,
+                                          "torch_threads": torch.get_num_threads(),
+                                          "cuda_available": torch.cuda.is_available()}), clock())
+            self._session = Session(self.name, events, warmup_steps=self.warmup_steps, sample_hz=self.sample_hz)
+            hooks.install()  # all or nothing
+            try:
+                self._session.start(os.getpid())
+            except BaseException:
+                hooks.uninstall()
+                raise
+        except BaseException:
+            self._tmp.cleanup()
+            raise
+        self._hooks = hooks
         return self
 
     def wrap(self, loader: Any) -> Any:
@@ -86,8 +95,10 @@ class Profile:
         from pipeprof.render.index import rebuild_index
         from pipeprof.run_folder import new_run_folder, save_run
 
-        self._hooks.uninstall()
-        self._session.stop_sampling()
+        try:
+            self._hooks.uninstall()
+        finally:
+            self._session.stop_sampling()
         if exc_type is None:
             status, error = "complete", None
         elif issubclass(exc_type, KeyboardInterrupt):

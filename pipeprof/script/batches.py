@@ -12,6 +12,7 @@ unpickles the ``TimedCollate``, which installs the fetch patch there too.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from collections.abc import Callable
@@ -21,9 +22,10 @@ from torch.utils.data import get_worker_info
 from torch.utils.data._utils import fetch as _fetch
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 
+from pipeprof.script.patches import Patches
+
 clock = time.perf_counter  # CLOCK_MONOTONIC on Linux: one time axis for the script, its workers and pipeprof
 cpu_clock = time.thread_time
-_PATCHED: dict[str, Any] = {}  # fetcher class name -> its original fetch
 
 
 class Tagged:
@@ -59,15 +61,17 @@ class TimedCollate:
         return {"collate": self.collate}
 
     def __setstate__(self, state: dict) -> None:
-        _install_fetch()  # a spawned worker: this module was just imported there
+        _install_fetch_in_worker()  # a spawned worker: this module was just imported there
         self.collate = state["collate"]
         self.last = None
 
 
-def _timed_fetch(original: Callable) -> Callable:
+def _timed_fetch(original: Callable, session: Any = None) -> Callable:
+    """``fetch``, timed for loaders whose collate is a ``TimedCollate`` while ``session.live`` (``None``: a
+    worker's own patch, on for its life)."""
     def fetch(self: Any, possibly_batched_index: Any) -> Any:
         collate = self.collate_fn
-        if not isinstance(collate, TimedCollate):
+        if not isinstance(collate, TimedCollate) or (session is not None and not session.live):
             return original(self, possibly_batched_index)
         collate.last = None
         w0, c0 = clock(), cpu_clock()
@@ -80,7 +84,8 @@ def _timed_fetch(original: Callable) -> Callable:
         info = get_worker_info()
         return Tagged(batch, [-1 if info is None else info.id, _pid(), w0, timed[2],
                               getitem_s - prep_s, prep_s, timed[2] - timed[0], timed[4]])
-    fetch.__wrapped__ = original
+    fetch.__wrapped__ = original  # type: ignore[attr-defined]
+    fetch._pipeprof = True  # type: ignore[attr-defined]
     return fetch
 
 
@@ -96,14 +101,25 @@ def _pid() -> int:
 os.register_at_fork(after_in_child=_PID.clear)
 
 
-def _install_fetch() -> None:
-    for cls in (_fetch._MapDatasetFetcher, _fetch._IterableDatasetFetcher):
-        key = f"{cls.__name__}.fetch"
-        if key not in _PATCHED:
-            _PATCHED[key] = cls.fetch
-            cls.fetch = _timed_fetch(cls.fetch)
+FETCHERS = (_fetch._MapDatasetFetcher, _fetch._IterableDatasetFetcher)
+_WORKER_PATCHES = Patches()  # a spawned worker's own fetch patches: for the worker's life, never undone
 
 
-def install_fetch() -> None:
-    """Patch the fetchers in this process (once; they pass through for loaders without a ``TimedCollate``)."""
-    _install_fetch()
+def _install_fetch_in_worker() -> None:
+    """A spawned or forkserver worker unpickling a ``TimedCollate``: patch its fetchers, once.
+
+    Not in the training process (a ``deepcopy`` of a loader there must not patch outside a session's
+    registry), nor where the fetchers are pipeprof's already (a forked worker inherits its parent's).
+    """
+    if multiprocessing.parent_process() is None:
+        return
+    for cls in FETCHERS:
+        if not getattr(cls.fetch, "_pipeprof", False):
+            _WORKER_PATCHES.apply(cls, "fetch", _timed_fetch)
+
+
+def install_fetch(patches: Patches, session: Any) -> None:
+    """Patch the fetchers of this process through ``patches``; they time batches while ``session.live``
+    (and pass through for loaders without a ``TimedCollate``)."""
+    for cls in FETCHERS:
+        patches.apply(cls, "fetch", lambda original: _timed_fetch(original, session))

@@ -4,8 +4,10 @@
 of the script. The script runs as ``__main__`` with its own ``sys.argv`` and
 ``sys.path[0]`` (its folder, or the working folder for ``-m``), exactly as
 ``python SCRIPT`` would run it; its exceptions and exit status pass through
-unchanged. The environment names the event file (``PIPEPROF_EVENTS``) and
-an optional number of steps after which to stop (``PIPEPROF_STEPS``).
+unchanged. When it ends, the hooks are taken back (``Hooks.uninstall``)
+before the interpreter runs its exit handlers. The environment names the
+event file (``PIPEPROF_EVENTS``) and an optional number of steps after
+which to stop (``PIPEPROF_STEPS``).
 """
 
 from __future__ import annotations
@@ -58,7 +60,10 @@ def main(argv: list[str]) -> None:
     else:
         log.add(("X", clock(), "exit", 0), clock())
     finally:
-        hooks.log.flush(final=True)
+        try:  # the last events written; torch as it was for the exit handlers
+            hooks.uninstall()
+        except Exception as e:  # noqa: BLE001 - the script's own exit status and exception go on unchanged
+            print(f"pipeprof: warning: could not take the hooks back: {type(e).__name__}: {e}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ bulk, at most every ``FLUSH_EVERY_S`` and at exit, so a script killed by a
 signal loses at most that much. ``pipeprof.script.event_steps`` turns the
 events into steps; nothing here interprets them.
 
-What ``install()`` patches (``uninstall()`` restores every one):
+What ``install()`` patches, each through one ``Patches`` registry
+(``pipeprof.script.patches``; ``uninstall()`` takes every one back, last
+first, and so does a start that fails half-way):
 
 * ``DataLoader.__iter__``: registers the loader once (its settings, the name
   of the variable or attribute that holds it in the calling code), wraps its
@@ -27,6 +29,11 @@ What ``install()`` patches (``uninstall()`` restores every one):
 * ``torch.Tensor.to`` and ``.cuda``: copies of tensors that came out of a
   loader (``C``); CUDA copies are timed with device events.
 * PyTorch's global optimizer step post-hook: step ends (``O``).
+* an ``atexit`` flush of the event log.
+
+Each wrapper works for its own session only, while ``Hooks.live``: a
+wrapper that outlives its session (someone patched over it, and their patch
+calls it) passes straight through to the original.
 """
 
 from __future__ import annotations
@@ -40,16 +47,17 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as _dataloader
 
 from pipeprof.measure.prefetch import ready_batches  # standard library only
 from pipeprof.script.batches import Tagged, TimedCollate, clock, install_fetch
 from pipeprof.script.loaders import batch_samples, describe_loader, tensors
+from pipeprof.script.patches import Patches
 
 FLUSH_EVERY_S = 0.5
 NO_RECORD = (None,) * 8  # a batch without its maker's record: N events keep one width (the reader's fast path)
-_ORIGINAL: dict[str, Any] = {}  # what install() replaced, by name
 
 
 class EventLog:
@@ -62,6 +70,12 @@ class EventLog:
         self._last_flush_s = clock()
         self._lock = threading.Lock()  # flush() runs from the training thread and at exit
         self._cuda_pending: list[tuple[float, float, int, Any, Any]] = []
+
+    def open(self) -> None:
+        """Create the file now and write what is pending: an unwritable path fails at the start, not later."""
+        with open(self.path, "a", encoding="utf-8"):
+            pass
+        self.flush()
 
     def add(self, event: tuple, now_s: float) -> None:
         self._events.append(event)
@@ -151,7 +165,8 @@ class Hooks:
         self.marks = 0
         self.batches: dict[int, int] = {}  # loader number -> batches (stops a script without an optimizer)
         self.stopping = False
-        self._handle = None
+        self.live = False  # True from the end of a successful install() to uninstall(): the wrappers' switch
+        self.patches = Patches()
 
     # DataLoader.__iter__
     def loader_number(self, loader: DataLoader) -> int:
@@ -159,8 +174,9 @@ class Hooks:
         if number is None:
             number = self.loaders[id(loader)] = len(self.loaders)
             self._keep.append(loader)
+            self.patches.on_undo(lambda: _end_persistent_workers(loader))  # after its collate is restored
             if not isinstance(loader.collate_fn, TimedCollate):
-                loader.collate_fn = TimedCollate(loader.collate_fn)
+                self.patches.apply(loader, "collate_fn", TimedCollate)
             self.log.add(("L", number, describe_loader(loader, number)), clock())
         return number
 
@@ -250,35 +266,41 @@ class Hooks:
             self.stopping = True
 
     def install(self) -> None:
+        """Patch this process. All or nothing: if a step fails, what was done is undone and the error raised."""
         global _ACTIVE
         if _ACTIVE is not None:
             raise RuntimeError("pipeprof is already profiling this process")
+        try:
+            self.log.open()
+            install_fetch(self.patches, self)
+            self.patches.apply(DataLoader, "__iter__", lambda original: _iter_method(original, self))
+            self.patches.apply(_dataloader._BaseDataLoaderIter, "__next__",
+                               lambda original: _next_method(original, self))
+            for name in ("to", "cuda"):
+                self.patches.apply(torch.Tensor, name, lambda original: _copy_method(original, self))
+            handle = register_optimizer_step_post_hook(self.on_optimizer_step)
+            self.patches.on_undo(handle.remove)
+            atexit.register(self.log.flush, final=True)
+            self.patches.on_undo(lambda: atexit.unregister(self.log.flush))
+        except BaseException:
+            self.patches.undo()
+            raise
+        self.live = True
         _ACTIVE = self
-        install_fetch()
-        _patch(DataLoader, "__iter__", lambda original: lambda loader: _ACTIVE.on_iter(loader, original))
-        _patch(_dataloader._BaseDataLoaderIter, "__next__", lambda original: lambda it: _ACTIVE.on_next(it, original))
-        for name in ("to", "cuda"):
-            _patch(torch.Tensor, name, lambda original: _copy_method(original))
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-        self._handle = register_optimizer_step_post_hook(self.on_optimizer_step)
-        atexit.register(self.log.flush, final=True)
 
     def uninstall(self) -> None:
+        """Take back every patch, last first (those someone patched over stay, their wrappers pass through);
+        the loaders work as before: their own collate, no persistent workers left tagging batches."""
         global _ACTIVE
-        if self._handle is not None:
-            self._handle.remove()
-        for key in ("DataLoader.__iter__", "_BaseDataLoaderIter.__next__", "Tensor.to", "Tensor.cuda"):
-            _unpatch(key)
-        for loader in self._keep:  # the loaders work as before: their own collate, no workers left tagging
-            if isinstance(loader.collate_fn, TimedCollate):
-                loader.collate_fn = loader.collate_fn.collate
-            iterator = getattr(loader, "_iterator", None)
-            if iterator is not None:  # persistent workers hold the timed collate: end them
-                iterator._shutdown_workers()
-                loader._iterator = None
-        atexit.unregister(self.log.flush)
-        self.log.flush(final=True)
-        _ACTIVE = None
+        self.live = False
+        try:
+            self.log.flush(final=True)
+        finally:
+            try:
+                self.patches.undo()
+            finally:
+                if _ACTIVE is self:
+                    _ACTIVE = None
 
 
 _ACTIVE: Hooks | None = None
@@ -290,30 +312,47 @@ def _cuda_event() -> Any:  # pragma: no cover - needs a GPU
     return event
 
 
-def _copy_method(original: Callable) -> Callable:
-    def method(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        hooks = _ACTIVE
-        if hooks is None or not hooks.batch_refs:
-            return original(self, *args, **kwargs)
-        return hooks.on_copy(self, original, args, kwargs)
-    method.__wrapped__ = original
+def _wraps(method: Callable, original: Callable) -> Callable:
+    method.__wrapped__ = original  # type: ignore[attr-defined]
     method.__name__ = original.__name__
     method.__doc__ = original.__doc__
     return method
 
 
-def _patch(owner: type, name: str, make: Callable[[Callable], Callable]) -> None:
-    key = f"{owner.__name__}.{name}"
-    if key in _ORIGINAL:
-        return
-    original = getattr(owner, name)
-    _ORIGINAL[key] = (owner, name, original)
-    setattr(owner, name, make(original))
+def _iter_method(original: Callable, hooks: Hooks) -> Callable:
+    on_iter = hooks.on_iter
+
+    def __iter__(loader: DataLoader) -> Any:
+        if hooks.live:
+            return on_iter(loader, original)
+        return original(loader)
+    return _wraps(__iter__, original)
 
 
-def _unpatch(key: str) -> None:
-    owner, name, original = _ORIGINAL.pop(key)
-    setattr(owner, name, original)
+def _next_method(original: Callable, hooks: Hooks) -> Callable:
+    on_next = hooks.on_next  # bound once: the switch costs what the method lookup did before
+
+    def __next__(iterator: Any) -> Any:
+        if hooks.live:
+            return on_next(iterator, original)
+        return original(iterator)
+    return _wraps(__next__, original)
+
+
+def _copy_method(original: Callable, hooks: Hooks) -> Callable:
+    def method(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if not hooks.live or not hooks.batch_refs:
+            return original(self, *args, **kwargs)
+        return hooks.on_copy(self, original, args, kwargs)
+    return _wraps(method, original)
+
+
+def _end_persistent_workers(loader: DataLoader) -> None:
+    """Persistent workers hold the timed collate and the timed fetch: end them (the next pass starts new ones)."""
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is not None:
+        iterator._shutdown_workers()
+        loader._iterator = None
 
 
 def active() -> Hooks | None:
