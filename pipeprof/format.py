@@ -2,10 +2,11 @@
 
 One convention for each kind of quantity:
 
-- fractions as percentages: ``pct(0.3) -> "30%"``, ``pct(0.3, 1) -> "30.0%"``;
+- fractions as percentages: ``pct(0.3) -> "30%"``, ``pct(0.045) -> "4.5%"``, ``pct(0.3, 1) -> "30.0%"``;
 - plain numbers: ``number(1234.5) -> "1,234"``, ``number(0.01234) -> "0.0123"``;
 - bytes in binary units (B, KiB, MiB, GiB, TiB): ``byte_size(2**29) -> "512 MiB"``;
   byte rates always in MiB/s: ``byte_rate(10 * 2**20) -> "10.0 MiB/s"``;
+- changes of a share in percentage points: ``pp(-12.34) -> "-12.3 pp"``;
 - other rates with their unit: ``rate(1234.5, "samples/s") -> "1,234 samples/s"``;
 - durations in µs, ms, s or min: ``duration(0.0123) -> "12.3 ms"``;
 - counts of things: ``plural(1, "worker") -> "1 worker"``;
@@ -25,7 +26,7 @@ from typing import Any
 
 from pipeprof.numbers import finite
 
-__all__ = ["NOT_MEASURED", "byte_rate", "byte_size", "duration", "finite", "number", "pct", "plural", "rate",
+__all__ = ["NOT_MEASURED", "byte_rate", "byte_size", "duration", "finite", "number", "pct", "plural", "pp", "rate",
            "setting", "setting_literal"]
 
 NOT_MEASURED = "not measured"  # the one text for a missing or non-finite value
@@ -64,13 +65,24 @@ def number(value: Any, digits: int | None = None, *, missing: str = NOT_MEASURED
     return _no_negative_zero(text)
 
 
-def pct(fraction: Any, digits: int = 0, *, missing: str = NOT_MEASURED) -> str:
-    """A fraction as a percentage: 0.3 → "30%"; ``digits=1``: 0.3 → "30.0%"; 1.532 → "153%". A value that
-    is already in percent is passed as ``pct(value / 100)``."""
+def pct(fraction: Any, digits: int | None = None, *, missing: str = NOT_MEASURED) -> str:
+    """A fraction as a percentage, whole from 10% up and with one decimal below: 0.3 → "30%"; 0.045 → "4.5%";
+    0 → "0%"; 1.532 → "153%". ``digits`` fixes the decimals (``pct(0.3, 1)`` → "30.0%"). A value already in
+    percent is passed as ``pct(value / 100)``."""
     v = finite(fraction)
     if v is None:
         return missing
+    if digits is None:
+        digits = 0 if v == 0 or abs(v) >= 0.1 else 1
     return _no_negative_zero(f"{100 * v:,.{digits}f}%")
+
+
+def pp(points: Any, digits: int = 1, *, missing: str = NOT_MEASURED) -> str:
+    """A change of a share in percentage points, always signed: 12.34 → "+12.3 pp"; -0.04 → "+0.0 pp"."""
+    v = finite(points)
+    if v is None:
+        return missing
+    return f"{round(v, digits) + 0.0:+.{digits}f} pp"  # + 0.0: a rounded -0.0 prints as +0.0
 
 
 def byte_size(nbytes: Any, *, missing: str = NOT_MEASURED) -> str:
@@ -119,9 +131,13 @@ def duration(seconds: Any, *, missing: str = NOT_MEASURED) -> str:
 
 def plural(count: Any, word: str, many: str | None = None) -> str:
     """A count and its noun: ``plural(1, "worker")`` → "1 worker"; 0 or 2 → "2 workers"; ``many`` for
-    irregular plurals (``plural(2, "process", "processes")``)."""
-    text = number(count) if not isinstance(count, int) or isinstance(count, bool) else f"{count:,}"
-    return f"{text} {word if count == 1 else (many or word + 's')}"
+    irregular plurals (``plural(2, "process", "processes")``); no count → "an unknown number of workers"."""
+    many = many or word + "s"
+    v = finite(count)
+    if v is None:
+        return f"an unknown number of {many}"
+    text = f"{count:,}" if isinstance(count, int) and not isinstance(count, bool) else number(v)
+    return f"{text} {word if v == 1 else many}"
 
 
 def setting(value: Any) -> str:

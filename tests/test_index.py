@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import pipeprof.cli.main as cli_main
+import pipeprof.render.index as index_module
 from pipeprof.cli.main import main
 from pipeprof.render.index import index_entries, is_reports_folder, rebuild_index
 from pipeprof.run_folder import STEP_COLUMNS, Run, save_run
@@ -160,7 +160,7 @@ def test_a_failed_index_is_a_warning_never_a_changed_exit_status(tmp_path, capsy
     def broken(_):
         raise PermissionError("read-only file system")
 
-    monkeypatch.setattr(cli_main, "rebuild_index", broken)
+    monkeypatch.setattr(index_module, "rebuild_index", broken)  # the CLI imports it when it runs
     assert main(["report", str(folder), "--quiet"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("pipeprof: warning: could not rebuild") and "read-only" in err[0]

@@ -13,7 +13,7 @@ from pipeprof.analysis.loading import counted_batches, loading_breakdown
 from pipeprof.analysis.summary import summarize
 from pipeprof.render import plots
 from pipeprof.render.console import print_summary, summary_table
-from pipeprof.render.html import format_bytes, format_seconds, render_html
+from pipeprof.render.html import format_bytes, format_duration, render_html
 from pipeprof.run_folder import LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run
 
 XSS = "<script>alert(1)</script>"
@@ -400,11 +400,11 @@ def test_format_bytes(value, text):
     assert format_bytes(value) == text
 
 
-def test_format_seconds():
-    assert format_seconds(0.0123) == "12.3 ms"
-    assert format_seconds(4.5) == "4.50 s"
-    assert format_seconds(83.0) == "83.0 s"
-    assert "not measured" in format_seconds(None)
+def test_format_duration_marks_the_missing_value_in_html():
+    assert format_duration(0.0123) == "12.3 ms"
+    assert format_duration(83.0) == "1 min 23 s"
+    assert format_duration(None) == '<span class="nm">not measured</span>'
+    assert format_bytes(float("nan")) == '<span class="nm">not measured</span>'
 
 
 def test_console_table_has_numbers_and_folder(tmp_path):
@@ -415,15 +415,15 @@ def test_console_table_has_numbers_and_folder(tmp_path):
     print_summary(summary, folder, console=console)
     text = console.export_text()
     assert "pipeprof: quick" in text
-    assert re.search(r"throughput \(samples/s\)\s+1,280", text)
-    assert re.search(r"step time median / p90 \(ms\)\s+100 / 100", text)
-    assert re.search(r"data wait \(% of step time\)\s+30\.0", text)
-    assert re.search(r"compute \(% of step time\)\s+50\.0", text)
+    assert re.search(r"throughput\s+1,280 samples/s", text)
+    assert re.search(r"step time median / p90\s+100 ms / 100 ms", text)
+    assert re.search(r"data wait \(share of step time\)\s+30\.0%", text)
+    assert re.search(r"compute \(share of step time\)\s+50\.0%", text)
     assert re.search(r"bottleneck\s+input-bound: 30% of step time", text)
-    assert re.search(r"CPU mean / peak \(% of all cores\)\s+60 / 60", text)
-    assert re.search(r"peak RSS \(MiB\)\s+1,536", text)
-    assert re.search(r"accuracy \(%\)\s+75\.0", text)
-    assert re.search(r"fetch/prep/collate \(µs/sample\)\s+not measured", text)
+    assert re.search(r"CPU mean / peak \(of all cores\)\s+60% / 60%", text)
+    assert re.search(r"peak RSS\s+1\.50 GiB", text)
+    assert re.search(r"accuracy\s+75\.0%", text)
+    assert re.search(r"fetch/prep/collate per sample\s+not measured", text)
     assert str(folder) in text
 
 
@@ -432,7 +432,7 @@ def test_console_loading_row():
     run = loading_run()
     print_summary(summarize(run), "runs/x", console=console)
     # 20 ms, 10 ms and 2 ms over 128 samples
-    assert re.search(r"fetch/prep/collate \(µs/sample\)\s+156 / 78\.1 / 15\.6", console.export_text())
+    assert re.search(r"fetch/prep/collate per sample\s+156 µs / 78\.1 µs / 15\.6 µs", console.export_text())
 
 
 def test_console_table_shows_not_measured():
@@ -443,5 +443,5 @@ def test_console_table_shows_not_measured():
     console = Console(record=True, width=120)
     console.print(table)
     text = console.export_text()
-    assert re.search(r"CPU mean / peak \(% of all cores\)\s+not measured", text)
-    assert re.search(r"peak RSS \(MiB\)\s+not measured", text)
+    assert re.search(r"CPU mean / peak \(of all cores\)\s+not measured", text)
+    assert re.search(r"peak RSS\s+not measured", text)

@@ -9,6 +9,7 @@ import pytest
 
 from pipeprof import __version__
 from pipeprof.cli.main import main
+from pipeprof.format import MIB
 from pipeprof.render.trace import chrome_trace
 from pipeprof.run_folder import (
     GPU_SAMPLE_COLUMNS,
@@ -50,7 +51,7 @@ def make_samples(gpu=False):
                        "read_bytes_per_s": [np.nan] * 3})[SAMPLE_COLUMNS]
     if gpu:
         df["gpu_util_pct"], df["gpu_mem_used_bytes"] = [40.0, 50.0, np.nan], [2**30] * 3
-        df["pcie_rx_bytes_per_s"], df["pcie_tx_bytes_per_s"] = [2e9, 1e9, np.nan], [1e6, np.nan, np.nan]
+        df["pcie_rx_bytes_per_s"], df["pcie_tx_bytes_per_s"] = [2000 * MIB, 1000 * MIB, np.nan], [MIB, np.nan, np.nan]
     return df
 
 
@@ -179,7 +180,7 @@ def test_counters_skip_missing_values_and_never_write_zero_for_them():
     one_core = events(trace, "C", "CPU (% of one core)")
     assert [e["args"] for e in one_core] == [{"main": 90.0, "workers": 120.0}, {"main": 95.0, "workers": 130.0}]
     assert events(trace, "C", "memory (MiB)")[0]["args"] == {"main": 512.0, "workers": 256.0, "tree": 768.0}
-    assert not events(trace, "C", "disk read (MB/s)")  # all NaN: no track at all
+    assert not events(trace, "C", "disk read (MiB/s)")  # all NaN: no track at all
     assert not [e for e in events(trace, "C") if e["name"].startswith(("GPU", "PCIe"))]  # no GPU columns
 
 
@@ -187,7 +188,7 @@ def test_gpu_counters_when_a_gpu_was_sampled():
     trace = chrome_trace(make_run(gpu=True))
     assert [e["args"] for e in events(trace, "C", "GPU util (%)")] == [{"util": 40.0}, {"util": 50.0}]
     assert events(trace, "C", "GPU memory (MiB)")[0]["args"] == {"used": 1024.0}
-    assert [e["args"] for e in events(trace, "C", "PCIe (MB/s)")] == [{"rx": 2000.0, "tx": 1.0}, {"rx": 1000.0}]
+    assert [e["args"] for e in events(trace, "C", "PCIe (MiB/s)")] == [{"rx": 2000.0, "tx": 1.0}, {"rx": 1000.0}]
     samples = make_samples(gpu=True)
     samples[GPU_SAMPLE_COLUMNS] = np.nan  # columns present, nothing sampled
     assert not events(chrome_trace(make_run(samples=samples)), "C", "GPU util (%)")

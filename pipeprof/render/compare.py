@@ -8,7 +8,6 @@ are built from ``rich.text.Text`` cells so names are never read as markup.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from pipeprof.numbers import finite
+from pipeprof import format as fmt
+from pipeprof.format import NOT_MEASURED, finite
 from pipeprof.render.plots import PHASE_COLORS, PHASE_LABELS
 
-NOT_MEASURED = "not measured"
 ABSENT = "(absent)"
 
 
@@ -70,15 +69,10 @@ def setting_rows(compare: dict[str, Any]) -> list[dict[str, Any]]:
     for s in compare.get("settings") or []:
         absent = set(s.get("absent_in") or [])
         values = s.get("values") or []
-        shown = [ABSENT if i in absent else setting_text(v) for i, v in enumerate(values)]
+        shown = [ABSENT if i in absent else fmt.setting(v) for i, v in enumerate(values)]
         rows.append({"key": str(s.get("key")),
                      "values": [{"text": t, "differs": i > 0 and t != shown[0]} for i, t in enumerate(shown)]})
     return rows
-
-
-def setting_text(value: Any) -> str:
-    """A scenario value as --set would take it: strings bare, the rest as JSON (``[256, 128]``, ``true``, ``null``)."""
-    return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
 def _uncertainty(t: dict[str, Any]) -> str:
@@ -92,22 +86,20 @@ def _ratio(ratio: dict[str, Any]) -> str:
     r, low, high = finite(ratio.get("ratio")), finite(ratio.get("low")), finite(ratio.get("high"))
     if r is None:
         return NOT_MEASURED
-    return f"×{r:.3f}" + (f" ({low:.3f}–{high:.3f})" if low is not None and high is not None else "")
+    return f"×{fmt.number(r, 3)}" + (f" ({fmt.number(low, 3)}–{fmt.number(high, 3)})"
+                                     if low is not None and high is not None else "")
 
 
 def _num(value: Any) -> str:
-    v = finite(value)
-    return NOT_MEASURED if v is None else f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+    return fmt.number(value)
 
 
 def _pct(fraction: Any) -> str:
-    v = finite(fraction)
-    return NOT_MEASURED if v is None else f"{100 * v:.1f}%"
+    return fmt.pct(fraction, 1)
 
 
 def _pp(delta_pp: Any) -> str | None:
-    v = finite(delta_pp)
-    return None if v is None else f"{round(v, 1) + 0.0:+.1f} pp"  # + 0.0: no "-0.0"
+    return None if finite(delta_pp) is None else fmt.pp(delta_pp)
 
 
 def _noise_word(within: Any) -> str:

@@ -1,6 +1,6 @@
 """The terminal summary: one compact rich table printed after a run.
 
-Values only; units live in the row labels. Every cell is a ``rich.text.Text``
+Each value carries its unit, formatted by ``pipeprof.format``. Every cell is a ``rich.text.Text``
 so scenario names, reasons and paths are never parsed as rich markup.
 """
 
@@ -13,19 +13,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from pipeprof import format as fmt
 from pipeprof.analysis.recommend import set_text
+from pipeprof.format import NOT_MEASURED
 from pipeprof.numbers import finite as _value
-from pipeprof.numbers import scaled as _scaled
-
-NOT_MEASURED = "not measured"
 
 _BOTTLENECK_STYLE = {"input": "bold red", "compute": "bold green", "balanced": "bold yellow"}
 _VERDICT_STYLE = {**_BOTTLENECK_STYLE, "h2d": "bold red"}
-_MIB = 1024.0**2
 
 
 def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
-    """The summary of one run as a two-column table (label with unit, value)."""
+    """The summary of one run as a two-column table (label, value with its unit)."""
     s = summary
     step = _dict(s.get("step_time_s"))
     frac = _dict(s.get("fractions"))
@@ -50,13 +48,13 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
             or "none iterated")
     else:
         add("scenario", str(s.get("scenario") or NOT_MEASURED))
-    add("steps (counted)", _num(s.get("steps"), 0))
-    add("throughput (samples/s)", _num(s.get("samples_per_s")), "bold")
-    add("step time median / p90 (ms)", _pair(_scaled(step.get("median"), 1e3), _scaled(step.get("p90"), 1e3)))
-    add("data wait (% of step time)", _pct(frac.get("data_wait")), _BOTTLENECK_STYLE.get(klass, ""))
-    add("host → device (% of step time)", _pct(frac.get("h2d")))
-    add("compute (% of step time)", _pct(frac.get("compute")))
-    add("other (% of step time)", _pct(frac.get("other")))
+    add("steps (counted)", fmt.number(s.get("steps"), 0))
+    add("throughput", fmt.rate(s.get("samples_per_s")), "bold")
+    add("step time median / p90", _several(fmt.duration, step.get("median"), step.get("p90")))
+    add("data wait (share of step time)", _pct(frac.get("data_wait")), _BOTTLENECK_STYLE.get(klass, ""))
+    add("host → device (share of step time)", _pct(frac.get("h2d")))
+    add("compute (share of step time)", _pct(frac.get("compute")))
+    add("other (share of step time)", _pct(frac.get("other")))
     add("bottleneck", str(s.get("bottleneck_reason") or klass or NOT_MEASURED), _BOTTLENECK_STYLE.get(klass, ""))
     verdict = _dict(s.get("verdict"))
     if verdict.get("class"):
@@ -68,11 +66,11 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     if isinstance(recs, list) and recs and isinstance(recs[0], dict):
         top = recs[0]
         speedup = _value(top.get("predicted_speedup"))
-        text = (f"{set_text(top)} → {_num(top.get('predicted_samples_per_s'))} samples/s"
-                + (f" (×{speedup:.2f})" if speedup is not None else "") + f": {top.get('reason') or ''}")
+        text = (f"{set_text(top)} → {fmt.rate(top.get('predicted_samples_per_s'))}"
+                + (f" (×{fmt.number(speedup, 2)})" if speedup is not None else "") + f": {top.get('reason') or ''}")
         add("top recommendation", text, "bold" if _dict(top.get("change")) else "")
-    per_sample_us = (_scaled(loading.get(k), 1e6) for k in ("fetch_s", "prep_s", "collate_per_sample_s"))
-    add("fetch/prep/collate (µs/sample)", _triple(*per_sample_us))
+    add("fetch/prep/collate per sample",
+        _several(fmt.duration, *(loading.get(k) for k in ("fetch_s", "prep_s", "collate_per_sample_s"))))
     code = _code_profile_line(_dict(s.get("code_profile")))
     if code:
         add("code profile", code)
@@ -80,10 +78,12 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     if cache.get("cache") == "cold":
         verified = cache.get("verified")
         add("page cache", f"cold: {cache.get('reason')}", "bold red" if verified is False else "")
-    add("CPU mean / peak (% of all cores)", _pair(cpu.get("mean_util"), cpu.get("peak_util"), 0))
-    add("peak RSS (MiB)", _num(_scaled(memory.get("peak_rss_bytes"), 1 / _MIB), 0))
-    add("accuracy (%)", _num(_scaled(s.get("accuracy"), 100), 1))
-    add("final loss", _num(s.get("final_loss"), 4))
+    add("CPU mean / peak (of all cores)",
+        _several(lambda v: fmt.pct(v if _value(v) is None else float(v) / 100, 0),
+                 cpu.get("mean_util"), cpu.get("peak_util")))
+    add("peak RSS", fmt.byte_size(memory.get("peak_rss_bytes")))
+    add("accuracy", _pct(s.get("accuracy")))
+    add("final loss", fmt.number(s.get("final_loss"), 4))
     add("run folder", str(folder))
     return table
 
@@ -100,10 +100,10 @@ def _code_profile_line(code: dict[str, Any]) -> str | None:
     if "absent" not in cprofile and cprofile:
         for name, info in _dict(cprofile.get("processes")).items():
             groups = sorted(_dict(_dict(info).get("groups")).items(), key=lambda gv: -(_value(gv[1]) or 0))
-            shares = ", ".join(f"{g} {_pct(v)}%" for g, v in groups[:3] if (_value(v) or 0) >= 0.005)
+            shares = ", ".join(f"{g} {_pct(v)}" for g, v in groups[:3] if (_value(v) or 0) >= 0.005)
             parts.append(f"{name}: {shares or _dict(info).get('absent') or NOT_MEASURED}")
         ratio = _value(_dict(cprofile.get("overhead")).get("ratio"))
-        parts.append(f"profiled steps ×{ratio:.2f} the others" if ratio is not None else "cost not measured")
+        parts.append(f"profiled steps ×{fmt.number(ratio, 2)} the others" if ratio is not None else "cost not measured")
     elif not str(cprofile.get("absent", "off")).startswith("off"):
         parts.append(f"cProfile: {cprofile['absent']}")
     if pyspy and not str(pyspy.get("absent", "")).startswith("off"):
@@ -118,29 +118,14 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-
-
-def _num(value: Any, digits: int | None = None) -> str:
-    v = _value(value)
-    if v is None:
-        return NOT_MEASURED
-    if digits is None:
-        digits = 0 if abs(v) >= 100 else 1 if abs(v) >= 10 else 2
-    return f"{v:,.{digits}f}"
-
-
 def _pct(fraction: Any) -> str:
-    v = _value(fraction)
-    return NOT_MEASURED if v is None else f"{100 * v:.1f}"
+    return fmt.pct(fraction, 1)
 
 
-def _triple(a: Any, b: Any, c: Any) -> str:
-    if all(_value(v) is None for v in (a, b, c)):
+def _several(text: Any, *values: Any) -> str:
+    """``a / b`` with each value formatted by ``text``; one "not measured" when none is measured."""
+    if all(_value(v) is None for v in values):
         return NOT_MEASURED
-    return " / ".join(_num(v) for v in (a, b, c))
+    return " / ".join(text(v) for v in values)
 
 
-def _pair(a: Any, b: Any, digits: int | None = None) -> str:
-    if _value(a) is None and _value(b) is None:
-        return NOT_MEASURED
-    return f"{_num(a, digits)} / {_num(b, digits)}"

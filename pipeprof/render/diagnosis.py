@@ -16,9 +16,11 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from pipeprof import format as fmt
+from pipeprof.format import NOT_MEASURED
 from pipeprof.numbers import finite as _value
 from pipeprof.numbers import scaled as _scaled
-from pipeprof.render.html import format_fraction_pct, format_micros, format_number
+from pipeprof.render.html import FILTERS, measured
 
 CHECK_LABELS = {
     "data_wait": "data wait (share of step time)",
@@ -27,9 +29,6 @@ CHECK_LABELS = {
 FRACTION_LABELS = {"fetch_stall": "fetch stall", "prep_stall": "prep stall", "compute": "compute"}
 FRACTION_COLORS = {"fetch_stall": "#d9534f", "prep_stall": "#f0ad4e", "compute": "#3c8d5a"}
 
-NOT_MEASURED = "not measured"
-
-
 # ---- HTML ---------------------------------------------------------------------------------
 
 
@@ -37,9 +36,8 @@ def render_diagnosis_html(diagnosis: dict[str, Any], *, folder_name: str | None 
     """diagnosis.html as one string (UTF-8, no external resources)."""
     env = Environment(loader=PackageLoader("pipeprof", "render/templates"), autoescape=True,
                       undefined=ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(num=format_number, frac_pct=format_fraction_pct, us=format_micros,
-                       pp=_format_pp, flex=_flex)
-    env.tests["measured"] = lambda value: _value(value) is not None
+    env.filters.update(FILTERS, pp=_format_pp, flex=_flex)
+    env.tests["measured"] = measured
     fractions = diagnosis.get("fractions") or {}
     segments = [{"key": k, "label": FRACTION_LABELS[k], "color": FRACTION_COLORS[k], "value": fractions.get(k)}
                 for k in FRACTION_LABELS]
@@ -55,8 +53,7 @@ def render_diagnosis_html(diagnosis: dict[str, Any], *, folder_name: str | None 
 
 def _format_pp(value: Any) -> str:
     """A difference of fractions in percentage points: -0.123 → "-12.3 pp"."""
-    v = _value(value)
-    return NOT_MEASURED if v is None else f"{100 * v:+.1f} pp"
+    return fmt.pp(_scaled(value, 100))
 
 
 def _flex(value: Any) -> str:
@@ -74,14 +71,14 @@ def diagnosis_table(diagnosis: dict[str, Any], folder: str | Path) -> Group:
     runs = Table(title=Text(f"pipeprof diagnose: {d.get('scenario')} ({d.get('steps_per_run')} steps per run)",
                             style="bold"), box=None, pad_edge=False, padding=(0, 2, 0, 0))
     for name, justify in (("run", "left"), ("storage", "left"), ("workers", "right"), ("status", "left"),
-                          ("samples/s", "right"), ("µs/sample", "right"), ("data wait %", "right")):
+                          ("samples/s", "right"), ("per sample", "right"), ("data wait", "right")):
         runs.add_column(name, justify=justify, no_wrap=True)
     per_sample = d.get("seconds_per_sample") or {}
     for role, r in (d.get("runs") or {}).items():
         status = str(r.get("status"))
         runs.add_row(Text(role), Text(str(r.get("storage"))), Text(str(r.get("num_workers"))),
                      Text(status, style="" if status == "complete" else "bold red"),
-                     Text(_num(r.get("samples_per_s"), 0)), Text(_num(_scaled(per_sample.get(role), 1e6), 1)),
+                     Text(fmt.number(r.get("samples_per_s"), 0)), Text(fmt.duration(per_sample.get(role))),
                      Text(_pct(r.get("data_wait"))))
 
     result = Table(show_header=False, box=None, pad_edge=False, padding=(0, 2, 0, 0))
@@ -89,9 +86,9 @@ def diagnosis_table(diagnosis: dict[str, Any], folder: str | Path) -> Group:
     result.add_column("value", overflow="fold")
     fractions = d.get("fractions") or {}
     clamped, nulls = d.get("clamped") or {}, d.get("null_reasons") or {}
-    for key, label in (("fetch_stall", "fetch stall (% of real step time)"),
-                       ("prep_stall", "prep stall (% of real step time)"),
-                       ("compute", "compute (% of real step time)")):
+    for key, label in (("fetch_stall", "fetch stall (share of real step time)"),
+                       ("prep_stall", "prep stall (share of real step time)"),
+                       ("compute", "compute (share of real step time)")):
         value = fractions.get(key)
         text = _pct(value) if value is not None else f"{NOT_MEASURED}: {nulls.get(key, '')}"
         if key in clamped:
@@ -105,8 +102,8 @@ def diagnosis_table(diagnosis: dict[str, Any], folder: str | Path) -> Group:
             text, style = f"not checked: {c.get('reason')}", "dim"
         else:
             verdict = "agree" if c["agree"] else "DISAGREE"
-            text = (f"direct {_pct(c.get('direct'))}% vs differential {_pct(c.get('differential'))}%: {verdict} "
-                    f"(±{_num(_scaled(tolerance, 100), 0)} pp)")
+            text = (f"direct {_pct(c.get('direct'))} vs differential {_pct(c.get('differential'))}: {verdict} "
+                    f"(±{fmt.number(_scaled(tolerance, 100), 0)} pp)")
             style = "green" if c["agree"] else "bold red"
         result.add_row(Text(f"cross-check: {label}"), Text(text, style=style))
         if c.get("agree") is False:
@@ -116,13 +113,5 @@ def diagnosis_table(diagnosis: dict[str, Any], folder: str | Path) -> Group:
     return Group(runs, Text(""), result)
 
 
-
-
-def _num(value: Any, digits: int) -> str:
-    v = _value(value)
-    return NOT_MEASURED if v is None else f"{v:,.{digits}f}"
-
-
 def _pct(fraction: Any) -> str:
-    v = _value(fraction)
-    return NOT_MEASURED if v is None else f"{100 * v:.1f}"
+    return fmt.pct(fraction, 1)

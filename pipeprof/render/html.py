@@ -9,23 +9,20 @@ only chooses what to show and formats numbers.
 
 from __future__ import annotations
 
-import json
-import math
-import numbers
 from collections.abc import Iterable
 from typing import Any
 
 from jinja2 import ChainableUndefined, Environment, PackageLoader, Undefined
 from markupsafe import Markup
 
+from pipeprof import format as fmt
 from pipeprof.analysis.loading import counted_batches, loading_breakdown
 from pipeprof.analysis.recommend import set_text
 from pipeprof.analysis.steps import counted_steps, counted_window_s, step_breakdown
 from pipeprof.analysis.summary import TAIL_FRACTION
+from pipeprof.format import NOT_MEASURED, finite
 from pipeprof.render import plots
 from pipeprof.run_folder import Run
-
-NOT_MEASURED = "not measured"
 
 _BOTTLENECK_TITLES = {
     "input": "Input-bound: training waits for data",
@@ -133,17 +130,8 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(
-        num=format_number,
-        frac_pct=format_fraction_pct,
-        pct=format_pct,
-        ms=format_seconds,
-        us=format_micros,
-        bytes=format_bytes,
-        rate=format_rate,
-        css_width=_css_width,
-    )
-    env.tests["measured"] = lambda value: not _missing(value)
+    env.filters.update(FILTERS)
+    env.tests["measured"] = measured
     return env
 
 
@@ -197,7 +185,7 @@ def _verification(summary: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _speedup(value: Any) -> str:
-    return "not measured" if _missing(value) else f"×{float(value):.2f}"
+    return NOT_MEASURED if _missing(value) else f"×{fmt.number(value, 2)}"
 
 
 def _context_rows(attr: dict[str, Any]) -> list[tuple[str, str]]:
@@ -205,8 +193,8 @@ def _context_rows(attr: dict[str, Any]) -> list[tuple[str, str]]:
     rows = []
     cpu = _dict(attr.get("cpu"))
     if cpu:
-        wanted = (f"{cpu.get('num_workers')} workers + {cpu.get('torch_threads')} torch threads on "
-                  f"{cpu.get('cores_usable')} usable cores")
+        wanted = (f"{fmt.plural(cpu.get('num_workers'), 'worker')} + "
+                  f"{fmt.plural(cpu.get('torch_threads'), 'torch thread')} on {cpu.get('cores_usable')} usable cores")
         if cpu.get("oversubscribed") is None:
             rows.append(("workers + torch threads vs usable cores", _NOT_MEASURED_HTML))
         else:
@@ -238,13 +226,13 @@ def format_evidence(key: str, value: Any) -> str:
     if key.endswith("_fraction"):
         return format_fraction_pct(value)
     if key.endswith("_bytes_per_s"):
-        return format_rate(value)
+        return format_byte_rate(value)
     if key.endswith("_reads_per_s"):
-        return _NOT_MEASURED_HTML if _missing(value) else f"{format_number(value)} reads/s"
+        return format_rate(value, "reads/s")
     if key.endswith("_pct"):
         return format_pct(value)
     if key.endswith("_s"):
-        return format_micros(value) if not _missing(value) and abs(float(value)) < 1e-3 else format_seconds(value)
+        return format_duration(value)
     return format_number(value)
 
 
@@ -340,22 +328,22 @@ def _cprofile_view(cprofile: dict[str, Any]) -> dict[str, Any]:
         top = _dict(cprofile.get("top")).get(key) or []
         processes.append({
             "key": key, "title": _PROCESS_TITLES.get(key, key), "absent": info.get("absent"),
-            "scope": str(info.get("scope") or ""), "profiled_s": format_seconds(info.get("profiled_s")),
+            "scope": str(info.get("scope") or ""), "profiled_s": format_duration(info.get("profiled_s")),
             "workers": (f"{info['processes_profiled']} of {info['processes_started']} worker processes profiled"
                         if "processes_started" in info else ""),
             "groups": [{"group": g, "color": _GROUP_COLORS.get(g, "#9e9e9e"), "fraction": groups.get(g)}
                        for g in _GROUP_COLORS if g in groups],
             "top": [{"function": str(t.get("function")), "group": str(t.get("group")),
-                     "color": _GROUP_COLORS.get(t.get("group"), "#9e9e9e"), "self": format_seconds(t.get("self_s")),
-                     "cum": format_seconds(t.get("cum_s")), "share": format_fraction_pct(t.get("share")),
+                     "color": _GROUP_COLORS.get(t.get("group"), "#9e9e9e"), "self": format_duration(t.get("self_s")),
+                     "cum": format_duration(t.get("cum_s")), "share": format_fraction_pct(t.get("share")),
                      "calls": format_number(t.get("calls"))} for t in top if isinstance(t, dict)],
         })
     if "absent" in overhead:
         overhead_text = Markup('<span class="nm">not measured: {}</span>').format(overhead["absent"])
     else:
         overhead_text = Markup("median step {} profiled vs {} not ({} and {} counted steps): ×{}").format(
-            format_seconds(overhead.get("median_step_in_window_s")),
-            format_seconds(overhead.get("median_step_outside_s")),
+            format_duration(overhead.get("median_step_in_window_s")),
+            format_duration(overhead.get("median_step_outside_s")),
             format_number(overhead.get("steps_in_window")), format_number(overhead.get("steps_outside")),
             format_number(overhead.get("ratio"), 2))
     return {"window": f"steps {first}–{int(first) + int(steps) - 1} ({steps} steps)"
@@ -423,93 +411,58 @@ def _rows(data: Any, prefix: str = "") -> list[tuple[str, str]]:
 
 
 def _display(key: str, value: Any) -> str:
-    if isinstance(value, bool) or value is None:
-        return json.dumps(value)
-    if isinstance(value, (int, float)) and key.endswith("_bytes"):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and key.endswith("_bytes"):
         return f"{format_bytes(value)} ({value:,.0f} bytes)"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (list, tuple)):
-        return json.dumps(value, default=str)
-    return str(value)
+    return fmt.setting(value)
 
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-# -- number formatting (Jinja filters) ----------------------------------------
+# -- number formatting (Jinja filters over pipeprof.format) -------------------
 
 
 def _missing(value: Any) -> bool:
-    if value is None or isinstance(value, Undefined):
-        return True
-    try:
-        return math.isnan(float(value))
-    except (TypeError, ValueError):
-        return True
+    return isinstance(value, Undefined) or finite(value) is None
 
 
-_NOT_MEASURED_HTML = Markup('<span class="nm">not measured</span>')
+_NOT_MEASURED_HTML = Markup('<span class="nm">{}</span>').format(NOT_MEASURED)
 
 
 def format_number(value: Any, digits: int | None = None) -> str:
-    """1234.5 → "1,234"; 12.34 → "12.3"; 0.01234 → "0.0123"; None → not measured."""
-    if _missing(value):
-        return _NOT_MEASURED_HTML
-    v = float(value)
-    if digits is not None:
-        return f"{v:,.{digits}f}"
-    a = abs(v)
-    if round(a, 1) >= 100 or isinstance(value, numbers.Integral):
-        return f"{v:,.0f}"
-    if a >= 10:
-        return f"{v:.1f}"
-    if a >= 1:
-        return f"{v:.2f}"
-    return f"{v:.3g}"
+    """``pipeprof.format.number``: 1234.5 → "1,234"; 12.34 → "12.3"; 0.01234 → "0.0123"; None → not measured."""
+    return _NOT_MEASURED_HTML if _missing(value) else fmt.number(value, digits)
 
 
 def format_fraction_pct(value: Any, digits: int = 1) -> str:
     """A fraction as a percentage: 0.3 → "30.0%"."""
-    return _NOT_MEASURED_HTML if _missing(value) else f"{100 * float(value):.{digits}f}%"
+    return _NOT_MEASURED_HTML if _missing(value) else fmt.pct(value, digits)
 
 
 def format_pct(value: Any, digits: int = 0) -> str:
     """A value already in percent: 153.2 → "153%"."""
-    return _NOT_MEASURED_HTML if _missing(value) else f"{float(value):,.{digits}f}%"
+    return _NOT_MEASURED_HTML if _missing(value) else fmt.pct(float(value) / 100, digits)
 
 
-def format_seconds(value: Any) -> str:
-    """Seconds for humans: 0.0123 → "12.3 ms"; 4.5 → "4.50 s"; 83.0 → "83.0 s"."""
-    if _missing(value):
-        return _NOT_MEASURED_HTML
-    v = float(value)
-    if abs(v) >= 1:
-        return f"{format_number(v)} s"
-    return f"{format_number(v * 1e3)} ms"
-
-
-def format_micros(value: Any) -> str:
-    """Seconds as microseconds, for per-sample times: 1.23e-05 → "12.3 µs"."""
-    return _NOT_MEASURED_HTML if _missing(value) else f"{format_number(float(value) * 1e6)} µs"
+def format_duration(value: Any) -> str:
+    """``pipeprof.format.duration``: 1.23e-05 → "12.3 µs"; 0.0123 → "12.3 ms"; 4.5 → "4.50 s"."""
+    return _NOT_MEASURED_HTML if _missing(value) else fmt.duration(value)
 
 
 def format_bytes(value: Any) -> str:
     """Binary units: 536870912 → "512 MiB"; 1.5 * 2**30 → "1.50 GiB"."""
-    if _missing(value):
-        return _NOT_MEASURED_HTML
-    v = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(v) < 1024 or unit == "TiB":
-            return f"{format_number(v) if unit != 'B' else f'{v:,.0f}'} {unit}"
-        v /= 1024
-    raise AssertionError("unreachable")
+    return _NOT_MEASURED_HTML if _missing(value) else fmt.byte_size(value)
 
 
-def format_rate(value: Any) -> str:
-    """Bytes per second: 10485760 → "10.0 MiB/s"."""
-    return _NOT_MEASURED_HTML if _missing(value) else f"{format_bytes(value)}/s"
+def format_byte_rate(value: Any) -> str:
+    """Bytes per second, in MiB/s: 10485760 → "10.0 MiB/s"."""
+    return _NOT_MEASURED_HTML if _missing(value) else fmt.byte_rate(value)
+
+
+def format_rate(value: Any, unit: str = "samples/s") -> str:
+    """A rate with its unit: 1234.5 → "1,234 samples/s"."""
+    return _NOT_MEASURED_HTML if _missing(value) else fmt.rate(value, unit)
 
 
 def _css_width(fraction: Any) -> str:
@@ -517,3 +470,14 @@ def _css_width(fraction: Any) -> str:
     if _missing(fraction):
         return "0%"
     return f"{min(100.0, max(0.0, 100 * float(fraction))):.3f}%"
+
+
+# The filters every page's template formats with (pages may add their own).
+FILTERS = {"num": format_number, "pct": format_fraction_pct, "percent": format_pct, "duration": format_duration,
+           "bytes": format_bytes, "byte_rate": format_byte_rate, "rate": format_rate, "plural": fmt.plural,
+           "css_width": _css_width, "setting": fmt.setting}
+
+
+def measured(value: Any) -> bool:
+    """The templates' ``is measured`` test: a finite number."""
+    return not _missing(value)

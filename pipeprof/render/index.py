@@ -34,6 +34,7 @@ from typing import Any
 
 from jinja2 import ChainableUndefined, Environment, PackageLoader
 
+from pipeprof import format as fmt
 from pipeprof.numbers import finite
 from pipeprof.run_folder import write_text
 
@@ -199,10 +200,10 @@ def _inside(path: Path, root: Path) -> bool:
 
 def _sort_key(path: Path, created: str | None) -> str:
     """An ISO UTC time string (they sort as text): the JSON's, the folder name's, or the modification time."""
-    for text, fmt in ((created, "%Y-%m-%dT%H:%M:%SZ"), (_stamp(path.name), "%Y%m%dT%H%M%SZ")):
+    for text, pattern in ((created, "%Y-%m-%dT%H:%M:%SZ"), (_stamp(path.name), "%Y%m%dT%H%M%SZ")):
         if text:
             try:
-                return dt.datetime.strptime(text, fmt).strftime("%Y-%m-%dT%H:%M:%SZ")
+                return dt.datetime.strptime(text, pattern).strftime("%Y-%m-%dT%H:%M:%SZ")
             except ValueError:
                 pass
     try:
@@ -242,21 +243,17 @@ def render_index(entries: list[dict[str, Any]], *, title: str = "reports") -> st
 
 
 def _rate(value: Any) -> str:
-    v = finite(value)
-    return "" if v is None else f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+    return fmt.number(value, missing="")
 
 
 def _pct(fraction: Any) -> str:
-    v = finite(fraction)
-    return "not measured" if v is None else f"{100 * v:.1f}%"
+    return fmt.pct(fraction, 1)
 
 
 def _ratio(value: Any) -> str:
-    v = finite(value)
-    return "" if v is None else f"×{v:.2f}"
+    return "" if finite(value) is None else f"×{fmt.number(value, 2)}"
 
 
 def _settings(settings: Any) -> str:
-    """``{"loader.num_workers": 2}`` as ``loader.num_workers=2`` (strings bare, the rest as JSON)."""
-    return ", ".join(f"{k}={v if isinstance(v, str) else json.dumps(v, default=str)}"
-                     for k, v in _dict(settings).items())
+    """``{"loader.num_workers": 2}`` as ``loader.num_workers=2`` (each value as ``pipeprof.format.setting``)."""
+    return ", ".join(f"{k}={fmt.setting(v)}" for k, v in _dict(settings).items())

@@ -17,11 +17,11 @@ from matplotlib import rc_context
 from rich.table import Table
 from rich.text import Text
 
+from pipeprof import format as fmt
 from pipeprof.analysis.sweep import series
 from pipeprof.numbers import finite
 from pipeprof.render import plots
-from pipeprof.render.html import format_bytes, format_fraction_pct, format_number, format_seconds
-from pipeprof.variants import short
+from pipeprof.render.html import FILTERS, measured
 
 PHASES = ("data_wait", "h2d", "compute", "other")
 
@@ -30,8 +30,8 @@ def render_sweep_html(doc: dict[str, Any], *, folder_name: str | None = None) ->
     """sweep.html (or tune.html: the same page with ``doc["kind"] == "tune"``) as one string."""
     env = Environment(loader=PackageLoader("pipeprof", "render/templates"), autoescape=True,
                       undefined=ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(num=format_number, frac_pct=format_fraction_pct, ms=format_seconds, bytes=format_bytes,
-                       toml=short)  # true/false as a scenario file writes them
+    env.filters.update(FILTERS)
+    env.tests["measured"] = measured
     points = [dict(p, stack_title=_stack_title(p)) for p in doc.get("points") or []]
     best = (doc.get("best") or {}).get("index")
     return env.get_template("sweep.html.j2").render(
@@ -81,31 +81,32 @@ def sweep_table(doc: dict[str, Any], folder: Path) -> Table:
                   title_justify="left")
     for key in axes:
         table.add_column(key.rpartition(".")[2])
-    for name in ("samples/s", "±", "data wait %", "verdict", "status"):
-        table.add_column(name, justify="right" if name in ("samples/s", "±", "data wait %") else "left")
+    for name in ("samples/s", "±", "data wait", "verdict", "status"):
+        table.add_column(name, justify="right" if name in ("samples/s", "±", "data wait") else "left")
     points = sorted(doc.get("points") or [], key=lambda p: -(p.get("samples_per_s") or -1))
     best = (doc.get("best") or {}).get("index")
     for p in points:
         rate = finite(p.get("samples_per_s"))
         low, high = finite(p.get("samples_per_s_low")), finite(p.get("samples_per_s_high"))
-        spread = f"{(high - low) / 2:,.0f}" if low is not None and high is not None else ""
+        spread = fmt.number((high - low) / 2, 0) if low is not None and high is not None else ""
         wait = finite((p.get("fractions") or {}).get("data_wait"))
         status = p.get("status") or ""
         if p.get("reason") and status not in ("complete", "skipped"):
             status += f": {p['reason'][:60]}"
-        cells = [Text(short(p["change"].get(k))) for k in axes]
-        cells += [Text(f"{rate:,.0f}" if rate is not None else "", style="bold" if p["index"] == best else ""),
-                  Text(spread), Text(f"{100 * wait:.1f}" if wait is not None else ""), Text(p.get("verdict") or ""),
+        cells = [Text(fmt.setting(p["change"].get(k))) for k in axes]
+        cells += [Text(fmt.number(rate, 0, missing=""), style="bold" if p["index"] == best else ""),
+                  Text(spread), Text(fmt.pct(wait, 1, missing="")), Text(p.get("verdict") or ""),
                   Text(status, style="red" if p.get("status") in ("failed", "invalid", "interrupted") else "")]
         table.add_row(*cells)
     skipped = sum(p.get("status") == "skipped" for p in points)
-    table.caption = (f"{skipped} point(s) skipped: invalid together (reasons in the page); " if skipped else "") \
+    table.caption = (f"{fmt.plural(skipped, 'point')} skipped: invalid together (reasons in the page); "
+                     if skipped else "") \
         + str(folder)
     return table
 
 
 def _stack_title(point: dict[str, Any]) -> str:
     fractions = point.get("fractions") or {}
-    return ", ".join(f"{plots.PHASE_LABELS[k]} {100 * v:.1f}%" for k in PHASES
+    return ", ".join(f"{plots.PHASE_LABELS[k]} {fmt.pct(v, 1)}" for k in PHASES
                      if (v := finite(fractions.get(k))) is not None)
 

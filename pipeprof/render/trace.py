@@ -25,23 +25,23 @@ from typing import Any
 import pandas as pd
 
 from pipeprof import __version__
+from pipeprof.format import MIB
 from pipeprof.numbers import finite
 from pipeprof.run_folder import Run
 
 STEPS_TID, PHASES_TID, LOADING_TID = 1, 2, 3
 PHASES = (("data wait", "data_wait_s"), ("host→device", "h2d_s"), ("compute", "compute_s"))
 PARTS = ("fetch", "prep", "collate")
-_MIB = 1024.0**2
 # track name -> [(series, column, factor)]
 COUNTERS = {
     "CPU (% of all cores)": [("machine", "cpu_util_pct", 1.0)],
     "CPU (% of one core)": [("main", "main_cpu_pct", 1.0), ("workers", "workers_cpu_pct", 1.0)],
-    "memory (MiB)": [("main", "main_rss_bytes", 1 / _MIB), ("workers", "workers_rss_bytes", 1 / _MIB),
-                     ("tree", "tree_rss_bytes", 1 / _MIB)],
-    "disk read (MB/s)": [("read", "read_bytes_per_s", 1e-6)],
+    "memory (MiB)": [("main", "main_rss_bytes", 1 / MIB), ("workers", "workers_rss_bytes", 1 / MIB),
+                     ("tree", "tree_rss_bytes", 1 / MIB)],
+    "disk read (MiB/s)": [("read", "read_bytes_per_s", 1 / MIB)],
     "GPU util (%)": [("util", "gpu_util_pct", 1.0)],
-    "GPU memory (MiB)": [("used", "gpu_mem_used_bytes", 1 / _MIB)],
-    "PCIe (MB/s)": [("rx", "pcie_rx_bytes_per_s", 1e-6), ("tx", "pcie_tx_bytes_per_s", 1e-6)],
+    "GPU memory (MiB)": [("used", "gpu_mem_used_bytes", 1 / MIB)],
+    "PCIe (MiB/s)": [("rx", "pcie_rx_bytes_per_s", 1 / MIB), ("tx", "pcie_tx_bytes_per_s", 1 / MIB)],
 }
 
 
