@@ -22,7 +22,7 @@ burning one is preempted across its deadline), which alone put the
 input-bound case's data wait 5.8 points above what the arithmetic on the
 asked costs gives (load average 4.4): the profiler must report what
 happened, not what was asked. A sanity test checks that no injected
-cost was cut short and that each case, as it ran, kept the bottleneck and
+cost was cut short and that each case, as it ran, kept the degree and
 the verdict class its nominal arithmetic gives.
 
 Every injected cost is a wait until a deadline on the wall clock, so a
@@ -53,8 +53,9 @@ import torch
 from torch.utils.data import DataLoader, Sampler, default_collate
 
 from pipeprof.analysis.steps import counted_steps
-from pipeprof.analysis.summary import bottleneck, summarize
+from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.thresholds import COMPUTE_BOUND_FRACTION, INPUT_BOUND_FRACTION
+from pipeprof.analysis.verdict import coarse, input_degree
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.pipeline.train import COMPUTE_PROBE_STEPS, COMPUTE_PROBE_WARMUP, Workload, profile_workload
 from pipeprof.run_folder import Run
@@ -210,7 +211,7 @@ class Case:
     prep_s: float  # per sample, a core busy
     collate_s: float  # per batch, asleep
     compute_s: float  # per step, asleep
-    bottleneck: str  # summarize()'s class, unambiguous from the arithmetic
+    degree: str | None  # the verdict's degree by the data wait (None: compute-bound), unambiguous from the arithmetic
     verdict: str  # summarize()["verdict"]["class"], unambiguous from the arithmetic (arithmetic_verdict)
     steps: int
     warmup_steps: int
@@ -316,14 +317,14 @@ FETCH_S, PREP_S, COLLATE_S = 4e-3, 2e-3, 2e-3
 # C = 14 ms: data wait P / (P + C) = 0.65 (input-bound), compute C / (P + C) = 0.35.
 # Of the wait, fetch is 16 ms against prep's 8 and collate's 2: storage (input:fetch).
 SERIAL = Case("serial", workers=0, batch=4, fetch_s=FETCH_S, prep_s=PREP_S, collate_s=COLLATE_S, compute_s=14e-3,
-              bottleneck="input", verdict="input:fetch", steps=63, warmup_steps=3)
+              degree="input-bound", verdict="input:fetch", steps=63, warmup_steps=3)
 
 # (1b) No workers, 2 samples a batch: P = 2 x 6 + 2 = 14 ms against C = 98 ms
-# gives data wait 14 / 112 = 0.125, in the middle of the balanced band [0.05, 0.20).
+# gives data wait 14 / 112 = 0.125, in the middle of the partly input-bound band [0.05, 0.20).
 # The verdict names the cause of that smaller wait all the same ("partly
 # input-bound"): fetch 8 ms against prep's 4 and collate's 2 (input:fetch).
 SERIAL_BALANCED = Case("serial-balanced", workers=0, batch=2, fetch_s=FETCH_S, prep_s=PREP_S, collate_s=COLLATE_S,
-                       compute_s=98e-3, bottleneck="balanced", verdict="input:fetch", steps=28, warmup_steps=3)
+                       compute_s=98e-3, degree="partly input-bound", verdict="input:fetch", steps=28, warmup_steps=3)
 
 # (2) Two workers, each making a batch of 8 in P = 8 x 6 + 2 = 50 ms while a
 # step computes for C = 240 ms: even one worker keeps ahead, so after warm-up
@@ -335,7 +336,7 @@ SERIAL_BALANCED = Case("serial-balanced", workers=0, batch=2, fetch_s=FETCH_S, p
 # authenticated connection). That is real waiting in next(), rightly counted
 # as data wait, but not in the arithmetic; against 240 ms it is 1-2.5%.
 COMPUTE_BOUND = Case("compute-bound", workers=2, batch=8, fetch_s=FETCH_S, prep_s=PREP_S, collate_s=COLLATE_S,
-                     compute_s=240e-3, bottleneck="compute", verdict="compute", steps=18, warmup_steps=3)
+                     compute_s=240e-3, degree=None, verdict="compute", steps=18, warmup_steps=3)
 
 # (3) Two workers both busy all the time, each making a batch of 16 in
 # P = 16 x 6 + 2 = 98 ms, together one every P / 2 = 49 ms, while a step
@@ -349,7 +350,7 @@ COMPUTE_BOUND = Case("compute-bound", workers=2, batch=8, fetch_s=FETCH_S, prep_
 # The loop waits on the workers, whose batch is 64 ms of fetching against
 # 34 ms of prep and collate: storage (input:fetch).
 INPUT_BOUND = Case("input-bound", workers=2, batch=16, fetch_s=FETCH_S, prep_s=PREP_S, collate_s=COLLATE_S,
-                   compute_s=12e-3, bottleneck="input", verdict="input:fetch", steps=46, warmup_steps=6)
+                   compute_s=12e-3, degree="input-bound", verdict="input:fetch", steps=46, warmup_steps=6)
 
 # (6)-(9): no workers, so nothing overlaps and the verdict class is the largest
 # cost on the path of the wait. Batches of 2 keep the steps short while every
@@ -362,14 +363,14 @@ INPUT_BOUND = Case("input-bound", workers=2, batch=16, fetch_s=FETCH_S, prep_s=P
 # collate, P = 36 ms against C = 14 ms: data wait 36 / 50 = 0.72, of which
 # prep is 24 ms against fetch's 8 and collate's 4 (input:prep).
 PREP_BOUND = Case("prep-bound", workers=0, batch=2, fetch_s=FETCH_S, prep_s=12e-3, collate_s=4e-3,
-                  compute_s=14e-3, bottleneck="input", verdict="input:prep", steps=32, warmup_steps=3)
+                  compute_s=14e-3, degree="input-bound", verdict="input:prep", steps=32, warmup_steps=3)
 
 # (7) Collating dominates (the training process assembles each batch: a costly
 # collate_fn): 2 samples of 4 ms fetch + 4 ms prep and a 30 ms collate,
 # P = 46 ms against C = 14 ms: data wait 46 / 60 = 0.77, of which collate is
 # 30 ms against fetch's 8 and prep's 8 (input:main).
 COLLATE_BOUND = Case("collate-bound", workers=0, batch=2, fetch_s=FETCH_S, prep_s=4e-3, collate_s=30e-3,
-                     compute_s=14e-3, bottleneck="input", verdict="input:main", steps=32, warmup_steps=3)
+                     compute_s=14e-3, degree="input-bound", verdict="input:main", steps=32, warmup_steps=3)
 
 # (8) The training process's own work outside fetch, prep and collate
 # dominates: the sampler burns 15 ms an index, M = 30 ms a batch, before the
@@ -378,7 +379,7 @@ COLLATE_BOUND = Case("collate-bound", workers=0, batch=2, fetch_s=FETCH_S, prep_
 # fetch's 8 and prep's 8 (input:main); the batch's making is only 20 / 50 = 0.40
 # of the wait.
 MAIN_BOUND = Case("main-bound", workers=0, batch=2, fetch_s=FETCH_S, prep_s=4e-3, collate_s=4e-3,
-                  compute_s=14e-3, main_s=15e-3, bottleneck="input", verdict="input:main", steps=32, warmup_steps=3)
+                  compute_s=14e-3, main_s=15e-3, degree="input-bound", verdict="input:main", steps=32, warmup_steps=3)
 
 # (9) The own work and storage both large: the sampler burns 5.5 ms an index,
 # M = 11 ms, and the batch takes 2 x (4 + 3.5) + 4 = 19 ms to make; C = 14 ms.
@@ -386,7 +387,7 @@ MAIN_BOUND = Case("main-bound", workers=0, batch=2, fetch_s=FETCH_S, prep_s=4e-3
 # fetch's 8 and prep's 7 (input:main), though making the batch is 19 / 30 = 0.63
 # of the wait (an earlier R3 said input:fetch here: see verdict.py).
 MIXED = Case("mixed", workers=0, batch=2, fetch_s=FETCH_S, prep_s=3.5e-3, collate_s=4e-3, compute_s=14e-3,
-             main_s=5.5e-3, bottleneck="input", verdict="input:main", steps=32, warmup_steps=3)
+             main_s=5.5e-3, degree="input-bound", verdict="input:main", steps=32, warmup_steps=3)
 
 CASES = [SERIAL, SERIAL_BALANCED, COMPUTE_BOUND, INPUT_BOUND, PREP_BOUND, COLLATE_BOUND, MAIN_BOUND, MIXED]
 
@@ -461,6 +462,11 @@ def profiled():
     return get
 
 
+def wait_degree(data_wait_fraction: float) -> str | None:
+    """The verdict's degree for a data wait; None under the compute-bound cut-off."""
+    return None if data_wait_fraction < COMPUTE_BOUND_FRACTION else input_degree(data_wait_fraction)
+
+
 def assert_close(measured: float, expected: float, tolerance: float, what: str) -> None:
     assert abs(measured - expected) <= tolerance, f"{what}: measured {measured:.4f}, expected {expected:.4f}"
 
@@ -470,7 +476,7 @@ def test_the_cases_classes_follow_from_their_arithmetic():
     its verdict class follows from the arithmetic with the leading cause VERDICT_MARGIN ahead."""
     for case in CASES:
         wait = nominal_fractions(case)["data_wait"]
-        assert bottleneck(wait)[0] == case.bottleneck, case.name
+        assert wait_degree(wait) == case.degree, case.name
         assert min(abs(wait - COMPUTE_BOUND_FRACTION), abs(wait - INPUT_BOUND_FRACTION)) >= TOLERANCE, case.name
         klass, margin = arithmetic_verdict(case, nominal_costs(case))
         assert klass == case.verdict and margin >= VERDICT_MARGIN, (case.name, klass, margin)
@@ -494,7 +500,7 @@ def test_injected_costs_ran_as_asked(profiled, case):
         assert c[f"{what}_s"].min() >= asked_s, f"{case.name}: a {what} ended early"
     expected, klass, _ = p.arithmetic()
     stretch = ", ".join(f"{what} {c[f'{what}_s'].mean() / asked_s:.2f}x" for what, asked_s in asked.items() if asked_s)
-    assert bottleneck(expected["data_wait"])[0] == case.bottleneck, f"{case.name}: ran at {stretch} what was asked"
+    assert wait_degree(expected["data_wait"]) == case.degree, f"{case.name}: ran at {stretch} what was asked"
     assert klass == case.verdict, f"{case.name}: ran at {stretch} what was asked"
 
 
@@ -505,7 +511,7 @@ def test_step_fractions_and_bottleneck_match_the_arithmetic(profiled, case):
     expected = p.arithmetic()[0]
     for phase, value in expected.items():
         assert_close(p.summary["fractions"][phase], value, TOLERANCE, f"{case.name} {phase} fraction")
-    assert p.summary["bottleneck"] == case.bottleneck, p.summary["bottleneck_reason"]
+    assert p.summary["bottleneck"] == coarse(case.verdict), p.summary["bottleneck_reason"]
     assert p.summary["steps"] == case.steps - case.warmup_steps
     assert p.summary["samples"] == p.summary["steps"] * case.batch
     assert p.summary["accuracy"] == 1.0  # every batch's values arrived with their own labels
@@ -514,13 +520,12 @@ def test_step_fractions_and_bottleneck_match_the_arithmetic(profiled, case):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_verdict_class_matches_the_arithmetic(profiled, case):
     """The verdict names the class the injected costs as they ran give (``arithmetic_verdict``), and its
-    degree goes with the coarse bottleneck."""
+    degree goes with the data wait."""
     p = profiled(case)
     verdict = p.summary["verdict"]
     why = f"{case.name}: rule {verdict['rule']}: {verdict['sentence']}"
     assert verdict["class"] == p.arithmetic()[1] == case.verdict, why
-    degree = {"input": "input-bound", "balanced": "partly input-bound", "compute": None}[case.bottleneck]
-    assert verdict["degree"] == degree, why
+    assert verdict["degree"] == case.degree, why
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

@@ -59,17 +59,34 @@ def test_percentiles_ignore_warmup():
     assert s["step_time_s"]["p90"] == pytest.approx(np.percentile([0.033] * 9 + [0.133], 90))
 
 
-@pytest.mark.parametrize("wait,klass", [(0.0, "compute"), (0.049, "compute"), (0.05, "balanced"),
-                                        (0.19, "balanced"), (0.2, "input"), (0.9, "input")])
-def test_bottleneck_thresholds(wait, klass):
-    assert bottleneck(wait)[0] == klass
-    assert "%" in bottleneck(wait)[1]
+@pytest.mark.parametrize("wait,klass,words", [
+    (0.0, "compute", "compute-bound"), (0.049, "compute", "compute-bound"),
+    (0.051, "input", "partly input-bound"), (0.19, "input", "partly input-bound"),
+    (0.201, "input", "input-bound"), (0.9, "input", "input-bound")])
+def test_bottleneck_is_the_verdicts_class_in_coarse_form(wait, klass, words):
+    s = summarize(make_run(make_steps(wait_s=wait * 0.033, h2d_s=0.0, compute_s=(1 - wait) * 0.033 - 0.002)))
+    assert s["fractions"]["data_wait"] == pytest.approx(wait, abs=1e-9)
+    assert s["verdict"]["class"] == klass or s["verdict"]["class"].startswith(klass + ":")
+    assert (s["bottleneck"], s["bottleneck_reason"].split(":")[0]) == (klass, words)
+    assert f"{100 * wait:.0f}%" in s["bottleneck_reason"] or f"{100 * wait:.1f}%" in s["bottleneck_reason"]
+
+
+@pytest.mark.parametrize("klass,coarse", [("compute", "compute"), ("input:fetch", "input"), ("input:prep", "input"),
+                                          ("input:main", "input"), ("h2d", "h2d"), ("balanced", "balanced"),
+                                          ("unknown", "unknown")])
+def test_every_verdict_class_has_one_coarse_class(klass, coarse):
+    degree = None if klass in ("compute", "h2d", "unknown") else "partly input-bound"
+    evidence = {"data_wait_fraction": None if klass == "unknown" else 0.1, "h2d_fraction": 0.3}
+    got, reason = bottleneck({"class": klass, "degree": degree, "evidence": evidence})
+    assert got == coarse and reason
+    assert ("no single cause" in reason) == (klass == "balanced")
 
 
 def test_empty_run_has_no_statistics_but_does_not_crash():
     s = summarize(make_run(make_steps(n=0)))
     assert s["steps"] == 0 and s["samples_per_s"] is None and s["final_loss"] is None
     assert all(math.isnan(v) for v in s["fractions"].values())
+    assert s["bottleneck"] == s["verdict"]["class"] == "unknown"
 
 
 def test_other_never_negative_and_overlapping_parts_normalized():

@@ -146,6 +146,16 @@ def test_h2d_bound():
     assert v["evidence"]["h2d_fraction"] == pytest.approx(0.3)
 
 
+def test_one_headline_the_coarse_bottleneck_is_the_verdicts():
+    """Data wait 0.25 and h2d 0.30: once an "Input-bound" card beside a "bound by the copy" verdict."""
+    s = summarize(make_run(wait=0.25, h2d=0.30))
+    assert (s["verdict"]["class"], s["bottleneck"]) == ("h2d", "h2d")
+    assert s["bottleneck_reason"].startswith("bound by the copy to the device: 30% of step time")
+    s = summarize(make_run(wait=0.12, loading=(0.01, 0.001, 0.001)))  # partly input-bound, by storage
+    assert (s["verdict"]["class"], s["bottleneck"]) == ("input:fetch", "input")
+    assert s["bottleneck_reason"].startswith("partly input-bound: 12%")
+
+
 def test_h2d_below_the_wait_is_not_h2d():
     assert verdict(make_run(wait=0.4, h2d=0.25, loading=(0.03, 0.01, 0.0)))["class"] == "input:fetch"
 
@@ -160,7 +170,7 @@ def test_balanced_when_the_queue_is_neither_ready_nor_empty():
 
 def test_no_counted_steps():
     v = verdict(make_run(n=4, warmup=4))
-    assert (v["class"], v["rule"]) == ("balanced", "R0")
+    assert (v["class"], v["rule"]) == ("unknown", "R0")  # not "balanced": that word means a wait, no one cause
 
 
 def test_partly_input_bound_between_5_and_20_percent():
@@ -173,7 +183,7 @@ def test_every_class_is_reachable_and_known():
     seen = {verdict(r)["class"] for r in (
         make_run(wait=0.01), make_run(wait=0.3, h2d=0.4), make_run(wait=0.3, loading=(0.03, 0, 0)),
         make_run(wait=0.3, loading=(0, 0.03, 0)), make_run(wait=0.3, loading=(0, 0, 0.03)),
-        make_run(wait=0.3, workers=2, ready=[0, 3] * 20, loading=(0.01, 0.01, 0)))}
+        make_run(wait=0.3, workers=2, ready=[0, 3] * 20, loading=(0.01, 0.01, 0)), make_run(n=4, warmup=4))}
     assert seen == set(CLASSES)
 
 

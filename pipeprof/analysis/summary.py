@@ -19,8 +19,8 @@ from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.hotspots import code_profile
 from pipeprof.analysis.recommend import recommend
 from pipeprof.analysis.steps import counted_steps, counted_window_s
-from pipeprof.analysis.thresholds import COMPUTE_BOUND_FRACTION, INPUT_BOUND_FRACTION
-from pipeprof.analysis.verdict import verdict_from_attribution
+from pipeprof.analysis.thresholds import COMPUTE_BOUND_FRACTION, H2D_BOUND_FRACTION, INPUT_BOUND_FRACTION
+from pipeprof.analysis.verdict import coarse, verdict_from_attribution
 from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
 from pipeprof.run_folder import Run
@@ -31,25 +31,29 @@ SUMMARY_SCHEMA_VERSION = 1
 TAIL_FRACTION = 0.10
 
 
-def bottleneck(data_wait_fraction: float) -> tuple[str, str]:
-    """Coarse class (``input`` / ``compute`` / ``balanced``) and the reason in plain words."""
-    pct = 100 * data_wait_fraction
-    if math.isnan(data_wait_fraction):
-        return "balanced", "no counted steps: nothing to judge"
-    if data_wait_fraction >= INPUT_BOUND_FRACTION:
-        return "input", (
-            f"input-bound: {pct:.0f}% of step time was spent waiting for data "
-            f"(input-bound from {100 * INPUT_BOUND_FRACTION:.0f}%)"
-        )
-    if data_wait_fraction < COMPUTE_BOUND_FRACTION:
-        return "compute", (
-            f"compute-bound: only {pct:.1f}% of step time was spent waiting for data "
-            f"(under {100 * COMPUTE_BOUND_FRACTION:.0f}%)"
-        )
-    return "balanced", (
-        f"moderately input-bound: {pct:.0f}% of step time was spent waiting for data "
-        f"(between {100 * COMPUTE_BOUND_FRACTION:.0f}% and {100 * INPUT_BOUND_FRACTION:.0f}%)"
-    )
+def bottleneck(verdict: dict[str, Any]) -> tuple[str, str]:
+    """summary.json's ``bottleneck`` and ``bottleneck_reason``: the verdict's class in its coarse form
+    (``verdict.COARSE_CLASSES``) and the reason in plain words, from the verdict's own evidence."""
+    klass = coarse(verdict["class"])
+    evidence = verdict.get("evidence") or {}
+    wait, h2d = evidence.get("data_wait_fraction"), evidence.get("h2d_fraction")
+    if klass == "unknown" or wait is None:
+        return klass, "no counted steps: nothing to judge"
+    pct = 100 * wait
+    if klass == "compute":
+        return klass, (f"compute-bound: only {pct:.1f}% of step time was spent waiting for data "
+                       f"(under {100 * COMPUTE_BOUND_FRACTION:.0f}%)")
+    if klass == "h2d":
+        return klass, (f"bound by the copy to the device: {100 * (h2d or 0.0):.0f}% of step time moved batches "
+                       f"host → device (from {100 * H2D_BOUND_FRACTION:.0f}%, and no less than the "
+                       f"{pct:.0f}% waiting for data)")
+    if verdict.get("degree") == "input-bound":
+        reason = (f"input-bound: {pct:.0f}% of step time was spent waiting for data "
+                  f"(input-bound from {100 * INPUT_BOUND_FRACTION:.0f}%)")
+    else:
+        reason = (f"partly input-bound: {pct:.0f}% of step time was spent waiting for data "
+                  f"(between {100 * COMPUTE_BOUND_FRACTION:.0f}% and {100 * INPUT_BOUND_FRACTION:.0f}%)")
+    return klass, reason + ("; no single cause" if klass == "balanced" else "")
 
 
 def _in_window(samples: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:
@@ -80,7 +84,9 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
       what was not measured).
     * ``verdict``: ``{"class", "rule", "degree", "sentence", "evidence",
       "notes"}`` (``verdict.verdict``); ``class`` is one of ``compute``,
-      ``input:fetch``, ``input:prep``, ``input:main``, ``h2d``, ``balanced``.
+      ``input:fetch``, ``input:prep``, ``input:main``, ``h2d``, ``balanced``, ``unknown``;
+      ``bottleneck`` is its coarse form (``verdict.coarse``: ``input`` for every ``input:*``)
+      and ``bottleneck_reason`` says it in words, so the two never disagree.
     * ``recommendations``: ``[{"change", "predicted_samples_per_s",
       "predicted_speedup", "reason", "model"}]`` ranked by predicted speed-up
       (``recommend.recommend``; its model is in that module's docstring).
@@ -98,7 +104,8 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
     samples = int(counted["samples"].sum())
     attr = attribution(run, probe if probe is not None else run.meta.get("probe"))
     frac = attr.fractions
-    klass, reason = bottleneck(frac["data_wait"])
+    judged = verdict_from_attribution(attr)
+    klass, reason = bottleneck(judged)
 
     tail = counted.tail(max(1, math.ceil(TAIL_FRACTION * n))) if n else counted
     tail_samples = float(tail["samples"].sum())
@@ -155,7 +162,7 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
     if run.meta.get("kind") == "script":  # pipeprof profile / pipeprof.profile(): what ran, and its loaders
         summary.update({k: run.meta.get(k) for k in ("script", "loaders", "step_source")})
     summary["attribution"] = attr.to_json()
-    summary["verdict"] = verdict_from_attribution(attr)
+    summary["verdict"] = judged
     summary["recommendations"] = recommend(run, attr, summary["verdict"])
     summary["verification"] = verification(run.meta.get("verification"), summary["samples_per_s"])
     summary["throughput"] = throughput_windows(run.steps)

@@ -3,14 +3,16 @@
 Pure functions (no torch). ``pipeprof.analysis.attribution`` gathers the
 direct evidence; ``verdict`` turns it into one class and a sentence in plain
 words by the decision table below. Both land in summary.json
-(``attribution``, ``verdict``); the coarse ``bottleneck`` (input / compute /
-balanced) stays as it was.
+(``attribution``, ``verdict``), and so does the verdict's coarse form,
+``bottleneck`` (``coarse``: every ``input:*`` class is ``input``), so the two
+can never disagree.
 
 Classes: ``compute``; ``input:fetch`` (storage: reading samples' bytes);
 ``input:prep`` (decoding and transforms on the CPU); ``input:main`` (the
 training process: collate with ``num_workers = 0``, receiving batches from
 workers, pinning, DataLoader bookkeeping); ``h2d`` (copy to the device);
-``balanced`` (no single cause).
+``balanced`` (the loop waits for data, at least 5% of step time, with no
+single cause); ``unknown`` (no counted steps: nothing to judge).
 
 Decision table — the first row that matches wins. ``wait`` and ``h2d`` are
 shares of counted step time; "ready share" is the share of the data wait
@@ -22,7 +24,7 @@ steps that found the queue empty.
 ====  ==========================================================  ==============================
 rule  condition                                                   class
 ====  ==========================================================  ==============================
-R0    no counted steps                                            balanced (nothing to judge)
+R0    no counted steps                                            unknown (nothing to judge)
 R1    h2d >= 0.20 and h2d >= wait                                 h2d
 R2    wait < 0.05                                                 compute
       -- from here wait >= 0.05: "input-bound" from 0.20, "partly input-bound" below --
@@ -84,6 +86,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution, attribution
 from pipeprof.analysis.thresholds import (
     COMPUTE_BOUND_FRACTION,
@@ -96,9 +99,23 @@ from pipeprof.analysis.thresholds import (
     WORKERS_IDLE_BUSY,
 )
 from pipeprof.numbers import finite as _finite
+from pipeprof.numbers import scaled as _scaled
 from pipeprof.run_folder import Run
 
-CLASSES = ("compute", "input:fetch", "input:prep", "input:main", "h2d", "balanced")
+CLASSES = ("compute", "input:fetch", "input:prep", "input:main", "h2d", "balanced", "unknown")
+# summary.json's ``bottleneck``: the verdict's class without the input's cause.
+COARSE_CLASSES = ("compute", "input", "h2d", "balanced", "unknown")
+
+
+def coarse(klass: str) -> str:
+    """The coarse form of a verdict class (``COARSE_CLASSES``): ``input:fetch`` -> ``input``, others as they are."""
+    return "input" if klass.startswith("input:") else klass
+
+
+def input_degree(data_wait_fraction: float) -> str:
+    """How input-bound a loop that waits for data is: ``"input-bound"`` from ``INPUT_BOUND_FRACTION``
+    of step time, ``"partly input-bound"`` below (from ``COMPUTE_BOUND_FRACTION``: under it, compute-bound)."""
+    return "input-bound" if data_wait_fraction >= INPUT_BOUND_FRACTION else "partly input-bound"
 
 
 # ---- verdict ----------------------------------------------------------------------------
@@ -124,7 +141,7 @@ def verdict_from_attribution(record: Attribution) -> dict[str, Any]:
     evidence = {k: step.get(k) for k in ("data_wait_fraction", "h2d_fraction", "compute_fraction")}
     notes = _notes(attr)
     if not step.get("steps") or wait is None:
-        return _result("balanced", "R0", None, "No counted steps: nothing to judge.", evidence, notes)
+        return _result("unknown", "R0", None, "No counted steps: nothing to judge.", evidence, notes)
     h2d = h2d or 0.0
     if h2d >= H2D_BOUND_FRACTION and h2d >= wait:
         return _result("h2d", "R1", None,
@@ -134,7 +151,7 @@ def verdict_from_attribution(record: Attribution) -> dict[str, Any]:
         return _result("compute", "R2", None,
                        f"Compute-bound: only {_pct(wait)} of step time waits for data; forward, backward and the "
                        f"optimizer step take {_pct(step.get('compute_fraction'))}.", evidence, notes)
-    degree = "input-bound" if wait >= INPUT_BOUND_FRACTION else "partly input-bound"
+    degree = input_degree(wait)
     klass, rule, why, more = _input_cause(attr)
     evidence.update(more)
     head = f"{degree.capitalize()} ({_pct(wait)} of step time waiting for data)"
@@ -303,7 +320,7 @@ def _notes(attr: dict[str, Any]) -> list[str]:
     if cpu.get("oversubscribed"):
         busy = (f"; the training process and workers kept {cpu['busy_cores']:.1f} of them busy on average"
                 if cpu.get("busy_cores") is not None else "")
-        notes.append(f"{cpu['num_workers']} workers + {cpu['torch_threads']} torch threads on "
+        notes.append(f"{fmt.plural(cpu['num_workers'], 'worker')} + {fmt.plural(cpu['torch_threads'], 'torch thread')} on "
                      f"{cpu['cores_usable']} usable cores: more threads than cores, so they compete for CPU "
                      f"whenever all are busy{busy}.")
     cache = attr["cache"]
@@ -337,8 +354,8 @@ def _storage_words(data: dict[str, Any]) -> str | None:
         label = spec.get("preset") or (throttle if isinstance(throttle, str) else None)
         if label:
             return f"{storage}, throttled to emulate {label} storage"
-        return (f"{storage}, throttled to {spec.get('latency_ms')} ms + {spec.get('bandwidth_mb_s')} MB/s per read "
-                "(emulated)")
+        return (f"{storage}, throttled to {fmt.duration(_scaled(spec.get('latency_ms'), 1e-3))} + "
+                f"{fmt.byte_rate(_scaled(spec.get('bandwidth_mb_s'), 1e6))} per read (emulated)")
     return storage
 
 
@@ -357,25 +374,14 @@ def _part_words(part: str, loading: dict, storage: str | None) -> str:
     return f"collating samples into batches ({_time(loading.get('collate_per_batch_s'))} per batch)"
 
 
+# Sentences format through pipeprof.format; these name the words for a value that is missing.
 def _pct(fraction: Any) -> str:
-    v = _finite(fraction)
-    if v is None:
-        return "an unknown share"
-    if v == 0:
-        return "0%"
-    return f"{100 * v:.1f}%" if abs(v) < 0.1 else f"{100 * v:.0f}%"
+    return fmt.pct(fraction, missing="an unknown share")
 
 
 def _time(seconds: Any) -> str:
-    v = _finite(seconds)
-    if v is None:
-        return "an unknown time"
-    if v >= 1:
-        return f"{v:.2f} s"
-    if v >= 1e-3:
-        return f"{v * 1e3:.1f} ms"
-    return f"{v * 1e6:.0f} µs"
+    return fmt.duration(seconds, missing="an unknown time")
 
 
-def _rate(bytes_per_s: float) -> str:
-    return f"{bytes_per_s / 1e6:.1f} MB/s"
+def _rate(bytes_per_s: Any) -> str:
+    return fmt.byte_rate(bytes_per_s, missing="an unknown rate")

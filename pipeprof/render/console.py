@@ -18,8 +18,9 @@ from pipeprof.analysis.recommend import set_text
 from pipeprof.format import NOT_MEASURED
 from pipeprof.numbers import finite as _value
 
-_BOTTLENECK_STYLE = {"input": "bold red", "compute": "bold green", "balanced": "bold yellow"}
-_VERDICT_STYLE = {**_BOTTLENECK_STYLE, "h2d": "bold red"}
+# summary.json's bottleneck is the verdict's class in coarse form (input:* -> input): one style for both.
+_BOTTLENECK_STYLE = {"input": "bold red", "compute": "bold green", "balanced": "bold yellow", "h2d": "bold red"}
+_VERDICT_STYLE = _BOTTLENECK_STYLE
 
 
 def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:

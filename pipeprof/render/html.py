@@ -38,6 +38,7 @@ _VERDICT_TITLES = {
     "input:main": "the training process (main)",
     "h2d": "Bound by the copy to the device",
     "balanced": "no single cause",
+    "unknown": "No counted steps",
 }
 
 # Plain words for the verdict's evidence keys; others show as the key itself.
@@ -83,8 +84,8 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
     meta = run.meta if isinstance(run.meta, dict) else {}
     env = _environment()
     steps_counted = int(summary.get("steps") or 0)
-    klass = summary.get("bottleneck")
-    title = _BOTTLENECK_TITLES.get(klass, str(klass or "unknown"))
+    verdict = _verdict(summary)  # the headline is the verdict's; older summaries have only the coarse class
+    title = verdict["title"] if verdict else _BOTTLENECK_TITLES.get(summary.get("bottleneck"), "unknown")
     if steps_counted == 0:
         title = "No counted steps"
     fractions = summary.get("fractions") or {}
@@ -99,7 +100,7 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         scenario_name=summary.get("scenario") or run.name,
         scenario_description=_dict(meta.get("scenario")).get("description"),
         bottleneck_title=title,
-        verdict=_verdict(summary),
+        verdict=verdict,
         recommendations=_recommendations(summary),
         verification=_verification(summary),
         phases=phases,
