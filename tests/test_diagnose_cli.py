@@ -9,6 +9,7 @@ from tiny import tiny_toml
 from pipeprof.cli import diagnose_cmd
 from pipeprof.cli import main as main_module
 from pipeprof.cli.main import main
+from pipeprof.pipeline import diagnose as diagnose_pipeline
 
 TINY = tiny_toml("tiny", "a tiny <b>diagnosis</b>", storage="memmap", samples=3000)
 
@@ -86,14 +87,14 @@ def test_diagnose_writes_three_runs_and_the_diagnosis(tmp_path, cache, scenario,
 
 
 def test_a_failing_sub_run_is_reported_and_the_rest_kept(tmp_path, cache, scenario, capsys, monkeypatch):
-    real_build = diagnose_cmd.build_workload
+    real_build = diagnose_pipeline.build_workload
 
     def build(scenario, *args, **kwargs):
         if scenario.data.storage == "device":
             raise RuntimeError("no room on the device <for> this")
         return real_build(scenario, *args, **kwargs)
 
-    monkeypatch.setattr(diagnose_cmd, "build_workload", build)
+    monkeypatch.setattr(diagnose_pipeline, "build_workload", build)
     status, folders = diagnose(tmp_path, cache, scenario, "--steps", "12")
     assert status == 1
     folder, = folders
@@ -117,14 +118,14 @@ def test_a_failing_sub_run_is_reported_and_the_rest_kept(tmp_path, cache, scenar
 
 
 def test_ctrl_c_keeps_what_ran_skips_the_rest_and_exits_130(tmp_path, cache, scenario, capsys, monkeypatch):
-    real_build = diagnose_cmd.build_workload
+    real_build = diagnose_pipeline.build_workload
 
     def build(scenario, *args, **kwargs):
         if scenario.data.storage == "ram":
             raise KeyboardInterrupt
         return real_build(scenario, *args, **kwargs)
 
-    monkeypatch.setattr(diagnose_cmd, "build_workload", build)
+    monkeypatch.setattr(diagnose_pipeline, "build_workload", build)
     status, folders = diagnose(tmp_path, cache, scenario, "--steps", "8")
     assert status == 130
     folder, = folders

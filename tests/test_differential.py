@@ -12,8 +12,8 @@ from pipeprof.analysis.differential import (
     stall_fractions,
     throughput,
 )
-from pipeprof.cli.diagnose_cmd import build_diagnosis, sub_scenarios
 from pipeprof.errors import UsageError
+from pipeprof.pipeline.diagnose import build_diagnosis, sub_scenarios
 from pipeprof.scenario import ON_DISK, load_scenario, scenario_from_dict
 from pipeprof.variants import scenario_dict
 

@@ -560,13 +560,13 @@ def test_read_sweep_table_of_a_missing_or_odd_file_is_none(tmp_path):
 @pytest.fixture
 def no_training(monkeypatch):
     """Fail loudly instead of training, should an input pass validation after all."""
-    from pipeprof.cli import run_cmd, sweep_cmd
+    from pipeprof.pipeline import scenario_run, sweep
 
     def refuse(*args, **kwargs):
         raise AssertionError("validation passed: this input would have trained")
 
-    for module, name in ((run_cmd, "build_workload"), (run_cmd, "cached_probe"), (sweep_cmd, "run_points"),
-                         (sweep_cmd, "create_folder")):
+    for module, name in ((scenario_run, "build_workload"), (scenario_run, "cached_probe"), (sweep, "run_points"),
+                         (sweep, "create_folder")):
         monkeypatch.setattr(module, name, refuse)
 
 

@@ -15,7 +15,7 @@ import pytest
 from tiny import script_stepping
 
 from pipeprof.cli.main import main
-from pipeprof.cli.profile_cmd import exit_status, outcome, split_command
+from pipeprof.pipeline.script_run import exit_status, outcome, split_command
 
 FIXTURES = Path(__file__).parent / "fixtures"
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ from tiny import tiny_file, tiny_toml
 
 from pipeprof.analysis.recommend import dataloader_kwargs
 from pipeprof.cli.main import main
-from pipeprof.cli.tune_cmd import toml_snippet
+from pipeprof.pipeline.tune import toml_snippet
 from pipeprof.scenario import scenario_from_dict
 
 TINY = tiny_toml("tiny-tune", "a tiny <script>alert(1)</script> tuning")
@@ -76,7 +76,7 @@ def test_the_snippets_of_a_setting():
 def test_the_search_space_follows_the_scenario_and_keep_storage(tmp_path):
     import torch
 
-    from pipeprof.cli.tune_cmd import make_space
+    from pipeprof.pipeline.tune import make_space
     from pipeprof.scenario import load_scenario
 
     ram = load_scenario(tiny_file(tmp_path))

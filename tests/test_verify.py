@@ -130,7 +130,7 @@ def test_first_change_skips_code_changes_and_the_negative():
 
 def test_verify_without_an_applicable_change_runs_nothing(images, tmp_path):
     summary = {"recommendations": [{"change": {}, "code_change": "fetch whole batches", "reason": "r"}]}
-    record = verify(images, summary, tmp_path, quiet=True)
+    record = verify(images, summary, tmp_path)
     assert record["status"] == "not applicable" and "code change (fetch whole batches)" in record["reason"]
     assert not (tmp_path / "verify").exists()
 
@@ -138,7 +138,7 @@ def test_verify_without_an_applicable_change_runs_nothing(images, tmp_path):
 def test_verify_with_a_change_the_scenario_refuses_is_invalid_and_runs_nothing(images, tmp_path):
     summary = {"recommendations": [{"change": {"loader.num_workers": 0, "loader.persistent_workers": True},
                                     "predicted_samples_per_s": 10.0, "predicted_speedup": 2.0}]}
-    record = verify(images, summary, tmp_path, quiet=True)
+    record = verify(images, summary, tmp_path)
     assert record["status"] == "invalid" and "persistent_workers" in record["reason"]
     assert not (tmp_path / "verify").exists()
 

@@ -1,4 +1,4 @@
-"""The arguments every command that trains a scenario takes: SCENARIO, --set, --out, --cache."""
+"""The arguments every command that trains a scenario takes (SCENARIO, --set, --out, --cache), and argument types."""
 
 from __future__ import annotations
 
@@ -14,3 +14,14 @@ def add_scenario_arguments(p: argparse.ArgumentParser, *, example: str, out_what
     p.add_argument("--out", type=Path, default=Path("reports"), help=f"where {out_what} (default: reports)")
     p.add_argument("--cache", type=Path, default=None,
                    help="data cache folder (default: $PIPEPROF_CACHE or ~/.cache/pipeprof)")
+
+
+def positive_float(text: str) -> float:
+    """An argument type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+    return value

@@ -29,11 +29,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from pipeprof.analysis.compare import compare_runs
-from pipeprof.analysis.summary import summarize
-from pipeprof.render.compare import compare_table, render_compare_html
-from pipeprof.run_folder import ensure_out_folder, load_run, staged_folder, write_json, write_text
-
 NAME_CHARS = 40  # of each scenario name in the comparison folder's name
 
 
@@ -46,6 +41,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    # pandas, matplotlib and the analysis load here, not when the parser is built (--help stays fast)
+    from pipeprof.analysis.compare import compare_runs
+    from pipeprof.analysis.summary import summarize
+    from pipeprof.render.compare import compare_table, render_compare_html
+    from pipeprof.run_folder import ensure_out_folder, load_run, staged_folder, write_json, write_text
+
     folders = [args.baseline, *args.others]
     runs = [load_run(f) for f in folders]  # every folder validated before anything is written
     ensure_out_folder(args.out)

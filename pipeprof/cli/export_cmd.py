@@ -11,8 +11,6 @@ import json
 from pathlib import Path
 
 from pipeprof.errors import UsageError
-from pipeprof.render.trace import chrome_trace
-from pipeprof.run_folder import load_run, write_text
 
 FORMATS = ("chrome-trace",)
 
@@ -25,6 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    from pipeprof.render.trace import chrome_trace  # pandas loads here, not for --help
+    from pipeprof.run_folder import load_run, write_text
+
     folder = Path(args.run)
     run = load_run(folder)
     output = args.output if args.output is not None else folder / "trace.json"

@@ -45,7 +45,6 @@ from pipeprof.errors import (
     one_line,
     restore,
 )
-from pipeprof.render.index import is_reports_folder, rebuild_index
 
 COMMANDS = {"run": run_cmd, "report": report_cmd, "list": list_cmd, "probe": probe_cmd,
             "diagnose": diagnose_cmd, "compare": compare_cmd, "sweep": sweep_cmd, "tune": tune_cmd,
@@ -107,6 +106,10 @@ def rebuild_indexes(args: argparse.Namespace) -> None:
     folders = [args.out] if getattr(args, "out", None) is not None else []
     if args.command == "report":
         folders += [Path(r).resolve().parent for r in args.runs]
+    if not folders:
+        return
+    from pipeprof.render.index import is_reports_folder, rebuild_index  # pandas and jinja2: not for --help
+
     seen = set()
     for folder in folders:
         try:

@@ -29,8 +29,6 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeprof.errors import EXIT_INTERRUPTED
-from pipeprof.measure.probe_cache import load_or_probe
-from pipeprof.run_folder import to_json
 
 _ABSENT_STYLE = "dim italic"
 
@@ -44,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    from pipeprof.measure.probe_cache import load_or_probe  # torch loads here, not for --help
+    from pipeprof.run_folder import to_json
+
     status = Console(stderr=True)
     try:
         with status.status("probing this machine") as spinner:

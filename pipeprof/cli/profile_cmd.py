@@ -25,26 +25,12 @@ pipeprof's own usage errors. The run folder is written in every case.
 from __future__ import annotations
 
 import argparse
-import os
-import re
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-import pipeprof
-from pipeprof.errors import UsageError
-from pipeprof.pipeline.derive import derived_files
-from pipeprof.render.console import print_summary
-from pipeprof.run_folder import ensure_out_folder, new_run_folder, save_run
-from pipeprof.script.boot import EVENTS_ENV, STEPS_ENV
-from pipeprof.script.session import Session
-
-_PYTHON = re.compile(r"python[0-9.]*(\.exe)?$")
-_OPTIONS_WITH_VALUE = {"-W", "-X", "-Q"}  # python's own options that take the next word
+if TYPE_CHECKING:
+    from pipeprof.run_folder import Run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -91,141 +77,22 @@ def _rate(text: str) -> float:
     return value
 
 
-def split_command(command: list[str], default_python: str = sys.executable) -> tuple[str, list[str], list[str]]:
-    """``(python, python options, [SCRIPT | -m MODULE] + ARGS)`` from the words after ``--``."""
-    words = command[1:] if command and command[0] == "--" else list(command)
-    if not words:
-        raise UsageError("pipeprof profile: no command: expected `-- python SCRIPT [ARGS]` "
-                         "or `-- python -m MODULE [ARGS]` after the options")
-    first = words[0]
-    if first.endswith(".py") and not _PYTHON.search(Path(first).name):
-        return default_python, [], words
-    if not _PYTHON.search(Path(first).name):
-        raise UsageError(f"pipeprof profile: {first!r} is not a Python interpreter or a .py script; "
-                         "expected `-- python SCRIPT [ARGS]`, `-- python -m MODULE [ARGS]` or `-- SCRIPT.py [ARGS]`")
-    # A bare `python` is the interpreter running pipeprof (which can import it, and torch); a path is used as given.
-    python = default_python if os.sep not in first else shutil.which(first)
-    if python is None:
-        raise UsageError(f"pipeprof profile: {first!r}: no such interpreter (not found on PATH)")
-    options, rest = [], words[1:]
-    while rest and rest[0].startswith("-") and rest[0] != "-m":
-        option = rest.pop(0)
-        if option in ("-c", "-") or option.startswith("-c"):
-            raise UsageError("pipeprof profile: python -c and stdin are not supported: give a script "
-                             "file or -m MODULE")
-        options.append(option)
-        if option in _OPTIONS_WITH_VALUE and rest:
-            options.append(rest.pop(0))
-    if not rest or rest == ["-m"]:
-        raise UsageError(f"pipeprof profile: {' '.join(words)!r}: no script or -m MODULE to run")
-    return python, options, rest
-
-
-def run_name(target: list[str]) -> str:
-    """The script's file name without .py, or the module's last part."""
-    if target[0] == "-m":
-        return target[1].rsplit(".", 1)[-1]
-    return Path(target[0]).stem or "script"
-
-
-class _Signals:
-    """While the script runs: Ctrl-C is the script's (the terminal sends it to both); a second one kills it.
-
-    SIGTERM sent to pipeprof is passed on to the script. Either way the run is saved afterwards.
-    """
-
-    def __init__(self, process: subprocess.Popen) -> None:
-        self.process = process
-        self.received: list[int] = []
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _Signals:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.received.append(signum)
-        if signum == signal.SIGTERM:
-            self._send(signal.SIGTERM)
-        elif self.received.count(signal.SIGINT) >= 2:
-            self._send(signal.SIGKILL)
-
-    def _send(self, sig: int) -> None:
-        try:
-            self.process.send_signal(sig)
-        except ProcessLookupError:
-            pass
-
-
-def exit_status(returncode: int) -> int:
-    """The shell's view: a process killed by signal N exits 128 + N."""
-    return returncode if returncode >= 0 else 128 - returncode
-
-
-def outcome(returncode: int, ended: dict[str, Any] | None, received: list[int]) -> tuple[str, str | None]:
-    """(status, error) of the run from how the script ended."""
-    how, detail = (ended or {}).get("how"), (ended or {}).get("detail")
-    if how == "interrupted" or returncode in (-signal.SIGINT, 128 + signal.SIGINT) or signal.SIGINT in received:
-        return "interrupted", "interrupted by the user (Ctrl-C)"
-    if returncode == -signal.SIGTERM or signal.SIGTERM in received:
-        return "interrupted", "terminated (SIGTERM)"
-    if returncode == 0:
-        return "complete", None
-    if returncode < 0:
-        return "failed", f"the script was killed by {signal.Signals(-returncode).name}"
-    if how == "exception":
-        return "failed", f"the script raised {detail}"
-    return "failed", f"the script exited with status {returncode}"
-
-
 def execute(args: argparse.Namespace) -> int:
-    python, options, target = split_command(args.command)
-    ensure_out_folder(args.out)
-    name = args.name or run_name(target)
-    command_line = " ".join([Path(python).name if python == sys.executable else python, *options, *target])
-    with tempfile.TemporaryDirectory(prefix="pipeprof-profile-") as tmp:
-        events = Path(tmp) / "events.jsonl"
-        env = dict(os.environ, **{EVENTS_ENV: str(events)})
-        if args.steps:
-            env[STEPS_ENV] = str(args.steps)
-        root = str(Path(pipeprof.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
-        session = Session(name, events, warmup_steps=args.warmup_steps, sample_hz=args.sample_hz)
-        try:
-            process = subprocess.Popen([python, *options, "-m", "pipeprof.script.boot", *target], env=env)
-        except OSError as e:
-            raise UsageError(f"pipeprof profile: cannot start {python}: {e.strerror or e}") from None
-        with _Signals(process) as signals:
-            session.start(process.pid)
-            returncode = _wait(process)
-        script = {"command": [python, *options, *target], "command_line": command_line, "cwd": os.getcwd(),
-                  "returncode": returncode, "exit_status": exit_status(returncode)}
-        status, error = outcome(returncode, session.records().end, signals.received)
-        run = session.finish(status, error, script)
-    folder = new_run_folder(args.out, name)
-    summary, files = derived_files(run, folder.name)
-    save_run(run, folder, files)
+    # torch, pandas and the analysis load here, not when the parser is built (pipeprof --help stays fast)
+    from pipeprof.pipeline.script_run import profile_script
+    from pipeprof.render.console import print_summary
+
+    saved = profile_script(args.command, out=args.out, name=args.name, steps=args.steps,
+                           warmup_steps=args.warmup_steps, sample_hz=args.sample_hz)
+    run, folder = saved.run, saved.folder
     if not args.quiet and not run.steps.empty:
-        print_summary(summary, folder)
+        print_summary(saved.summary, folder)
     print(f"report: {folder / 'report.html'}")
     _say_how_it_ended(run, folder)
-    return exit_status(returncode)
+    return saved.exit_status
 
 
-def _wait(process: subprocess.Popen) -> int:
-    while True:
-        try:
-            return process.wait()
-        except KeyboardInterrupt:  # pragma: no cover - the handler above catches SIGINT; belt and braces
-            continue
-
-
-def _say_how_it_ended(run: Any, folder: Path) -> None:
+def _say_how_it_ended(run: Run, folder: Path) -> None:
     """One line on stderr when the script did not simply finish, or gave nothing to attribute."""
     meta = run.meta
     steps = len(run.steps)

@@ -5,10 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pipeprof.pipeline.derive import derived_files
-from pipeprof.render.console import print_summary
-from pipeprof.run_folder import load_run, write_text
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN", help="run folder(s), e.g. reports/20261129T120000Z-quick")
@@ -16,6 +12,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    # pandas, matplotlib and the analysis load here, not when the parser is built (--help stays fast)
+    from pipeprof.pipeline.derive import derived_files
+    from pipeprof.render.console import print_summary
+    from pipeprof.run_folder import load_run, write_text
+
     runs = [(Path(f), load_run(Path(f))) for f in args.runs]  # validate all before writing any
     for folder, run in runs:
         summary, files = derived_files(run, folder.name)

@@ -14,35 +14,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from pipeprof.cli.arguments import add_scenario_arguments
 from pipeprof.cli.keyflags import add_code_profile_flags
-from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError
-from pipeprof.measure.loading import LoadingRecorder
-from pipeprof.measure.probe_cache import cached_probe
-from pipeprof.pipeline.derive import derived_files
-from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
-from pipeprof.pipeline.verify import print_verification, store, verify
-from pipeprof.render.console import print_summary
-from pipeprof.run_folder import new_run_folder, save_run
+from pipeprof.cli.progress import Bars, columns
+from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED
+from pipeprof.pipeline.progress import SILENT
 from pipeprof.scenario import load_scenario
-
-
-def materializing_progress(progress: Progress):
-    """A materialization progress callback that shows one bar per thing being built."""
-    tasks: dict[str, int] = {}
-
-    def update(what: str, done: int, total: int) -> None:
-        if what not in tasks:
-            tasks[what] = progress.add_task(f"building {what}", total=total)
-        progress.update(tasks[what], completed=done, total=total)
-
-    return update
-
-
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,51 +36,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    # torch, pandas and the analysis load here, not when the parser is built (pipeprof --help stays fast)
+    from pipeprof.pipeline.scenario_run import PreparationFailed, run_scenario, verify_run
+    from pipeprof.render.console import print_summary
+
     scenario = load_scenario(args.scenario, args.overrides)
-    if args.out.exists() and not args.out.is_dir():
-        raise UsageError(f"--out {args.out}: exists and is not a folder")
-    probe, why_not = cached_probe(args.cache)  # the machine's ceilings, if `pipeprof probe` ran here
-    context = {"scenario_file": str(args.scenario), "overrides": list(args.overrides), "probe": probe}
-    if probe is None:
-        context["absences"] = {"probe": f"{why_not}: run pipeprof probe"}
-    console = Console(stderr=True)
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), TimeRemainingColumn(),
-                        console=console, disable=args.quiet, refresh_per_second=4)
-    resolve_device(scenario.train.device)  # a usage error before any progress bar shows
-    recorder = LoadingRecorder() if scenario.profile.loading else None
+    progress = SILENT if args.quiet else Bars(Console(stderr=True), columns())
     try:
-        with progress:
-            work = build_workload(scenario, args.cache, recorder=recorder, progress=materializing_progress(progress))
-            task = progress.add_task(scenario.name, total=scenario.total_steps())
-            run = profile_workload(work, recorder=recorder, context=context,
-                                   on_step=lambda done, total: progress.update(task, completed=done))
-    except (OSError, RuntimeError) as e:  # a full disk, a compiler torch.compile cannot use
-        print(f"pipeprof: error: preparing {scenario.name}: {' '.join(str(e).split())}", file=sys.stderr)
+        saved = run_scenario(scenario, scenario_file=str(args.scenario), overrides=args.overrides, out=args.out,
+                             cache=args.cache, progress=progress)
+    except PreparationFailed as e:
+        print(f"pipeprof: error: {e}", file=sys.stderr)
         return EXIT_FAILED
-    folder = new_run_folder(args.out, scenario.name)
-    summary, files = derived_files(run, folder.name)
-    save_run(run, folder, files)
+    run, folder, summary = saved.run, saved.folder, saved.summary
     if not args.quiet:
         print_summary(summary, folder)
     if (summary.get("cache") or {}).get("verified") is False:
         print(f"pipeprof: WARNING: {summary['cache']['reason']}", file=sys.stderr)
     for note in run.meta.get("notes", []):
         print(f"note: {note}", file=sys.stderr)
-    status = run.meta.get("status")
-    if args.verify and status == "complete":
-        summary = store(run, folder, verify(scenario, summary, folder, cache=args.cache, quiet=args.quiet),
-                        derived_files)
-        print_verification(summary)
-        if summary["verification"]["status"] == "interrupted":
-            status = "interrupted"
+    if args.verify and saved.status == "complete":
+        saved = verify_run(saved, scenario, cache=args.cache, progress=progress)
+        print_verification(saved.summary)
     print(f"report: {folder / 'report.html'}")
-    if status == "interrupted":
+    if saved.status == "interrupted":
         print(f"pipeprof: {run.meta.get('error') or 'interrupted'}: {len(run.steps)} steps saved in {folder}",
               file=sys.stderr)
         return EXIT_INTERRUPTED
-    if status == "failed":
+    if saved.status == "failed":
         print(f"pipeprof: error: training failed after {len(run.steps)} steps: {run.meta.get('error')}",
               file=sys.stderr)
         return EXIT_FAILED
     return 0
+
+
+def print_verification(summary: dict[str, Any]) -> None:
+    """One line on stderr: what was verified and how the prediction fared."""
+    v = summary.get("verification") or {}
+    what = v.get("set") or "nothing"
+    print(f"verify: {what}: {v.get('verdict_words')}", file=sys.stderr)
+    if v.get("folder"):
+        print(f"verify run: {v['folder']}", file=sys.stderr)

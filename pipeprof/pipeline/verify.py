@@ -11,15 +11,14 @@ folder lands in ``verify/``. The outcome goes into run.json as
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from pipeprof.analysis.recommend import set_text
 from pipeprof.errors import UsageError
+from pipeprof.pipeline.derive import derived_files
 from pipeprof.pipeline.fresh_process import run_child
+from pipeprof.pipeline.progress import SILENT, Progress
 from pipeprof.run_folder import RUN_FORMAT_VERSION, Run, write_json, write_text
 from pipeprof.scenario import Scenario
 from pipeprof.variants import to_toml, vary
@@ -36,8 +35,11 @@ def first_change(recommendations: Any) -> dict[str, Any] | None:
 
 
 def verify(scenario: Scenario, summary: dict[str, Any], folder: Path, *, cache: Path | None = None,
-           quiet: bool = False) -> dict[str, Any]:
-    """Re-run ``scenario`` with its top applicable recommendation; the raw ``verification`` record."""
+           progress: Progress = SILENT) -> dict[str, Any]:
+    """Re-run ``scenario`` with its top applicable recommendation; the raw ``verification`` record.
+
+    ``progress`` shows the wait for the re-run.
+    """
     rec = first_change(summary.get("recommendations"))
     if rec is None:
         recs = summary.get("recommendations") or [{}]
@@ -61,14 +63,8 @@ def verify(scenario: Scenario, summary: dict[str, Any], folder: Path, *, cache: 
     scenario_file = out / "scenario.toml"
     write_text(scenario_file, to_toml(variant.raw))
     record["dropped"] = list(variant.dropped)
-    status = None if quiet else Console(stderr=True).status(f"verify: re-running with {set_text(rec)}")
-    if status is not None:
-        status.start()
-    try:
+    with progress.waiting(f"verify: re-running with {set_text(rec)}"):
         child = run_child(scenario_file, out, cache=cache)
-    finally:
-        if status is not None:
-            status.stop()
     record.update(
         status=child.status,
         reason=child.error,
@@ -80,7 +76,7 @@ def verify(scenario: Scenario, summary: dict[str, Any], folder: Path, *, cache: 
     return record
 
 
-def store(run: Run, folder: Path, record: dict[str, Any], derived_files) -> dict[str, Any]:
+def store(run: Run, folder: Path, record: dict[str, Any]) -> dict[str, Any]:
     """Put ``record`` into run.json and derive summary.json and report.html again; the new summary."""
     run.meta["verification"] = record
     write_json(folder / "run.json", dict(run.meta, format_version=RUN_FORMAT_VERSION))
@@ -88,12 +84,3 @@ def store(run: Run, folder: Path, record: dict[str, Any], derived_files) -> dict
     for name, text in files.items():
         write_text(folder / name, text)
     return summary
-
-
-def print_verification(summary: dict[str, Any]) -> None:
-    """One line on stderr: what was verified and how the prediction fared."""
-    v = summary.get("verification") or {}
-    what = v.get("set") or "nothing"
-    print(f"verify: {what}: {v.get('verdict_words')}", file=sys.stderr)
-    if v.get("folder"):
-        print(f"verify run: {v['folder']}", file=sys.stderr)

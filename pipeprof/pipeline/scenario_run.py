@@ -1,0 +1,84 @@
+"""``pipeprof run``'s pipeline: train a scenario under measurement, derive its report, save the run folder.
+
+``run_scenario`` reads the machine's cached probe, builds the workload,
+profiles it, derives summary.json and report.html and saves all of it in a
+new run folder (atomically: a half-written folder never looks whole).
+``verify_run`` then re-runs it with its top recommendation applied in a fresh
+process (``pipeprof.pipeline.verify``) and derives the report again. Neither
+prints: progress goes to the ``Progress`` given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeprof.errors import UsageError
+from pipeprof.measure.loading import LoadingRecorder
+from pipeprof.measure.probe_cache import cached_probe
+from pipeprof.pipeline.derive import derived_files
+from pipeprof.pipeline.progress import SILENT, Progress
+from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
+from pipeprof.pipeline.verify import store, verify
+from pipeprof.run_folder import Run, new_run_folder, save_run
+from pipeprof.scenario import Scenario
+
+
+class PreparationFailed(Exception):
+    """The workload could not be built or started (a full disk, a compiler torch.compile cannot use)."""
+
+
+@dataclass(frozen=True)
+class ScenarioRun:
+    """A saved run: its raw records, its folder and the summary derived from them."""
+
+    run: Run
+    folder: Path
+    summary: dict[str, Any]
+
+    @property
+    def status(self) -> str | None:
+        """The run's status (``complete``, ``failed``, ``interrupted``); ``interrupted`` too when its
+        verification re-run was."""
+        if (self.summary.get("verification") or {}).get("status") == "interrupted":
+            return "interrupted"
+        return self.run.meta.get("status")
+
+
+def run_scenario(scenario: Scenario, *, scenario_file: str, overrides: list[str], out: Path,
+                 cache: Path | None = None, progress: Progress = SILENT) -> ScenarioRun:
+    """Train ``scenario`` under measurement and save its run folder under ``out`` with its report.
+
+    Raises UsageError for bad input (``out`` is a file, an unavailable device)
+    before anything trains, and PreparationFailed when the workload cannot be
+    built or started.
+    """
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a folder")
+    probe, why_not = cached_probe(cache)  # the machine's ceilings, if `pipeprof probe` ran here
+    context: dict[str, Any] = {"scenario_file": scenario_file, "overrides": list(overrides), "probe": probe}
+    if probe is None:
+        context["absences"] = {"probe": f"{why_not}: run pipeprof probe"}
+    resolve_device(scenario.train.device)  # a usage error before any progress bar shows
+    recorder = LoadingRecorder() if scenario.profile.loading else None
+    try:
+        with progress.showing():
+            work = build_workload(scenario, cache, recorder=recorder, progress=progress.building)
+            task = progress.task(scenario.name, scenario.total_steps())
+            run = profile_workload(work, recorder=recorder, context=context,
+                                   on_step=lambda done, total: progress.update(task, completed=done))
+    except (OSError, RuntimeError) as e:
+        raise PreparationFailed(f"preparing {scenario.name}: {' '.join(str(e).split())}") from e
+    folder = new_run_folder(out, scenario.name)
+    summary, files = derived_files(run, folder.name)
+    save_run(run, folder, files)
+    return ScenarioRun(run, folder, summary)
+
+
+def verify_run(saved: ScenarioRun, scenario: Scenario, *, cache: Path | None = None,
+               progress: Progress = SILENT) -> ScenarioRun:
+    """Re-run ``scenario`` with the top recommendation of ``saved`` applied; the run with its report
+    derived again (``summary["verification"]``: predicted vs measured)."""
+    record = verify(scenario, saved.summary, saved.folder, cache=cache, progress=progress)
+    return ScenarioRun(saved.run, saved.folder, store(saved.run, saved.folder, record))

@@ -1,0 +1,175 @@
+"""``pipeprof profile``'s pipeline: run a training script under the hooks, sample it, save its run folder.
+
+The script runs in its own process (``python -m pipeprof.script.boot``
+installs the hooks, then runs it as ``python SCRIPT`` would); this process
+samples its process tree (``pipeprof.script.session``), passes SIGTERM on,
+and afterwards cuts the hooks' events into steps, derives the report and
+saves the run folder. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pipeprof
+from pipeprof.errors import UsageError
+from pipeprof.pipeline.derive import derived_files
+from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
+from pipeprof.script.boot import EVENTS_ENV, STEPS_ENV
+from pipeprof.script.session import Session
+
+_PYTHON = re.compile(r"python[0-9.]*(\.exe)?$")
+_OPTIONS_WITH_VALUE = {"-W", "-X", "-Q"}  # python's own options that take the next word
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """A profiled script's saved run: its raw records, folder, summary and the shell's exit status."""
+
+    run: Run
+    folder: Path
+    summary: dict[str, Any]
+    exit_status: int
+
+
+def split_command(command: list[str], default_python: str = sys.executable) -> tuple[str, list[str], list[str]]:
+    """``(python, python options, [SCRIPT | -m MODULE] + ARGS)`` from the words after ``--``."""
+    words = command[1:] if command and command[0] == "--" else list(command)
+    if not words:
+        raise UsageError("pipeprof profile: no command: expected `-- python SCRIPT [ARGS]` "
+                         "or `-- python -m MODULE [ARGS]` after the options")
+    first = words[0]
+    if first.endswith(".py") and not _PYTHON.search(Path(first).name):
+        return default_python, [], words
+    if not _PYTHON.search(Path(first).name):
+        raise UsageError(f"pipeprof profile: {first!r} is not a Python interpreter or a .py script; "
+                         "expected `-- python SCRIPT [ARGS]`, `-- python -m MODULE [ARGS]` or `-- SCRIPT.py [ARGS]`")
+    # A bare `python` is the interpreter running pipeprof (which can import it, and torch); a path is used as given.
+    python = default_python if os.sep not in first else shutil.which(first)
+    if python is None:
+        raise UsageError(f"pipeprof profile: {first!r}: no such interpreter (not found on PATH)")
+    options, rest = [], words[1:]
+    while rest and rest[0].startswith("-") and rest[0] != "-m":
+        option = rest.pop(0)
+        if option in ("-c", "-") or option.startswith("-c"):
+            raise UsageError("pipeprof profile: python -c and stdin are not supported: give a script "
+                             "file or -m MODULE")
+        options.append(option)
+        if option in _OPTIONS_WITH_VALUE and rest:
+            options.append(rest.pop(0))
+    if not rest or rest == ["-m"]:
+        raise UsageError(f"pipeprof profile: {' '.join(words)!r}: no script or -m MODULE to run")
+    return python, options, rest
+
+
+def run_name(target: list[str]) -> str:
+    """The script's file name without .py, or the module's last part."""
+    if target[0] == "-m":
+        return target[1].rsplit(".", 1)[-1]
+    return Path(target[0]).stem or "script"
+
+
+class _Signals:
+    """While the script runs: Ctrl-C is the script's (the terminal sends it to both); a second one kills it.
+
+    SIGTERM sent to pipeprof is passed on to the script. Either way the run is saved afterwards.
+    """
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        self.received: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received.append(signum)
+        if signum == signal.SIGTERM:
+            self._send(signal.SIGTERM)
+        elif self.received.count(signal.SIGINT) >= 2:
+            self._send(signal.SIGKILL)
+
+    def _send(self, sig: int) -> None:
+        try:
+            self.process.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+def exit_status(returncode: int) -> int:
+    """The shell's view: a process killed by signal N exits 128 + N."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def outcome(returncode: int, ended: dict[str, Any] | None, received: list[int]) -> tuple[str, str | None]:
+    """(status, error) of the run from how the script ended."""
+    how, detail = (ended or {}).get("how"), (ended or {}).get("detail")
+    if how == "interrupted" or returncode in (-signal.SIGINT, 128 + signal.SIGINT) or signal.SIGINT in received:
+        return "interrupted", "interrupted by the user (Ctrl-C)"
+    if returncode == -signal.SIGTERM or signal.SIGTERM in received:
+        return "interrupted", "terminated (SIGTERM)"
+    if returncode == 0:
+        return "complete", None
+    if returncode < 0:
+        return "failed", f"the script was killed by {signal.Signals(-returncode).name}"
+    if how == "exception":
+        return "failed", f"the script raised {detail}"
+    return "failed", f"the script exited with status {returncode}"
+
+
+def profile_script(command: list[str], *, out: Path, name: str | None = None, steps: int | None = None,
+                   warmup_steps: int = 5, sample_hz: float = 10.0) -> ScriptRun:
+    """Run ``command`` (``python SCRIPT ARGS``, ``python -m MODULE ARGS`` or ``SCRIPT.py ARGS``) under the
+    hooks, sampling its process tree at ``sample_hz``; ``steps``: end it after that many training steps.
+    The run folder is saved under ``out`` however the script ended."""
+    python, options, target = split_command(command)
+    ensure_out_folder(out)
+    name = name or run_name(target)
+    command_line = " ".join([Path(python).name if python == sys.executable else python, *options, *target])
+    with tempfile.TemporaryDirectory(prefix="pipeprof-profile-") as tmp:
+        events = Path(tmp) / "events.jsonl"
+        env = dict(os.environ, **{EVENTS_ENV: str(events)})
+        if steps:
+            env[STEPS_ENV] = str(steps)
+        root = str(Path(pipeprof.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
+        session = Session(name, events, warmup_steps=warmup_steps, sample_hz=sample_hz)
+        try:
+            process = subprocess.Popen([python, *options, "-m", "pipeprof.script.boot", *target], env=env)
+        except OSError as e:
+            raise UsageError(f"pipeprof profile: cannot start {python}: {e.strerror or e}") from None
+        with _Signals(process) as signals:
+            session.start(process.pid)
+            returncode = _wait(process)
+        script = {"command": [python, *options, *target], "command_line": command_line, "cwd": os.getcwd(),
+                  "returncode": returncode, "exit_status": exit_status(returncode)}
+        status, error = outcome(returncode, session.records().end, signals.received)
+        run = session.finish(status, error, script)
+    folder = new_run_folder(out, name)
+    summary, files = derived_files(run, folder.name)
+    save_run(run, folder, files)
+    return ScriptRun(run, folder, summary, exit_status(returncode))
+
+
+def _wait(process: subprocess.Popen) -> int:
+    while True:
+        try:
+            return process.wait()
+        except KeyboardInterrupt:  # pragma: no cover - the handler above catches SIGINT; belt and braces
+            continue
