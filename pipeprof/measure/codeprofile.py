@@ -165,7 +165,8 @@ def read_worker_dumps(folder: str | Path) -> tuple[Stats, int, int]:
         except (OSError, EOFError, ValueError, TypeError):
             continue  # unreadable: counted as missing below
         readable += 1
-    return dict(merged.stats), started, readable
+    # typeshed's pstats.Stats leaves out the raw table every Stats holds (cProfile.Profile's has it).
+    return dict(merged.stats), started, readable  # type: ignore[attr-defined]
 
 
 def stats_rows(stats: Stats, process: str) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import math
 import os
 import platform
@@ -308,7 +309,7 @@ def measure_h2d(plan: ProbePlan, clock: Clock, cuda_available: bool) -> dict[str
         except RuntimeError as e:  # page-locked memory refused (ulimit -l, a container)
             out[name] = {"absent": f"cannot allocate {name} host memory: {' '.join(str(e).split())}"}
             continue
-        times_s, _ = time_repeats(lambda dst=dst, src=src, pinned=pinned: dst.copy_(src, non_blocking=pinned), clock=clock,
+        times_s, _ = time_repeats(functools.partial(dst.copy_, src, non_blocking=pinned), clock=clock,
                                   repeats=plan.h2d_repeats, warmup=2, sync=torch.cuda.synchronize)
         out[name] = {"times_s": times_s, **spread(_rates(n, times_s), "bytes_per_s")}
     if "median_bytes_per_s" in out["pinned"] and "median_bytes_per_s" in out["pageable"]:

@@ -201,7 +201,7 @@ class SystemSampler:
         main_cpu_pct, main_rss = NAN, NAN
         worker_cpu_pcts: list[float] = []
         workers = workers_rss = 0
-        read_delta_bytes, read_known = 0, 0
+        read_delta_bytes, read_known = 0.0, 0
         prev, self._prev = self._prev, {}
         for pid, proc in list(self._procs.items()):
             try:
@@ -214,12 +214,13 @@ class SystemSampler:
                 continue
             cpu_s = times.user + times.system
             base = prev.get(pid)
-            same = base is not None and base[0] is proc and dt_s is not None
-            cpu_pct = 100.0 * (cpu_s - base[1]) / dt_s if same else NAN
-            if same and not (math.isnan(read) or math.isnan(base[2])):
-                # Counters only grow; max() guards against a counter reset.
-                read_delta_bytes += max(0, read - base[2])
-                read_known += 1
+            cpu_pct = NAN
+            if base is not None and base[0] is proc and dt_s is not None:  # the same process as last tick
+                cpu_pct = 100.0 * (cpu_s - base[1]) / dt_s
+                if not (math.isnan(read) or math.isnan(base[2])):
+                    # Counters only grow; max() guards against a counter reset.
+                    read_delta_bytes += max(0, read - base[2])
+                    read_known += 1
             self._prev[pid] = (proc, cpu_s, read)
 
             role = MAIN if pid == self.root_pid else WORKER

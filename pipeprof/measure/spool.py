@@ -19,7 +19,7 @@ import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -61,9 +61,10 @@ class Spool:
             return
         with open(self.path, "a", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
-            if self._written == 0:
-                writer.writerow(self.columns)
             columns = self.columns
+            assert columns is not None  # the first append() set them
+            if self._written == 0:
+                writer.writerow(columns)
             writer.writerows([_cell(row.get(c)) for c in columns] for row in self._rows)
         self._written += len(self._rows)
         self._rows = []
@@ -85,7 +86,8 @@ class Spool:
         """All rows as dicts (NaN for empty cells); for tests and small runs."""
         if not self._written:
             return list(self._rows)  # exactly as appended
-        return self.frame().to_dict("records")
+        # The frame's labels are ``columns`` (str); pandas' stubs type record keys as any Hashable.
+        return cast("list[dict[str, Any]]", self.frame().to_dict("records"))
 
     def close(self) -> None:
         """Remove the file (the rows are gone after this)."""

@@ -61,9 +61,10 @@ class SteadyState:
     def after_step(self, step: int, samples: int) -> bool:
         """Record step ``step`` (0-based) of ``samples`` samples; True when the loop should stop now."""
         now = self.clock()
-        if self.start_s is None:
-            self.start_s = self._last_s = now
-        took_s, self._last_s = now - self._last_s, now
+        if self.start_s is None:  # no begin(): training is taken to start at the end of this step
+            self.start_s = now
+        last_s = now if self._last_s is None else self._last_s
+        took_s, self._last_s = now - last_s, now
         if step >= self.warmup_steps:
             w = self._window
             if w[3] < 0:

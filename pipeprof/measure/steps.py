@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 from pipeprof.measure.clock import Clock
 from pipeprof.measure.spool import Spool
+from pipeprof.run_folder import STEP_COLUMNS
 
 
 class DeviceEvent(Protocol):
@@ -86,15 +87,11 @@ class StepTimer:
     _excluded_s: float = 0.0
     _paused_at_s: float | None = None
     _ready_batches: float = float("nan")
-    spool: Spool | None = None  # where finished rows go (a file-backed one streams a long run to disk)
+    # Where finished rows go (a file-backed one streams a long run to disk).
+    spool: Spool = field(default_factory=lambda: Spool(STEP_COLUMNS))
     keep_steps: int = 256  # unfinished steps held back before rows are made (their successors' begin is needed)
     _previous: _Pending | None = None  # the last step already turned into a row (its end event times the next)
     _first: int = 0  # the step number of _pending[0]
-
-    def __post_init__(self) -> None:
-        if self.spool is None:
-            from pipeprof.run_folder import STEP_COLUMNS
-            self.spool = Spool(STEP_COLUMNS)
 
     @property
     def method(self) -> str:
@@ -117,6 +114,8 @@ class StepTimer:
         self._paused_at_s = self.clock()
 
     def resume(self) -> None:
+        if self._paused_at_s is None:
+            raise RuntimeError("StepTimer.resume() without pause()")
         self._excluded_s += self.clock() - self._paused_at_s
         self._paused_at_s = None
 
@@ -131,7 +130,10 @@ class StepTimer:
     def computed(self, samples: int, loss: Any, correct: Any, epoch: int = 0) -> None:
         self._record_event()
         begin, waited, copied = self._marks
-        events = tuple(self._events) if self.device_events else None
+        events: tuple[DeviceEvent, DeviceEvent, DeviceEvent] | None = None
+        if self.device_events:
+            start, copy_done, compute_done = self._events  # one per mark: waited, copied, computed
+            events = (start, copy_done, compute_done)
         self._pending.append(_Pending(epoch, begin, waited, copied, self.clock(), samples, loss, correct, events,
                                       self._excluded_s, self._ready_batches))
         if len(self._pending) > 2 * self.keep_steps:
@@ -166,8 +168,9 @@ class StepTimer:
         pending = self._pending
         if not count:
             return
-        if pending[count - 1].events:
-            pending[count - 1].events[2].synchronize()  # long done by now: every earlier event is resolved too
+        last_events = pending[count - 1].events
+        if last_events:
+            last_events[2].synchronize()  # long done by now: every earlier event is resolved too
         for i in range(count):
             p = pending[i]
             if i + 1 < len(pending):
@@ -194,26 +197,29 @@ class StepTimer:
             if p.events:
                 # After a pause the device's idle gap holds untimed work: time such a step like the first.
                 previous = (pending[i - 1] if i else self._previous) if not p.excluded_s else None
-                row.update(_device_times(p, previous, host_wait_s))
+                previous_done = previous.events[2] if previous is not None and previous.events else None
+                row.update(_device_times(p.events, previous_done, host_wait_s))
             self.spool.append(row)
         self._previous = pending[count - 1]
         del pending[:count]
         self._first += count
 
 
-def _device_times(p: _Pending, previous: _Pending | None, host_wait_s: float) -> dict[str, float]:
-    start, copied, done = p.events
+def _device_times(events: tuple[DeviceEvent, DeviceEvent, DeviceEvent], previous_done: DeviceEvent | None,
+                  host_wait_s: float) -> dict[str, float]:
+    """A step's device spans from its events; ``previous_done``: the previous step's compute-end event."""
+    start, copied, done = events
     times = {
         "h2d_s": start.elapsed_time(copied) / 1e3,
         "compute_s": copied.elapsed_time(done) / 1e3,
     }
-    if previous is None:
+    if previous_done is None:
         # No earlier device event: the first step keeps its host-clock span.
         times["step_s"] = host_wait_s + times["h2d_s"] + times["compute_s"]
         return times
-    idle_s = max(0.0, previous.events[2].elapsed_time(start) / 1e3)
+    idle_s = max(0.0, previous_done.elapsed_time(start) / 1e3)
     times["data_wait_s"] = min(host_wait_s, idle_s)
-    times["step_s"] = previous.events[2].elapsed_time(done) / 1e3
+    times["step_s"] = previous_done.elapsed_time(done) / 1e3
     return times
 
 
@@ -268,4 +274,7 @@ class ThroughputTimer:
 
     @property
     def samples_per_s(self) -> float:
+        """Counted samples over the counted time (after ``finish()``; the warm-up steps must have run)."""
+        if self.start_s is None or self.end_s is None:
+            raise RuntimeError("ThroughputTimer.samples_per_s before its counted steps began and finish()")
         return self.samples / (self.end_s - self.start_s - self.excluded_s)
