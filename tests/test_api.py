@@ -8,11 +8,14 @@ import time
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data._utils import fetch as _fetch
 
 import pipeprof
 from pipeprof.script import hooks
 
 pytestmark = pytest.mark.integration
+ORIGINALS = {(DataLoader, "__iter__"): DataLoader.__iter__, (torch.Tensor, "to"): torch.Tensor.to,
+             (_fetch._MapDatasetFetcher, "fetch"): _fetch._MapDatasetFetcher.fetch}
 
 
 def _setup(samples: int = 320):
@@ -26,6 +29,7 @@ def test_profile_block_with_wrap_validation_and_the_same_run_folder(tmp_path):
     data, model, optimizer = _setup()
     train_loader = DataLoader(data, batch_size=32, shuffle=True)
     val_loader = DataLoader(data, batch_size=64)
+    collate = train_loader.collate_fn
     with pipeprof.profile(name="nb", out=tmp_path, warmup_steps=2, quiet=True) as prof:
         for _epoch in range(2):
             for x, y in prof.wrap(train_loader):
@@ -57,7 +61,8 @@ def test_profile_block_with_wrap_validation_and_the_same_run_folder(tmp_path):
     # After the block the loaders are the user's again: plain batches, their own collate, nothing patched.
     x, y = next(iter(train_loader))
     assert isinstance(x, torch.Tensor) and hooks.active() is None
-    assert "DataLoader.__iter__" not in hooks._ORIGINAL and "Tensor.to" not in hooks._ORIGINAL
+    assert train_loader.collate_fn is collate and prof._hooks.patches.applied() == []
+    assert [getattr(owner, name) for owner, name in ORIGINALS] == list(ORIGINALS.values())  # test_hook_patches: all
 
 
 def test_manual_steps_and_an_exception_inside_the_block(tmp_path):
@@ -79,10 +84,14 @@ def test_manual_steps_and_an_exception_inside_the_block(tmp_path):
 
 
 def test_two_blocks_at_once_are_refused(tmp_path):
-    with pipeprof.profile(name="outer", out=tmp_path, quiet=True):
+    with pipeprof.profile(name="outer", out=tmp_path, quiet=True) as outer:
         with pytest.raises(RuntimeError, match="already profiling"):
             with pipeprof.profile(name="inner", out=tmp_path, quiet=True):
                 pass
+        assert hooks.active() is outer._hooks  # the refused one undid nothing of the outer block's
+    assert hooks.active() is None
+    with pipeprof.profile(name="next", out=tmp_path, quiet=True) as following:  # and the next block starts
+        assert hooks.active() is following._hooks
 
 
 def test_bad_options_are_refused_before_anything_runs(tmp_path):

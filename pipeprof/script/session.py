@@ -61,11 +61,18 @@ class Session:
         else:
             self.monitor = gpu
         try:
-            self.sampler = SystemSampler(pid, self.sample_hz, clock=self.clock, t0_s=self.t0_s, gpu=self.monitor)
+            sampler = SystemSampler(pid, self.sample_hz, clock=self.clock, t0_s=self.t0_s, gpu=self.monitor)
         except Exception as e:  # noqa: BLE001 - psutil.NoSuchProcess: the script ended before sampling began
             self.absences["samples"] = f"the process ended before sampling began ({type(e).__name__})"
             return
-        self.sampler.start()
+        try:
+            sampler.start()
+        except BaseException:  # nothing left running or open: the caller undoes the rest of its start
+            if self.monitor is not None:
+                self.monitor.close()
+                self.monitor = None
+            raise
+        self.sampler = sampler
 
     def stop_sampling(self) -> None:
         if self.sampler is not None:
