@@ -7,7 +7,11 @@ from typing import Any
 
 
 def finite(value: Any) -> float | None:
-    """``value`` as a finite float, or None when it is missing or not a number."""
+    """``value`` as a finite float, or None when it is missing or not a number (a bool is not a number here).
+
+    The one finite-number check: analysis, renderers and ``pipeprof.format`` all read values through it."""
+    if value is None or isinstance(value, bool):
+        return None
     try:
         v = float(value)
     except (TypeError, ValueError):

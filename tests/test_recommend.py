@@ -110,7 +110,7 @@ def test_persistent_workers_for_slow_epoch_starts():
     assert rec["change"] == {"loader.persistent_workers": True}
     total_s = 36 * STEP_S + 3 * 0.5
     assert rec["predicted_samples_per_s"] == pytest.approx(36 * BATCH / (total_s - 3 * 0.5))
-    assert "3 epoch(s)" in rec["reason"]
+    assert "the first step of 3 epochs waited 510 ms" in rec["reason"]
     # Without the slow starts there is nothing to gain from keeping the workers.
     assert not by_key(recs_of(make_run(wait=0.1, workers=2, ready=1, loading=(0.002, 0.002, 0.001))),
                       "loader.persistent_workers")

@@ -64,9 +64,11 @@ numbers), never hidden.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
+
+from pipeprof import format as fmt
+from pipeprof.numbers import finite as _finite
 
 RUNS = ("compute", "prep", "real")
 
@@ -98,7 +100,7 @@ _NEEDS = {
 
 def throughput(summary: Mapping[str, Any] | None) -> float | None:
     """A summary's samples/s, or None when it is missing, null or not a positive number."""
-    value = _number((summary or {}).get("samples_per_s"))
+    value = _finite((summary or {}).get("samples_per_s"))
     return value if value is not None and value > 0 else None
 
 
@@ -180,7 +182,7 @@ def cross_check(real: Mapping[str, Any] | None, fractions: Mapping[str, float | 
     disagrees, True when all agree, None when none could be made.
     """
     real_reason = f"the real run is missing ({missing_reason or 'no summary'})"
-    direct_wait = _number(((real or {}).get("fractions") or {}).get("data_wait"))
+    direct_wait = _finite(((real or {}).get("fractions") or {}).get("data_wait"))
     wait_reason = None
     if real is None:
         wait_reason = real_reason
@@ -191,7 +193,7 @@ def cross_check(real: Mapping[str, Any] | None, fractions: Mapping[str, float | 
     data_wait = _check(direct_wait, fractions.get("stall"), wait_reason, tolerance)
 
     loading = (real or {}).get("loading")
-    direct_fetch = _number(((loading or {}).get("fractions") or {}).get("fetch"))
+    direct_fetch = _finite(((loading or {}).get("fractions") or {}).get("fetch"))
     fetch, prep = fractions.get("fetch_stall"), fractions.get("prep_stall")
     stall = None if fetch is None or prep is None else fetch + prep
     split_reason = None
@@ -262,19 +264,9 @@ def _check(direct: float | None, differential_value: float | None, reason: str |
             "reason": None, "notes": []}
 
 
-def _number(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
 def _pct(fraction: float) -> str:
-    return f"{100 * fraction:.1f}%"
+    return fmt.pct(fraction, 1)
 
 
 def _rate(samples_per_s: float | None) -> str:
-    return "not measured" if samples_per_s is None else f"{samples_per_s:,.0f} samples/s"
+    return fmt.rate(samples_per_s)

@@ -9,10 +9,11 @@ microseconds of bookkeeping between samples.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pandas as pd
+
+from pipeprof.numbers import finite as _finite
 
 PARTS = ("fetch", "prep", "collate")
 MAIN_PROCESS = -1  # worker id of batches made in the training process (num_workers = 0)
@@ -153,8 +154,3 @@ def _numeric(loading: pd.DataFrame | None) -> pd.DataFrame:
 
 def _ratio(num: float, den: float) -> float | None:
     return float(num) / den if den else None
-
-
-def _finite(value: Any) -> float | None:
-    v = float(value)
-    return v if math.isfinite(v) else None

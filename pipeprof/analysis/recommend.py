@@ -91,6 +91,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution
 from pipeprof.analysis.steps import counted_steps
 from pipeprof.analysis.thresholds import (
@@ -300,17 +301,17 @@ class _Model:
             if notes:
                 extra["note"] = "; ".join(notes)
         w = self.worker_cores(k) if threads is None else self.worker_cores(k, self.cores - threads, threads)
-        how = (f"with {k} worker{'s' if k != 1 else ''}, each makes a sample in {p * 1e6:,.1f} µs "
+        how = (f"with {fmt.plural(k, 'worker')}, each makes a sample in {fmt.duration(p)} "
                f"({1 / p:,.0f} samples/s per worker) on {w:.2f} of {self.cores:g} cores (the training process "
                f"uses {self.train_cores:.2f})" if k else
-               f"the training process makes each sample in {p * 1e6:,.1f} µs between steps")
+               f"the training process makes each sample in {fmt.duration(p)} between steps")
         if threads is not None:
-            how += (f"; with {threads} torch thread(s), leaving the workers {self.cores - threads:g} of "
+            how += (f"; with {fmt.plural(threads, 'torch thread')}, leaving the workers {self.cores - threads:g} of "
                     f"{self.cores:g} cores (compute assumed to keep min(1, {threads}/{self.train_cores:.2f}) of "
                     "its speed)")
         return self._rec(change, predicted[k][0],
                          f"{how}; predicted min({self._ceiling_words()}, supply) = {predicted[k][0]:,.0f} samples/s "
-                         f"({self._now()} with {self.k} worker{'s' if self.k != 1 else ''}); {self.storage_words}",
+                         f"({self._now()} with {fmt.plural(self.k, 'worker')}); {self.storage_words}",
                          "X(k) = min(C', k / (io + cpu·k/W(k)), S); X(0) = 1/(p + 1/C)", **extra)
 
     def _with_workers(self, k: int, parts: tuple[float, float, float]) -> tuple[float, int | None]:
@@ -335,8 +336,8 @@ class _Model:
         factor = prefetch_factor(self.k, pre.get("prefetch_factor")) or 1
         x = self.throughput(self.k, *parts)
         return self._rec({"loader.prefetch_factor": 2 * factor}, x,
-                         f"supply is bursty: {100 * empty:.0f}% of steps found the queue empty while the workers "
-                         f"were busy only {100 * (busy or 0):.0f}% of the time; a deeper queue "
+                         f"supply is bursty: {fmt.pct(empty)} of steps found the queue empty while the workers "
+                         f"were busy only {fmt.pct(busy or 0)} of the time; a deeper queue "
                          f"({self.k} × {2 * factor} batches) lets them run ahead: predicted {x:,.0f} samples/s, "
                          f"the supply model at {self.k} workers ({self._now()})",
                          "X(k) at the current k: the queue no longer runs dry")
@@ -361,10 +362,11 @@ class _Model:
         saved = float(excess.sum())
         x = self.samples / max(self.total_s - saved, 1e-12)
         return self._rec({"loader.persistent_workers": True}, x,
-                         f"the first step of {len(firsts)} epoch(s) waited {float(firsts['data_wait_s'].mean()):.3f} s "
-                         f"on average against a median wait of {median_wait * 1e3:.1f} ms (median step "
-                         f"{median_step * 1e3:.1f} ms): workers are started anew every epoch; keeping them saves "
-                         f"{saved:.2f} s of {self.total_s:.2f} s: predicted {x:,.0f} samples/s ({self._now()})",
+                         f"the first step of {fmt.plural(len(firsts), 'epoch')} waited "
+                         f"{fmt.duration(float(firsts['data_wait_s'].mean()))} on average against a median wait of "
+                         f"{fmt.duration(median_wait)} (median step {fmt.duration(median_step)}): workers are started "
+                         f"anew every epoch; keeping them saves {fmt.duration(saved)} of {fmt.duration(self.total_s)}: "
+                         f"predicted {x:,.0f} samples/s ({self._now()})",
                          "n / (counted time − epoch-start excess wait)")
 
     def batch_fetch(self) -> dict[str, Any] | None:
@@ -377,8 +379,8 @@ class _Model:
             return None
         x = self.throughput(self.k, BATCH_FETCH_KEEPS_FETCH * fetch, prep, BATCH_FETCH_KEEPS_COLLATE * collate)
         return self._rec({}, x,
-                         f"per-sample indexing and collate are {100 * (fetch + collate) / p:.0f}% of making a batch "
-                         f"({fetch * 1e6:.1f} + {collate * 1e6:.1f} µs per sample); taking whole batches at once "
+                         f"per-sample indexing and collate are {fmt.pct((fetch + collate) / p)} of making a batch "
+                         f"({fmt.duration(fetch)} + {fmt.duration(collate)} per sample); taking whole batches at once "
                          f"(assumed: 90% of fetch and 80% of collate go away) predicts {x:,.0f} samples/s "
                          f"({self._now()}; measured on 2 cores: in-RAM data from ~46k to 72–93k samples/s)",
                          "X(k) with fetch × 0.1, collate × 0.2",
@@ -401,9 +403,9 @@ class _Model:
         if self.data.get("cache") == "cold":
             change["data.cache"] = "warm"
         how = "cold" if self.cold else "throttled" if self.throttled else "one file per sample"
-        what = (f"decoding is {100 * prep / p:.0f}% of making a batch ({prep * 1e6:,.0f} µs per sample)" if decode
-                else f"fetching from {self.storage} ({how}) is {100 * fetch / p:.0f}% of making a batch "
-                     f"({fetch * 1e6:,.0f} µs per sample)")
+        what = (f"decoding is {fmt.pct(prep / p)} of making a batch ({fmt.duration(prep)} per sample)" if decode
+                else f"fetching from {self.storage} ({how}) is {fmt.pct(fetch / p)} of making a batch "
+                     f"({fmt.duration(fetch)} per sample)")
         extra = {}
         if self.storage == "images":
             extra["note"] = "remove data.format / data.quality from the scenario: they apply to images only"
@@ -433,9 +435,9 @@ class _Model:
         if self.data.get("cache") == "cold":
             change["data.cache"] = "warm"
         return self._rec(change, self.ceiling_alone,
-                         f"the data set is small ({n * SAMPLE_BYTES / 1e6:,.0f} MB): held on the device, batches are "
+                         f"the data set is small ({fmt.byte_size(n * SAMPLE_BYTES)}): held on the device, batches are "
                          f"taken by index with no loading at all — predicted the {self._ceiling_words()} "
-                         f"({self._now()}, {100 * self.wait:.0f}% waiting for data)",
+                         f"({self._now()}, {fmt.pct(self.wait)} waiting for data)",
                          "C_alone: training steps on one batch on the device after the run, nothing else "
                          "running (else C = n / Σ(compute + h2d))", **extra)
 
@@ -445,7 +447,7 @@ class _Model:
             return None
         x = self.samples / max(self.total_s - self.h2d_s / 2, 1e-12)
         return self._rec({"loader.pin_memory": True}, x,
-                         f"host → device copies take {100 * self.h2d:.0f}% of step time; assuming pinned memory "
+                         f"host → device copies take {fmt.pct(self.h2d)} of step time; assuming pinned memory "
                          f"halves them: predicted {x:,.0f} samples/s ({self._now()})",
                          "n / (counted time − h2d/2)")
 
@@ -459,8 +461,9 @@ class _Model:
         c = self._ceiling_with(threads)
         x = self.throughput(self.k, *parts, ceiling=c, cores=self.cores - threads, threads=threads)
         return self._rec({"train.threads": threads}, x,
-                         f"{self.k} workers + {self.threads:g} torch threads want more than {self.cores:g} cores; "
-                         f"with {threads} torch thread(s) the workers get {self.cores - threads:g} core(s) and compute "
+                         f"{fmt.plural(self.k, 'worker')} + {fmt.plural(self.threads, 'torch thread')} want more than "
+                         f"{fmt.plural(self.cores, 'core')}; with {fmt.plural(threads, 'torch thread')} the workers get "
+                         f"{fmt.plural(self.cores - threads, 'core')} and compute "
                          f"keeps {c:,.0f} samples/s (assumed: in proportion to the {self.train_cores:.2f} cores the "
                          f"training process used, at most C): predicted {x:,.0f} "
                          f"samples/s ({self._now()})",
@@ -473,22 +476,23 @@ class _Model:
         if verdict.get("class") == "compute":
             threads = ""
             if self.cpu.get("oversubscribed"):
-                threads = (f"; but {self.k} worker(s) + {self.threads:g} torch threads oversubscribe the "
+                threads = (f"; but {fmt.plural(self.k, 'worker')} + {fmt.plural(self.threads, 'torch thread')} "
+                           f"oversubscribe the "
                            f"{self.cores:g} cores, which can slow compute far more than this model predicts "
                            f"(on a busy 2-core machine quick ran ~5x faster with 1 thread): measure "
                            f"--set train.threads={int(max(1, self.cores - self.k))}")
             return _negative(self.current,
-                             f"the run is compute-bound: only {100 * self.wait:.1f}% of step time waits for data; "
-                             f"the {self._ceiling_words()} is {100 * (self.ceiling / self.current - 1):.0f}% above "
+                             f"the run is compute-bound: only {fmt.pct(self.wait, 1)} of step time waits for data; "
+                             f"the {self._ceiling_words()} is {fmt.pct(self.ceiling / self.current - 1)} above "
                              f"the {self._now()}, so a faster input pipeline cannot gain more — make the model's "
                              f"step cheaper instead{threads}", "C = n / Σ(compute + h2d)")
         if busy is not None and busy >= SATURATED_FRACTION:
             return _negative(self.current,
                              f"more workers will not help: all {self.cores:g} cores are saturated "
-                             f"({100 * busy:.0f}% busy: training process and workers)",
+                             f"({fmt.pct(busy)} busy: training process and workers)",
                              "W(k) = free cores, none left")
         return _negative(self.current,
-                         f"no change in the model predicts a gain of {100 * (MIN_GAIN - 1):.0f}% or more "
+                         f"no change in the model predicts a gain of {fmt.pct(MIN_GAIN - 1, 0)} or more "
                          f"({self._now()}, {self._ceiling_words()}; {self.storage_words})", "all candidates")
 
 
@@ -499,16 +503,8 @@ def set_text(rec: dict[str, Any]) -> str:
         return str(rec["script_text"])
     change = _dict(rec.get("change"))
     if change:
-        return " ".join(f"--set {key}={_toml(value)}" for key, value in change.items())
+        return " ".join(f"--set {key}={fmt.setting_arg(value)}" for key, value in change.items())
     return f"code: {rec['code_change']}" if rec.get("code_change") else "no change"
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value if value.replace("_", "").replace("-", "").isalnum() else repr(value)
-    return str(value)
 
 
 def _negative(current: float | None, reason: str, model: str) -> dict[str, Any]:
