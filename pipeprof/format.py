@@ -27,7 +27,7 @@ from typing import Any
 from pipeprof.numbers import finite
 
 __all__ = ["NOT_MEASURED", "byte_rate", "byte_size", "duration", "finite", "number", "pct", "plural", "pp", "rate",
-           "setting", "setting_literal"]
+           "setting", "setting_arg", "setting_literal"]
 
 NOT_MEASURED = "not measured"  # the one text for a missing or non-finite value
 
@@ -136,7 +136,7 @@ def plural(count: Any, word: str, many: str | None = None) -> str:
     v = finite(count)
     if v is None:
         return f"an unknown number of {many}"
-    text = f"{count:,}" if isinstance(count, int) and not isinstance(count, bool) else number(v)
+    text = f"{int(v):,}" if v.is_integer() else number(v)  # a count held as a float (2.0 cores) is whole
     return f"{text} {word if v == 1 else many}"
 
 
@@ -155,6 +155,16 @@ def setting(value: Any) -> str:
         return " ".join(f"{k}={setting(v)}" for k, v in value.items())
     if isinstance(value, float) and not math.isfinite(value):
         return json.dumps(value)
+    return str(value)
+
+
+def setting_arg(value: Any) -> str:
+    """A setting's value as ``--set key=VALUE`` takes it: ``true``/``false``, a plain word bare (``ram``,
+    ``cuda-0``), any other string quoted (``'a b'``), numbers and lists as Python writes them."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value if value.replace("_", "").replace("-", "").isalnum() else repr(value)
     return str(value)
 
 
