@@ -18,8 +18,8 @@ from pipeprof.analysis.compare import (
     throughput_ratio,
 )
 from pipeprof.analysis.summary import summarize
-from pipeprof.cli.compare_cmd import comparison_name, run_labels
 from pipeprof.cli.main import main
+from pipeprof.pipeline.compare import comparison_name, run_labels
 from pipeprof.render.compare import compare_table, render_compare_html
 from pipeprof.run_folder import STEP_COLUMNS, Run
 

@@ -13,15 +13,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     # pandas, matplotlib and the analysis load here, not when the parser is built (--help stays fast)
-    from pipeprof.pipeline.derive import derived_files
+    from pipeprof.pipeline.derive import rederive
     from pipeprof.render.console import print_summary
-    from pipeprof.run_folder import load_run, write_text
+    from pipeprof.run_folder import load_run
 
     runs = [(Path(f), load_run(Path(f))) for f in args.runs]  # validate all before writing any
     for folder, run in runs:
-        summary, files = derived_files(run, folder.name)
-        for name, text in files.items():
-            write_text(folder / name, text)
+        summary = rederive(run, folder)
         if not args.quiet:
             print_summary(summary, folder)
         print(f"report: {folder / 'report.html'}")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pipeprof.analysis.summary import summarize
 from pipeprof.render.html import render_html
-from pipeprof.run_folder import Run, to_json
+from pipeprof.run_folder import Run, to_json, write_text
 
 
 def derived_files(run: Run, folder_name: str) -> tuple[dict[str, Any], dict[str, str]]:
@@ -14,3 +15,11 @@ def derived_files(run: Run, folder_name: str) -> tuple[dict[str, Any], dict[str,
     summary = summarize(run)
     return summary, {"summary.json": to_json(summary),
                      "report.html": render_html(run, summary, folder_name=folder_name)}
+
+
+def rederive(run: Run, folder: Path) -> dict[str, Any]:
+    """Write summary.json and report.html of ``run`` into its ``folder`` again; the summary."""
+    summary, files = derived_files(run, folder.name)
+    for name, text in files.items():
+        write_text(folder / name, text)
+    return summary

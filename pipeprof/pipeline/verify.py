@@ -16,7 +16,7 @@ from typing import Any
 
 from pipeprof.analysis.recommend import set_text
 from pipeprof.errors import UsageError
-from pipeprof.pipeline.derive import derived_files
+from pipeprof.pipeline.derive import rederive
 from pipeprof.pipeline.fresh_process import run_child
 from pipeprof.pipeline.progress import SILENT, Progress
 from pipeprof.run_folder import RUN_FORMAT_VERSION, Run, write_json, write_text
@@ -80,7 +80,4 @@ def store(run: Run, folder: Path, record: dict[str, Any]) -> dict[str, Any]:
     """Put ``record`` into run.json and derive summary.json and report.html again; the new summary."""
     run.meta["verification"] = record
     write_json(folder / "run.json", dict(run.meta, format_version=RUN_FORMAT_VERSION))
-    summary, files = derived_files(run, folder.name)
-    for name, text in files.items():
-        write_text(folder / name, text)
-    return summary
+    return rederive(run, folder)
