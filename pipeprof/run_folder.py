@@ -36,6 +36,7 @@ speedscope).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -51,6 +52,7 @@ from typing import Any
 import pandas as pd
 
 from pipeprof.errors import UsageError
+from pipeprof.scenario import DataSpec
 
 RUN_FORMAT_VERSION = 1
 
@@ -152,7 +154,97 @@ class Run:
 
     @property
     def name(self) -> str:
-        return str(self.meta.get("scenario", {}).get("name", "run"))
+        return self.settings.name
+
+    @property
+    def settings(self) -> RunSettings:
+        """The run's settings, read back from run.json (``RunSettings.from_meta``)."""
+        return RunSettings.from_meta(self.meta)
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    """The DataLoader settings a run used; None where run.json does not say (older runs, scripts)."""
+
+    batch_size: int | None = None
+    num_workers: int | None = None
+    prefetch_factor: int | None = None  # as set: None is the DataLoader's default (loader_rules)
+    pin_memory: bool = False  # as asked: whether it pinned is loader_rules.pins_memory(pin_memory, device)
+    persistent_workers: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """Where a run's data lived. ``storage`` is None for a profiled script (its data is its own)."""
+
+    storage: str | None = None
+    samples: int | None = None
+    cache: str | None = None  # "warm" or "cold"
+    transform: str | None = None
+    throttle: Any = None  # None, a preset's name, or the throttle table as recorded (latency_ms, bandwidth_mb_s, ...)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The settings of one run as run.json recorded them, for a scenario and for a profiled script alike.
+
+    run.json's ``scenario`` is ``Scenario.to_dict()`` for a scenario run and the
+    settings the hooks saw for a script (its name, command line and DataLoader).
+    Read leniently: run folders of older versions lack keys, which read as
+    None (or the scenario's own default, for a scenario run's storage); a value
+    of the wrong type reads as absent. The one reader of that dict for analysis.
+    """
+
+    name: str = "run"
+    description: str | None = None
+    kind: str = "scenario"  # "scenario" or "script"
+    device: str = "cpu"
+    loader: LoaderSettings = field(default_factory=LoaderSettings)
+    data: DataSettings = field(default_factory=DataSettings)
+
+    @classmethod
+    def from_meta(cls, meta: Any) -> RunSettings:
+        meta = meta if isinstance(meta, dict) else {}
+        scenario = _as_dict(meta.get("scenario"))
+        loader, data = _as_dict(scenario.get("loader")), _as_dict(scenario.get("data"))
+        kind = "script" if meta.get("kind") == "script" else "scenario"
+        storage = _as_str(data.get("storage"))
+        if storage is None and kind == "scenario":
+            storage = _DEFAULT_STORAGE  # every scenario has one; DataSpec's default when not recorded
+        name = scenario.get("name", "run")
+        return cls(
+            name=str(name) if name is not None else "run",
+            description=_as_str(scenario.get("description")),
+            kind=kind,
+            device=_as_str(meta.get("device")) or "cpu",
+            loader=LoaderSettings(batch_size=_as_int(loader.get("batch_size")),
+                                  num_workers=_as_int(loader.get("num_workers")),
+                                  prefetch_factor=_as_int(loader.get("prefetch_factor")),
+                                  pin_memory=loader.get("pin_memory") is True,
+                                  persistent_workers=loader.get("persistent_workers") is True),
+            data=DataSettings(storage=storage, samples=_as_int(data.get("samples")), cache=_as_str(data.get("cache")),
+                              transform=_as_str(data.get("transform")), throttle=data.get("throttle")),
+        )
+
+
+_DEFAULT_STORAGE = DataSpec.storage
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _as_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return int(value)
 
 
 def sample_tables(samples: pd.DataFrame, processes: pd.DataFrame, gpu: bool) -> tuple[pd.DataFrame, pd.DataFrame]:

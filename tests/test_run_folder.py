@@ -8,7 +8,18 @@ import pandas as pd
 import pytest
 
 from pipeprof.errors import UsageError
-from pipeprof.run_folder import LOADING_COLUMNS, STEP_COLUMNS, Run, load_run, new_run_folder, save_run, to_json
+from pipeprof.run_folder import (
+    LOADING_COLUMNS,
+    STEP_COLUMNS,
+    DataSettings,
+    LoaderSettings,
+    Run,
+    RunSettings,
+    load_run,
+    new_run_folder,
+    save_run,
+    to_json,
+)
 
 STEPS = pd.DataFrame([{"step": 0, "epoch": 0, "warmup": True, "t_start_s": 0.0, "data_wait_s": 0.1, "h2d_s": 0.0,
                        "compute_s": 0.2, "step_s": 0.3, "host_wait_s": 0.1, "samples": 8, "loss": 2.3, "correct": 1},
@@ -101,3 +112,26 @@ def test_json_has_no_nan_and_sorted_keys():
     text = to_json({"b": float("nan"), "a": [np.float32(1.5), float("inf")], "c": np.int64(3)})
     assert json.loads(text) == {"a": [1.5, None], "b": None, "c": 3}
     assert text.index('"a"') < text.index('"b"')
+
+
+def test_settings_read_back_from_run_json_for_a_scenario():
+    meta = {"device": "cuda:0", "scenario": {
+        "name": "s", "description": "d", "data": {"storage": "memmap", "samples": 2000, "cache": "cold", "throttle": "hdd"},
+        "loader": {"batch_size": 50, "num_workers": 2, "prefetch_factor": 4, "pin_memory": True}}}
+    s = RunSettings.from_meta(meta)
+    assert (s.name, s.description, s.kind, s.device) == ("s", "d", "scenario", "cuda:0")
+    assert s.loader == LoaderSettings(batch_size=50, num_workers=2, prefetch_factor=4, pin_memory=True)
+    assert s.data == DataSettings(storage="memmap", samples=2000, cache="cold", throttle="hdd")
+    assert Run(meta=meta, steps=STEPS).settings == s and Run(meta=meta, steps=STEPS).name == "s"
+
+
+def test_settings_of_a_script_and_of_older_or_odd_run_json():
+    script = RunSettings.from_meta({"kind": "script", "scenario": {"name": "train", "loader": {"num_workers": 0}}})
+    assert script.kind == "script" and script.data.storage is None  # a script's data is its own: no storage kind
+    assert script.loader.num_workers == 0 and script.loader.prefetch_factor is None
+    old = RunSettings.from_meta({"scenario": {"loader": {"num_workers": "2", "pin_memory": "yes"}}})
+    assert old.name == "run" and old.device == "cpu" and old.data.storage == "ram"  # a scenario's default storage
+    assert old.loader.num_workers is None and old.loader.pin_memory is False  # wrong types read as absent
+    assert RunSettings.from_meta(None) == RunSettings.from_meta({"scenario": []}) == RunSettings(
+        data=DataSettings(storage="ram"))
+    assert RunSettings.from_meta({"scenario": {"loader": {"num_workers": True}}}).loader.num_workers is None

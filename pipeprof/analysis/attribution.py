@@ -24,7 +24,7 @@ from pipeprof.analysis.loading import counted_batches, loading_summary
 from pipeprof.analysis.steps import counted_steps, counted_window_s, fractions
 from pipeprof.loader_rules import pins_memory, prefetch_factor, queue_capacity_batches
 from pipeprof.numbers import finite as _finite
-from pipeprof.run_folder import Run
+from pipeprof.run_folder import Run, RunSettings
 
 RANDOM_READ_BYTES = 4096  # the probe's random reads are 4 KiB
 NO_PROBE = "no machine probe: run pipeprof probe"
@@ -88,13 +88,13 @@ def attribution(run: Run, probe: dict | None = None) -> Attribution:
       ``loader_rules.pins_memory``); ``cache``: ``{"cache", "verified", "reason"}`` or absent.
     """
     meta = run.meta if isinstance(run.meta, dict) else {}
-    scenario = _dict(meta.get("scenario"))
+    settings = run.settings
     steps = counted_steps(run.steps)
     frac = fractions(run.steps)
     loading = loading_summary(counted_batches(run.loading, run.steps))
     cache = cache_check(run)
     wait_mean_s = _mean(steps.get("data_wait_s"))
-    num_workers = _num_workers(scenario, loading)
+    num_workers = _num_workers(settings, loading)
     sections = {
         "step": {
             "steps": int(len(steps)),
@@ -106,11 +106,9 @@ def attribution(run: Run, probe: dict | None = None) -> Attribution:
         "cpu": _cpu(run, meta, num_workers),
         "disk": _disk(run, probe),
         "gpu": _gpu(run, meta),
-        "prefetch": _prefetch(steps, scenario, num_workers),
-        "data": {"storage": _dict(scenario.get("data")).get("storage"),
-                 "throttle": _dict(scenario.get("data")).get("throttle"),
-                 "pin_memory": pins_memory(_dict(scenario.get("loader")).get("pin_memory") or False,
-                                           str(meta.get("device") or "cpu"))},
+        "prefetch": _prefetch(steps, settings.loader.prefetch_factor, num_workers),
+        "data": {"storage": settings.data.storage, "throttle": settings.data.throttle,
+                 "pin_memory": pins_memory(settings.loader.pin_memory, settings.device)},
         "cache": ({"cache": cache.get("cache"), "verified": cache.get("verified"), "reason": cache.get("reason")}
                   if cache else {"absent": "this run has no page-cache record (recorded before page-cache control)"}),
     }
@@ -205,7 +203,7 @@ def _gpu(run: Run, meta: dict) -> dict[str, Any]:
     return {"mean_util_pct": util, "idle_pct": 100.0 - util}
 
 
-def _prefetch(steps: pd.DataFrame, scenario: dict, num_workers: int | None) -> dict[str, Any]:
+def _prefetch(steps: pd.DataFrame, factor: int | None, num_workers: int | None) -> dict[str, Any]:
     if num_workers == 0:
         return {"absent": "no prefetch queue: num_workers = 0 (the training process makes each batch when asked)"}
     ready = pd.to_numeric(steps.get("ready_batches", pd.Series(dtype=float)), errors="coerce")
@@ -213,7 +211,6 @@ def _prefetch(steps: pd.DataFrame, scenario: dict, num_workers: int | None) -> d
     if seen.empty:
         return {"absent": "the queue was not observed (no ready_batches readings: a run from before they were "
                           "recorded, or a loader whose internals do not show them)"}
-    factor = _dict(scenario.get("loader")).get("prefetch_factor")
     capacity = queue_capacity_batches(num_workers or 0, factor)
     wait = pd.to_numeric(seen["data_wait_s"], errors="coerce").fillna(0.0)
     has_ready = seen["ready"] >= 1
@@ -236,11 +233,10 @@ def _prefetch(steps: pd.DataFrame, scenario: dict, num_workers: int | None) -> d
 # ---- helpers ----------------------------------------------------------------------------
 
 
-def _num_workers(scenario: dict, loading: dict | None) -> int | None:
-    """num_workers from the scenario as run; else from who made the batches; else unknown."""
-    value = _dict(scenario.get("loader")).get("num_workers")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(value)
+def _num_workers(settings: RunSettings, loading: dict | None) -> int | None:
+    """num_workers from the settings as run; else from who made the batches; else unknown."""
+    if settings.loader.num_workers is not None:
+        return settings.loader.num_workers
     return int(loading["workers"]) if loading else None
 
 

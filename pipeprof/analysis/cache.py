@@ -219,6 +219,6 @@ def cache_check(run: Run) -> dict[str, Any] | None:
     mode, dataset_bytes = cache.get("mode", "warm"), cache.get("dataset_bytes") or 0
     if dataset_bytes <= 0:
         return {"cache": mode, "verified": None, "reason": "the data is not read from files on disk"}
-    samples = run.meta.get("scenario", {}).get("data", {}).get("samples")
+    samples = run.settings.data.samples
     return cold_cache_check(epoch_reads(run.steps, run.processes), dataset_bytes, mode, cache.get("drops"),
                             dataset_samples=samples)

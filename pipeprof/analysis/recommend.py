@@ -160,9 +160,9 @@ class _Model:
     def __init__(self, run: Run, attr: dict[str, Any]) -> None:
         self.attr = attr
         meta = run.meta if isinstance(run.meta, dict) else {}
-        scenario = _dict(meta.get("scenario"))
-        self.data, self.loader = _dict(scenario.get("data")), _dict(scenario.get("loader"))
-        self.device = str(meta.get("device") or "")
+        settings = run.settings
+        self.data, self.loader = settings.data, settings.loader
+        self.device = settings.device
         steps = counted_steps(run.steps)
         self.all_steps = run.steps
         self.counted = steps
@@ -181,9 +181,7 @@ class _Model:
         step, cpu, loading = _dict(attr.get("step")), _dict(attr.get("cpu")), _dict(attr.get("loading"))
         self.wait = step.get("data_wait_fraction") or 0.0
         self.h2d = step.get("h2d_fraction") or 0.0
-        self.k = cpu.get("num_workers")
-        if self.k is None:
-            self.k = int(self.loader.get("num_workers") or 0)
+        self.k = int(cpu.get("num_workers") or 0)  # the attribution's: as set, else who made the batches
         self.cores = float(cpu.get("cores_usable") or 1)
         self.threads = float(cpu.get("torch_threads") or self.cores)
         main = (cpu.get("main_cpu_mean_pct") or 0.0) / 100
@@ -198,9 +196,9 @@ class _Model:
             self.collate = loading.get("collate_per_sample_s") or 0.0
         self.loading = loading
         # A script's storage is unknown: no placement or batch-indexing advice is made for it.
-        self.storage = self.data.get("storage") or ("script" if meta.get("kind") == "script" else "ram")
-        self.cold = self.storage in ON_DISK and self.data.get("cache") == "cold"
-        self.throttled = self.data.get("throttle") not in (None, False, "")
+        self.storage = self.data.storage or "script"  # RunSettings: None only for a script's own data
+        self.cold = self.storage in ON_DISK and self.data.cache == "cold"
+        self.throttled = self.data.throttle not in (None, False, "")
         self.storage_ceiling, self.storage_words = self._storage_ceiling()
 
     # -- the throughput model ------------------------------------------------------------
@@ -271,7 +269,7 @@ class _Model:
         """Going to 0 workers: the settings that need workers (``loader_rules``) reset in ``change`` where
         ``--set`` can reset them (``persistent_workers = false``), else a note to remove them."""
         notes = []
-        for key in worker_only_conflicts(0, self.loader):
+        for key in worker_only_conflicts(0, self.loader.as_dict()):
             if key == "persistent_workers":
                 change[f"loader.{key}"] = False
             else:
@@ -343,7 +341,7 @@ class _Model:
                          "X(k) at the current k: the queue no longer runs dry")
 
     def persistent(self) -> dict[str, Any] | None:
-        if not self.k or self.loader.get("persistent_workers"):
+        if not self.k or self.loader.persistent_workers:
             return None
         if self.cold and self.storage == "memmap":
             return None  # refused by the scenario: mapped pages cannot be dropped
@@ -397,10 +395,10 @@ class _Model:
         stored = (self.cold or self.throttled or self.storage in ("files",)) and p > 0 and fetch / p >= SHARE_DOMINATES
         if not (decode or stored) or self.wait < COMPUTE_BOUND_FRACTION:
             return None
-        keep_prep = prep if (self.storage != "images" or self.data.get("transform") == "augment") else 0.0
+        keep_prep = prep if (self.storage != "images" or self.data.transform == "augment") else 0.0
         x = self.throughput(self.k, 0.0, keep_prep, collate, storage=math.inf)
         change: dict[str, Any] = {"data.storage": "ram"}
-        if self.data.get("cache") == "cold":
+        if self.data.cache == "cold":
             change["data.cache"] = "warm"
         how = "cold" if self.cold else "throttled" if self.throttled else "one file per sample"
         what = (f"decoding is {fmt.pct(prep / p)} of making a batch ({fmt.duration(prep)} per sample)" if decode
@@ -418,7 +416,7 @@ class _Model:
                          **extra)
 
     def on_device(self) -> dict[str, Any] | None:
-        n = self.data.get("samples")
+        n = self.data.samples
         if self.storage == "device" or not n or n * SAMPLE_BYTES > DEVICE_DATA_MAX_BYTES or self.wait < COMPUTE_BOUND_FRACTION:
             return None
         if not math.isfinite(self.ceiling):
@@ -432,7 +430,7 @@ class _Model:
         if self.throttled:
             notes.append("remove data.throttle from the scenario: it does not apply to on-device data")
         extra = {"note": "; ".join(notes)} if notes else {}
-        if self.data.get("cache") == "cold":
+        if self.data.cache == "cold":
             change["data.cache"] = "warm"
         return self._rec(change, self.ceiling_alone,
                          f"the data set is small ({fmt.byte_size(n * SAMPLE_BYTES)}): held on the device, batches are "
@@ -442,7 +440,7 @@ class _Model:
                          "running (else C = n / Σ(compute + h2d))", **extra)
 
     def pin_memory(self) -> dict[str, Any] | None:
-        if not self.device.startswith("cuda") or pins_memory(self.loader.get("pin_memory") or False, self.device) \
+        if not self.device.startswith("cuda") or pins_memory(self.loader.pin_memory, self.device) \
                 or self.h2d < PIN_MEMORY_H2D:
             return None
         x = self.samples / max(self.total_s - self.h2d_s / 2, 1e-12)
