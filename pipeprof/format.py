@@ -121,10 +121,10 @@ def duration(seconds: Any, *, missing: str = NOT_MEASURED) -> str:
     # Each unit while its number stays below 1,000 once rounded (999.6 µs is "1.00 ms", not "1,000 µs").
     if a * 1e6 < 999.5:
         return _no_negative_zero(f"{sign}{number(a * 1e6)} µs")
-    if a * 1e3 < 999.5:
-        return f"{sign}{number(a * 1e3)} ms"
+    if a * 1e3 < 999.5:  # max(): 999.7 µs is "1.00 ms", as 1 ms is
+        return f"{sign}{number(max(a * 1e3, 1.0))} ms"
     if a < 59.95:
-        return f"{sign}{number(a)} s"
+        return f"{sign}{number(max(a, 1.0))} s"
     minutes, secs = divmod(round(a), 60)
     return f"{sign}{minutes:,} min {secs} s" if secs else f"{sign}{minutes:,} min"
 
