@@ -20,6 +20,7 @@ HTML renderer wraps the missing text in its own markup.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 from typing import Any
@@ -27,7 +28,7 @@ from typing import Any
 from pipeprof.numbers import finite
 
 __all__ = ["NOT_MEASURED", "byte_rate", "byte_size", "duration", "finite", "number", "pct", "plural", "pp", "rate",
-           "setting", "setting_arg", "setting_literal"]
+           "printable", "setting", "setting_arg", "setting_literal"]
 
 NOT_MEASURED = "not measured"  # the one text for a missing or non-finite value
 
@@ -170,7 +171,9 @@ def setting_arg(value: Any) -> str:
 
 def setting_literal(value: Any, depth: int = 0) -> str:
     """A setting's value as TOML writes it, for messages that quote it: ``'ram'``, ``true``, ``[256, 128]``,
-    ``unset`` for None; one line, bounded (lists cut after 8 items and 3 levels, huge integers by size)."""
+    ``unset`` for None, a throttle by its preset (``'nfs'``) or inline (``{latency_ms = 5, bandwidth_mb_s = 50}``),
+    any other table as "a table". One printable line, bounded: lists cut after 8 items and 3 levels, huge
+    integers by their size."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
@@ -180,7 +183,9 @@ def setting_literal(value: Any, depth: int = 0) -> str:
     if isinstance(value, dict):
         if value.get("preset"):
             return repr(value["preset"])
-        return "{" + ", ".join(f"{k} = {setting_literal(v, depth + 1)}" for k, v in list(value.items())[:8]) + "}"
+        if depth == 0 and 0 < len(value) <= 8 and not any(isinstance(v, (dict, list, tuple)) for v in value.values()):
+            return "{" + ", ".join(f"{printable(str(k))} = {setting_literal(v, 1)}" for k, v in value.items()) + "}"
+        return "a table"
     if isinstance(value, (list, tuple)):
         if depth >= 3:
             return "[...]"
@@ -188,4 +193,14 @@ def setting_literal(value: Any, depth: int = 0) -> str:
         return "[" + ", ".join(items) + "]"
     if isinstance(value, int) and value.bit_length() > 256:
         return f"an integer of {value.bit_length()} bits"  # str() refuses ints of more than 4300 digits
-    return str(value)
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    return printable(str(value))
+
+
+def printable(text: str) -> str:
+    """``text`` with its non-printable characters escaped (a newline as ``\\n``, ESC as ``\\x1b``), so that a
+    message quoting the user's input stays one printable line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

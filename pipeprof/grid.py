@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeprof.errors import UsageError
-from pipeprof.scenario import Scenario, check_key, one_line, read_toml, toml_value
-from pipeprof.variants import Variant, short, show, vary
+from pipeprof.format import printable, setting, setting_literal
+from pipeprof.scenario import Scenario, check_key, read_toml, toml_value
+from pipeprof.variants import Variant, vary
 
 MAX_POINTS = 1000
 
@@ -48,7 +49,7 @@ class Point:
 
 def parse_axis(text: str) -> tuple[str, list[Any]]:
     """``loader.num_workers=0,1,2`` -> ("loader.num_workers", [0, 1, 2]); values read as TOML or bare words."""
-    where = f"--grid {one_line(text)}"
+    where = f"--grid {printable(text)}"
     key, sep, rhs = text.partition("=")
     key = key.strip()
     if not sep or not key:
@@ -63,14 +64,14 @@ def axes_from_table(table: Any, where: str) -> list[tuple[str, list[Any]]]:
     """The ``[sweep]`` table of a scenario file as axes (dotted or nested keys, list values)."""
     if table is None:
         return []
-    where = one_line(where)
+    where = printable(where)
     if not isinstance(table, dict):
         raise UsageError(f"{where}: sweep must be a table of section.key = [values], e.g. "
                          f"[sweep] loader.num_workers = [0, 1, 2]")
     out = []
     for key, values in _flatten(table):
         if not isinstance(values, list):
-            raise UsageError(f"{where}: sweep.{one_line(key)} = {values!r} is not allowed: expected a list of values, "
+            raise UsageError(f"{where}: sweep.{printable(key)} = {values!r} is not allowed: expected a list of values, "
                              f"e.g. [0, 1, 2]")
         out.append((key, values))
     return out
@@ -87,10 +88,10 @@ def read_sweep_table(path: str | Path) -> Any:
 def build_axes(table_axes: Sequence[tuple[str, list[Any]]], cli_axes: Sequence[tuple[str, list[Any]]],
                where: str) -> list[tuple[str, list[Any]]]:
     """The grid's axes, each key and value checked alone; ``--grid`` replaces the table's axis of the same key."""
-    where = one_line(where)
-    axes: dict[str, tuple[list[Any], str]] = {k: (v, f"{where} [sweep] {one_line(k)}") for k, v in table_axes}
+    where = printable(where)
+    axes: dict[str, tuple[list[Any], str]] = {k: (v, f"{where} [sweep] {printable(k)}") for k, v in table_axes}
     for key, values in cli_axes:
-        axes[key] = (values, f"--grid {one_line(key)}")
+        axes[key] = (values, f"--grid {printable(key)}")
     if not axes:
         raise UsageError(f"{where}: empty grid: give --grid section.key=v1,v2,... or a [sweep] table")
     out = []
@@ -101,7 +102,7 @@ def build_axes(table_axes: Sequence[tuple[str, list[Any]]], cli_axes: Sequence[t
             raise UsageError(f"{origin}: {len(values)} values; a grid has at most {MAX_POINTS} points")
         for value in values:
             check_key(origin, key, value)
-        repeated = [show(v) for i, v in enumerate(values) if v in values[:i]]
+        repeated = [setting_literal(v) for i, v in enumerate(values) if v in values[:i]]
         if repeated:
             raise UsageError(f"{origin}: value {repeated[0]} is repeated; each value once")
         out.append((key, list(values)))
@@ -117,11 +118,11 @@ def plan(base: Scenario, axes: Sequence[tuple[str, list[Any]]], where: str,
          fixed: Mapping[str, Any] | None = None) -> list[Point]:
     """Every combination as a Point: validated with ``fixed`` (e.g. a step budget) added, or skipped with the reason."""
     keys = [k for k, _ in axes]
-    where = one_line(where)
+    where = printable(where)
     points = []
     for i, combo in enumerate(itertools.product(*(values for _, values in axes))):
         change = dict(zip(keys, combo))
-        label = " ".join(f"{k.rpartition('.')[2]}={short(v)}" for k, v in change.items())
+        label = " ".join(f"{k.rpartition('.')[2]}={setting(v)}" for k, v in change.items())
         try:
             variant = vary(base, {**change, **(fixed or {})}, f"{where} (point {label})",
                            name=f"{base.name}-{i:02d}")

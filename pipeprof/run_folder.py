@@ -51,7 +51,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeprof.errors import UsageError
+from pipeprof.errors import UsageError, one_line
 from pipeprof.scenario import DataSpec
 
 RUN_FORMAT_VERSION = 1
@@ -393,7 +393,7 @@ def load_run(folder: Path) -> Run:
     except FileNotFoundError:
         raise UsageError(f"{folder}: not a run folder (run.json is missing)") from None
     except (OSError, ValueError) as e:
-        raise UsageError(f"{meta_path}: corrupt run metadata ({_one_line(e)})") from None
+        raise UsageError(f"{meta_path}: corrupt run metadata ({one_line(e)})") from None
     if not isinstance(meta, dict):
         raise UsageError(f"{meta_path}: corrupt run metadata (expected a JSON object)")
     tables = {}
@@ -406,7 +406,7 @@ def load_run(folder: Path) -> Run:
                 raise UsageError(f"{folder}: not a run folder ({path.name} is missing)") from None
             df = pd.DataFrame(columns=columns)  # older or partial runs: empty table
         except (OSError, ValueError) as e:
-            raise UsageError(f"{path}: corrupt table ({_one_line(e)})") from None
+            raise UsageError(f"{path}: corrupt table ({one_line(e)})") from None
         missing = [c for c in columns if c not in df.columns and c not in _ADDED_LATER]
         if missing and not df.empty:
             raise UsageError(f"{path}: corrupt table (missing columns: {', '.join(missing)})")
@@ -418,7 +418,3 @@ def load_run(folder: Path) -> Run:
         tables["steps"]["warmup"] = tables["steps"]["warmup"].astype(bool)
     attachments = {name: (folder / name).read_bytes() for name in ATTACHMENTS if (folder / name).is_file()}
     return Run(meta=meta, attachments=attachments, **tables)
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__

@@ -11,7 +11,6 @@ the bad value and what is allowed.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import difflib
 import math
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from typing import Any
 import tomllib
 
 from pipeprof.errors import UsageError
+from pipeprof.format import printable, setting_literal
 from pipeprof.loader_rules import worker_only_conflicts
 
 STORAGE_KINDS = ("device", "ram", "memmap", "files", "images")
@@ -265,35 +265,8 @@ def _type_ok(rule: Rule, value: Any) -> bool:
     raise AssertionError(rule.kind)
 
 
-def _toml_repr(value: Any, depth: int = 0) -> str:
-    """A value for an error line: TOML-like, one line, bounded (no recursion into deep or long lists)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        if depth >= 3:
-            return "[...]"
-        items = [_toml_repr(v, depth + 1) for v in value[:8]] + (["..."] if len(value) > 8 else [])
-        return "[" + ", ".join(items) + "]"
-    if isinstance(value, int) and value.bit_length() > 256:
-        return f"an integer of {value.bit_length()} bits"  # str() refuses ints of more than 4300 digits
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    return one_line(str(value))
-
-
-def one_line(text: str) -> str:
-    """``text`` with its non-printable characters escaped (a newline as ``\\n``, ESC as ``\\x1b``): for error lines."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 def _key_name(section: str, key: str) -> str:
-    key = one_line(key)
+    key = printable(key)
     return f"{section}.{key}" if section else key
 
 
@@ -303,7 +276,7 @@ def _check_value(where: str, section: str, key: str, value: Any) -> Any:
     if rule.nullable and value is None:
         return None
     if not _type_ok(rule, value) or not rule.check(value):
-        raise UsageError(f"{where}: {name} = {_toml_repr(value)} is not allowed: expected {rule.allowed}")
+        raise UsageError(f"{where}: {name} = {setting_literal(value)} is not allowed: expected {rule.allowed}")
     if rule.kind == "float":
         return float(value)
     if rule.kind == "int-list":
@@ -316,15 +289,15 @@ def _check_value(where: str, section: str, key: str, value: Any) -> Any:
 def _throttle(where: str, name: str, value: str | dict, rule: Rule) -> ThrottleSpec:
     if isinstance(value, str):
         if value not in THROTTLE_PRESETS:
-            raise UsageError(f"{where}: {name} = {_toml_repr(value)} is not allowed: expected {rule.allowed}")
+            raise UsageError(f"{where}: {name} = {setting_literal(value)} is not allowed: expected {rule.allowed}")
         return THROTTLE_PRESETS[value]
     allowed = {"latency_ms": lambda v: v >= 0, "bandwidth_mb_s": lambda v: v > 0}
     for key, sub in value.items():
         if key not in allowed:
-            raise UsageError(f"{where}: unknown key {name}.{one_line(key)}; allowed: latency_ms, bandwidth_mb_s")
+            raise UsageError(f"{where}: unknown key {name}.{printable(key)}; allowed: latency_ms, bandwidth_mb_s")
         if not _is_number(sub) or not allowed[key](sub):
             what = "a number >= 0" if key == "latency_ms" else "a number > 0"
-            raise UsageError(f"{where}: {name}.{key} = {_toml_repr(sub)} is not allowed: expected {what}")
+            raise UsageError(f"{where}: {name}.{key} = {setting_literal(sub)} is not allowed: expected {what}")
     missing = [k for k in allowed if k not in value]
     if missing:
         raise UsageError(f"{where}: {name} needs {' and '.join(missing)} (or a preset: "
@@ -358,7 +331,7 @@ def toml_value(text: str) -> Any:
 
 def parse_override(text: str) -> tuple[str, str, Any]:
     """Split ``section.key=value`` and read the value as TOML (a bare word stays a string)."""
-    where = f"--set {one_line(text)}"
+    where = f"--set {printable(text)}"
     lhs, sep, rhs = text.partition("=")
     if not sep or not lhs.strip():
         raise UsageError(f"{where}: expected section.key=value, e.g. loader.num_workers=2")
@@ -369,7 +342,7 @@ def parse_override(text: str) -> tuple[str, str, Any]:
 def read_toml(path: str | Path) -> dict[str, Any]:
     """A scenario file parsed; UsageError (one line) when it cannot be read or is not TOML."""
     path = Path(path)
-    where = one_line(str(path))
+    where = printable(str(path))
     try:
         with path.open("rb") as f:
             data = f.read(MAX_SCENARIO_BYTES + 1)
@@ -378,7 +351,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     except IsADirectoryError:
         raise UsageError(f"{where}: is a directory, expected a scenario .toml file") from None
     except (OSError, ValueError) as e:  # ValueError: a NUL character in the path
-        raise UsageError(f"{where}: cannot read scenario file ({one_line(str(e))})") from None
+        raise UsageError(f"{where}: cannot read scenario file ({printable(str(e))})") from None
     if len(data) > MAX_SCENARIO_BYTES:
         raise UsageError(f"{where}: too large for a scenario file (over {MAX_SCENARIO_BYTES} bytes)")
     try:
@@ -386,7 +359,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise UsageError(f"{where}: cannot read scenario file ({e})") from None
     except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"{where}: not valid TOML: {one_line(str(e))}") from None
+        raise UsageError(f"{where}: not valid TOML: {printable(str(e))}") from None
     except RecursionError:
         raise UsageError(f"{where}: not valid TOML: arrays or inline tables nested too deeply") from None
     except ValueError:  # int() of an integer literal of thousands of digits
@@ -398,7 +371,7 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
     path = Path(path)
     raw = read_toml(path)
     raw.setdefault("name", path.stem)
-    return scenario_from_dict(raw, one_line(str(path)), overrides)
+    return scenario_from_dict(raw, printable(str(path)), overrides)
 
 
 def scenario_from_dict(raw: dict[str, Any], where: str, overrides: list[str] = ()) -> Scenario:
@@ -409,7 +382,7 @@ def scenario_from_dict(raw: dict[str, Any], where: str, overrides: list[str] = (
             continue  # the grid of `pipeprof sweep` (pipeprof.grid checks it); not a setting of this run
         if key in SECTION_TYPES:
             if not isinstance(value, dict):
-                raise UsageError(f"{where}: {key} = {_toml_repr(value)} is not allowed: expected a [{key}] table")
+                raise UsageError(f"{where}: {key} = {setting_literal(value)} is not allowed: expected a [{key}] table")
             for sub, subvalue in value.items():
                 _put(values, where, key, sub, subvalue)
         else:
@@ -417,9 +390,9 @@ def scenario_from_dict(raw: dict[str, Any], where: str, overrides: list[str] = (
     for text in overrides:
         section, key, value = parse_override(text)
         if section and section not in SECTION_TYPES:
-            raise UsageError(f"--set {one_line(text)}: unknown section [{one_line(section)}]; allowed: "
+            raise UsageError(f"--set {printable(text)}: unknown section [{printable(section)}]; allowed: "
                              f"{', '.join(SECTION_TYPES)}")
-        _put(values, f"--set {one_line(text)} (on {where})", section, key, value)
+        _put(values, f"--set {printable(text)} (on {where})", section, key, value)
         # --set train.epochs replaces the file's train.steps, and the other way round.
         if section == "train" and key in ("steps", "epochs"):
             values["train"].pop("epochs" if key == "steps" else "steps", None)
@@ -464,7 +437,7 @@ def _build(values: dict[str, dict[str, Any]], where: str) -> Scenario:
     if conflicts:
         key = conflicts[0]
         raise UsageError(
-            f"{where}: loader.{key} = {_toml_repr(getattr(loader, key))} is not allowed with "
+            f"{where}: loader.{key} = {setting_literal(getattr(loader, key))} is not allowed with "
             f"loader.num_workers = 0: it needs worker processes (num_workers >= 1)")
     if (train.steps is None) == (train.epochs is None):
         raise UsageError(f"{where}: [train] needs exactly one of steps or epochs "
@@ -485,7 +458,7 @@ def check_key(where: str, dotted: str, value: Any) -> None:
     """
     section, _, key = dotted.rpartition(".")
     if section not in SECTION_TYPES:
-        raise UsageError(f"{where}: {one_line(dotted)} is not a scenario key: expected section.key with section "
+        raise UsageError(f"{where}: {printable(dotted)} is not a scenario key: expected section.key with section "
                          f"one of {', '.join(SECTION_TYPES)}")
     if key not in SCHEMA[section]:
         raise _unknown(where, section, key, list(SCHEMA[section]))

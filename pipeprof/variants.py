@@ -25,8 +25,9 @@ from typing import Any
 import tomli_w
 
 from pipeprof.errors import UsageError
+from pipeprof.format import printable, setting_literal
 from pipeprof.loader_rules import NEED_WORKERS
-from pipeprof.scenario import Scenario, one_line, scenario_from_dict
+from pipeprof.scenario import Scenario, scenario_from_dict
 
 SECTIONS = ("data", "loader", "model", "train", "profile")
 
@@ -89,7 +90,7 @@ def vary(scenario: Scenario, change: Mapping[str, Any], where: str, *, name: str
     for dotted, value in change.items():
         section, _, key = dotted.partition(".")
         if section not in SECTIONS or not key:
-            raise UsageError(f"{where}: {one_line(dotted)} is not a scenario key; expected section.key with section "
+            raise UsageError(f"{where}: {printable(dotted)} is not a scenario key; expected section.key with section "
                              f"one of {', '.join(SECTIONS)}")
         if value is None:
             raw[section].pop(key, None)  # unset: the default
@@ -107,7 +108,7 @@ def vary(scenario: Scenario, change: Mapping[str, Any], where: str, *, name: str
             dropped += _drop(raw, "train", (other,), keys, f"train.{key} is set")
     varied = scenario_from_dict(raw, where)
     before, after = _flat(scenario.to_dict()), _flat(varied.to_dict())
-    changes = tuple(f"{k} = {show(after.get(k))} (was {show(before.get(k))})"
+    changes = tuple(f"{k} = {setting_literal(after.get(k))} (was {setting_literal(before.get(k))})"
                     for k in sorted(set(before) | set(after))
                     if k not in ("name", "description") and before.get(k) != after.get(k))
     return Variant(varied, raw, changes, tuple(dropped))
@@ -127,7 +128,7 @@ def _drop(raw: dict[str, Any], section: str, names: tuple[str, ...], kept: Mappi
         if name in raw[section] and f"{section}.{name}" not in kept:
             value = raw[section].pop(name)
             if value is not False:  # a false flag is the default: dropping it changes nothing worth saying
-                out.append(f"{section}.{name} = {show(value)} ({why})")
+                out.append(f"{section}.{name} = {setting_literal(value)} ({why})")
     return out
 
 
@@ -141,20 +142,3 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def show(value: Any) -> str:
-    """A scenario value as TOML-like text: ``'ram'``, ``true``, ``unset``, a throttle's preset or table."""
-    if isinstance(value, dict):  # a throttle
-        return repr(value.get("preset")) if value.get("preset") else (
-            f"{{latency_ms = {value.get('latency_ms')}, bandwidth_mb_s = {value.get('bandwidth_mb_s')}}}")
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "unset" if value is None else repr(value)
-
-
-def short(value: Any) -> str:
-    """A value for labels and table cells: ``true``/``false``, ``256x128`` for a list, empty for unset."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "x".join(str(v) for v in value)
-    return "" if value is None else str(value)

@@ -22,6 +22,7 @@ from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.sweep import best_summary, near_best, point_record
 from pipeprof.analysis.tune import Search, Space, ceiling_words, search
 from pipeprof.errors import UsageError
+from pipeprof.format import setting
 from pipeprof.measure.environment import usable_cores
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.pipeline.fresh_process import run_child
@@ -31,7 +32,7 @@ from pipeprof.pipeline.train import build_workload, profile_workload, resolve_de
 from pipeprof.render.sweep import render_sweep_html
 from pipeprof.run_folder import write_text
 from pipeprof.scenario import ON_DISK, SAMPLE_BYTES, Scenario
-from pipeprof.variants import short, to_toml, vary
+from pipeprof.variants import to_toml, vary
 
 SEEDS = 2  # recommendations of the first trial tried before the walk
 TRIAL_MAX_STEPS = 5000  # a trial runs until steady: its time budget ends it first
@@ -259,4 +260,4 @@ def settings_label(settings: dict[str, Any]) -> str:
     names = {"loader.num_workers": "workers", "train.threads": "threads", "loader.prefetch_factor": "prefetch",
              "loader.persistent_workers": "persistent", "loader.pin_memory": "pin", "data.storage": "storage",
              "loader.batch_size": "batch"}
-    return " ".join(f"{names.get(k, k)}={short(v)}" for k, v in settings.items() if v is not None)
+    return " ".join(f"{names.get(k, k)}={setting(v)}" for k, v in settings.items() if v is not None)
