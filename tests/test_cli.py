@@ -149,7 +149,7 @@ def test_every_storage_kind_trains_end_to_end(tmp_path, cache, storage):
     else:
         loading = pd.read_csv(folder / "loading.csv")
         assert len(loading) == 60 and (loading.worker == -1).all()
-        assert summary["loading"]["fetch_s"] > 0 and summary["loading"]["prep_s"] > 0
+        assert summary["loading"]["fetch_per_sample_s"] > 0 and summary["loading"]["prep_per_sample_s"] > 0
 
 
 def test_cold_cache_reads_the_data_set_from_disk_every_epoch(tmp_path, cache):

@@ -6,14 +6,23 @@ failed at step 25) before the house was restructured; ``pipeprof report`` must d
 same summaries from their raw records. A change here is a change of the summary.json
 contract: make it on purpose, document it in the README, and re-record the fixture.
 
-Documented changes since the fixtures were recorded (issue 13): ``bottleneck`` and
-``bottleneck_reason`` are derived from the verdict (its class in coarse form), and a run
-with no counted steps is ``unknown`` rather than ``balanced``. All four fixtures are
-input-bound with a cause, so none of their summaries changed: they re-derive exactly.
+Documented changes since the fixtures were recorded (issue 13), re-recorded by running
+``pipeprof report`` on a copy of each folder:
+
+* ``bottleneck`` and ``bottleneck_reason`` are derived from the verdict (its class in
+  coarse form), and a run with no counted steps is ``unknown`` rather than ``balanced``.
+  All four fixtures are input-bound with a cause: their values did not change.
+* ``loading`` (and each ``loading.by_worker`` entry) names its times with their units, as
+  the attribution does: ``fetch_s`` -> ``fetch_per_sample_s``, ``prep_s`` ->
+  ``prep_per_sample_s``, ``collate_s`` -> ``collate_per_batch_s``; the values are the same.
+* Sentences (``verdict.sentence``, recommendations' ``reason``, ...) are worded by
+  ``pipeprof.format`` (issue 13, item 6). ``test_only_the_documented_keys_changed`` holds
+  the fixtures to exactly these changes against their first recorded version.
 """
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -41,3 +50,45 @@ def test_report_re_derives_the_committed_summary(tmp_path, name, capsys):
     assert derived == expected
     assert derived["bottleneck"] == coarse(derived["verdict"]["class"])  # one headline
     assert (folder / "report.html").stat().st_size > 10_000
+
+
+RENAMED_LOADING_KEYS = {"fetch_s": "fetch_per_sample_s", "prep_s": "prep_per_sample_s",
+                        "collate_s": "collate_per_batch_s"}
+
+
+def _as_recorded(loading: dict | None) -> dict | None:
+    """summary.json's ``loading`` with the keys it had when the fixtures were recorded."""
+    if loading is None:
+        return None
+    back = {v: k for k, v in RENAMED_LOADING_KEYS.items()}
+    out = {back.get(k, k): v for k, v in loading.items()}
+    out["by_worker"] = {w: {back.get(k, k): v for k, v in stats.items()} for w, stats in loading["by_worker"].items()}
+    return out
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_only_the_documented_keys_changed(name):
+    """Against the summary.json first recorded (git's first version of each fixture): only the renames,
+    and sentences reworded."""
+    path = RUNS / name / "summary.json"
+    first = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", str(path)], capture_output=True,
+                           text=True, cwd=RUNS).stdout.split()
+    if not first:
+        pytest.skip("not in a git checkout")
+    recorded = json.loads(subprocess.run(["git", "show", f"{first[-1]}:./{path.name}"], capture_output=True, text=True,
+                                         cwd=path.parent, check=True).stdout)
+    now = json.loads(path.read_text())
+    assert _without_prose({**now, "loading": _as_recorded(now["loading"])}) == _without_prose(recorded)
+
+
+# Sentences for people: reworded by the one formatting module (issue 13, item 6: units, plurals), never a key
+# or a number. Everything else must be as first recorded.
+PROSE = {"sentence", "notes", "reason", "note", "bottleneck_reason", "model", "code_change", "script_text"}
+
+
+def _without_prose(value):
+    if isinstance(value, dict):
+        return {k: ("<prose>" if k in PROSE else _without_prose(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_prose(v) for v in value]
+    return value

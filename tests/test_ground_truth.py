@@ -579,9 +579,9 @@ def test_loading_split_and_per_sample_times_match_the_injected_costs(profiled, c
     for part, per_batch_s in (("fetch", case.batch * c["fetch_s"].mean()), ("prep", case.batch * c["prep_s"].mean()),
                               ("collate", c["collate_s"].mean())):
         assert_close(loading["fractions"][part], per_batch_s / production_s, TOLERANCE, f"{case.name} {part} fraction")
-    assert_close(loading["fetch_s"] / c["fetch_s"].mean(), 1.0, RELATIVE_TOLERANCE, f"{case.name} fetch per sample")
-    assert_close(loading["prep_s"] / c["prep_s"].mean(), 1.0, RELATIVE_TOLERANCE, f"{case.name} prep per sample")
-    assert_close(loading["collate_s"] / c["collate_s"].mean(), 1.0, RELATIVE_TOLERANCE, f"{case.name} collate")
+    assert_close(loading["fetch_per_sample_s"] / c["fetch_s"].mean(), 1.0, RELATIVE_TOLERANCE, f"{case.name} fetch per sample")
+    assert_close(loading["prep_per_sample_s"] / c["prep_s"].mean(), 1.0, RELATIVE_TOLERANCE, f"{case.name} prep per sample")
+    assert_close(loading["collate_per_batch_s"] / c["collate_s"].mean(), 1.0, RELATIVE_TOLERANCE, f"{case.name} collate")
     assert_close(loading["batch_s"] / production_s, 1.0, RELATIVE_TOLERANCE, f"{case.name} production per batch")
     assert loading["workers"] == case.workers
     assert loading["batches"] == case.steps - case.warmup_steps

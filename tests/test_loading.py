@@ -292,19 +292,19 @@ def test_breakdown_and_summary_of_nothing():
 
 def test_summary_keys_and_units():
     s = loading_summary(make_loading())
-    assert set(s) == {"batches", "samples", "workers", "fetch_s", "prep_s", "collate_s", "collate_per_sample_s",
-                      "batch_s", "fractions", "by_worker"}
+    assert set(s) == {"batches", "samples", "workers", "fetch_per_sample_s", "prep_per_sample_s", "collate_per_batch_s",
+                      "collate_per_sample_s", "batch_s", "fractions", "by_worker"}
     assert s["batches"] == 6 and s["samples"] == 24 and s["workers"] == 2
-    assert s["fetch_s"] == pytest.approx((0.12 + 0.24) / 24)  # per sample
-    assert s["prep_s"] == pytest.approx(0.12 / 24)
-    assert s["collate_s"] == pytest.approx(0.036 / 6)  # per batch
+    assert s["fetch_per_sample_s"] == pytest.approx((0.12 + 0.24) / 24)
+    assert s["prep_per_sample_s"] == pytest.approx(0.12 / 24)
+    assert s["collate_per_batch_s"] == pytest.approx(0.036 / 6)
     assert s["collate_per_sample_s"] == pytest.approx(0.036 / 24)
     assert s["batch_s"] == pytest.approx((0.065 + 0.109) / 2)
     assert sum(s["fractions"].values()) == pytest.approx(1.0)
     assert s["fractions"]["fetch"] == pytest.approx(0.36 / 0.516)
     assert set(s["by_worker"]) == {"0", "1"}
-    assert s["by_worker"]["1"]["fetch_s"] == pytest.approx(0.02)
-    assert s["by_worker"]["1"]["collate_s"] == pytest.approx(0.008)
+    assert s["by_worker"]["1"]["fetch_per_sample_s"] == pytest.approx(0.02)
+    assert s["by_worker"]["1"]["collate_per_batch_s"] == pytest.approx(0.008)
 
 
 def test_main_process_counts_as_no_workers():

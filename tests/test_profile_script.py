@@ -43,7 +43,7 @@ def test_plain_loop_injected_collate_is_input_bound_in_the_training_process(tmp_
                                     "--samples", "640", "--collate-ms", "25", "--threads", "1")
     assert proc.returncode == 0, proc.stderr
     assert s["fractions"]["data_wait"] >= 0.8
-    assert s["loading"]["collate_s"] >= 0.025  # per batch, timed where the batch was made
+    assert s["loading"]["collate_per_batch_s"] >= 0.025  # per batch, timed where the batch was made
     assert s["verdict"]["class"] == "input:main"  # 0 workers: the training process collates
 
 
@@ -63,7 +63,7 @@ def test_imagefolder_fetch_and_prep_are_told_apart(tmp_path, images, injected, k
                                     options=("--warmup-steps", "2"))
     assert proc.returncode == 0, proc.stderr
     assert s["steps"] + s["warmup_steps"] == 10  # 80 images, batches of 8
-    part = "fetch_s" if klass == "input:fetch" else "prep_s"
+    part = "fetch_per_sample_s" if klass == "input:fetch" else "prep_per_sample_s"
     assert s["loading"][part] >= 0.004  # seconds per sample: the 4 ms injected into each image
     # A worker waiting for a core counts as off-CPU (fetch): on a machine other processes saturate, injected CPU
     # work is partly seen as fetch (documented). The class is asserted where the cores were not all busy.
@@ -87,7 +87,7 @@ def test_trainer_with_validation_tqdm_and_workers(tmp_path):
     assert roles["self.train_loader"]["num_workers"] == 2
     workers = set(s["loading"]["by_worker"])
     assert workers <= {"0", "1"} and workers  # batches made in the two workers
-    assert s["loading"]["fetch_s"] >= 0.0005  # the injected sleep is off-CPU time in __getitem__
+    assert s["loading"]["fetch_per_sample_s"] >= 0.0005  # the injected sleep is off-CPU time in __getitem__
     # No step swallowed a validation pass: the slowest step is nowhere near an epoch's validation time.
     assert s["step_time_s"]["p90"] < roles["self.val_loader"]["eval_s"]
     assert "val accuracy" in proc.stdout

@@ -124,10 +124,8 @@ def _loading(loading: dict | None, wait_mean_s: float | None, meta: dict) -> dic
     part = loading.get("fractions") or {}
     return {
         "workers": loading["workers"],
-        "fetch_per_sample_s": loading["fetch_s"],
-        "prep_per_sample_s": loading["prep_s"],
-        "collate_per_sample_s": loading["collate_per_sample_s"],
-        "collate_per_batch_s": loading["collate_s"],
+        **{k: loading[k] for k in ("fetch_per_sample_s", "prep_per_sample_s", "collate_per_sample_s",
+                                   "collate_per_batch_s")},
         "batch_s": loading["batch_s"],
         **{f"{p}_fraction": part.get(p) for p in ("fetch", "prep", "collate")},
         "busy_fraction_by_worker": busy,

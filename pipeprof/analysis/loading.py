@@ -97,14 +97,17 @@ def loading_summary(loading: pd.DataFrame) -> dict[str, Any] | None:
     * ``batches``, ``samples``: batches and samples made.
     * ``workers``: distinct DataLoader workers that made them (0 when the
       training process made every batch, ``num_workers = 0``).
-    * ``fetch_s``, ``prep_s``: mean per sample.
-    * ``collate_s``: mean per batch; ``collate_per_sample_s``: the same per sample.
+    * ``fetch_per_sample_s``, ``prep_per_sample_s``: mean per sample.
+    * ``collate_per_batch_s``: mean per batch; ``collate_per_sample_s``: the same per sample.
+      (Named as in ``BREAKDOWN_COLUMNS`` and the attribution; summary.json
+      called them ``fetch_s``, ``prep_s`` and ``collate_s`` before issue 13, the
+      loading table's names for per-batch totals.)
     * ``batch_s``: mean production time per batch (first fetch to end of collate).
     * ``fractions``: ``fetch`` / ``prep`` / ``collate`` shares of the measured
       time (their sum), summing to 1.
     * ``by_worker``: per worker (key ``"main"`` for the training process, else
-      the worker id as text), ``batches``, ``samples``, ``fetch_s``, ``prep_s``,
-      ``collate_s``, ``collate_per_sample_s``, ``batch_s`` as above, and
+      the worker id as text), ``batches``, ``samples``, ``fetch_per_sample_s``,
+      ``prep_per_sample_s``, ``collate_per_batch_s``, ``collate_per_sample_s``, ``batch_s`` as above, and
       ``busy_fraction``: production time over the worker's span from first
       batch start to last batch end (1 = never idle).
     """
@@ -119,9 +122,9 @@ def loading_summary(loading: pd.DataFrame) -> dict[str, Any] | None:
         "batches": batches,
         "samples": samples,
         "workers": int(workers[workers != MAIN_PROCESS].nunique()),
-        "fetch_s": _ratio(totals["fetch"], samples),
-        "prep_s": _ratio(totals["prep"], samples),
-        "collate_s": _ratio(totals["collate"], batches),
+        "fetch_per_sample_s": _ratio(totals["fetch"], samples),
+        "prep_per_sample_s": _ratio(totals["prep"], samples),
+        "collate_per_batch_s": _ratio(totals["collate"], batches),
         "collate_per_sample_s": _ratio(totals["collate"], samples),
         "batch_s": float((df["t_end_s"] - df["t_start_s"]).mean()),
         "fractions": {p: _ratio(v, measured_s) for p, v in totals.items()},
@@ -129,9 +132,9 @@ def loading_summary(loading: pd.DataFrame) -> dict[str, Any] | None:
             worker_label(row.worker): {
                 "batches": int(row.batches),
                 "samples": int(row.samples),
-                "fetch_s": _finite(row.fetch_per_sample_s),
-                "prep_s": _finite(row.prep_per_sample_s),
-                "collate_s": _finite(row.collate_per_batch_s),
+                "fetch_per_sample_s": _finite(row.fetch_per_sample_s),
+                "prep_per_sample_s": _finite(row.prep_per_sample_s),
+                "collate_per_batch_s": _finite(row.collate_per_batch_s),
                 "collate_per_sample_s": _finite(row.collate_per_sample_s),
                 "batch_s": _finite(row.batch_s),
                 "busy_fraction": _finite(row.busy_fraction),

@@ -71,7 +71,7 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
                 + (f" (×{fmt.number(speedup, 2)})" if speedup is not None else "") + f": {top.get('reason') or ''}")
         add("top recommendation", text, "bold" if _dict(top.get("change")) else "")
     add("fetch/prep/collate per sample",
-        _several(fmt.duration, *(loading.get(k) for k in ("fetch_s", "prep_s", "collate_per_sample_s"))))
+        _several(fmt.duration, *(loading.get(k) for k in ("fetch_per_sample_s", "prep_per_sample_s", "collate_per_sample_s"))))
     code = _code_profile_line(_dict(s.get("code_profile")))
     if code:
         add("code profile", code)
