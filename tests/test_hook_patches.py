@@ -10,6 +10,7 @@ the registry.
 from __future__ import annotations
 
 import atexit
+import copy
 import inspect
 import json
 import os
@@ -101,7 +102,8 @@ def _record_logs(monkeypatch: pytest.MonkeyPatch) -> Any:
 def _world() -> dict[str, Any]:
     """What the hooks could touch beside the registry: torch's loader, tensor and optimizer classes, the
     optimizers' global hooks."""
-    return {"classes": {(cls, key): value for cls in _classes() for key, value in list(vars(cls).items())},
+    return {"classes": {(cls, key): value for cls in _classes() for key, value in list(vars(cls).items())
+                        if key != "__slotnames__"},  # pickle's cache, made the first time a class is pickled
             "post_hooks": dict(torch_optimizer._global_optimizer_post_hooks),
             "pre_hooks": dict(torch_optimizer._global_optimizer_pre_hooks)}
 
@@ -327,14 +329,18 @@ def test_a_patch_over_pipeprofs_wrapper_stays_and_the_wrapper_passes_through(tmp
     _assert_restored(before)
 
 
-def test_the_collate_a_user_set_during_the_block_stays(tmp_path):
+def test_the_collate_a_user_set_during_the_block_stays(tmp_path, targets):
+    before = _state(targets)
     loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16)), batch_size=4)
     theirs = torch.utils.data.default_collate
     with pipeprof.profile(name="collate", out=tmp_path, warmup_steps=0, quiet=True):
         next(iter(loader))
-        assert isinstance(loader.collate_fn, TimedCollate)
+        timed = loader.collate_fn
+        assert isinstance(timed, TimedCollate)
         loader.collate_fn = theirs
     assert loader.collate_fn is theirs
+    copy.deepcopy(timed)  # a timed collate unpickled in the training process (not a worker) patches nothing
+    _assert_restored(before)
 
 
 def test_a_batch_record_never_reaches_the_script_after_the_block(tmp_path):
@@ -392,3 +398,16 @@ def test_profile_script_boot_takes_the_hooks_back_when_the_script_ends(tmp_path)
     assert result["patched"] == len(result["restored"]) >= 7  # the six class patches and the loader's collate_fn
     last = json.loads(events.read_text().splitlines()[-1])
     assert last[0] == "X" and last[2:] == ["exit", 3]
+
+
+def test_a_spawned_worker_times_its_batches_and_the_training_process_is_restored(tmp_path, targets):
+    before, world = _state(targets), _world()
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32)), batch_size=8, num_workers=1,
+                        multiprocessing_context="spawn")
+    with pipeprof.profile(name="spawned", out=tmp_path, warmup_steps=0, quiet=True) as prof:
+        assert all(type(x) is torch.Tensor for x, _y in loader)
+    # The worker patched its own fetchers when it unpickled the timed collate: every batch has its record.
+    assert list(prof.run.loading["worker"]) == [0, 0, 0, 0]
+    assert prof.run.loading["pid"].nunique() == 1 and prof.run.loading["pid"].iloc[0] != os.getpid()
+    _assert_restored(before)
+    _assert_world(world)

@@ -12,7 +12,6 @@ unpickles the ``TimedCollate``, which installs the fetch patch there too.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 from collections.abc import Callable
@@ -58,10 +57,11 @@ class TimedCollate:
         return batch
 
     def __getstate__(self) -> dict:
-        return {"collate": self.collate}
+        return {"collate": self.collate, "pid": _pid()}
 
     def __setstate__(self, state: dict) -> None:
-        _install_fetch_in_worker()  # a spawned worker: this module was just imported there
+        if state.get("pid") != os.getpid():  # a spawned worker (not a deepcopy in the training process)
+            _install_fetch_in_worker()
         self.collate = state["collate"]
         self.last = None
 
@@ -106,13 +106,8 @@ _WORKER_PATCHES = Patches()  # a spawned worker's own fetch patches: for the wor
 
 
 def _install_fetch_in_worker() -> None:
-    """A spawned or forkserver worker unpickling a ``TimedCollate``: patch its fetchers, once.
-
-    Not in the training process (a ``deepcopy`` of a loader there must not patch outside a session's
-    registry), nor where the fetchers are pipeprof's already (a forked worker inherits its parent's).
-    """
-    if multiprocessing.parent_process() is None:
-        return
+    """A spawned or forkserver worker unpickling a ``TimedCollate``: patch its fetchers, once (not where they
+    are pipeprof's already)."""
     for cls in FETCHERS:
         if not getattr(cls.fetch, "_pipeprof", False):
             _WORKER_PATCHES.apply(cls, "fetch", _timed_fetch)
