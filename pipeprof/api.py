@@ -23,7 +23,8 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, Literal
 
 from pipeprof.run_folder import Run
 
@@ -89,7 +90,7 @@ class Profile:
             raise RuntimeError("pipeprof: wrap() and step() work inside `with pipeprof.profile() as prof:`")
         return self._hooks
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         from pipeprof.errors import interrupt_reason, one_line
         from pipeprof.pipeline.derive import derived_files
         from pipeprof.render.index import rebuild_index
@@ -99,9 +100,9 @@ class Profile:
             self._hooks.uninstall()
         finally:
             self._session.stop_sampling()
-        if exc_type is None:
+        if exc is None:
             status, error = "complete", None
-        elif issubclass(exc_type, KeyboardInterrupt):
+        elif isinstance(exc, KeyboardInterrupt):
             status, error = "interrupted", interrupt_reason(exc)
         else:
             status, error = "failed", one_line(exc)
@@ -133,7 +134,7 @@ def profile(name: str = "profile", **options: Any) -> Profile:
 
 def _caller() -> str:
     """The file and line of the ``with`` statement (a notebook cell names itself like ``<ipython-input-3>``)."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and frame.f_globals.get("__name__", "").startswith(("pipeprof", "contextlib")):
         frame = frame.f_back
     if frame is None:

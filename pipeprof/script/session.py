@@ -108,7 +108,7 @@ class Session:
         else:
             gpu_meta["reason"] = absences.get("gpu")
         script = {**script, "started": cut.start, "ended": cut.end}
-        meta = {
+        meta: dict[str, Any] = {
             "pipeprof_version": __version__,
             "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "kind": "script",
