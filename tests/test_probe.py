@@ -265,7 +265,7 @@ def test_execute_prints_a_table_and_exits_0(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(probe_cache, "machine_facts", lambda: MACHINE)
     assert probe_cmd.execute(parse("--cache", str(tmp_path))) == 0
     out = capsys.readouterr().out
-    assert "this machine's ceilings" in out and "memory copy (GB/s" in out
+    assert "this machine's ceilings" in out and "memory copy (MiB/s" in out
     assert "absent: no CUDA device" in out and "measured now" in out
 
     assert probe_cmd.execute(parse("--cache", str(tmp_path))) == 0

@@ -33,6 +33,7 @@ from typing import Any
 
 from rich.console import Console
 
+from pipeprof import format as fmt
 from pipeprof.cli.arguments import add_scenario_arguments
 from pipeprof.cli.progress import Bars, columns
 from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED
@@ -83,8 +84,8 @@ def _report_status(diagnosis: dict[str, Any], folder: Path) -> int:
     for name, label in (("data_wait", "data wait"), ("fetch_share", "fetch share of loading")):
         c = check[name]
         if c["agree"] is False:
-            print(f"pipeprof: WARNING: cross-check {label}: direct {100 * c['direct']:.1f}% vs differential "
-                  f"{100 * c['differential']:.1f}%, beyond the ±{100 * check['tolerance']:.0f} pp tolerance",
+            print(f"pipeprof: WARNING: cross-check {label}: direct {fmt.pct(c['direct'], 1)} vs differential "
+                  f"{fmt.pct(c['differential'], 1)}, beyond the ±{fmt.number(100 * check['tolerance'], 0)} pp tolerance",
                   file=sys.stderr)
     print(f"diagnosis: {folder / 'diagnosis.html'}")
     if diagnosis["status"] == "interrupted":

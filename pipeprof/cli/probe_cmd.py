@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from pipeprof import format as fmt
 from pipeprof.errors import EXIT_INTERRUPTED
 
 _ABSENT_STYLE = "dim italic"
@@ -89,7 +90,7 @@ def _stat(entry: Any, unit: str, scale: float, digits: int = 1) -> tuple[str, st
     med, lo, hi = (entry.get(f"{k}_{unit}") for k in ("median", "min", "max"))
     if not all(isinstance(v, (int, float)) for v in (med, lo, hi)):
         return "not measured", _ABSENT_STYLE
-    return f"{med / scale:,.{digits}f}  [{lo / scale:,.{digits}f} – {hi / scale:,.{digits}f}]", ""
+    return f"{fmt.number(med / scale, digits)}  [{fmt.number(lo / scale, digits)} – {fmt.number(hi / scale, digits)}]", ""
 
 
 def probe_table(probe: dict[str, Any]) -> Table:
@@ -105,26 +106,26 @@ def probe_table(probe: dict[str, Any]) -> Table:
     machine = probe.get("machine") or {}
     cpu = probe.get("cpu") or {}
     add("machine", f"{machine.get('hostname')} · {machine.get('cpu_model')} · "
-                   f"{(machine.get('ram_bytes') or 0) / 2**30:.1f} GiB RAM · key {machine.get('key')}")
+                   f"{fmt.byte_size(machine.get('ram_bytes'))} RAM · key {machine.get('key')}")
     add("cores usable / logical, torch threads",
         f"{cpu.get('usable_cores')} / {cpu.get('cpu_count_logical')}, {cpu.get('torch_threads')}")
-    add("memory copy (GB/s, read + write)", *_stat(probe.get("memory_bandwidth"), "bytes_per_s", 1e9))
+    add("memory copy (MiB/s, read + write)", *_stat(probe.get("memory_bandwidth"), "bytes_per_s", fmt.MIB, 0))
     disk = probe.get("disk") or {}
     if "absent" in disk:
         add("disk", f"absent: {disk['absent']}", _ABSENT_STYLE)
     else:
-        where = f"{disk.get('folder')} ({disk.get('filesystem')}, {(disk.get('file_bytes') or 0) >> 20} MiB file)"
+        where = f"{disk.get('folder')} ({disk.get('filesystem')}, {fmt.byte_size(disk.get('file_bytes'))} file)"
         add("disk test file", where)
-        add("sequential read cold (MB/s)", *_stat(disk.get("sequential_read_cold"), "bytes_per_s", 1e6, 0))
-        add("sequential read warm (MB/s)", *_stat(disk.get("sequential_read_warm"), "bytes_per_s", 1e6, 0))
+        add("sequential read cold (MiB/s)", *_stat(disk.get("sequential_read_cold"), "bytes_per_s", fmt.MIB, 0))
+        add("sequential read warm (MiB/s)", *_stat(disk.get("sequential_read_warm"), "bytes_per_s", fmt.MIB, 0))
         add("random 4 KiB read cold (IOPS)", *_stat(disk.get("random_read_cold"), "reads_per_s", 1, 0))
         add("random 4 KiB read warm (IOPS)", *_stat(disk.get("random_read_warm"), "reads_per_s", 1, 0))
     h2d = probe.get("h2d") or {}
     if "absent" in h2d:
-        add("host → device (GB/s)", f"absent: {h2d['absent']}", _ABSENT_STYLE)
+        add("host → device (MiB/s)", f"absent: {h2d['absent']}", _ABSENT_STYLE)
     else:
-        add("host → device pinned (GB/s)", *_stat(h2d.get("pinned"), "bytes_per_s", 1e9, 2))
-        add("host → device pageable (GB/s)", *_stat(h2d.get("pageable"), "bytes_per_s", 1e9, 2))
+        add("host → device pinned (MiB/s)", *_stat(h2d.get("pinned"), "bytes_per_s", fmt.MIB, 0))
+        add("host → device pageable (MiB/s)", *_stat(h2d.get("pageable"), "bytes_per_s", fmt.MIB, 0))
     matmul = probe.get("matmul") or {}
     for n, entry in (matmul.get("sizes") or {}).items():
         value, style = _stat(entry, "gflop_per_s", 1)
@@ -137,7 +138,7 @@ def probe_table(probe: dict[str, Any]) -> Table:
         add("GPU", f"absent: {gpu['absent']}", _ABSENT_STYLE)
     for device in gpu.get("devices") or []:
         memory = device.get("memory_total_bytes")
-        memory_text = f"{memory / 2**30:.1f} GiB" if isinstance(memory, (int, float)) else "memory unknown"
+        memory_text = fmt.byte_size(memory, missing="memory unknown")
         bus = device.get("memory_bus_width_bits")
         bus_text = f"{bus}-bit memory bus" if bus is not None else "memory bus width unknown"
         add(f"GPU {device.get('nvml_index')}", f"{device.get('name')} · {memory_text} · {bus_text}")

@@ -29,6 +29,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipeprof import format as fmt
+
 if TYPE_CHECKING:
     from pipeprof.run_folder import Run
 
@@ -97,7 +99,7 @@ def _say_how_it_ended(run: Run, folder: Path) -> None:
     meta = run.meta
     steps = len(run.steps)
     if meta["status"] != "complete":
-        print(f"pipeprof: {meta['status']}: {meta['error']}; {steps} step(s) measured, saved in {folder}",
+        print(f"pipeprof: {meta['status']}: {meta['error']}; {fmt.plural(steps, 'step')} measured, saved in {folder}",
               file=sys.stderr)
     elif "steps" in meta["absences"]:
         print(f"pipeprof: {meta['absences']['steps']}; saved in {folder}", file=sys.stderr)

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
+from pipeprof import format as fmt
 from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED
 
 
@@ -23,7 +24,7 @@ def report_end(doc: dict[str, Any], folder: Path, console: Console) -> int:
     best = doc.get("best")
     page = folder / f"{doc['kind']}.html"
     if best:
-        console.print(f"best: {best['label']}: {best['samples_per_s']:,.0f} samples/s", markup=False,
+        console.print(f"best: {best['label']}: {fmt.rate(best['samples_per_s'])}", markup=False,
                       highlight=False)
     print(f"{doc['kind']}: {page}")
     if doc["status"] == "interrupted":

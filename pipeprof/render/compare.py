@@ -52,7 +52,7 @@ def run_rows(compare: dict[str, Any]) -> list[dict[str, Any]]:
             "ratio_noise": None if i == 0 else ratio.get("within_noise"),
             "ratio_reason": ratio.get("reason"),
             "phases": [{"key": p, "label": PHASE_LABELS[p], "color": PHASE_COLORS[p],
-                        "value": finite(fractions.get(p)), "pct": _pct(fractions.get(p)),
+                        "value": finite(fractions.get(p)), "pct": fmt.pct(fractions.get(p), 1),
                         "delta": None if i == 0 else _pp((deltas.get(p) or {}).get("delta_pp")),
                         "noise": None if i == 0 else (deltas.get(p) or {}).get("within_noise")}
                        for p in PHASE_COLORS],
@@ -92,10 +92,6 @@ def _ratio(ratio: dict[str, Any]) -> str:
 
 def _num(value: Any) -> str:
     return fmt.number(value)
-
-
-def _pct(fraction: Any) -> str:
-    return fmt.pct(fraction, 1)
 
 
 def _pp(delta_pp: Any) -> str | None:

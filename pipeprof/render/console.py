@@ -17,6 +17,7 @@ from pipeprof import format as fmt
 from pipeprof.analysis.recommend import set_text
 from pipeprof.format import NOT_MEASURED
 from pipeprof.numbers import finite as _value
+from pipeprof.numbers import scaled
 
 # summary.json's bottleneck is the verdict's class in coarse form (input:* -> input): one style for both.
 _BOTTLENECK_STYLE = {"input": "bold red", "compute": "bold green", "balanced": "bold yellow", "h2d": "bold red"}
@@ -52,10 +53,10 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     add("steps (counted)", fmt.number(s.get("steps"), 0))
     add("throughput", fmt.rate(s.get("samples_per_s")), "bold")
     add("step time median / p90", _several(fmt.duration, step.get("median"), step.get("p90")))
-    add("data wait (share of step time)", _pct(frac.get("data_wait")), _BOTTLENECK_STYLE.get(klass, ""))
-    add("host → device (share of step time)", _pct(frac.get("h2d")))
-    add("compute (share of step time)", _pct(frac.get("compute")))
-    add("other (share of step time)", _pct(frac.get("other")))
+    add("data wait (share of step time)", fmt.pct(frac.get("data_wait"), 1), _BOTTLENECK_STYLE.get(klass, ""))
+    add("host → device (share of step time)", fmt.pct(frac.get("h2d"), 1))
+    add("compute (share of step time)", fmt.pct(frac.get("compute"), 1))
+    add("other (share of step time)", fmt.pct(frac.get("other"), 1))
     add("bottleneck", str(s.get("bottleneck_reason") or klass or NOT_MEASURED), _BOTTLENECK_STYLE.get(klass, ""))
     verdict = _dict(s.get("verdict"))
     if verdict.get("class"):
@@ -80,10 +81,10 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
         verified = cache.get("verified")
         add("page cache", f"cold: {cache.get('reason')}", "bold red" if verified is False else "")
     add("CPU mean / peak (of all cores)",
-        _several(lambda v: fmt.pct(v if _value(v) is None else float(v) / 100, 0),
+        _several(lambda percent: fmt.pct(scaled(percent, 0.01), 0),
                  cpu.get("mean_util"), cpu.get("peak_util")))
     add("peak RSS", fmt.byte_size(memory.get("peak_rss_bytes")))
-    add("accuracy", _pct(s.get("accuracy")))
+    add("accuracy", fmt.pct(s.get("accuracy"), 1))
     add("final loss", fmt.number(s.get("final_loss"), 4))
     add("run folder", str(folder))
     return table
@@ -101,7 +102,7 @@ def _code_profile_line(code: dict[str, Any]) -> str | None:
     if "absent" not in cprofile and cprofile:
         for name, info in _dict(cprofile.get("processes")).items():
             groups = sorted(_dict(_dict(info).get("groups")).items(), key=lambda gv: -(_value(gv[1]) or 0))
-            shares = ", ".join(f"{g} {_pct(v)}" for g, v in groups[:3] if (_value(v) or 0) >= 0.005)
+            shares = ", ".join(f"{g} {fmt.pct(v, 1)}" for g, v in groups[:3] if (_value(v) or 0) >= 0.005)
             parts.append(f"{name}: {shares or _dict(info).get('absent') or NOT_MEASURED}")
         ratio = _value(_dict(cprofile.get("overhead")).get("ratio"))
         parts.append(f"profiled steps ×{fmt.number(ratio, 2)} the others" if ratio is not None else "cost not measured")
@@ -117,10 +118,6 @@ def _code_profile_line(code: dict[str, Any]) -> str | None:
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def _pct(fraction: Any) -> str:
-    return fmt.pct(fraction, 1)
 
 
 def _several(text: Any, *values: Any) -> str:

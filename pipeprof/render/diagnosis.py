@@ -79,7 +79,7 @@ def diagnosis_table(diagnosis: dict[str, Any], folder: str | Path) -> Group:
         runs.add_row(Text(role), Text(str(r.get("storage"))), Text(str(r.get("num_workers"))),
                      Text(status, style="" if status == "complete" else "bold red"),
                      Text(fmt.number(r.get("samples_per_s"), 0)), Text(fmt.duration(per_sample.get(role))),
-                     Text(_pct(r.get("data_wait"))))
+                     Text(fmt.pct(r.get("data_wait"), 1)))
 
     result = Table(show_header=False, box=None, pad_edge=False, padding=(0, 2, 0, 0))
     result.add_column("measure", style="dim", no_wrap=True)
@@ -90,9 +90,9 @@ def diagnosis_table(diagnosis: dict[str, Any], folder: str | Path) -> Group:
                        ("prep_stall", "prep stall (share of real step time)"),
                        ("compute", "compute (share of real step time)")):
         value = fractions.get(key)
-        text = _pct(value) if value is not None else f"{NOT_MEASURED}: {nulls.get(key, '')}"
+        text = fmt.pct(value, 1) if value is not None else f"{NOT_MEASURED}: {nulls.get(key, '')}"
         if key in clamped:
-            text += f" (clamped; unclamped {_pct((d.get('unclamped') or {}).get(key))})"
+            text += f" (clamped; unclamped {fmt.pct((d.get('unclamped') or {}).get(key), 1)})"
         result.add_row(Text(label), Text(text, style="" if value is not None and key not in clamped else "yellow"))
     check = d.get("cross_check") or {}
     tolerance = _value(check.get("tolerance"))
@@ -102,7 +102,7 @@ def diagnosis_table(diagnosis: dict[str, Any], folder: str | Path) -> Group:
             text, style = f"not checked: {c.get('reason')}", "dim"
         else:
             verdict = "agree" if c["agree"] else "DISAGREE"
-            text = (f"direct {_pct(c.get('direct'))} vs differential {_pct(c.get('differential'))}: {verdict} "
+            text = (f"direct {fmt.pct(c.get('direct'), 1)} vs differential {fmt.pct(c.get('differential'), 1)}: {verdict} "
                     f"(±{fmt.number(_scaled(tolerance, 100), 0)} pp)")
             style = "green" if c["agree"] else "bold red"
         result.add_row(Text(f"cross-check: {label}"), Text(text, style=style))
@@ -112,6 +112,3 @@ def diagnosis_table(diagnosis: dict[str, Any], folder: str | Path) -> Group:
     result.add_row(Text("diagnosis folder"), Text(str(folder)))
     return Group(runs, Text(""), result)
 
-
-def _pct(fraction: Any) -> str:
-    return fmt.pct(fraction, 1)

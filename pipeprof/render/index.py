@@ -26,6 +26,7 @@ folder's modification time. All text is autoescaped.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
 import urllib.parse
@@ -233,7 +234,7 @@ def render_index(entries: list[dict[str, Any]], *, title: str = "reports") -> st
     """index.html as one string (UTF-8, inline CSS, no scripts, nothing fetched)."""
     env = Environment(loader=PackageLoader("pipeprof", "render/templates"), autoescape=True,
                       undefined=ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(rate=_rate, pct=_pct, ratio=_ratio, settings=_settings)
+    env.filters.update(rate=_rate, pct=functools.partial(fmt.pct, digits=1), ratio=_ratio, settings=_settings)
     counts: dict[str, int] = {}
     for e in entries:
         counts[e["kind"]] = counts.get(e["kind"], 0) + 1
@@ -244,10 +245,6 @@ def render_index(entries: list[dict[str, Any]], *, title: str = "reports") -> st
 
 def _rate(value: Any) -> str:
     return fmt.number(value, missing="")
-
-
-def _pct(fraction: Any) -> str:
-    return fmt.pct(fraction, 1)
 
 
 def _ratio(value: Any) -> str:
