@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeprof import format as fmt
 from pipeprof.run_folder import Run
 
 # A cold epoch must read at least this fraction of the data set from disk.
@@ -106,10 +107,6 @@ def epoch_reads(steps: pd.DataFrame, processes: pd.DataFrame) -> pd.DataFrame:
 # ---- the verdict -------------------------------------------------------------------------
 
 
-def _mb(nbytes: float) -> str:
-    return f"{nbytes / 1e6:.1f} MB"
-
-
 def _drop_for(drops: list[dict] | None, epoch: int, position: int) -> dict | None:
     """The drop recorded before ``epoch``: by its ``epoch`` key if drops carry one, else by position."""
     if not drops:
@@ -127,7 +124,7 @@ def _why_short(epoch: int, fraction: float, unattributed_fraction: float, drop: 
         why = f"the page cache was not dropped before it — {drop.get('reason') or 'the drop failed'}"
     else:
         after = drop.get("resident_after_bytes")
-        left = f" ({_mb(after)} left resident)" if after is not None else ""
+        left = f" ({fmt.byte_size(after)} left resident)" if after is not None else ""
         why = (f"the page cache was dropped before it{left}, yet the data came from the cache: "
                "something read the files back in between (kernel readahead on a memory map, "
                "another process), or the reads were made by processes the sampler did not watch")
@@ -207,7 +204,7 @@ def cold_cache_check(epochs_df: pd.DataFrame, dataset_bytes: int, cache: str,
                             "of the data set from disk; the timings of these epochs are warm-cache timings.")
     else:
         result["reason"] = (f"every epoch read at least {min(fractions):.0%} of the data set "
-                            f"({_mb(dataset_bytes)}) from disk")
+                            f"({fmt.byte_size(dataset_bytes)}) from disk")
     return result
 
 

@@ -148,7 +148,7 @@ def stall_fractions(samples_per_s: Mapping[str, float | None],
     for name, value in fractions.items():
         before = unclamped[name]
         if value is not None and before is not None and abs(value - before) > 1e-12:
-            clamped[name] = (f"{_pct(before)} clamped to {_pct(value)}: {'; '.join(causes)} — the model needs "
+            clamped[name] = (f"{fmt.pct(before, 1)} clamped to {fmt.pct(value, 1)}: {'; '.join(causes)} — the model needs "
                              f"t_compute <= t_prep <= t_real, so this is run-to-run noise or interference")
     return {"fractions": fractions, "unclamped": unclamped, "clamped": clamped, "null_reasons": null_reasons}
 
@@ -205,7 +205,7 @@ def cross_check(real: Mapping[str, Any] | None, fractions: Mapping[str, float | 
     elif stall is None:
         split_reason = "the differential fetch/prep split is not known (see null_reasons)"
     elif stall < MIN_STALL_TO_SPLIT:
-        split_reason = (f"the differential stall ({_pct(stall)}) is under {_pct(MIN_STALL_TO_SPLIT)}: "
+        split_reason = (f"the differential stall ({fmt.pct(stall, 1)}) is under {fmt.pct(MIN_STALL_TO_SPLIT, 1)}: "
                         f"too little to split between fetch and prep")
     share = fetch / stall if split_reason is None else None
     fetch_share = _check(direct_fetch, share, split_reason, tolerance)
@@ -262,10 +262,6 @@ def _check(direct: float | None, differential_value: float | None, reason: str |
     agree = abs(difference) <= tolerance + 1e-12
     return {"direct": direct, "differential": differential_value, "difference": difference, "agree": agree,
             "reason": None, "notes": []}
-
-
-def _pct(fraction: float) -> str:
-    return fmt.pct(fraction, 1)
 
 
 def _rate(samples_per_s: float | None) -> str:

@@ -30,6 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeprof import format as fmt
+
 # At most this fraction of the data set's bytes may stay in the page cache for
 # a drop to count as done: a few pages come back at once (file metadata, a
 # concurrent reader) and a cold run is not warmed by them.
@@ -242,7 +244,7 @@ def drop(paths: Iterable[PathLike]) -> DropResult:
     if after > RESIDENT_TOLERANCE_FRACTION * bytes_total:
         pct = 100.0 * after / bytes_total
         return DropResult(len(paths), bytes_total, before, after, False, (
-            f"{pct:.0f}% of the data set ({after / 1e6:.1f} MB of {bytes_total / 1e6:.1f} MB) is still "
+            f"{pct:.0f}% of the data set ({fmt.byte_size(after)} of {fmt.byte_size(bytes_total)}) is still "
             "in the page cache after POSIX_FADV_DONTNEED: pages mapped by a live memory map "
             "(persistent workers? an open np.memmap?) cannot be evicted, and on tmpfs the page "
             "cache is the storage itself"))
