@@ -144,3 +144,20 @@ def test_setting_literal_quotes_strings_and_stays_bounded():
     assert fmt.setting_literal(list(range(20))) == "[0, 1, 2, 3, 4, 5, 6, 7, ...]"
     assert fmt.setting_literal([[[[[1]]]]]) == "[[[[...]]]]"
     assert fmt.setting_literal(10**5000) == "an integer of 16610 bits"
+
+
+def test_setting_literal_writes_a_throttle_inline_and_never_dumps_other_tables():
+    assert fmt.setting_literal({"latency_ms": 5, "bandwidth_mb_s": 50}) == "{latency_ms = 5, bandwidth_mb_s = 50}"
+    assert fmt.setting_literal([{"a": 1}]) == "[a table]"
+    assert fmt.setting_literal({"a": [1, 2]}) == "a table"
+    assert fmt.setting_literal({str(i): i for i in range(9)}) == "a table"
+    assert fmt.setting_literal({"a\nb": "x\x1b"}) == "{a\\nb = 'x\\x1b'}"
+
+
+def test_printable_escapes_what_a_terminal_would_act_on():
+    assert fmt.printable("ram") == "ram"
+    assert fmt.printable("a\nb") == "a\\nb"
+    assert fmt.printable("\x1b[31mred") == "\\x1b[31mred"
+    assert fmt.printable("") == ""
+    assert fmt.printable("µs → ok") == "µs → ok"
+    assert "\n" not in fmt.printable("\r\n\t") and fmt.printable("\r\n\t").isprintable()
