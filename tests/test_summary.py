@@ -1,14 +1,16 @@
 """The summary contract, computed from hand-made raw records."""
 
+import json
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import schema_errors
 
 from pipeprof.analysis.steps import fractions, step_breakdown
 from pipeprof.analysis.summary import bottleneck, summarize, uss_snapshot
-from pipeprof.run_folder import PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run
+from pipeprof.run_folder import PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
 
 
 def make_steps(n=20, warmup=2, wait_s=0.01, h2d_s=0.001, compute_s=0.02, other_s=0.002, samples=64):
@@ -145,3 +147,19 @@ def test_gpu_summary_when_a_gpu_was_sampled():
     assert g["mean_util_pct"] == pytest.approx(40.0)
     assert g["peak_mem_used_bytes"] == pytest.approx(2e9)
     assert g["mean_pcie_rx_bytes_per_s"] == pytest.approx(2e6)
+
+
+def test_summaries_match_the_published_schema_and_the_schema_is_strict():
+    """pipeprof/schemas/summary.schema.json (tests/conftest.py checks every summary the tests make against it):
+    a renamed, mistyped, missing or unknown key must fail it."""
+    s = json.loads(to_json(summarize(make_run(make_steps()))))
+    assert schema_errors(s) == []
+    renamed = {("samples_per_sec" if k == "samples_per_s" else k): v for k, v in s.items()}
+    assert any("samples_per_s" in e for e in schema_errors(renamed))  # required key missing
+    assert any("samples_per_sec" in e for e in schema_errors(renamed))  # and the new one is not allowed
+    assert schema_errors({**s, "steps": "18"})  # mistyped
+    assert schema_errors({**s, "bottleneck": "moderate"})  # not a class
+    assert schema_errors({**s, "loading": {**(s["loading"] or {}), "fetch_s": 0.1}})  # the old loading names
+    assert schema_errors({**s, "verdict": {**s["verdict"], "klass": "compute"}})
+    assert schema_errors({**s, "attribution": {**s["attribution"], "gpu": {"absent": "x"}}}) == []  # absent is fine
+    assert schema_errors({**s, "attribution": {**s["attribution"], "step": {"absent": "x"}}})  # but not for step

@@ -1,0 +1,69 @@
+"""Every summary the tests produce is checked against the summary.json contract (issue 13, item 1).
+
+The contract is ``pipeprof/schemas/summary.schema.json``. Two nets:
+
+* In the test process: ``pipeprof.analysis.summary.summarize`` is wrapped here, before
+  any test module imports it, so every summary a test computes — directly, or through
+  the CLI's ``main()`` called in-process — is validated as the JSON it becomes, where
+  it is made (the failing test names the summary's problem).
+* Written by other processes (``pipeprof run`` / ``profile`` run as subprocesses): at
+  the end of the session every ``summary.json`` under pytest's temporary folders is
+  validated. Files a test wrote by hand as a fake (for the index, the run folder's
+  round trip) carry no ``schema_version`` and are not pipeprof's summaries.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+import pipeprof
+from pipeprof.analysis import summary as summary_module
+from pipeprof.run_folder import to_json
+
+SCHEMA_PATH = Path(pipeprof.__file__).parent / "schemas" / "summary.schema.json"
+VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
+
+
+def schema_errors(summary: Any) -> list[str]:
+    """What makes ``summary`` (summary.json as parsed JSON) break the contract, one line each; empty if nothing."""
+    return [f"{'/'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message[:300]}"
+            for e in sorted(VALIDATOR.iter_errors(summary), key=lambda e: list(map(str, e.absolute_path)))]
+
+
+def _validated(summarize):
+    @functools.wraps(summarize)
+    def checked(*args, **kwargs):
+        summary = summarize(*args, **kwargs)
+        errors = schema_errors(json.loads(to_json(summary)))  # as written: NaN is null in summary.json
+        if errors:
+            raise AssertionError("summarize() broke summary.schema.json:\n  " + "\n  ".join(errors))
+        return summary
+
+    checked.validated = True
+    return checked
+
+
+if not getattr(summary_module.summarize, "validated", False):
+    summary_module.summarize = _validated(summary_module.summarize)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def written_summaries_match_the_schema(tmp_path_factory):
+    yield
+    bad = []
+    for path in sorted(tmp_path_factory.getbasetemp().rglob("summary.json")):
+        if path.is_symlink() or not path.is_file():
+            continue  # a security test's link to a file that is not a summary
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # a deliberately broken file: the tests that wrote it check how pipeprof reads it
+        if isinstance(summary, dict) and "schema_version" in summary:
+            bad += [f"{path}: {error}" for error in schema_errors(summary)]
+    assert not bad, "summary.json files that break summary.schema.json:\n  " + "\n  ".join(bad[:50])
