@@ -86,7 +86,8 @@ def step_events(steps: pd.DataFrame, pid: int) -> list[dict[str, Any]]:
         end = start + step_s
         if i + 1 < len(rows):
             end = min(end, float(rows[i + 1]["t_start_s"]))
-        warmup = bool(finite(r.get("warmup")))  # NaN (unknown) is not warm-up
+        flag = r.get("warmup")
+        warmup = flag is True or (not isinstance(flag, bool) and bool(finite(flag)))  # NaN (unknown) is not warm-up
         cat = "warmup" if warmup else "step"
         n = finite(r.get("step"))
         args = _args(r, ("epoch", "samples"), ints=True)
