@@ -160,6 +160,7 @@ class Hooks:
         self.stop_after_steps = stop_after_steps
         self.loaders: dict[int, int] = {}  # id(loader) -> loader number
         self._keep: list[Any] = []  # the loaders themselves, so id() is never reused while profiling
+        self._passes: weakref.WeakSet = weakref.WeakSet()  # the iterators tagged, to untag at uninstall()
         self.batch_refs: dict[int, Any] = {}  # id(tensor) -> weakref, for the last batch's tensors
         self.optimizer_steps = 0
         self.marks = 0
@@ -186,6 +187,7 @@ class Hooks:
         iterator = original(loader)
         t1 = clock()
         iterator._pipeprof_loader = number
+        self._passes.add(iterator)
         self.log.add(("I", number, t0, t1), t1)
         return iterator
 
@@ -221,6 +223,14 @@ class Hooks:
         for t in tensors(data):
             refs[id(t)] = weakref.ref(t)
         self.batch_refs = refs
+
+    def _end_passes(self) -> None:
+        """Passes begun in the session that go on after it: untagged (a later session leaves them alone), and
+        a pass whose workers started with the timed fetch (they go on tagging) has its batches unwrapped."""
+        for iterator in list(self._passes):
+            iterator.__dict__.pop("_pipeprof_loader", None)
+            if getattr(iterator, "_workers", None) and not getattr(iterator, "_shutdown", True):
+                _unwrap_worker_batches(iterator)
 
     # Tensor.to / Tensor.cuda
     def on_copy(self, tensor: torch.Tensor, original: Callable, args: tuple, kwargs: dict) -> Any:
@@ -271,6 +281,7 @@ class Hooks:
         if _ACTIVE is not None:
             raise RuntimeError("pipeprof is already profiling this process")
         try:
+            self.patches.on_undo(self._end_passes)  # last: after the persistent workers ended
             self.log.open()
             install_fetch(self.patches, self)
             self.patches.apply(DataLoader, "__iter__", lambda original: _iter_method(original, self))
@@ -345,6 +356,17 @@ def _copy_method(original: Callable, hooks: Hooks) -> Callable:
             return original(self, *args, **kwargs)
         return hooks.on_copy(self, original, args, kwargs)
     return _wraps(method, original)
+
+
+def _unwrap_worker_batches(iterator: Any) -> None:
+    """The batches of ``iterator``'s running workers reach the caller without their record, for the rest of
+    the pass (torch hands every worker batch to ``_process_data``; the instance's own comes first)."""
+    process = type(iterator)._process_data
+    ref = weakref.ref(iterator)  # no cycle: the iterator (and its workers) still ends when dropped
+
+    def _process_data(data: Any, *args: Any) -> Any:
+        return process(ref(), data.batch if type(data) is Tagged else data, *args)
+    iterator._process_data = _process_data
 
 
 def _end_persistent_workers(loader: DataLoader) -> None:
