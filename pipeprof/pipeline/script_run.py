@@ -24,11 +24,14 @@ import pipeprof
 from pipeprof.errors import UsageError
 from pipeprof.pipeline.derive import derived_files
 from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
-from pipeprof.script.boot import EVENTS_ENV, STEPS_ENV
 from pipeprof.script.session import Session
 
 _PYTHON = re.compile(r"python[0-9.]*(\.exe)?$")
 _OPTIONS_WITH_VALUE = {"-W", "-X", "-Q"}  # python's own options that take the next word
+# What pipeprof.script.boot reads in the script's process. Not imported from it: boot imports torch, which
+# this process then loads only once the script has started (Session.start), never before (test_startup
+# checks the names agree).
+EVENTS_ENV, STEPS_ENV = "PIPEPROF_EVENTS", "PIPEPROF_STEPS"
 
 
 @dataclass(frozen=True)
