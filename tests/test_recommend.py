@@ -20,8 +20,9 @@ BATCH = 128
 
 
 def recs_of(run, probe=None):
+    """The recommendations as summary.json has them (``Recommendation.to_json()``)."""
     attr = attribution(run, probe)
-    return recommend(run, attr, verdict_from_attribution(attr))
+    return [r.to_json() for r in recommend(run, attr, verdict_from_attribution(attr))]
 
 
 def with_main_cpu(run, pct: float):

@@ -10,6 +10,7 @@ from conftest import schema_errors
 
 from pipeprof.analysis.steps import fractions, step_breakdown
 from pipeprof.analysis.summary import bottleneck, summarize, uss_snapshot
+from pipeprof.analysis.verdict import Verdict
 from pipeprof.run_folder import PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
 
 
@@ -79,7 +80,7 @@ def test_bottleneck_is_the_verdicts_class_in_coarse_form(wait, klass, words):
 def test_every_verdict_class_has_one_coarse_class(klass, coarse):
     degree = None if klass in ("compute", "h2d", "unknown") else "partly input-bound"
     evidence = {"data_wait_fraction": None if klass == "unknown" else 0.1, "h2d_fraction": 0.3}
-    got, reason = bottleneck({"class": klass, "degree": degree, "evidence": evidence})
+    got, reason = bottleneck(Verdict(klass, "R0", degree, "", evidence))
     assert got == coarse and reason
     assert ("no single cause" in reason) == (klass == "balanced")
 

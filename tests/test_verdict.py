@@ -71,9 +71,9 @@ def make_run(*, wait: float = 0.3, h2d: float = 0.01, n: int = 40, warmup: int =
 
 def test_compute_bound():
     v = verdict(make_run(wait=0.02, loading=(0.001, 0.0, 0.0005)))
-    assert (v["class"], v["rule"], v["degree"]) == ("compute", "R2", None)
-    assert v["evidence"]["data_wait_fraction"] == pytest.approx(0.02)
-    assert "Compute-bound" in v["sentence"] and "2.0%" in v["sentence"]
+    assert (v.klass, v.rule, v.degree) == ("compute", "R2", None)
+    assert v.evidence["data_wait_fraction"] == pytest.approx(0.02)
+    assert "Compute-bound" in v.sentence and "2.0%" in v.sentence
 
 
 @pytest.mark.parametrize("loading, klass, words", [
@@ -83,15 +83,15 @@ def test_compute_bound():
 ])
 def test_no_workers_split_by_loading_fractions(loading, klass, words):
     v = verdict(make_run(wait=0.3, loading=loading))  # a 30 ms batch for a 30 ms wait
-    assert (v["class"], v["rule"], v["degree"]) == (klass, "R4", "input-bound")
-    assert words in v["sentence"] and "num_workers = 0" in v["sentence"]
-    assert max(v["evidence"][f"{p}_fraction"] for p in ("fetch", "prep", "collate")) == pytest.approx(25 / 30)
+    assert (v.klass, v.rule, v.degree) == (klass, "R4", "input-bound")
+    assert words in v.sentence and "num_workers = 0" in v.sentence
+    assert max(v.evidence[f"{p}_fraction"] for p in ("fetch", "prep", "collate")) == pytest.approx(25 / 30)
 
 
 def test_no_workers_wait_outside_batch_making_is_the_training_process():
     v = verdict(make_run(wait=0.3, loading=(0.008, 0.001, 0.001)))  # 10 ms of batch making for a 30 ms wait
-    assert (v["class"], v["rule"]) == ("input:main", "R3")
-    assert v["evidence"]["production_over_wait_fraction"] == pytest.approx(1 / 3)
+    assert (v.klass, v.rule) == ("input:main", "R3")
+    assert v.evidence["production_over_wait_fraction"] == pytest.approx(1 / 3)
 
 
 @pytest.mark.parametrize("loading, klass, rule", [
@@ -103,47 +103,47 @@ def test_no_workers_own_work_counts_against_each_part_not_all_of_them(loading, k
     # run the training process's own work is the largest share of the wait.
     wait = 0.28 if rule == "R3" else 0.3
     v = verdict(make_run(wait=wait, loading=loading))
-    assert (v["class"], v["rule"]) == (klass, rule), v["sentence"]
-    assert v["evidence"]["production_over_wait_fraction"] > 0.5
+    assert (v.klass, v.rule) == (klass, rule), v.sentence
+    assert v.evidence["production_over_wait_fraction"] > 0.5
 
 
 def test_workers_with_a_full_queue_yet_waiting_is_the_training_process():
     # memmap-workers: 8 of 8 ready on most steps, yet the loop waits
     v = verdict(make_run(wait=0.22, workers=2, prefetch_factor=4, ready=8, loading=(0.01, 0.002, 0.003)))
-    assert (v["class"], v["rule"]) == ("input:main", "R5")
-    ev = v["evidence"]
+    assert (v.klass, v.rule) == ("input:main", "R5")
+    ev = v.evidence
     assert ev["capacity_batches"] == 8 and ev["full_step_fraction"] == 1.0 and ev["empty_step_fraction"] == 0.0
     assert ev["ready_wait_fraction"] == 1.0
     assert "wait_when_empty_mean_s" not in ev  # no step found it empty: no such mean, not a zero
-    assert "prefetch queue full (8 of 8)" in v["sentence"]
+    assert "prefetch queue full (8 of 8)" in v.sentence
 
 
 def test_saturated_workers_set_the_pace_whatever_the_queue_showed():
     # Each worker makes every other batch in 190 of its 200 ms (busy ~95%): a batch "ready" at
     # next() was not the one the loop needed in time; the workers are the limit, by fetch.
     v = verdict(make_run(wait=0.5, workers=2, ready=1, loading=(0.15, 0.03, 0.01)))
-    assert (v["class"], v["rule"]) == ("input:fetch", "R6"), v["sentence"]
-    assert v["evidence"]["ready_wait_fraction"] == pytest.approx(1.0)
-    assert v["evidence"]["worker_busy_mean_fraction"] >= 0.8 and "busy" in v["sentence"]
+    assert (v.klass, v.rule) == ("input:fetch", "R6"), v.sentence
+    assert v.evidence["ready_wait_fraction"] == pytest.approx(1.0)
+    assert v.evidence["worker_busy_mean_fraction"] >= 0.8 and "busy" in v.sentence
 
 
 def test_workers_with_an_empty_queue_and_fetch_dominant_is_storage():
     v = verdict(make_run(wait=0.6, workers=2, ready=0, loading=(0.15, 0.01, 0.005)))
-    assert (v["class"], v["rule"]) == ("input:fetch", "R6")
-    assert v["evidence"]["empty_step_fraction"] == 1.0
-    assert v["evidence"]["capacity_batches"] == 4  # prefetch_factor None -> PyTorch's default 2
-    assert "cannot keep up" in v["sentence"]
+    assert (v.klass, v.rule) == ("input:fetch", "R6")
+    assert v.evidence["empty_step_fraction"] == 1.0
+    assert v.evidence["capacity_batches"] == 4  # prefetch_factor None -> PyTorch's default 2
+    assert "cannot keep up" in v.sentence
 
 
 def test_workers_with_an_empty_queue_and_prep_dominant_is_preprocessing():
     v = verdict(make_run(wait=0.6, workers=2, ready=0, loading=(0.01, 0.15, 0.005)))
-    assert (v["class"], v["rule"]) == ("input:prep", "R6")
+    assert (v.klass, v.rule) == ("input:prep", "R6")
 
 
 def test_h2d_bound():
     v = verdict(make_run(wait=0.1, h2d=0.3))
-    assert (v["class"], v["rule"]) == ("h2d", "R1")
-    assert v["evidence"]["h2d_fraction"] == pytest.approx(0.3)
+    assert (v.klass, v.rule) == ("h2d", "R1")
+    assert v.evidence["h2d_fraction"] == pytest.approx(0.3)
 
 
 def test_one_headline_the_coarse_bottleneck_is_the_verdicts():
@@ -157,30 +157,30 @@ def test_one_headline_the_coarse_bottleneck_is_the_verdicts():
 
 
 def test_h2d_below_the_wait_is_not_h2d():
-    assert verdict(make_run(wait=0.4, h2d=0.25, loading=(0.03, 0.01, 0.0)))["class"] == "input:fetch"
+    assert verdict(make_run(wait=0.4, h2d=0.25, loading=(0.03, 0.01, 0.0))).klass == "input:fetch"
 
 
 def test_balanced_when_the_queue_is_neither_ready_nor_empty():
     ready = [0, 5] * 20  # half the steps find a batch ready, and the wait is the same on both
     v = verdict(make_run(wait=0.3, workers=2, prefetch_factor=4, ready=ready, loading=(0.01, 0.01, 0.0)))
-    assert (v["class"], v["rule"]) == ("balanced", "R7")
-    assert v["evidence"]["ready_wait_fraction"] == pytest.approx(0.5)
-    assert "bursty" in v["sentence"]
+    assert (v.klass, v.rule) == ("balanced", "R7")
+    assert v.evidence["ready_wait_fraction"] == pytest.approx(0.5)
+    assert "bursty" in v.sentence
 
 
 def test_no_counted_steps():
     v = verdict(make_run(n=4, warmup=4))
-    assert (v["class"], v["rule"]) == ("unknown", "R0")  # not "balanced": that word means a wait, no one cause
+    assert (v.klass, v.rule) == ("unknown", "R0")  # not "balanced": that word means a wait, no one cause
 
 
 def test_partly_input_bound_between_5_and_20_percent():
     v = verdict(make_run(wait=0.12, loading=(0.01, 0.001, 0.001)))
-    assert v["class"] == "input:fetch" and v["degree"] == "partly input-bound"
-    assert v["sentence"].startswith("Partly input-bound (12% of step time")
+    assert v.klass == "input:fetch" and v.degree == "partly input-bound"
+    assert v.sentence.startswith("Partly input-bound (12% of step time")
 
 
 def test_every_class_is_reachable_and_known():
-    seen = {verdict(r)["class"] for r in (
+    seen = {verdict(r).klass for r in (
         make_run(wait=0.01), make_run(wait=0.3, h2d=0.4), make_run(wait=0.3, loading=(0.03, 0, 0)),
         make_run(wait=0.3, loading=(0, 0.03, 0)), make_run(wait=0.3, loading=(0, 0, 0.03)),
         make_run(wait=0.3, workers=2, ready=[0, 3] * 20, loading=(0.01, 0.01, 0)), make_run(n=4, warmup=4))}
@@ -196,7 +196,7 @@ def test_oversubscription_is_detected_and_said():
     assert (cpu["num_workers"], cpu["torch_threads"], cpu["cores_usable"], cpu["threads_wanted"]) == (2, 2, 2, 4)
     assert cpu["oversubscribed"] is True
     assert cpu["busy_cores"] == pytest.approx(1.7)  # 120% + 50% of one core
-    notes = verdict(run)["notes"]
+    notes = verdict(run).notes
     assert any("2 workers + 2 torch threads on 2 usable cores" in n for n in notes)
 
 
@@ -204,7 +204,7 @@ def test_oversubscription_is_detected_and_said():
 def test_no_oversubscription_when_cores_suffice(workers, threads, cores):
     run = make_run(wait=0.01, workers=workers, threads=threads, cores=cores, ready=1 if workers else None)
     assert attribution(run)["cpu"]["oversubscribed"] is False
-    assert not any("torch threads" in n for n in verdict(run)["notes"])
+    assert not any("torch threads" in n for n in verdict(run).notes)
 
 
 def test_absent_probe_and_gpu_are_reasons_never_zeros():
@@ -224,8 +224,8 @@ def test_disk_against_the_probed_ceiling():
     assert ceiling["random_4k_cold_bytes_per_s"] == 20_000 * 4096
     assert ceiling["peak_over_sequential_fraction"] == pytest.approx(0.05)
     v = verdict(run, probe)
-    assert v["class"] == "input:fetch" and "of the probed cold sequential ceiling" in v["sentence"]
-    assert "no machine probe" in verdict(run)["sentence"]
+    assert v.klass == "input:fetch" and "of the probed cold sequential ceiling" in v.sentence
+    assert "no machine probe" in verdict(run).sentence
     refused = {"disk": {"sequential_read_cold": {"absent": "the page cache was not dropped"},
                         "random_read_cold": {"absent": "the page cache was not dropped"}}}
     assert attribution(run, refused)["disk"]["ceiling"] == {"absent": "machine probe: the page cache was not dropped"}
@@ -252,7 +252,7 @@ def test_cold_cache_that_was_not_cold_is_said():
     run.processes = pd.DataFrame({"t_s": [0.0, 4.0], "pid": 1, "role": "main", "cpu_pct": 100.0,
                                   "rss_bytes": 1e8, "read_bytes": [0.0, 1e5], "uss_bytes": np.nan})[PROCESS_COLUMNS]
     v = verdict(run)
-    assert any(n.startswith("The cold page cache was not cold") for n in v["notes"])
+    assert any(n.startswith("The cold page cache was not cold") for n in v.notes)
 
 
 # -- older runs ------------------------------------------------------------------------
@@ -260,25 +260,25 @@ def test_cold_cache_that_was_not_cold_is_said():
 
 def test_older_run_without_queue_or_loading_records_still_gets_a_verdict():
     disk_bound = verdict(make_run(wait=0.5, workers=2, read_bytes_per_s=5e7))
-    assert (disk_bound["class"], disk_bound["rule"]) == ("input:fetch", "R9")
-    assert disk_bound["evidence"]["cause_measured"] is False and "inferred" in disk_bound["sentence"]
-    assert verdict(make_run(wait=0.5, workers=2))["class"] == "input:prep"
-    assert verdict(make_run(wait=0.5, workers=0))["class"] == "input:main"
+    assert (disk_bound.klass, disk_bound.rule) == ("input:fetch", "R9")
+    assert disk_bound.evidence["cause_measured"] is False and "inferred" in disk_bound.sentence
+    assert verdict(make_run(wait=0.5, workers=2)).klass == "input:prep"
+    assert verdict(make_run(wait=0.5, workers=0)).klass == "input:main"
     attr = attribution(make_run(wait=0.5, workers=2))
     assert "absent" in attr["loading"] and "absent" in attr["prefetch"]
 
 
 def test_older_run_with_loading_but_no_queue_uses_worker_busy_time():
     idle = verdict(make_run(wait=0.3, workers=2, loading=(0.01, 0.005, 0.005)))  # busy ~10% of their span
-    assert (idle["class"], idle["rule"]) == ("input:main", "R8")
+    assert (idle.klass, idle.rule) == ("input:main", "R8")
     busy = verdict(make_run(wait=0.6, workers=2, loading=(0.18, 0.01, 0.005)))  # busy ~97%
-    assert (busy["class"], busy["rule"]) == ("input:fetch", "R8")
+    assert (busy.klass, busy.rule) == ("input:fetch", "R8")
 
 
 def test_run_without_loader_metadata_reads_workers_from_loading_records():
     run = make_run(wait=0.3, loading=(0.003, 0.025, 0.002))
     del run.meta["scenario"]["loader"]
-    assert verdict(run)["class"] == "input:prep"
+    assert verdict(run).klass == "input:prep"
 
 
 # -- summary, report, console ------------------------------------------------------------

@@ -86,7 +86,9 @@ Candidates (each only where it applies):
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -105,6 +107,7 @@ from pipeprof.analysis.thresholds import (
     SLOW_EPOCH_START_STEPS,
     WORKERS_BUSY,
 )
+from pipeprof.analysis.verdict import Verdict
 from pipeprof.loader_rules import pins_memory, prefetch_factor, worker_only_conflicts
 from pipeprof.run_folder import Run
 from pipeprof.scenario import ON_DISK, SAMPLE_BYTES
@@ -115,7 +118,36 @@ BATCH_FETCH_KEEPS_COLLATE = 0.2
 DEVICE_DATA_MAX_BYTES = 2 * 1024**3
 
 
-def recommend(run: Run, attribution: Attribution, verdict: dict[str, Any]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Recommendation:
+    """One change and the throughput the model predicts for it; summary.json's entry is ``to_json()``.
+
+    ``change`` holds scenario keys as ``--set`` takes them (empty for a code change and
+    for the honest negative); ``predicted_speedup`` is ``predicted_samples_per_s`` over
+    the run's measured samples/s; ``model`` is the formula used, in the module
+    docstring's symbols. Optional: ``note`` (what else to take out of the scenario),
+    ``code_change`` (the code to write, for a change no setting makes) and, for a
+    profiled script, ``script_text`` (the Python to change where it builds its loader).
+    """
+
+    change: dict[str, Any]
+    predicted_samples_per_s: float | None
+    predicted_speedup: float
+    reason: str
+    model: str
+    note: str | None = None
+    code_change: str | None = None
+    script_text: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"change": dict(self.change), "predicted_samples_per_s": self.predicted_samples_per_s,
+               "predicted_speedup": self.predicted_speedup, "reason": self.reason, "model": self.model}
+        out.update({k: v for k, v in (("note", self.note), ("code_change", self.code_change),
+                                      ("script_text", self.script_text)) if v is not None})
+        return out
+
+
+def recommend(run: Run, attribution: Attribution, verdict: Verdict) -> list[Recommendation]:
     """Recommendations ranked by predicted speed-up (see the module docstring for the model).
 
     Never empty: without a change worth making, one entry with ``change = {}``,
@@ -126,22 +158,22 @@ def recommend(run: Run, attribution: Attribution, verdict: dict[str, Any]) -> li
         return [_negative(None, "no counted steps: nothing to predict from", "none")]
     recs = [r for r in (m.workers(), m.prefetch(), m.persistent(), m.batch_fetch(), m.cache_in_ram(),
                         m.on_device(), m.pin_memory(), m.fewer_threads()) if r is not None]
-    recs = [r for r in recs if r["predicted_speedup"] >= MIN_GAIN]
-    recs.sort(key=lambda r: -r["predicted_speedup"])
+    recs = [r for r in recs if r.predicted_speedup >= MIN_GAIN]
+    recs.sort(key=lambda r: -r.predicted_speedup)
     meta = run.meta if isinstance(run.meta, dict) else {}
     if meta.get("kind") == "script":
         recs = _for_script(recs, meta)
     return recs or [m.negative(verdict)]
 
 
-def _for_script(recs: list[dict[str, Any]], meta: dict[str, Any]) -> list[dict[str, Any]]:
+def _for_script(recs: list[Recommendation], meta: dict[str, Any]) -> list[Recommendation]:
     """A script's recommendations: only settings its code can change where it builds the training loader
     (placement is the script's design), each with the Python to write (``script_text``)."""
     loader = next((d for d in meta.get("loaders") or [] if d.get("role") == "train"), {})
     name = loader.get("name") or "the training loader"
     out = []
     for rec in recs:
-        change = _dict(rec.get("change"))
+        change = rec.change
         if any(key.startswith("data.") for key in change):
             continue
         if not change:  # a code change (e.g. take whole batches): its own words apply to a script too
@@ -150,7 +182,7 @@ def _for_script(recs: list[dict[str, Any]], meta: dict[str, Any]) -> list[dict[s
         code = dataloader_kwargs(change, dataset=f"{loader.get('dataset') or 'dataset'}(...)").splitlines()
         if not any(key.startswith("loader.") for key in change):
             code = code[1:]  # threads only: no DataLoader line
-        out.append({**rec, "script_text": f"{name}: " + "; ".join(code)})
+        out.append(dataclasses.replace(rec, script_text=f"{name}: " + "; ".join(code)))
     return out
 
 
@@ -252,9 +284,9 @@ class _Model:
         return self.fetch, self.prep, self.collate
 
     def _rec(self, change: dict[str, Any], predicted: float, reason: str, model: str,
-             **extra: Any) -> dict[str, Any]:
-        return {"change": change, "predicted_samples_per_s": float(predicted),
-                "predicted_speedup": float(predicted / self.current), "reason": reason, "model": model, **extra}
+             **extra: Any) -> Recommendation:
+        assert self.current is not None  # recommend() returns before any candidate without counted steps
+        return Recommendation(change, float(predicted), float(predicted / self.current), reason, model, **extra)
 
     def _now(self) -> str:
         return f"{self.current:,.0f} samples/s now"
@@ -278,7 +310,7 @@ class _Model:
 
     # -- candidates ----------------------------------------------------------------------
 
-    def workers(self) -> dict[str, Any] | None:
+    def workers(self) -> Recommendation | None:
         parts = self._parts()
         if parts is None or self.storage == "device":
             return None
@@ -324,7 +356,7 @@ class _Model:
         """C with fewer torch threads: in proportion to the cores the training process really used, at most C."""
         return self.ceiling * min(1.0, threads / self.train_cores) if self.train_cores > 0 else self.ceiling
 
-    def prefetch(self) -> dict[str, Any] | None:
+    def prefetch(self) -> Recommendation | None:
         pre, parts = _dict(self.attr.get("prefetch")), self._parts()
         if not self.k or parts is None or "absent" in pre:
             return None
@@ -340,7 +372,7 @@ class _Model:
                          f"the supply model at {self.k} workers ({self._now()})",
                          "X(k) at the current k: the queue no longer runs dry")
 
-    def persistent(self) -> dict[str, Any] | None:
+    def persistent(self) -> Recommendation | None:
         if not self.k or self.loader.persistent_workers:
             return None
         if self.cold and self.storage == "memmap":
@@ -367,7 +399,7 @@ class _Model:
                          f"predicted {x:,.0f} samples/s ({self._now()})",
                          "n / (counted time − epoch-start excess wait)")
 
-    def batch_fetch(self) -> dict[str, Any] | None:
+    def batch_fetch(self) -> Recommendation | None:
         parts = self._parts()
         if parts is None or self.storage != "ram" or self.wait < COMPUTE_BOUND_FRACTION:
             return None
@@ -385,7 +417,7 @@ class _Model:
                          code_change="give the Dataset a __getitems__(indices) that returns the whole batch, or "
                                      "use a BatchSampler with batch_size=None")
 
-    def cache_in_ram(self) -> dict[str, Any] | None:
+    def cache_in_ram(self) -> Recommendation | None:
         parts = self._parts()
         if parts is None or self.storage not in ON_DISK:
             return None
@@ -415,7 +447,7 @@ class _Model:
                          "X(k) with fetch = 0" + (" and prep = 0 (decode)" if decode and not keep_prep else ""),
                          **extra)
 
-    def on_device(self) -> dict[str, Any] | None:
+    def on_device(self) -> Recommendation | None:
         n = self.data.samples
         if self.storage == "device" or not n or n * SAMPLE_BYTES > DEVICE_DATA_MAX_BYTES or self.wait < COMPUTE_BOUND_FRACTION:
             return None
@@ -439,7 +471,7 @@ class _Model:
                          "C_alone: training steps on one batch on the device after the run, nothing else "
                          "running (else C = n / Σ(compute + h2d))", **extra)
 
-    def pin_memory(self) -> dict[str, Any] | None:
+    def pin_memory(self) -> Recommendation | None:
         if not self.device.startswith("cuda") or pins_memory(self.loader.pin_memory, self.device) \
                 or self.h2d < PIN_MEMORY_H2D:
             return None
@@ -449,7 +481,7 @@ class _Model:
                          f"halves them: predicted {x:,.0f} samples/s ({self._now()})",
                          "n / (counted time − h2d/2)")
 
-    def fewer_threads(self) -> dict[str, Any] | None:
+    def fewer_threads(self) -> Recommendation | None:
         parts = self._parts()
         if parts is None or not self.k or not self.cpu.get("oversubscribed") or self.wait < COMPUTE_BOUND_FRACTION:
             return None
@@ -469,9 +501,9 @@ class _Model:
 
     # -- the honest negative -------------------------------------------------------------
 
-    def negative(self, verdict: dict[str, Any]) -> dict[str, Any]:
+    def negative(self, verdict: Verdict) -> Recommendation:
         busy = self.busy_over_usable
-        if verdict.get("class") == "compute":
+        if verdict.klass == "compute":
             threads = ""
             if self.cpu.get("oversubscribed"):
                 threads = (f"; but {fmt.plural(self.k, 'worker')} + {fmt.plural(self.threads, 'torch thread')} "
@@ -505,9 +537,8 @@ def set_text(rec: dict[str, Any]) -> str:
     return f"code: {rec['code_change']}" if rec.get("code_change") else "no change"
 
 
-def _negative(current: float | None, reason: str, model: str) -> dict[str, Any]:
-    return {"change": {}, "predicted_samples_per_s": current, "predicted_speedup": 1.0, "reason": reason,
-            "model": model}
+def _negative(current: float | None, reason: str, model: str) -> Recommendation:
+    return Recommendation({}, current, 1.0, reason, model)
 
 
 def _bytes_per_sample(loading: pd.DataFrame | None) -> float:

@@ -20,7 +20,7 @@ from pipeprof.analysis.hotspots import code_profile
 from pipeprof.analysis.recommend import recommend
 from pipeprof.analysis.steps import counted_steps, counted_window_s
 from pipeprof.analysis.thresholds import COMPUTE_BOUND_FRACTION, H2D_BOUND_FRACTION, INPUT_BOUND_FRACTION
-from pipeprof.analysis.verdict import coarse, verdict_from_attribution
+from pipeprof.analysis.verdict import Verdict, verdict_from_attribution
 from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
 from pipeprof.run_folder import Run
@@ -31,11 +31,11 @@ SUMMARY_SCHEMA_VERSION = 1
 TAIL_FRACTION = 0.10
 
 
-def bottleneck(verdict: dict[str, Any]) -> tuple[str, str]:
+def bottleneck(verdict: Verdict) -> tuple[str, str]:
     """summary.json's ``bottleneck`` and ``bottleneck_reason``: the verdict's class in its coarse form
     (``verdict.COARSE_CLASSES``) and the reason in plain words, from the verdict's own evidence."""
-    klass = coarse(verdict["class"])
-    evidence = verdict.get("evidence") or {}
+    klass = verdict.coarse
+    evidence = verdict.evidence
     wait, h2d = evidence.get("data_wait_fraction"), evidence.get("h2d_fraction")
     if klass == "unknown" or wait is None:
         return klass, "no counted steps: nothing to judge"
@@ -47,7 +47,7 @@ def bottleneck(verdict: dict[str, Any]) -> tuple[str, str]:
         return klass, (f"bound by the copy to the device: {100 * (h2d or 0.0):.0f}% of step time moved batches "
                        f"host → device (from {100 * H2D_BOUND_FRACTION:.0f}%, and no less than the "
                        f"{pct:.0f}% waiting for data)")
-    if verdict.get("degree") == "input-bound":
+    if verdict.degree == "input-bound":
         reason = (f"input-bound: {pct:.0f}% of step time was spent waiting for data "
                   f"(input-bound from {100 * INPUT_BOUND_FRACTION:.0f}%)")
     else:
@@ -162,8 +162,8 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
     if run.meta.get("kind") == "script":  # pipeprof profile / pipeprof.profile(): what ran, and its loaders
         summary.update({k: run.meta.get(k) for k in ("script", "loaders", "step_source")})
     summary["attribution"] = attr.to_json()
-    summary["verdict"] = judged
-    summary["recommendations"] = recommend(run, attr, summary["verdict"])
+    summary["verdict"] = judged.to_json()
+    summary["recommendations"] = [r.to_json() for r in recommend(run, attr, judged)]
     summary["verification"] = verification(run.meta.get("verification"), summary["samples_per_s"])
     summary["throughput"] = throughput_windows(run.steps)
     summary["code_profile"] = code_profile(run)

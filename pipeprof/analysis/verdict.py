@@ -84,6 +84,7 @@ the usable cores (oversubscription) and when a cold page cache was not cold.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipeprof import format as fmt
@@ -121,19 +122,44 @@ def input_degree(data_wait_fraction: float) -> str:
 # ---- verdict ----------------------------------------------------------------------------
 
 
-def verdict(run: Run, probe: dict | None = None) -> dict[str, Any]:
-    """One class (``CLASSES``) with its evidence and a sentence; see the module's decision table.
+@dataclass(frozen=True)
+class Verdict:
+    """What limits the run: one class (``CLASSES``) with its evidence and a sentence.
 
-    Returns ``{"class", "rule", "degree", "sentence", "evidence", "notes"}``: ``rule`` is
-    the row of the table that decided; ``degree`` is ``"input-bound"`` (data wait >= 20%)
-    or ``"partly input-bound"`` (5-20%) for ``input:*`` and ``balanced`` with a wait, else
-    None; ``evidence`` holds the numbers behind the decision (units in the names);
-    ``notes`` are sentences about oversubscribed cores and a cold cache that was not cold.
+    ``rule`` is the row of the decision table that decided; ``degree`` is
+    ``"input-bound"`` (data wait >= 20%) or ``"partly input-bound"`` (5-20%) for
+    ``input:*`` and ``balanced``, else None; ``evidence`` holds the numbers behind the
+    decision (units in the names); ``notes`` are sentences about oversubscribed cores
+    and a cold cache that was not cold. summary.json's ``verdict`` is ``to_json()``.
     """
+
+    klass: str  # "class" in summary.json
+    rule: str
+    degree: str | None
+    sentence: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.klass not in CLASSES:
+            raise ValueError(f"not a verdict class: {self.klass!r}")
+
+    @property
+    def coarse(self) -> str:
+        """summary.json's ``bottleneck``: the class without the input's cause."""
+        return coarse(self.klass)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"class": self.klass, "rule": self.rule, "degree": self.degree, "sentence": self.sentence,
+                "evidence": dict(self.evidence), "notes": list(self.notes)}
+
+
+def verdict(run: Run, probe: dict | None = None) -> Verdict:
+    """The verdict of ``run`` (see the module's decision table and ``Verdict``)."""
     return verdict_from_attribution(attribution(run, probe))
 
 
-def verdict_from_attribution(record: Attribution) -> dict[str, Any]:
+def verdict_from_attribution(record: Attribution) -> Verdict:
     """The verdict from an ``attribution(...)`` result (what ``summarize`` uses: computed once)."""
     attr = record.sections
     step = attr["step"]
@@ -330,10 +356,8 @@ def _notes(attr: dict[str, Any]) -> list[str]:
     return notes
 
 
-def _result(klass: str, rule: str, degree: str | None, sentence: str, evidence: dict, notes: list[str]) -> dict:
-    assert klass in CLASSES, klass
-    return {"class": klass, "rule": rule, "degree": degree, "sentence": sentence, "evidence": evidence,
-            "notes": notes}
+def _result(klass: str, rule: str, degree: str | None, sentence: str, evidence: dict, notes: list[str]) -> Verdict:
+    return Verdict(klass, rule, degree, sentence, evidence, tuple(notes))
 
 
 # ---- helpers ----------------------------------------------------------------------------
