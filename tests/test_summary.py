@@ -9,7 +9,7 @@ import pytest
 from conftest import schema_errors
 
 from pipeprof.analysis.steps import fractions, step_breakdown
-from pipeprof.analysis.summary import bottleneck, summarize, uss_snapshot
+from pipeprof.analysis.summary import Summary, bottleneck, summarize, summary_record, uss_snapshot
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.run_folder import PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
 
@@ -164,3 +164,12 @@ def test_summaries_match_the_published_schema_and_the_schema_is_strict():
     assert schema_errors({**s, "verdict": {**s["verdict"], "klass": "compute"}})
     assert schema_errors({**s, "attribution": {**s["attribution"], "gpu": {"absent": "x"}}}) == []  # absent is fine
     assert schema_errors({**s, "attribution": {**s["attribution"], "step": {"absent": "x"}}})  # but not for step
+
+
+def test_the_summary_record_is_what_summary_json_is_made_of():
+    run = make_run(make_steps())
+    record = summary_record(run)
+    assert isinstance(record, Summary) and record.to_json() == summarize(run)
+    assert record.bottleneck == record.verdict.coarse == "input"
+    assert record.recommendations and record.recommendations[0].to_json() == summarize(run)["recommendations"][0]
+    assert record.attribution.fractions == record.fractions and record.sections["loading"] is None

@@ -1,8 +1,11 @@
 """The summary: headline statistics of one run, derived from its raw records.
 
 Pure functions over the run's DataFrames; nothing here times, samples or
-renders. ``summarize(run)`` returns the ``summary.json`` contract documented
-in the README (``SUMMARY_SCHEMA_VERSION`` is bumped on incompatible change).
+renders. ``summary_record(run)`` returns a ``Summary``: the stages' records
+(``Attribution``, ``Verdict``, ``Recommendation``) with the statistics;
+``summarize(run)`` its ``to_json()``, the ``summary.json`` contract documented
+in the README and in ``pipeprof/schemas/summary.schema.json``
+(``SUMMARY_SCHEMA_VERSION`` is bumped on incompatible change).
 ``attribution`` comes from ``pipeprof.analysis.attribution``, ``verdict`` from
 ``pipeprof.analysis.verdict``, ``recommendations`` from ``pipeprof.analysis.recommend``.
 """
@@ -10,14 +13,15 @@ in the README (``SUMMARY_SCHEMA_VERSION`` is bumped on incompatible change).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from pipeprof.analysis.attribution import attribution
+from pipeprof.analysis.attribution import Attribution, attribution
 from pipeprof.analysis.hotspots import code_profile
-from pipeprof.analysis.recommend import recommend
+from pipeprof.analysis.recommend import Recommendation, recommend
 from pipeprof.analysis.steps import counted_steps, counted_window_s
 from pipeprof.analysis.thresholds import COMPUTE_BOUND_FRACTION, H2D_BOUND_FRACTION, INPUT_BOUND_FRACTION
 from pipeprof.analysis.verdict import Verdict, verdict_from_attribution
@@ -70,8 +74,59 @@ def _stat(series: pd.Series, how: str) -> float | None:
     return float(getattr(values, how)())
 
 
+@dataclass(frozen=True)
+class Summary:
+    """One run's summary: the analysis stages' records and the statistics reported as they are.
+
+    ``to_json()`` is summary.json (the README's table; ``pipeprof/schemas/summary.schema.json``).
+    ``bottleneck`` and ``bottleneck_reason`` are the verdict's coarse class and its words;
+    ``sections`` holds the rest of summary.json's keys (``cpu``, ``memory``, ``disk``,
+    ``gpu``, ``loading``, ``cache``, ``final_loss``, ``accuracy``, ``absences``,
+    ``steady``, ``status``, ``error``, ``verification``, ``throughput``,
+    ``code_profile``, and a script's ``script``, ``loaders``, ``step_source``).
+    """
+
+    scenario: str
+    device: str | None
+    steps: int
+    warmup_steps: int
+    samples: int
+    duration_s: float
+    samples_per_s: float | None
+    step_time_s: dict[str, float | None]  # median, p90, mean of counted steps
+    fractions: dict[str, float]  # data_wait, h2d, compute, other: shares of counted step time (NaN: no steps)
+    attribution: Attribution
+    verdict: Verdict
+    recommendations: tuple[Recommendation, ...]
+    sections: dict[str, Any]
+
+    @property
+    def bottleneck(self) -> str:
+        return self.verdict.coarse
+
+    @property
+    def bottleneck_reason(self) -> str:
+        return bottleneck(self.verdict)[1]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SUMMARY_SCHEMA_VERSION, "scenario": self.scenario, "device": self.device,
+            "steps": self.steps, "warmup_steps": self.warmup_steps, "samples": self.samples,
+            "duration_s": self.duration_s, "samples_per_s": self.samples_per_s, "step_time_s": dict(self.step_time_s),
+            "fractions": dict(self.fractions), "bottleneck": self.bottleneck,
+            "bottleneck_reason": self.bottleneck_reason, **self.sections,
+            "attribution": self.attribution.to_json(), "verdict": self.verdict.to_json(),
+            "recommendations": [r.to_json() for r in self.recommendations],
+        }
+
+
 def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The summary.json contract for ``run`` (see README, "summary.json").
+    """summary.json for ``run``: ``summary_record(run, probe).to_json()``."""
+    return summary_record(run, probe).to_json()
+
+
+def summary_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
+    """The summary of ``run``; its ``to_json()`` is the summary.json contract (see README, "summary.json").
 
     ``probe`` is the JSON of ``pipeprof probe`` (machine ceilings; default: the
     one ``pipeprof run`` stored in run.json when the machine had been probed); without it
@@ -105,7 +160,6 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
     attr = attribution(run, probe if probe is not None else run.meta.get("probe"))
     frac = attr.fractions
     judged = verdict_from_attribution(attr)
-    klass, reason = bottleneck(judged)
 
     tail = counted.tail(max(1, math.ceil(TAIL_FRACTION * n))) if n else counted
     tail_samples = float(tail["samples"].sum())
@@ -114,23 +168,8 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
     during = _in_window(run.samples, window)
     processes = run.processes
 
-    summary: dict[str, Any] = {
-        "schema_version": SUMMARY_SCHEMA_VERSION,
-        "scenario": run.name,
-        "device": run.meta.get("device"),
-        "steps": n,
-        "warmup_steps": int(steps["warmup"].astype(bool).sum()),
-        "samples": samples,
-        "duration_s": duration_s,
-        "samples_per_s": samples / duration_s if duration_s > 0 else None,
-        "step_time_s": {
-            "median": float(np.median(step_s)) if n else None,
-            "p90": float(np.percentile(step_s, 90)) if n else None,
-            "mean": float(step_s.mean()) if n else None,
-        },
-        "fractions": frac,
-        "bottleneck": klass,
-        "bottleneck_reason": reason,
+    samples_per_s = samples / duration_s if duration_s > 0 else None
+    sections: dict[str, Any] = {
         "cpu": {
             "cores": run.meta.get("environment", {}).get("cpu_cores"),
             "mean_util": _stat(during.get("cpu_util_pct", pd.Series(dtype=float)), "mean"),
@@ -160,14 +199,18 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
         "error": run.meta.get("error"),
     }
     if run.meta.get("kind") == "script":  # pipeprof profile / pipeprof.profile(): what ran, and its loaders
-        summary.update({k: run.meta.get(k) for k in ("script", "loaders", "step_source")})
-    summary["attribution"] = attr.to_json()
-    summary["verdict"] = judged.to_json()
-    summary["recommendations"] = [r.to_json() for r in recommend(run, attr, judged)]
-    summary["verification"] = verification(run.meta.get("verification"), summary["samples_per_s"])
-    summary["throughput"] = throughput_windows(run.steps)
-    summary["code_profile"] = code_profile(run)
-    return summary
+        sections.update({k: run.meta.get(k) for k in ("script", "loaders", "step_source")})
+    sections["verification"] = verification(run.meta.get("verification"), samples_per_s)
+    sections["throughput"] = throughput_windows(run.steps)
+    sections["code_profile"] = code_profile(run)
+    return Summary(
+        scenario=run.name, device=run.meta.get("device"), steps=n, warmup_steps=int(steps["warmup"].astype(bool).sum()),
+        samples=samples, duration_s=duration_s, samples_per_s=samples_per_s,
+        step_time_s={"median": float(np.median(step_s)) if n else None,
+                     "p90": float(np.percentile(step_s, 90)) if n else None,
+                     "mean": float(step_s.mean()) if n else None},
+        fractions=frac, attribution=attr, verdict=judged,
+        recommendations=tuple(recommend(run, attr, judged)), sections=sections)
 
 
 def _accuracy(correct: pd.Series, samples: float) -> float | None:
