@@ -1,5 +1,7 @@
 """The whole program, with small real runs (a few seconds each) and its error paths."""
 
+import atexit
+import gc
 import json
 import subprocess
 import sys
@@ -7,6 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
+from pipeprof.cli import main as main_module
 from pipeprof.cli.main import main
 
 TINY = """
@@ -165,3 +168,16 @@ def test_cold_cache_reads_the_data_set_from_disk_every_epoch(tmp_path, cache):
     assert len(check["epochs"]) == 2
     for epoch in check["epochs"]:
         assert epoch["read_fraction"] >= 0.8
+
+
+def test_only_a_process_of_its_own_skips_the_final_collections(monkeypatch, capsys):
+    """``pipeprof`` / ``python -m pipeprof`` (argv None) freeze the collector at exit; ``main([...])`` in a
+    caller's process never does (the caller's objects live on)."""
+    registered = []
+    monkeypatch.setattr(main_module.atexit, "register", registered.append)
+    assert main(["list", "scenarios"]) == 0
+    assert registered == []
+    monkeypatch.setattr(sys, "argv", ["pipeprof", "list", "scenarios"])
+    assert main() == 0
+    assert registered == [gc.freeze]
+    assert main_module.atexit is atexit
