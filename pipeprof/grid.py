@@ -135,7 +135,9 @@ def plan(base: Scenario, axes: Sequence[tuple[str, list[Any]]], where: str,
 
 def _split(text: str) -> list[str]:
     """Split at commas outside brackets and quotes: ``[256,128],[64]`` -> two values."""
-    parts, depth, quote, current, escaped = [], 0, "", [], False
+    parts: list[str] = []
+    current: list[str] = []
+    depth, quote, escaped = 0, "", False
     for ch in text:
         if escaped:  # the character after a backslash in a "basic string": \" does not end it
             escaped = False

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,6 +135,7 @@ class Scenario:
     def total_steps(self) -> int:
         if self.train.steps is not None:
             return self.train.steps
+        assert self.train.epochs is not None  # validation: exactly one of steps and epochs
         return self.train.epochs * self.steps_per_epoch()
 
     def to_dict(self) -> dict[str, Any]:
@@ -366,7 +367,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise UsageError(f"{where}: not valid TOML: an integer too long to read (TOML integers are 64-bit)") from None
 
 
-def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
+def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
     """Read, override and validate a scenario file. Raises UsageError (one line)."""
     path = Path(path)
     raw = read_toml(path)
@@ -374,7 +375,7 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
     return scenario_from_dict(raw, printable(str(path)), overrides)
 
 
-def scenario_from_dict(raw: dict[str, Any], where: str, overrides: list[str] = ()) -> Scenario:
+def scenario_from_dict(raw: dict[str, Any], where: str, overrides: Sequence[str] = ()) -> Scenario:
     """Validate a parsed scenario (plus ``--set`` overrides) into a Scenario."""
     values: dict[str, dict[str, Any]] = {s: {} for s in SCHEMA}
     for key, value in raw.items():

@@ -153,26 +153,26 @@ def cold_cache_check(epochs_df: pd.DataFrame, dataset_bytes: int, cache: str,
         raise ValueError(f"cache must be 'warm' or 'cold', got {cache!r}")
     if dataset_bytes <= 0:
         raise ValueError(f"dataset_bytes must be > 0, got {dataset_bytes}")
-    epochs = []
-    for position, row in enumerate(epochs_df.itertuples(index=False)):
+    epochs: list[dict[str, Any]] = []
+    for position, row in enumerate(epochs_df.to_dict("records")):
         share = 1.0
-        if dataset_samples and not pd.isna(row.samples):
-            share = min(1.0, float(row.samples) / dataset_samples)
+        if dataset_samples and not pd.isna(row["samples"]):
+            share = min(1.0, float(row["samples"]) / dataset_samples)
         expected = dataset_bytes * share
-        measured = not pd.isna(row.read_bytes)
+        measured = not pd.isna(row["read_bytes"])
         epochs.append({
-            "epoch": int(row.epoch),
-            "start_s": float(row.start_s),
-            "end_s": float(row.end_s),
-            "read_bytes": float(row.read_bytes) if measured else None,
-            "unattributed_read_bytes": (None if pd.isna(row.unattributed_read_bytes)
-                                        else float(row.unattributed_read_bytes)),
+            "epoch": int(row["epoch"]),
+            "start_s": float(row["start_s"]),
+            "end_s": float(row["end_s"]),
+            "read_bytes": float(row["read_bytes"]) if measured else None,
+            "unattributed_read_bytes": (None if pd.isna(row["unattributed_read_bytes"])
+                                        else float(row["unattributed_read_bytes"])),
             "expected_bytes": expected,
-            "read_fraction": float(row.read_bytes) / expected if measured and expected > 0 else None,
-            "drop": _drop_for(drops, int(row.epoch), position),
+            "read_fraction": float(row["read_bytes"]) / expected if measured and expected > 0 else None,
+            "drop": _drop_for(drops, int(row["epoch"]), position),
         })
 
-    fractions = [e["read_fraction"] for e in epochs if e["read_fraction"] is not None]
+    fractions: list[float] = [e["read_fraction"] for e in epochs if e["read_fraction"] is not None]
     result: dict[str, Any] = {
         "cache": cache,
         "verified": None,

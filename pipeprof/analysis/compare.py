@@ -95,7 +95,8 @@ def throughput_ratio(baseline: dict[str, Any], other: dict[str, Any]) -> dict[st
     ma, mb = finite(wa.get("mean")), finite(wb.get("mean"))
     sa, sb = finite(wa.get("se")), finite(wb.get("se"))
     ka, kb = int(wa.get("windows") or 0), int(wb.get("windows") or 0)
-    if None not in (ma, mb, sa, sb) and ma > 0 and mb > 0 and ka >= 2 and kb >= 2:
+    if ma is not None and mb is not None and sa is not None and sb is not None and ma > 0 and mb > 0 \
+            and ka >= 2 and kb >= 2:
         ratio = mb / ma
         va, vb = (sa / ma) ** 2, (sb / mb) ** 2  # squared relative standard errors
         se = math.sqrt(va + vb)
@@ -106,11 +107,11 @@ def throughput_ratio(baseline: dict[str, Any], other: dict[str, Any]) -> dict[st
         return _ratio(ratio, ratio * math.exp(-half), ratio * math.exp(half), df,
                       "ratio of samples/s, 95% interval by the delta method in log space (Welch df)")
     ra, rb = finite(baseline.get("samples_per_s")), finite(other.get("samples_per_s"))
-    ratio = rb / ra if ra and rb is not None and ra > 0 else None
+    plain = rb / ra if ra and rb is not None and ra > 0 else None
     reasons = [f"{name}: {w.get('reason') or 'no throughput windows'}"
                for name, w in (("the baseline", wa), ("this run", wb)) if finite(w.get("mean")) is None]
     reason = "; ".join(reasons) or "a run's window rates have no usable spread"
-    return dict(_ratio(ratio, None, None, None, "ratio of samples/s (no interval)"), reason=reason)
+    return dict(_ratio(plain, None, None, None, "ratio of samples/s (no interval)"), reason=reason)
 
 
 def _ratio(ratio: float | None, low: float | None, high: float | None, df: float | None,

@@ -157,11 +157,11 @@ def _fractions(tc: float | None, tp: float | None, tr: float | None,
                null_reasons: Mapping[str, str]) -> dict[str, float | None]:
     """The model's formulas on per-sample times (seconds); None where ``null_reasons`` says so."""
     out: dict[str, float | None] = dict.fromkeys(FRACTIONS)
-    if "fetch_stall" not in null_reasons:
+    if "fetch_stall" not in null_reasons and tr is not None and tp is not None:
         out["fetch_stall"] = (tr - tp) / tr
-    if "prep_stall" not in null_reasons:
+    if "prep_stall" not in null_reasons and tr is not None and tp is not None and tc is not None:
         out["prep_stall"] = (tp - tc) / tr
-    if "stall" not in null_reasons:
+    if "stall" not in null_reasons and tr is not None and tc is not None:
         out["stall"] = 1.0 - tc / tr
         out["compute"] = tc / tr
     return out
@@ -207,7 +207,7 @@ def cross_check(real: Mapping[str, Any] | None, fractions: Mapping[str, float | 
     elif stall < MIN_STALL_TO_SPLIT:
         split_reason = (f"the differential stall ({fmt.pct(stall, 1)}) is under {fmt.pct(MIN_STALL_TO_SPLIT, 1)}: "
                         f"too little to split between fetch and prep")
-    share = fetch / stall if split_reason is None else None
+    share = fetch / stall if split_reason is None and fetch is not None and stall is not None else None
     fetch_share = _check(direct_fetch, share, split_reason, tolerance)
     if storage == "images":
         fetch_share["notes"].append(

@@ -129,17 +129,17 @@ def loading_summary(loading: pd.DataFrame) -> dict[str, Any] | None:
         "batch_s": float((df["t_end_s"] - df["t_start_s"]).mean()),
         "fractions": {p: _ratio(v, measured_s) for p, v in totals.items()},
         "by_worker": {
-            worker_label(row.worker): {
-                "batches": int(row.batches),
-                "samples": int(row.samples),
-                "fetch_per_sample_s": _finite(row.fetch_per_sample_s),
-                "prep_per_sample_s": _finite(row.prep_per_sample_s),
-                "collate_per_batch_s": _finite(row.collate_per_batch_s),
-                "collate_per_sample_s": _finite(row.collate_per_sample_s),
-                "batch_s": _finite(row.batch_s),
-                "busy_fraction": _finite(row.busy_fraction),
+            worker_label(row["worker"]): {
+                "batches": int(row["batches"]),
+                "samples": int(row["samples"]),
+                "fetch_per_sample_s": _finite(row["fetch_per_sample_s"]),
+                "prep_per_sample_s": _finite(row["prep_per_sample_s"]),
+                "collate_per_batch_s": _finite(row["collate_per_batch_s"]),
+                "collate_per_sample_s": _finite(row["collate_per_sample_s"]),
+                "batch_s": _finite(row["batch_s"]),
+                "busy_fraction": _finite(row["busy_fraction"]),
             }
-            for row in loading_breakdown(df).itertuples(index=False)
+            for row in loading_breakdown(df).to_dict("records")
         },
     }
 

@@ -169,7 +169,7 @@ def recommend(run: Run, attribution: Attribution, verdict: Verdict) -> list[Reco
 def _for_script(recs: list[Recommendation], meta: dict[str, Any]) -> list[Recommendation]:
     """A script's recommendations: only settings its code can change where it builds the training loader
     (placement is the script's design), each with the Python to write (``script_text``)."""
-    loader = next((d for d in meta.get("loaders") or [] if d.get("role") == "train"), {})
+    loader: dict[str, Any] = next((d for d in meta.get("loaders") or [] if d.get("role") == "train"), {})
     name = loader.get("name") or "the training loader"
     out = []
     for rec in recs:
@@ -279,7 +279,7 @@ class _Model:
         return min(k, max(free, k * self.cores / (k + t))) if k else 0.0
 
     def _parts(self) -> tuple[float, float, float] | None:
-        if self.fetch is None:
+        if self.fetch is None or self.prep is None or self.collate is None:
             return None
         return self.fetch, self.prep, self.collate
 
@@ -502,6 +502,7 @@ class _Model:
     # -- the honest negative -------------------------------------------------------------
 
     def negative(self, verdict: Verdict) -> Recommendation:
+        assert self.current is not None  # recommend() answers a run without counted steps itself
         busy = self.busy_over_usable
         if verdict.klass == "compute":
             threads = ""

@@ -212,7 +212,7 @@ def _input_cause(attr: dict[str, Any]) -> tuple[str, str, str, dict[str, Any]]:
             part = _largest(loading, ("fetch", "prep", "collate"))
         else:
             by_class = {"fetch": wait_s["fetch"], "prep": wait_s["prep"], "collate": wait_s["collate"] + wait_s["own"]}
-            part = max(by_class, key=by_class.get)
+            part = max(by_class, key=lambda p: by_class[p])
             if part == "collate" and wait_s["own"] >= wait_s["collate"]:
                 total_s = sum(wait_s.values())
                 return "input:main", "R3", (

@@ -145,7 +145,7 @@ def throughput_windows(steps: pd.DataFrame, *, target_window_s: float = TARGET_W
                 **rate_stats(window_samples, window_s))
 
 
-def rate_stats(samples: Sequence[float], seconds: Sequence[float]) -> dict[str, float | None]:
+def rate_stats(samples: Sequence[float] | np.ndarray, seconds: Sequence[float] | np.ndarray) -> dict[str, float | None]:
     """Statistics of the rates ``samples / seconds`` of k >= 2 windows (see the module docstring).
 
     ``mean`` (duration-weighted: total samples / total seconds), ``median``,
