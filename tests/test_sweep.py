@@ -10,6 +10,8 @@ from pipeprof.analysis.sweep import best_point, interval, near_best, point_recor
 from pipeprof.cli.main import main
 from pipeprof.errors import UsageError
 from pipeprof.grid import axes_from_table, build_axes, parse_axis, plan
+from pipeprof.pipeline import sweep
+from pipeprof.pipeline.progress import OK, Progress
 from pipeprof.scenario import load_scenario
 
 
@@ -188,3 +190,44 @@ def test_ctrl_c_keeps_the_finished_points_and_exits_130(tmp_path, scenario_file)
     assert statuses[0] == "complete" and statuses[1] == "interrupted" and statuses[2] == "not run"
     assert doc["best"]["index"] == 0 and (folder / "sweep.html").exists()
     assert "Traceback" not in err
+
+
+# ---- the pipeline reports through the Progress it is given, and prints nothing ----------------
+
+
+class RecordingProgress(Progress):
+    def __init__(self):
+        self.calls = []
+
+    def task(self, title, total):
+        self.calls.append(("task", title, total))
+        return "bar"
+
+    def update(self, task, *, completed=None, title=None, tone=OK):
+        self.calls.append(("update", task, title))
+
+    def advance(self, task):
+        self.calls.append(("advance", task))
+
+    def line(self, text, *, end="\n"):
+        self.calls.append(("line", text))
+
+
+def test_run_points_reports_through_its_progress_and_prints_nothing(tmp_path, scenario_file, capsys, monkeypatch):
+    base = load_scenario(scenario_file)
+    axes = build_axes([], [parse_axis("loader.num_workers=0,2"), parse_axis("loader.prefetch_factor=4")], "t")
+    points = plan(base, axes, "t", {})  # the first is invalid together: skipped, never run
+    rates = iter([1234.0])
+    monkeypatch.setattr(sweep, "run_point", lambda point, folder, cache: point_record(
+        point.index, point.label, point.change, "complete", summary=summary(next(rates))))
+    doc = sweep.new_document("sweep", base, scenario_file=str(scenario_file), overrides=[], axes=axes,
+                             measure=sweep.Measure(max_seconds=1.0))
+    progress = RecordingProgress()
+    assert sweep.run_points(doc, points, tmp_path, None, progress) == "complete"
+    assert progress.calls == [("task", "tiny-sweep", 1),
+                              ("update", "bar", "tiny-sweep: num_workers=2 prefetch_factor=4"),
+                              ("line", "  num_workers=2 prefetch_factor=4: 1,234 samples/s"),
+                              ("advance", "bar")]
+    assert capsys.readouterr() == ("", "")
+    assert [p["status"] for p in doc["points"]] == ["skipped", "complete"]
+    assert json.loads((tmp_path / "sweep.json").read_text())["points"][1]["samples_per_s"] == 1234.0
