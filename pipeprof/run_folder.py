@@ -208,8 +208,8 @@ class RunSettings:
     @classmethod
     def from_meta(cls, meta: Any) -> RunSettings:
         meta = meta if isinstance(meta, dict) else {}
-        scenario = _as_dict(meta.get("scenario"))
-        loader, data = _as_dict(scenario.get("loader")), _as_dict(scenario.get("data"))
+        scenario = as_dict(meta.get("scenario"))
+        loader, data = as_dict(scenario.get("loader")), as_dict(scenario.get("data"))
         kind = "script" if meta.get("kind") == "script" else "scenario"
         storage = _as_str(data.get("storage"))
         if storage is None and kind == "scenario":
@@ -233,7 +233,9 @@ class RunSettings:
 _DEFAULT_STORAGE = DataSpec.storage
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
+def as_dict(value: Any) -> dict[str, Any]:
+    """A JSON object read from run.json, summary.json or a probe: ``value``, or ``{}`` where it is not an object
+    (a key missing in an older file, or written as something else)."""
     return value if isinstance(value, dict) else {}
 
 

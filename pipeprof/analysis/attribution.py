@@ -24,7 +24,7 @@ from pipeprof.analysis.loading import counted_batches, loading_summary
 from pipeprof.analysis.steps import counted_steps, counted_window_s, fractions
 from pipeprof.loader_rules import pins_memory, prefetch_factor, queue_capacity_batches
 from pipeprof.numbers import finite as _finite
-from pipeprof.run_folder import Run, RunSettings
+from pipeprof.run_folder import Run, RunSettings, as_dict
 
 RANDOM_READ_BYTES = 4096  # the probe's random reads are 4 KiB
 NO_PROBE = "no machine probe: run pipeprof probe"
@@ -117,7 +117,7 @@ def attribution(run: Run, probe: dict | None = None) -> Attribution:
 
 def _loading(loading: dict | None, wait_mean_s: float | None, meta: dict) -> dict[str, Any]:
     if not loading:
-        return {"absent": str(_dict(meta.get("absences")).get("loading")
+        return {"absent": str(as_dict(meta.get("absences")).get("loading")
                               or "no loading records for counted steps (recorded without worker-side timing?)")}
     busy = {w: v.get("busy_fraction") for w, v in loading["by_worker"].items()}
     workers_busy = [b for w, b in busy.items() if w != "main" and b is not None]
@@ -139,7 +139,7 @@ def _loading(loading: dict | None, wait_mean_s: float | None, meta: dict) -> dic
 
 
 def _cpu(run: Run, meta: dict, num_workers: int | None) -> dict[str, Any]:
-    env = _dict(meta.get("environment"))
+    env = as_dict(meta.get("environment"))
     cores, threads = env.get("cpu_cores"), env.get("torch_threads")
     during = _during(run)
     main, workers = _mean(during.get("main_cpu_pct")), _mean(during.get("workers_cpu_pct"))
@@ -164,7 +164,7 @@ def _disk(run: Run, probe: dict | None) -> dict[str, Any]:
     reads = _during(run).get("read_bytes_per_s")
     mean_bps, peak_bps = _mean(reads), _max(reads)
     if mean_bps is None:
-        reason = _dict(run.meta.get("absences")).get("io_counters") if isinstance(run.meta, dict) else None
+        reason = as_dict(run.meta.get("absences")).get("io_counters") if isinstance(run.meta, dict) else None
         return {"absent": str(reason or "no disk read samples during counted steps")}
     return {"mean_read_bytes_per_s": mean_bps, "peak_read_bytes_per_s": peak_bps,
             "ceiling": _disk_ceiling(probe, mean_bps, peak_bps)}
@@ -173,8 +173,8 @@ def _disk(run: Run, probe: dict | None) -> dict[str, Any]:
 def _disk_ceiling(probe: dict | None, mean_bps: float, peak_bps: float | None) -> dict[str, Any]:
     if not probe:
         return {"absent": NO_PROBE}
-    disk = _dict(probe.get("disk"))
-    seq, rnd = _dict(disk.get("sequential_read_cold")), _dict(disk.get("random_read_cold"))
+    disk = as_dict(probe.get("disk"))
+    seq, rnd = as_dict(disk.get("sequential_read_cold")), as_dict(disk.get("random_read_cold"))
     seq_bps, rnd_iops = seq.get("median_bytes_per_s"), rnd.get("median_reads_per_s")
     if not seq_bps and not rnd_iops:
         why = seq.get("absent") or rnd.get("absent") or disk.get("absent") or "the probe has no cold disk numbers"
@@ -191,8 +191,8 @@ def _disk_ceiling(probe: dict | None, mean_bps: float, peak_bps: float | None) -
 
 
 def _gpu(run: Run, meta: dict) -> dict[str, Any]:
-    gpu = _dict(meta.get("gpu"))
-    absences = _dict(meta.get("absences"))
+    gpu = as_dict(meta.get("gpu"))
+    absences = as_dict(meta.get("absences"))
     if not gpu.get("available"):
         return {"absent": str(gpu.get("reason") or absences.get("gpu") or "no GPU was recorded for this run")}
     util = _mean(_during(run).get("gpu_util_pct"))
@@ -256,7 +256,3 @@ def _mean(series: pd.Series | None) -> float | None:
 def _max(series: pd.Series | None) -> float | None:
     values = pd.to_numeric(series, errors="coerce").dropna() if series is not None else None
     return None if values is None or values.empty else float(values.max())
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}

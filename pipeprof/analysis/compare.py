@@ -37,7 +37,7 @@ from typing import Any
 
 from pipeprof.analysis.windows import t_975
 from pipeprof.numbers import finite
-from pipeprof.run_folder import Run
+from pipeprof.run_folder import Run, as_dict
 
 COMPARE_SCHEMA_VERSION = 1
 FRACTION_NOISE_PP = 2.0  # percentage points of step time
@@ -91,7 +91,7 @@ def throughput_ratio(baseline: dict[str, Any], other: dict[str, Any]) -> dict[st
     freedom), ``method``, ``within_noise`` and ``reason`` (why there is no
     interval, else null).
     """
-    wa, wb = _dict(baseline.get("throughput")), _dict(other.get("throughput"))
+    wa, wb = as_dict(baseline.get("throughput")), as_dict(other.get("throughput"))
     ma, mb = finite(wa.get("mean")), finite(wb.get("mean"))
     sa, sb = finite(wa.get("se")), finite(wb.get("se"))
     ka, kb = int(wa.get("windows") or 0), int(wb.get("windows") or 0)
@@ -123,7 +123,7 @@ def _ratio(ratio: float | None, low: float | None, high: float | None, df: float
 
 def fraction_changes(baseline: dict[str, Any], other: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per phase: ``baseline`` and ``value`` (fractions of step time), ``delta_pp`` and ``within_noise``."""
-    fa, fb = _dict(baseline.get("fractions")), _dict(other.get("fractions"))
+    fa, fb = as_dict(baseline.get("fractions")), as_dict(other.get("fractions"))
     out = {}
     for phase in PHASES:
         a, b = finite(fa.get(phase)), finite(fb.get(phase))
@@ -136,7 +136,7 @@ def fraction_changes(baseline: dict[str, Any], other: dict[str, Any]) -> dict[st
 def run_entry(label: str, folder: str, run: Run, summary: dict[str, Any]) -> dict[str, Any]:
     """What compare.json keeps of one run: identity, status, throughput, fractions, verdict."""
     meta = run.meta if isinstance(run.meta, dict) else {}
-    verdict = _dict(summary.get("verdict"))
+    verdict = as_dict(summary.get("verdict"))
     return {
         "label": label,
         "folder": folder,
@@ -147,8 +147,8 @@ def run_entry(label: str, folder: str, run: Run, summary: dict[str, Any]) -> dic
         "overrides": [str(o) for o in meta.get("overrides") or []],
         "steps": summary.get("steps"),
         "samples_per_s": summary.get("samples_per_s"),
-        "throughput": _dict(summary.get("throughput")),
-        "fractions": {p: finite(_dict(summary.get("fractions")).get(p)) for p in PHASES},
+        "throughput": as_dict(summary.get("throughput")),
+        "fractions": {p: finite(as_dict(summary.get("fractions")).get(p)) for p in PHASES},
         "bottleneck": summary.get("bottleneck"),
         "verdict": {"class": verdict.get("class"), "sentence": verdict.get("sentence")},
     }
@@ -196,7 +196,3 @@ def compare_runs(runs: Sequence[tuple[str, str, Run, dict[str, Any]]], *,
         "settings": differing_settings([run.meta.get("scenario") for _, _, run, _ in runs]),
         "noise": {"fraction_pp": FRACTION_NOISE_PP, "rules": NOISE_RULES},
     }
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}

@@ -109,7 +109,7 @@ from pipeprof.analysis.thresholds import (
 )
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.loader_rules import pins_memory, prefetch_factor, worker_only_conflicts
-from pipeprof.run_folder import Run
+from pipeprof.run_folder import Run, as_dict
 from pipeprof.scenario import ON_DISK, SAMPLE_BYTES
 
 # The model's assumptions for whole batches at once: what is left of per-sample fetch and of collate.
@@ -207,10 +207,10 @@ class _Model:
         self.ceiling = n / busy_s if n and busy_s > 0 else math.inf
         # Measured after the run with nothing else on the cores (runner.measure_compute_ceiling); the run's
         # own C is measured under its contention and only holds while that contention stays.
-        alone = _dict(meta.get("compute_ceiling")).get("samples_per_s")
+        alone = as_dict(meta.get("compute_ceiling")).get("samples_per_s")
         self.ceiling_alone = float(alone) if alone and math.isfinite(float(alone)) and alone > 0 else self.ceiling
         self.bytes_per_sample = _bytes_per_sample(run.loading)
-        step, cpu, loading = _dict(attr.get("step")), _dict(attr.get("cpu")), _dict(attr.get("loading"))
+        step, cpu, loading = as_dict(attr.get("step")), as_dict(attr.get("cpu")), as_dict(attr.get("loading"))
         self.wait = step.get("data_wait_fraction") or 0.0
         self.h2d = step.get("h2d_fraction") or 0.0
         self.k = int(cpu.get("num_workers") or 0)  # the attribution's: as set, else who made the batches
@@ -238,9 +238,9 @@ class _Model:
     def _storage_ceiling(self) -> tuple[float, str]:
         if not self.cold:
             return math.inf, "no storage ceiling (the data is not read from a cold disk)"
-        ceiling = _dict(_dict(self.attr.get("disk")).get("ceiling"))
+        ceiling = as_dict(as_dict(self.attr.get("disk")).get("ceiling"))
         if not ceiling or "absent" in ceiling:
-            why = ceiling.get("absent") if ceiling else _dict(self.attr.get("disk")).get("absent")
+            why = ceiling.get("absent") if ceiling else as_dict(self.attr.get("disk")).get("absent")
             return math.inf, f"no storage ceiling ({why or 'no probe'})"
         limits = [v for v in (ceiling.get("random_4k_cold_reads_per_s"),
                               (ceiling.get("sequential_cold_bytes_per_s") or 0) / self.bytes_per_sample or None)
@@ -357,7 +357,7 @@ class _Model:
         return self.ceiling * min(1.0, threads / self.train_cores) if self.train_cores > 0 else self.ceiling
 
     def prefetch(self) -> Recommendation | None:
-        pre, parts = _dict(self.attr.get("prefetch")), self._parts()
+        pre, parts = as_dict(self.attr.get("prefetch")), self._parts()
         if not self.k or parts is None or "absent" in pre:
             return None
         empty, busy = pre.get("empty_step_fraction"), self.loading.get("worker_busy_mean_fraction")
@@ -532,7 +532,7 @@ def set_text(rec: dict[str, Any]) -> str:
     Python to change, ``script_text``), the code change, or ``no change``."""
     if rec.get("script_text"):
         return str(rec["script_text"])
-    change = _dict(rec.get("change"))
+    change = as_dict(rec.get("change"))
     if change:
         return " ".join(f"--set {key}={fmt.setting_arg(value)}" for key, value in change.items())
     return f"code: {rec['code_change']}" if rec.get("code_change") else "no change"
@@ -548,10 +548,6 @@ def _bytes_per_sample(loading: pd.DataFrame | None) -> float:
     nbytes = pd.to_numeric(loading["nbytes"], errors="coerce").sum()
     samples = pd.to_numeric(loading["samples"], errors="coerce").sum()
     return float(nbytes / samples) if samples and nbytes else float(SAMPLE_BYTES)
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def dataloader_kwargs(settings: dict[str, Any], dataset: str = "dataset") -> str:

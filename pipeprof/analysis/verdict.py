@@ -101,7 +101,7 @@ from pipeprof.analysis.thresholds import (
 )
 from pipeprof.numbers import finite as _finite
 from pipeprof.numbers import scaled as _scaled
-from pipeprof.run_folder import Run
+from pipeprof.run_folder import Run, as_dict
 
 CLASSES = ("compute", "input:fetch", "input:prep", "input:main", "h2d", "balanced", "unknown")
 # summary.json's ``bottleneck``: the verdict's class without the input's cause.
@@ -318,7 +318,7 @@ def _disk_words(disk: dict[str, Any], evidence: dict[str, Any]) -> str:
     """The disk's read rate against the probed ceiling, for a storage verdict (and its evidence)."""
     if "absent" in disk:
         return ""
-    ceiling = _dict(disk.get("ceiling"))
+    ceiling = as_dict(disk.get("ceiling"))
     evidence["mean_read_bytes_per_s"] = disk.get("mean_read_bytes_per_s")
     evidence["peak_read_bytes_per_s"] = disk.get("peak_read_bytes_per_s")
     peak_bps = disk.get("peak_read_bytes_per_s") or 0.0
@@ -363,10 +363,6 @@ def _result(klass: str, rule: str, degree: str | None, sentence: str, evidence: 
 # ---- helpers ----------------------------------------------------------------------------
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def _largest(loading: dict, parts: tuple[str, ...]) -> str:
     return max(parts, key=lambda p: loading.get(f"{p}_fraction") or 0.0)
 
@@ -374,7 +370,7 @@ def _largest(loading: dict, parts: tuple[str, ...]) -> str:
 def _storage_words(data: dict[str, Any]) -> str | None:
     storage, throttle = data.get("storage"), data.get("throttle")
     if storage and throttle:
-        spec = _dict(throttle)
+        spec = as_dict(throttle)
         label = spec.get("preset") or (throttle if isinstance(throttle, str) else None)
         if label:
             return f"{storage}, throttled to emulate {label} storage"
