@@ -23,6 +23,7 @@ from pipeprof.analysis.sweep import best_summary, near_best, point_record
 from pipeprof.analysis.tune import Search, Space, ceiling_words, search
 from pipeprof.errors import UsageError
 from pipeprof.format import setting
+from pipeprof.loader_rules import without_worker_only
 from pipeprof.measure.environment import usable_cores
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.pipeline.fresh_process import run_child
@@ -188,8 +189,8 @@ class Trials:
         if self.scenario.data.samples * SAMPLE_BYTES > DEVICE_DATA_MAX_BYTES:
             return None
         base = result.trials[0]["settings"] if result.trials else {}
-        rate, _ = self.evaluate({**base, "data.storage": "device", "loader.num_workers": 0,
-                                 "loader.prefetch_factor": None, "loader.persistent_workers": False},
+        no_workers = {f"loader.{key}": value for key, value in without_worker_only({}).items()}
+        rate, _ = self.evaluate({**base, "data.storage": "device", "loader.num_workers": 0, **no_workers},
                                 "the compute ceiling")
         return rate
 
