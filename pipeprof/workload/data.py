@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from pipeprof.loader_rules import pins_memory
 from pipeprof.scenario import Scenario
 from pipeprof.storage import build_dataset
 from pipeprof.storage import device as device_storage
@@ -61,7 +62,7 @@ def build_data(scenario: Scenario, device: torch.device, cache_root: Path | None
     throttle = from_spec(spec.throttle) if spec.throttle is not None else None
     dataset = build_dataset(spec, files, transform, throttle, progress)
     notes = []
-    pin_memory = loader.pin_memory and device.type == "cuda"
+    pin_memory = pins_memory(loader.pin_memory, device.type)
     if loader.pin_memory and not pin_memory:
         notes.append("loader.pin_memory = true has no effect without a CUDA device: not applied")
     kwargs: dict[str, Any] = {}
