@@ -26,14 +26,8 @@ import numpy as np
 import pandas as pd
 
 from pipeprof import format as fmt
+from pipeprof.analysis.thresholds import MIN_COLD_READ_FRACTION
 from pipeprof.run_folder import Run
-
-# A cold epoch must read at least this fraction of the data set from disk.
-# Not 1.0: reads in the epoch's last ~1/sample_hz seconds can fall after the
-# sampler's last tick, a new worker's first reads go uncounted (see above),
-# and reads are counted in pages while samples straddle them. A warm cache
-# reads next to nothing, so 0.8 still separates the two cleanly.
-MIN_COLD_READ_FRACTION = 0.8
 
 EPOCH_COLUMNS = ["epoch", "start_s", "end_s", "samples", "read_bytes", "unattributed_read_bytes"]
 

@@ -68,6 +68,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeprof import format as fmt
+from pipeprof.analysis.thresholds import MIN_STALL_TO_SPLIT
 from pipeprof.numbers import finite as _finite
 
 RUNS = ("compute", "prep", "real")
@@ -83,9 +84,6 @@ RUN_TITLES = {
 # a single short run's throughput varies by about +-15%, so tighter is noise.
 TOLERANCE = 0.10
 
-# Below this total stall the fetch/prep split is not judged: a few percent of
-# noisy step time split two ways says nothing.
-MIN_STALL_TO_SPLIT = 0.05
 
 FRACTIONS = ("fetch_stall", "prep_stall", "stall", "compute")
 

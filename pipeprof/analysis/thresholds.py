@@ -1,9 +1,10 @@
-"""Every threshold the verdict and the recommendations decide by, in one place (fractions are 0-1).
+"""Every threshold the analysis decides by, in one place (fractions are 0-1).
 
-The verdict's decision table (``pipeprof.analysis.verdict``) and the
-recommendations' candidates (``pipeprof.analysis.recommend``) import these;
-a threshold used by both (the compute-bound data wait, the busy workers) is
-one name here, not two numbers there.
+The verdict's decision table (``pipeprof.analysis.verdict``), the
+recommendations' candidates (``pipeprof.analysis.recommend``), the cold-cache
+check, the differential diagnosis and the tuner import these; a threshold
+used by two of them (the compute-bound data wait, the busy workers) is one
+name here, not two numbers there.
 """
 
 from __future__ import annotations
@@ -29,3 +30,16 @@ BURSTY_EMPTY_FRACTION = 0.3  # the queue found empty on at least this share of s
 SLOW_EPOCH_START_STEPS = 2.0  # excess wait of an epoch's first step, in median steps: persistent workers
 SHARE_DOMINATES = 0.5  # a part of batch-making at least this share of it is worth removing
 PIN_MEMORY_H2D = 0.05  # h2d share of step time from which pinning is worth suggesting
+
+# The cold-cache check (analysis.cache): a cold epoch must read at least this fraction of the data set from disk.
+# Not 1.0: reads in the epoch's last ~1/sample_hz seconds can fall after the sampler's last tick, a new worker's
+# first reads go uncounted, and reads are counted in pages while samples straddle them. A warm cache reads next
+# to nothing, so 0.8 still separates the two cleanly.
+MIN_COLD_READ_FRACTION = 0.8
+
+# The differential diagnosis (analysis.differential): below this total stall the fetch/prep split is not judged:
+# a few percent of noisy step time split two ways says nothing.
+MIN_STALL_TO_SPLIT = 0.05
+
+# The tuner (analysis.tune): a neighbour must beat the best so far by this share to be taken.
+TUNE_MIN_GAIN = 0.03

@@ -36,13 +36,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeprof.analysis.thresholds import TUNE_MIN_GAIN
 from pipeprof.loader_rules import prefetch_factor, without_worker_only
 
 Settings = dict[str, Any]
 # (settings, why it is tried) -> (samples/s or None, status: "complete", "failed" or "skipped")
 Evaluate = Callable[[Settings, str], "tuple[float | None, str]"]
 
-MIN_GAIN = 0.03
 PREFETCH_FACTORS = (2, 4, 8)
 
 
@@ -115,7 +115,7 @@ class Search:
 
 
 def search(start: Settings, space: Space, evaluate: Evaluate, seeds: Callable[[], Iterable[Settings]] = tuple, *,
-           max_evals: int = 16, min_gain: float = MIN_GAIN) -> Search:
+           max_evals: int = 16, min_gain: float = TUNE_MIN_GAIN) -> Search:
     """Coordinate search from ``start`` (every dimension's current value).
 
     ``seeds()`` is called after the first measurement (the recommendations of
