@@ -117,7 +117,9 @@ def test_first_sigterm_raises_terminated_and_the_second_exits_at_once(monkeypatc
 def test_tune_and_diagnose_keep_what_they_measured(tmp_path, command, sig, status):
     scenario = tiny_file(tmp_path, steps=200000, workers=1)
     out = tmp_path / "reports"
-    extra = ["--window", "600", "--max-evals", "3"] if command == "tune" else []
+    # diagnose: sub-runs long enough that the interrupt lands in one (at its default 200 steps the whole
+    # diagnosis could end within the 3 s below)
+    extra = ["--window", "600", "--max-evals", "3"] if command == "tune" else ["--steps", "20000"]
     proc = start([command, str(scenario), "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet", *extra])
     wait_for_descendants(proc, 1)  # the first trial's (run's) DataLoader worker: it is training
     time.sleep(3)

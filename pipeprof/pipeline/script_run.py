@@ -22,7 +22,6 @@ from typing import Any
 
 import pipeprof
 from pipeprof.errors import UsageError
-from pipeprof.pipeline.derive import derived_files
 from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
 from pipeprof.script.session import Session
 
@@ -159,6 +158,9 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
             raise UsageError(f"pipeprof profile: cannot start {python}: {e.strerror or e}") from None
         with _Signals(process) as signals:
             session.start(process.pid)
+            # The report's modules (matplotlib, jinja2: half a second) load while the script runs, not
+            # before it starts.
+            from pipeprof.pipeline.derive import derived_files
             returncode = _wait(process)
         script = {"command": [python, *options, *target], "command_line": command_line, "cwd": os.getcwd(),
                   "returncode": returncode, "exit_status": exit_status(returncode)}
