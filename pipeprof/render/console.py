@@ -18,6 +18,7 @@ from pipeprof.analysis.recommend import set_text
 from pipeprof.format import NOT_MEASURED
 from pipeprof.numbers import finite as _value
 from pipeprof.numbers import scaled
+from pipeprof.run_folder import as_dict
 
 # summary.json's bottleneck is the verdict's class in coarse form (input:* -> input): one style for both.
 _BOTTLENECK_STYLE = {"input": "bold red", "compute": "bold green", "balanced": "bold yellow", "h2d": "bold red"}
@@ -27,11 +28,11 @@ _VERDICT_STYLE = _BOTTLENECK_STYLE
 def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     """The summary of one run as a two-column table (label, value with its unit)."""
     s = summary
-    step = _dict(s.get("step_time_s"))
-    frac = _dict(s.get("fractions"))
-    cpu = _dict(s.get("cpu"))
-    memory = _dict(s.get("memory"))
-    loading = _dict(s.get("loading"))
+    step = as_dict(s.get("step_time_s"))
+    frac = as_dict(s.get("fractions"))
+    cpu = as_dict(s.get("cpu"))
+    memory = as_dict(s.get("memory"))
+    loading = as_dict(s.get("loading"))
     klass = s.get("bottleneck")
 
     table = Table(title=Text(f"pipeprof: {s.get('scenario') or 'run'}", style="bold"),
@@ -42,10 +43,10 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     def add(label: str, value: str, style: str = "") -> None:
         table.add_row(Text(label), Text(value, style=style if value != NOT_MEASURED else "dim italic"))
 
-    script = _dict(s.get("script"))
+    script = as_dict(s.get("script"))
     if script:
         add("script", str(script.get("command_line") or NOT_MEASURED))
-        loaders = [_dict(d) for d in s.get("loaders") or []]
+        loaders = [as_dict(d) for d in s.get("loaders") or []]
         add("loaders", ", ".join(f"{d.get('name')} ({d.get('role')}, {d.get('batches')} batches)" for d in loaders)
             or "none iterated")
     else:
@@ -58,7 +59,7 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     add("compute (share of step time)", fmt.pct(frac.get("compute"), 1))
     add("other (share of step time)", fmt.pct(frac.get("other"), 1))
     add("bottleneck", str(s.get("bottleneck_reason") or klass or NOT_MEASURED), _BOTTLENECK_STYLE.get(klass, ""))
-    verdict = _dict(s.get("verdict"))
+    verdict = as_dict(s.get("verdict"))
     if verdict.get("class"):
         family = "input" if str(verdict["class"]).startswith("input:") else str(verdict["class"])
         text = f"{verdict['class']}: {verdict.get('sentence') or ''}".strip()
@@ -70,13 +71,13 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
         speedup = _value(top.get("predicted_speedup"))
         text = (f"{set_text(top)} → {fmt.rate(top.get('predicted_samples_per_s'))}"
                 + (f" (×{fmt.number(speedup, 2)})" if speedup is not None else "") + f": {top.get('reason') or ''}")
-        add("top recommendation", text, "bold" if _dict(top.get("change")) else "")
+        add("top recommendation", text, "bold" if as_dict(top.get("change")) else "")
     add("fetch/prep/collate per sample",
         _several(fmt.duration, *(loading.get(k) for k in ("fetch_per_sample_s", "prep_per_sample_s", "collate_per_sample_s"))))
-    code = _code_profile_line(_dict(s.get("code_profile")))
+    code = _code_profile_line(as_dict(s.get("code_profile")))
     if code:
         add("code profile", code)
-    cache = _dict(s.get("cache"))
+    cache = as_dict(s.get("cache"))
     if cache.get("cache") == "cold":
         verified = cache.get("verified")
         add("page cache", f"cold: {cache.get('reason')}", "bold red" if verified is False else "")
@@ -98,13 +99,13 @@ def print_summary(summary: dict[str, Any], folder: str | Path, console: Console 
 def _code_profile_line(code: dict[str, Any]) -> str | None:
     """cProfile's group shares per process and its cost, and py-spy's file; None when both were off."""
     parts = []
-    cprofile, pyspy = _dict(code.get("cprofile")), _dict(code.get("pyspy"))
+    cprofile, pyspy = as_dict(code.get("cprofile")), as_dict(code.get("pyspy"))
     if "absent" not in cprofile and cprofile:
-        for name, info in _dict(cprofile.get("processes")).items():
-            groups = sorted(_dict(_dict(info).get("groups")).items(), key=lambda gv: -(_value(gv[1]) or 0))
+        for name, info in as_dict(cprofile.get("processes")).items():
+            groups = sorted(as_dict(as_dict(info).get("groups")).items(), key=lambda gv: -(_value(gv[1]) or 0))
             shares = ", ".join(f"{g} {fmt.pct(v, 1)}" for g, v in groups[:3] if (_value(v) or 0) >= 0.005)
-            parts.append(f"{name}: {shares or _dict(info).get('absent') or NOT_MEASURED}")
-        ratio = _value(_dict(cprofile.get("overhead")).get("ratio"))
+            parts.append(f"{name}: {shares or as_dict(info).get('absent') or NOT_MEASURED}")
+        ratio = _value(as_dict(cprofile.get("overhead")).get("ratio"))
         parts.append(f"profiled steps ×{fmt.number(ratio, 2)} the others" if ratio is not None else "cost not measured")
     elif not str(cprofile.get("absent", "off")).startswith("off"):
         parts.append(f"cProfile: {cprofile['absent']}")
@@ -115,9 +116,6 @@ def _code_profile_line(code: dict[str, Any]) -> str | None:
 
 # -- formatting ----------------------------------------------------------------
 
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def _several(text: Any, *values: Any) -> str:

@@ -22,7 +22,7 @@ from pipeprof.analysis.steps import counted_steps, counted_window_s, step_breakd
 from pipeprof.analysis.summary import TAIL_FRACTION
 from pipeprof.format import NOT_MEASURED, finite
 from pipeprof.render import plots
-from pipeprof.run_folder import Run
+from pipeprof.run_folder import Run, as_dict
 
 _BOTTLENECK_TITLES = {
     "input": "Input-bound: training waits for data",
@@ -98,7 +98,7 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         meta=meta,
         folder_name=folder_name,
         scenario_name=summary.get("scenario") or run.name,
-        scenario_description=_dict(meta.get("scenario")).get("description"),
+        scenario_description=as_dict(meta.get("scenario")).get("description"),
         bottleneck_title=title,
         verdict=verdict,
         recommendations=_recommendations(summary),
@@ -110,14 +110,14 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         scenario_sections=_scenario_sections(meta.get("scenario")),
         script=_script(meta),
         environment_rows=_rows(meta.get("environment")),
-        gpu_rows=_rows({k: v for k, v in _dict(meta.get("gpu")).items() if k != "available"}),
-        gpu_available=bool(_dict(meta.get("gpu")).get("available")),
+        gpu_rows=_rows({k: v for k, v in as_dict(meta.get("gpu")).items() if k != "available"}),
+        gpu_available=bool(as_dict(meta.get("gpu")).get("available")),
         gpu_reason=_gpu_reason(meta),
-        absences=sorted(_dict(summary.get("absences") or meta.get("absences")).items()),
+        absences=sorted(as_dict(summary.get("absences") or meta.get("absences")).items()),
         overrides=[str(o) for o in (meta.get("overrides") or [])],
         notes=[str(n) for n in (meta.get("notes") or [])],
         error=meta.get("error"),
-        uss_reason=_dict(meta.get("absences")).get("uss") or "no USS snapshot was taken",
+        uss_reason=as_dict(meta.get("absences")).get("uss") or "no USS snapshot was taken",
         status=str(meta.get("status") or "unknown"),
         tail_pct=round(100 * TAIL_FRACTION),
     )
@@ -141,7 +141,7 @@ def _environment() -> Environment:
 
 def _verdict(summary: dict[str, Any]) -> dict[str, Any] | None:
     """The verdict block: title, sentence, notes and the evidence rows; None for older summaries."""
-    v = _dict(summary.get("verdict"))
+    v = as_dict(summary.get("verdict"))
     klass = v.get("class")
     if not klass:
         return None
@@ -152,10 +152,10 @@ def _verdict(summary: dict[str, Any]) -> dict[str, Any] | None:
         title = "No counted steps" if v.get("rule") == "R0" else f"Balanced: {title}"
     family = "input" if klass.startswith("input:") else klass
     rows = [(_EVIDENCE_LABELS.get(k, k.replace("_", " ")), format_evidence(k, value))
-            for k, value in _dict(v.get("evidence")).items()]
+            for k, value in as_dict(v.get("evidence")).items()]
     return {"class": klass, "family": family, "title": title, "rule": v.get("rule"),
             "sentence": v.get("sentence") or "", "notes": [str(n) for n in v.get("notes") or []],
-            "rows": rows + _context_rows(_dict(summary.get("attribution")))}
+            "rows": rows + _context_rows(as_dict(summary.get("attribution")))}
 
 
 def _recommendations(summary: dict[str, Any]) -> list[dict[str, str]]:
@@ -171,7 +171,7 @@ def _recommendations(summary: dict[str, Any]) -> list[dict[str, str]]:
 
 def _verification(summary: dict[str, Any]) -> dict[str, Any] | None:
     """The verified-prediction block under the recommendations; None when ``--verify`` was not asked."""
-    v = _dict(summary.get("verification"))
+    v = as_dict(summary.get("verification"))
     if not v:
         return None
     folder = v.get("folder")
@@ -192,7 +192,7 @@ def _speedup(value: Any) -> str:
 def _context_rows(attr: dict[str, Any]) -> list[tuple[str, str]]:
     """CPU, GPU and disk-ceiling evidence shown under every verdict, "not measured: why" when absent."""
     rows = []
-    cpu = _dict(attr.get("cpu"))
+    cpu = as_dict(attr.get("cpu"))
     if cpu:
         wanted = (f"{fmt.plural(cpu.get('num_workers'), 'worker')} + "
                   f"{fmt.plural(cpu.get('torch_threads'), 'torch thread')} on {cpu.get('cores_usable')} usable cores")
@@ -207,11 +207,11 @@ def _context_rows(attr: dict[str, Any]) -> list[tuple[str, str]]:
                      Markup("{} of {} (training process {}, workers {}, % of one core)").format(
                          format_number(busy), format_number(cpu.get("cores_usable")),
                          format_pct(cpu.get("main_cpu_mean_pct")), format_pct(cpu.get("workers_cpu_mean_pct")))))
-    gpu = _dict(attr.get("gpu"))
+    gpu = as_dict(attr.get("gpu"))
     if gpu:
         rows.append(("GPU idle, mean", Markup('<span class="nm">not measured: {}</span>').format(gpu["absent"])
                      if "absent" in gpu else format_pct(gpu.get("idle_pct"))))
-    ceiling = _dict(_dict(attr.get("disk")).get("ceiling"))
+    ceiling = as_dict(as_dict(attr.get("disk")).get("ceiling"))
     if "absent" in ceiling:
         rows.append(("disk reads vs the machine's ceiling",
                      Markup('<span class="nm">not compared: {}</span>').format(ceiling["absent"])))
@@ -239,7 +239,7 @@ def format_evidence(key: str, value: Any) -> str:
 
 def _plots(run: Run, meta: dict[str, Any], summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Each plot with its SVG (safe markup) or the reason it is absent."""
-    absences = _dict(meta.get("absences"))
+    absences = as_dict(meta.get("absences"))
     window = counted_window_s(run.steps)
     samples = run.samples
     no_samples = _absence(absences, _SAMPLER_KEYS, "the system sampler recorded no samples in this run")
@@ -260,7 +260,7 @@ def _plots(run: Run, meta: dict[str, Any], summary: dict[str, Any]) -> list[dict
         ("disk", "Disk reads", plots.disk_svg(samples, window), _absence(absences, _DISK_KEYS, no_samples),
          "Bytes the process tree read from disk (page-cache hits excluded). Grey: warm-up, not counted."),
     ]
-    gpu_svg = plots.gpu_svg(samples, window) if _dict(meta.get("gpu")).get("available") else None
+    gpu_svg = plots.gpu_svg(samples, window) if as_dict(meta.get("gpu")).get("available") else None
     items.append(("gpu", "GPU", gpu_svg, _gpu_reason(meta),
                   "GPU utilization and memory used over time. Grey: warm-up, not counted."))
     return [
@@ -270,7 +270,7 @@ def _plots(run: Run, meta: dict[str, Any], summary: dict[str, Any]) -> list[dict
 
 
 def _prefetch_plot(run: Run, summary: dict[str, Any]) -> tuple[str, str, str | None, str, str]:
-    prefetch = _dict(_dict(summary.get("attribution")).get("prefetch"))
+    prefetch = as_dict(as_dict(summary.get("attribution")).get("prefetch"))
     reason = str(prefetch.get("absent") or "no counted step has a ready_batches reading")
     svg = None if "absent" in prefetch else plots.prefetch_queue_svg(counted_steps(run.steps),
                                                                       prefetch.get("capacity_batches"))
@@ -286,7 +286,7 @@ def _loading(run: Run, meta: dict[str, Any]) -> dict[str, Any]:
     loading = run.loading
     breakdown = loading_breakdown(counted_batches(loading, run.steps))
     if loading is None or loading.empty:
-        reason = _absence(_dict(meta.get("absences")), _LOADING_KEYS,
+        reason = _absence(as_dict(meta.get("absences")), _LOADING_KEYS,
                           "this run has no loading records (it was recorded without worker-side timing)")
     else:
         reason = "no loading records for counted steps (every recorded batch fed a warm-up step)"
@@ -308,8 +308,8 @@ _PROCESS_TITLES = {"main": "training process", "workers": "DataLoader workers"}
 
 def _code_profile(summary: dict[str, Any]) -> dict[str, Any] | None:
     """The Code-level view section (``summary["code_profile"]``, formatted); None when neither profiler was on."""
-    code = _dict(summary.get("code_profile"))
-    cprofile, pyspy = _dict(code.get("cprofile")), _dict(code.get("pyspy"))
+    code = as_dict(summary.get("code_profile"))
+    cprofile, pyspy = as_dict(code.get("cprofile")), as_dict(code.get("pyspy"))
     off = [p for p in (cprofile, pyspy) if str(p.get("absent", "")).startswith("off")]
     if not code or len(off) == 2:
         return None
@@ -319,14 +319,14 @@ def _code_profile(summary: dict[str, Any]) -> dict[str, Any] | None:
 def _cprofile_view(cprofile: dict[str, Any]) -> dict[str, Any]:
     if "absent" in cprofile:
         return {"absent": str(cprofile["absent"])}
-    window = _dict(cprofile.get("window"))
-    overhead = _dict(cprofile.get("overhead"))
+    window = as_dict(cprofile.get("window"))
+    overhead = as_dict(cprofile.get("overhead"))
     first, steps = window.get("first_step"), window.get("profiled_steps", window.get("steps"))
     processes = []
-    for key, info in _dict(cprofile.get("processes")).items():
-        info = _dict(info)
-        groups = _dict(info.get("groups"))
-        top = _dict(cprofile.get("top")).get(key) or []
+    for key, info in as_dict(cprofile.get("processes")).items():
+        info = as_dict(info)
+        groups = as_dict(info.get("groups"))
+        top = as_dict(cprofile.get("top")).get(key) or []
         processes.append({
             "key": key, "title": _PROCESS_TITLES.get(key, key), "absent": info.get("absent"),
             "scope": str(info.get("scope") or ""), "profiled_s": format_duration(info.get("profiled_s")),
@@ -351,12 +351,12 @@ def _cprofile_view(cprofile: dict[str, Any]) -> dict[str, Any]:
             if isinstance(first, int) and isinstance(steps, int) and steps > 0 else "no steps",
             "overhead": overhead_text, "overhead_note": str(cprofile.get("overhead_note") or ""),
             "processes": processes,
-            "files": [str(f) for f in _dict(cprofile.get("files")).values()]}
+            "files": [str(f) for f in as_dict(cprofile.get("files")).values()]}
 
 
 def _gpu_reason(meta: dict[str, Any]) -> str:
-    gpu = _dict(meta.get("gpu"))
-    absences = _dict(meta.get("absences"))
+    gpu = as_dict(meta.get("gpu"))
+    absences = as_dict(meta.get("absences"))
     if not gpu.get("available"):
         return str(gpu.get("reason") or _absence(absences, _GPU_KEYS, "no GPU was recorded for this run"))
     return _absence(absences, _GPU_KEYS, "a GPU was in use, but no GPU samples were recorded")
@@ -373,8 +373,8 @@ def _script(meta: dict[str, Any]) -> dict[str, Any] | None:
     """A profiled script's command, folder and end, and its loaders (None for a scenario run)."""
     if meta.get("kind") != "script":
         return None
-    script = _dict(meta.get("script"))
-    ended = _dict(script.get("ended"))
+    script = as_dict(meta.get("script"))
+    ended = as_dict(script.get("ended"))
     how = {"exit": f"exit status {ended.get('detail')}", "exception": f"raised {ended.get('detail')}",
            "interrupted": "interrupted (KeyboardInterrupt)",
            "stopped": f"stopped by pipeprof after {ended.get('detail')} steps (--steps)"}.get(ended.get("how"))
@@ -384,7 +384,7 @@ def _script(meta: dict[str, Any]) -> dict[str, Any] | None:
                                                             else "") if code is not None else "not recorded"
     source = meta.get("step_source")
     return {"command_line": script.get("command_line"), "cwd": script.get("cwd"), "python": script.get("python"),
-            "ended": how, "loaders": [_dict(x) for x in meta.get("loaders") or []],
+            "ended": how, "loaders": [as_dict(x) for x in meta.get("loaders") or []],
             "step_source": {"optimizer": "optimizer.step() (PyTorch's global step hook)",
                             "prof.step": "prof.step() marks", "loader batches": "each batch of the training loader "
                             "(no optimizer step was seen)"}.get(source, "no training steps")}
@@ -392,7 +392,7 @@ def _script(meta: dict[str, Any]) -> dict[str, Any] | None:
 
 def _scenario_sections(scenario: Any) -> list[tuple[str, list[tuple[str, str]]]]:
     """Top-level scalars as a "scenario" section, then one section per table."""
-    scenario = _dict(scenario)
+    scenario = as_dict(scenario)
     top = [(k, v) for k, v in scenario.items() if not isinstance(v, dict)]
     sections = [("scenario", _rows(dict(top)))] if top else []
     sections += [(k, _rows(v)) for k, v in scenario.items() if isinstance(v, dict)]
@@ -402,7 +402,7 @@ def _scenario_sections(scenario: Any) -> list[tuple[str, list[tuple[str, str]]]]
 def _rows(data: Any, prefix: str = "") -> list[tuple[str, str]]:
     """(key, display text) pairs; nested tables flatten to dotted keys."""
     rows: list[tuple[str, str]] = []
-    for key, value in _dict(data).items():
+    for key, value in as_dict(data).items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
             rows += _rows(value, prefix=f"{name}.")
@@ -416,9 +416,6 @@ def _display(key: str, value: Any) -> str:
         return f"{format_bytes(value)} ({value:,.0f} bytes)"
     return fmt.setting(value)
 
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 # -- number formatting (Jinja filters over pipeprof.format) -------------------

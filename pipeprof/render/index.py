@@ -37,7 +37,7 @@ from jinja2 import ChainableUndefined, Environment, PackageLoader
 
 from pipeprof import format as fmt
 from pipeprof.numbers import finite
-from pipeprof.run_folder import write_text
+from pipeprof.run_folder import as_dict, write_text
 
 INDEX_NAME = "index.html"
 MAX_JSON_BYTES = 20 * 1024 * 1024  # a summary is tens of kB; anything this big is not ours
@@ -118,14 +118,14 @@ def describe_folder(path: Path, root: Path) -> dict[str, Any]:
             if kind == "run":
                 return _run_entry(path, data, link, root)
             if kind == "diagnosis":
-                fractions = _dict(data.get("fractions"))
+                fractions = as_dict(data.get("fractions"))
                 return _entry(path, kind, data, link, fetch_stall=finite(fractions.get("fetch_stall")),
                               prep_stall=finite(fractions.get("prep_stall")))
             if kind == "compare":
                 return _compare_entry(path, data, link)
-            best = _dict(data.get("best"))
+            best = as_dict(data.get("best"))
             return _entry(path, kind, data, link, samples_per_s=finite(best.get("samples_per_s")),
-                          best_settings=_dict(best.get("settings")), points=_count(data.get("points")))
+                          best_settings=as_dict(best.get("settings")), points=_count(data.get("points")))
         except _Unreadable as e:
             return _entry(path, "unreadable", problem=str(e))
     try:
@@ -138,19 +138,19 @@ def describe_folder(path: Path, root: Path) -> dict[str, Any]:
 
 def _run_entry(path: Path, meta: dict[str, Any], link: str | None, root: Path) -> dict[str, Any]:
     summary = _read_json(path / "summary.json", root)
-    scenario = _dict(meta.get("scenario")).get("name")
+    scenario = as_dict(meta.get("scenario")).get("name")
     if summary is None:
         return _entry(path, "run", meta, link, scenario=scenario, problem="no summary.json: run pipeprof report")
-    verdict = _dict(summary.get("verdict"))
+    verdict = as_dict(summary.get("verdict"))
     return _entry(path, "run", meta, link, scenario=summary.get("scenario") or scenario,
                   samples_per_s=finite(summary.get("samples_per_s")),
-                  data_wait=finite(_dict(summary.get("fractions")).get("data_wait")),
+                  data_wait=finite(as_dict(summary.get("fractions")).get("data_wait")),
                   verdict=verdict.get("class") or summary.get("bottleneck"))
 
 
 def _compare_entry(path: Path, data: dict[str, Any], link: str | None) -> dict[str, Any]:
     runs = [r for r in data.get("runs") or [] if isinstance(r, dict)]
-    ratios = [finite(_dict(c.get("throughput_ratio")).get("ratio"))
+    ratios = [finite(as_dict(c.get("throughput_ratio")).get("ratio"))
               for c in data.get("comparisons") or [] if isinstance(c, dict)]
     scenarios = sorted({str(r.get("scenario")) for r in runs if r.get("scenario") is not None})
     return _entry(path, "compare", data, link, scenario=", ".join(scenarios) or None,
@@ -223,9 +223,6 @@ def _count(value: Any) -> int | None:
     return len(value) if isinstance(value, list) else None
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
 
 # ---- HTML -----------------------------------------------------------------------------------
 
@@ -253,4 +250,4 @@ def _ratio(value: Any) -> str:
 
 def _settings(settings: Any) -> str:
     """``{"loader.num_workers": 2}`` as ``loader.num_workers=2`` (each value as ``pipeprof.format.setting``)."""
-    return ", ".join(f"{k}={fmt.setting(v)}" for k, v in _dict(settings).items())
+    return ", ".join(f"{k}={fmt.setting(v)}" for k, v in as_dict(settings).items())
