@@ -22,7 +22,7 @@ the default): the same hour as the hooks in a script's process record it —
 per step a batch with its worker's record, two copies and an optimizer step
 — written through the real ``EventLog`` (which holds at most half a second
 of events), then read back the way ``pipeprof profile`` does at the end:
-the event file in chunks into columns (``analysis.script_events``), cut
+the event file in chunks into columns (``script.event_file``), cut
 into steps, summarized and rendered. Side by side, the same file read into
 Python lists (one list per event, what the reader did before) shows what
 the columns save.

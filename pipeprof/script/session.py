@@ -3,7 +3,7 @@
 ``pipeprof profile`` samples the script's process tree from its own
 process; ``pipeprof.profile()`` samples the process it runs in. Either way
 ``Session.finish`` reads the events the hooks wrote, cuts them into steps
-(``analysis.script_steps``) and returns a ``Run`` with the same tables and
+(``script.event_steps``) and returns a ``Run`` with the same tables and
 run.json keys as a scenario run, plus ``script`` (command, working folder,
 exit), ``loaders`` (every DataLoader seen, training or evaluation) and
 ``step_source``. run.json's ``scenario`` holds what the analysis reads from
