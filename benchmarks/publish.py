@@ -36,6 +36,7 @@ BENCHMARKS = {
     "codeprofile": ("Cost of the code-level view (cProfile, py-spy)", [], ["--repeats", "2"]),
     "predict": ("How wrong the recommendations' predictions are", [], ["--workers", "0,2"]),
     "tune": ("Tuner efficiency against a full grid", [], ["--grid-seconds", "6"]),
+    "startup": ("Start-up of the CLI and the end of a profiled run", [], ["--repeats", "3", "--script-repeats", "1"]),
 }
 SECTION = re.compile(r"^## (?P<name>[a-z]+): ", re.MULTILINE)
 
