@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 from pipeprof.analysis.attribution import NO_PROBE, attribution
+from pipeprof.analysis.evidence import DiskCeiling, GpuEvidence
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.verdict import CLASSES, verdict
 from pipeprof.render.console import print_summary
@@ -192,10 +193,10 @@ def test_every_class_is_reachable_and_known():
 
 def test_oversubscription_is_detected_and_said():
     run = make_run(wait=0.22, workers=2, prefetch_factor=4, ready=8, loading=(0.01, 0.002, 0.003))
-    cpu = attribution(run)["cpu"]
-    assert (cpu["num_workers"], cpu["torch_threads"], cpu["cores_usable"], cpu["threads_wanted"]) == (2, 2, 2, 4)
-    assert cpu["oversubscribed"] is True
-    assert cpu["busy_cores"] == pytest.approx(1.7)  # 120% + 50% of one core
+    cpu = attribution(run).cpu
+    assert (cpu.num_workers, cpu.torch_threads, cpu.cores_usable, cpu.threads_wanted) == (2, 2, 2, 4)
+    assert cpu.oversubscribed is True
+    assert cpu.busy_cores == pytest.approx(1.7)  # 120% + 50% of one core
     notes = verdict(run).notes
     assert any("2 workers + 2 torch threads on 2 usable cores" in n for n in notes)
 
@@ -203,46 +204,53 @@ def test_oversubscription_is_detected_and_said():
 @pytest.mark.parametrize("workers, threads, cores", [(0, 2, 2), (1, 1, 2), (2, 2, 8)])
 def test_no_oversubscription_when_cores_suffice(workers, threads, cores):
     run = make_run(wait=0.01, workers=workers, threads=threads, cores=cores, ready=1 if workers else None)
-    assert attribution(run)["cpu"]["oversubscribed"] is False
+    assert attribution(run).cpu.oversubscribed is False
     assert not any("torch threads" in n for n in verdict(run).notes)
 
 
 def test_absent_probe_and_gpu_are_reasons_never_zeros():
     attr = attribution(make_run(read_bytes_per_s=5e6))
-    assert attr["disk"]["mean_read_bytes_per_s"] == pytest.approx(5e6)
-    assert attr["disk"]["ceiling"] == {"absent": NO_PROBE}
-    assert attr["gpu"] == {"absent": "no GPU in use: training device is cpu"}
-    assert attr["prefetch"]["absent"].startswith("no prefetch queue: num_workers = 0")
+    assert attr.disk.mean_read_bytes_per_s == pytest.approx(5e6)
+    assert attr.disk.ceiling == DiskCeiling(absent=NO_PROBE)
+    assert attr.gpu == GpuEvidence(absent="no GPU in use: training device is cpu")
+    assert attr.gpu.mean_util_pct is None and attr.prefetch.capacity_batches is None
+    assert attr.prefetch.absent is not None and attr.prefetch.absent.startswith("no prefetch queue: num_workers = 0")
+    # in summary.json an absent section is its reason alone
+    assert attr.to_json()["gpu"] == {"absent": "no GPU in use: training device is cpu"}
+    assert attr.to_json()["disk"]["ceiling"] == {"absent": NO_PROBE}
 
 
 def test_disk_against_the_probed_ceiling():
     probe = {"disk": {"sequential_read_cold": {"median_bytes_per_s": 2e9},
                       "random_read_cold": {"median_reads_per_s": 20_000}}}
     run = make_run(wait=0.5, read_bytes_per_s=1e8, loading=(0.04, 0.005, 0.005))
-    ceiling = attribution(run, probe)["disk"]["ceiling"]
-    assert ceiling["sequential_cold_bytes_per_s"] == 2e9
-    assert ceiling["random_4k_cold_bytes_per_s"] == 20_000 * 4096
-    assert ceiling["peak_over_sequential_fraction"] == pytest.approx(0.05)
+    ceiling = attribution(run, probe).disk.ceiling
+    assert ceiling is not None and ceiling.absent is None
+    assert ceiling.sequential_cold_bytes_per_s == 2e9
+    assert ceiling.random_4k_cold_bytes_per_s == 20_000 * 4096
+    assert ceiling.peak_over_sequential_fraction == pytest.approx(0.05)
     v = verdict(run, probe)
     assert v.klass == "input:fetch" and "of the probed cold sequential ceiling" in v.sentence
     assert "no machine probe" in verdict(run).sentence
     refused = {"disk": {"sequential_read_cold": {"absent": "the page cache was not dropped"},
                         "random_read_cold": {"absent": "the page cache was not dropped"}}}
-    assert attribution(run, refused)["disk"]["ceiling"] == {"absent": "machine probe: the page cache was not dropped"}
+    assert attribution(run, refused).disk.ceiling == DiskCeiling(absent="machine probe: the page cache was not dropped")
 
 
 def test_gpu_idle_when_a_gpu_was_sampled():
-    assert attribution(make_run(gpu_util=35.0))["gpu"] == {"mean_util_pct": 35.0, "idle_pct": 65.0}
+    gpu = attribution(make_run(gpu_util=35.0)).gpu
+    assert gpu == GpuEvidence(mean_util_pct=35.0, idle_pct=65.0)
+    assert gpu.to_json() == {"mean_util_pct": 35.0, "idle_pct": 65.0}
 
 
 def test_prefetch_occupancy():
     ready = [0] * 10 + [4] * 20 + [8] * 10  # counted steps 4..39: 6 empty, 20 half, 10 full
-    p = attribution(make_run(workers=2, prefetch_factor=4, ready=ready))["prefetch"]
-    assert p["capacity_batches"] == 8 and p["steps_observed"] == 36
-    assert p["empty_step_fraction"] == pytest.approx(6 / 36)
-    assert p["full_step_fraction"] == pytest.approx(10 / 36)
-    assert p["mean_ready_batches"] == pytest.approx((20 * 4 + 10 * 8) / 36)
-    assert p["mean_occupancy_fraction"] == pytest.approx(p["mean_ready_batches"] / 8)
+    p = attribution(make_run(workers=2, prefetch_factor=4, ready=ready)).prefetch
+    assert p.capacity_batches == 8 and p.steps_observed == 36
+    assert p.empty_step_fraction == pytest.approx(6 / 36)
+    assert p.full_step_fraction == pytest.approx(10 / 36)
+    assert p.mean_ready_batches == pytest.approx((20 * 4 + 10 * 8) / 36)
+    assert p.mean_occupancy_fraction == pytest.approx(p.mean_ready_batches / 8)
 
 
 def test_cold_cache_that_was_not_cold_is_said():
@@ -265,7 +273,8 @@ def test_older_run_without_queue_or_loading_records_still_gets_a_verdict():
     assert verdict(make_run(wait=0.5, workers=2)).klass == "input:prep"
     assert verdict(make_run(wait=0.5, workers=0)).klass == "input:main"
     attr = attribution(make_run(wait=0.5, workers=2))
-    assert "absent" in attr["loading"] and "absent" in attr["prefetch"]
+    assert attr.loading.absent and attr.prefetch.absent
+    assert attr.loading.batch_s is None and attr.loading.busy_fraction_by_worker == {}
 
 
 def test_older_run_with_loading_but_no_queue_uses_worker_busy_time():

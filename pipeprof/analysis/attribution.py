@@ -14,12 +14,23 @@ What was not measured is ``{"absent": reason}``, never a zero.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from pipeprof.analysis.cache import cache_check
+from pipeprof.analysis.evidence import (
+    CacheEvidence,
+    CpuEvidence,
+    DataEvidence,
+    DiskCeiling,
+    DiskEvidence,
+    GpuEvidence,
+    LoadingEvidence,
+    PrefetchEvidence,
+    StepShares,
+)
 from pipeprof.analysis.loading import counted_batches, loading_summary
 from pipeprof.analysis.steps import counted_steps, counted_window_s, fractions
 from pipeprof.loader_rules import pins_memory, prefetch_factor, queue_capacity_batches
@@ -34,22 +45,45 @@ NO_PROBE = "no machine probe: run pipeprof probe"
 class Attribution:
     """What ``attribution`` hands the verdict, the recommendations and the summary.
 
-    ``sections`` is summary.json's ``attribution`` (see ``attribution``);
-    ``fractions``, ``loading_summary`` and ``cache_check`` are the step split,
-    the loading summary and the cache check it was derived from, which the
-    summary reports as they are (computed once, here).
+    One typed record per section of summary.json's ``attribution`` (``evidence``;
+    see ``attribution``); ``to_json()`` is that section. ``fractions``,
+    ``loading_summary`` and ``cache_check`` are the step split, the loading summary
+    and the cache check it was derived from, which the summary reports as they are
+    (computed once, here).
     """
 
-    sections: dict[str, Any]
-    fractions: dict[str, float]
-    loading_summary: dict[str, Any] | None
-    cache_check: dict[str, Any] | None
-
-    def __getitem__(self, section: str) -> dict[str, Any]:
-        return self.sections[section]
+    step: StepShares
+    loading: LoadingEvidence
+    cpu: CpuEvidence
+    disk: DiskEvidence
+    gpu: GpuEvidence
+    prefetch: PrefetchEvidence
+    data: DataEvidence
+    cache: CacheEvidence
+    fractions: dict[str, float] = field(default_factory=dict)
+    loading_summary: dict[str, Any] | None = None
+    cache_check: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return self.sections
+        return {"step": self.step.to_json(), "loading": self.loading.to_json(), "cpu": self.cpu.to_json(),
+                "disk": self.disk.to_json(), "gpu": self.gpu.to_json(), "prefetch": self.prefetch.to_json(),
+                "data": self.data.to_json(), "cache": self.cache.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Attribution:
+        """The inverse of ``to_json`` (lenient: a missing section at its defaults), for a summary read back.
+
+        ``fractions`` come from ``step`` (NaN where null); ``loading_summary`` and ``cache_check``
+        are not in summary.json's ``attribution``: None."""
+        data = as_dict(data)
+        step = StepShares.from_json(data.get("step"))
+        fracs = {"data_wait": step.data_wait_fraction, "h2d": step.h2d_fraction,
+                 "compute": step.compute_fraction, "other": step.other_fraction}
+        return cls(step, LoadingEvidence.from_json(data.get("loading")), CpuEvidence.from_json(data.get("cpu")),
+                   DiskEvidence.from_json(data.get("disk")), GpuEvidence.from_json(data.get("gpu")),
+                   PrefetchEvidence.from_json(data.get("prefetch")), DataEvidence.from_json(data.get("data")),
+                   CacheEvidence.from_json(data.get("cache")),
+                   fractions={p: math.nan if v is None else float(v) for p, v in fracs.items()})
 
 
 def attribution(run: Run, probe: dict | None = None) -> Attribution:
@@ -95,137 +129,138 @@ def attribution(run: Run, probe: dict | None = None) -> Attribution:
     cache = cache_check(run)
     wait_mean_s = _mean(steps.get("data_wait_s"))
     num_workers = _num_workers(settings, loading)
-    sections = {
-        "step": {
-            "steps": int(len(steps)),
-            **{f"{p}_fraction": _finite(v) for p, v in frac.items()},
-            "step_mean_s": _mean(steps.get("step_s")),
-            "data_wait_mean_s": wait_mean_s,
-        },
-        "loading": _loading(loading, wait_mean_s, meta),
-        "cpu": _cpu(run, meta, num_workers),
-        "disk": _disk(run, probe),
-        "gpu": _gpu(run, meta),
-        "prefetch": _prefetch(steps, settings.loader.prefetch_factor, num_workers),
-        "data": {"storage": settings.data.storage, "throttle": settings.data.throttle,
-                 "pin_memory": pins_memory(settings.loader.pin_memory, settings.device)},
-        "cache": ({"cache": cache.get("cache"), "verified": cache.get("verified"), "reason": cache.get("reason")}
-                  if cache else {"absent": "this run has no page-cache record (recorded before page-cache control)"}),
-    }
-    return Attribution(sections, frac, loading, cache)
+    fin = {p: _finite(v) for p, v in frac.items()}
+    return Attribution(
+        step=StepShares(steps=int(len(steps)), data_wait_fraction=fin["data_wait"], h2d_fraction=fin["h2d"],
+                        compute_fraction=fin["compute"], other_fraction=fin["other"],
+                        step_mean_s=_mean(steps.get("step_s")), data_wait_mean_s=wait_mean_s),
+        loading=_loading(loading, wait_mean_s, meta),
+        cpu=_cpu(run, meta, num_workers),
+        disk=_disk(run, probe),
+        gpu=_gpu(run, meta),
+        prefetch=_prefetch(steps, settings.loader.prefetch_factor, num_workers),
+        data=DataEvidence(storage=settings.data.storage, throttle=settings.data.throttle,
+                          pin_memory=pins_memory(settings.loader.pin_memory, settings.device)),
+        cache=(CacheEvidence(cache=cache.get("cache"), verified=cache.get("verified"), reason=cache.get("reason"))
+               if cache else CacheEvidence(absent="this run has no page-cache record (recorded before page-cache "
+                                                  "control)")),
+        fractions=frac, loading_summary=loading, cache_check=cache)
 
 
-def _loading(loading: dict | None, wait_mean_s: float | None, meta: dict) -> dict[str, Any]:
+def _loading(loading: dict | None, wait_mean_s: float | None, meta: dict) -> LoadingEvidence:
     if not loading:
-        return {"absent": str(as_dict(meta.get("absences")).get("loading")
-                              or "no loading records for counted steps (recorded without worker-side timing?)")}
+        return LoadingEvidence(absent=str(as_dict(meta.get("absences")).get("loading")
+                                          or "no loading records for counted steps (recorded without worker-side "
+                                             "timing?)"))
     busy = {w: v.get("busy_fraction") for w, v in loading["by_worker"].items()}
     workers_busy = [b for w, b in busy.items() if w != "main" and b is not None]
     part = loading.get("fractions") or {}
-    return {
-        "workers": loading["workers"],
-        **{k: loading[k] for k in ("fetch_per_sample_s", "prep_per_sample_s", "collate_per_sample_s",
-                                   "collate_per_batch_s")},
-        "batch_s": loading["batch_s"],
-        **{f"{p}_fraction": part.get(p) for p in ("fetch", "prep", "collate")},
-        "busy_fraction_by_worker": busy,
-        "worker_busy_mean_fraction": sum(workers_busy) / len(workers_busy) if workers_busy else None,
-        "production_over_wait_fraction": (loading["batch_s"] / wait_mean_s
-                                          if wait_mean_s and loading["batch_s"] is not None else None),
+    return LoadingEvidence(
+        workers=loading["workers"],
+        fetch_per_sample_s=loading["fetch_per_sample_s"], prep_per_sample_s=loading["prep_per_sample_s"],
+        collate_per_sample_s=loading["collate_per_sample_s"], collate_per_batch_s=loading["collate_per_batch_s"],
+        batch_s=loading["batch_s"],
+        fetch_fraction=part.get("fetch"), prep_fraction=part.get("prep"), collate_fraction=part.get("collate"),
+        busy_fraction_by_worker=busy,
+        worker_busy_mean_fraction=sum(workers_busy) / len(workers_busy) if workers_busy else None,
+        production_over_wait_fraction=(loading["batch_s"] / wait_mean_s
+                                       if wait_mean_s and loading["batch_s"] is not None else None),
         # How fetch and prep were told apart: null = timed around the storage's own fetch() and prep();
         # "thread-cpu-time" = a script's __getitem__, off-CPU time as fetch and on-CPU time as prep.
-        "split": meta.get("loading_split"),
-    }
+        split=meta.get("loading_split"),
+    )
 
 
-def _cpu(run: Run, meta: dict, num_workers: int | None) -> dict[str, Any]:
+def _cpu(run: Run, meta: dict, num_workers: int | None) -> CpuEvidence:
     env = as_dict(meta.get("environment"))
     cores, threads = env.get("cpu_cores"), env.get("torch_threads")
     during = _during(run)
     main, workers = _mean(during.get("main_cpu_pct")), _mean(during.get("workers_cpu_pct"))
     busy = None if main is None else (main + (workers or 0.0)) / 100
     wanted = None if threads is None or num_workers is None else num_workers + threads
-    return {
-        "cores_usable": cores,
-        "torch_threads": threads,
-        "num_workers": num_workers,
-        "threads_wanted": wanted,
-        "oversubscribed": None if wanted is None or not cores else wanted > cores,
-        "main_cpu_mean_pct": main,
-        "workers_cpu_mean_pct": workers,
-        "machine_cpu_mean_pct": _mean(during.get("cpu_util_pct")),
-        "machine_cpu_peak_pct": _max(during.get("cpu_util_pct")),
-        "busy_cores": busy,
-        "busy_over_usable_fraction": busy / cores if busy is not None and cores else None,
-    }
+    return CpuEvidence(
+        cores_usable=cores,
+        torch_threads=threads,
+        num_workers=num_workers,
+        threads_wanted=wanted,
+        oversubscribed=None if wanted is None or not cores else wanted > cores,
+        main_cpu_mean_pct=main,
+        workers_cpu_mean_pct=workers,
+        machine_cpu_mean_pct=_mean(during.get("cpu_util_pct")),
+        machine_cpu_peak_pct=_max(during.get("cpu_util_pct")),
+        busy_cores=busy,
+        busy_over_usable_fraction=busy / cores if busy is not None and cores else None,
+    )
 
 
-def _disk(run: Run, probe: dict | None) -> dict[str, Any]:
+def _disk(run: Run, probe: dict | None) -> DiskEvidence:
     reads = _during(run).get("read_bytes_per_s")
     mean_bps, peak_bps = _mean(reads), _max(reads)
     if mean_bps is None:
         reason = as_dict(run.meta.get("absences")).get("io_counters") if isinstance(run.meta, dict) else None
-        return {"absent": str(reason or "no disk read samples during counted steps")}
-    return {"mean_read_bytes_per_s": mean_bps, "peak_read_bytes_per_s": peak_bps,
-            "ceiling": _disk_ceiling(probe, mean_bps, peak_bps)}
+        return DiskEvidence(absent=str(reason or "no disk read samples during counted steps"))
+    return DiskEvidence(mean_read_bytes_per_s=mean_bps, peak_read_bytes_per_s=peak_bps,
+                        ceiling=_disk_ceiling(probe, mean_bps, peak_bps))
 
 
-def _disk_ceiling(probe: dict | None, mean_bps: float, peak_bps: float | None) -> dict[str, Any]:
+def _disk_ceiling(probe: dict | None, mean_bps: float, peak_bps: float | None) -> DiskCeiling:
     if not probe:
-        return {"absent": NO_PROBE}
+        return DiskCeiling(absent=NO_PROBE)
     disk = as_dict(probe.get("disk"))
     seq, rnd = as_dict(disk.get("sequential_read_cold")), as_dict(disk.get("random_read_cold"))
     seq_bps, rnd_iops = seq.get("median_bytes_per_s"), rnd.get("median_reads_per_s")
     if not seq_bps and not rnd_iops:
         why = seq.get("absent") or rnd.get("absent") or disk.get("absent") or "the probe has no cold disk numbers"
-        return {"absent": f"machine probe: {why}"}
+        return DiskCeiling(absent=f"machine probe: {why}")
     rnd_bps = rnd_iops * RANDOM_READ_BYTES if rnd_iops else None
-    return {
-        "sequential_cold_bytes_per_s": seq_bps,
-        "random_4k_cold_reads_per_s": rnd_iops,
-        "random_4k_cold_bytes_per_s": rnd_bps,
-        "mean_over_sequential_fraction": mean_bps / seq_bps if seq_bps else None,
-        "peak_over_sequential_fraction": peak_bps / seq_bps if seq_bps and peak_bps is not None else None,
-        "peak_over_random_4k_fraction": peak_bps / rnd_bps if rnd_bps and peak_bps is not None else None,
-    }
+    return DiskCeiling(
+        sequential_cold_bytes_per_s=seq_bps,
+        random_4k_cold_reads_per_s=rnd_iops,
+        random_4k_cold_bytes_per_s=rnd_bps,
+        mean_over_sequential_fraction=mean_bps / seq_bps if seq_bps else None,
+        peak_over_sequential_fraction=peak_bps / seq_bps if seq_bps and peak_bps is not None else None,
+        peak_over_random_4k_fraction=peak_bps / rnd_bps if rnd_bps and peak_bps is not None else None,
+    )
 
 
-def _gpu(run: Run, meta: dict) -> dict[str, Any]:
+def _gpu(run: Run, meta: dict) -> GpuEvidence:
     gpu = as_dict(meta.get("gpu"))
     absences = as_dict(meta.get("absences"))
     if not gpu.get("available"):
-        return {"absent": str(gpu.get("reason") or absences.get("gpu") or "no GPU was recorded for this run")}
+        return GpuEvidence(absent=str(gpu.get("reason") or absences.get("gpu") or "no GPU was recorded for this run"))
     util = _mean(_during(run).get("gpu_util_pct"))
     if util is None:
-        return {"absent": str(absences.get("gpu_util_pct") or "a GPU was in use, but no utilization was sampled")}
-    return {"mean_util_pct": util, "idle_pct": 100.0 - util}
+        return GpuEvidence(absent=str(absences.get("gpu_util_pct")
+                                      or "a GPU was in use, but no utilization was sampled"))
+    return GpuEvidence(mean_util_pct=util, idle_pct=100.0 - util)
 
 
-def _prefetch(steps: pd.DataFrame, factor: int | None, num_workers: int | None) -> dict[str, Any]:
+def _prefetch(steps: pd.DataFrame, factor: int | None, num_workers: int | None) -> PrefetchEvidence:
     if num_workers == 0:
-        return {"absent": "no prefetch queue: num_workers = 0 (the training process makes each batch when asked)"}
+        return PrefetchEvidence(absent="no prefetch queue: num_workers = 0 (the training process makes each batch "
+                                       "when asked)")
     ready = pd.to_numeric(steps.get("ready_batches", pd.Series(dtype=float)), errors="coerce")
     seen = steps.assign(ready=ready).dropna(subset=["ready"])
     if seen.empty:
-        return {"absent": "the queue was not observed (no ready_batches readings: a run from before they were "
-                          "recorded, or a loader whose internals do not show them)"}
+        return PrefetchEvidence(absent="the queue was not observed (no ready_batches readings: a run from before "
+                                       "they were recorded, or a loader whose internals do not show them)")
     capacity = queue_capacity_batches(num_workers or 0, factor)
     wait = pd.to_numeric(seen["data_wait_s"], errors="coerce").fillna(0.0)
     has_ready = seen["ready"] >= 1
     total_wait = float(wait.sum())
-    return {
-        "num_workers": num_workers,
-        "prefetch_factor": prefetch_factor(num_workers or 1, factor),  # workers (count unknown: None) use it
-        "capacity_batches": capacity,
-        "steps_observed": int(len(seen)),
-        "mean_ready_batches": float(seen["ready"].mean()),
-        "mean_occupancy_fraction": float(seen["ready"].mean()) / capacity if capacity else None,
-        "empty_step_fraction": float((~has_ready).mean()),
-        "full_step_fraction": float((seen["ready"] >= capacity).mean()) if capacity else None,
-        "ready_wait_fraction": float(wait[has_ready].sum()) / total_wait if total_wait > 0 else None,
-        "wait_when_ready_mean_s": float(wait[has_ready].mean()) if has_ready.any() else None,
-        "wait_when_empty_mean_s": float(wait[~has_ready].mean()) if (~has_ready).any() else None,
-    }
+    return PrefetchEvidence(
+        num_workers=num_workers,
+        prefetch_factor=prefetch_factor(num_workers or 1, factor),  # workers (count unknown: None) use it
+        capacity_batches=capacity,
+        steps_observed=int(len(seen)),
+        mean_ready_batches=float(seen["ready"].mean()),
+        mean_occupancy_fraction=float(seen["ready"].mean()) / capacity if capacity else None,
+        empty_step_fraction=float((~has_ready).mean()),
+        full_step_fraction=float((seen["ready"] >= capacity).mean()) if capacity else None,
+        ready_wait_fraction=float(wait[has_ready].sum()) / total_wait if total_wait > 0 else None,
+        wait_when_ready_mean_s=float(wait[has_ready].mean()) if has_ready.any() else None,
+        wait_when_empty_mean_s=float(wait[~has_ready].mean()) if (~has_ready).any() else None,
+    )
 
 
 # ---- helpers ----------------------------------------------------------------------------

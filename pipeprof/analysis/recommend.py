@@ -153,7 +153,7 @@ def recommend(run: Run, attribution: Attribution, verdict: Verdict) -> list[Reco
     Never empty: without a change worth making, one entry with ``change = {}``,
     ``predicted_speedup = 1.0`` and the reason.
     """
-    m = _Model(run, attribution.sections)
+    m = _Model(run, attribution)
     if m.current is None:
         return [_negative(None, "no counted steps: nothing to predict from", "none")]
     recs = [r for r in (m.workers(), m.prefetch(), m.persistent(), m.batch_fetch(), m.cache_in_ram(),
@@ -189,7 +189,7 @@ def _for_script(recs: list[Recommendation], meta: dict[str, Any]) -> list[Recomm
 class _Model:
     """The numbers the model needs, read once from the run and its attribution."""
 
-    def __init__(self, run: Run, attr: dict[str, Any]) -> None:
+    def __init__(self, run: Run, attr: Attribution) -> None:
         self.attr = attr
         meta = run.meta if isinstance(run.meta, dict) else {}
         settings = run.settings
@@ -210,22 +210,24 @@ class _Model:
         alone = as_dict(meta.get("compute_ceiling")).get("samples_per_s")
         self.ceiling_alone = float(alone) if alone and math.isfinite(float(alone)) and alone > 0 else self.ceiling
         self.bytes_per_sample = _bytes_per_sample(run.loading)
-        step, cpu, loading = as_dict(attr.get("step")), as_dict(attr.get("cpu")), as_dict(attr.get("loading"))
-        self.wait = step.get("data_wait_fraction") or 0.0
-        self.h2d = step.get("h2d_fraction") or 0.0
-        self.k = int(cpu.get("num_workers") or 0)  # the attribution's: as set, else who made the batches
-        self.cores = float(cpu.get("cores_usable") or 1)
-        self.threads = float(cpu.get("torch_threads") or self.cores)
-        main = (cpu.get("main_cpu_mean_pct") or 0.0) / 100
+        step, cpu, loading = attr.step, attr.cpu, attr.loading
+        self.wait = step.data_wait_fraction or 0.0
+        self.h2d = step.h2d_fraction or 0.0
+        self.k = int(cpu.num_workers or 0)  # the attribution's: as set, else who made the batches
+        self.cores = float(cpu.cores_usable or 1)
+        self.threads = float(cpu.torch_threads or self.cores)
+        main = (cpu.main_cpu_mean_pct or 0.0) / 100
         self.train_cores = main * (1 - self.wait) if self.k == 0 else main
         self.free = max(self.cores - self.train_cores, 0.0)
-        self.busy_over_usable = cpu.get("busy_over_usable_fraction")
+        self.busy_over_usable = cpu.busy_over_usable_fraction
         self.cpu = cpu
-        self.fetch = self.prep = self.collate = None
-        if "absent" not in loading and loading.get("fetch_per_sample_s") is not None:
-            self.fetch = loading.get("fetch_per_sample_s") or 0.0
-            self.prep = loading.get("prep_per_sample_s") or 0.0
-            self.collate = loading.get("collate_per_sample_s") or 0.0
+        self.fetch: float | None = None
+        self.prep: float | None = None
+        self.collate: float | None = None
+        if loading.absent is None and loading.fetch_per_sample_s is not None:
+            self.fetch = loading.fetch_per_sample_s or 0.0
+            self.prep = loading.prep_per_sample_s or 0.0
+            self.collate = loading.collate_per_sample_s or 0.0
         self.loading = loading
         # A script's storage is unknown: no placement or batch-indexing advice is made for it.
         self.storage = self.data.storage or "script"  # RunSettings: None only for a script's own data
@@ -238,12 +240,13 @@ class _Model:
     def _storage_ceiling(self) -> tuple[float, str]:
         if not self.cold:
             return math.inf, "no storage ceiling (the data is not read from a cold disk)"
-        ceiling = as_dict(as_dict(self.attr.get("disk")).get("ceiling"))
-        if not ceiling or "absent" in ceiling:
-            why = ceiling.get("absent") if ceiling else as_dict(self.attr.get("disk")).get("absent")
+        disk = self.attr.disk
+        ceiling = disk.ceiling
+        if ceiling is None or ceiling.absent is not None:
+            why = ceiling.absent if ceiling is not None else disk.absent
             return math.inf, f"no storage ceiling ({why or 'no probe'})"
-        limits = [v for v in (ceiling.get("random_4k_cold_reads_per_s"),
-                              (ceiling.get("sequential_cold_bytes_per_s") or 0) / self.bytes_per_sample or None)
+        limits = [v for v in (ceiling.random_4k_cold_reads_per_s,
+                              (ceiling.sequential_cold_bytes_per_s or 0) / self.bytes_per_sample or None)
                   if v]
         if not limits:
             return math.inf, "no storage ceiling (the probe has no cold read rates)"
@@ -357,13 +360,13 @@ class _Model:
         return self.ceiling * min(1.0, threads / self.train_cores) if self.train_cores > 0 else self.ceiling
 
     def prefetch(self) -> Recommendation | None:
-        pre, parts = as_dict(self.attr.get("prefetch")), self._parts()
-        if not self.k or parts is None or "absent" in pre:
+        pre, parts = self.attr.prefetch, self._parts()
+        if not self.k or parts is None or pre.absent is not None:
             return None
-        empty, busy = pre.get("empty_step_fraction"), self.loading.get("worker_busy_mean_fraction")
+        empty, busy = pre.empty_step_fraction, self.loading.worker_busy_mean_fraction
         if empty is None or empty < BURSTY_EMPTY_FRACTION or (busy is not None and busy >= WORKERS_BUSY):
             return None
-        factor = prefetch_factor(self.k, pre.get("prefetch_factor")) or 1
+        factor = prefetch_factor(self.k, pre.prefetch_factor) or 1
         x = self.throughput(self.k, *parts)
         return self._rec({"loader.prefetch_factor": 2 * factor}, x,
                          f"supply is bursty: {fmt.pct(empty)} of steps found the queue empty while the workers "
@@ -483,7 +486,7 @@ class _Model:
 
     def fewer_threads(self) -> Recommendation | None:
         parts = self._parts()
-        if parts is None or not self.k or not self.cpu.get("oversubscribed") or self.wait < COMPUTE_BOUND_FRACTION:
+        if parts is None or not self.k or not self.cpu.oversubscribed or self.wait < COMPUTE_BOUND_FRACTION:
             return None
         threads = int(max(1, self.cores - self.k))
         if threads >= self.threads:
@@ -506,7 +509,7 @@ class _Model:
         busy = self.busy_over_usable
         if verdict.klass == "compute":
             threads = ""
-            if self.cpu.get("oversubscribed"):
+            if self.cpu.oversubscribed:
                 threads = (f"; but {fmt.plural(self.k, 'worker')} + {fmt.plural(self.threads, 'torch thread')} "
                            f"oversubscribe the "
                            f"{self.cores:g} cores, which can slow compute far more than this model predicts "

@@ -89,6 +89,7 @@ from typing import Any
 
 from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution, attribution
+from pipeprof.analysis.evidence import PARTS, DataEvidence, DiskCeiling, DiskEvidence, LoadingEvidence
 from pipeprof.analysis.thresholds import (
     COMPUTE_BOUND_FRACTION,
     DISK_READ_FLOOR_BYTES_PER_S,
@@ -161,28 +162,28 @@ def verdict(run: Run, probe: dict | None = None) -> Verdict:
 
 def verdict_from_attribution(record: Attribution) -> Verdict:
     """The verdict from an ``attribution(...)`` result (what ``summarize`` uses: computed once)."""
-    attr = record.sections
-    step = attr["step"]
-    wait, h2d = step.get("data_wait_fraction"), step.get("h2d_fraction")
-    evidence = {k: step.get(k) for k in ("data_wait_fraction", "h2d_fraction", "compute_fraction")}
-    notes = _notes(attr)
-    if not step.get("steps") or wait is None:
+    step = record.step
+    wait, h2d = step.data_wait_fraction, step.h2d_fraction
+    evidence: dict[str, Any] = {"data_wait_fraction": wait, "h2d_fraction": h2d,
+                                "compute_fraction": step.compute_fraction}
+    notes = _notes(record)
+    if not step.steps or wait is None:
         return _result("unknown", "R0", None, "No counted steps: nothing to judge.", evidence, notes)
     h2d = h2d or 0.0
     if h2d >= H2D_BOUND_FRACTION and h2d >= wait:
         return _result("h2d", "R1", None,
                        f"Bound by the copy to the device: {_pct(h2d)} of step time moves batches host → device "
-                       f"(data wait {_pct(wait)}, compute {_pct(step.get('compute_fraction'))}).", evidence, notes)
+                       f"(data wait {_pct(wait)}, compute {_pct(step.compute_fraction)}).", evidence, notes)
     if wait < COMPUTE_BOUND_FRACTION:
         return _result("compute", "R2", None,
                        f"Compute-bound: only {_pct(wait)} of step time waits for data; forward, backward and the "
-                       f"optimizer step take {_pct(step.get('compute_fraction'))}.", evidence, notes)
+                       f"optimizer step take {_pct(step.compute_fraction)}.", evidence, notes)
     degree = input_degree(wait)
-    klass, rule, why, more = _input_cause(attr)
+    klass, rule, why, more = _input_cause(record)
     evidence.update(more)
     head = f"{degree.capitalize()} ({_pct(wait)} of step time waiting for data)"
     if klass == "input:fetch":
-        why += _disk_words(attr["disk"], evidence)
+        why += _disk_words(record.disk, evidence)
     if klass == "balanced":
         sentence = f"{head}, with no single cause: {why}."
     else:
@@ -197,48 +198,52 @@ _CAUSE_WORDS = {
 }
 
 
-def _input_cause(attr: dict[str, Any]) -> tuple[str, str, str, dict[str, Any]]:
+def _input_cause(attr: Attribution) -> tuple[str, str, str, dict[str, Any]]:
     """(class, rule, reason in words, evidence) for a run that waits for data (R3-R9)."""
-    loading, prefetch = attr["loading"], attr["prefetch"]
-    workers = attr["cpu"].get("num_workers")
-    storage = _storage_words(attr["data"])
-    has_loading = "absent" not in loading
+    loading, prefetch = attr.loading, attr.prefetch
+    workers = attr.cpu.num_workers
+    storage = _storage_words(attr.data)
+    has_loading = loading.absent is None
     if workers == 0 and has_loading:
-        ev = {k: loading.get(k) for k in ("fetch_fraction", "prep_fraction", "collate_fraction", "batch_s",
-                                          "production_over_wait_fraction")}
-        ev["data_wait_mean_s"] = attr["step"].get("data_wait_mean_s")
-        wait_s = _serial_wait_s(loading, ev["data_wait_mean_s"])
+        ev: dict[str, Any] = {"fetch_fraction": loading.fetch_fraction, "prep_fraction": loading.prep_fraction,
+                              "collate_fraction": loading.collate_fraction, "batch_s": loading.batch_s,
+                              "production_over_wait_fraction": loading.production_over_wait_fraction,
+                              "data_wait_mean_s": attr.step.data_wait_mean_s}
+        wait_s = _serial_wait_s(loading, attr.step.data_wait_mean_s)
         if wait_s is None:  # no wait or making time to split: the largest part of making a batch
-            part = _largest(loading, ("fetch", "prep", "collate"))
+            part = _largest(loading, PARTS)
         else:
             by_class = {"fetch": wait_s["fetch"], "prep": wait_s["prep"], "collate": wait_s["collate"] + wait_s["own"]}
             part = max(by_class, key=lambda p: by_class[p])
             if part == "collate" and wait_s["own"] >= wait_s["collate"]:
                 total_s = sum(wait_s.values())
                 return "input:main", "R3", (
-                    f"making a batch takes {_time(loading['batch_s'])} but the loop waited "
-                    f"{_time(ev['data_wait_mean_s'])} per step; the other {_time(wait_s['own'])} is the training "
+                    f"making a batch takes {_time(loading.batch_s)} but the loop waited "
+                    f"{_time(attr.step.data_wait_mean_s)} per step; the other {_time(wait_s['own'])} is the training "
                     "process's own work outside fetch, prep and collate (DataLoader bookkeeping, pinning) — with "
                     f"collating {_pct(by_class['collate'] / total_s)} of the wait, against fetching's "
                     f"{_pct(by_class['fetch'] / total_s)} and decoding's {_pct(by_class['prep'] / total_s)}"), ev
         return _PART_CLASS[part], "R4", (
-            f"the training process makes every batch (num_workers = 0) and {_pct(loading[f'{part}_fraction'])} "
+            f"the training process makes every batch (num_workers = 0) and {_pct(loading.part_fraction(part))} "
             f"of that time is {_part_words(part, loading, storage)}"), ev
-    if workers != 0 and "absent" not in prefetch and prefetch.get("ready_wait_fraction") is not None:
-        ev = {k: prefetch.get(k) for k in ("capacity_batches", "mean_ready_batches", "empty_step_fraction",
-                                           "full_step_fraction", "ready_wait_fraction")}
+    share = prefetch.ready_wait_fraction if prefetch.absent is None else None
+    if workers != 0 and share is not None:
+        ev = {"capacity_batches": prefetch.capacity_batches, "mean_ready_batches": prefetch.mean_ready_batches,
+              "empty_step_fraction": prefetch.empty_step_fraction, "full_step_fraction": prefetch.full_step_fraction,
+              "ready_wait_fraction": share}
         # No step found the queue empty (or ready): there is no such mean, and "not measured" would mislead.
-        ev.update({k: prefetch[k] for k in ("wait_when_ready_mean_s", "wait_when_empty_mean_s")
-                   if prefetch.get(k) is not None})
-        share = prefetch["ready_wait_fraction"]
-        busy = loading.get("worker_busy_mean_fraction") if has_loading else None
+        if prefetch.wait_when_ready_mean_s is not None:
+            ev["wait_when_ready_mean_s"] = prefetch.wait_when_ready_mean_s
+        if prefetch.wait_when_empty_mean_s is not None:
+            ev["wait_when_empty_mean_s"] = prefetch.wait_when_empty_mean_s
+        busy = loading.worker_busy_mean_fraction if has_loading else None
         saturated = busy is not None and busy >= WORKERS_BUSY
         if saturated:
             ev["worker_busy_mean_fraction"] = busy
-        capacity = prefetch.get("capacity_batches")
-        queue = (f"{_pct(prefetch['full_step_fraction'])} of steps found the prefetch queue full "
+        capacity = prefetch.capacity_batches
+        queue = (f"{_pct(prefetch.full_step_fraction)} of steps found the prefetch queue full "
                  f"({capacity} of {capacity}), " if capacity else "")
-        queue += f"{_pct(prefetch['empty_step_fraction'])} found it empty"
+        queue += f"{_pct(prefetch.empty_step_fraction)} found it empty"
         if saturated:
             klass, words = _workers_split(loading, storage, ev)
             return klass, "R6", (f"the workers cannot keep up — busy {_pct(busy)} of the time, they set the pace "
@@ -248,7 +253,7 @@ def _input_cause(attr: dict[str, Any]) -> tuple[str, str, str, dict[str, Any]]:
             return "input:main", "R5", (
                 f"{queue}, and {_pct(share)} of the wait fell on steps that had a batch ready — the workers "
                 "keep up, and the time goes into moving batches into the training process (unpickling, shared "
-                f"memory{', the pin-memory thread' if attr['data'].get('pin_memory') else ''})"), ev
+                f"memory{', the pin-memory thread' if attr.data.pin_memory else ''})"), ev
         if share <= READY_WAIT_WORKERS:
             if has_loading:
                 klass, words = _workers_split(loading, storage, ev)
@@ -259,8 +264,8 @@ def _input_cause(attr: dict[str, Any]) -> tuple[str, str, str, dict[str, Any]]:
         return "balanced", "R7", (
             f"{queue}; {_pct(share)} of the wait fell on steps that had a batch ready and the rest on steps that "
             "had none — supply is bursty (a larger prefetch_factor may smooth it)"), ev
-    if workers != 0 and has_loading and loading.get("worker_busy_mean_fraction") is not None:
-        busy = loading["worker_busy_mean_fraction"]
+    busy = loading.worker_busy_mean_fraction if has_loading else None
+    if workers != 0 and busy is not None:
         ev = {"worker_busy_mean_fraction": busy}
         if busy <= WORKERS_IDLE_BUSY:
             return "input:main", "R8", (
@@ -277,82 +282,83 @@ def _input_cause(attr: dict[str, Any]) -> tuple[str, str, str, dict[str, Any]]:
 _PART_CLASS = {"fetch": "input:fetch", "prep": "input:prep", "collate": "input:main"}
 
 
-def _serial_wait_s(loading: dict, wait_mean_s: float | None) -> dict[str, float] | None:
+def _serial_wait_s(loading: LoadingEvidence, wait_mean_s: float | None) -> dict[str, float] | None:
     """With 0 workers, the mean wait per step in seconds as ``fetch``, ``prep``, ``collate`` (``batch_s``
     split by their measured fractions) and ``own``: the training process's work outside them (R3, R4)."""
-    batch_s = _finite(loading.get("batch_s"))
+    batch_s = _finite(loading.batch_s)
     if not wait_mean_s or batch_s is None:
         return None
-    parts = {p: (loading.get(f"{p}_fraction") or 0.0) * batch_s for p in ("fetch", "prep", "collate")}
+    parts = {p: (loading.part_fraction(p) or 0.0) * batch_s for p in PARTS}
     return {**parts, "own": max(wait_mean_s - batch_s, 0.0)}
 
 
-def _workers_split(loading: dict, storage: str | None, ev: dict) -> tuple[str, str]:
+def _workers_split(loading: LoadingEvidence, storage: str | None, ev: dict[str, Any]) -> tuple[str, str]:
     """input:fetch or input:prep by where the workers' time goes (collate counts as CPU work with prep)."""
-    fetch = loading.get("fetch_fraction") or 0.0
-    cpu = (loading.get("prep_fraction") or 0.0) + (loading.get("collate_fraction") or 0.0)
-    ev.update({k: loading.get(k) for k in ("fetch_fraction", "prep_fraction", "collate_fraction",
-                                           "fetch_per_sample_s", "prep_per_sample_s")})
+    fetch = loading.fetch_fraction or 0.0
+    cpu = (loading.prep_fraction or 0.0) + (loading.collate_fraction or 0.0)
+    ev.update({"fetch_fraction": loading.fetch_fraction, "prep_fraction": loading.prep_fraction,
+               "collate_fraction": loading.collate_fraction, "fetch_per_sample_s": loading.fetch_per_sample_s,
+               "prep_per_sample_s": loading.prep_per_sample_s})
     if fetch >= cpu:
         return "input:fetch", f"{_pct(fetch)} of their batch-making time is {_part_words('fetch', loading, storage)}"
     return "input:prep", (f"{_pct(cpu)} of their batch-making time is CPU work: "
                           f"{_part_words('prep', loading, storage)} and collating")
 
 
-def _inferred(attr: dict[str, Any]) -> tuple[str, str, str, dict[str, Any]]:
+def _inferred(attr: Attribution) -> tuple[str, str, str, dict[str, Any]]:
     """R9: no loading split or queue readings to go by; disk reads decide, marked as inferred."""
-    disk = attr["disk"]
-    mean_bps = disk.get("mean_read_bytes_per_s")
-    ev = {"mean_read_bytes_per_s": mean_bps, "cause_measured": False}
+    mean_bps = attr.disk.mean_read_bytes_per_s
+    ev: dict[str, Any] = {"mean_read_bytes_per_s": mean_bps, "cause_measured": False}
     if mean_bps is not None and mean_bps >= DISK_READ_FLOOR_BYTES_PER_S:
         return "input:fetch", "R9", (f"inferred, not measured (no loading records): the process tree read "
                                      f"{_rate(mean_bps)} from disk while it waited"), ev
-    if attr["cpu"].get("num_workers"):
+    if attr.cpu.num_workers:
         return "input:prep", "R9", ("inferred, not measured (no loading records): the workers read next to "
                                     "nothing from disk, so their time is CPU work"), ev
     return "input:main", "R9", ("inferred, not measured (no loading records): the training process makes "
                                 "every batch and reads next to nothing from disk"), ev
 
 
-def _disk_words(disk: dict[str, Any], evidence: dict[str, Any]) -> str:
+def _disk_words(disk: DiskEvidence, evidence: dict[str, Any]) -> str:
     """The disk's read rate against the probed ceiling, for a storage verdict (and its evidence)."""
-    if "absent" in disk:
+    if disk.absent is not None:
         return ""
-    ceiling = as_dict(disk.get("ceiling"))
-    evidence["mean_read_bytes_per_s"] = disk.get("mean_read_bytes_per_s")
-    evidence["peak_read_bytes_per_s"] = disk.get("peak_read_bytes_per_s")
-    peak_bps = disk.get("peak_read_bytes_per_s") or 0.0
+    ceiling = disk.ceiling or DiskCeiling()
+    evidence["mean_read_bytes_per_s"] = disk.mean_read_bytes_per_s
+    evidence["peak_read_bytes_per_s"] = disk.peak_read_bytes_per_s
+    peak_bps = disk.peak_read_bytes_per_s or 0.0
     if peak_bps < DISK_READ_FLOOR_BYTES_PER_S:
         return "; the disk read next to nothing (the bytes came from memory or the page cache)"
-    words = f"; the disk read {_rate(disk['mean_read_bytes_per_s'])} on average (peak {_rate(peak_bps)})"
-    if "absent" in ceiling:
-        evidence["disk_ceiling"] = ceiling["absent"]
-        return words + " — no ceiling to compare with (" + ceiling["absent"] + ")"
-    for key in ("sequential_cold_bytes_per_s", "peak_over_sequential_fraction", "random_4k_cold_bytes_per_s",
-                "peak_over_random_4k_fraction"):
-        evidence[key] = ceiling.get(key)
+    words = f"; the disk read {_rate(disk.mean_read_bytes_per_s)} on average (peak {_rate(peak_bps)})"
+    if ceiling.absent is not None:
+        evidence["disk_ceiling"] = ceiling.absent
+        return words + " — no ceiling to compare with (" + ceiling.absent + ")"
+    evidence.update({"sequential_cold_bytes_per_s": ceiling.sequential_cold_bytes_per_s,
+                     "peak_over_sequential_fraction": ceiling.peak_over_sequential_fraction,
+                     "random_4k_cold_bytes_per_s": ceiling.random_4k_cold_bytes_per_s,
+                     "peak_over_random_4k_fraction": ceiling.peak_over_random_4k_fraction})
     parts = []
-    if ceiling.get("peak_over_sequential_fraction") is not None:
-        parts.append(f"{_pct(ceiling['peak_over_sequential_fraction'])} of the probed cold sequential ceiling "
-                     f"({_rate(ceiling['sequential_cold_bytes_per_s'])})")
-    if ceiling.get("peak_over_random_4k_fraction") is not None:
-        parts.append(f"{_pct(ceiling['peak_over_random_4k_fraction'])} of the cold random 4 KiB ceiling "
-                     f"({_rate(ceiling['random_4k_cold_bytes_per_s'])})")
+    if ceiling.peak_over_sequential_fraction is not None:
+        parts.append(f"{_pct(ceiling.peak_over_sequential_fraction)} of the probed cold sequential ceiling "
+                     f"({_rate(ceiling.sequential_cold_bytes_per_s)})")
+    if ceiling.peak_over_random_4k_fraction is not None:
+        parts.append(f"{_pct(ceiling.peak_over_random_4k_fraction)} of the cold random 4 KiB ceiling "
+                     f"({_rate(ceiling.random_4k_cold_bytes_per_s)})")
     return words + (", at peak " + " and ".join(parts) if parts else "")
 
 
-def _notes(attr: dict[str, Any]) -> list[str]:
-    cpu, notes = attr["cpu"], []
-    if cpu.get("oversubscribed"):
-        busy = (f"; the training process and workers kept {cpu['busy_cores']:.1f} of them busy on average"
-                if cpu.get("busy_cores") is not None else "")
-        notes.append(f"{fmt.plural(cpu['num_workers'], 'worker')} + {fmt.plural(cpu['torch_threads'], 'torch thread')} on "
-                     f"{cpu['cores_usable']} usable cores: more threads than cores, so they compete for CPU "
+def _notes(attr: Attribution) -> list[str]:
+    cpu, notes = attr.cpu, []
+    if cpu.oversubscribed:
+        busy = (f"; the training process and workers kept {cpu.busy_cores:.1f} of them busy on average"
+                if cpu.busy_cores is not None else "")
+        notes.append(f"{fmt.plural(cpu.num_workers, 'worker')} + {fmt.plural(cpu.torch_threads, 'torch thread')} on "
+                     f"{cpu.cores_usable} usable cores: more threads than cores, so they compete for CPU "
                      f"whenever all are busy{busy}.")
-    cache = attr["cache"]
-    if cache.get("cache") == "cold" and cache.get("verified") is False:
+    cache = attr.cache
+    if cache.cache == "cold" and cache.verified is False:
         notes.append("The cold page cache was not cold, so the cost of reading from disk is understated. "
-                     f"{cache.get('reason') or ''}".strip())
+                     f"{cache.reason or ''}".strip())
     return notes
 
 
@@ -363,12 +369,12 @@ def _result(klass: str, rule: str, degree: str | None, sentence: str, evidence: 
 # ---- helpers ----------------------------------------------------------------------------
 
 
-def _largest(loading: dict, parts: tuple[str, ...]) -> str:
-    return max(parts, key=lambda p: loading.get(f"{p}_fraction") or 0.0)
+def _largest(loading: LoadingEvidence, parts: tuple[str, ...]) -> str:
+    return max(parts, key=lambda p: loading.part_fraction(p) or 0.0)
 
 
-def _storage_words(data: dict[str, Any]) -> str | None:
-    storage, throttle = data.get("storage"), data.get("throttle")
+def _storage_words(data: DataEvidence) -> str | None:
+    storage, throttle = data.storage, data.throttle
     if storage and throttle:
         spec = as_dict(throttle)
         label = spec.get("preset") or (throttle if isinstance(throttle, str) else None)
@@ -379,19 +385,19 @@ def _storage_words(data: dict[str, Any]) -> str | None:
     return storage
 
 
-def _part_words(part: str, loading: dict, storage: str | None) -> str:
+def _part_words(part: str, loading: LoadingEvidence, storage: str | None) -> str:
     where = f", storage: {storage}" if storage else ""
-    if loading.get("split") == "thread-cpu-time" and part in ("fetch", "prep"):  # a script's __getitem__
+    if loading.split == "thread-cpu-time" and part in ("fetch", "prep"):  # a script's __getitem__
         if part == "fetch":
             return (f"time in __getitem__ off the CPU — reading storage, the network or sleeping "
-                    f"({_time(loading.get('fetch_per_sample_s'))} per sample)")
+                    f"({_time(loading.fetch_per_sample_s)} per sample)")
         return (f"CPU work in __getitem__ — decoding and transforms "
-                f"({_time(loading.get('prep_per_sample_s'))} per sample)")
+                f"({_time(loading.prep_per_sample_s)} per sample)")
     if part == "fetch":
-        return f"fetching samples ({_time(loading.get('fetch_per_sample_s'))} per sample{where})"
+        return f"fetching samples ({_time(loading.fetch_per_sample_s)} per sample{where})"
     if part == "prep":
-        return f"decoding and transforming ({_time(loading.get('prep_per_sample_s'))} per sample)"
-    return f"collating samples into batches ({_time(loading.get('collate_per_batch_s'))} per batch)"
+        return f"decoding and transforming ({_time(loading.prep_per_sample_s)} per sample)"
+    return f"collating samples into batches ({_time(loading.collate_per_batch_s)} per batch)"
 
 
 # Sentences format through pipeprof.format; these name the words for a value that is missing.
