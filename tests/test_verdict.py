@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from rich.console import Console
 
-from pipeprof.analysis.attribution import NO_PROBE, attribution
-from pipeprof.analysis.evidence import DiskCeiling, GpuEvidence
+from pipeprof.analysis.attribution import NO_PROBE, Attribution, attribution
+from pipeprof.analysis.evidence import CpuEvidence, DiskCeiling, GpuEvidence, LoadingEvidence, StepShares
 from pipeprof.analysis.summary import summarize
-from pipeprof.analysis.verdict import CLASSES, verdict
+from pipeprof.analysis.verdict import CLASSES, verdict, verdict_from_attribution
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
 from pipeprof.run_folder import LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
@@ -346,3 +349,28 @@ def test_console_has_one_verdict_row(workers_run):
     assert re.search(r"verdict\s+input:main: Input-bound \(22% of step time", text)
     assert "note: 2 workers + 2 torch threads" in text
     assert len(re.findall(r"^verdict\b", text, re.M)) == 1
+
+
+# -- the records against summary.json ----------------------------------------------------------
+
+GOLDEN = Path(__file__).parent / "fixtures" / "runs"
+
+
+@pytest.mark.parametrize("name", sorted(p.parent.name for p in GOLDEN.glob("*/summary.json")))
+def test_attribution_read_back_from_summary_json_gives_the_same_json_and_verdict(name):
+    s = json.loads((GOLDEN / name / "summary.json").read_text())
+    record = Attribution.from_json(s["attribution"])
+    assert record.to_json() == s["attribution"]
+    assert verdict_from_attribution(record).to_json() == s["verdict"]  # the verdict reads nothing else
+
+
+def test_attribution_from_json_is_lenient():
+    record = Attribution.from_json({"step": {"steps": 3, "data_wait_fraction": 0.5, "new_key": 1},
+                                    "loading": {"absent": "no records"}, "disk": {"mean_read_bytes_per_s": 1e6}})
+    assert record.step == StepShares(steps=3, data_wait_fraction=0.5)
+    assert record.fractions["data_wait"] == 0.5 and math.isnan(record.fractions["h2d"])
+    assert record.loading == LoadingEvidence(absent="no records")
+    assert record.disk.ceiling is None and record.disk.mean_read_bytes_per_s == 1e6
+    assert record.cpu == CpuEvidence() and record.cache.absent is None
+    assert record.to_json()["loading"] == {"absent": "no records"}
+    assert "new_key" not in record.to_json()["step"]

@@ -6,9 +6,12 @@ compute), the loading split measured inside the process that made each
 batch (fetch / prep / collate, per-worker busy fraction), CPU use against
 the usable cores (oversubscription: workers + torch threads > cores), disk
 reads against the probed cold-read ceilings, GPU idle time, and the
-prefetch queue's occupancy (``ready_batches``). It lands in summary.json
-under ``attribution``; ``pipeprof.analysis.verdict`` turns it into one class.
-What was not measured is ``{"absent": reason}``, never a zero.
+prefetch queue's occupancy (``ready_batches``). It returns an ``Attribution``:
+one typed record per section (``pipeprof.analysis.evidence``), which the
+verdict and the recommendations read field by field; ``to_json()`` is
+summary.json's ``attribution``; ``pipeprof.analysis.verdict`` turns it into one
+class. What was not measured is the section's ``absent`` reason (``{"absent":
+reason}`` in JSON), never a zero.
 """
 
 from __future__ import annotations
@@ -89,7 +92,8 @@ class Attribution:
 def attribution(run: Run, probe: dict | None = None) -> Attribution:
     """The direct attribution evidence of one run; every number carries its unit in its name.
 
-    Sections (``{"absent": reason}`` where something was not measured, never a zero):
+    Sections, each a field of the ``Attribution`` and a record of ``evidence`` (``absent``
+    and, in JSON, ``{"absent": reason}`` where something was not measured, never a zero):
 
     * ``step``: ``data_wait_fraction``, ``h2d_fraction``, ``compute_fraction``,
       ``other_fraction`` of counted step time; ``steps``; ``step_mean_s``, ``data_wait_mean_s``.
