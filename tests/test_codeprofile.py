@@ -332,6 +332,7 @@ def test_pyspy_refused_is_a_reason(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("body,needle", [
     ("trap 'exit 0' INT", "wrote no speedscope file"),
+    ("", "the run ended while it was still attaching"),  # SIGINT's default action: py-spy had not attached yet
     ("trap '' INT", "was killed"),
     ('out="${11}"; trap \'printf "{not json" > "$out"; exit 0\' INT', "not valid JSON"),
     ('out="${11}"; trap \'printf \'"\'"\'{"profiles": [{"samples": []}]}\'"\'"\' > "$out"; exit 0\' INT',

@@ -138,6 +138,11 @@ class PySpy:
             return f"py-spy exited during training with status {proc.returncode}: {_output_reason(log)}"
         path = self._folder / FILE
         content = path.read_bytes() if path.is_file() else b""
+        if not content and not exited_early and proc.returncode == -signal.SIGINT:
+            # SIGINT's default action ended it: py-spy sets its own handler (the one that writes the file) only
+            # once it has attached, so a run this short ended while it was still attaching.
+            return (f"py-spy recorded no samples in {out.meta['elapsed_s']:.1f} s: the run ended while it was still "
+                    f"attaching (SIGINT ended it before it had sampled)")
         if not content:
             return f"py-spy wrote no speedscope file (status {proc.returncode}: {_output_reason(log)})"
         try:
