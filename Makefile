@@ -1,6 +1,6 @@
 # make demo : create .venv, install pipeprof, sweep scenarios/demo-sweep.toml (decode bottleneck and its fixes,
 #             about three minutes), write the comparison page and every point's report under reports/
-# make test : install what is missing, run the whole test suite
+# make test : install what is missing, lint (ruff, mypy: zero findings), run the whole test suite
 # make bench: run every benchmark (ratios measured side by side) and write BENCHMARKS.md
 PYTHON ?= python3
 VENV   ?= .venv
@@ -37,7 +37,7 @@ lint: install
 	$(VENV)/bin/ruff check pipeprof tests benchmarks
 	$(VENV)/bin/mypy
 
-test: install browser
+test: install browser lint
 	$(PY) -m pytest
 
 bench: install
