@@ -214,3 +214,30 @@ def test_exit_status_and_outcome():
     assert outcome(1, {"how": "exception", "detail": "ValueError: x"}, []) == ("failed",
                                                                               "the script raised ValueError: x")
     assert outcome(4, {"how": "exit", "detail": 4}, []) == ("failed", "the script exited with status 4")
+
+
+def test_a_sampler_that_cannot_start_ends_the_script_it_started(tmp_path, monkeypatch):
+    """Session.start failing after the script was started: the error reaches the caller and the script is
+    ended, not left training unwatched."""
+    from pipeprof.pipeline import script_run
+    from pipeprof.script.session import Session
+
+    pid_file = tmp_path / "pid"
+    script = tmp_path / "long.py"
+    script.write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n")
+
+    def refuse(self, pid):
+        for _ in range(600):  # the script is running (and has its pid written) before the sampler fails
+            if pid_file.exists() and pid_file.read_text():
+                break
+            time.sleep(0.05)
+        raise OSError("no /proc for the sampler")
+
+    monkeypatch.setattr(Session, "start", refuse)
+    began = time.monotonic()
+    with pytest.raises(OSError, match="no /proc"):
+        script_run.profile_script([sys.executable, str(script)], out=tmp_path / "reports")
+    assert time.monotonic() - began < 60
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

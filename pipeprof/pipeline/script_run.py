@@ -23,14 +23,11 @@ from typing import Any
 import pipeprof
 from pipeprof.errors import UsageError
 from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
+from pipeprof.script.protocol import EVENTS_ENV, STEPS_ENV
 from pipeprof.script.session import Session
 
 _PYTHON = re.compile(r"python[0-9.]*(\.exe)?$")
 _OPTIONS_WITH_VALUE = {"-W", "-X", "-Q"}  # python's own options that take the next word
-# What pipeprof.script.boot reads in the script's process. Not imported from it: boot imports torch, which
-# this process then loads only once the script has started (Session.start), never before (test_startup
-# checks the names agree).
-EVENTS_ENV, STEPS_ENV = "PIPEPROF_EVENTS", "PIPEPROF_STEPS"
 
 
 @dataclass(frozen=True)
@@ -157,7 +154,11 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
         except OSError as e:
             raise UsageError(f"pipeprof profile: cannot start {python}: {e.strerror or e}") from None
         with _Signals(process) as signals:
-            session.start(process.pid)
+            try:
+                session.start(process.pid)
+            except BaseException:  # the sampler could not start: the script must not go on unwatched
+                _end(process)
+                raise
             # The report's modules (matplotlib, jinja2: half a second) load while the script runs, not
             # before it starts.
             from pipeprof.pipeline.derive import derived_files
@@ -170,6 +171,16 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
     summary, files = derived_files(run, folder.name)
     save_run(run, folder, files)
     return ScriptRun(run, folder, summary, exit_status(returncode))
+
+
+def _end(process: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """Ask the script to stop (SIGTERM), then kill it after ``grace_s``."""
+    process.terminate()
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _wait(process: subprocess.Popen) -> int:

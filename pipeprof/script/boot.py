@@ -19,8 +19,7 @@ import sys
 import torch
 
 from pipeprof.script.hooks import EventLog, Hooks, clock
-
-EVENTS_ENV, STEPS_ENV = "PIPEPROF_EVENTS", "PIPEPROF_STEPS"
+from pipeprof.script.protocol import EVENTS_ENV, STEPS_ENV
 
 
 def main(argv: list[str]) -> None:
