@@ -29,7 +29,7 @@ from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
 from pipeprof.run_folder import Run
 
-SUMMARY_SCHEMA_VERSION = 1
+SUMMARY_SCHEMA_VERSION = 2  # 2 (issue 13): loading times renamed with their units; bottleneck from the verdict, "unknown" added
 
 # final_loss and accuracy describe the end of training, not its average.
 TAIL_FRACTION = 0.10
