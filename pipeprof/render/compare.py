@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import ChainableUndefined, Environment, PackageLoader
-from rich.console import Group
+from rich.console import Group, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -150,8 +150,10 @@ def compare_table(compare: dict[str, Any], folder: str | Path) -> Group:
                      Text(r["scenario"] + "".join(f"\n--set {o}" for o in r["overrides"])))
 
     speed = table("throughput in samples/s (± half the 95% interval)")
-    for name, justify in (("", "left"), ("samples/s", "right"), ("±", "right"), ("ratio to A", "right"),
-                          ("interval", "left"), ("", "left")):
+    speed_columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("", "left"), ("samples/s", "right"), ("±", "right"), ("ratio to A", "right"), ("interval", "left"),
+        ("", "left"))
+    for name, justify in speed_columns:
         speed.add_column(name, justify=justify, no_wrap=True)
     for r in rows:
         ratio, _, interval = r["ratio"].partition(" ")

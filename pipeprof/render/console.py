@@ -21,7 +21,8 @@ from pipeprof.numbers import scaled
 from pipeprof.run_folder import as_dict
 
 # summary.json's bottleneck is the verdict's class in coarse form (input:* -> input): one style for both.
-_BOTTLENECK_STYLE = {"input": "bold red", "compute": "bold green", "balanced": "bold yellow", "h2d": "bold red"}
+_BOTTLENECK_STYLE: dict[str | None, str] = {"input": "bold red", "compute": "bold green", "balanced": "bold yellow",
+                                             "h2d": "bold red"}
 _VERDICT_STYLE = _BOTTLENECK_STYLE
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import ChainableUndefined, Environment, PackageLoader
-from rich.console import Group
+from rich.console import Group, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -70,8 +70,10 @@ def diagnosis_table(diagnosis: dict[str, Any], folder: str | Path) -> Group:
     d = diagnosis
     runs = Table(title=Text(f"pipeprof diagnose: {d.get('scenario')} ({d.get('steps_per_run')} steps per run)",
                             style="bold"), box=None, pad_edge=False, padding=(0, 2, 0, 0))
-    for name, justify in (("run", "left"), ("storage", "left"), ("workers", "right"), ("status", "left"),
-                          ("samples/s", "right"), ("per sample", "right"), ("data wait", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("run", "left"), ("storage", "left"), ("workers", "right"), ("status", "left"), ("samples/s", "right"),
+        ("per sample", "right"), ("data wait", "right"))
+    for name, justify in columns:
         runs.add_column(name, justify=justify, no_wrap=True)
     per_sample = d.get("seconds_per_sample") or {}
     for role, r in (d.get("runs") or {}).items():

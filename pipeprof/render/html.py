@@ -24,7 +24,7 @@ from pipeprof.format import NOT_MEASURED, finite
 from pipeprof.render import plots
 from pipeprof.run_folder import Run, as_dict
 
-_BOTTLENECK_TITLES = {
+_BOTTLENECK_TITLES: dict[str | None, str] = {  # looked up with summary.json's value, None when missing
     "input": "Input-bound: training waits for data",
     "compute": "Compute-bound: the data pipeline keeps up",
     "balanced": "Partly input-bound",
@@ -191,7 +191,7 @@ def _speedup(value: Any) -> str:
 
 def _context_rows(attr: dict[str, Any]) -> list[tuple[str, str]]:
     """CPU, GPU and disk-ceiling evidence shown under every verdict, "not measured: why" when absent."""
-    rows = []
+    rows: list[tuple[str, str]] = []  # plain text (escaped by the template) or Markup
     cpu = as_dict(attr.get("cpu"))
     if cpu:
         wanted = (f"{fmt.plural(cpu.get('num_workers'), 'worker')} + "
@@ -292,7 +292,7 @@ def _loading(run: Run, meta: dict[str, Any]) -> dict[str, Any]:
         reason = "no loading records for counted steps (every recorded batch fed a warm-up step)"
     timeline = plots.loading_timeline_svg(loading, counted_window_s(run.steps))
     split = plots.loading_split_svg(breakdown)
-    rows = [dict(r, name=plots.worker_name(r["worker"])) for r in breakdown.to_dict("records")]
+    rows = [{**r, "name": plots.worker_name(r["worker"])} for r in breakdown.to_dict("records")]
     return {
         "rows": rows,
         "reason": reason,
@@ -301,7 +301,7 @@ def _loading(run: Run, meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-_GROUP_COLORS = {"loading": "#d62728", "transfer": "#ff7f0e", "compute": "#1f77b4", "waiting": "#c5b0d5",
+_GROUP_COLORS: dict[str | None, str] = {"loading": "#d62728", "transfer": "#ff7f0e", "compute": "#1f77b4", "waiting": "#c5b0d5",
                  "other": "#9e9e9e"}
 _PROCESS_TITLES = {"main": "training process", "workers": "DataLoader workers"}
 
@@ -375,19 +375,21 @@ def _script(meta: dict[str, Any]) -> dict[str, Any] | None:
         return None
     script = as_dict(meta.get("script"))
     ended = as_dict(script.get("ended"))
-    how = {"exit": f"exit status {ended.get('detail')}", "exception": f"raised {ended.get('detail')}",
-           "interrupted": "interrupted (KeyboardInterrupt)",
-           "stopped": f"stopped by pipeprof after {ended.get('detail')} steps (--steps)"}.get(ended.get("how"))
+    hows: dict[str | None, str] = {
+        "exit": f"exit status {ended.get('detail')}", "exception": f"raised {ended.get('detail')}",
+        "interrupted": "interrupted (KeyboardInterrupt)",
+        "stopped": f"stopped by pipeprof after {ended.get('detail')} steps (--steps)"}
+    how = hows.get(ended.get("how"))
     if how is None:
         code = script.get("returncode")
         how = f"exit status {script.get('exit_status')}" + (" (killed by a signal)" if code is not None and code < 0
                                                             else "") if code is not None else "not recorded"
-    source = meta.get("step_source")
+    sources: dict[str | None, str] = {
+        "optimizer": "optimizer.step() (PyTorch's global step hook)", "prof.step": "prof.step() marks",
+        "loader batches": "each batch of the training loader (no optimizer step was seen)"}
     return {"command_line": script.get("command_line"), "cwd": script.get("cwd"), "python": script.get("python"),
             "ended": how, "loaders": [as_dict(x) for x in meta.get("loaders") or []],
-            "step_source": {"optimizer": "optimizer.step() (PyTorch's global step hook)",
-                            "prof.step": "prof.step() marks", "loader batches": "each batch of the training loader "
-                            "(no optimizer step was seen)"}.get(source, "no training steps")}
+            "step_source": sources.get(meta.get("step_source"), "no training steps")}
 
 
 def _scenario_sections(scenario: Any) -> list[tuple[str, list[tuple[str, str]]]]:

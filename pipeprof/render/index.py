@@ -50,7 +50,7 @@ _STAMP = re.compile(r"^(\d{8}T\d{6}Z)")
 
 
 # Every entry has every field, None where its kind has no such number.
-_EMPTY = {"problem": None, "samples_per_s": None, "data_wait": None, "verdict": None, "fetch_stall": None,
+_EMPTY: dict[str, Any] = {"problem": None, "samples_per_s": None, "data_wait": None, "verdict": None, "fetch_stall": None,
           "prep_stall": None, "runs": [], "ratios": [], "best_settings": {}, "points": None}
 
 

@@ -17,6 +17,7 @@ import io
 import math
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -25,6 +26,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import PathPatch
 from matplotlib.path import Path
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 # One color per phase, used by every plot and by the HTML fractions bar.
 PHASE_COLORS = {
@@ -63,7 +67,7 @@ MAX_BATCH_BARS = 400
 
 _MIB = 1024.0**2
 _FIG_SIZE = (9.0, 2.8)  # inches; the page scales the SVG to its width
-_RC = {
+_RC: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",  # text stays text: smaller files, system fonts
     "svg.hashsalt": "pipeprof",  # deterministic ids, so the same run renders the same bytes
     "font.size": 9,
@@ -97,7 +101,7 @@ def step_breakdown_svg(breakdown: pd.DataFrame) -> str | None:
         labels = [PHASE_LABELS[p] for p in PHASE_COLORS]
         colors = list(PHASE_COLORS.values())
         if len(x) == 1:
-            bottom = 0.0
+            bottom: float | np.ndarray = 0.0
             for y, label, color in zip(ys, labels, colors):
                 ax.bar(x, y, bottom=bottom, width=0.8, color=color, label=label)
                 bottom = bottom + y

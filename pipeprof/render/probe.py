@@ -38,7 +38,7 @@ def _stat(entry: Any, unit: str, scale: float, digits: int = 1) -> tuple[str, st
     if "absent" in entry:
         return f"absent: {entry['absent']}", _ABSENT_STYLE
     med, lo, hi = (entry.get(f"{k}_{unit}") for k in ("median", "min", "max"))
-    if not all(isinstance(v, (int, float)) for v in (med, lo, hi)):
+    if not (isinstance(med, (int, float)) and isinstance(lo, (int, float)) and isinstance(hi, (int, float))):
         return "not measured", _ABSENT_STYLE
     return f"{fmt.number(med / scale, digits)}  [{fmt.number(lo / scale, digits)} – {fmt.number(hi / scale, digits)}]", ""
 

@@ -20,7 +20,7 @@ the measured values stay in the step's args.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -68,14 +68,14 @@ def main_pid(processes: pd.DataFrame) -> int:
     """The training process's pid (the first row with role "main"), or 1 when none was recorded."""
     if processes.empty or "role" not in processes:
         return 1
-    pids = [finite(p) for p in processes.loc[processes["role"] == "main", "pid"]]
-    pids = [int(p) for p in pids if p is not None]
+    values = [finite(p) for p in processes.loc[processes["role"] == "main", "pid"]]
+    pids = [int(p) for p in values if p is not None]
     return pids[0] if pids else 1
 
 
 def step_events(steps: pd.DataFrame, pid: int) -> list[dict[str, Any]]:
     """One "step N" slice per step on the steps thread, its phases end to end on the phases thread."""
-    rows = [r for r in steps.to_dict("records") if finite(r.get("t_start_s")) is not None]
+    rows = [r for r in _records(steps) if finite(r.get("t_start_s")) is not None]
     rows.sort(key=lambda r: float(r["t_start_s"]))
     events = []
     for i, r in enumerate(rows):
@@ -108,7 +108,7 @@ def step_events(steps: pd.DataFrame, pid: int) -> list[dict[str, Any]]:
 def loading_events(loading: pd.DataFrame, main: int) -> list[dict[str, Any]]:
     """Batches with their fetch/prep/collate: worker -1 on the training process, each worker process its own."""
     events: list[dict[str, Any]] = []
-    rows = [r for r in loading.to_dict("records")
+    rows = [r for r in _records(loading)
             if finite(r.get("t_start_s")) is not None and finite(r.get("t_end_s")) is not None]
     groups: dict[tuple[int, int | None], list[dict[str, Any]]] = {}
     for r in rows:
@@ -136,6 +136,11 @@ def loading_events(loading: pd.DataFrame, main: int) -> list[dict[str, Any]]:
     return events
 
 
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """``df``'s rows as dicts; the run tables' column names are strings (pandas types them Hashable)."""
+    return cast("list[dict[str, Any]]", df.to_dict("records"))
+
+
 def _batch(r: dict[str, Any], pid: int, tid: int) -> list[dict[str, Any]]:
     start, end = float(r["t_start_s"]), float(r["t_end_s"])
     if end < start:
@@ -160,7 +165,7 @@ def _batch(r: dict[str, Any], pid: int, tid: int) -> list[dict[str, Any]]:
 def counter_events(samples: pd.DataFrame, pid: int) -> list[dict[str, Any]]:
     """One counter event per track and tick, with the series that have a value at that tick."""
     events = []
-    rows = samples.to_dict("records")
+    rows = _records(samples)
     for track, series in COUNTERS.items():
         present = [(name, column, factor) for name, column, factor in series if column in samples.columns]
         for r in rows:
