@@ -33,11 +33,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pipeprof.measure.clock import Clock
 from pipeprof.measure.spool import Spool
 from pipeprof.run_folder import STEP_COLUMNS
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 class DeviceEvent(Protocol):
@@ -45,7 +48,8 @@ class DeviceEvent(Protocol):
 
     def record(self) -> None: ...
 
-    def elapsed_time(self, end: DeviceEvent) -> float: ...  # milliseconds
+    # ms to ``end``, an event of the same kind (torch's Event takes an Event, not any DeviceEvent)
+    def elapsed_time(self, end: Self, /) -> float: ...
 
     def synchronize(self) -> None: ...
 

@@ -129,6 +129,7 @@ def train_loop(work: Workload, total_steps: int, timer: StepTimer | ThroughputTi
                     before_epoch(epoch)
                     timer.resume()
                 iterator = iter(batches)
+            assert iterator is not None  # made when the first epoch began (left was 0), never dropped since
             batch = next(iterator)
             left -= 1
             if recorder is not None and len(batch) > 2:  # device batches carry no loading record
@@ -244,7 +245,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     finally:
         sampler.stop()
         # After training, untimed: py-spy writes its file, the workers exit and dump their profiles.
-        recorded = {"pyspy": spy.stop() if spy else None, "cprofile": code.finish() if code else None}
+        finished = {"pyspy": spy.stop() if spy else None, "cprofile": code.finish() if code else None}
     compute_ceiling = None
     if status == "complete":
         try:
@@ -252,7 +253,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
         except Exception as e:  # noqa: BLE001 - a missing ceiling is recorded, never a failed run
             absences["compute_ceiling"] = one_line(e)
     absences.update(sampler.absences)  # includes the GPU monitor's missing metrics
-    recorded = {name: r for name, r in recorded.items() if r is not None}
+    recorded = {name: r for name, r in finished.items() if r is not None}
     for r in recorded.values():
         absences.update(r.absences)
     gpu_meta: dict[str, Any] = {"available": monitor is not None}

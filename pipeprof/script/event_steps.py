@@ -91,6 +91,7 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
     nexts = _by_start(tables["N"])
     waits = _waits(tables["I"], tables["E"], nexts)
     marks, opts = (np.sort(tables[k]["t_s"].to_numpy()) for k in ("M", "O"))
+    source: str | None
     boundaries, source = (marks, "prof.step") if len(marks) else (opts, "optimizer") if len(opts) \
         else (np.array([]), "loader batches")
     train = _training_loaders(ev.wrapped, nexts, boundaries)
@@ -252,7 +253,7 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, 
     first_wait = _first_in_step(wait_t0, wait_t0, begins, ends, begins)
     excluded, excluded_before = np.zeros(n), np.zeros(n)
     for a, b, _ in eval_spans:
-        for i in range(max(0, np.searchsorted(ends, a, side="right")), min(n, np.searchsorted(begins, b))):
+        for i in range(max(0, int(np.searchsorted(ends, a, side="right"))), min(n, int(np.searchsorted(begins, b)))):
             excluded[i] += max(0.0, min(b, ends[i]) - max(a, begins[i]))
             excluded_before[i] += max(0.0, min(b, first_wait[i]) - max(a, begins[i]))
     copy_t0 = copies["t0_s"].to_numpy()

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Sized
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 
 def tensors(data: Any, depth: int = 0) -> list[torch.Tensor]:
@@ -33,7 +37,7 @@ def describe_loader(loader: DataLoader, number: int) -> dict[str, Any]:
     """The loader's settings as PyTorch names them, and the name the calling code gives it."""
     dataset = loader.dataset
     try:
-        size = len(dataset)
+        size = len(dataset) if isinstance(dataset, Sized) else None
     except TypeError:  # an IterableDataset without __len__
         size = None
     return {
@@ -63,7 +67,7 @@ _SKIP_MODULES = ("torch", "tqdm", "pipeprof", "contextlib", "runpy", "threading"
 
 def _variable_name(loader: DataLoader) -> str | None:
     """``train_loader`` or ``self.val_loader``: where the first frame outside torch/tqdm/pipeprof keeps it."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         module = frame.f_globals.get("__name__", "") or ""
         if module.split(".")[0] not in _SKIP_MODULES:

@@ -218,34 +218,34 @@ def drop(paths: Iterable[PathLike]) -> DropResult:
 
     Call it before the DataLoader (and its workers) open the files: mapped pages stay.
     """
-    paths = [Path(p) for p in paths]
-    bytes_total = sum(p.stat().st_size for p in paths)
-    before, _ = measure_resident(paths)
+    files = [Path(p) for p in paths]
+    bytes_total = sum(p.stat().st_size for p in files)
+    before, _ = measure_resident(files)
 
-    failure = _advise_dontneed(paths)
+    failure = _advise_dontneed(files)
     if failure is not None:
-        after, _ = measure_resident(paths)
-        return DropResult(len(paths), bytes_total, before, after, False, failure)
+        after, _ = measure_resident(files)
+        return DropResult(len(files), bytes_total, before, after, False, failure)
 
-    after, why_unmeasured = measure_resident(paths)
+    after, why_unmeasured = measure_resident(files)
     if after is not None and after > RESIDENT_TOLERANCE_FRACTION * bytes_total:
         # Dirty pages (a data set written moments ago) are skipped by the
         # advice; flush them and advise again. Mapped pages stay regardless.
-        still = _still_resident(paths)
+        still = _still_resident(files)
         os.sync()
         failure = _advise_dontneed(still)
-        after, why_unmeasured = measure_resident(paths)
+        after, why_unmeasured = measure_resident(files)
         if failure is not None:
-            return DropResult(len(paths), bytes_total, before, after, False, failure)
+            return DropResult(len(files), bytes_total, before, after, False, failure)
 
     if after is None:
-        return DropResult(len(paths), bytes_total, before, None, True,
+        return DropResult(len(files), bytes_total, before, None, True,
                           f"POSIX_FADV_DONTNEED was applied but not verified: {why_unmeasured}")
     if after > RESIDENT_TOLERANCE_FRACTION * bytes_total:
         pct = 100.0 * after / bytes_total
-        return DropResult(len(paths), bytes_total, before, after, False, (
+        return DropResult(len(files), bytes_total, before, after, False, (
             f"{pct:.0f}% of the data set ({fmt.byte_size(after)} of {fmt.byte_size(bytes_total)}) is still "
             "in the page cache after POSIX_FADV_DONTNEED: pages mapped by a live memory map "
             "(persistent workers? an open np.memmap?) cannot be evicted, and on tmpfs the page "
             "cache is the storage itself"))
-    return DropResult(len(paths), bytes_total, before, after, True, None)
+    return DropResult(len(files), bytes_total, before, after, True, None)

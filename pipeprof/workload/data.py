@@ -57,8 +57,8 @@ def build_data(scenario: Scenario, device: torch.device, cache_root: Path | None
     files = ensure_synthetic(spec.samples, spec.seed, cache_root, progress=progress)
     transform = build_transform(spec)
     if spec.storage == "device":
-        dataset = device_storage.build(spec, files, transform, device=device)
-        return Data(dataset, device_storage.DeviceBatches(dataset, loader, spec.seed))
+        on_device = device_storage.build(spec, files, transform, device=device)
+        return Data(on_device, device_storage.DeviceBatches(on_device, loader, spec.seed))
     throttle = from_spec(spec.throttle) if spec.throttle is not None else None
     dataset = build_dataset(spec, files, transform, throttle, progress)
     notes = []

@@ -9,7 +9,7 @@ rest (a warm-up), and a new batch size (an epoch's last, partial batch) compiles
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +33,7 @@ class ScratchSGD:
     ``optimizer.zero_grad()`` does by default.
     """
 
-    def __init__(self, params: list[torch.Tensor], lr: float, momentum: float) -> None:
+    def __init__(self, params: Iterable[torch.Tensor], lr: float, momentum: float) -> None:
         self.params = list(params)
         self.lr = lr
         self.momentum = momentum
