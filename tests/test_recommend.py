@@ -9,8 +9,9 @@ from rich.console import Console
 from test_verdict import STEP_S, make_run
 
 from pipeprof.analysis.attribution import attribution
-from pipeprof.analysis.recommend import recommend, set_text
+from pipeprof.analysis.recommend import Recommendation, _Model, is_no_op, recommend, set_text
 from pipeprof.analysis.summary import summarize
+from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS
 from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
@@ -217,3 +218,70 @@ def test_the_compute_ceiling_is_measured_after_the_run_on_one_batch_with_a_fake_
     assert calls[0] == ((64, 784), (64,), "cpu")
     assert result["samples_per_s"] == pytest.approx(64 / 0.002)  # warm-up steps not timed
     assert result["took_s"] == pytest.approx(COMPUTE_PROBE_STEPS * 0.002)
+
+
+# -- issue 14, item 4: never a no-op; item 8: too few steps, runs that ended early ------------------
+
+
+@pytest.mark.parametrize("change, noop", [
+    ({"loader.num_workers": 1}, True),  # a loader that already has 1 worker
+    ({"train.threads": 2}, True),  # the thread count it already has
+    ({"loader.num_workers": 1, "train.threads": 2}, True),  # every key as it is
+    ({"loader.num_workers": 1, "train.threads": 1}, False),  # one key changes: a change
+    ({"loader.prefetch_factor": 2}, True),  # the DataLoader's default with workers
+    ({"loader.persistent_workers": False}, True),
+    ({"data.storage": "ram"}, True),
+    ({"data.cache": "warm"}, False),  # current value unknown: not a no-op
+    ({}, False),  # a code change or the honest negative
+])
+def test_is_no_op_compares_every_key_with_the_current_setting(change, noop):
+    current = {"loader.num_workers": 1, "train.threads": 2, "loader.prefetch_factor": 2,
+               "loader.persistent_workers": False, "loader.pin_memory": False, "data.storage": "ram"}
+    assert is_no_op(change, current) is noop
+
+
+def _one_worker_run():
+    return with_main_cpu(make_run(wait=0.4, h2d=0.0, workers=1, ready=0, loading=(0.03, 0.02, 0.01),
+                                  cores=2, threads=2), 120.0)
+
+
+@pytest.mark.parametrize("candidate, change", [
+    ("workers", {"loader.num_workers": 1}),  # num_workers=1 offered to a loader with 1 worker
+    ("fewer_threads", {"train.threads": 2}),  # a thread count equal to the current one
+    ("prefetch", {"loader.num_workers": 1, "train.threads": 2}),  # generally: every key as it is
+])
+def test_a_change_equal_to_the_current_settings_is_never_recommended(monkeypatch, candidate, change):
+    run = _one_worker_run()
+    attr = attribution(run)
+    model = _Model(run, attr)
+    assert model.current_settings()["loader.num_workers"] == 1 and model.current_settings()["train.threads"] == 2
+    noop = Recommendation(dict(change), 1e9, 10.0, "a no-op", "none")
+    monkeypatch.setattr(_Model, candidate, lambda self: noop)
+    recs = recommend(run, attr, verdict_from_attribution(attr))
+    assert all(r.change != change for r in recs) and recs
+
+
+def test_too_few_counted_steps_get_no_recommendations():
+    run = make_run(n=4 + MIN_COUNTED_STEPS - 1, warmup=4, wait=0.5, loading=(0.09, 0.05, 0.01), cores=4)
+    assert recs_of(run) == []
+    s = summarize(run)
+    assert s["recommendations"] == [] and s["verdict"]["rule"] == "R0"
+    assert s["bottleneck_reason"] == (f"too few counted steps to judge: {MIN_COUNTED_STEPS - 1} steps counted, "
+                                      f"at least {MIN_COUNTED_STEPS} needed")
+
+
+@pytest.mark.parametrize("status", ["failed", "interrupted"])
+def test_recommendations_of_a_run_that_ended_early_carry_the_caveat(status):
+    run = with_main_cpu(make_run(wait=0.3, h2d=0.01, loading=(0.09, 0.05, 0.01), cores=4, threads=2), 120.0)
+    run.meta["status"] = status
+    recs = recs_of(run)
+    assert recs and all(f"the run ended early ({status}) after 40 steps (36 counted)" in r["note"] for r in recs)
+    run.meta["status"] = "complete"
+    assert all("ended early" not in (r.get("note") or "") for r in recs_of(run))
+
+
+def test_the_caveat_also_goes_on_the_honest_negative():
+    run = make_run(wait=0.02, loading=(0.001, 0.0, 0.0005))  # compute-bound: the negative
+    run.meta["status"] = "failed"
+    (rec,) = recs_of(run)
+    assert rec["change"] == {} and "ended early (failed)" in rec["note"]

@@ -445,3 +445,36 @@ def test_console_table_shows_not_measured():
     text = console.export_text()
     assert re.search(r"CPU mean / peak \(of all cores\)\s+not measured", text)
     assert re.search(r"peak RSS\s+not measured", text)
+
+
+# -- issue 14, item 8: runs with no steps or that failed early --------------------------------------
+
+
+def test_html_attributes_get_plain_text_not_markup():
+    # 0 counted steps: every fraction is "not measured"; the stacked bar's title attributes once showed
+    # title="data wait: <span class="nm">not measured</span>" (the filter's markup, escaped into the attribute).
+    run = make_run(n_steps=5, warmup=5)
+    html = render_html(run, summarize(run))
+    titles = re.findall(r'title="([^"]*)"', html)
+    assert titles and not [t for t in titles if "&lt;" in t or "<" in t]
+    assert 'title="data wait: not measured"' in html
+
+
+def test_html_run_without_enough_steps_names_no_bottleneck():
+    run = make_run(n_steps=8, warmup=5)
+    html = render_html(run, summarize(run))
+    assert "Too few counted steps to judge" in html or "No counted steps" in html
+    assert "Only 3 steps were counted" in html and 'id="recommendations-table"' not in html
+
+
+def test_html_failed_run_shows_the_caveat_and_no_worker_memory():
+    run = make_run(status="failed")
+    run.samples["workers"] = 0
+    run.samples["workers_rss_bytes"] = 0.0
+    run.processes = run.processes[run.processes["role"] != "worker"]
+    summary = summarize(run)
+    assert summary["memory"]["peak_workers_rss_bytes"] is None
+    html = render_html(run, summary)
+    assert "the run ended early (failed) after 50 steps (45 counted)" in html
+    rss = html.split("Peak RSS", 1)[1].split("</tr>", 1)[0]
+    assert "workers <span class=\"nm\">not measured</span>" in rss and "workers 0 B" not in rss

@@ -173,3 +173,49 @@ def test_the_summary_record_is_what_summary_json_is_made_of():
     assert record.bottleneck == record.verdict.coarse == "input"
     assert record.recommendations and record.recommendations[0].to_json() == summarize(run)["recommendations"][0]
     assert record.attribution.fractions == record.fractions and record.sections["loading"] is None
+
+
+# -- issue 14, item 8: workers that never existed; a script's wall time ------------------------------
+
+
+def _sampled(workers):
+    return pd.DataFrame({"t_s": [0.0, 7.5, 15.0], "cpu_util_pct": [50.0] * 3, "main_cpu_pct": [90.0] * 3,
+                         "workers_cpu_pct": [0.0] * 3, "main_rss_bytes": [1e8] * 3,
+                         "workers_rss_bytes": [0.0, 3e8 if workers else 0.0, 0.0], "tree_rss_bytes": [1e8] * 3,
+                         "workers": [0, workers, 0], "read_bytes_per_s": [0.0] * 3})
+
+
+def test_memory_of_workers_that_never_existed_is_not_measured_not_zero():
+    s = summarize(make_run(make_steps(), samples=_sampled(0)))
+    assert s["memory"]["peak_workers_rss_bytes"] is None  # "not measured", never "0 B"
+    assert s["memory"]["peak_main_rss_bytes"] == pytest.approx(1e8)
+    s = summarize(make_run(make_steps(), samples=_sampled(2)))
+    assert s["memory"]["peak_workers_rss_bytes"] == pytest.approx(3e8)
+
+
+def test_uss_of_workers_that_never_existed_is_null():
+    processes = pd.DataFrame([{"t_s": 5.0, "pid": 1, "role": "main", "cpu_pct": 90, "rss_bytes": 10,
+                               "read_bytes": 300, "uss_bytes": 50}], columns=PROCESS_COLUMNS)
+    assert uss_snapshot(processes) == {"main": 50.0, "workers": None, "snapshots": 1}
+
+
+def _script_meta(**script):
+    return {"scenario": {"name": "s"}, "kind": "script", "device": "cpu", "gpu": {"available": False},
+            "status": "complete", "script": {"command_line": "python train.py", **script}, "loaders": [],
+            "step_source": "optimizer"}
+
+
+def test_a_script_without_steps_keeps_its_wall_time_while_duration_is_the_counted_steps():
+    # No DataLoader iterated: 0 counted steps, but the script ran 15 s (the sampler watched it throughout).
+    s = summarize(make_run(make_steps(n=0), samples=_sampled(0), meta=_script_meta()))
+    assert s["duration_s"] == 0.0 and s["steps"] == 0
+    assert s["script"]["wall_s"] == pytest.approx(15.0)
+    assert s["bottleneck"] == "unknown" and s["recommendations"] == []
+    assert "0 steps counted" in s["bottleneck_reason"]
+    assert not schema_errors(json.loads(to_json(s)))
+
+
+def test_a_recorded_script_wall_time_wins_over_the_sampler_span():
+    s = summarize(make_run(make_steps(), samples=_sampled(0), meta=_script_meta(wall_s=15.4)))
+    assert s["script"]["wall_s"] == pytest.approx(15.4)
+    assert s["duration_s"] == pytest.approx(18 * 0.033)

@@ -15,6 +15,7 @@ from rich.console import Console
 from pipeprof.analysis.attribution import NO_PROBE, Attribution, attribution
 from pipeprof.analysis.evidence import CpuEvidence, DiskCeiling, GpuEvidence, LoadingEvidence, StepShares
 from pipeprof.analysis.summary import summarize
+from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS
 from pipeprof.analysis.verdict import CLASSES, verdict, verdict_from_attribution
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
@@ -374,3 +375,19 @@ def test_attribution_from_json_is_lenient():
     assert record.cpu == CpuEvidence() and record.cache.absent is None
     assert record.to_json()["loading"] == {"absent": "no records"}
     assert "new_key" not in record.to_json()["step"]
+
+
+@pytest.mark.parametrize("n, counted, words", [(4, 0, "No step was counted"), (5, 1, "Only 1 step was counted"),
+                                               (8, 4, "Only 4 steps were counted")])
+def test_too_few_counted_steps_give_no_verdict_and_say_how_many(n, counted, words):
+    # Issue 14, item 8: a run that counted fewer steps than MIN_COUNTED_STEPS (after 4 warm-up steps) names
+    # no bottleneck, whatever its few steps waited (here 50%: a "confident" input verdict before).
+    v = verdict(make_run(n=n, warmup=4, wait=0.5, loading=(0.02, 0.01, 0.005)))
+    assert (v.klass, v.rule, v.degree) == ("unknown", "R0", None)
+    assert words in v.sentence and f"at least {MIN_COUNTED_STEPS} counted steps" in v.sentence
+    assert v.evidence["counted_steps"] == counted and v.evidence["min_counted_steps"] == MIN_COUNTED_STEPS
+
+
+def test_enough_counted_steps_are_judged():
+    v = verdict(make_run(n=4 + MIN_COUNTED_STEPS, warmup=4, wait=0.5, loading=(0.02, 0.01, 0.005)))
+    assert v.klass.startswith("input:")

@@ -7,7 +7,8 @@ Pure functions over one run's records, its ``attribution`` and its ``verdict``
 that is a code change (then ``code_change`` says what to write) and for the
 honest negative; ``predicted_speedup`` is the prediction over the *measured*
 samples/s of the run. Only changes predicted to gain at least ``MIN_GAIN``
-are listed; when none is, the list holds one entry with an empty change and
+are listed, never one equal to the run's current settings (``is_no_op``);
+when none is, the list holds one entry with an empty change and
 the reason in words (compute-bound, saturated cores, or nothing in the model).
 
 The model
@@ -99,6 +100,7 @@ from pipeprof.analysis.steps import counted_steps
 from pipeprof.analysis.thresholds import (
     BURSTY_EMPTY_FRACTION,
     COMPUTE_BOUND_FRACTION,
+    MIN_COUNTED_STEPS,
     MIN_GAIN,
     NEAR_BEST,
     PIN_MEMORY_H2D,
@@ -150,20 +152,47 @@ class Recommendation:
 def recommend(run: Run, attribution: Attribution, verdict: Verdict) -> list[Recommendation]:
     """Recommendations ranked by predicted speed-up (see the module docstring for the model).
 
-    Never empty: without a change worth making, one entry with ``change = {}``,
-    ``predicted_speedup = 1.0`` and the reason.
+    Empty for a run with fewer than ``MIN_COUNTED_STEPS`` counted steps (nothing to predict from; the
+    verdict, R0, says so). Otherwise never empty: without a change worth making, one entry with
+    ``change = {}``, ``predicted_speedup = 1.0`` and the reason. A change equal to the run's current
+    settings is dropped (``is_no_op``). Every recommendation of a failed or interrupted run carries the
+    caveat of ``ended_early_caveat`` in its ``note``.
     """
     m = _Model(run, attribution)
-    if m.current is None:
-        return [_negative(None, "no counted steps: nothing to predict from", "none")]
+    if m.current is None or len(m.counted) < MIN_COUNTED_STEPS:
+        return []  # too few counted steps to predict from (the verdict, R0, says how many)
     recs = [r for r in (m.workers(), m.prefetch(), m.persistent(), m.batch_fetch(), m.cache_in_ram(),
                         m.on_device(), m.pin_memory(), m.fewer_threads()) if r is not None]
-    recs = [r for r in recs if r.predicted_speedup >= MIN_GAIN]
+    current = m.current_settings()
+    recs = [r for r in recs if r.predicted_speedup >= MIN_GAIN and not is_no_op(r.change, current)]
     recs.sort(key=lambda r: -r.predicted_speedup)
     meta = run.meta if isinstance(run.meta, dict) else {}
     if meta.get("kind") == "script":
         recs = _for_script(recs, meta)
-    return recs or [m.negative(verdict)]
+    recs = recs or [m.negative(verdict)]
+    caveat = ended_early_caveat(run)
+    if caveat:
+        recs = [dataclasses.replace(r, note=f"{r.note}; {caveat}" if r.note else caveat) for r in recs]
+    return recs
+
+
+def is_no_op(change: dict[str, Any], current: dict[str, Any]) -> bool:
+    """A change whose every key equals the run's current setting (``_Model.current_settings``): it would
+    change nothing, so it is never recommended. An empty change (a code change, the negative) is not one;
+    a key whose current value is unknown is a change."""
+    return bool(change) and all(key in current and current[key] == value for key, value in change.items())
+
+
+def ended_early_caveat(run: Run) -> str | None:
+    """The caveat on every recommendation of a run that failed or was interrupted: it ended after N steps."""
+    meta = run.meta if isinstance(run.meta, dict) else {}
+    status = meta.get("status")
+    if status not in ("failed", "interrupted"):
+        return None
+    total = len(run.steps)
+    counted = len(counted_steps(run.steps))
+    return (f"the run ended early ({status}) after {fmt.plural(total, 'step')} ({counted} counted): this advice "
+            "rests on those steps only, and a full run may behave differently")
 
 
 def _for_script(recs: list[Recommendation], meta: dict[str, Any]) -> list[Recommendation]:
@@ -234,6 +263,22 @@ class _Model:
         self.cold = self.storage in ON_DISK and self.data.cache == "cold"
         self.throttled = self.data.throttle not in (None, False, "")
         self.storage_ceiling, self.storage_words = self._storage_ceiling()
+
+    def current_settings(self) -> dict[str, Any]:
+        """The run's current value of each key a change can hold, where it is known (for ``is_no_op``)."""
+        current: dict[str, Any] = {"loader.num_workers": self.k,
+                                   "loader.persistent_workers": bool(self.loader.persistent_workers),
+                                   "loader.pin_memory": bool(self.loader.pin_memory)}
+        if self.cpu.torch_threads is not None:
+            current["train.threads"] = int(self.cpu.torch_threads)
+        factor = prefetch_factor(self.k, self.attr.prefetch.prefetch_factor or self.loader.prefetch_factor)
+        if factor is not None:
+            current["loader.prefetch_factor"] = factor
+        if self.data.storage is not None:
+            current["data.storage"] = self.data.storage
+        if self.data.cache is not None:
+            current["data.cache"] = self.data.cache
+        return current
 
     # -- the throughput model ------------------------------------------------------------
 

@@ -19,15 +19,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution, attribution
 from pipeprof.analysis.hotspots import code_profile
 from pipeprof.analysis.recommend import Recommendation, recommend
 from pipeprof.analysis.steps import counted_steps, counted_window_s
-from pipeprof.analysis.thresholds import COMPUTE_BOUND_FRACTION, H2D_BOUND_FRACTION, INPUT_BOUND_FRACTION
+from pipeprof.analysis.thresholds import (
+    COMPUTE_BOUND_FRACTION,
+    H2D_BOUND_FRACTION,
+    INPUT_BOUND_FRACTION,
+    MIN_COUNTED_STEPS,
+)
 from pipeprof.analysis.verdict import Verdict, verdict_from_attribution
 from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
-from pipeprof.run_folder import Run
+from pipeprof.run_folder import Run, as_dict
 
 SUMMARY_SCHEMA_VERSION = 2  # 2 (issue 13): loading times renamed with their units; bottleneck from the verdict, "unknown" added
 
@@ -42,7 +48,9 @@ def bottleneck(verdict: Verdict) -> tuple[str, str]:
     evidence = verdict.evidence
     wait, h2d = evidence.get("data_wait_fraction"), evidence.get("h2d_fraction")
     if klass == "unknown" or wait is None:
-        return klass, "no counted steps: nothing to judge"
+        counted = evidence.get("counted_steps")
+        return klass, (f"too few counted steps to judge: {fmt.plural(counted or 0, 'step')} counted, at least "
+                       f"{MIN_COUNTED_STEPS} needed")
     pct = 100 * wait
     if klass == "compute":
         return klass, (f"compute-bound: only {pct:.1f}% of step time was spent waiting for data "
@@ -180,7 +188,9 @@ def summary_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
         "memory": {
             "peak_rss_bytes": _stat(run.samples.get("tree_rss_bytes", pd.Series(dtype=float)), "max"),
             "peak_main_rss_bytes": _stat(run.samples.get("main_rss_bytes", pd.Series(dtype=float)), "max"),
-            "peak_workers_rss_bytes": _stat(run.samples.get("workers_rss_bytes", pd.Series(dtype=float)), "max"),
+            # Workers that never existed have no memory: not measured (null), never a sampled 0.
+            "peak_workers_rss_bytes": (_stat(run.samples.get("workers_rss_bytes", pd.Series(dtype=float)), "max")
+                                       if had_workers(run) else None),
             "uss_bytes": uss_snapshot(processes),
         },
         "disk": {
@@ -200,6 +210,8 @@ def summary_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
     }
     if run.meta.get("kind") == "script":  # pipeprof profile / pipeprof.profile(): what ran, and its loaders
         sections.update({k: run.meta.get(k) for k in ("script", "loaders", "step_source")})
+        if isinstance(sections["script"], dict):  # the script's own wall time, beside the counted steps' duration_s
+            sections["script"] = {**sections["script"], "wall_s": script_wall_s(run)}
     sections["verification"] = verification(run.meta.get("verification"), samples_per_s)
     sections["throughput"] = throughput_windows(run.steps)
     sections["code_profile"] = code_profile(run)
@@ -229,9 +241,30 @@ def uss_snapshot(processes: pd.DataFrame) -> dict[str, Any] | None:
     per_tick = snaps.groupby(["t_s", "role"])["uss_bytes"].sum().unstack("role")
     return {
         "main": float(per_tick["main"].max()) if "main" in per_tick else None,
-        "workers": float(per_tick["worker"].max()) if "worker" in per_tick else 0.0,
+        "workers": float(per_tick["worker"].max()) if "worker" in per_tick else None,  # no workers: not measured
         "snapshots": int(len(per_tick)),
     }
+
+
+def had_workers(run: Run) -> bool:
+    """Whether any DataLoader worker process was seen: a ``worker`` in the process snapshots or a sampler
+    tick counting one (``samples.workers``)."""
+    processes, samples = run.processes, run.samples
+    if not processes.empty and "role" in processes and bool((processes["role"] == "worker").any()):
+        return True
+    counts = pd.to_numeric(samples.get("workers", pd.Series(dtype=float)), errors="coerce")
+    return bool((counts > 0).any())
+
+
+def script_wall_s(run: Run) -> float | None:
+    """A profiled script's wall time in seconds: run.json's ``script.wall_s`` when recorded, else the system
+    sampler's span (first to last sample: it watches the script from its start to its end, to within one
+    sampling interval); None when neither is there."""
+    recorded = as_dict(run.meta.get("script")).get("wall_s")
+    if isinstance(recorded, (int, float)) and not isinstance(recorded, bool) and math.isfinite(recorded):
+        return float(recorded)
+    t_s = pd.to_numeric(run.samples.get("t_s", pd.Series(dtype=float)), errors="coerce").dropna()
+    return float(t_s.max() - t_s.min()) if len(t_s) >= 2 else None
 
 
 def _read_bytes(processes: pd.DataFrame) -> float | None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 INPUT_BOUND_FRACTION = 0.20
 COMPUTE_BOUND_FRACTION = 0.05  # under this data wait: compute-bound (R2), and no input change is worth making
 
+# R0: fewer counted steps than this (after warm-up) are too few to judge: no verdict, no recommendations.
+MIN_COUNTED_STEPS = 5
 H2D_BOUND_FRACTION = 0.20  # R1: the copy to the device takes at least this share (and no less than the wait)
 READY_WAIT_MAIN = 0.6  # R5: share of the wait on steps with a batch ready, at or above
 READY_WAIT_WORKERS = 0.4  # R6: that share at or below

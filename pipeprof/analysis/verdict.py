@@ -12,7 +12,7 @@ Classes: ``compute``; ``input:fetch`` (storage: reading samples' bytes);
 training process: collate with ``num_workers = 0``, receiving batches from
 workers, pinning, DataLoader bookkeeping); ``h2d`` (copy to the device);
 ``balanced`` (the loop waits for data, at least 5% of step time, with no
-single cause); ``unknown`` (no counted steps: nothing to judge).
+single cause); ``unknown`` (fewer counted steps than ``thresholds.MIN_COUNTED_STEPS``: too few to judge).
 
 Decision table — the first row that matches wins. ``wait`` and ``h2d`` are
 shares of counted step time; "ready share" is the share of the data wait
@@ -24,7 +24,7 @@ steps that found the queue empty.
 ====  ==========================================================  ==============================
 rule  condition                                                   class
 ====  ==========================================================  ==============================
-R0    no counted steps                                            unknown (nothing to judge)
+R0    fewer than MIN_COUNTED_STEPS (5) counted steps              unknown (too few to judge)
 R1    h2d >= 0.20 and h2d >= wait                                 h2d
 R2    wait < 0.05                                                 compute
       -- from here wait >= 0.05: "input-bound" from 0.20, "partly input-bound" below --
@@ -95,6 +95,7 @@ from pipeprof.analysis.thresholds import (
     DISK_READ_FLOOR_BYTES_PER_S,
     H2D_BOUND_FRACTION,
     INPUT_BOUND_FRACTION,
+    MIN_COUNTED_STEPS,
     READY_WAIT_MAIN,
     READY_WAIT_WORKERS,
     WORKERS_BUSY,
@@ -118,6 +119,14 @@ def input_degree(data_wait_fraction: float) -> str:
     """How input-bound a loop that waits for data is: ``"input-bound"`` from ``INPUT_BOUND_FRACTION``
     of step time, ``"partly input-bound"`` below (from ``COMPUTE_BOUND_FRACTION``: under it, compute-bound)."""
     return "input-bound" if data_wait_fraction >= INPUT_BOUND_FRACTION else "partly input-bound"
+
+
+def too_few_steps_sentence(counted: int | None) -> str:
+    """R0's sentence: how many steps were counted and how many a verdict needs (``MIN_COUNTED_STEPS``)."""
+    n = int(counted or 0)
+    counted_words = "No step was counted" if n == 0 else f"Only {fmt.plural(n, 'step')} {'was' if n == 1 else 'were'} counted"
+    return (f"{counted_words} (after warm-up); a verdict needs at least {fmt.plural(MIN_COUNTED_STEPS, 'counted step')}, "
+            "so there is no bottleneck to name and nothing to recommend.")
 
 
 # ---- verdict ----------------------------------------------------------------------------
@@ -167,8 +176,10 @@ def verdict_from_attribution(record: Attribution) -> Verdict:
     evidence: dict[str, Any] = {"data_wait_fraction": wait, "h2d_fraction": h2d,
                                 "compute_fraction": step.compute_fraction}
     notes = _notes(record)
-    if not step.steps or wait is None:
-        return _result("unknown", "R0", None, "No counted steps: nothing to judge.", evidence, notes)
+    if (step.steps or 0) < MIN_COUNTED_STEPS or wait is None:
+        evidence["counted_steps"] = int(step.steps or 0)
+        evidence["min_counted_steps"] = MIN_COUNTED_STEPS
+        return _result("unknown", "R0", None, too_few_steps_sentence(step.steps), evidence, notes)
     h2d = h2d or 0.0
     if h2d >= H2D_BOUND_FRACTION and h2d >= wait:
         return _result("h2d", "R1", None,

@@ -38,7 +38,7 @@ _VERDICT_TITLES = {
     "input:main": "the training process (main)",
     "h2d": "Bound by the copy to the device",
     "balanced": "no single cause",
-    "unknown": "No counted steps",
+    "unknown": "Too few counted steps to judge",
 }
 
 # Plain words for the verdict's evidence keys; others show as the key itself.
@@ -149,7 +149,7 @@ def _verdict(summary: dict[str, Any]) -> dict[str, Any] | None:
     if klass.startswith("input:") or (klass == "balanced" and v.get("degree")):
         title = f"{str(v.get('degree') or 'input-bound').capitalize()}: {title}"
     elif klass == "balanced":
-        title = "No counted steps" if v.get("rule") == "R0" else f"Balanced: {title}"
+        title = f"Balanced: {title}"
     family = "input" if klass.startswith("input:") else klass
     rows = [(_EVIDENCE_LABELS.get(k, k.replace("_", " ")), format_evidence(k, value))
             for k, value in as_dict(v.get("evidence")).items()]
@@ -386,6 +386,7 @@ def _script(meta: dict[str, Any]) -> dict[str, Any] | None:
                                                             else "") if code is not None else "not recorded"
     sources: dict[str | None, str] = {
         "optimizer": "optimizer.step() (PyTorch's global step hook)", "prof.step": "prof.step() marks",
+        "backward": "backward passes (no torch.optim optimizer step was seen)",
         "loader batches": "each batch of the training loader (no optimizer step was seen)"}
     return {"command_line": script.get("command_line"), "cwd": script.get("cwd"), "python": script.get("python"),
             "ended": how, "loaders": [as_dict(x) for x in meta.get("loaders") or []],
