@@ -23,13 +23,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
+from pipeprof.cli.output import stdout_console
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("baseline", metavar="RUN_A", type=Path, help="the baseline run folder")
     p.add_argument("others", metavar="RUN", nargs="+", type=Path, help="run folder(s) compared with RUN_A")
-    p.add_argument("--out", type=Path, default=Path("reports"),
+    p.add_argument("-o", "--out", type=Path, metavar="DIR", default=Path("reports"),
                    help="where the comparison folder goes (default: reports)")
     p.add_argument("--quiet", action="store_true", help="do not print the table")
 
@@ -41,6 +41,6 @@ def execute(args: argparse.Namespace) -> int:
 
     compare, folder = compare_folders([args.baseline, *args.others], args.out)
     if not args.quiet:
-        Console().print(compare_table(compare, folder))
+        stdout_console().print(compare_table(compare, folder))
     print(f"compare: {folder / 'compare.html'}")
     return 0

@@ -35,6 +35,7 @@ from rich.console import Console
 
 from pipeprof import format as fmt
 from pipeprof.cli.arguments import add_scenario_arguments
+from pipeprof.cli.output import stdout_console
 from pipeprof.cli.progress import Bars, columns
 from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED
 from pipeprof.pipeline.progress import SILENT
@@ -71,7 +72,7 @@ def execute(args: argparse.Namespace) -> int:
     diagnosis, folder = diagnose(scenario, scenario_file=str(args.scenario), overrides=args.overrides,
                                  out=args.out, max_steps=args.steps or DEFAULT_MAX_STEPS, cache=args.cache, progress=progress)
     if not args.quiet:
-        Console().print(diagnosis_table(diagnosis, folder))
+        stdout_console().print(diagnosis_table(diagnosis, folder))
     return _report_status(diagnosis, folder)
 
 

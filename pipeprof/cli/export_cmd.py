@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", metavar="RUN", help="run folder, e.g. reports/20261129T120000Z-quick")
     p.add_argument("--format", required=True, choices=FORMATS,
                    help="chrome-trace: Trace Event Format JSON for Perfetto / chrome://tracing")
-    p.add_argument("--output", type=Path, metavar="FILE", help="where to write it (default: RUN/trace.json)")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="where to write it (default: RUN/trace.json)")
 
 
 def execute(args: argparse.Namespace) -> int:

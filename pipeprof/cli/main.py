@@ -36,6 +36,7 @@ from pipeprof.cli import (
     sweep_cmd,
     tune_cmd,
 )
+from pipeprof.cli.output import stdout_closed
 from pipeprof.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -94,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"pipeprof: error: {e}", file=sys.stderr)
         return e.exit_status
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader of stdout went away (| head): the exit status says so, quietly
+        stdout_closed()
         return 1
     except OSError as e:  # a full disk, a folder that became unwritable: one line, never a traceback
         print(f"pipeprof: error: {one_line(e)}", file=sys.stderr)  # str(OSError) names the file

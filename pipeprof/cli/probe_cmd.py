@@ -26,6 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
+from pipeprof.cli.output import stdout_console
 from pipeprof.errors import EXIT_INTERRUPTED
 from pipeprof.render.probe import probe_table, provenance
 
@@ -53,7 +54,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(to_json(probe))
         return 0
-    console = Console()
+    console = stdout_console()
     console.print(probe_table(probe))
     console.print(Text(provenance(probe), style="dim"))
     return 0

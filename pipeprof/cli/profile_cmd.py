@@ -30,13 +30,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeprof import format as fmt
+from pipeprof.cli.output import stdout_closed, stdout_console
 
 if TYPE_CHECKING:
     from pipeprof.run_folder import Run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, default=Path("reports"), help="where run folders go (default: reports/)")
+    p.add_argument("-o", "--out", type=Path, metavar="DIR", default=Path("reports"),
+                   help="where run folders go (default: reports/)")
     p.add_argument("--name", help="the run's name (default: the script's or module's name)")
     p.add_argument("--steps", type=_positive_int, metavar="N", help="end the script after N training steps")
     p.add_argument("--warmup-steps", type=_non_negative_int, default=5, metavar="N",
@@ -87,9 +89,13 @@ def execute(args: argparse.Namespace) -> int:
     saved = profile_script(args.command, out=args.out, name=args.name, steps=args.steps,
                            warmup_steps=args.warmup_steps, sample_hz=args.sample_hz)
     run, folder = saved.run, saved.folder
-    if not args.quiet and not run.steps.empty:
-        print_summary(saved.summary, folder)
-    print(f"report: {folder / 'report.html'}")
+    try:
+        if not args.quiet and not run.steps.empty:
+            print_summary(saved.summary, folder, stdout_console())
+        print(f"report: {folder / 'report.html'}", flush=True)
+    except BrokenPipeError:  # stdout closed early (| head): the report's place and the closing line go to stderr
+        stdout_closed()
+        print(f"pipeprof: report: {folder / 'report.html'}", file=sys.stderr)
     _say_how_it_ended(run, folder)
     return saved.exit_status
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pipeprof.cli.output import stdout_console
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN", help="run folder(s), e.g. reports/20261129T120000Z-quick")
@@ -17,10 +19,11 @@ def execute(args: argparse.Namespace) -> int:
     from pipeprof.render.console import print_summary
     from pipeprof.run_folder import load_run
 
+    console = stdout_console()
     runs = [(Path(f), load_run(Path(f))) for f in args.runs]  # validate all before writing any
     for folder, run in runs:
         summary = rederive(run, folder)
         if not args.quiet:
-            print_summary(summary, folder)
+            print_summary(summary, folder, console)
         print(f"report: {folder / 'report.html'}")
     return 0

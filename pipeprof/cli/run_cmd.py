@@ -20,6 +20,7 @@ from rich.console import Console
 
 from pipeprof.cli.arguments import add_scenario_arguments
 from pipeprof.cli.keyflags import add_code_profile_flags
+from pipeprof.cli.output import stdout_console
 from pipeprof.cli.progress import Bars, columns
 from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED
 from pipeprof.pipeline.progress import SILENT
@@ -50,7 +51,7 @@ def execute(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     run, folder, summary = saved.run, saved.folder, saved.summary
     if not args.quiet:
-        print_summary(summary, folder)
+        print_summary(summary, folder, stdout_console())
     if (summary.get("cache") or {}).get("verified") is False:
         print(f"pipeprof: WARNING: {summary['cache']['reason']}", file=sys.stderr)
     for note in run.meta.get("notes", []):

@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from pipeprof import format as fmt
+from pipeprof.cli.output import stdout_console
 from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED
 
 
@@ -15,7 +16,7 @@ def print_table(doc: dict[str, Any], folder: Path) -> None:
     """The points as a table on stdout."""
     from pipeprof.render.sweep import sweep_table  # its renderers load pandas and matplotlib: not for --help
 
-    Console().print(sweep_table(doc, folder))
+    stdout_console().print(sweep_table(doc, folder))
 
 
 def report_end(doc: dict[str, Any], folder: Path, console: Console) -> int:

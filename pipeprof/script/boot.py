@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+from types import TracebackType
 
 import torch
 
@@ -55,6 +56,7 @@ def main(argv: list[str]) -> None:
         raise
     except BaseException as e:
         log.add(("X", clock(), "exception", f"{type(e).__name__}: {' '.join(str(e).split())}"), clock())
+        _trim_own_frames_from_traceback()
         raise
     else:
         log.add(("X", clock(), "exit", 0), clock())
@@ -63,6 +65,33 @@ def main(argv: list[str]) -> None:
             hooks.uninstall()
         except Exception as e:  # noqa: BLE001 - the script's own exit status and exception go on unchanged
             print(f"pipeprof: warning: could not take the hooks back: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+def _trim_own_frames_from_traceback() -> None:
+    """Have the interpreter print the script's uncaught exception from the script's own first frame, as
+    ``python SCRIPT`` would: this module's and runpy's frames in front of it are pipeprof's, not the user's.
+
+    Wraps the excepthook in place when the exception leaves the script (one the script set stays in charge).
+    """
+    hook = sys.excepthook
+
+    def trimmed(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        tb = own_frames_trimmed(tb)
+        hook(kind, value.with_traceback(tb), tb)  # the interpreter's hook prints value.__traceback__
+
+    sys.excepthook = trimmed
+
+
+def own_frames_trimmed(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` without its leading frames from this file and runpy (all of it if nothing else is left)."""
+    first = tb
+    while first is not None and _is_own_frame(first.tb_frame.f_code.co_filename):
+        first = first.tb_next
+    return first if first is not None else tb
+
+
+def _is_own_frame(filename: str) -> bool:
+    return filename in (__file__, runpy.__file__) or filename == "<frozen runpy>"
 
 
 if __name__ == "__main__":
