@@ -478,3 +478,10 @@ def test_html_failed_run_shows_the_caveat_and_no_worker_memory():
     assert "the run ended early (failed) after 50 steps (45 counted)" in html
     rss = html.split("Peak RSS", 1)[1].split("</tr>", 1)[0]
     assert "workers <span class=\"nm\">not measured</span>" in rss and "workers 0 B" not in rss
+
+
+def test_console_top_recommendation_of_a_failed_run_shows_the_caveat():
+    run = make_run(status="failed")
+    console = Console(record=True, width=300)
+    print_summary(summarize(run), "runs/x", console=console)
+    assert "note: the run ended early (failed) after 50 steps (45 counted)" in console.export_text()

@@ -72,6 +72,8 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
         speedup = _value(top.get("predicted_speedup"))
         text = (f"{set_text(top)} → {fmt.rate(top.get('predicted_samples_per_s'))}"
                 + (f" (×{fmt.number(speedup, 2)})" if speedup is not None else "") + f": {top.get('reason') or ''}")
+        if top.get("note"):  # e.g. the caveat of a run that ended early
+            text += f"\nnote: {top['note']}"
         add("top recommendation", text, "bold" if as_dict(top.get("change")) else "")
     add("fetch/prep/collate per sample",
         _several(fmt.duration, *(loading.get(k) for k in ("fetch_per_sample_s", "prep_per_sample_s", "collate_per_sample_s"))))
