@@ -414,3 +414,25 @@ def test_a_spawned_worker_times_its_batches_and_the_training_process_is_restored
     assert prof.run.loading["pid"].nunique() == 1 and prof.run.loading["pid"].iloc[0] != os.getpid()
     _assert_restored(before)
     _assert_world(world)
+
+
+def test_backward_passes_without_an_optimizer_are_steps_each_counted_once(tmp_path, targets):
+    # Tensor.backward calls torch.autograd.backward, the one patched: each pass is one step, whichever is called.
+    world = _world()
+    loader = DataLoader(TensorDataset(torch.randn(48, 4), torch.randn(48)), batch_size=8)
+    w = torch.zeros(4, requires_grad=True)
+    with pipeprof.profile(name="scratch", out=tmp_path, warmup_steps=0, quiet=True) as prof:
+        for i, (x, y) in enumerate(loader):
+            loss = ((x @ w - y) ** 2).mean()
+            if i % 2:
+                loss.backward()
+            else:
+                torch.autograd.backward(loss)
+            with torch.no_grad():  # a hand-written SGD: no torch.optim, no optimizer hook
+                w -= 0.01 * w.grad
+                w.grad.zero_()
+    assert prof.run.meta["step_source"] == "backward"
+    assert prof.summary["steps"] == 6 and prof.summary["loaders"][0]["role"] == "train"
+    assert prof.run.meta["script"]["torch_threads"]["first step"] == torch.get_num_threads()
+    _assert_world(world)
+    assert torch.autograd.backward.__module__ == "torch.autograd"  # the original, not pipeprof's wrapper

@@ -95,6 +95,40 @@ def test_trainer_with_validation_tqdm_and_workers(tmp_path):
     assert "self.val_loader" in html and "trainer_class.py" in html and str(Path.cwd()) in html
 
 
+def _printed(stdout: str, label: str) -> float:
+    return float(next(line for line in stdout.splitlines() if line.startswith(label + ": ")).split(": ")[1])
+
+
+def test_d2l_style_hand_written_sgd_trains_on_backward_passes(tmp_path):
+    # No torch.optim: steps end at backward passes, and the loader whose batches feed them is the training loader.
+    proc, folder, s, meta = profile(tmp_path, "python", str(FIXTURES / "d2l_style.py"), "--epochs", "2",
+                                    "--samples", "1280", "--val-samples", "512", "--getitem-ms", "0.2",
+                                    "--compute-ms", "10")
+    assert proc.returncode == 0, proc.stderr
+    assert s["step_source"] == "backward"
+    assert _printed(proc.stdout, "steps") == 40
+    assert s["steps"] + s["warmup_steps"] == 40  # 2 epochs of 1280 / 64
+    by_size = {d["batch_size"]: d for d in s["loaders"]}
+    assert by_size[64]["role"] == "train" and by_size[64]["batches"] == 40
+    assert by_size[256]["role"] == "eval" and by_size[256]["passes"] == 2 and by_size[256]["eval_s"] > 0
+    # The script's own perf_counter clock of its waits for a batch, after the same 5 warm-up steps.
+    assert s["fractions"]["data_wait"] == pytest.approx(_printed(proc.stdout, "data wait share"), abs=0.05)
+
+
+def test_the_threads_a_script_sets_itself_are_the_ones_reported(tmp_path):
+    # Read while it trains: the script's torch.set_num_threads(1), not torch's default before it ran.
+    proc, folder, s, meta = profile(tmp_path, "python", str(FIXTURES / "own_threads.py"))
+    assert proc.returncode == 0, proc.stderr
+    assert "torch threads: 1" in proc.stdout
+    assert s["attribution"]["cpu"]["torch_threads"] == 1
+    assert meta["environment"]["torch_threads"] == 1
+    assert meta["script"]["torch_threads"]["first step"] == 1 and meta["script"]["torch_threads"]["end"] == 1
+    assert s["recommendations"], "the one worker cannot keep up: more workers are recommended"
+    for rec in s["recommendations"]:  # with one torch thread already, no thread change is advised
+        assert "train.threads" not in rec["change"]
+        assert "set_num_threads" not in (rec.get("script_text") or "")
+
+
 def test_script_that_raises_is_recorded_as_failed_with_its_exit_status(tmp_path):
     proc, folder, s, meta = profile(tmp_path, "python", str(FIXTURES / "trainer_class.py"), "--epochs", "1",
                                     "--samples", "640", "--fail-at-step", "7", "--no-tqdm")

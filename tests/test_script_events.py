@@ -20,7 +20,7 @@ def random_events(rng: random.Random) -> list[tuple]:
         events.append(("L", n, {"number": n, "name": f"loader{n}", "batch_size": 64}))
     for _ in range(rng.randint(1, 40)):
         n = rng.randrange(3)
-        kind = rng.choice("IENNNCCOM")
+        kind = rng.choice("IENNNCCOMB")
         dt = rng.random() / 100
         if kind in "IE":
             events.append((kind, n, t, t + dt))
@@ -30,9 +30,12 @@ def random_events(rng: random.Random) -> list[tuple]:
             events.append(("N", n, t, t + dt, 64, record, rng.choice([None, 0, 2.0])))
         elif kind == "C":
             events.append(("C", t, t + dt, rng.randrange(1, 10**9), rng.choice([None, dt / 2])))
+        elif kind == "B":
+            events.append(("B", t, t + dt))
         else:
             events.append((kind, t))
         t += dt
+    events.append(("T", t, {"at": "end", "torch_threads": rng.randint(1, 8)}))
     events.append(("X", t, "exit", 0))
     return events
 
@@ -46,6 +49,7 @@ def write(path, events: list[tuple]) -> None:
 
 def same(a: Events, b: Events) -> None:
     assert a.loaders == b.loaders and a.start == b.start and a.end == b.end and a.wrapped == b.wrapped
+    assert a.threads == b.threads
     assert a.unreadable == b.unreadable
     for kind, table in a.tables.items():
         assert list(table.columns) == list(b.tables[kind].columns)
@@ -94,6 +98,17 @@ def test_events_of_kinds_with_few_fields_keep_their_meaning():
     assert events.end == {"how": "signal", "detail": 9}  # the last end
     assert events.wrapped == [1]
     assert events.unreadable == 1  # the loader numbered "x"; an unknown kind is ignored, not bad
+
+
+def test_backward_passes_and_thread_readings_are_read_back(tmp_path):
+    path = tmp_path / "events.jsonl"
+    write(path, [("B", 1.0, 1.25), ("T", 1.5, {"at": "first step", "torch_threads": 1}), ("B", 2.0, 2.5),
+                 ("T", 3.0, {"at": "end", "torch_threads": 2}), ("T", 3.5, {"torch_threads": 2})])
+    events = read_events(path)
+    assert events.tables["B"][["t0_s", "t1_s"]].to_numpy().tolist() == [[1.0, 1.25], [2.0, 2.5]]
+    assert events.threads == [{"t_s": 1.5, "at": "first step", "torch_threads": 1},
+                              {"t_s": 3.0, "at": "end", "torch_threads": 2}]
+    assert events.unreadable == 1  # a reading that does not say when
 
 
 def test_every_line_the_hooks_write_is_json_even_with_odd_fields(tmp_path):

@@ -51,6 +51,10 @@ class Script:
     def mark(self) -> None:
         self.events.append(["M", self.t])
 
+    def backward(self, took: float) -> None:
+        self.events.append(["B", self.t, self.t + took])
+        self.t += took
+
 
 def train_epoch(s: Script, n: int, batches: int, *, wait: float, copy: float, compute: float, after: float = 0.0,
                 record: bool = False) -> None:
@@ -177,6 +181,77 @@ def test_no_optimizer_steps_are_the_batches_of_the_busiest_loader():
     assert cut.steps["data_wait_s"].iloc[1:].to_numpy() == pytest.approx(0.010)
     assert cut.steps["compute_s"].iloc[1:].to_numpy() == pytest.approx(0.030)
     assert {d["name"]: d["role"] for d in cut.loaders} == {"loader": "train", "small": "eval"}
+
+
+def test_without_an_optimizer_steps_end_at_backward_passes_and_their_loader_trains():
+    # d2l's hand-written SGD is no torch.optim optimizer: the loader whose batches feed backward passes trains,
+    # even where another loader (validation) has more batches.
+    s = Script()
+    train, val = s.loader("train_loader"), s.loader("val_loader")
+    for _epoch in range(2):
+        s.iter(train)
+        for _ in range(4):
+            s.batch(train, wait=0.010)
+            s.work(0.020)
+            s.backward(0.015)
+            s.work(0.005)  # the hand-written update, after the backward pass: the next step's "other"
+        s.end(train)
+        s.iter(val)
+        for _ in range(6):
+            s.batch(val, wait=0.004)
+            s.work(0.010)
+        s.end(val)
+    cut = script_steps(s.events, t0_s=100.0)
+    assert cut.step_source == "backward"
+    assert {d["name"]: d["role"] for d in cut.loaders} == {"train_loader": "train", "val_loader": "eval"}
+    assert len(cut.steps) == 8
+    assert cut.steps["samples"].tolist() == [4] * 8
+    within = cut.steps.iloc[[1, 2, 3, 5, 6, 7]]  # steps inside an epoch
+    assert within["data_wait_s"].to_numpy() == pytest.approx(0.010)
+    assert within["compute_s"].to_numpy() == pytest.approx(0.035)
+    assert within["step_s"].to_numpy() == pytest.approx(0.050)
+    assert cut.steps["step_s"].iloc[4] == pytest.approx(0.005 + 0.010 + 0.035)  # the validation pass left out
+
+
+def test_optimizer_steps_win_over_backward_passes():
+    s = Script()
+    n = s.loader("loader")
+    s.iter(n)
+    for _ in range(3):  # gradient accumulation: two backward passes an optimizer step
+        for _ in range(2):
+            s.batch(n, wait=0.01)
+            s.backward(0.01)
+        s.optimizer()
+    cut = script_steps(s.events, t0_s=100.0)
+    assert cut.step_source == "optimizer"
+    assert cut.steps["samples"].tolist() == [8, 8, 8]
+
+
+def test_a_loader_feeding_backward_passes_trains_beside_the_optimizers_loader():
+    s = Script()
+    main, extra = s.loader("main"), s.loader("extra")
+    s.iter(main)
+    s.iter(extra)
+    for _ in range(3):
+        s.batch(extra, wait=0.01)
+        s.backward(0.01)  # e.g. a penalty term's loader: its batches feed a backward pass
+        s.batch(main, wait=0.01)
+        s.backward(0.01)
+        s.optimizer()
+    cut = script_steps(s.events, t0_s=100.0)
+    assert {d["name"]: d["role"] for d in cut.loaders} == {"main": "train", "extra": "train"}
+
+
+def test_threads_read_while_training_are_kept_in_order():
+    s = Script()
+    n = s.loader("loader")
+    s.events.append(["T", 100.5, {"at": "first step", "torch_threads": 1}])
+    s.iter(n)
+    s.batch(n, wait=0.01)
+    s.optimizer()
+    s.events.append(["T", 101.0, {"at": "end", "torch_threads": 3}])
+    cut = script_steps(s.events, t0_s=100.0)
+    assert [(t["at"], t["torch_threads"]) for t in cut.threads] == [("first step", 1), ("end", 3)]
 
 
 def test_wrapped_loader_is_the_training_loader_even_without_optimizer_credit():

@@ -45,7 +45,10 @@ def main(argv: list[str]) -> None:
         run = lambda: runpy.run_path(target, run_name="__main__")  # noqa: E731
     hooks.install()
     try:
-        run()
+        try:
+            run()
+        finally:
+            hooks.read_threads("end")  # what the script trained with, written before its end (X)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) or e.code is None else 1
         how = "stopped" if hooks.stopping else "exit"

@@ -41,6 +41,7 @@ ROWS = {
     "C": (COPY_COLUMNS, 3, lambda e: e[1:5]),
     "O": (["t_s"], 1, lambda e: e[1:2]),
     "M": (["t_s"], 1, lambda e: e[1:2]),
+    "B": (["t0_s", "t1_s"], 2, lambda e: e[1:3]),
 }
 
 
@@ -53,6 +54,7 @@ class Events:
     wrapped: list[int] = field(default_factory=list)  # W: loaders given to prof.wrap
     start: dict[str, Any] = field(default_factory=dict)  # S: pid, argv, ...
     end: dict[str, Any] | None = None  # X: {"how", "detail"}
+    threads: list[dict[str, Any]] = field(default_factory=list)  # T: {"t_s", "at", "torch_threads"}, in order
     unreadable: int = 0  # lines or events that could not be read
 
     @classmethod
@@ -136,7 +138,10 @@ class EventReader:
                     ev.start = ev.start or dict(e[2])  # the first one
                 elif kind == "X":
                     ev.end = {"how": e[2], "detail": e[3]}  # the last one
-            except (ValueError, TypeError, IndexError, OverflowError):
+                elif kind == "T":
+                    ev.threads.append({"t_s": float(e[1]), "at": str(e[2]["at"]),
+                                       "torch_threads": int(e[2]["torch_threads"])})
+            except (ValueError, TypeError, IndexError, KeyError, OverflowError):
                 ev.unreadable += 1
 
     def finish(self) -> Events:

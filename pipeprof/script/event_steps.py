@@ -14,6 +14,8 @@ E     loader, t0, t1                             ``next()`` ended the pass (Stop
 C     t0, t1, bytes, device_s|None               a batch tensor was copied (``.to``/``.cuda``)
 O     t                                          an optimizer step ended (global post-hook)
 M     t                                          ``prof.step()``
+B     t0, t1                                     a backward pass (``torch.autograd.backward``)
+T     t, {at, torch_threads}                     torch's thread count, at the first step end / the end
 W     loader                                     ``prof.wrap(loader)``: the training loader
 S     t, {pid, argv, ...}                        the script started
 X     t, how, detail                             the script ended (exit code / exception)
@@ -25,17 +27,21 @@ the batch came without one). ``pipeprof.script.event_file`` reads the
 event file into one table per kind.
 
 **Which loader trains.** Loaders given to ``prof.wrap``; otherwise each
-step end is credited to the loader whose batch came last before it, and
-every loader with credit trains; with no step ends at all, the loader with
-the most batches. The others are evaluation loaders (validation, test):
+step end and each backward pass is credited to the loader whose batch came
+last before it, and every loader with credit trains (a loader whose batches
+feed backward passes trains, whatever updates the weights: a hand-written
+SGD is no ``torch.optim`` optimizer); with neither, the loader with the
+most batches. The others are evaluation loaders (validation, test):
 their passes, from ``iter()`` to the end of the pass, are taken out of the
 steps they fall in and reported per loader, so a validation pass every
 epoch does not make one huge training step.
 
 **Where steps begin and end.** ``prof.step()`` marks if there are any, else
 optimizer steps (an optimizer step with no training batch since the last
-step end extends that step: several optimizers, one step), else training
-batches (a step from one ``next()`` to the next). A step ``[begin, end)``
+step end extends that step: several optimizers, one step), else the ends of
+backward passes (``step_source`` "backward": the weights' update after one
+counts in the next step), else training batches (a step from one ``next()``
+to the next). A step ``[begin, end)``
 holds:
 
 * ``data_wait_s``: time blocked in ``iter()`` and ``next()`` of the training
@@ -78,10 +84,11 @@ class ScriptSteps:
     steps: pd.DataFrame
     loading: pd.DataFrame
     loaders: list[dict[str, Any]]
-    step_source: str | None  # "prof.step", "optimizer", "loader batches", or None (no training loader)
+    step_source: str | None  # "prof.step", "optimizer", "backward", "loader batches", or None (no training loader)
     start: dict[str, Any] = field(default_factory=dict)  # the S event's fields (pid, argv, ...)
     end: dict[str, Any] | None = None  # the X event: {"how": "exit"|"exception", "detail": ...}
     cuda_copies: int = 0  # batch copies timed on a CUDA device
+    threads: list[dict[str, Any]] = field(default_factory=list)  # T events: torch's threads while it trained
 
 
 def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int = 0) -> ScriptSteps:
@@ -91,10 +98,11 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
     nexts = _by_start(tables["N"])
     waits = _waits(tables["I"], tables["E"], nexts)
     marks, opts = (np.sort(tables[k]["t_s"].to_numpy()) for k in ("M", "O"))
+    backwards = np.sort(tables["B"]["t1_s"].to_numpy())
     source: str | None
     boundaries, source = (marks, "prof.step") if len(marks) else (opts, "optimizer") if len(opts) \
-        else (np.array([]), "loader batches")
-    train = _training_loaders(ev.wrapped, nexts, boundaries)
+        else (backwards, "backward") if len(backwards) else (np.array([]), "loader batches")
+    train = _training_loaders(ev.wrapped, nexts, np.union1d(boundaries, backwards))
     train_nexts, train_waits = _of_loaders(nexts, train), _of_loaders(waits, train)
     eval_spans = _eval_spans(waits, set(ev.loaders) - train)
     if train_nexts.empty:
@@ -109,7 +117,7 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
     loading = _loading_rows(train_nexts, begins, ends, t0_s)
     summary = _loader_summaries(ev.loaders, train, nexts, waits, eval_spans)
     cuda_copies = int(tables["C"]["device_s"].notna().sum())
-    return ScriptSteps(steps, loading, summary, source, ev.start, ev.end, cuda_copies)
+    return ScriptSteps(steps, loading, summary, source, ev.start, ev.end, cuda_copies, ev.threads)
 
 
 def _by_start(frame: pd.DataFrame) -> pd.DataFrame:

@@ -29,6 +29,13 @@ first, and so does a start that fails half-way):
 * ``torch.Tensor.to`` and ``.cuda``: copies of tensors that came out of a
   loader (``C``); CUDA copies are timed with device events.
 * PyTorch's global optimizer step post-hook: step ends (``O``).
+* ``torch.autograd.backward`` (which ``Tensor.backward`` calls): backward
+  passes (``B``), so that a script whose weights are updated without a
+  ``torch.optim`` optimizer (a hand-written SGD) still has steps and its
+  training loader.
+* ``torch.get_num_threads()`` read at the first step end and at the end
+  (``T``): what the training thread uses, the script's own
+  ``torch.set_num_threads`` included.
 * an ``atexit`` flush of the event log.
 
 Each wrapper works for its own session only, while ``Hooks.live``: a
@@ -120,6 +127,7 @@ _FORMATS = {
     "I": '["I", %d, %.9f, %.9f]\n',
     "E": '["E", %d, %.9f, %.9f]\n',
     "O": '["O", %.9f]\n',
+    "B": '["B", %.9f, %.9f]\n',
     "M": '["M", %.9f]\n',
 }
 _FLOAT_TYPES = (float, int)
@@ -164,6 +172,9 @@ class Hooks:
         self.batch_refs: dict[int, Any] = {}  # id(tensor) -> weakref, for the last batch's tensors
         self.optimizer_steps = 0
         self.marks = 0
+        self.backwards = 0
+        self.threads_read = False  # torch's thread count read at the first step end (T)
+        self.threads_ended = False  # ... and at the end
         self.batches: dict[int, int] = {}  # loader number -> batches (stops a script without an optimizer)
         self.stopping = False
         self.live = False  # True from the end of a successful install() to uninstall(): the wrappers' switch
@@ -213,7 +224,7 @@ class Hooks:
         self.log.add(("N", number, t0, t1, batch_samples(data, record), NO_RECORD if record is None else record,
                       None if ready != ready else ready), t1)  # NaN (no queue) as null
         self._remember(data)
-        if self.stop_after_steps is not None and not (self.optimizer_steps or self.marks):
+        if self.stop_after_steps is not None and not (self.optimizer_steps or self.marks or self.backwards):
             batches = self.batches[number] = self.batches.get(number, 0) + 1
             self._maybe_stop(batches)  # no optimizer (yet): a step is a batch
         return data
@@ -257,7 +268,26 @@ class Hooks:
         self.optimizer_steps += 1
         now = clock()
         self.log.add(("O", now), now)
+        if not self.threads_read:
+            self.read_threads("first step")
         self._maybe_stop(self.optimizer_steps)
+
+    # torch.autograd.backward
+    def on_backward(self, t0: float) -> None:
+        self.backwards += 1
+        now = clock()
+        self.log.add(("B", t0, now), now)
+        if not self.threads_read:
+            self.read_threads("first step")
+        if not (self.optimizer_steps or self.marks):  # no optimizer (yet): a step is a backward pass
+            self._maybe_stop(self.backwards)
+
+    def read_threads(self, at: str) -> None:
+        """``T``: the threads torch's intra-op pool uses now, as the script set them (``at``: when)."""
+        self.threads_read = True
+        self.threads_ended = self.threads_ended or at == "end"
+        now = clock()
+        self.log.add(("T", now, {"at": at, "torch_threads": torch.get_num_threads()}), now)
 
     def declare_training(self, loader: DataLoader) -> None:
         """``prof.wrap(loader)``: this loader feeds the training steps, whatever else is iterated."""
@@ -268,6 +298,8 @@ class Hooks:
         self.marks += 1
         now = clock()
         self.log.add(("M", now), now)
+        if not self.threads_read:
+            self.read_threads("first step")
         self._maybe_stop(self.marks)
 
     def _maybe_stop(self, steps: int) -> None:
@@ -289,6 +321,8 @@ class Hooks:
                                lambda original: _next_method(original, self))
             for name in ("to", "cuda"):
                 self.patches.apply(torch.Tensor, name, lambda original: _copy_method(original, self))
+            # Tensor.backward calls torch.autograd.backward: one patch sees both, each pass once.
+            self.patches.apply(torch.autograd, "backward", lambda original: _backward_function(original, self))
             handle = register_optimizer_step_post_hook(self.on_optimizer_step)
             self.patches.on_undo(handle.remove)
             atexit.register(self.log.flush, final=True)
@@ -303,6 +337,8 @@ class Hooks:
         """Take back every patch, last first (those someone patched over stay, their wrappers pass through);
         the loaders work as before: their own collate, no persistent workers left tagging batches."""
         global _ACTIVE
+        if self.live and not self.threads_ended:
+            self.read_threads("end")
         self.live = False
         try:
             self.log.flush(final=True)
@@ -356,6 +392,19 @@ def _copy_method(original: Callable, hooks: Hooks) -> Callable:
             return original(self, *args, **kwargs)
         return hooks.on_copy(self, original, args, kwargs)
     return _wraps(method, original)
+
+
+def _backward_function(original: Callable, hooks: Hooks) -> Callable:
+    on_backward = hooks.on_backward
+
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        if not hooks.live:
+            return original(*args, **kwargs)
+        t0 = clock()
+        out = original(*args, **kwargs)
+        on_backward(t0)
+        return out
+    return _wraps(backward, original)
 
 
 def _unwrap_worker_batches(iterator: Any) -> None:

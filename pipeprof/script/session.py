@@ -30,6 +30,15 @@ LOADER_KEYS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "pe
 NO_LOADER = "the script never iterated a torch.utils.data.DataLoader: there are no steps to attribute"
 
 
+def training_threads(threads: dict[str, Any]) -> int:
+    """The threads torch used while the script trained: read at its first step end, else at its end, else
+    before it ran (a script may call ``torch.set_num_threads`` itself)."""
+    for at in ("first step", "end", "start"):
+        if threads.get(at):
+            return int(threads[at])
+    return 1
+
+
 class Session:
     """Samples a process tree from ``start(pid)`` to ``finish()``; ``finish`` builds the Run."""
 
@@ -107,7 +116,8 @@ class Session:
             self.monitor.close()
         else:
             gpu_meta["reason"] = absences.get("gpu")
-        script = {**script, "started": cut.start, "ended": cut.end}
+        threads = {"start": cut.start.get("torch_threads"), **{t["at"]: t["torch_threads"] for t in cut.threads}}
+        script = {**script, "started": cut.start, "ended": cut.end, "torch_threads": threads}
         meta: dict[str, Any] = {
             "pipeprof_version": __version__,
             "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -122,7 +132,7 @@ class Session:
             "loading_split": "thread-cpu-time",  # fetch = __getitem__ off the CPU, prep = on it (hooks)
             "device": "cuda" if cut.cuda_copies else "cpu",  # where its batches went
             "timing": {"method": "host-clock"},
-            "environment": describe_environment(int(cut.start.get("torch_threads") or 1)),
+            "environment": describe_environment(training_threads(threads)),
             "gpu": gpu_meta,
             "absences": absences,
             "notes": notes,
