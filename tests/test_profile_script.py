@@ -115,6 +115,14 @@ def test_d2l_style_hand_written_sgd_trains_on_backward_passes(tmp_path):
     assert s["fractions"]["data_wait"] == pytest.approx(_printed(proc.stdout, "data wait share"), abs=0.05)
 
 
+def test_steps_limit_counts_backward_passes_without_an_optimizer(tmp_path):
+    proc, folder, s, meta = profile(tmp_path, "python", str(FIXTURES / "d2l_style.py"), options=("--steps", "8"))
+    assert proc.returncode == 0, proc.stderr
+    assert s["step_source"] == "backward"
+    assert s["steps"] + s["warmup_steps"] == 8
+    assert s["script"]["ended"] == {"how": "stopped", "detail": 8}
+
+
 def test_the_threads_a_script_sets_itself_are_the_ones_reported(tmp_path):
     # Read while it trains: the script's torch.set_num_threads(1), not torch's default before it ran.
     proc, folder, s, meta = profile(tmp_path, "python", str(FIXTURES / "own_threads.py"))
