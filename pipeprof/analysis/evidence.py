@@ -98,7 +98,9 @@ class LoadingEvidence(_Section):
 
     def part_fraction(self, part: str) -> float | None:
         """The share of production time of ``part`` (one of ``PARTS``)."""
-        return {"fetch": self.fetch_fraction, "prep": self.prep_fraction, "collate": self.collate_fraction}[part]
+        if part not in PARTS:
+            raise KeyError(part)
+        return getattr(self, f"{part}_fraction")
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from pipeprof.analysis.thresholds import (
 from pipeprof.analysis.verdict import Verdict, verdict_from_attribution
 from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
+from pipeprof.numbers import finite
 from pipeprof.run_folder import Run, as_dict
 
 SUMMARY_SCHEMA_VERSION = 2  # 2 (issue 13): loading times renamed with their units; bottleneck from the verdict, "unknown" added
@@ -139,7 +140,7 @@ def summary_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
     ``probe`` is the JSON of ``pipeprof probe`` (machine ceilings; default: the
     one ``pipeprof run`` stored in run.json when the machine had been probed); without it
     the disk comparison in ``attribution`` is absent, with the reason. Keys added
-    on top of the README's table (schema 1, additive):
+    on top of the README's table:
 
     * ``attribution``: the direct evidence, every number with its unit in its
       name (``attribution.attribution``: ``step``, ``loading``, ``cpu``, ``disk``,
@@ -260,9 +261,9 @@ def script_wall_s(run: Run) -> float | None:
     """A profiled script's wall time in seconds: run.json's ``script.wall_s`` when recorded, else the system
     sampler's span (first to last sample: it watches the script from its start to its end, to within one
     sampling interval); None when neither is there."""
-    recorded = as_dict(run.meta.get("script")).get("wall_s")
-    if isinstance(recorded, (int, float)) and not isinstance(recorded, bool) and math.isfinite(recorded):
-        return float(recorded)
+    recorded = finite(as_dict(run.meta.get("script")).get("wall_s"))
+    if recorded is not None:
+        return recorded
     t_s = pd.to_numeric(run.samples.get("t_s", pd.Series(dtype=float)), errors="coerce").dropna()
     return float(t_s.max() - t_s.min()) if len(t_s) >= 2 else None
 

@@ -76,19 +76,19 @@ def run_child(scenario_file: Path, out: Path, *, cache: Path | None = None, extr
         stdout, stderr = proc.communicate()
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM to us (errors.Terminated): the child gets the same
         interrupted = True
-        stdout, stderr = _stop(proc, signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
+        stdout, stderr = stop_process(proc, signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
     folder = _new_folder(out, before)
     summary = _read_summary(folder)
     return ChildRun(proc.returncode, folder, summary, _error_line(stderr, proc.returncode), interrupted)
 
 
-def _stop(proc: subprocess.Popen, sig: int = signal.SIGINT) -> tuple[str, str]:
-    """Let the child save its run after Ctrl-C or SIGTERM: pass the signal on (if it is still running), wait,
-    then kill."""
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGINT, wait_s: float = STOP_WAIT_S) -> tuple[str, str]:
+    """Let the child save what it has after Ctrl-C or SIGTERM: pass the signal on (if it is still running),
+    wait up to ``wait_s``, then kill; its (stdout, stderr) where they were piped."""
     if proc.poll() is None:
         proc.send_signal(sig)
     try:
-        return proc.communicate(timeout=STOP_WAIT_S)
+        return proc.communicate(timeout=wait_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.communicate()

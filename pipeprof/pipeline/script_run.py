@@ -22,6 +22,7 @@ from typing import Any
 
 import pipeprof
 from pipeprof.errors import UsageError
+from pipeprof.pipeline.fresh_process import stop_process
 from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
 from pipeprof.script.protocol import EVENTS_ENV, STEPS_ENV
 from pipeprof.script.session import Session
@@ -157,7 +158,7 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
             try:
                 session.start(process.pid)
             except BaseException:  # the sampler could not start: the script must not go on unwatched
-                _end(process)
+                stop_process(process, signal.SIGTERM, wait_s=5.0)
                 raise
             # The report's modules (matplotlib, jinja2: half a second) load while the script runs, not
             # before it starts.
@@ -171,16 +172,6 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
     summary, files = derived_files(run, folder.name)
     save_run(run, folder, files)
     return ScriptRun(run, folder, summary, exit_status(returncode))
-
-
-def _end(process: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """Ask the script to stop (SIGTERM), then kill it after ``grace_s``."""
-    process.terminate()
-    try:
-        process.wait(grace_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def _wait(process: subprocess.Popen) -> int:

@@ -316,9 +316,9 @@ class Hooks:
             self.patches.on_undo(self._end_passes)  # last: after the persistent workers ended
             self.log.open()
             install_fetch(self.patches, self)
-            self.patches.apply(DataLoader, "__iter__", lambda original: _iter_method(original, self))
+            self.patches.apply(DataLoader, "__iter__", lambda original: _switched(original, self, self.on_iter))
             self.patches.apply(_dataloader._BaseDataLoaderIter, "__next__",
-                               lambda original: _next_method(original, self))
+                               lambda original: _switched(original, self, self.on_next))
             for name in ("to", "cuda"):
                 self.patches.apply(torch.Tensor, name, lambda original: _copy_method(original, self))
             # Tensor.backward calls torch.autograd.backward: one patch sees both, each pass once.
@@ -366,24 +366,14 @@ def _wraps(method: Callable, original: Callable) -> Callable:
     return method
 
 
-def _iter_method(original: Callable, hooks: Hooks) -> Callable:
-    on_iter = hooks.on_iter
-
-    def __iter__(loader: DataLoader) -> Any:
+def _switched(original: Callable, hooks: Hooks, on: Callable[[Any, Callable], Any]) -> Callable:
+    """A one-argument method (``__iter__``, ``__next__``) handed to ``on(obj, original)`` while ``hooks.live``;
+    ``on`` is bound once, so the switch costs what the method lookup did before."""
+    def method(obj: Any) -> Any:
         if hooks.live:
-            return on_iter(loader, original)
-        return original(loader)
-    return _wraps(__iter__, original)
-
-
-def _next_method(original: Callable, hooks: Hooks) -> Callable:
-    on_next = hooks.on_next  # bound once: the switch costs what the method lookup did before
-
-    def __next__(iterator: Any) -> Any:
-        if hooks.live:
-            return on_next(iterator, original)
-        return original(iterator)
-    return _wraps(__next__, original)
+            return on(obj, original)
+        return original(obj)
+    return _wraps(method, original)
 
 
 def _copy_method(original: Callable, hooks: Hooks) -> Callable:
