@@ -7,7 +7,9 @@ One convention for each kind of quantity:
 - bytes in binary units (B, KiB, MiB, GiB, TiB): ``byte_size(2**29) -> "512 MiB"``;
   byte rates always in MiB/s: ``byte_rate(10 * 2**20) -> "10.0 MiB/s"``;
 - changes of a share in percentage points: ``pp(-12.34) -> "-12.3 pp"``;
-- other rates with their unit: ``rate(1234.5, "samples/s") -> "1,234 samples/s"``;
+- other rates with their unit, to three significant figures: ``rate(1234.5, "samples/s") -> "1,234 samples/s"``,
+  ``rate(4.3) -> "4.3 samples/s"``, ``rate(0.52) -> "0.52 samples/s"`` (``significant``); how far one is above
+  another from the unrounded numbers: ``change_pct(4.3, 4.26) -> "0.9% above"``;
 - durations in µs, ms, s or min: ``duration(0.0123) -> "12.3 ms"``;
 - counts of things: ``plural(1, "worker") -> "1 worker"``;
 - a scenario setting's value: ``setting([256, 128]) -> "256x128"``, ``setting(None) -> "unset"``.
@@ -27,8 +29,8 @@ from typing import Any
 
 from pipeprof.numbers import finite
 
-__all__ = ["NOT_MEASURED", "byte_rate", "byte_size", "duration", "finite", "number", "pct", "plural", "pp", "rate",
-           "printable", "setting", "setting_arg", "setting_literal"]
+__all__ = ["NOT_MEASURED", "byte_rate", "byte_size", "change_pct", "duration", "finite", "number", "pct", "plural",
+           "pp", "printable", "rate", "setting", "setting_arg", "setting_literal", "significant"]
 
 NOT_MEASURED = "not measured"  # the one text for a missing or non-finite value
 
@@ -104,10 +106,41 @@ def byte_rate(bytes_per_s: Any, *, missing: str = NOT_MEASURED) -> str:
     return missing if v is None else f"{number(v / MIB)} MiB/s"
 
 
-def rate(value: Any, unit: str = "samples/s", *, missing: str = NOT_MEASURED) -> str:
-    """A rate with its unit: 1234.5 → "1,234 samples/s"; ``rate(3.5, "steps/s")`` → "3.50 steps/s"."""
+def significant(value: Any, figures: int = 3, *, missing: str = NOT_MEASURED) -> str:
+    """A number to ``figures`` significant figures, trailing zeros dropped, whole with thousands separators
+    from 10 ** ``figures`` up: 4.3 → "4.3"; 0.5234 → "0.523"; 12.34 → "12.3"; 37176.4 → "37,176"; 2.0 → "2".
+    A low rate never rounds to a whole number that hides it (0.52, not "1"; 4.3, not "4")."""
     v = finite(value)
-    return missing if v is None else f"{number(v)} {unit}"
+    if v is None:
+        return missing
+    a = abs(v)
+    if a == 0:
+        return "0"
+    decimals = max(0, figures - 1 - math.floor(math.log10(a)))
+    text = f"{v:,.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return _no_negative_zero(text)
+
+
+def rate(value: Any, unit: str = "samples/s", *, missing: str = NOT_MEASURED) -> str:
+    """A rate with its unit, to three significant figures (``significant``): 37176.4 → "37,176 samples/s";
+    4.3 → "4.3 samples/s"; 0.52 → "0.52 samples/s"; ``rate(3.5, "steps/s")`` → "3.5 steps/s"."""
+    v = finite(value)
+    return missing if v is None else f"{significant(v)} {unit}"
+
+
+def change_pct(new: Any, old: Any, *, missing: str = NOT_MEASURED) -> str:
+    """How far ``new`` is above (or below) ``old``, from the unrounded numbers: (4.3, 4.26) → "0.9% above";
+    (4, 5) → "20% below"; equal → "the same". Never from two numbers already rounded for print."""
+    n, o = finite(new), finite(old)
+    if n is None or o is None or o == 0:
+        return missing
+    change = n / o - 1
+    text = pct(abs(change))
+    if text in ("0%", "0.0%"):
+        return "the same"
+    return f"{text} {'above' if change > 0 else 'below'}"
 
 
 def duration(seconds: Any, *, missing: str = NOT_MEASURED) -> str:

@@ -89,8 +89,31 @@ def test_byte_rate_is_always_mib_per_second():
 
 def test_rate_carries_its_unit():
     assert fmt.rate(1234.5) == "1,234 samples/s"
-    assert fmt.rate(3.5, "steps/s") == "3.50 steps/s"
+    assert fmt.rate(3.5, "steps/s") == "3.5 steps/s"
     assert fmt.rate(0, "reads/s") == "0 reads/s"
+
+
+@pytest.mark.parametrize("value, text", [
+    (4.3, "4.3 samples/s"), (4.26, "4.26 samples/s"), (0.52, "0.52 samples/s"), (0.5234, "0.523 samples/s"),
+    (37176.4, "37,176 samples/s"), (12.34, "12.3 samples/s"), (99.96, "100 samples/s"), (9.996, "10 samples/s"),
+    (2.0, "2 samples/s"), (1.2345e-5, "0.0000123 samples/s"), (-3.21, "-3.21 samples/s"), (-0.0001, "-0.0001 samples/s"),
+])
+def test_low_rates_keep_three_significant_figures(value, text):
+    """Issue 14 item 11: a throughput of 4.3 samples/s printed as "4 samples/s"; 0.52 as "1"."""
+    assert fmt.rate(value) == text
+
+
+def test_significant_figures():
+    assert fmt.significant(4.3) == "4.3" and fmt.significant(0.52, 1) == "0.5" and fmt.significant(37176.4) == "37,176"
+    assert fmt.significant(None) == fmt.NOT_MEASURED and fmt.significant(-1e-12) == "-0.000000000001"
+
+
+def test_a_change_is_computed_from_the_unrounded_numbers():
+    """"compute ceiling 4 samples/s is 0 % above the 4 samples/s now": 4.3 over 4.26 is 0.9% above."""
+    assert fmt.change_pct(4.3, 4.26) == "0.9% above"
+    assert fmt.change_pct(4, 5) == "20% below"
+    assert fmt.change_pct(4.0001, 4) == "the same"
+    assert fmt.change_pct(4, 0) == fmt.change_pct(None, 4) == fmt.NOT_MEASURED
 
 
 @pytest.mark.parametrize("seconds, text", [
