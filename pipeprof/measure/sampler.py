@@ -83,6 +83,7 @@ class SystemSampler:
 
         self._root = psutil_module.Process(root_pid)
         self._procs: dict[int, Any] = {}  # the current tree, reused between refreshes
+        self._seen: dict[int, dict[str, Any]] = {}  # every descendant seen: pid -> ppid, command line, first t_s
         self._next_tree_s: float | None = None  # None: refresh at the next tick
         self._next_uss_s: float | None = None
         # Baselines from the previous tick: pid -> (Process, cpu_s, read_bytes).
@@ -270,7 +271,23 @@ class SystemSampler:
             # psutil's Process equality includes the creation time, so a
             # reused pid yields a new object (and fresh baselines).
             current[child.pid] = known if known is not None and known == child else child
+            if child.pid not in self._seen:
+                self._seen[child.pid] = self._describe(child)
         self._procs = current
+
+    def _describe(self, proc: Any) -> dict[str, Any]:
+        """A descendant as first seen (once per pid: two /proc reads): parent, command line, when."""
+        try:
+            ppid, cmdline = proc.ppid(), proc.cmdline()
+        except self._gone:
+            ppid, cmdline = None, []
+        return {"pid": proc.pid, "ppid": ppid, "cmdline": list(cmdline),
+                "first_t_s": self._clock() - self._t0_s}
+
+    def descendants(self) -> list[dict[str, Any]]:
+        """Every descendant of the root seen while sampling, in the order seen (``pid``, ``ppid``, ``cmdline``,
+        ``first_t_s``): what the script started, DataLoader workers and any other process."""
+        return list(self._seen.values())
 
     def _read_bytes(self, proc: Any) -> float:
         """Cumulative bytes this process read from storage (page-cache hits excluded on Linux), or NaN."""

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,9 @@ from pipeprof.script.session import Session
 
 _PYTHON = re.compile(r"python[0-9.]*(\.exe)?$")
 _OPTIONS_WITH_VALUE = {"-W", "-X", "-Q"}  # python's own options that take the next word
+_LAUNCHERS = {"torchrun", "accelerate", "deepspeed"}  # commands that start the ranks of a job
+# Modules that launch a script given as an argument: the run is named after that script
+_LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,10 @@ def split_command(command: list[str], default_python: str = sys.executable) -> t
     first = words[0]
     if first.endswith(".py") and not _PYTHON.search(Path(first).name):
         return default_python, [], words
+    if Path(first).name in _LAUNCHERS:
+        raise UsageError(f"pipeprof profile: {first!r} launches the ranks of a multi-process job, which pipeprof "
+                         "cannot profile yet; profile one rank as `-- python SCRIPT [ARGS]` with RANK, LOCAL_RANK "
+                         "and WORLD_SIZE set")
     if not _PYTHON.search(Path(first).name):
         raise UsageError(f"pipeprof profile: {first!r} is not a Python interpreter or a .py script; "
                          "expected `-- python SCRIPT [ARGS]`, `-- python -m MODULE [ARGS]` or `-- SCRIPT.py [ARGS]`")
@@ -74,8 +83,20 @@ def split_command(command: list[str], default_python: str = sys.executable) -> t
 def run_name(target: list[str]) -> str:
     """The script's file name without .py, or the module's last part."""
     if target[0] == "-m":
-        return target[1].rsplit(".", 1)[-1]
+        script = next((w for w in target[2:] if w.endswith(".py")), None) if target[1] in _LAUNCHER_MODULES else None
+        return Path(script).stem if script else target[1].rsplit(".", 1)[-1]
     return Path(target[0]).stem or "script"
+
+
+def command_line(typed: str, python: str, options: list[str], target: list[str]) -> str:
+    """The command as the user would type it again: their interpreter's word (``python``, not the
+    ``python3.11`` it resolved to) and the script's path normalised (``a/../b.py`` -> ``b.py``)."""
+    shown = list(target)
+    script = 1 if shown[0] == "-m" else 0
+    if script == 0:
+        shown[0] = os.path.normpath(shown[0])
+    words = [typed if python in (sys.executable, shutil.which(typed) or "") else python, *options, *shown]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 class _Signals:
@@ -141,7 +162,9 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
     python, options, target = split_command(command)
     ensure_out_folder(out)
     name = name or run_name(target)
-    command_line = " ".join([Path(python).name if python == sys.executable else python, *options, *target])
+    words = command[1:] if command and command[0] == "--" else list(command)
+    typed = "python" if words[0] == target[0] else words[0]  # `-- train.py ARGS`: run by `python`
+    shown = command_line(typed, python, options, target)
     with tempfile.TemporaryDirectory(prefix="pipeprof-profile-") as tmp:
         events = Path(tmp) / "events.jsonl"
         env = dict(os.environ, **{EVENTS_ENV: str(events)})
@@ -152,6 +175,7 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
         session = Session(name, events, warmup_steps=warmup_steps, sample_hz=sample_hz)
         try:
             process = subprocess.Popen([python, *options, "-m", "pipeprof.script.boot", *target], env=env)
+            started_s = time.monotonic()
         except OSError as e:
             raise UsageError(f"pipeprof profile: cannot start {python}: {e.strerror or e}") from None
         with _Signals(process) as signals:
@@ -164,10 +188,17 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
             # before it starts.
             from pipeprof.pipeline.derive import derived_files
             returncode = _wait(process)
-        script = {"command": [python, *options, *target], "command_line": command_line, "cwd": os.getcwd(),
-                  "returncode": returncode, "exit_status": exit_status(returncode)}
+            wall_s = time.monotonic() - started_s
         status, error = outcome(returncode, session.records().end, signals.received)
+        script = {"command": [python, *options, *target], "command_line": shown, "cwd": os.getcwd(),
+                  "returncode": returncode, "exit_status": exit_status(returncode), "wall_s": wall_s,
+                  # read when the hooks wrote no end (a signal ended the script): what this process saw
+                  "ended": {"how": "signal" if returncode < 0 else status, "detail": error,
+                            "recorded_by": "pipeprof profile"}}
         run = session.finish(status, error, script)
+        if steps and run.meta["step_source"] is None:
+            run.meta["notes"].append(f"--steps {steps} was not applied: no training step ran in the process "
+                                     "pipeprof instrumented")
     folder = new_run_folder(out, name)
     summary, files = derived_files(run, folder.name)
     save_run(run, folder, files)

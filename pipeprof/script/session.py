@@ -21,13 +21,46 @@ import pandas as pd
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import describe_environment
-from pipeprof.measure.sampler import SystemSampler
+from pipeprof.measure.sampler import WORKER, SystemSampler
 from pipeprof.run_folder import Run, sample_tables
 from pipeprof.script.event_steps import TRAIN, ScriptSteps, read_events, script_steps
 from pipeprof.version import __version__
 
 LOADER_KEYS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 NO_LOADER = "the script never iterated a torch.utils.data.DataLoader: there are no steps to attribute"
+CHILD = "child"  # a process the script started that is not a DataLoader worker of the profiled process
+_SHOWN_CHILDREN = 3
+
+
+def untraced_children(descendants: list[dict[str, Any]], root_pid: int | None) -> list[dict[str, Any]]:
+    """The processes the script started itself (its direct children), when the script never iterated a
+    DataLoader: they are not its DataLoader workers, and pipeprof's hooks were not in them."""
+    return [d for d in descendants if (root_pid is None or d.get("ppid") == root_pid)
+            and not any(helper in " ".join(d.get("cmdline") or []) for helper in _MULTIPROCESSING_HELPERS)]
+
+
+# multiprocessing's own helper processes, which any script using it may start
+_MULTIPROCESSING_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def untraced_message(children: list[dict[str, Any]]) -> str:
+    """What happened when the DataLoaders ran in processes pipeprof did not instrument (torchrun ranks,
+    ``torch.multiprocessing.spawn``, ``multiprocessing.Process``): said as it is, with the processes seen."""
+    shown = "; ".join(f"pid {c['pid']}: {_command(c.get('cmdline') or [])}" for c in children[:_SHOWN_CHILDREN])
+    more = f"; and {len(children) - _SHOWN_CHILDREN} more" if len(children) > _SHOWN_CHILDREN else ""
+    return (f"the script never iterated a torch.utils.data.DataLoader in the process pipeprof instrumented, "
+            f"but it started {len(children)} child process{'es' if len(children) != 1 else ''} that pipeprof did "
+            f"not instrument ({shown}{more}): DataLoaders there (torchrun or torch.distributed.run ranks, "
+            f"torch.multiprocessing.spawn, multiprocessing.Process) ran unprofiled. Profiling the ranks of a "
+            f"multi-process job is not supported yet: profile one rank as `pipeprof profile -- python SCRIPT` "
+            f"with RANK, LOCAL_RANK and WORLD_SIZE set")
+
+
+def _command(cmdline: list[str], limit: int = 80) -> str:
+    if any("multiprocessing.spawn import spawn_main" in w for w in cmdline):
+        return "a multiprocessing spawn child"
+    text = " ".join(Path(cmdline[0]).name if i == 0 else w for i, w in enumerate(cmdline)) or "?"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def training_threads(threads: dict[str, Any]) -> int:
@@ -103,8 +136,10 @@ class Session:
         notes = []
         if unreadable:
             notes.append(f"{unreadable} event line(s) could not be read (cut short when the script was killed?)")
+        children = untraced_children(self.sampler.descendants(), self.sampler.root_pid) \
+            if self.sampler is not None and cut.step_source is None else []
         if cut.step_source is None:
-            absences["steps"] = NO_LOADER
+            absences["steps"] = untraced_message(children) if children else NO_LOADER
         elif cut.steps.empty:
             absences["steps"] = f"no complete training step (steps end at {cut.step_source})"
         train = next((loader for loader in cut.loaders if loader["role"] == TRAIN), None)
@@ -117,7 +152,10 @@ class Session:
         else:
             gpu_meta["reason"] = absences.get("gpu")
         threads = {"start": cut.start.get("torch_threads"), **{t["at"]: t["torch_threads"] for t in cut.threads}}
-        script = {**script, "started": cut.start, "ended": cut.end, "torch_threads": threads}
+        # How it ended: the hooks' record, else (killed by a signal: no record) what the caller saw.
+        script = {**script, "started": cut.start, "ended": cut.end or script.get("ended"), "torch_threads": threads}
+        if children:
+            script["untraced_children"] = [{k: c[k] for k in ("pid", "ppid", "cmdline")} for c in children]
         meta: dict[str, Any] = {
             "pipeprof_version": __version__,
             "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -144,4 +182,7 @@ class Session:
         empty = pd.DataFrame()
         samples, processes = sample_tables(*(self.sampler.frames() if self.sampler else (empty, empty)),
                                            self.monitor is not None)
+        if cut.step_source is None and not processes.empty and "role" in processes:
+            # No DataLoader in the profiled process: what it started are not its DataLoader workers.
+            processes.loc[processes["role"] == WORKER, "role"] = CHILD
         return Run(meta=meta, steps=cut.steps, samples=samples, processes=processes, loading=cut.loading)
