@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -67,7 +68,7 @@ def make_run(*, wait: float = 0.3, h2d: float = 0.01, n: int = 40, warmup: int =
             "batch": step, "step": step, "worker": step % workers if workers else -1, "pid": 100,
             "t_start_s": end - made_s, "t_end_s": end, "fetch_s": fetch, "prep_s": prep, "collate_s": collate,
             "samples": 128, "nbytes": 128 * 3136, "fetch_max_s": fetch / 64,
-        })[LOADING_COLUMNS]
+        }).reindex(columns=LOADING_COLUMNS)  # columns added later (core_wait_s) unknown: NaN
     return run
 
 
@@ -391,3 +392,105 @@ def test_too_few_counted_steps_give_no_verdict_and_say_how_many(n, counted, word
 def test_enough_counted_steps_are_judged():
     v = verdict(make_run(n=4 + MIN_COUNTED_STEPS, warmup=4, wait=0.5, loading=(0.02, 0.01, 0.005)))
     assert v.klass.startswith("input:")
+
+
+# -- uncertain bands (issue 14, item 7) -------------------------------------------------------
+
+
+def _busy_run(busy: float, ready, *, mix=(0.1, 0.85, 0.05), wait: float = 0.35) -> Run:
+    """Two workers taking turns, each busy ``busy`` of its span making batches split ``mix`` (fetch, prep, collate)."""
+    made_s = busy * 2 * STEP_S  # each worker makes every other batch of a 100 ms step
+    return make_run(wait=wait, workers=2, ready=ready, loading=tuple(made_s * m for m in mix))
+
+
+@pytest.mark.parametrize("ready", [1, 0, [0, 4] * 20], ids=["ready", "empty", "bursty"])
+def test_workers_busy_around_the_cut_off_give_the_same_verdict_every_time(ready):
+    # Six identical Lightning runs: workers busy 0.73-0.80 around R6's 0.8, prep-dominated making; they were
+    # called input:main four times and input:prep twice. The ground truth is prep-bound.
+    verdicts = [verdict(_busy_run(b, ready)) for b in (0.72, 0.74, 0.76, 0.78, 0.80, 0.82)]
+    busy = [v.evidence["worker_busy_mean_fraction"] for v in verdicts]
+    assert 0.72 <= min(busy) <= 0.75 and 0.8 <= max(busy) <= 0.85  # both sides of 0.8
+    assert len({(v.klass, v.rule, v.uncertain, v.candidates) for v in verdicts}) == 1
+    assert verdicts[0].klass == "input:prep"
+    if ready == 0:  # the queue ran dry: it agrees with the busy workers, no doubt left
+        assert not verdicts[0].uncertain and verdicts[0].candidates == ("input:prep",)
+    else:  # a batch was ready: the queue says the training process, the busy workers say prep
+        assert verdicts[0].uncertain and verdicts[0].candidates[0] == "input:prep"
+        assert len(verdicts[0].candidates) == 2 and "uncertain between" in verdicts[0].sentence
+
+
+def test_saturated_cores_settle_busy_workers_doing_cpu_work_as_prep():
+    run = _busy_run(0.76, 1)
+    run.samples["main_cpu_pct"] = 150.0  # 1.5 + 0.5 cores of 2: the cores are saturated
+    v = verdict(run)
+    assert (v.klass, v.uncertain) == ("input:prep", False)
+    assert v.evidence["busy_over_usable_fraction"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("busy, ready, klass, rule", [
+    (0.55, 1, "input:main", "R5"), (0.62, 1, "input:main", "R5"),  # workers with slack, batches ready
+    (0.95, 1, "input:prep", "R6"), (0.95, 0, "input:prep", "R6"), (0.60, 0, "input:prep", "R6"),
+    (0.60, [0, 4] * 20, "balanced", "R7"),
+])
+def test_far_from_the_cut_offs_the_verdicts_are_as_before(busy, ready, klass, rule):
+    v = verdict(_busy_run(busy, ready))
+    assert (v.klass, v.rule, v.uncertain, v.candidates) == (klass, rule, False, (klass,)), v.sentence
+
+
+@pytest.mark.parametrize("busy", [0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95])
+@pytest.mark.parametrize("ready", [0, 1, 4, [0, 4] * 20, [4, 4, 4, 0] * 10])
+def test_no_sentence_contradicts_its_own_queue_numbers(busy, ready):
+    v = verdict(_busy_run(busy, ready))
+    full, empty = v.evidence["full_step_fraction"], v.evidence["empty_step_fraction"]
+    if full >= 0.5:  # "72% of steps found the prefetch queue full" never beside "cannot keep up"
+        assert "cannot keep up" not in v.sentence, v.sentence
+    if "cannot keep up" in v.sentence:
+        assert empty > 0 and v.evidence["ready_wait_fraction"] <= 0.45
+    if "keep up, and" in v.sentence:  # R5's "the workers keep up": not when they are saturated
+        assert v.evidence.get("worker_busy_mean_fraction", 0.0) < 0.7
+    if v.uncertain:
+        assert "uncertain between" in v.sentence and len(v.candidates) >= 2
+    else:
+        assert "uncertain" not in v.sentence.lower() and v.candidates == (v.klass,)
+
+
+def test_waiting_for_a_core_is_cpu_contention_never_storage():
+    attr = attribution(_busy_run(0.95, 0, mix=(0.5, 0.4, 0.1)))
+    assert verdict_from_attribution(attr).klass == "input:fetch"  # off-CPU time all counted as fetch
+    # The run-queue split: 0.35 of the making was fetch proper, 0.38 waiting for a core (out of fetch).
+    loading = dataclasses.replace(attr.loading, fetch_fraction=0.35, prep_fraction=0.25, collate_fraction=0.02,
+                                  core_wait_fraction=0.38)
+    v = verdict_from_attribution(dataclasses.replace(attr, loading=loading))
+    assert (v.klass, v.uncertain) == ("input:prep", False), v.sentence
+    assert "waiting for a core" in v.sentence and v.evidence["core_wait_fraction"] == 0.38
+
+
+@pytest.mark.parametrize("h2d", [0.18, 0.20, 0.22])
+def test_h2d_near_its_cut_off_is_named_beside_the_other_cause(h2d):
+    v = verdict(make_run(wait=0.1, h2d=h2d, loading=(0.01, 0.001, 0.001)))
+    assert (v.klass, v.rule, v.uncertain, v.candidates) == ("h2d", "R1", True, ("h2d", "input:fetch"))
+    assert v.sentence.startswith("Uncertain: the copy to the device takes")
+    assert verdict(make_run(wait=0.1, h2d=0.25)).candidates == ("h2d",)
+    assert verdict(make_run(wait=0.1, h2d=0.15, loading=(0.01, 0.001, 0.001))).candidates == ("input:fetch",)
+
+
+@pytest.mark.parametrize("wait", [0.041, 0.05, 0.059])
+def test_a_wait_near_five_percent_is_compute_or_input_uncertain(wait):
+    v = verdict(make_run(wait=wait, loading=(0.004, 0.0003, 0.0003)))
+    assert (v.klass, v.rule, v.uncertain) == ("compute", "R2", True)
+    assert v.candidates == ("compute", "input:fetch")
+
+
+def test_two_parts_too_close_to_tell_apart_are_both_named():
+    v = verdict(make_run(wait=0.3, loading=(0.0145, 0.0155, 0.0)))  # fetch 48%, prep 52% of a 30 ms wait
+    assert (v.klass, v.rule, v.uncertain, v.candidates) == ("input:fetch", "R4", True, ("input:fetch", "input:prep"))
+    assert "too close to tell apart" in v.sentence
+    v = verdict(make_run(wait=0.3, loading=(0.0155, 0.0145, 0.0)))
+    assert (v.klass, v.candidates) == ("input:fetch", ("input:fetch", "input:prep"))
+
+
+def test_summary_json_carries_uncertain_and_candidates():
+    s = summarize(_busy_run(0.77, 1))
+    assert s["verdict"]["uncertain"] is True and s["verdict"]["candidates"] == ["input:prep", "input:main"]
+    s = summarize(make_run(wait=0.02))
+    assert s["verdict"]["uncertain"] is False and s["verdict"]["candidates"] == ["compute"]

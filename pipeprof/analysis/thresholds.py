@@ -24,6 +24,26 @@ WORKERS_IDLE_BUSY = 0.5  # R8: workers busy at most this share of their span hav
 WORKERS_BUSY = 0.8
 DISK_READ_FLOOR_BYTES_PER_S = 1e6  # R9 and the storage sentence: below this the disk read "next to nothing"
 
+# Uncertain bands (issue 14, item 7): half-widths around the verdict's cut-offs above, in the same units. A
+# number inside ``cut ± band`` is too close to the cut-off to decide by itself: the same run measured again
+# lands on either side (six identical Lightning runs had their workers busy 0.73-0.80, around WORKERS_BUSY,
+# and were called input:main four times and input:prep twice). Inside a band the verdict decides from the
+# other evidence (the queue's state, where the wait fell, the per-part costs of making a batch) and, where
+# that does not settle it either, names both candidates and says it is uncertain (summary.json's
+# ``verdict.uncertain`` and ``verdict.candidates``); its class is then the candidate of the rule that comes
+# first in the decision table, whichever side of the cut-off the number fell, so it does not flip.
+H2D_BOUND_BAND = 0.03  # R1: h2d share in [0.17, 0.23): h2d or what the rest of the table says
+COMPUTE_BOUND_BAND = 0.01  # R2: data wait in [0.04, 0.06): compute or the input's cause
+READY_WAIT_BAND = 0.05  # R5/R6/R7: ready share in [0.55, 0.65) and (0.35, 0.45]: either rule or R7
+WORKERS_BUSY_BAND = 0.1  # R6/R8: workers busy in [0.7, 0.9): saturated only if the queue agrees
+WORKERS_IDLE_BUSY_BAND = 0.05  # R8: workers busy in (0.45, 0.55]: idle or balanced
+# R3/R4 and the workers' fetch-vs-CPU split: the largest part of making a batch must exceed the next by at least
+# this share of the compared time, else both parts are named.
+PART_MARGIN = 0.1
+# A queue found full on at least this share of steps was not run dry: the workers were ahead when asked, so no
+# sentence may say they "cannot keep up" (one said so beside "72% of steps found the prefetch queue full").
+QUEUE_MOSTLY_FULL = 0.5
+
 # Recommendations.
 MIN_GAIN = 1.05  # a recommendation must predict at least 5% more samples/s
 NEAR_BEST = 0.98  # the smallest worker count within 2% of the best one wins

@@ -91,15 +91,23 @@ from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution, attribution
 from pipeprof.analysis.evidence import PARTS, DataEvidence, DiskCeiling, DiskEvidence, LoadingEvidence
 from pipeprof.analysis.thresholds import (
+    COMPUTE_BOUND_BAND,
     COMPUTE_BOUND_FRACTION,
     DISK_READ_FLOOR_BYTES_PER_S,
+    H2D_BOUND_BAND,
     H2D_BOUND_FRACTION,
     INPUT_BOUND_FRACTION,
     MIN_COUNTED_STEPS,
+    PART_MARGIN,
+    QUEUE_MOSTLY_FULL,
+    READY_WAIT_BAND,
     READY_WAIT_MAIN,
     READY_WAIT_WORKERS,
+    SATURATED_FRACTION,
     WORKERS_BUSY,
+    WORKERS_BUSY_BAND,
     WORKERS_IDLE_BUSY,
+    WORKERS_IDLE_BUSY_BAND,
 )
 from pipeprof.numbers import finite as _finite
 from pipeprof.numbers import scaled as _scaled
@@ -140,7 +148,10 @@ class Verdict:
     ``"input-bound"`` (data wait >= 20%) or ``"partly input-bound"`` (5-20%) for
     ``input:*`` and ``balanced``, else None; ``evidence`` holds the numbers behind the
     decision (units in the names); ``notes`` are sentences about oversubscribed cores
-    and a cold cache that was not cold. summary.json's ``verdict`` is ``to_json()``.
+    and a cold cache that was not cold. ``uncertain``: a number the decision turned on
+    fell inside its uncertain band (``thresholds``) and the other evidence did not settle
+    it; ``candidates`` then names every class it could be (the class first), else it is
+    the class alone. summary.json's ``verdict`` is ``to_json()``.
     """
 
     klass: str  # "class" in summary.json
@@ -149,10 +160,14 @@ class Verdict:
     sentence: str
     evidence: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    uncertain: bool = False
+    candidates: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.klass not in CLASSES:
             raise ValueError(f"not a verdict class: {self.klass!r}")
+        if not self.candidates:
+            object.__setattr__(self, "candidates", (self.klass,))
 
     @property
     def coarse(self) -> str:
@@ -161,7 +176,8 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         return {"class": self.klass, "rule": self.rule, "degree": self.degree, "sentence": self.sentence,
-                "evidence": dict(self.evidence), "notes": list(self.notes)}
+                "evidence": dict(self.evidence), "notes": list(self.notes), "uncertain": self.uncertain,
+                "candidates": list(self.candidates)}
 
 
 def verdict(run: Run, probe: dict | None = None) -> Verdict:
@@ -181,25 +197,57 @@ def verdict_from_attribution(record: Attribution) -> Verdict:
         evidence["min_counted_steps"] = MIN_COUNTED_STEPS
         return _result("unknown", "R0", None, too_few_steps_sentence(step.steps), evidence, notes)
     h2d = h2d or 0.0
-    if h2d >= H2D_BOUND_FRACTION and h2d >= wait:
+    h2d_side = _side(h2d, H2D_BOUND_FRACTION, H2D_BOUND_BAND)
+    if h2d >= wait and h2d_side > 0:
         return _result("h2d", "R1", None,
                        f"Bound by the copy to the device: {_pct(h2d)} of step time moves batches host → device "
                        f"(data wait {_pct(wait)}, compute {_pct(step.compute_fraction)}).", evidence, notes)
-    if wait < COMPUTE_BOUND_FRACTION:
-        return _result("compute", "R2", None,
-                       f"Compute-bound: only {_pct(wait)} of step time waits for data; forward, backward and the "
-                       f"optimizer step take {_pct(step.compute_fraction)}.", evidence, notes)
+    rest = _after_h2d(record, dict(evidence), notes)
+    if h2d >= wait and h2d_side == 0:
+        return _either("h2d", "R1", None, rest,
+                       f"Uncertain: the copy to the device takes {_pct(h2d)} of step time, close to the "
+                       f"{_pct(H2D_BOUND_FRACTION)} from which it is the bound (data wait {_pct(wait)}); "
+                       "if it is not, ")
+    return rest
+
+
+def _after_h2d(record: Attribution, evidence: dict[str, Any], notes: list[str]) -> Verdict:
+    """R2-R9: the verdict of a run that R1 did not settle."""
+    step = record.step
+    wait = step.data_wait_fraction or 0.0
+    wait_side = _side(wait, COMPUTE_BOUND_FRACTION, COMPUTE_BOUND_BAND)
+    compute_words = (f"Compute-bound: only {_pct(wait)} of step time waits for data; forward, backward and the "
+                     f"optimizer step take {_pct(step.compute_fraction)}.")
+    if wait_side < 0:
+        return _result("compute", "R2", None, compute_words, evidence, notes)
     degree = input_degree(wait)
-    klass, rule, why, more = _input_cause(record)
-    evidence.update(more)
+    cause = _input_cause(record)
+    evidence.update(cause.evidence)
     head = f"{degree.capitalize()} ({_pct(wait)} of step time waiting for data)"
-    if klass == "input:fetch":
+    why = cause.why
+    if cause.klass == "input:fetch" or "input:fetch" in cause.candidates:
         why += _disk_words(record.disk, evidence)
-    if klass == "balanced":
+    if len(cause.candidates) > 1:
+        sentence = (f"{head}, uncertain between {' and '.join(_CLASS_WORDS[c] for c in cause.candidates)}: "
+                    f"{why}.")
+    elif cause.klass == "balanced":
         sentence = f"{head}, with no single cause: {why}."
     else:
-        sentence = f"{head}, {_CAUSE_WORDS[klass]}: {why}."
-    return _result(klass, rule, degree, sentence, evidence, notes)
+        sentence = f"{head}, {_CAUSE_WORDS[cause.klass]}: {why}."
+    judged = Verdict(cause.klass, cause.rule, degree, sentence, evidence, tuple(notes),
+                     len(cause.candidates) > 1, cause.candidates)
+    if wait_side == 0:
+        return _either("compute", "R2", None, judged,
+                       f"Uncertain: {_pct(wait)} of step time waits for data, close to the "
+                       f"{_pct(COMPUTE_BOUND_FRACTION)} under which the run is compute-bound; if it is not, ")
+    return judged
+
+
+def _either(klass: str, rule: str, degree: str | None, other: Verdict, words: str) -> Verdict:
+    """An uncertain verdict between ``klass`` (an earlier rule, near its cut-off) and ``other``'s candidates."""
+    rest = other.sentence[0].lower() + other.sentence[1:]
+    candidates = (klass, *(c for c in other.candidates if c != klass))
+    return Verdict(klass, rule, degree, words + rest, other.evidence, other.notes, True, candidates)
 
 
 _CAUSE_WORDS = {
@@ -207,127 +255,285 @@ _CAUSE_WORDS = {
     "input:prep": "by preprocessing on the CPU (decoding and transforms)",
     "input:main": "in the training process itself",
 }
+_CLASS_WORDS = {
+    "input:fetch": "storage (reading samples)",
+    "input:prep": "preprocessing on the CPU (decoding and transforms)",
+    "input:main": "the training process itself",
+    "balanced": "no single cause (bursty supply)",
+    "compute": "compute",
+    "h2d": "the copy to the device",
+}
 
 
-def _input_cause(attr: Attribution) -> tuple[str, str, str, dict[str, Any]]:
-    """(class, rule, reason in words, evidence) for a run that waits for data (R3-R9)."""
+@dataclass(frozen=True)
+class _Cause:
+    """What R3-R9 found: the class, its rule, the reason in words, evidence, and every candidate (the class
+    first; more than one: uncertain)."""
+
+    klass: str
+    rule: str
+    why: str
+    evidence: dict[str, Any]
+    candidates: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.candidates:
+            object.__setattr__(self, "candidates", (self.klass,))
+
+
+def _side(value: float, cut: float, band: float) -> int:
+    """1 at or above ``cut + band``, -1 below ``cut - band``, 0 inside the uncertain band."""
+    if value >= cut + band:
+        return 1
+    if value < cut - band:
+        return -1
+    return 0
+
+
+def _join(*candidates: tuple[str, ...]) -> tuple[str, ...]:
+    """Candidates in order, each once."""
+    out: list[str] = []
+    for group in candidates:
+        out.extend(c for c in group if c not in out)
+    return tuple(out)
+
+
+def _input_cause(attr: Attribution) -> _Cause:
+    """The cause of a run that waits for data (R3-R9)."""
     loading, prefetch = attr.loading, attr.prefetch
     workers = attr.cpu.num_workers
     storage = _storage_words(attr.data)
     has_loading = loading.absent is None
     if workers == 0 and has_loading:
-        ev: dict[str, Any] = {"fetch_fraction": loading.fetch_fraction, "prep_fraction": loading.prep_fraction,
-                              "collate_fraction": loading.collate_fraction, "batch_s": loading.batch_s,
-                              "production_over_wait_fraction": loading.production_over_wait_fraction,
-                              "data_wait_mean_s": attr.step.data_wait_mean_s}
-        wait_s = _serial_wait_s(loading, attr.step.data_wait_mean_s)
-        if wait_s is None:  # no wait or making time to split: the largest part of making a batch
-            part = _largest(loading, PARTS)
-        else:
-            by_class = {"fetch": wait_s["fetch"], "prep": wait_s["prep"], "collate": wait_s["collate"] + wait_s["own"]}
-            part = max(by_class, key=lambda p: by_class[p])
-            if part == "collate" and wait_s["own"] >= wait_s["collate"]:
-                total_s = sum(wait_s.values())
-                return "input:main", "R3", (
-                    f"making a batch takes {_time(loading.batch_s)} but the loop waited "
-                    f"{_time(attr.step.data_wait_mean_s)} per step; the other {_time(wait_s['own'])} is the training "
-                    "process's own work outside fetch, prep and collate (DataLoader bookkeeping, pinning) — with "
-                    f"collating {_pct(by_class['collate'] / total_s)} of the wait, against fetching's "
-                    f"{_pct(by_class['fetch'] / total_s)} and decoding's {_pct(by_class['prep'] / total_s)}"), ev
-        return _PART_CLASS[part], "R4", (
-            f"the training process makes every batch (num_workers = 0) and {_pct(loading.part_fraction(part))} "
-            f"of that time is {_part_words(part, loading, storage)}"), ev
+        return _serial_cause(attr, storage)
     share = prefetch.ready_wait_fraction if prefetch.absent is None else None
     if workers != 0 and share is not None:
-        ev = {"capacity_batches": prefetch.capacity_batches, "mean_ready_batches": prefetch.mean_ready_batches,
-              "empty_step_fraction": prefetch.empty_step_fraction, "full_step_fraction": prefetch.full_step_fraction,
-              "ready_wait_fraction": share}
-        # No step found the queue empty (or ready): there is no such mean, and "not measured" would mislead.
-        if prefetch.wait_when_ready_mean_s is not None:
-            ev["wait_when_ready_mean_s"] = prefetch.wait_when_ready_mean_s
-        if prefetch.wait_when_empty_mean_s is not None:
-            ev["wait_when_empty_mean_s"] = prefetch.wait_when_empty_mean_s
-        busy = loading.worker_busy_mean_fraction if has_loading else None
-        saturated = busy is not None and busy >= WORKERS_BUSY
-        if saturated:
-            ev["worker_busy_mean_fraction"] = busy
-        capacity = prefetch.capacity_batches
-        queue = (f"{_pct(prefetch.full_step_fraction)} of steps found the prefetch queue full "
-                 f"({capacity} of {capacity}), " if capacity else "")
-        queue += f"{_pct(prefetch.empty_step_fraction)} found it empty"
-        if saturated:
-            klass, words = _workers_split(loading, storage, ev)
-            return klass, "R6", (f"the workers cannot keep up — busy {_pct(busy)} of the time, they set the pace "
-                                 f"({queue}; {_pct(share)} of the wait fell on steps that had a batch in the queue, "
-                                 f"not necessarily the next one); {words}"), ev
-        if share >= READY_WAIT_MAIN:
-            return "input:main", "R5", (
-                f"{queue}, and {_pct(share)} of the wait fell on steps that had a batch ready — the workers "
-                "keep up, and the time goes into moving batches into the training process (unpickling, shared "
-                f"memory{', the pin-memory thread' if attr.data.pin_memory else ''})"), ev
-        if share <= READY_WAIT_WORKERS:
-            if has_loading:
-                klass, words = _workers_split(loading, storage, ev)
-                return klass, "R6", (f"the workers cannot keep up — {queue}, and {_pct(1 - share)} of the wait fell "
-                                     f"on steps that found it empty; {words}"), ev
-            klass, rule, why, more = _inferred(attr)
-            return klass, rule, f"the workers cannot keep up ({queue}); {why}", {**ev, **more}
-        return "balanced", "R7", (
-            f"{queue}; {_pct(share)} of the wait fell on steps that had a batch ready and the rest on steps that "
-            "had none — supply is bursty (a larger prefetch_factor may smooth it)"), ev
+        return _queue_cause(attr, share, storage)
     busy = loading.worker_busy_mean_fraction if has_loading else None
     if workers != 0 and busy is not None:
-        ev = {"worker_busy_mean_fraction": busy}
-        if busy <= WORKERS_IDLE_BUSY:
-            return "input:main", "R8", (
+        ev: dict[str, Any] = {"worker_busy_mean_fraction": busy}
+        busy_side = _side(busy, WORKERS_BUSY, WORKERS_BUSY_BAND)
+        unseen = "(the queue itself was not observed in this run)"
+        if busy <= WORKERS_IDLE_BUSY - WORKERS_IDLE_BUSY_BAND:
+            return _Cause("input:main", "R8", (
                 f"the workers were busy only {_pct(busy)} of the time, so batches were ready; the time goes into "
-                "moving them into the training process (the queue itself was not observed in this run)"), ev
-        if busy >= WORKERS_BUSY:
-            klass, words = _workers_split(loading, storage, ev)
-            return klass, "R8", f"the workers were busy {_pct(busy)} of the time; {words}", ev
-        return "balanced", "R8", (f"the workers were busy {_pct(busy)} of the time, neither idle nor saturated "
-                                  "(the queue itself was not observed in this run)"), ev
+                f"moving them into the training process {unseen}"), ev)
+        if busy <= WORKERS_IDLE_BUSY + WORKERS_IDLE_BUSY_BAND:
+            return _Cause("input:main", "R8", (
+                f"the workers were busy {_pct(busy)} of the time, close to the {_pct(WORKERS_IDLE_BUSY)} at or "
+                f"below which they have slack {unseen}: the time goes into moving batches into the training "
+                "process, or supply is bursty"), ev, ("input:main", "balanced"))
+        if busy_side > 0:
+            split = _workers_split(loading, storage, ev)
+            return _Cause(split.klass, "R8", f"the workers were busy {_pct(busy)} of the time; {split.why}", ev,
+                          split.candidates)
+        if busy_side == 0:
+            split = _workers_split(loading, storage, ev)
+            return _Cause(split.klass, "R8", (
+                f"the workers were busy {_pct(busy)} of the time, close to the {_pct(WORKERS_BUSY)} at which they "
+                f"set the pace {unseen}; if they do, {split.why}"), ev, _join(split.candidates, ("balanced",)))
+        return _Cause("balanced", "R8", (f"the workers were busy {_pct(busy)} of the time, neither idle nor "
+                                         f"saturated {unseen}"), ev)
     return _inferred(attr)
+
+
+def _queue_cause(attr: Attribution, share: float, storage: str | None) -> _Cause:
+    """R5-R7: workers and the prefetch queue observed; ``share`` of the wait fell on steps with a batch ready."""
+    loading, prefetch = attr.loading, attr.prefetch
+    has_loading = loading.absent is None
+    ev: dict[str, Any] = {"capacity_batches": prefetch.capacity_batches,
+                          "mean_ready_batches": prefetch.mean_ready_batches,
+                          "empty_step_fraction": prefetch.empty_step_fraction,
+                          "full_step_fraction": prefetch.full_step_fraction, "ready_wait_fraction": share}
+    # No step found the queue empty (or ready): there is no such mean, and "not measured" would mislead.
+    if prefetch.wait_when_ready_mean_s is not None:
+        ev["wait_when_ready_mean_s"] = prefetch.wait_when_ready_mean_s
+    if prefetch.wait_when_empty_mean_s is not None:
+        ev["wait_when_empty_mean_s"] = prefetch.wait_when_empty_mean_s
+    busy = loading.worker_busy_mean_fraction if has_loading else None
+    busy_side = _side(busy, WORKERS_BUSY, WORKERS_BUSY_BAND) if busy is not None else -1
+    if busy is not None and busy_side >= 0:
+        ev["worker_busy_mean_fraction"] = busy
+    capacity = prefetch.capacity_batches
+    full = prefetch.full_step_fraction or 0.0
+    queue = (f"{_pct(prefetch.full_step_fraction)} of steps found the prefetch queue full "
+             f"({capacity} of {capacity}), " if capacity else "")
+    queue += f"{_pct(prefetch.empty_step_fraction)} found it empty"
+    # The queue was run dry only if it was not mostly full and the wait fell mostly on steps that found it empty.
+    ran_dry = full < QUEUE_MOSTLY_FULL and share <= READY_WAIT_WORKERS + READY_WAIT_BAND
+    main_words = ("the time goes into moving batches into the training process (unpickling, shared "
+                  f"memory{', the pin-memory thread' if attr.data.pin_memory else ''})")
+    if busy is not None and busy_side > 0:
+        split = _workers_split(loading, storage, ev)
+        lead = (f"the workers cannot keep up — busy {_pct(busy)} of the time, they set the pace" if ran_dry else
+                f"the workers set the pace — busy {_pct(busy)} of the time, they have no slack to get ahead of "
+                "the loop, though the queue held batches when asked")
+        return _Cause(split.klass, "R6", (f"{lead} ({queue}; {_pct(share)} of the wait fell on steps that had a "
+                                          f"batch in the queue, not necessarily the next one); {split.why}"),
+                      ev, split.candidates)
+    ready_main = _side(share, READY_WAIT_MAIN, READY_WAIT_BAND)
+    ready_workers = -_side(share, READY_WAIT_WORKERS, READY_WAIT_BAND)  # 1: clearly little wait on ready steps
+    if share <= READY_WAIT_WORKERS - READY_WAIT_BAND:
+        ready_workers = 1
+    if busy is not None and busy_side == 0:
+        split = _workers_split(loading, storage, ev)
+        if ready_workers >= 0 and share <= READY_WAIT_WORKERS + READY_WAIT_BAND:  # the queue agrees: it ran dry
+            return _Cause(split.klass, "R6", (
+                f"the workers cannot keep up — busy {_pct(busy)} of the time, {queue}, and {_pct(1 - share)} "
+                f"of the wait fell on steps that found it empty; {split.why}"), ev, split.candidates)
+        saturated = attr.cpu.busy_over_usable_fraction
+        if split.klass == "input:prep" and len(split.candidates) == 1 and saturated is not None \
+                and saturated >= SATURATED_FRACTION:
+            ev["busy_over_usable_fraction"] = saturated
+            return _Cause("input:prep", "R6", (
+                f"the workers were busy {_pct(busy)} of the time on CPU work while the training process and "
+                f"workers kept {_pct(saturated)} of the usable cores busy: a batch was often ready ({queue}), "
+                f"but making the next ones takes the cores the training needs; {split.why}"), ev)
+        other = "input:main" if share >= READY_WAIT_MAIN - READY_WAIT_BAND else "balanced"
+        return _Cause(split.klass, "R6", (
+            f"the workers were busy {_pct(busy)} of the time, close to the {_pct(WORKERS_BUSY)} at which they "
+            f"set the pace, while {queue} and {_pct(share)} of the wait fell on steps that had a batch ready; "
+            f"if the workers set the pace, {split.why}; if not, "
+            + (main_words if other == "input:main" else "supply is bursty")), ev, _join(split.candidates, (other,)))
+    if ready_main > 0:
+        return _Cause("input:main", "R5", (
+            f"{queue}, and {_pct(share)} of the wait fell on steps that had a batch ready — the workers "
+            f"keep up, and {main_words}"), ev)
+    if ready_main == 0:
+        return _Cause("input:main", "R5", (
+            f"{queue}, and {_pct(share)} of the wait fell on steps that had a batch ready, close to the "
+            f"{_pct(READY_WAIT_MAIN)} from which the workers keep up: either {main_words}, or supply is "
+            "bursty"), ev, ("input:main", "balanced"))
+    if share <= READY_WAIT_WORKERS + READY_WAIT_BAND:
+        near = share > READY_WAIT_WORKERS - READY_WAIT_BAND
+        lead = "the workers cannot keep up" if ran_dry else "the workers fall behind at times"
+        if has_loading:
+            split = _workers_split(loading, storage, ev)
+            klass, why, cands = split.klass, split.why, split.candidates
+        else:
+            inferred = _inferred(attr)
+            ev.update(inferred.evidence)
+            klass, why, cands = inferred.klass, inferred.why, inferred.candidates
+            lead += f" ({queue})"
+        words = (f"{lead} — {queue}, and {_pct(1 - share)} of the wait fell on steps that found it empty; {why}"
+                 if has_loading else f"{lead}; {why}")
+        if near:
+            words += "; close to the cut-off, supply may instead be bursty"
+            cands = _join(cands, ("balanced",))
+        return _Cause(klass, "R6" if has_loading else "R9", words, ev, cands)
+    return _Cause("balanced", "R7", (
+        f"{queue}; {_pct(share)} of the wait fell on steps that had a batch ready and the rest on steps that "
+        "had none — supply is bursty (a larger prefetch_factor may smooth it)"), ev)
+
+
+def _serial_cause(attr: Attribution, storage: str | None) -> _Cause:
+    """R3-R4: with 0 workers, the largest share of the mean wait (fetch, prep, the training process's own)."""
+    loading = attr.loading
+    ev: dict[str, Any] = {"fetch_fraction": loading.fetch_fraction, "prep_fraction": loading.prep_fraction,
+                          "collate_fraction": loading.collate_fraction, "batch_s": loading.batch_s,
+                          "production_over_wait_fraction": loading.production_over_wait_fraction,
+                          "data_wait_mean_s": attr.step.data_wait_mean_s}
+    core = _core_wait_fraction(loading)
+    if core is not None:
+        ev["core_wait_fraction"] = core
+    wait_s = _serial_wait_s(loading, attr.step.data_wait_mean_s)
+    if wait_s is None:  # no wait or making time to split: the largest part of making a batch
+        by_class = {"fetch": loading.fetch_fraction or 0.0, "prep": (loading.prep_fraction or 0.0) + (core or 0.0),
+                    "collate": loading.collate_fraction or 0.0}
+    else:
+        by_class = {"fetch": wait_s["fetch"], "prep": wait_s["prep"] + wait_s["core"],
+                    "collate": wait_s["collate"] + wait_s["own"]}
+    order = sorted(PARTS, key=lambda p: -by_class[p])
+    part, second = order[0], order[1]
+    total = sum(by_class.values())
+    close = total > 0 and (by_class[part] - by_class[second]) / total < PART_MARGIN
+    candidates = tuple(_PART_CLASS[p] for p in PARTS if p in (part, second)) if close else ()
+    if close:  # the class does not flip with which of the two came out ahead: the table's order decides
+        part = next(p for p in PARTS if p in (part, second))
+    if wait_s is not None and part == "collate" and wait_s["own"] >= wait_s["collate"]:
+        return _Cause("input:main", "R3", (
+            f"making a batch takes {_time(loading.batch_s)} but the loop waited "
+            f"{_time(attr.step.data_wait_mean_s)} per step; the other {_time(wait_s['own'])} is the training "
+            "process's own work outside fetch, prep and collate (DataLoader bookkeeping, pinning) — with "
+            f"collating {_pct(by_class['collate'] / total)} of the wait, against fetching's "
+            f"{_pct(by_class['fetch'] / total)} and decoding's {_pct(by_class['prep'] / total)}"), ev, candidates)
+    if close:
+        shares = {p: by_class[p] / total for p in PARTS}
+        other = second if part == order[0] else order[0]
+        why = (f"the training process makes every batch (num_workers = 0) and two parts of the wait are too close "
+               f"to tell apart: {_share_words(part, shares[part], loading, storage)} against "
+               f"{_share_words(other, shares[other], loading, storage)}")
+        return _Cause(_PART_CLASS[part], "R4", why, ev, candidates)
+    made = (loading.part_fraction(part) or 0.0) + (core or 0.0 if part == "prep" else 0.0)
+    return _Cause(_PART_CLASS[part], "R4", (
+        f"the training process makes every batch (num_workers = 0) and {_pct(made)} "
+        f"of that time is {_part_words(part, loading, storage)}"), ev)
+
+
+def _share_words(part: str, share: float, loading: LoadingEvidence, storage: str | None) -> str:
+    if part == "collate":
+        return f"{_pct(share)} collating and the training process's own work"
+    return f"{_pct(share)} {_part_words(part, loading, storage)}"
 
 
 _PART_CLASS = {"fetch": "input:fetch", "prep": "input:prep", "collate": "input:main"}
 
 
+def _core_wait_fraction(loading: LoadingEvidence) -> float | None:
+    """The share of production time spent runnable but waiting for a core (None: unknown or not recorded).
+
+    Read defensively: the field arrives with the run-queue split of fetch (issue 14, item 6)."""
+    return _finite(getattr(loading, "core_wait_fraction", None))
+
+
 def _serial_wait_s(loading: LoadingEvidence, wait_mean_s: float | None) -> dict[str, float] | None:
-    """With 0 workers, the mean wait per step in seconds as ``fetch``, ``prep``, ``collate`` (``batch_s``
-    split by their measured fractions) and ``own``: the training process's work outside them (R3, R4)."""
+    """With 0 workers, the mean wait per step in seconds as ``fetch``, ``prep``, ``collate``, ``core`` (waiting
+    for a core; ``batch_s`` split by their measured fractions) and ``own``: the training process's work outside
+    them (R3, R4)."""
     batch_s = _finite(loading.batch_s)
     if not wait_mean_s or batch_s is None:
         return None
     parts = {p: (loading.part_fraction(p) or 0.0) * batch_s for p in PARTS}
+    parts["core"] = (_core_wait_fraction(loading) or 0.0) * batch_s
     return {**parts, "own": max(wait_mean_s - batch_s, 0.0)}
 
 
-def _workers_split(loading: LoadingEvidence, storage: str | None, ev: dict[str, Any]) -> tuple[str, str]:
-    """input:fetch or input:prep by where the workers' time goes (collate counts as CPU work with prep)."""
+def _workers_split(loading: LoadingEvidence, storage: str | None, ev: dict[str, Any]) -> _Cause:
+    """input:fetch or input:prep by where the workers' time goes (collate, and waiting for a core, count as CPU
+    work with prep: a core wait is contention, never storage); both when too close to tell (``PART_MARGIN``)."""
     fetch = loading.fetch_fraction or 0.0
-    cpu = (loading.prep_fraction or 0.0) + (loading.collate_fraction or 0.0)
+    core = _core_wait_fraction(loading)
+    cpu = (loading.prep_fraction or 0.0) + (loading.collate_fraction or 0.0) + (core or 0.0)
     ev.update({"fetch_fraction": loading.fetch_fraction, "prep_fraction": loading.prep_fraction,
                "collate_fraction": loading.collate_fraction, "fetch_per_sample_s": loading.fetch_per_sample_s,
                "prep_per_sample_s": loading.prep_per_sample_s})
+    if core is not None:
+        ev["core_wait_fraction"] = core
+    core_words = f", and waiting for a core ({_pct(core)})" if core else ""
+    fetch_words = f"{_pct(fetch)} of their batch-making time is {_part_words('fetch', loading, storage)}"
+    cpu_words = (f"{_pct(cpu)} of their batch-making time is CPU work: {_part_words('prep', loading, storage)} "
+                 f"and collating{core_words}")
+    total = fetch + cpu
+    if total > 0 and abs(fetch - cpu) / total < PART_MARGIN:
+        return _Cause("input:fetch", "", f"{fetch_words}, against {cpu_words} — too close to tell which limits",
+                      {}, ("input:fetch", "input:prep"))
     if fetch >= cpu:
-        return "input:fetch", f"{_pct(fetch)} of their batch-making time is {_part_words('fetch', loading, storage)}"
-    return "input:prep", (f"{_pct(cpu)} of their batch-making time is CPU work: "
-                          f"{_part_words('prep', loading, storage)} and collating")
+        return _Cause("input:fetch", "", fetch_words, {})
+    return _Cause("input:prep", "", cpu_words, {})
 
 
-def _inferred(attr: Attribution) -> tuple[str, str, str, dict[str, Any]]:
+def _inferred(attr: Attribution) -> _Cause:
     """R9: no loading split or queue readings to go by; disk reads decide, marked as inferred."""
     mean_bps = attr.disk.mean_read_bytes_per_s
     ev: dict[str, Any] = {"mean_read_bytes_per_s": mean_bps, "cause_measured": False}
     if mean_bps is not None and mean_bps >= DISK_READ_FLOOR_BYTES_PER_S:
-        return "input:fetch", "R9", (f"inferred, not measured (no loading records): the process tree read "
-                                     f"{_rate(mean_bps)} from disk while it waited"), ev
+        return _Cause("input:fetch", "R9", (f"inferred, not measured (no loading records): the process tree read "
+                                            f"{_rate(mean_bps)} from disk while it waited"), ev)
     if attr.cpu.num_workers:
-        return "input:prep", "R9", ("inferred, not measured (no loading records): the workers read next to "
-                                    "nothing from disk, so their time is CPU work"), ev
-    return "input:main", "R9", ("inferred, not measured (no loading records): the training process makes "
-                                "every batch and reads next to nothing from disk"), ev
+        return _Cause("input:prep", "R9", ("inferred, not measured (no loading records): the workers read next to "
+                                           "nothing from disk, so their time is CPU work"), ev)
+    return _Cause("input:main", "R9", ("inferred, not measured (no loading records): the training process makes "
+                                       "every batch and reads next to nothing from disk"), ev)
 
 
 def _disk_words(disk: DiskEvidence, evidence: dict[str, Any]) -> str:
@@ -380,10 +586,6 @@ def _result(klass: str, rule: str, degree: str | None, sentence: str, evidence: 
 # ---- helpers ----------------------------------------------------------------------------
 
 
-def _largest(loading: LoadingEvidence, parts: tuple[str, ...]) -> str:
-    return max(parts, key=lambda p: loading.part_fraction(p) or 0.0)
-
-
 def _storage_words(data: DataEvidence) -> str | None:
     storage, throttle = data.storage, data.throttle
     if storage and throttle:
@@ -400,8 +602,9 @@ def _part_words(part: str, loading: LoadingEvidence, storage: str | None) -> str
     where = f", storage: {storage}" if storage else ""
     if loading.split == "thread-cpu-time" and part in ("fetch", "prep"):  # a script's __getitem__
         if part == "fetch":
-            return (f"time in __getitem__ off the CPU — reading storage, the network or sleeping "
-                    f"({_time(loading.fetch_per_sample_s)} per sample)")
+            what = ("reading storage, the network or sleeping" if _core_wait_fraction(loading) is not None else
+                    "reading storage, the network, sleeping or waiting for a core (not told apart in this run)")
+            return f"time in __getitem__ off the CPU — {what} ({_time(loading.fetch_per_sample_s)} per sample)"
         return (f"CPU work in __getitem__ — decoding and transforms "
                 f"({_time(loading.prep_per_sample_s)} per sample)")
     if part == "fetch":
