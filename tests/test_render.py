@@ -121,7 +121,7 @@ def make_loading(n_steps: int = 50, workers: int = 2) -> pd.DataFrame:
         "pid": 200 + (step % workers if workers else -100),
         "t_start_s": start, "t_end_s": start + 0.033, "fetch_s": 0.02, "prep_s": 0.01, "collate_s": 0.002,
         "samples": 128, "nbytes": 128 * 3136, "fetch_max_s": 0.0004,
-    })[LOADING_COLUMNS]
+    }).reindex(columns=LOADING_COLUMNS)  # columns added later (core_wait_s) empty: unknown
 
 
 def loading_run(**kwargs) -> Run:
@@ -485,3 +485,130 @@ def test_console_top_recommendation_of_a_failed_run_shows_the_caveat():
     console = Console(record=True, width=300)
     print_summary(summarize(run), "runs/x", console=console)
     assert "note: the run ended early (failed) after 50 steps (45 counted)" in console.export_text()
+
+
+# -- issue 14, items 3 and 10: a script that builds its loaders again per fit; evaluation passes on the charts --
+
+
+def _loader(number: int, name: str, role: str, *, num_workers: int = 0, batches: int = 20) -> dict:
+    return {"number": number, "name": name, "role": role, "dataset": "SyntheticImages", "dataset_samples": 2560,
+            "batch_size": 128, "num_workers": num_workers, "pin_memory": False, "prefetch_factor": None,
+            "persistent_workers": False, "drop_last": False, "multiprocessing_context": None,
+            "batches": batches, "samples": 128 * batches, "passes": 1, "wait_s": 0.03 * batches,
+            "wait_per_batch_s": 0.03, "fetch_per_sample_s": 1e-5 * (number + 1), "prep_per_sample_s": 2e-5,
+            "collate_per_sample_s": 1e-6, "eval_s": 0.5 if role == "eval" else None}
+
+
+def refits_run(fits: int = 3, eval_s: float = 0.5) -> Run:
+    """A d2l-style script run: ``fits`` fits of 20 steps, each with a new ``train_loader`` and ``val_loader``
+    (same settings); the validation pass after each fit (``eval_s``) is left out of the step it fell in (the first
+    step of the next fit), as ``pipeprof.script.event_steps`` cuts it, so that step lasts ``eval_s`` longer than
+    its ``step_s``. One more ``val_loader`` with other settings (2 workers) must not fold with the others."""
+    n = 20 * fits
+    run = make_run(n_steps=n, warmup=5, n_samples=4 * n)
+    # Each step starts later by the passes before it; the pass in step 20 pushes step 21 on, not step 20.
+    step = np.arange(n)
+    shift = eval_s * np.maximum(step // 20 - (step % 20 == 0), 0)
+    run.steps["t_start_s"] = run.steps["t_start_s"] + shift
+    run.samples["t_s"] = np.linspace(0.0, float(run.steps["t_start_s"].iloc[-1]) + 0.1, len(run.samples))
+    loaders = []
+    for fit in range(fits):
+        loaders += [_loader(2 * fit, "train_loader", "train"), _loader(2 * fit + 1, "val_loader", "eval", batches=4)]
+    loaders.append(_loader(2 * fits, "val_loader", "eval", num_workers=2, batches=4))
+    run.meta.update({"kind": "script", "loaders": loaders, "step_source": "optimizer",
+                     "script": {"command_line": "python d2l_style.py", "cwd": "/work", "ended": {"how": "exit",
+                                                                                                  "detail": 0}}})
+    run.meta.pop("scenario")
+    return run
+
+
+def test_a_step_holding_an_evaluation_pass_is_found_from_its_times():
+    from pipeprof.render.html import EVALUATION_LABEL, not_counted_spans
+
+    run = refits_run(fits=3, eval_s=0.5)
+    spans = not_counted_spans(run.steps, run.meta["loaders"])
+    starts = run.steps.set_index("step")["t_start_s"]
+    assert [(round(a, 6), round(b - a, 6), label) for a, b, label in spans] == [
+        (round(starts[20], 6), 0.5, EVALUATION_LABEL), (round(starts[40], 6), 0.5, EVALUATION_LABEL)]
+    assert not_counted_spans(make_run().steps, None) == []  # a scenario's steps follow each other
+
+
+def test_time_charts_shade_and_name_the_evaluation_passes():
+    run = refits_run()
+    html = render_html(run, summarize(run))
+    for plot in ("cpu", "memory", "disk", "loading-timeline"):
+        if plot == "loading-timeline":
+            continue  # this run has no loading records
+        figure = html.split(f'<figure id="plot-{plot}">', 1)[1].split("</figure>", 1)[0]
+        assert "evaluation passes (not counted)" in figure, plot
+        assert "Yellow: the evaluation passes of val_loader (1.00 s in all)" in figure, plot
+    steps_figure = html.split('<figure id="plot-steps">', 1)[1].split("</figure>", 1)[0]
+    assert "Yellow" not in steps_figure  # its x axis is the step: nothing outside the steps to draw
+    plain = render_html(make_run(), summarize(make_run()))
+    assert "evaluation passes (not counted)" not in plain and "Yellow" not in plain
+
+
+def test_the_loading_timeline_shades_the_evaluation_passes_too():
+    run = refits_run()
+    run.loading = make_loading(len(run.steps), 0)
+    run.loading["t_start_s"] = run.steps["t_start_s"].to_numpy() - 0.05
+    run.loading["t_end_s"] = run.loading["t_start_s"] + 0.033
+    html = render_html(run, summarize(run))
+    figure = html.split('<figure id="plot-loading-timeline">', 1)[1].split("</figure>", 1)[0]
+    assert "evaluation passes (not counted)" in figure and "Yellow: the evaluation passes" in figure
+
+
+def test_plots_merge_close_spans_of_one_name():
+    run = make_run()
+    window = (0.5, 5.0)
+    many = [(1.0 + i * 0.001, 1.0 + i * 0.001 + 0.0005, "evaluation passes (not counted)") for i in range(200)]
+    one = plots.cpu_svg(run.samples, window, many[:1])
+    merged = plots.cpu_svg(run.samples, window, many)
+    assert one is not None and merged is not None and "evaluation passes (not counted)" in merged
+    assert len(merged) < len(one) + 2000  # 200 passes 1 ms apart draw as one band, not 200 elements
+    assert merged.count("evaluation passes (not counted)") == 1  # one legend entry
+    assert "evaluation passes" not in (plots.cpu_svg(run.samples, window) or "")
+
+
+def test_html_folds_loaders_of_one_name_and_settings():
+    run = refits_run(fits=3)
+    html = render_html(run, summarize(run))
+    table = html.split('id="loaders-table"', 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr><th scope=\"row\">(.*?)</th>", table, re.S)
+    assert len(rows) == 3  # train_loader ×3, val_loader ×3, the val_loader with 2 workers
+    assert "<code>train_loader</code><br><span class=\"note\">×3 loaders</span>" in rows[0]
+    assert "×3 loaders" in rows[1] and "×" not in rows[2] and "num_workers=2" in table.split(rows[2], 1)[1]
+    first = table.split(rows[0], 1)[1].split("</tr>", 1)[0]
+    assert re.findall(r'<td class="n">([^<]*)</td>', first)[:3] == ["60", "7,680", "3"]  # batches, samples, passes
+    assert "30.0 µs / 20.0 µs" in first  # fetch per sample averaged over the three loaders' samples (10, 30, 50 µs)
+    each = html.split('<details id="loaders-each">', 1)[1].split("</details>", 1)[0]
+    assert "Each loader (7)" in each and each.count("<tr><th scope=\"row\">") == 7
+
+
+def test_html_lists_a_single_loader_without_folding():
+    run = refits_run(fits=1)
+    html = render_html(run, summarize(run))
+    assert "×" not in html.split('id="loaders-table"', 1)[1].split("</table>", 1)[0]
+    assert '<details id="loaders-each">' not in html
+
+
+def test_console_folds_loaders_of_one_name_and_settings():
+    console = Console(record=True, width=400)
+    run = refits_run(fits=10)
+    summary = summarize(run)
+    print_summary(summary, "runs/x", console=console)
+    line = next(x for x in console.export_text().splitlines() if x.startswith("loaders"))
+    assert ("train_loader ×10 (train: 10 loaders, 10 passes, 200 batches), "
+            "val_loader ×10 (eval: 10 loaders, 10 passes, 40 batches), val_loader (eval, 4 batches)") in line
+
+
+def test_a_script_report_speaks_of_pipeprof_profile_only():
+    """Issue 14 item 11: the page's own words for a script never give scenario commands (`pipeprof run`,
+    `--set`, scenario keys); the analysis' sentences are checked where they are written."""
+    run = refits_run()
+    summary = summarize(run)
+    summary["recommendations"] = []  # the analysis' sentences aside: the template's words only
+    text = re.sub(r"<svg.*?</svg>|<style>.*?</style>", "", render_html(run, summary), flags=re.S)
+    text = re.sub(r"<[^>]+>", " ", text)
+    for words in ("pipeprof run", "--set", "--cprofile", "--verify", "train.threads", "scenario file"):
+        assert words not in text, words

@@ -18,6 +18,7 @@ from pipeprof.analysis.recommend import set_text
 from pipeprof.format import NOT_MEASURED
 from pipeprof.numbers import finite as _value
 from pipeprof.numbers import scaled
+from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.run_folder import as_dict
 
 # summary.json's bottleneck is the verdict's class in coarse form (input:* -> input): one style for both.
@@ -47,8 +48,7 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     script = as_dict(s.get("script"))
     if script:
         add("script", str(script.get("command_line") or NOT_MEASURED))
-        loaders = [as_dict(d) for d in s.get("loaders") or []]
-        add("loaders", ", ".join(f"{d.get('name')} ({d.get('role')}, {d.get('batches')} batches)" for d in loaders)
+        add("loaders", ", ".join(_loader_group_text(g) for g in fold_loaders(s.get("loaders") or []))
             or "none iterated")
     else:
         add("scenario", str(s.get("scenario") or NOT_MEASURED))
@@ -119,6 +119,16 @@ def _code_profile_line(code: dict[str, Any]) -> str | None:
 
 # -- formatting ----------------------------------------------------------------
 
+
+
+def _loader_group_text(group: LoaderGroup) -> str:
+    """``train_loader (train, 20 batches)``; loaders re-created with the same name and settings on one line:
+    ``train_loader ×10 (train: 10 loaders, 10 passes, 200 batches)``."""
+    batches = fmt.plural(group.batches, "batch", "batches")
+    if group.count == 1:
+        return f"{group.name} ({group.role}, {batches})"
+    return (f"{group.name} ×{group.count} ({group.role}: {fmt.plural(group.count, 'loader')}, "
+            f"{fmt.plural(group.passes, 'pass', 'passes')}, {batches})")
 
 
 def _several(text: Any, *values: Any) -> str:

@@ -22,6 +22,7 @@ from pipeprof.analysis.steps import counted_steps, counted_window_s, step_breakd
 from pipeprof.analysis.summary import TAIL_FRACTION
 from pipeprof.format import NOT_MEASURED, finite
 from pipeprof.render import plots
+from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.run_folder import Run, as_dict
 
 _BOTTLENECK_TITLES: dict[str | None, str] = {  # looked up with summary.json's value, None when missing
@@ -241,6 +242,7 @@ def _plots(run: Run, meta: dict[str, Any], summary: dict[str, Any]) -> list[dict
     """Each plot with its SVG (safe markup) or the reason it is absent."""
     absences = as_dict(meta.get("absences"))
     window = counted_window_s(run.steps)
+    excluded = not_counted_spans(run.steps, meta.get("loaders"))
     samples = run.samples
     no_samples = _absence(absences, _SAMPLER_KEYS, "the system sampler recorded no samples in this run")
     if samples is not None and not samples.empty:
@@ -250,23 +252,65 @@ def _plots(run: Run, meta: dict[str, Any], summary: dict[str, Any]) -> list[dict
         ("steps", "Step time breakdown", plots.step_breakdown_svg(step_breakdown(run.steps)), steps_reason,
          "Time per counted step in each phase, stacked; the red band is time spent waiting for data."),
         _prefetch_plot(run, summary),
-        ("cpu", "CPU", plots.cpu_svg(samples, window), no_samples,
+        ("cpu", "CPU", plots.cpu_svg(samples, window, excluded), no_samples,
          "Top: whole machine, % of all cores. Bottom: training process and DataLoader workers, "
          "% of one core (200% = two cores busy). Grey: warm-up, not counted."),
-        ("memory", "Memory", plots.memory_svg(samples, window), no_samples,
+        ("memory", "Memory", plots.memory_svg(samples, window, excluded), no_samples,
          "Resident set size of the training process and of all workers together; a page shared "
          "between processes counts once per process, so the workers' sum is an upper bound. "
          "Grey: warm-up, not counted."),
-        ("disk", "Disk reads", plots.disk_svg(samples, window), _absence(absences, _DISK_KEYS, no_samples),
+        ("disk", "Disk reads", plots.disk_svg(samples, window, excluded), _absence(absences, _DISK_KEYS, no_samples),
          "Bytes the process tree read from disk (page-cache hits excluded). Grey: warm-up, not counted."),
     ]
-    gpu_svg = plots.gpu_svg(samples, window) if as_dict(meta.get("gpu")).get("available") else None
+    gpu_svg = plots.gpu_svg(samples, window, excluded) if as_dict(meta.get("gpu")).get("available") else None
     items.append(("gpu", "GPU", gpu_svg, _gpu_reason(meta),
                   "GPU utilization and memory used over time. Grey: warm-up, not counted."))
+    note = _not_counted_note(excluded, meta.get("loaders"))
     return [
-        {"id": key, "title": title, "svg": Markup(svg) if svg else None, "reason": reason, "caption": caption}
+        {"id": key, "title": title, "svg": Markup(svg) if svg else None, "reason": reason,
+         "caption": f"{caption} {note}" if note and key not in _STEP_AXIS_PLOTS else caption}
         for key, title, svg, reason, caption in items
     ]
+
+
+_STEP_AXIS_PLOTS = ("steps", "prefetch")  # x is the counted step, so no time outside the steps is drawn
+EVALUATION_LABEL = "evaluation passes (not counted)"
+OTHER_LABEL = "outside the counted steps"
+_MIN_SPAN_S = 1e-3  # shorter time left out of a step is not drawn (a fraction of a pixel on any run's chart)
+
+
+def not_counted_spans(steps: Any, loaders: Any) -> list[tuple[float, float, str]]:
+    """The time inside the counted window that no counted step holds, as (start_s, end_s, label) spans.
+
+    A script's steps leave evaluation passes out (``pipeprof.script.event_steps``: a pass is taken out of the
+    step it falls in), so a counted step then lasts longer, from its start to the next step's start, than its
+    ``step_s``; that difference is the pass's time. It is drawn at the start of the step, where a pass between
+    epochs falls (after the last optimizer step, before the next batch is asked for): within one step's
+    counted time of where it was. A scenario run's steps follow each other, and none is drawn.
+    """
+    if steps is None or len(steps) < 2:
+        return []
+    df = counted_steps(steps)
+    t = df["t_start_s"].to_numpy(dtype=float)
+    step_s = df["step_s"].to_numpy(dtype=float)
+    consecutive = (df["step"].to_numpy()[1:] - df["step"].to_numpy()[:-1]) == 1
+    left_out = t[1:] - t[:-1] - step_s[:-1]
+    roles = {str(as_dict(x).get("role")) for x in loaders or []}
+    label = EVALUATION_LABEL if "eval" in roles else OTHER_LABEL
+    return [(float(a), float(a + d), label) for a, d, ok in zip(t[:-1], left_out, consecutive)
+            if ok and d >= _MIN_SPAN_S]
+
+
+def _not_counted_note(excluded: list[tuple[float, float, str]], loaders: Any) -> str:
+    """The time charts' caption for the shaded spans; empty when there are none."""
+    if not excluded:
+        return ""
+    names = sorted({str(as_dict(x).get("name")) for x in loaders or [] if as_dict(x).get("role") == "eval"})
+    total_s = sum(b - a for a, b, _ in excluded)
+    whose = f" of {', '.join(names)}" if names else ""
+    what = f"the evaluation passes{whose}" if excluded[0][2] == EVALUATION_LABEL else "time no counted step holds"
+    return (f"Yellow: {what} ({fmt.duration(total_s)} in all), left out of the steps they fell in and of every "
+            f"statistic; each is drawn at the start of its step.")
 
 
 def _prefetch_plot(run: Run, summary: dict[str, Any]) -> tuple[str, str, str | None, str, str]:
@@ -290,12 +334,14 @@ def _loading(run: Run, meta: dict[str, Any]) -> dict[str, Any]:
                           "this run has no loading records (it was recorded without worker-side timing)")
     else:
         reason = "no loading records for counted steps (every recorded batch fed a warm-up step)"
-    timeline = plots.loading_timeline_svg(loading, counted_window_s(run.steps))
+    excluded = not_counted_spans(run.steps, meta.get("loaders"))
+    timeline = plots.loading_timeline_svg(loading, counted_window_s(run.steps), excluded)
     split = plots.loading_split_svg(breakdown)
     rows = [{**r, "name": plots.worker_name(r["worker"])} for r in breakdown.to_dict("records")]
     return {
         "rows": rows,
         "reason": reason,
+        "not_counted": _not_counted_note(excluded, meta.get("loaders")),
         "timeline": Markup(timeline) if timeline else None,
         "split": Markup(split) if split else None,
     }
@@ -389,8 +435,34 @@ def _script(meta: dict[str, Any]) -> dict[str, Any] | None:
         "backward": "backward passes (no torch.optim optimizer step was seen)",
         "loader batches": "each batch of the training loader (no optimizer step was seen)"}
     return {"command_line": script.get("command_line"), "cwd": script.get("cwd"), "python": script.get("python"),
-            "ended": how, "loaders": [as_dict(x) for x in meta.get("loaders") or []],
+            "ended": how, "loaders": [_loader_row(g) for g in fold_loaders(meta.get("loaders") or [])],
             "step_source": sources.get(meta.get("step_source"), "no training steps")}
+
+
+# Shown in the DataLoaders table's "built with" cell always; the other SETTINGS only when not the default.
+_SHOWN_SETTINGS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+_DEFAULT_SETTINGS = {"drop_last": False, "multiprocessing_context": None}
+
+
+def _loader_row(group: LoaderGroup) -> dict[str, Any]:
+    """One line of the DataLoaders table: a loader, or loaders folded by name and settings (``each`` lists
+    them one by one for the folded view)."""
+    built = [f"{k}={_python(group.setting(k))}" for k in _SHOWN_SETTINGS]
+    built += [f"{k}={_python(v)}" for k, v in group.settings
+              if k in _DEFAULT_SETTINGS and v != _DEFAULT_SETTINGS[k]]
+    each = [{"number": x.get("number"), "batches": x.get("batches"), "samples": x.get("samples"),
+             "passes": x.get("passes"), "wait_per_batch_s": x.get("wait_per_batch_s"),
+             "fetch_per_sample_s": x.get("fetch_per_sample_s"), "prep_per_sample_s": x.get("prep_per_sample_s"),
+             "eval_s": x.get("eval_s")} for x in group.loaders]
+    return {"name": group.name, "role": group.role, "count": group.count, "dataset": group.setting("dataset"),
+            "built": built, "batches": group.batches, "samples": group.samples, "passes": group.passes,
+            "wait_per_batch_s": group.wait_per_batch_s, "fetch_per_sample_s": group.fetch_per_sample_s,
+            "prep_per_sample_s": group.prep_per_sample_s, "eval_s": group.eval_s, "each": each}
+
+
+def _python(value: Any) -> str:
+    """A DataLoader argument as the script's Python writes it: ``True``, ``None``, ``64``, ``'spawn'``."""
+    return repr(value)
 
 
 def _scenario_sections(scenario: Any) -> list[tuple[str, list[tuple[str, str]]]]:

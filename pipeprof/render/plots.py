@@ -59,6 +59,12 @@ MAIN_COLOR = "#1f77b4"
 WORKERS_COLOR = "#2ca02c"
 MACHINE_COLOR = "#555555"
 WARMUP_COLOR = "#e8e8e8"
+EXCLUDED_COLOR = "#fbe7b5"  # time inside the counted window that no counted step holds (evaluation passes)
+
+# Spans of time not counted: (start_s, end_s, name), e.g. (12.0, 12.4, "evaluation (not counted)").
+Spans = Sequence[tuple[float, float, str]]
+# Not-counted spans of one name closer than this share of the time axis are drawn as one band.
+MERGE_FRACTION = 0.002
 
 # About this many bars/points per series at most; longer series are binned.
 MAX_POINTS = 600
@@ -118,7 +124,8 @@ def step_breakdown_svg(breakdown: pd.DataFrame) -> str | None:
         return _svg(fig, "steps")
 
 
-def cpu_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> str | None:
+def cpu_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None,
+            excluded: Spans = ()) -> str | None:
     """CPU over time: machine (% of all cores) and training process vs workers (% of one core).
 
     ``window`` is the counted-steps window ``(start_s, end_s)``; time outside
@@ -127,46 +134,50 @@ def cpu_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) ->
     df = _sample_columns(samples, ["cpu_util_pct", "main_cpu_pct", "workers_cpu_pct"])
     if df is None:
         return None
-    return _time_panels(df, window, "cpu",
+    return _time_panels(df, window, excluded, "cpu",
                         ([("cpu_util_pct", "machine", MACHINE_COLOR)], "% of all cores", 105),
                         ([("main_cpu_pct", "training process", MAIN_COLOR),
                           ("workers_cpu_pct", "DataLoader workers (sum)", WORKERS_COLOR)], "% of one core", None))
 
 
-def memory_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> str | None:
+def memory_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None,
+               excluded: Spans = ()) -> str | None:
     """Resident memory (MiB) over time of the training process and of the workers."""
     df = _sample_columns(samples, ["main_rss_bytes", "workers_rss_bytes"])
     if df is None:
         return None
     df[["main_rss_bytes", "workers_rss_bytes"]] = df[["main_rss_bytes", "workers_rss_bytes"]] / _MIB
     # RSS counts pages shared with the parent once per worker: an upper bound.
-    return _time_panels(df, window, "memory", ([("main_rss_bytes", "training process", MAIN_COLOR),
+    return _time_panels(df, window, excluded, "memory", ([("main_rss_bytes", "training process", MAIN_COLOR),
                                                 ("workers_rss_bytes", "DataLoader workers (RSS sum)", WORKERS_COLOR)],
                                                "RSS (MiB)", None))
 
 
-def disk_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> str | None:
+def disk_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None,
+             excluded: Spans = ()) -> str | None:
     """Real disk reads of the process tree over time, MiB/s."""
     df = _sample_columns(samples, ["read_bytes_per_s"])
     if df is None:
         return None
     df["read_bytes_per_s"] = df["read_bytes_per_s"] / _MIB
-    return _time_panels(df, window, "disk", ([("read_bytes_per_s", "disk reads", MAIN_COLOR)],
+    return _time_panels(df, window, excluded, "disk", ([("read_bytes_per_s", "disk reads", MAIN_COLOR)],
                                              "disk reads (MiB/s)", None), fill=True)
 
 
-def gpu_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None) -> str | None:
+def gpu_svg(samples: pd.DataFrame, window: tuple[float, float] | None = None,
+            excluded: Spans = ()) -> str | None:
     """GPU utilization (%) and memory used (MiB) over time; None without GPU columns."""
     df = _sample_columns(samples, ["gpu_util_pct", "gpu_mem_used_bytes"])
     if df is None:
         return None
     df["gpu_mem_used_bytes"] = df["gpu_mem_used_bytes"] / _MIB
-    return _time_panels(df, window, "gpu",
+    return _time_panels(df, window, excluded, "gpu",
                         ([("gpu_util_pct", "GPU utilization", MAIN_COLOR)], "utilization (%)", 105),
                         ([("gpu_mem_used_bytes", "GPU memory used", WORKERS_COLOR)], "memory (MiB)", None))
 
 
-def loading_timeline_svg(loading: pd.DataFrame, window: tuple[float, float] | None = None) -> str | None:
+def loading_timeline_svg(loading: pd.DataFrame, window: tuple[float, float] | None = None,
+                         excluded: Spans = ()) -> str | None:
     """One row per worker; each batch a bar from its first fetch to the end of its collate.
 
     ``loading`` is the run's loading table (every batch, warm-up included;
@@ -205,7 +216,7 @@ def loading_timeline_svg(loading: pd.DataFrame, window: tuple[float, float] | No
     with rc_context(_RC):
         fig, ax = _figure(height_in=min(7.0, 1.2 + 0.35 * len(workers)))
         ax.set_axisbelow(True)
-        _shade(ax, pd.concat([df["t_start_s"], df["t_end_s"]]), window)
+        _shade(ax, pd.concat([df["t_start_s"], df["t_end_s"]]), window, excluded=excluded)
         left = df["t_start_s"].to_numpy(dtype=float)
         _rectangles(ax, left, span, row, np.full(len(df), 0.8), SPAN_COLOR,
                     "batch span" if per_bin == 1 else "bin span")
@@ -302,7 +313,7 @@ def worker_name(worker: float) -> str:
 Panel = tuple[list[tuple[str, str, str]], str, float | None]  # lines (column, label, color), y label, y max
 
 
-def _time_panels(df: pd.DataFrame, window: tuple[float, float] | None, name: str, *panels: Panel,
+def _time_panels(df: pd.DataFrame, window: tuple[float, float] | None, excluded: Spans, name: str, *panels: Panel,
                  fill: bool = False) -> str:
     """One or more time plots sharing the x axis (binned to MAX_POINTS), warm-up shaded on each."""
     df, per_bin = _binned(df)
@@ -310,7 +321,7 @@ def _time_panels(df: pd.DataFrame, window: tuple[float, float] | None, name: str
         fig, axes = _figure(rows=len(panels))
         axes = list(axes) if len(panels) > 1 else [axes]
         for i, (ax, (lines, ylabel, ymax)) in enumerate(zip(axes, panels)):
-            _shade(ax, df["t_s"], window, label=i == 0)
+            _shade(ax, df["t_s"], window, label=i == 0, excluded=excluded)
             for column, label, color in lines:
                 _line(ax, df, column, label, color, fill=fill)
             ax.set_ylabel(ylabel)
@@ -384,10 +395,17 @@ def _line(ax: Axes, df: pd.DataFrame, column: str, label: str, color: str, fill:
         ax.fill_between(x, y, color=color, alpha=0.2, linewidth=0)
 
 
-def _shade(ax: Axes, t_s: pd.Series, window: tuple[float, float] | None, label: bool = True) -> None:
-    """Grey out time before the first counted step (warm-up) and after the last one."""
+def _shade(ax: Axes, t_s: pd.Series, window: tuple[float, float] | None, label: bool = True,
+           excluded: Spans = ()) -> None:
+    """Grey out time before the first counted step (warm-up) and after the last one; shade and name the
+    ``excluded`` spans inside (evaluation passes), one legend entry per name."""
     if window is None or t_s.empty:
         return
+    named: set[str] = set()
+    for start_s, end_s, name in _merged(excluded, float(t_s.max() - min(t_s.min(), 0.0))):
+        ax.axvspan(start_s, end_s, color=EXCLUDED_COLOR, linewidth=0, zorder=0,
+                   label=name if label and name not in named else None)
+        named.add(name)
     start_s, end_s = window
     if math.isnan(start_s) or math.isnan(end_s):
         return
@@ -399,6 +417,19 @@ def _shade(ax: Axes, t_s: pd.Series, window: tuple[float, float] | None, label: 
         ax.axvspan(end_s, last_s, facecolor="#f4f4f4", hatch="//", edgecolor="#d0d0d0", linewidth=0,
                    zorder=0, label="after last step" if label else None)
     ax.set_xlim(first_s, last_s)
+
+
+def _merged(spans: Spans, range_s: float) -> list[tuple[float, float, str]]:
+    """The spans by start, those of one name closer than ``MERGE_FRACTION`` of the axis merged: one shaded
+    band where the eye sees one, and an SVG that stays small with a thousand validation passes."""
+    out: list[tuple[float, float, str]] = []
+    gap_s = MERGE_FRACTION * range_s
+    for start_s, end_s, name in sorted(spans):
+        if out and out[-1][2] == name and start_s - out[-1][1] <= gap_s:
+            out[-1] = (out[-1][0], max(out[-1][1], end_s), name)
+        else:
+            out.append((start_s, end_s, name))
+    return out
 
 
 def _time_axis(ax: Axes, per_bin: int) -> None:
