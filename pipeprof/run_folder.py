@@ -18,7 +18,10 @@ Tables (CSV, one header line, times in seconds since the run started):
   ``num_workers = 0``) timed it: columns ``LOADING_COLUMNS``. ``fetch_s`` is
   reading the samples' bytes from storage (emulated slowness included),
   ``prep_s`` decoding and transforming them, ``collate_s`` stacking them
-  into the batch. Runs from before worker-side timing have no such file and
+  into the batch; ``core_wait_s`` is the time the batch's maker was runnable
+  but waiting for a core (its thread's run-queue wait, Linux), taken out of
+  ``fetch_s`` — empty where it could not be read and in older folders
+  (unknown, not 0). Runs from before worker-side timing have no such file and
   load with an empty table.
 * ``functions.csv`` — the code-level view (``profile.cprofile_steps``): what
   cProfile recorded in the training process (``process`` "main", the
@@ -73,7 +76,7 @@ STEP_COLUMNS = [
 ]
 
 # Columns added after format 1 shipped: older run folders load without them (as NaN).
-_ADDED_LATER = {"ready_batches"}
+_ADDED_LATER = {"ready_batches", "core_wait_s"}
 
 SAMPLE_COLUMNS = [
     "t_s",  # host time of the tick
@@ -111,7 +114,8 @@ LOADING_COLUMNS = [
     "pid",  # process that made the batch
     "t_start_s",  # the batch's first fetch began
     "t_end_s",  # its collate ended
-    "fetch_s",  # reading bytes from storage, summed over the batch's samples
+    "fetch_s",  # reading bytes from storage, summed over the batch's samples (waiting for a core excluded)
+    "core_wait_s",  # of fetch's time, runnable but waiting for a core (run-queue wait); empty: unknown
     "prep_s",  # decode + transform, summed over the batch's samples
     "collate_s",  # stacking the samples into the batch
     "samples",  # samples in the batch

@@ -17,6 +17,7 @@ from pipeprof.analysis.loading import BREAKDOWN_COLUMNS, counted_batches, loadin
 from pipeprof.analysis.summary import summarize
 from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.loading import MAIN_PROCESS, LoadingRecorder, LoadRecord, TimedCollate, TimedDataset
+from pipeprof.measure.schedstat import no_run_queue
 from pipeprof.run_folder import LOADING_COLUMNS, STEP_COLUMNS, Run
 from pipeprof.storage.base import SampleDataset
 
@@ -52,9 +53,9 @@ FETCH_S = [0.010, 0.030, 0.020, 0.001, 0.002]
 PREP_S = [0.005, 0.001, 0.004, 0.0005, 0.0005]
 
 
-def scripted(start_s: float = 100.0):
+def scripted(start_s: float = 100.0, run_queue=None):
     clock = FakeClock(start_s)
-    recorder = LoadingRecorder(clock, t0_s=start_s)
+    recorder = LoadingRecorder(clock, t0_s=start_s, run_queue=run_queue or no_run_queue)
     dataset = recorder.wrap_dataset(ScriptedDataset(clock, FETCH_S, PREP_S))
     return clock, recorder, dataset, recorder.collate_fn(SlowCollate(clock, 0.003))
 
@@ -203,12 +204,15 @@ def check_records(batches, received_s, workers: list[int]) -> None:
     for (x, _, record), got_s in zip(batches, received_s):
         assert record.samples == BATCH and record.nbytes == BATCH * 3136
         production_s = record.t_end_s - record.t_start_s
-        parts_s = record.fetch_s + record.prep_s + record.collate_s
+        core_s = record.core_wait_s or 0.0  # None where schedstat cannot be read
+        parts_s = record.fetch_s + core_s + record.prep_s + record.collate_s
         assert parts_s <= production_s + 1e-9
         assert production_s - parts_s <= ADD_UP_REL * production_s + ADD_UP_ABS_S
-        # The wrapper's times cover what the storage measured inside read and
-        # decode; sleep is never short, so fetch is at least samples × 2 ms.
-        assert record.fetch_s >= float(x[:, 1].sum()) >= BATCH * FETCH_SLEEP_S
+        # The wrapper's times cover what the storage measured inside read and decode (its read's clock
+        # counts the wait for a core after each sleep too); sleeping is never waiting for a core and never
+        # short, so fetch is at least samples × 2 ms.
+        assert record.fetch_s + core_s >= float(x[:, 1].sum()) >= BATCH * FETCH_SLEEP_S
+        assert record.fetch_s >= BATCH * FETCH_SLEEP_S
         assert record.prep_s >= float(x[:, 2].sum()) >= BATCH * PREP_BURN_S
         assert FETCH_SLEEP_S <= record.fetch_max_s <= record.fetch_s
         # one clock for all processes: made after the recorder started, before it was received
@@ -216,7 +220,7 @@ def check_records(batches, received_s, workers: list[int]) -> None:
     # fetch ≈ samples × 2 ms: the storage's own measurement of its sleeps, plus
     # building each Fetched (microseconds; more when the machine is busy).
     read_s = sum(float(b[0][:, 1].sum()) for b in batches)
-    assert sum(r.fetch_s for r in records) - read_s <= ADD_UP_REL * read_s + ADD_UP_ABS_S * len(records)
+    assert sum(r.fetch_s + (r.core_wait_s or 0.0) for r in records) - read_s <= ADD_UP_REL * read_s + ADD_UP_ABS_S * len(records)
 
 
 @pytest.mark.filterwarnings("ignore:.*pin_memory.*:UserWarning")
@@ -292,15 +296,19 @@ def test_breakdown_and_summary_of_nothing():
 
 def test_summary_keys_and_units():
     s = loading_summary(make_loading())
-    assert set(s) == {"batches", "samples", "workers", "fetch_per_sample_s", "prep_per_sample_s", "collate_per_batch_s",
-                      "collate_per_sample_s", "batch_s", "fractions", "by_worker"}
+    assert set(s) == {"batches", "samples", "workers", "fetch_per_sample_s", "core_wait_per_sample_s",
+                      "prep_per_sample_s", "collate_per_batch_s", "collate_per_sample_s", "batch_s", "fractions",
+                      "by_worker"}
     assert s["batches"] == 6 and s["samples"] == 24 and s["workers"] == 2
     assert s["fetch_per_sample_s"] == pytest.approx((0.12 + 0.24) / 24)
     assert s["prep_per_sample_s"] == pytest.approx(0.12 / 24)
     assert s["collate_per_batch_s"] == pytest.approx(0.036 / 6)
     assert s["collate_per_sample_s"] == pytest.approx(0.036 / 24)
     assert s["batch_s"] == pytest.approx((0.065 + 0.109) / 2)
-    assert sum(s["fractions"].values()) == pytest.approx(1.0)
+    # no core_wait_s (a table from before it): unknown, and fetch holds it as it did
+    assert s["core_wait_per_sample_s"] is None and s["fractions"]["core_wait"] is None
+    assert s["by_worker"]["0"]["core_wait_per_sample_s"] is None
+    assert sum(v for v in s["fractions"].values() if v is not None) == pytest.approx(1.0)
     assert s["fractions"]["fetch"] == pytest.approx(0.36 / 0.516)
     assert set(s["by_worker"]) == {"0", "1"}
     assert s["by_worker"]["1"]["fetch_per_sample_s"] == pytest.approx(0.02)
@@ -321,3 +329,90 @@ def test_summarize_counts_only_batches_of_counted_steps():
     assert s["batches"] == 4 and s["samples"] == 16
     assert summarize(Run(meta={}, steps=make_steps()))["loading"] is None  # no records: null, not zeros
     assert summarize(Run(meta={}, steps=make_steps(warmup=6), loading=loading))["loading"] is None
+
+
+# -- waiting for a core: the run-queue wait taken out of fetch ------------------------
+
+
+class FakeRunQueue:
+    """The thread's run-queue wait: ``waits_s[i]`` more seconds each time sample ``i`` is read (the
+    dataset's read calls ``during_read``); ``None`` readings where schedstat is absent."""
+
+    def __init__(self, waits_s: list[float], known: bool = True) -> None:
+        self.waits_s, self.known, self.total_s = waits_s, known, 1.5
+
+    def during_read(self, index: int) -> None:
+        self.total_s += self.waits_s[index]
+
+    def __call__(self) -> float | None:
+        return self.total_s if self.known else None
+
+
+class QueuedDataset(ScriptedDataset):
+    def __init__(self, clock: FakeClock, run_queue: FakeRunQueue) -> None:
+        super().__init__(clock, FETCH_S, PREP_S)
+        self.run_queue = run_queue
+
+    def read(self, index: int) -> tuple[int, int]:
+        self.run_queue.during_read(index)
+        return super().read(index)
+
+
+def queued(waits_s: list[float], known: bool = True):
+    run_queue = FakeRunQueue(waits_s, known)
+    clock = FakeClock(100.0)
+    recorder = LoadingRecorder(clock, t0_s=100.0, run_queue=run_queue)
+    dataset = recorder.wrap_dataset(QueuedDataset(clock, run_queue))
+    return recorder, dataset, recorder.collate_fn(SlowCollate(clock, 0.003))
+
+
+def test_the_wait_for_a_core_is_taken_out_of_fetch():
+    # samples 0-2 fetch 10, 30, 20 ms on the clock, of which 4, 0, 50 ms (more than the fetch: capped) queued
+    recorder, dataset, collate = queued([0.004, 0.0, 0.050, 0.0, 0.0])
+    record = collate([dataset[0], dataset[1], dataset[2]])[2]
+    assert record.core_wait_s == pytest.approx(0.004 + 0.0 + 0.020)
+    assert record.fetch_s == pytest.approx(0.006 + 0.030 + 0.0)
+    assert record.fetch_max_s == pytest.approx(0.030)
+    assert record.prep_s == pytest.approx(0.010)  # prep is not touched
+    recorder.record(record, step=0)
+    assert recorder.rows()[0]["core_wait_s"] == pytest.approx(0.024)
+    s = loading_summary(recorder.frame())
+    assert s["core_wait_per_sample_s"] == pytest.approx(0.024 / 3)
+    assert s["fetch_per_sample_s"] == pytest.approx(0.036 / 3)
+    measured_s = 0.036 + 0.024 + 0.010 + 0.003
+    assert s["fractions"]["core_wait"] == pytest.approx(0.024 / measured_s)
+    assert s["fractions"]["fetch"] == pytest.approx(0.036 / measured_s)
+    assert sum(s["fractions"].values()) == pytest.approx(1.0)
+    assert s["by_worker"]["main"]["core_wait_per_sample_s"] == pytest.approx(0.008)
+
+
+def test_without_schedstat_the_split_is_unknown_not_zero():
+    recorder, dataset, collate = queued([0.004, 0.0, 0.050, 0.0, 0.0], known=False)
+    record = collate([dataset[0], dataset[1]])[2]
+    assert record.core_wait_s is None
+    assert record.fetch_s == pytest.approx(0.040)  # all of the off-CPU time, as before the split
+    recorder.record(record, step=0)
+    assert np.isnan(recorder.rows()[0]["core_wait_s"])
+    s = loading_summary(recorder.frame())
+    assert s["core_wait_per_sample_s"] is None and s["fractions"]["core_wait"] is None
+    assert s["by_worker"]["main"]["core_wait_per_sample_s"] is None
+    assert s["fetch_per_sample_s"] == pytest.approx(0.020)
+
+
+def test_one_batch_of_unknown_wait_makes_the_whole_split_unknown():
+    known = make_loading().assign(core_wait_s=0.001)
+    s = loading_summary(known)
+    assert s["core_wait_per_sample_s"] == pytest.approx(0.001 / 4)
+    known.loc[3, "core_wait_s"] = np.nan
+    s = loading_summary(known)
+    assert s["core_wait_per_sample_s"] is None and s["fractions"]["core_wait"] is None
+    b = loading_breakdown(known).set_index("worker")
+    assert b.loc[0, "core_wait_per_sample_s"] == pytest.approx(0.001 / 4)  # worker 0's batches all known
+    assert np.isnan(b.loc[1, "core_wait_per_sample_s"])
+
+
+def test_a_loading_table_from_before_core_wait_reads_as_unknown():
+    old = make_loading().drop(columns=["core_wait_s"])
+    s = loading_summary(old)
+    assert s is not None and s["core_wait_per_sample_s"] is None
+    assert loading_breakdown(old)["core_wait_s"].isna().all()

@@ -25,8 +25,8 @@ def random_events(rng: random.Random) -> list[tuple]:
         if kind in "IE":
             events.append((kind, n, t, t + dt))
         elif kind == "N":
-            record = [rng.choice([-1, 0, 3]), 4242, t - dt, t, dt / 2, dt / 3, dt / 6, 64] \
-                if rng.random() < 0.7 else NO_RECORD
+            record = [rng.choice([-1, 0, 3]), 4242, t - dt, t, dt / 2, dt / 3, dt / 6, 64,
+                      rng.choice([dt / 7, None])] if rng.random() < 0.7 else NO_RECORD  # core wait unknown: None
             events.append(("N", n, t, t + dt, 64, record, rng.choice([None, 0, 2.0])))
         elif kind == "C":
             events.append(("C", t, t + dt, rng.randrange(1, 10**9), rng.choice([None, dt / 2])))
@@ -114,7 +114,7 @@ def test_backward_passes_and_thread_readings_are_read_back(tmp_path):
 def test_every_line_the_hooks_write_is_json_even_with_odd_fields(tmp_path):
     import numpy
     odd = [
-        ("N", 0, 1.5, 2.5, numpy.int64(64), [0, 7, 1.0, 1.5, 0.1, 0.2, 0.05, 64], float("nan")),  # NaN ready
+        ("N", 0, 1.5, 2.5, numpy.int64(64), [0, 7, 1.0, 1.5, 0.1, 0.2, 0.05, 64, 0.01], float("nan")),  # NaN ready
         ("N", 1, 1.5, 2.5, 8, NO_RECORD, None),  # no record: nulls
         ("C", 1.0, 1.25, 10, numpy.float32(0.5)),  # a numpy number where a float belongs
         ("O", float("inf")),
@@ -125,8 +125,25 @@ def test_every_line_the_hooks_write_is_json_even_with_odd_fields(tmp_path):
     lines = path.read_text().splitlines()
     assert len(lines) == len(odd)
     parsed = [json.loads(line) for line in lines]  # none raises
-    assert parsed[0][4] == 64 and parsed[1][5] == [None] * 8 and parsed[2][4] == 0.5
+    assert parsed[0][4] == 64 and parsed[1][5] == [None] * 9 and parsed[2][4] == 0.5
     assert parsed[4][3] - parsed[4][2] == pytest.approx(1e-9, abs=1e-12)  # nanoseconds survive
     events = read_events(path)
     assert events.tables["N"]["made_samples"].isna().tolist() == [False, True]
     assert events.tables["C"]["device_s"].tolist() == [0.5]
+
+
+def test_the_wait_for_a_core_is_read_back_and_unknown_where_the_record_has_none(tmp_path):
+    path = tmp_path / "events.jsonl"
+    write(path, [("N", 0, 1.0, 1.5, 8, [0, 9, 0.5, 1.0, 0.2, 0.2, 0.1, 8, 0.05], None),  # the fast path
+                 ("N", 0, 2.0, 2.5, 8, [0, 9, 1.5, 2.0, 0.2, 0.2, 0.1, 8, None], None)])  # no schedstat
+    assert '0.050000000], null]' in path.read_text().splitlines()[0]
+    table = read_events(path).tables["N"]
+    assert table["core_wait_s"].tolist()[0] == 0.05 and np.isnan(table["core_wait_s"].tolist()[1])
+    assert table["fetch_s"].tolist() == [0.2, 0.2] and table["ready"].isna().all()
+    # an event file from before the split (eight fields): its core wait is unknown, the rest as written
+    old = tmp_path / "old.jsonl"
+    old.write_text('["N", 0, 1.0, 1.5, 8, [0, 9, 0.5, 1.0, 0.2, 0.2, 0.1, 8], 2.000000000]\n')
+    table = read_events(old).tables["N"]
+    assert read_events(old).unreadable == 0
+    assert table["made_samples"].tolist() == [8.0] and table["ready"].tolist() == [2.0]
+    assert np.isnan(table["core_wait_s"].tolist()[0])

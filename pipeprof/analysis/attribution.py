@@ -101,6 +101,8 @@ def attribution(run: Run, probe: dict | None = None) -> Attribution:
       ``fetch_per_sample_s``, ``prep_per_sample_s``, ``collate_per_sample_s``,
       ``collate_per_batch_s``, ``batch_s`` (mean production time per batch);
       ``fetch_fraction``, ``prep_fraction``, ``collate_fraction`` of production time;
+      ``core_wait_per_sample_s`` and ``core_wait_fraction``: waiting for a core, taken out of fetch (null:
+      unknown, fetch holds it);
       ``busy_fraction_by_worker`` (``"main"``, ``"0"``, …) and ``worker_busy_mean_fraction``
       (DataLoader workers only); ``production_over_wait_fraction``: ``batch_s`` over the
       mean data wait per step.
@@ -162,6 +164,7 @@ def _loading(loading: dict | None, wait_mean_s: float | None, meta: dict) -> Loa
     return LoadingEvidence(
         workers=loading["workers"],
         fetch_per_sample_s=loading["fetch_per_sample_s"], prep_per_sample_s=loading["prep_per_sample_s"],
+        core_wait_per_sample_s=loading.get("core_wait_per_sample_s"), core_wait_fraction=part.get("core_wait"),
         collate_per_sample_s=loading["collate_per_sample_s"], collate_per_batch_s=loading["collate_per_batch_s"],
         batch_s=loading["batch_s"],
         fetch_fraction=part.get("fetch"), prep_fraction=part.get("prep"), collate_fraction=part.get("collate"),

@@ -68,6 +68,7 @@ class StepShares(_Section):
 
 
 PARTS = ("fetch", "prep", "collate")
+CORE_WAIT = "core_wait"  # not a part of making a batch the verdict can change: the maker waited for a core
 
 
 @dataclass(frozen=True)
@@ -83,11 +84,13 @@ class LoadingEvidence(_Section):
 
     workers: int | None = None
     fetch_per_sample_s: float | None = None
+    core_wait_per_sample_s: float | None = None  # runnable, waiting for a core (None: unknown; fetch holds it)
     prep_per_sample_s: float | None = None
     collate_per_sample_s: float | None = None
     collate_per_batch_s: float | None = None
     batch_s: float | None = None
     fetch_fraction: float | None = None
+    core_wait_fraction: float | None = None
     prep_fraction: float | None = None
     collate_fraction: float | None = None
     busy_fraction_by_worker: dict[str, float | None] = field(default_factory=dict)
@@ -97,8 +100,8 @@ class LoadingEvidence(_Section):
     absent: str | None = None
 
     def part_fraction(self, part: str) -> float | None:
-        """The share of production time of ``part`` (one of ``PARTS``)."""
-        if part not in PARTS:
+        """The share of production time of ``part`` (one of ``PARTS``, or ``CORE_WAIT``)."""
+        if part not in PARTS and part != CORE_WAIT:
             raise KeyError(part)
         return getattr(self, f"{part}_fraction")
 

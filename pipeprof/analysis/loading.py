@@ -3,8 +3,17 @@
 Pure functions over the ``loading`` table (``run.LOADING_COLUMNS``), one row
 per batch as timed in the process that made it. A batch's *production time*
 is ``t_end_s - t_start_s``: from its first fetch to the end of its collate.
-The three measured parts cover it all but the DataLoader's own few
-microseconds of bookkeeping between samples.
+The measured parts cover it all but the DataLoader's own few
+microseconds of bookkeeping between samples:
+
+* ``fetch``: reading the samples — for a script's ``__getitem__``, its time
+  off the CPU (storage, sleep, locks) — *without* waiting for a core;
+* ``core_wait``: the time the maker was runnable but waiting for a core (its
+  thread's run-queue wait, ``measure.schedstat``) that the fetch's clock
+  would otherwise have counted. Unknown (NaN per batch, None in totals) where
+  the wait could not be read and in run folders from before it: then
+  ``fetch`` holds it, as it did before the split;
+* ``prep``: decode and transform (a script's: its CPU time); ``collate``.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ import pandas as pd
 
 from pipeprof.numbers import finite as _finite
 
-PARTS = ("fetch", "prep", "collate")
+PARTS = ("fetch", "core_wait", "prep", "collate")
 MAIN_PROCESS = -1  # worker id of batches made in the training process (num_workers = 0)
 
 BREAKDOWN_COLUMNS = [
@@ -24,10 +33,12 @@ BREAKDOWN_COLUMNS = [
     "samples",
     "nbytes",  # bytes read from storage
     "fetch_s",  # totals over the worker's batches
+    "core_wait_s",  # NaN unless every batch's core wait is known
     "prep_s",
     "collate_s",
     "production_s",  # sum of t_end_s - t_start_s
     "fetch_per_sample_s",  # means
+    "core_wait_per_sample_s",
     "prep_per_sample_s",
     "collate_per_sample_s",
     "collate_per_batch_s",
@@ -37,8 +48,9 @@ BREAKDOWN_COLUMNS = [
     "busy_fraction",  # production_s / span_s: 1 = never idle
 ]
 
-_NUMERIC = ["step", "worker", "t_start_s", "t_end_s", "fetch_s", "prep_s", "collate_s", "samples", "nbytes",
-            "fetch_max_s"]
+_NUMERIC = ["step", "worker", "t_start_s", "t_end_s", "fetch_s", "core_wait_s", "prep_s", "collate_s", "samples",
+            "nbytes", "fetch_max_s"]
+_OPTIONAL = {"core_wait_s"}  # added in issue 14: missing = unknown
 
 
 def worker_label(worker: Any) -> str:
@@ -70,6 +82,7 @@ def loading_breakdown(loading: pd.DataFrame) -> pd.DataFrame:
         "samples": g["samples"].sum(),
         "nbytes": g["nbytes"].sum(),
         "fetch_s": g["fetch_s"].sum(),
+        "core_wait_s": g["core_wait_s"].sum().where(g["core_wait_s"].count() == g.size()),
         "prep_s": g["prep_s"].sum(),
         "collate_s": g["collate_s"].sum(),
         "production_s": g["production_s"].sum(),
@@ -78,6 +91,7 @@ def loading_breakdown(loading: pd.DataFrame) -> pd.DataFrame:
     })
     samples = out["samples"].where(out["samples"] > 0)
     out["fetch_per_sample_s"] = out["fetch_s"] / samples
+    out["core_wait_per_sample_s"] = out["core_wait_s"] / samples
     out["prep_per_sample_s"] = out["prep_s"] / samples
     out["collate_per_sample_s"] = out["collate_s"] / samples
     out["collate_per_batch_s"] = out["collate_s"] / out["batches"]
@@ -97,32 +111,40 @@ def loading_summary(loading: pd.DataFrame) -> dict[str, Any] | None:
     * ``batches``, ``samples``: batches and samples made.
     * ``workers``: distinct DataLoader workers that made them (0 when the
       training process made every batch, ``num_workers = 0``).
-    * ``fetch_per_sample_s``, ``prep_per_sample_s``: mean per sample.
+    * ``fetch_per_sample_s``, ``prep_per_sample_s``: mean per sample; fetch
+      without waiting for a core where that is known.
+    * ``core_wait_per_sample_s``: mean per sample waiting for a core; None
+      when unknown for any batch (then fetch includes it).
     * ``collate_per_batch_s``: mean per batch; ``collate_per_sample_s``: the same per sample.
       (Named as in ``BREAKDOWN_COLUMNS`` and the attribution; summary.json
       called them ``fetch_s``, ``prep_s`` and ``collate_s`` before issue 13, the
       loading table's names for per-batch totals.)
     * ``batch_s``: mean production time per batch (first fetch to end of collate).
-    * ``fractions``: ``fetch`` / ``prep`` / ``collate`` shares of the measured
-      time (their sum), summing to 1.
+    * ``fractions``: ``fetch`` / ``core_wait`` / ``prep`` / ``collate`` shares
+      of the measured time (their sum), summing to 1; ``core_wait`` None when
+      unknown.
     * ``by_worker``: per worker (key ``"main"`` for the training process, else
       the worker id as text), ``batches``, ``samples``, ``fetch_per_sample_s``,
-      ``prep_per_sample_s``, ``collate_per_batch_s``, ``collate_per_sample_s``, ``batch_s`` as above, and
+      ``core_wait_per_sample_s``, ``prep_per_sample_s``, ``collate_per_batch_s``,
+      ``collate_per_sample_s``, ``batch_s`` as above, and
       ``busy_fraction``: production time over the worker's span from first
       batch start to last batch end (1 = never idle).
     """
     df = _numeric(loading)
     if df.empty:
         return None
-    totals = {p: float(df[f"{p}_s"].sum()) for p in PARTS}
+    totals: dict[str, float | None] = {p: float(df[f"{p}_s"].sum()) for p in PARTS}
+    if df["core_wait_s"].isna().any():
+        totals["core_wait"] = None  # unknown: fetch holds it
     batches, samples = len(df), int(df["samples"].sum())
-    measured_s = sum(totals.values())
+    measured_s = sum(v for v in totals.values() if v is not None)
     workers = df["worker"].astype(int)
     return {
         "batches": batches,
         "samples": samples,
         "workers": int(workers[workers != MAIN_PROCESS].nunique()),
         "fetch_per_sample_s": _ratio(totals["fetch"], samples),
+        "core_wait_per_sample_s": _ratio(totals["core_wait"], samples),
         "prep_per_sample_s": _ratio(totals["prep"], samples),
         "collate_per_batch_s": _ratio(totals["collate"], batches),
         "collate_per_sample_s": _ratio(totals["collate"], samples),
@@ -133,6 +155,7 @@ def loading_summary(loading: pd.DataFrame) -> dict[str, Any] | None:
                 "batches": int(row["batches"]),
                 "samples": int(row["samples"]),
                 "fetch_per_sample_s": _finite(row["fetch_per_sample_s"]),
+                "core_wait_per_sample_s": _finite(row["core_wait_per_sample_s"]),
                 "prep_per_sample_s": _finite(row["prep_per_sample_s"]),
                 "collate_per_batch_s": _finite(row["collate_per_batch_s"]),
                 "collate_per_sample_s": _finite(row["collate_per_sample_s"]),
@@ -148,12 +171,12 @@ def _numeric(loading: pd.DataFrame | None) -> pd.DataFrame:
     """The table's numeric columns as numbers, rows without times dropped."""
     if loading is None or loading.empty:
         return pd.DataFrame(columns=_NUMERIC)
-    missing = [c for c in _NUMERIC if c not in loading]
+    missing = [c for c in _NUMERIC if c not in loading and c not in _OPTIONAL]
     if missing:
         raise ValueError(f"loading table lacks columns: {', '.join(missing)}")
-    df = loading[_NUMERIC].apply(pd.to_numeric, errors="coerce")
+    df = loading.reindex(columns=_NUMERIC).apply(pd.to_numeric, errors="coerce")
     return df.dropna(subset=["worker", "t_start_s", "t_end_s"])
 
 
-def _ratio(num: float, den: float) -> float | None:
-    return float(num) / den if den else None
+def _ratio(num: float | None, den: float) -> float | None:
+    return float(num) / den if den and num is not None else None

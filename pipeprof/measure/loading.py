@@ -6,7 +6,10 @@ index of the batch and then ``collate_fn(samples)``, one after the other. The
 recorder wraps both:
 
 * ``TimedDataset.__getitem__`` times ``fetch(i)`` and ``prep(fetched)`` with
-  three clock reads and adds them to this process's open batch;
+  three clock reads and adds them to this process's open batch; two readings
+  of the thread's run-queue wait around ``fetch(i)`` (``measure.schedstat``)
+  take the time it was runnable but waiting for a core out of ``fetch_s``
+  into ``core_wait_s`` (NaN where the wait cannot be read: unknown);
 * ``TimedCollate`` times the collate, closes the open batch and returns
   ``(x, y, LoadRecord)``: one small record per batch rides to the training
   process with the batch itself (the ``pin_memory`` thread passes objects it
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from pipeprof.measure.clock import Clock, monotonic_clock
+from pipeprof.measure.schedstat import RunQueueClock, core_wait_s, run_queue_wait
 from pipeprof.measure.spool import Spool
 from pipeprof.run_folder import LOADING_COLUMNS
 
@@ -46,6 +50,7 @@ if TYPE_CHECKING:
 Collate = Callable[[list[Any]], Any]
 
 MAIN_PROCESS = -1  # ``LoadRecord.worker`` of a batch made in the training process
+NAN = float("nan")
 
 
 @dataclass(frozen=True)
@@ -56,22 +61,24 @@ class LoadRecord:
     pid: int
     t_start_s: float  # the batch's first fetch began
     t_end_s: float  # its collate ended
-    fetch_s: float  # sum over samples: reading bytes from storage (emulated slowness included)
+    fetch_s: float  # sum over samples: reading bytes from storage (emulated slowness included), core wait excluded
     prep_s: float  # sum over samples: decode + transform
     collate_s: float  # stacking the samples into the batch
     samples: int
     nbytes: int  # bytes read from storage, summed over samples
     fetch_max_s: float  # the slowest sample's fetch
+    core_wait_s: float | None = None  # sum over samples: runnable but waiting for a core in fetch; None: unknown
 
 
 class _OpenBatch:
     """Running sums for the batch being assembled in this process."""
 
-    __slots__ = ("t_start", "fetch_s", "prep_s", "samples", "nbytes", "fetch_max_s")
+    __slots__ = ("t_start", "fetch_s", "prep_s", "samples", "nbytes", "fetch_max_s", "core_wait_s")
 
     def __init__(self, t_start: float) -> None:
         self.t_start = t_start
         self.fetch_s = 0.0
+        self.core_wait_s: float | None = 0.0  # None once a sample's wait was unknown
         self.prep_s = 0.0
         self.samples = 0
         self.nbytes = 0
@@ -88,25 +95,36 @@ if hasattr(os, "register_at_fork"):
 class TimedDataset(Dataset):
     """A ``SampleDataset`` whose ``__getitem__`` times ``fetch`` and ``prep`` (see module docstring)."""
 
-    def __init__(self, dataset: SampleDataset, clock: Clock, key: str) -> None:
+    def __init__(self, dataset: SampleDataset, clock: Clock, key: str,
+                 run_queue: RunQueueClock = run_queue_wait) -> None:
         self.dataset = dataset
         self.clock = clock
         self.key = key
+        self.run_queue = run_queue
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, index: int) -> Any:
-        clock = self.clock
+        clock, run_queue = self.clock, self.run_queue
+        q0 = run_queue()
         t0 = clock()
         fetched = self.dataset.fetch(index)
         t1 = clock()
+        q1 = run_queue()
         item = self.dataset.prep(fetched)
         t2 = clock()
         batch = _OPEN.get(self.key)
         if batch is None:
             batch = _OPEN[self.key] = _OpenBatch(t0)
         fetch_s = t1 - t0
+        core_s = core_wait_s(fetch_s, q0, q1)
+        if core_s is None:
+            batch.core_wait_s = None
+        else:
+            fetch_s -= core_s
+            if batch.core_wait_s is not None:
+                batch.core_wait_s += core_s
         batch.fetch_s += fetch_s
         batch.prep_s += t2 - t1
         batch.samples += 1
@@ -149,6 +167,7 @@ class TimedCollate:
             samples=batch.samples,
             nbytes=batch.nbytes,
             fetch_max_s=batch.fetch_max_s,
+            core_wait_s=batch.core_wait_s,
         )
         return x, y, record
 
@@ -161,9 +180,11 @@ class LoadingRecorder:
     the wrappers run wherever the DataLoader runs them.
     """
 
-    def __init__(self, clock: Clock = monotonic_clock, t0_s: float = 0.0) -> None:
+    def __init__(self, clock: Clock = monotonic_clock, t0_s: float = 0.0,
+                 run_queue: RunQueueClock = run_queue_wait) -> None:
         self.clock = clock
         self.t0_s = t0_s
+        self.run_queue = run_queue
         self.key = uuid.uuid4().hex  # names this recorder's open batches in every process
         self._rows = Spool(LOADING_COLUMNS)
 
@@ -174,7 +195,7 @@ class LoadingRecorder:
         self._rows = Spool(LOADING_COLUMNS, folder, "loading")
 
     def wrap_dataset(self, dataset: SampleDataset) -> Dataset:
-        return TimedDataset(dataset, self.clock, self.key)
+        return TimedDataset(dataset, self.clock, self.key, self.run_queue)
 
     def collate_fn(self, collate: Collate = default_collate) -> TimedCollate:
         return TimedCollate(collate, self.clock, self.t0_s, self.key)
@@ -183,9 +204,9 @@ class LoadingRecorder:
         """Keep ``record`` as the batch consumed by training step ``step``."""
         r = record
         self._rows.append({"batch": len(self._rows), "step": step, "worker": r.worker, "pid": r.pid,
-                           "t_start_s": r.t_start_s, "t_end_s": r.t_end_s, "fetch_s": r.fetch_s, "prep_s": r.prep_s,
-                           "collate_s": r.collate_s, "samples": r.samples, "nbytes": r.nbytes,
-                           "fetch_max_s": r.fetch_max_s})
+                           "t_start_s": r.t_start_s, "t_end_s": r.t_end_s, "fetch_s": r.fetch_s,
+                           "core_wait_s": NAN if r.core_wait_s is None else r.core_wait_s, "prep_s": r.prep_s,
+                           "collate_s": r.collate_s, "samples": r.samples, "nbytes": r.nbytes, "fetch_max_s": r.fetch_max_s})
 
     @property
     def batches(self) -> int:

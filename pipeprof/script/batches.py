@@ -3,7 +3,8 @@
 Part of the hooks of a profiled script (``pipeprof.script.hooks``); standard
 library and torch only. The dataset fetchers' ``fetch`` is patched in every
 process that makes batches: it times ``__getitem__`` over the batch (wall and
-thread CPU time) and the collate (``TimedCollate``), and returns the batch as
+thread CPU time, and the thread's run-queue wait: ``pipeprof.measure.schedstat``)
+and the collate (``TimedCollate``), and returns the batch as
 ``Tagged(batch, record)``; the training process unwraps it in ``next()``, so
 the script never sees it. The pin-memory thread pins a ``Tagged`` through its
 ``pin_memory()``. A spawned or forkserver worker imports this module when it
@@ -21,10 +22,12 @@ from torch.utils.data import get_worker_info
 from torch.utils.data._utils import fetch as _fetch
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 
+from pipeprof.measure.schedstat import core_wait_s, run_queue_wait
 from pipeprof.script.patches import Patches
 
 clock = time.perf_counter  # CLOCK_MONOTONIC on Linux: one time axis for the script, its workers and pipeprof
 cpu_clock = time.thread_time
+run_queue = run_queue_wait  # this thread's cumulative wait for a core, s (None: unknown)
 
 
 class Tagged:
@@ -34,7 +37,9 @@ class Tagged:
 
     def __init__(self, batch: Any, record: list) -> None:
         self.batch = batch
-        self.record = record  # [worker, pid, t_start_s, t_end_s, fetch_s, prep_s, collate_s, samples]
+        # [worker, pid, t_start_s, t_end_s, fetch_s, prep_s, collate_s, samples, core_wait_s]: __getitem__'s
+        # off-CPU time split into fetch (storage, sleep) and core_wait_s (runnable, no core; None: unknown)
+        self.record = record
 
     def pin_memory(self) -> Tagged:  # the pin-memory thread calls this instead of passing us through
         return Tagged(_pin_memory(self.batch), self.record)
@@ -44,16 +49,19 @@ class Tagged:
 
 
 class TimedCollate:
-    """The loader's collate function, timed (wall and thread CPU clocks at its start and end)."""
+    """The loader's collate function, timed (wall and thread CPU clocks at its start and end, the run-queue
+    wait at its start)."""
 
     def __init__(self, collate: Callable[[Any], Any]) -> None:
         self.collate = collate
-        self.last: tuple[float, float, float, float, int] | None = None  # w0, c0, w1, c1, samples
+        # w0, c0, w1, c1, samples, q0 (the thread's run-queue wait at the start, None: unknown)
+        self.last: tuple[float, float, float, float, int, float | None] | None = None
 
     def __call__(self, samples: Any) -> Any:
+        q0 = run_queue()  # before the clocks: its microsecond falls in __getitem__'s prep, not the collate
         w0, c0 = clock(), cpu_clock()
         batch = self.collate(samples)
-        self.last = (w0, c0, clock(), cpu_clock(), len(samples) if isinstance(samples, list) else 1)
+        self.last = (w0, c0, clock(), cpu_clock(), len(samples) if isinstance(samples, list) else 1, q0)
         return batch
 
     def __getstate__(self) -> dict:
@@ -74,16 +82,20 @@ def _timed_fetch(original: Callable, session: Any = None) -> Callable:
         if not isinstance(collate, TimedCollate) or (session is not None and not session.live):
             return original(self, possibly_batched_index)
         collate.last = None
+        q0 = run_queue()
         w0, c0 = clock(), cpu_clock()
         batch = original(self, possibly_batched_index)
         # torch's fetchers call the collate last: __getitem__ ran from w0 to the collate's start. Its clocks
         # end the record (one pair of clock reads fewer per batch than reading them again here).
-        timed = collate.last or (clock(), cpu_clock(), clock(), cpu_clock(), 1)  # no collate call: none
+        timed = collate.last or (clock(), cpu_clock(), clock(), cpu_clock(), 1, run_queue())  # no collate call
         getitem_s = max(timed[0] - w0, 0.0)
         prep_s = min(max(timed[1] - c0, 0.0), getitem_s)
+        off_cpu_s = getitem_s - prep_s
+        core_s = core_wait_s(off_cpu_s, q0, timed[5])
         info = get_worker_info()
         return Tagged(batch, [-1 if info is None else info.id, _pid(), w0, timed[2],
-                              getitem_s - prep_s, prep_s, timed[2] - timed[0], timed[4]])
+                              off_cpu_s if core_s is None else off_cpu_s - core_s, prep_s, timed[2] - timed[0],
+                              timed[4], core_s])
     fetch.__wrapped__ = original  # type: ignore[attr-defined]
     fetch._pipeprof = True  # type: ignore[attr-defined]
     return fetch

@@ -30,19 +30,27 @@ NAN = float("nan")
 SPAN_COLUMNS = ["loader", "t0_s", "t1_s"]  # I (iter) and E (end of a pass)
 BATCH_COLUMNS = ["loader", "t0_s", "t1_s", "samples",  # N, in the order written; the maker's record (nan if none)
                  "worker", "pid", "made_t0_s", "made_t1_s", "fetch_s", "prep_s", "collate_s", "made_samples",
-                 "ready"]
+                 "core_wait_s", "ready"]
 COPY_COLUMNS = ["t0_s", "t1_s", "nbytes", "device_s"]  # C; device_s nan when timed on the host
-NO_RECORD = [None] * 8  # a batch that came without its maker's record (the hooks write it so: fixed width)
+NO_RECORD = [None] * 9  # a batch that came without its maker's record (the hooks write it so: fixed width)
+_OLD_RECORD = 8  # a record from before core_wait_s (issue 14): its core wait is unknown
 # The columns of each numeric kind, the ones that must be numbers, and how an event becomes a row.
 ROWS = {
     "I": (SPAN_COLUMNS, 3, lambda e: e[1:4]),
     "E": (SPAN_COLUMNS, 3, lambda e: e[1:4]),
-    "N": (BATCH_COLUMNS, 4, lambda e: [*e[1:5], *(e[5] or NO_RECORD), e[6] if len(e) > 6 else None]),
+    "N": (BATCH_COLUMNS, 4, lambda e: [*e[1:5], *_record(e[5]), e[6] if len(e) > 6 else None]),
     "C": (COPY_COLUMNS, 3, lambda e: e[1:5]),
     "O": (["t_s"], 1, lambda e: e[1:2]),
     "M": (["t_s"], 1, lambda e: e[1:2]),
     "B": (["t0_s", "t1_s"], 2, lambda e: e[1:3]),
 }
+
+
+def _record(record: list | None) -> list:
+    """A batch's maker's record at today's width (an older one's core wait unknown)."""
+    if not record:
+        return NO_RECORD
+    return [*record, None] if len(record) == _OLD_RECORD else record
 
 
 @dataclass

@@ -22,8 +22,10 @@ X     t, how, detail                             the script ended (exit code / e
 ====  =========================================  ==========================================
 
 ``record`` = ``[worker, pid, t_start, t_end, fetch_s, prep_s, collate_s,
-samples]``, how the process that made the batch timed it (eight nulls when
-the batch came without one). ``pipeprof.script.event_file`` reads the
+samples, core_wait_s]``, how the process that made the batch timed it (nine
+nulls when the batch came without one): ``__getitem__``'s off-CPU time is
+``fetch_s`` (storage, sleep) plus ``core_wait_s`` (runnable, waiting for a
+core; null when the thread's run-queue wait could not be read). ``pipeprof.script.event_file`` reads the
 event file into one table per kind.
 
 **Which loader trains.** Loaders given to ``prof.wrap``; otherwise each
@@ -336,3 +338,4 @@ def _loader_summaries(loaders: dict[int, dict], train: set[int], nexts: pd.DataF
         })
         out.append(info)
     return out
+        "core_wait_s": made["core_wait_s"],

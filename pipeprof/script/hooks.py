@@ -64,7 +64,7 @@ from pipeprof.script.loaders import batch_samples, describe_loader, tensors
 from pipeprof.script.patches import Patches
 
 FLUSH_EVERY_S = 0.5
-NO_RECORD = (None,) * 8  # a batch without its maker's record: N events keep one width (the reader's fast path)
+NO_RECORD = (None,) * 9  # a batch without its maker's record: N events keep one width (the reader's fast path)
 
 
 class EventLog:
@@ -122,7 +122,7 @@ def _plain(obj: Any) -> Any:
 # quarter of what the hooks cost a fast training step; these take 0.5-2 µs and write the same JSON (times
 # to the nanosecond). Fields of other types (a numpy number, None where a number belongs) go through json.
 _FORMATS = {
-    "N": '["N", %d, %.9f, %.9f, %d, [%d, %d, %.9f, %.9f, %.9f, %.9f, %.9f, %d], %s]\n',
+    "N": '["N", %d, %.9f, %.9f, %d, [%d, %d, %.9f, %.9f, %.9f, %.9f, %.9f, %d, %.9f], %s]\n',
     "C": '["C", %.9f, %.9f, %d, %s]\n',
     "I": '["I", %d, %.9f, %.9f]\n',
     "E": '["E", %d, %.9f, %.9f]\n',

@@ -1,0 +1,99 @@
+"""The calling thread's run-queue wait: time it was runnable but not running, waiting for a core.
+
+Linux reports it per thread in ``/proc/<pid>/task/<tid>/schedstat``: three
+numbers, the thread's time on a CPU (ns), its time waiting on a run queue (ns)
+and its timeslices. ``/proc/thread-self/schedstat`` is the calling thread's
+own file; each thread opens it once and ``os.pread``s it at offset 0 (about a
+microsecond a reading: the kernel formats the line anew each time).
+
+Off-CPU time of ``__getitem__`` (wall minus thread CPU time) is storage, sleep
+or locks *and* waiting for a core on a saturated machine; the difference of
+two readings tells the second apart. Where the file is missing (not Linux, no
+permission) or reads 0 (schedstats disabled: a thread that ran has always
+waited some nanoseconds) a reading is ``None``: the split is unknown, never 0.
+
+Standard library only: the script hooks import this module in a user's
+process and in every DataLoader worker.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+PATH = "/proc/thread-self/schedstat"
+RunQueueClock = Callable[[], float | None]  # cumulative run-queue wait of the calling thread, s; None: unknown
+
+
+class _ThreadFile:
+    """One thread's open schedstat file (closed when the thread ends and its local storage goes)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, path: str) -> None:
+        try:
+            self.fd: int | None = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:  # not Linux, no procfs, no permission: unknown
+            self.fd = None
+
+    def __del__(self) -> None:
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+
+
+class RunQueueWait:
+    """Callable: the calling thread's cumulative run-queue wait in seconds, or ``None`` when unknown.
+
+    One file per thread (``/proc/thread-self`` names the thread that opens it), reopened in a forked
+    child, whose threads are new ones.
+    """
+
+    def __init__(self, path: str = PATH) -> None:
+        self.path = path
+        self._local = threading.local()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forget)
+
+    def __reduce__(self) -> tuple:  # a spawned worker opens its own files (a thread-local does not pickle)
+        return RunQueueWait, (self.path,)
+
+    def _forget(self) -> None:
+        self._local = threading.local()  # the parent's thread's file is not this child's
+
+    def __call__(self) -> float | None:
+        try:
+            fd = self._local.file.fd
+        except AttributeError:
+            file = self._local.file = _ThreadFile(self.path)
+            fd = file.fd
+        if fd is None:
+            return None
+        try:
+            fields = os.pread(fd, 96, 0).split()
+            wait_ns = int(fields[1])
+        except (OSError, IndexError, ValueError):  # a line of another shape: unknown
+            return None
+        return wait_ns / 1e9 if wait_ns > 0 else None  # 0: schedstats disabled
+
+
+def no_run_queue() -> float | None:
+    """A reader for where the run-queue wait cannot be known (every reading unknown)."""
+    return None
+
+
+def core_wait_s(off_cpu_s: float, before: float | None, after: float | None) -> float | None:
+    """Of ``off_cpu_s`` seconds off the CPU between two readings, the seconds spent waiting for a core.
+
+    The run-queue delta, capped to ``[0, off_cpu_s]`` (the readings and the clocks are not read at the same
+    instant); ``None`` when either reading is unknown.
+    """
+    if before is None or after is None:
+        return None
+    return min(max(after - before, 0.0), max(off_cpu_s, 0.0))
+
+
+run_queue_wait = RunQueueWait()  # the process's reader (one file per thread that reads it)
