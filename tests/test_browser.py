@@ -1,6 +1,7 @@
 """The pages in a real browser: headless Chromium opens report.html, compare.html, sweep.html and index.html.
 
-Small real runs of the command line (``python -m pipeprof``) make the pages once for the module; each page is
+Small real runs of the command line (``python -m pipeprof``) make the pages once for the module (a script profiled
+with several loaders among them, its report checked at 1,300 and 1,000 px: nothing wider than the window); each page is
 opened over file:// and must log no console error, raise no JavaScript dialog, fetch nothing from the network,
 show every figure (and every chart's SVG) with a non-zero size, link only to files that exist, and sort its
 sortable tables when a header is clicked. Full-page screenshots land in reports/screenshots/ (git-ignored) for a
@@ -354,6 +355,57 @@ def test_no_page_scrolls_sideways_at_1280_px(browser, reports, name):
     page = browser.open(reports[name])
     width, viewport = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
     assert width <= viewport, f"{name}: {width} CSS pixels wide in a {viewport}-pixel window"
+
+
+@pytest.fixture(scope="module")
+def script_report(tmp_path_factory) -> Path:
+    """``pipeprof profile`` of a script that builds its training and validation loaders again for each of 4 fits
+    (tests/fixtures/refits_report.py): 8 loaders in 2 names, their names long, validation passes on the charts."""
+    tmp = tmp_path_factory.mktemp("browser-script")
+    script = Path(__file__).parent / "fixtures" / "refits_report.py"
+    finish(subprocess.Popen([sys.executable, "-m", "pipeprof", "profile", "--quiet", "--out", "reports", "--",
+                             sys.executable, str(script), "--fits", "4", "--val-sleep-ms", "30"], cwd=tmp,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    (report,) = (tmp / "reports").glob("*-refits_report/report.html")
+    return report
+
+
+def wider_than_the_window(page: Page) -> list[str]:
+    """Elements that reach past the window's right edge or are wider than it (a box scrolling inside its own
+    overflow is fine: what it hides is not counted), and the page's own sideways scroll."""
+    return page.evaluate("""(() => { const vw = document.documentElement.clientWidth;
+        const clipped = e => { for (let p = e.parentElement; p; p = p.parentElement) {
+            if (getComputedStyle(p).overflowX !== 'visible') return p; } return null; };
+        const out = [];
+        if (document.documentElement.scrollWidth > vw) out.push(`page: ${document.documentElement.scrollWidth}`);
+        for (const e of document.querySelectorAll('body *')) {
+            const r = e.getBoundingClientRect();
+            if ((r.right > vw + 0.5 || r.width > vw + 0.5) && !clipped(e))
+                out.push(`${e.localName}${e.id ? '#' + e.id : ''}: ${Math.round(r.width)} wide, right at ${Math.round(r.right)}`);
+        }
+        return out; })()""")
+
+
+@pytest.mark.parametrize("width", [1300, 1000])
+def test_a_script_report_with_many_loaders_fits_the_window(browser, script_report, width):
+    """Issue 14 item 10: the DataLoaders table was 1,616-1,628 px wide in a 1,300 px window. At 1,300 px nothing is
+    wider than the window; at 1,000 px the page still never scrolls sideways (the table may scroll in its box)."""
+    page = browser.open(script_report)
+    page.page.set_viewport_size({"width": width, "height": 900})
+    page.check(f"report-script-{width}")
+    assert page.evaluate("document.querySelectorAll('#loaders-table tr').length") == 3  # a header, 2 folded lines
+    assert "×4 loaders" in page.evaluate("document.querySelector('#loaders-table').innerText")
+    if width == 1300:
+        assert wider_than_the_window(page) == []
+        table = page.evaluate("document.querySelector('#loaders-table').getBoundingClientRect().width")
+        assert table <= width
+    width_now, viewport = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert width_now <= viewport
+    page.click("#loaders-each summary")  # the loaders one by one, unfolded: still inside the window
+    assert page.evaluate("document.querySelectorAll('#loaders-each tr').length") == 9
+    assert page.evaluate("document.documentElement.scrollWidth") <= viewport
+    legends = page.evaluate("Array.from(document.querySelectorAll('#plot-cpu svg text')).map(t => t.textContent)")
+    assert "evaluation passes (not counted)" in legends
 
 
 BROKEN_PAGE = """<!doctype html><html><head><title>broken</title>
