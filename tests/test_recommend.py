@@ -285,3 +285,122 @@ def test_the_caveat_also_goes_on_the_honest_negative():
     run.meta["status"] = "failed"
     (rec,) = recs_of(run)
     assert rec["change"] == {} and "ended early (failed)" in rec["note"]
+
+
+# -- issue 14: advice that fits what the change can save and the command that made the run ----------------
+
+
+def _script_run(loaders: list[dict], *, workers: int = 2, **kw):
+    """A hand-made run as a profiled script records it: kind "script" and run.json's ``loaders``."""
+    run = make_run(workers=workers, **kw)
+    run.meta["kind"] = "script"
+    run.meta["scenario"] = {"name": "script", "loader": {"batch_size": 128, "num_workers": workers,
+                                                         "pin_memory": kw.get("pin", False)}}
+    run.meta["loaders"] = loaders
+    return run
+
+
+def _train_loader(number: int, passes: int, **extra):
+    return {"number": number, "name": "train_iter", "dataset": "SyntheticImages", "batch_size": 128,
+            "num_workers": 2, "role": "train", "passes": passes, **extra}
+
+
+def _slow_starts(run):
+    run.steps["epoch"] = run.steps["step"] // 10
+    starts = run.steps["step"].isin([10, 20, 30])
+    run.steps.loc[starts, "data_wait_s"] = 0.5 + 0.1 * STEP_S
+    run.steps.loc[starts, "step_s"] = 0.5 + STEP_S
+    return run
+
+
+def test_a_new_loader_per_fit_gets_the_risk_not_persistent_workers():
+    # d2l style: a new DataLoader per fit, each iterated once; their first steps wait for new workers.
+    loaders = [_train_loader(n, 1) for n in range(4)]
+    run = _slow_starts(_script_run(loaders, wait=0.1, ready=1, loading=(0.002, 0.002, 0.001)))
+    recs = recs_of(run)
+    assert not by_key(recs, "loader.persistent_workers")
+    (reuse,) = [r for r in recs if "build the DataLoader once" in (r.get("code_change") or "")]
+    assert "a new DataLoader is built per fit: persistent_workers would keep each one's workers alive until " \
+           "garbage collection; build the loader once and reuse it" in reuse["note"]
+    assert "4 DataLoaders named train_iter were built, each iterated once" in reuse["reason"]
+
+
+def test_persistent_workers_predict_only_the_passes_of_a_loader_iterated_again():
+    # One loader iterated four times: the starts of passes 1-3 are what keeping its workers saves.
+    run = _slow_starts(_script_run([_train_loader(0, 4)], wait=0.1, ready=1, loading=(0.002, 0.002, 0.001)))
+    (rec,) = by_key(recs_of(run), "loader.persistent_workers")
+    assert rec["predicted_samples_per_s"] == pytest.approx(36 * BATCH / (36 * STEP_S))
+    assert rec["script_text"] == "train_iter: DataLoader(SyntheticImages(...), persistent_workers=True)"
+    # Two loaders of two passes each: only the second pass of each is a re-iteration (epochs 1 and 3).
+    loaders = [_train_loader(0, 2), _train_loader(1, 2, name="other")]
+    (rec,) = by_key(recs_of(_slow_starts(_script_run(loaders, wait=0.1, ready=1,
+                                                    loading=(0.002, 0.002, 0.001)))), "loader.persistent_workers")
+    assert rec["predicted_samples_per_s"] == pytest.approx(36 * BATCH / (36 * STEP_S + 0.5))
+    assert "the first step of 2 epochs waited" in rec["reason"]
+
+
+def test_a_scenarios_first_pass_is_never_saved_by_persistent_workers():
+    run = make_run(wait=0.1, workers=2, ready=1, loading=(0.002, 0.002, 0.001), n=40, warmup=0)
+    run.steps["epoch"] = run.steps["step"] // 20
+    run.steps.loc[0, ["data_wait_s", "step_s"]] = (0.5 + 0.1 * STEP_S, 0.5 + STEP_S)  # epoch 0: the workers start
+    assert not by_key(recs_of(run), "loader.persistent_workers")
+
+
+def test_a_scripts_compute_bound_advice_names_no_scenario_flag_and_no_other_run():
+    run = _script_run([_train_loader(0, 1)], wait=0.02, loading=(0.001, 0.0, 0.0005), threads=2, cores=2)
+    (rec,) = recs_of(run)
+    assert "try torch.set_num_threads(1) in the script" in rec["reason"]
+    assert "--set" not in rec["reason"] and "quick" not in rec["reason"] and "~5x" not in rec["reason"]
+    scenario = recs_of(make_run(wait=0.02, workers=2, loading=(0.001, 0.0, 0.0005)))
+    assert "measure --set train.threads=1" in scenario[0]["reason"] and "quick" not in scenario[0]["reason"]
+
+
+def test_low_throughputs_keep_significant_figures_and_no_zero_gain_is_stated():
+    run = make_run(wait=0.004, loading=(0.0002, 0.0, 0.0001))
+    run.steps["samples"] = 1  # 10 samples/s
+    run.steps["step_s"] *= 25  # 0.4 samples/s
+    for col in ("data_wait_s", "h2d_s", "compute_s", "host_wait_s"):
+        run.steps[col] *= 25
+    (rec,) = recs_of(run)
+    assert "0.4 samples/s now" in rec["reason"] and " 0 samples/s" not in rec["reason"]
+    assert not re.search(r"(?<![\d.])0(\.0)?% above", rec["reason"]), rec["reason"]
+    assert "is 0.4% above the 0.4 samples/s now" in rec["reason"], rec["reason"]
+    run.steps["data_wait_s"] *= 0.01  # a ceiling 0.004% above: no gain to state
+    run.steps["compute_s"] = run.steps["step_s"] - run.steps["h2d_s"] - run.steps["data_wait_s"]
+    (rec,) = recs_of(run)
+    assert "is the same as the 0.4 samples/s now" in rec["reason"], rec["reason"]
+
+
+def test_the_code_profile_of_a_script_run_does_not_offer_pipeprof_run_flags():
+    from pipeprof.analysis.hotspots import code_profile
+    script = code_profile(_script_run([_train_loader(0, 1)]))
+    assert "pipeprof run" not in script["cprofile"]["absent"] and "pipeprof profile" in script["cprofile"]["absent"]
+    assert "pipeprof run" not in script["pyspy"]["absent"]
+    assert "pipeprof run --cprofile" in code_profile(make_run())["cprofile"]["absent"]
+
+
+def test_pin_memory_on_cpu_is_noted_for_a_script():
+    run = _script_run([_train_loader(0, 1, pin_memory=True)], wait=0.3, ready=0, loading=(0.01, 0.15, 0.005))
+    run.meta["scenario"]["loader"]["pin_memory"] = True
+    notes = verdict_from_attribution(attribution(run)).notes
+    assert any("pin_memory=True has no effect here: the batches went to the cpu" in n for n in notes)
+    scenario = make_run(wait=0.3)  # a scenario notes it in run.json when it builds its loader
+    scenario.meta["scenario"]["loader"]["pin_memory"] = True
+    assert not any("pin_memory" in n for n in verdict_from_attribution(attribution(scenario)).notes)
+
+
+@pytest.mark.parametrize("framework, text", [
+    ("transformers", "torch.set_num_threads(1); TrainingArguments(dataloader_num_workers=1)"),
+    ("lightning", "torch.set_num_threads(1); the DataLoader built in train_dataloader(): "
+                  "DataLoader(SyntheticImages(...), num_workers=1)"),
+    (None, "torch.set_num_threads(1); train_iter: DataLoader(SyntheticImages(...), num_workers=1)"),
+])
+def test_advice_code_is_what_the_user_can_write_for_their_framework(framework, text):
+    from pipeprof.analysis.recommend import script_text
+    loader = _train_loader(0, 1, framework=framework)
+    assert script_text({"loader.num_workers": 1, "train.threads": 1}, loader) == text
+    assert script_text({"train.threads": 1}, loader) == "torch.set_num_threads(1)"  # never a loader's name
+    args = script_text({"loader.num_workers": 2, "loader.pin_memory": True, "loader.prefetch_factor": 4,
+                        "loader.persistent_workers": True}, _train_loader(0, 1, framework="transformers"))
+    assert args == ("TrainingArguments(dataloader_num_workers=2, dataloader_pin_memory=True, "
+                    "dataloader_prefetch_factor=4, dataloader_persistent_workers=True)")

@@ -63,8 +63,8 @@ def test_percentiles_ignore_warmup():
 
 
 @pytest.mark.parametrize("wait,klass,words", [
-    (0.0, "compute", "compute-bound"), (0.049, "compute", "compute-bound"),
-    (0.051, "input", "partly input-bound"), (0.19, "input", "partly input-bound"),
+    (0.0, "compute", "compute-bound"), (0.039, "compute", "compute-bound"),  # outside R2's uncertain band
+    (0.061, "input", "partly input-bound"), (0.19, "input", "partly input-bound"),
     (0.201, "input", "input-bound"), (0.9, "input", "input-bound")])
 def test_bottleneck_is_the_verdicts_class_in_coarse_form(wait, klass, words):
     s = summarize(make_run(make_steps(wait_s=wait * 0.033, h2d_s=0.0, compute_s=(1 - wait) * 0.033 - 0.002)))

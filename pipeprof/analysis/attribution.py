@@ -66,6 +66,9 @@ class Attribution:
     fractions: dict[str, float] = field(default_factory=dict)
     loading_summary: dict[str, Any] | None = None
     cache_check: dict[str, Any] | None = None
+    # The run's settings as run.json recorded them (a scenario's or a script's: ``kind``), for words that fit
+    # the command that made the run; not in summary.json's ``attribution`` (None when read back from it).
+    settings: RunSettings | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"step": self.step.to_json(), "loading": self.loading.to_json(), "cpu": self.cpu.to_json(),
@@ -150,7 +153,7 @@ def attribution(run: Run, probe: dict | None = None) -> Attribution:
         cache=(CacheEvidence(cache=cache.get("cache"), verified=cache.get("verified"), reason=cache.get("reason"))
                if cache else CacheEvidence(absent="this run has no page-cache record (recorded before page-cache "
                                                   "control)")),
-        fractions=frac, loading_summary=loading, cache_check=cache)
+        fractions=frac, loading_summary=loading, cache_check=cache, settings=settings)
 
 
 def _loading(loading: dict | None, wait_mean_s: float | None, meta: dict) -> LoadingEvidence:

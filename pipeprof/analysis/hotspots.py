@@ -362,8 +362,16 @@ def code_profile(run: Run) -> dict[str, Any]:
     recorded = run.meta.get("code_profile") or {}
     cprofile, pyspy = recorded.get("cprofile"), recorded.get("pyspy")
     return {
-        "cprofile": _cprofile(run, cprofile) if isinstance(cprofile, dict) else
-        {"absent": "off (profile.cprofile_steps = 0; pipeprof run --cprofile turns it on)"},
-        "pyspy": _pyspy(pyspy) if isinstance(pyspy, dict) else
-        {"absent": "off (profile.pyspy_hz = 0; pipeprof run --pyspy turns it on)"},
+        "cprofile": _cprofile(run, cprofile) if isinstance(cprofile, dict) else {"absent": _off(run, "cprofile")},
+        "pyspy": _pyspy(pyspy) if isinstance(pyspy, dict) else {"absent": _off(run, "pyspy")},
     }
+
+
+def _off(run: Run, tool: str) -> str:
+    """Why the code-level view of ``tool`` (``"cprofile"``, ``"pyspy"``) is absent, in words for the command that
+    made the run: ``pipeprof profile`` has no such option, a scenario run has one."""
+    name = "cProfile" if tool == "cprofile" else "py-spy"
+    if run.settings.kind == "script":
+        return f"not recorded: pipeprof profile does not run {name} (a profiled script has no code-level view yet)"
+    key = "profile.cprofile_steps" if tool == "cprofile" else "profile.pyspy_hz"
+    return f"off ({key} = 0; pipeprof run --{tool} turns it on)"

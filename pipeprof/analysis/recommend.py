@@ -60,9 +60,15 @@ Candidates (each only where it applies):
 * ``loader.prefetch_factor`` doubled when supply is bursty: workers, the
   queue empty on >= 30% of steps, the workers busy < 80%: predict ``X(k)``
   at the current ``k`` (the queue no longer runs dry).
-* ``loader.persistent_workers``: the first counted step of an epoch waits
-  more than two median steps longer than the median wait: predict the run
-  without that excess.
+* ``loader.persistent_workers``: the first counted step of a pass of a
+  loader iterated *again* (the same loader object; never a loader's first
+  pass, whose workers start whatever the setting) waits more than two median
+  steps longer than the median wait: predict the run without that excess.
+  A script that builds a new loader per fit (training loaders with the same
+  name and settings) gets no such change — it would keep every old loader's
+  workers alive until garbage collection (d2l style: predicted x1.13, ~3x
+  slower) — but the code change to build the loader once and reuse it, with
+  the risk as its note, predicted without the new loaders' excess.
 * whole batches at once (code change: a Dataset ``__getitems__`` or a batch
   sampler) for in-RAM data when fetch + collate are >= 50% of production:
   assume 90% of fetch (per-sample indexing) and 80% of collate (stacking
@@ -80,9 +86,7 @@ Candidates (each only where it applies):
   cores: compute assumed to keep ``C·min(1, threads'/m)`` (the cores the
   training process really used), workers get ``N - threads'`` cores. Not
   modelled: torch's intra-op threads stalling on each other when any other
-  load shares the cores — measured on a busy 2-core machine, this alone made
-  ``quick`` ~5x slower with 2 threads than with 1, so these predictions are
-  conservative.
+  load shares the cores, so these predictions are conservative.
 """
 
 from __future__ import annotations
@@ -118,6 +122,9 @@ from pipeprof.scenario import ON_DISK, SAMPLE_BYTES
 BATCH_FETCH_KEEPS_FETCH = 0.1
 BATCH_FETCH_KEEPS_COLLATE = 0.2
 DEVICE_DATA_MAX_BYTES = 2 * 1024**3
+# The risk of persistent workers on loaders re-created per fit (issue 14, item 5: predicted x1.13, ~3x slower).
+RECREATED_LOADERS_NOTE = ("a new DataLoader is built per fit: persistent_workers would keep each one's workers alive "
+                          "until garbage collection; build the loader once and reuse it")
 
 
 @dataclass(frozen=True)
@@ -199,7 +206,6 @@ def _for_script(recs: list[Recommendation], meta: dict[str, Any]) -> list[Recomm
     """A script's recommendations: only settings its code can change where it builds the training loader
     (placement is the script's design), each with the Python to write (``script_text``)."""
     loader: dict[str, Any] = next((d for d in meta.get("loaders") or [] if d.get("role") == "train"), {})
-    name = loader.get("name") or "the training loader"
     out = []
     for rec in recs:
         change = rec.change
@@ -208,11 +214,38 @@ def _for_script(recs: list[Recommendation], meta: dict[str, Any]) -> list[Recomm
         if not change:  # a code change (e.g. take whole batches): its own words apply to a script too
             out.append(rec)
             continue
-        code = dataloader_kwargs(change, dataset=f"{loader.get('dataset') or 'dataset'}(...)").splitlines()
-        if not any(key.startswith("loader.") for key in change):
-            code = code[1:]  # threads only: no DataLoader line
-        out.append(dataclasses.replace(rec, script_text=f"{name}: " + "; ".join(code)))
+        out.append(dataclasses.replace(rec, script_text=script_text(change, loader)))
     return out
+
+
+# TrainingArguments' names for the DataLoader settings the Hugging Face Trainer builds its loaders with.
+TRAINING_ARGUMENTS = {"loader.num_workers": "dataloader_num_workers", "loader.pin_memory": "dataloader_pin_memory",
+                      "loader.prefetch_factor": "dataloader_prefetch_factor",
+                      "loader.persistent_workers": "dataloader_persistent_workers"}
+
+
+def script_text(change: dict[str, Any], loader: dict[str, Any]) -> str:
+    """The Python a script's author writes for ``change``, where their code builds the training loader
+    (``loader``: its description in run.json's ``loaders``; ``framework`` read leniently, absent in older runs).
+
+    The thread count comes first and alone (it is the process's, never a loader's); loader settings are
+    ``TrainingArguments(dataloader_...=...)`` for the Hugging Face Trainer, the DataLoader built in
+    ``train_dataloader()`` for Lightning, and the loader's ``DataLoader(...)`` otherwise."""
+    parts = []
+    if change.get("train.threads"):
+        parts.append(f"torch.set_num_threads({change['train.threads']})")
+    settings = {k: v for k, v in change.items() if k.startswith("loader.") and v is not None}
+    if settings:
+        framework = loader.get("framework")
+        dataset = f"{loader.get('dataset') or 'dataset'}(...)"
+        if framework == "transformers" and all(k in TRAINING_ARGUMENTS for k in settings):
+            kwargs = ", ".join(f"{TRAINING_ARGUMENTS[k]}={v!r}" for k, v in settings.items())
+            parts.append(f"TrainingArguments({kwargs})")
+        elif framework == "lightning":
+            parts.append(f"the DataLoader built in train_dataloader(): {dataloader_kwargs(settings, dataset)}")
+        else:
+            parts.append(f"{loader.get('name') or 'the training loader'}: {dataloader_kwargs(settings, dataset)}")
+    return "; ".join(parts)
 
 
 class _Model:
@@ -263,6 +296,8 @@ class _Model:
         self.cold = self.storage in ON_DISK and self.data.cache == "cold"
         self.throttled = self.data.throttle not in (None, False, "")
         self.storage_ceiling, self.storage_words = self._storage_ceiling()
+        self.script = settings.kind == "script"  # advice is then Python in the script, not --set
+        self.train_loaders = [d for d in meta.get("loaders") or [] if isinstance(d, dict) and d.get("role") == "train"]
 
     def current_settings(self) -> dict[str, Any]:
         """The run's current value of each key a change can hold, where it is known (for ``is_no_op``)."""
@@ -295,7 +330,7 @@ class _Model:
                   if v]
         if not limits:
             return math.inf, "no storage ceiling (the probe has no cold read rates)"
-        return min(limits), f"storage ceiling {min(limits):,.0f} samples/s (probe, cold reads)"
+        return min(limits), f"storage ceiling {fmt.rate(min(limits))} (probe, cold reads)"
 
     def throughput(self, k: int, fetch: float, prep: float, collate: float, *,
                    ceiling: float | None = None, storage: float | None = None, cores: float | None = None,
@@ -337,13 +372,13 @@ class _Model:
         return Recommendation(change, float(predicted), float(predicted / self.current), reason, model, **extra)
 
     def _now(self) -> str:
-        return f"{self.current:,.0f} samples/s now"
+        return f"{fmt.rate(self.current)} now"
 
     def _ceiling_words(self) -> str:
         if self.ceiling_alone != self.ceiling:
-            return (f"compute ceiling {self.ceiling_alone:,.0f} samples/s alone, {self.ceiling:,.0f} under this "
+            return (f"compute ceiling {fmt.rate(self.ceiling_alone)} alone, {fmt.significant(self.ceiling)} under this "
                     f"run's load")
-        return f"compute ceiling {self.ceiling:,.0f} samples/s"
+        return f"compute ceiling {fmt.rate(self.ceiling)}"
 
     def _drop_worker_only(self, change: dict[str, Any]) -> list[str]:
         """Going to 0 workers: the settings that need workers (``loader_rules``) reset in ``change`` where
@@ -380,7 +415,7 @@ class _Model:
                 extra["note"] = "; ".join(notes)
         w = self.worker_cores(k) if threads is None else self.worker_cores(k, self.cores - threads, threads)
         how = (f"with {fmt.plural(k, 'worker')}, each makes a sample in {fmt.duration(p)} "
-               f"({1 / p:,.0f} samples/s per worker) on {w:.2f} of {self.cores:g} cores (the training process "
+               f"({fmt.rate(1 / p)} per worker) on {w:.2f} of {self.cores:g} cores (the training process "
                f"uses {self.train_cores:.2f})" if k else
                f"the training process makes each sample in {fmt.duration(p)} between steps")
         if threads is not None:
@@ -388,7 +423,7 @@ class _Model:
                     f"{self.cores:g} cores (compute assumed to keep min(1, {threads}/{self.train_cores:.2f}) of "
                     "its speed)")
         return self._rec(change, predicted[k][0],
-                         f"{how}; predicted min({self._ceiling_words()}, supply) = {predicted[k][0]:,.0f} samples/s "
+                         f"{how}; predicted min({self._ceiling_words()}, supply) = {fmt.rate(predicted[k][0])} "
                          f"({self._now()} with {fmt.plural(self.k, 'worker')}); {self.storage_words}",
                          "X(k) = min(C', k / (io + cpu·k/W(k)), S); X(0) = 1/(p + 1/C)", **extra)
 
@@ -416,11 +451,13 @@ class _Model:
         return self._rec({"loader.prefetch_factor": 2 * factor}, x,
                          f"supply is bursty: {fmt.pct(empty)} of steps found the queue empty while the workers "
                          f"were busy only {fmt.pct(busy or 0)} of the time; a deeper queue "
-                         f"({self.k} × {2 * factor} batches) lets them run ahead: predicted {x:,.0f} samples/s, "
+                         f"({self.k} × {2 * factor} batches) lets them run ahead: predicted {fmt.rate(x)}, "
                          f"the supply model at {self.k} workers ({self._now()})",
                          "X(k) at the current k: the queue no longer runs dry")
 
     def persistent(self) -> Recommendation | None:
+        """Persistent workers save the start of a *re-iterated* loader's pass (its workers are kept), never a new
+        loader's first pass; loaders re-created per fit get the risk instead, with reuse as the code change."""
         if not self.k or self.loader.persistent_workers:
             return None
         if self.cold and self.storage == "memmap":
@@ -434,18 +471,72 @@ class _Model:
             return None
         median_wait = float(self.counted["data_wait_s"].median())
         median_step = float(self.counted["step_s"].median())
+        first_passes = self._first_pass_epochs()
+        again = firsts[~firsts["epoch"].isin(first_passes)]
+        new = firsts[firsts["epoch"].isin(first_passes - {0})]  # the first loader's first pass: nothing to save
+        slow = self._slow_starts(again, median_wait, median_step)
+        if slow is not None:
+            saved, x = slow
+            return self._rec({"loader.persistent_workers": True}, x,
+                             f"the first step of {fmt.plural(len(again), 'epoch')} waited "
+                             f"{fmt.duration(float(again['data_wait_s'].mean()))} on average against a median wait "
+                             f"of {fmt.duration(median_wait)} (median step {fmt.duration(median_step)}): workers are "
+                             f"started anew every time the loader is iterated again; keeping them saves "
+                             f"{fmt.duration(saved)} of {fmt.duration(self.total_s)}: predicted {fmt.rate(x)} "
+                             f"({self._now()})",
+                             "n / (counted time − excess wait of re-iterated passes' first steps)")
+        recreated = self._recreated()
+        slow = self._slow_starts(new, median_wait, median_step) if recreated else None
+        if slow is None or recreated is None:
+            return None
+        saved, x = slow
+        name, count = recreated
+        return self._rec({}, x,
+                         f"{count} DataLoaders named {name} were built, each iterated once (a new DataLoader per "
+                         f"fit); the first step of each new one's pass waited "
+                         f"{fmt.duration(float(new['data_wait_s'].mean()))} on average against a median wait of "
+                         f"{fmt.duration(median_wait)}, starting its workers: one loader built once and iterated "
+                         f"again, its workers kept, saves {fmt.duration(saved)} of {fmt.duration(self.total_s)}: "
+                         f"predicted {fmt.rate(x)} ({self._now()})",
+                         "n / (counted time − excess wait of new loaders' first steps)",
+                         code_change="build the DataLoader once, outside fit, and iterate that one loader in every "
+                                     "fit (with persistent_workers=True it keeps its workers between passes)",
+                         note=RECREATED_LOADERS_NOTE)
+
+    def _slow_starts(self, firsts: pd.DataFrame, median_wait: float,
+                     median_step: float) -> tuple[float, float] | None:
+        """(saved s, predicted samples/s) when these first steps waited SLOW_EPOCH_START_STEPS median steps
+        longer than the median wait, on average; else None."""
+        if firsts.empty:
+            return None
         excess = (firsts["data_wait_s"].astype(float) - median_wait).clip(lower=0.0)
         if float(excess.mean()) <= SLOW_EPOCH_START_STEPS * median_step:
             return None
         saved = float(excess.sum())
-        x = self.samples / max(self.total_s - saved, 1e-12)
-        return self._rec({"loader.persistent_workers": True}, x,
-                         f"the first step of {fmt.plural(len(firsts), 'epoch')} waited "
-                         f"{fmt.duration(float(firsts['data_wait_s'].mean()))} on average against a median wait of "
-                         f"{fmt.duration(median_wait)} (median step {fmt.duration(median_step)}): workers are started "
-                         f"anew every epoch; keeping them saves {fmt.duration(saved)} of {fmt.duration(self.total_s)}: "
-                         f"predicted {x:,.0f} samples/s ({self._now()})",
-                         "n / (counted time − epoch-start excess wait)")
+        return saved, self.samples / max(self.total_s - saved, 1e-12)
+
+    def _first_pass_epochs(self) -> set[int]:
+        """The epochs (passes over the training loaders, in order) that are a loader's first pass.
+
+        A scenario iterates one loader: epoch 0. A script's training loaders, in the order they were built,
+        take their passes one after another (run.json's ``loaders``: ``passes`` each), so loader i's first
+        pass is the sum of the passes before it. Loaders iterated in turn are not told apart (none seen)."""
+        if not self.train_loaders:
+            return {0}
+        out, epoch = set(), 0
+        for loader in sorted(self.train_loaders, key=lambda d: d.get("number") or 0):
+            out.add(epoch)
+            epoch += max(int(loader.get("passes") or 1), 1)
+        return out
+
+    def _recreated(self) -> tuple[str, int] | None:
+        """(name, count) of training loaders built again with the same name and settings, else None."""
+        groups: dict[tuple, int] = {}
+        for d in self.train_loaders:
+            key = (d.get("name"), d.get("dataset"), d.get("batch_size"), d.get("num_workers"))
+            groups[key] = groups.get(key, 0) + 1
+        key, count = max(groups.items(), key=lambda kv: kv[1], default=((None,), 0))
+        return (str(key[0] or "the training loader"), count) if count >= 2 else None
 
     def batch_fetch(self) -> Recommendation | None:
         parts = self._parts()
@@ -459,7 +550,7 @@ class _Model:
         return self._rec({}, x,
                          f"per-sample indexing and collate are {fmt.pct((fetch + collate) / p)} of making a batch "
                          f"({fmt.duration(fetch)} + {fmt.duration(collate)} per sample); taking whole batches at once "
-                         f"(assumed: 90% of fetch and 80% of collate go away) predicts {x:,.0f} samples/s "
+                         f"(assumed: 90% of fetch and 80% of collate go away) predicts {fmt.rate(x)} "
                          f"({self._now()}; measured on 2 cores: in-RAM data from ~46k to 72–93k samples/s)",
                          "X(k) with fetch × 0.1, collate × 0.2",
                          code_change="give the Dataset a __getitems__(indices) that returns the whole batch, or "
@@ -491,7 +582,7 @@ class _Model:
             extra["note"] = "remove data.throttle from the scenario (slow storage is what the cache avoids)"
         return self._rec(change, x,
                          f"{what}; with decoded samples cached in RAM fetch{' and decode' if decode else ''} go "
-                         f"away: predicted {x:,.0f} samples/s ({self._now()}, {self._ceiling_words()})",
+                         f"away: predicted {fmt.rate(x)} ({self._now()}, {self._ceiling_words()})",
                          "X(k) with fetch = 0" + (" and prep = 0 (decode)" if decode and not keep_prep else ""),
                          **extra)
 
@@ -526,7 +617,7 @@ class _Model:
         x = self.samples / max(self.total_s - self.h2d_s / 2, 1e-12)
         return self._rec({"loader.pin_memory": True}, x,
                          f"host → device copies take {fmt.pct(self.h2d)} of step time; assuming pinned memory "
-                         f"halves them: predicted {x:,.0f} samples/s ({self._now()})",
+                         f"halves them: predicted {fmt.rate(x)} ({self._now()})",
                          "n / (counted time − h2d/2)")
 
     def fewer_threads(self) -> Recommendation | None:
@@ -542,9 +633,8 @@ class _Model:
                          f"{fmt.plural(self.k, 'worker')} + {fmt.plural(self.threads, 'torch thread')} want more than "
                          f"{fmt.plural(self.cores, 'core')}; with {fmt.plural(threads, 'torch thread')} the workers get "
                          f"{fmt.plural(self.cores - threads, 'core')} and compute "
-                         f"keeps {c:,.0f} samples/s (assumed: in proportion to the {self.train_cores:.2f} cores the "
-                         f"training process used, at most C): predicted {x:,.0f} "
-                         f"samples/s ({self._now()})",
+                         f"keeps {fmt.rate(c)} (assumed: in proportion to the {self.train_cores:.2f} cores the "
+                         f"training process used, at most C): predicted {fmt.rate(x)} ({self._now()})",
                          "min(C·min(1, threads'/m), k / (io + cpu·k/(N − threads')), S)")
 
     # -- the honest negative -------------------------------------------------------------
@@ -555,16 +645,20 @@ class _Model:
         if verdict.klass == "compute":
             threads = ""
             if self.cpu.oversubscribed:
+                fewer = int(max(1, self.cores - self.k))
+                how = (f"try torch.set_num_threads({fewer}) in the script" if self.script else
+                       f"measure --set train.threads={fewer}")
                 threads = (f"; but {fmt.plural(self.k, 'worker')} + {fmt.plural(self.threads, 'torch thread')} "
-                           f"oversubscribe the "
-                           f"{self.cores:g} cores, which can slow compute far more than this model predicts "
-                           f"(on a busy 2-core machine quick ran ~5x faster with 1 thread): measure "
-                           f"--set train.threads={int(max(1, self.cores - self.k))}")
+                           f"oversubscribe the {self.cores:g} cores, which can slow compute more than this model "
+                           f"predicts: {how}")
+            # From the unrounded numbers; a headroom that rounds to 0% is no gain to state.
+            headroom = fmt.change_pct(self.ceiling, self.current)
+            above = (f"is the same as the {self._now()}" if headroom == "the same" else
+                     f"is {headroom} the {self._now()}")
             return _negative(self.current,
                              f"the run is compute-bound: only {fmt.pct(self.wait, 1)} of step time waits for data; "
-                             f"the {self._ceiling_words()} is {fmt.pct(self.ceiling / self.current - 1)} above "
-                             f"the {self._now()}, so a faster input pipeline cannot gain more — make the model's "
-                             f"step cheaper instead{threads}", "C = n / Σ(compute + h2d)")
+                             f"the {self._ceiling_words()} {above}, so a faster input pipeline cannot gain more — "
+                             f"make the model's step cheaper instead{threads}", "C = n / Σ(compute + h2d)")
         if busy is not None and busy >= SATURATED_FRACTION:
             return _negative(self.current,
                              f"more workers will not help: all {self.cores:g} cores are saturated "

@@ -572,6 +572,11 @@ def _notes(attr: Attribution) -> list[str]:
         notes.append(f"{fmt.plural(cpu.num_workers, 'worker')} + {fmt.plural(cpu.torch_threads, 'torch thread')} on "
                      f"{cpu.cores_usable} usable cores: more threads than cores, so they compete for CPU "
                      f"whenever all are busy{busy}.")
+    settings = attr.settings
+    # A scenario run notes this when it builds its loader (run.json's notes); a script's loader is its own.
+    if settings is not None and settings.kind == "script" and settings.loader.pin_memory and not attr.data.pin_memory:
+        notes.append(f"pin_memory=True has no effect here: the batches went to the {settings.device}, and pinning "
+                     "only speeds up copies to a CUDA device.")
     cache = attr.cache
     if cache.cache == "cold" and cache.verified is False:
         notes.append("The cold page cache was not cold, so the cost of reading from disk is understated. "
