@@ -11,8 +11,10 @@ What ``install()`` patches, each through one ``Patches`` registry
 (``pipeprof.script.patches``; ``uninstall()`` takes every one back, last
 first, and so does a start that fails half-way):
 
+* ``DataLoader.__init__``: notes where each loader is built (the user
+  function that returns it, the library building it), for its name.
 * ``DataLoader.__iter__``: registers the loader once (its settings, the name
-  of the variable or attribute that holds it in the calling code), wraps its
+  the user's code gives it: ``pipeprof.script.loader_names``), wraps its
   ``collate_fn`` in ``TimedCollate`` and tags the iterator with the loader's
   id; one ``I`` event per pass.
 * ``_BaseDataLoaderIter.__next__``: host time blocked in ``next()`` (``N``,
@@ -60,6 +62,7 @@ from torch.utils.data import dataloader as _dataloader
 
 from pipeprof.measure.prefetch import ready_batches  # standard library only
 from pipeprof.script.batches import Tagged, TimedCollate, clock, install_fetch
+from pipeprof.script.loader_names import note_built
 from pipeprof.script.loaders import batch_samples, describe_loader, tensors
 from pipeprof.script.patches import Patches
 
@@ -316,6 +319,7 @@ class Hooks:
             self.patches.on_undo(self._end_passes)  # last: after the persistent workers ended
             self.log.open()
             install_fetch(self.patches, self)
+            self.patches.apply(DataLoader, "__init__", lambda original: _built_method(original, self))
             self.patches.apply(DataLoader, "__iter__", lambda original: _switched(original, self, self.on_iter))
             self.patches.apply(_dataloader._BaseDataLoaderIter, "__next__",
                                lambda original: _switched(original, self, self.on_next))
@@ -374,6 +378,15 @@ def _switched(original: Callable, hooks: Hooks, on: Callable[[Any, Callable], An
             return on(obj, original)
         return original(obj)
     return _wraps(method, original)
+
+
+def _built_method(original: Callable, hooks: Hooks) -> Callable:
+    """``DataLoader.__init__``, noting where the loader is built (``loader_names.note_built``: once per loader)."""
+    def __init__(self: DataLoader, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if hooks.live:
+            note_built(self)
+    return _wraps(__init__, original)
 
 
 def _copy_method(original: Callable, hooks: Hooks) -> Callable:

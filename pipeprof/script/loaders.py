@@ -1,16 +1,14 @@
-"""What a loader and a batch are: a DataLoader's settings and the name the calling code gives it; a batch's tensors."""
+"""What a loader and a batch are: a DataLoader's settings, its name (``loader_names``) and framework; a batch's tensors."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sized
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
-if TYPE_CHECKING:
-    from types import FrameType
+from pipeprof.script.loader_names import framework, loader_name
 
 
 def tensors(data: Any, depth: int = 0) -> list[torch.Tensor]:
@@ -34,7 +32,8 @@ def batch_samples(data: Any, record: list | None) -> int:
 
 
 def describe_loader(loader: DataLoader, number: int) -> dict[str, Any]:
-    """The loader's settings as PyTorch names them, and the name the calling code gives it."""
+    """The loader's settings as PyTorch names them, the name the user's code gives it, and the framework
+    (``lightning``, ``transformers``, ``accelerate`` or None) that builds or iterates it."""
     dataset = loader.dataset
     try:
         size = len(dataset) if isinstance(dataset, Sized) else None
@@ -42,10 +41,11 @@ def describe_loader(loader: DataLoader, number: int) -> dict[str, Any]:
         size = None
     return {
         "number": number,
-        "name": _variable_name(loader) or f"loader{number}",
+        "name": loader_name(loader),
+        "framework": framework(loader),
         "dataset": type(dataset).__name__,
         "dataset_samples": size,
-        "batch_size": loader.batch_size,
+        "batch_size": _batch_size(loader),
         "num_workers": loader.num_workers,
         "pin_memory": bool(loader.pin_memory),
         "prefetch_factor": loader.prefetch_factor if loader.num_workers else None,
@@ -62,37 +62,17 @@ def _context_name(loader: DataLoader) -> str | None:
     return context if isinstance(context, str) else context.get_start_method()
 
 
-_SKIP_MODULES = ("torch", "tqdm", "pipeprof", "contextlib", "runpy", "threading")
-
-
-def _variable_name(loader: DataLoader) -> str | None:
-    """``train_loader`` or ``self.val_loader``: where the first frame outside torch/tqdm/pipeprof keeps it."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "") or ""
-        if module.split(".")[0] not in _SKIP_MODULES:
+def _batch_size(loader: DataLoader) -> int | None:
+    """The loader's batch size, or its batch sampler's (accelerate and the Hugging Face Trainer build loaders on a
+    batch sampler, where ``loader.batch_size`` is None; accelerate's ``BatchSamplerShard`` wraps another)."""
+    if loader.batch_size is not None:
+        return int(loader.batch_size)
+    sampler = loader.batch_sampler
+    for _ in range(3):
+        size = getattr(sampler, "batch_size", None)
+        if isinstance(size, int):
+            return size
+        sampler = getattr(sampler, "batch_sampler", None)
+        if sampler is None:
             break
-        frame = frame.f_back
-    if frame is None:
-        return None
-    found = _attribute_holding(frame.f_locals.get("self"), loader)  # self.train_loader says more than an alias
-    if found:
-        return f"self.{found}"
-    for scope in (frame.f_locals, frame.f_globals):
-        for name, value in scope.items():
-            if value is loader and not name.startswith("_"):
-                return name
-    for name, value in frame.f_locals.items():  # an attribute of any other local object
-        found = _attribute_holding(value, loader)
-        if found:
-            return f"{name}.{found}"
-    return None
-
-
-def _attribute_holding(obj: Any, loader: DataLoader) -> str | None:
-    attrs = getattr(obj, "__dict__", None) if obj is not None else None
-    if isinstance(attrs, dict):
-        for attr, held in attrs.items():
-            if held is loader:
-                return attr
     return None

@@ -1,0 +1,245 @@
+"""The name a user's own code gives a DataLoader, and the library (if any) that builds or iterates it.
+
+A loader is named at its first ``iter()`` by walking the frames outward from
+there, past library code (torch, Lightning, transformers, accelerate, tqdm,
+pipeprof...: matched by top-level package), to the first user frame that
+*holds* it under a name of its own: ``self.train_loader``, a local or global
+``data_loader``, ``trainer.val_loader`` (an attribute of a local of the
+user's own class), ``loaders['train']`` (an item of a local dict or list).
+What a frame was handed is not a name: a function's parameter
+(``def train_one_epoch(model, data_loader)``), any name in a generator
+(``MetricLogger.log_every(self, iterable)``), and ``self`` in the loader's
+own methods (a DataLoader subclass iterating itself) send the walk on to the
+caller. A holder may also hold the loader at one remove: a wrapper whose
+``base_dataloader`` is it (accelerate's ``DataLoaderShard``), or, for a
+loader a library built, a user DataLoader over the same dataset (the
+user's loader that ``accelerator.prepare`` re-built).
+
+Held by no name, a loader is named after the user function that built and
+returned it (Lightning's ``train_dataloader()`` / ``val_dataloader()``:
+seen when ``DataLoader.__init__`` ran, ``note_built``), then after the
+library's builder (the Hugging Face Trainer's ``get_train_dataloader`` ->
+``Trainer train loader``), then after a parameter that held it on the way
+(unless generic: ``loader``, ``iterable``...), and last after its dataset's
+class (``FakeData``). Loader numbers tell equal names apart elsewhere.
+
+Holders are compared by identity and read through their own ``__dict__``:
+no user ``__getattr__`` or property runs.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from inspect import CO_ASYNC_GENERATOR, CO_GENERATOR, CO_VARARGS, CO_VARKEYWORDS
+from typing import TYPE_CHECKING, Any
+
+from torch.utils.data import DataLoader
+
+if TYPE_CHECKING:
+    from types import CodeType, FrameType
+
+# Library code a loader passes through: never where a user names it. Top-level packages.
+LIBRARIES = frozenset({
+    "torch", "tqdm", "pipeprof", "contextlib", "runpy", "threading", "functools", "itertools",
+    "lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities", "transformers", "accelerate",
+})
+# Which framework builds or iterates a loader, by the packages seen: the first found wins (the Trainer
+# iterates through accelerate; Lightning Fabric and both Lightning packages are "lightning").
+FRAMEWORKS = (("transformers", "transformers"), ("lightning", "lightning"), ("pytorch_lightning", "lightning"),
+              ("lightning_fabric", "lightning"), ("accelerate", "accelerate"))
+# Parameter names that say nothing about which loader was passed in.
+GENERIC = frozenset({
+    "self", "cls", "iterable", "iterator", "it", "obj", "x", "items", "seq", "data", "loader", "loaders",
+    "dataloader", "dataloaders", "data_loader", "dl", "batches", "source", "args", "kwargs",
+})
+# A library function that builds a loader, and the name a user of that library knows it by.
+_BUILDERS = {"transformers": (re.compile(r"get_(\w+?)_dataloader$"), "Trainer {} loader")}
+_GENERATOR_FLAGS = CO_GENERATOR | CO_ASYNC_GENERATOR
+_MAX_ITEMS = 64  # a local dict / list looked into for the loader: no bigger (a dataset is not searched)
+
+# How a holder refers to the loader, best first.
+_IS, _WRAPS, _SAME_DATA = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class BuildSite:
+    """Where ``DataLoader.__init__`` ran for one loader: seen once, kept on the loader (``note_built``)."""
+
+    function: str | None  # the innermost user function building it (not the loader's own __init__), if any
+    code: tuple[str, int, str] | None  # ... its code (file, first line, name; picklable): whether it still runs at
+    # the first iter() (then it did not return the loader)
+    libraries: frozenset[str]  # the library packages between DataLoader.__init__ and that user frame
+    builder: str | None  # a library builder's name for it: "Trainer train loader"
+
+    @property
+    def by_library(self) -> bool:
+        return bool(self.libraries - {"torch", "pipeprof"})
+
+
+_SITE_ATTR = "_pipeprof_built"  # on the loader's own __dict__: dies with it, no hash or __setattr__ involved
+
+
+def note_built(loader: Any, start: FrameType | None = None) -> None:
+    """At ``DataLoader.__init__``: remember where the loader is built (``start``: the frame to look out from)."""
+    frame: FrameType | None = start if start is not None else sys._getframe(1)
+    libraries: set[str] = set()
+    builder = None
+    function = code = None
+    while frame is not None:
+        package = _package(frame)
+        if package in LIBRARIES:
+            libraries.add(package)
+            builder = builder or _builder_name(package, frame.f_code.co_name)
+        elif frame.f_locals.get("self") is not loader:  # a subclass's own __init__ is not where it is built
+            name = frame.f_code.co_name
+            if not (name.startswith("<") or name.startswith("__")):
+                function, code = name, _where(frame.f_code)
+            break
+        frame = frame.f_back
+    loader.__dict__[_SITE_ATTR] = BuildSite(function, code, frozenset(libraries), builder)
+
+
+def build_site(loader: Any) -> BuildSite | None:
+    return _own_attrs(loader).get(_SITE_ATTR)
+
+
+def loader_name(loader: Any, start: FrameType | None = None) -> str:
+    """The name the user's code gives ``loader`` (see the module's docstring), looking out from ``start``."""
+    frame: FrameType | None = start if start is not None else sys._getframe(1)
+    site = build_site(loader)
+    parameter = None
+    running: set[tuple[str, int, str]] = set()  # code still running: a builder among it did not return the loader
+    while frame is not None:
+        running.add(_where(frame.f_code))
+        if _package(frame) not in LIBRARIES and not frame.f_code.co_flags & _GENERATOR_FLAGS:
+            held, passed = _holder(frame, loader, same_data=site is not None and site.by_library)
+            if held is not None:
+                return held
+            parameter = parameter or passed
+        frame = frame.f_back
+    if site is not None and site.function is not None and site.code not in running:
+        return site.function
+    if site is not None and site.builder is not None:
+        return site.builder
+    return parameter or type(_own_attrs(loader).get("dataset")).__name__
+
+
+def framework(loader: Any, start: FrameType | None = None) -> str | None:
+    """``lightning``, ``transformers`` or ``accelerate``: the library that builds or iterates ``loader``
+    (its frames between the loader and the first user frame, at ``DataLoader.__init__`` or here), or None."""
+    seen: set[str] = set()
+    site = build_site(loader)
+    if site is not None:
+        seen |= site.libraries
+    frame: FrameType | None = start if start is not None else sys._getframe(1)
+    while frame is not None:
+        package = _package(frame)
+        if package not in LIBRARIES and not frame.f_code.co_flags & _GENERATOR_FLAGS:
+            break
+        seen.add(package)
+        frame = frame.f_back
+    return next((name for package, name in FRAMEWORKS if package in seen), None)
+
+
+def _where(code: CodeType) -> tuple[str, int, str]:
+    return code.co_filename, code.co_firstlineno, code.co_name
+
+
+def _package(frame: FrameType) -> str:
+    return (frame.f_globals.get("__name__") or "").split(".")[0]
+
+
+def _builder_name(package: str, function: str) -> str | None:
+    pattern, name = _BUILDERS.get(package, (None, ""))
+    match = pattern.match(function) if pattern is not None else None
+    return name.format(match.group(1)) if match else None
+
+
+def _holder(frame: FrameType, loader: Any, same_data: bool) -> tuple[str | None, str | None]:
+    """The best name ``frame`` holds ``loader`` under, and else a telling parameter it came in by."""
+    code = frame.f_code
+    count = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & CO_VARARGS) \
+        + bool(code.co_flags & CO_VARKEYWORDS)
+    parameters = set(code.co_varnames[:count])
+    local = frame.f_locals
+    found: list[tuple[int, int, str]] = []  # (how it refers, which kind of holder, name)
+    parameter = None
+    me = local.get("self")
+    if me is not None and me is not loader:
+        for attr, held in _own_attrs(me).items():
+            _add(found, _refers(held, loader, same_data), 0, f"self.{attr}")
+    for name, value in local.items():
+        how = _refers(value, loader, same_data)
+        if name == "self" or name.startswith("_") or not name.isidentifier() or how is None:
+            continue  # not an identifier: a name a tool made (pytest's rewritten asserts), not the user
+        if name in parameters:
+            if how == _IS and parameter is None and name not in GENERIC:
+                parameter = name
+        else:
+            _add(found, how, 1, name)
+    if local is not frame.f_globals:
+        for name, value in frame.f_globals.items():
+            if not name.startswith("_"):
+                _add(found, _refers(value, loader, same_data), 2, name)
+    for name, value in local.items():
+        if name == "self" or value is loader:
+            continue
+        if _is_users(value):
+            for attr, held in _own_attrs(value).items():
+                if not attr.startswith("_"):
+                    _add(found, _refers(held, loader, same_data), 3, f"{name}.{attr}")
+        for key, item in _items(value):
+            _add(found, _refers(item, loader, same_data), 4, f"{name}[{key!r}]")
+    return (min(found)[2] if found else None), parameter
+
+
+def _add(found: list[tuple[int, int, str]], how: int | None, kind: int, name: str) -> None:
+    if how is not None:
+        found.append((how, kind, name))
+
+
+def _refers(value: Any, loader: Any, same_data: bool) -> int | None:
+    """How ``value`` refers to ``loader``: is it, wraps it (``base_dataloader``), or (``same_data``: the loader
+    was built by a library) is a user DataLoader over the same dataset; None when it does not."""
+    if value is loader:
+        return _IS
+    attrs = _own_attrs(value)
+    if not attrs:
+        return None
+    if attrs.get("base_dataloader") is loader:
+        return _WRAPS
+    if same_data and isinstance(value, DataLoader) and attrs.get("dataset") is _own_attrs(loader).get("dataset"):
+        site = attrs.get(_SITE_ATTR)
+        if site is None or not site.by_library:  # the user's loader, not another one the library built
+            return _SAME_DATA
+    return None
+
+
+def _own_attrs(obj: Any) -> dict[str, Any]:
+    """``obj.__dict__`` read without running its class's ``__getattr__``, or {} when it has none."""
+    if type(obj) in _NO_DICT:
+        return {}
+    try:
+        attrs = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return {}
+    return attrs if isinstance(attrs, dict) else {}
+
+
+_NO_DICT = frozenset({int, float, str, bytes, bool, type(None), list, tuple, dict, set})
+
+
+def _is_users(value: Any) -> bool:
+    """An instance of a class of the user's own (a library's objects are not where a user names a loader)."""
+    module = getattr(type(value), "__module__", "") or ""
+    return module.split(".")[0] not in LIBRARIES and module != "builtins" and not isinstance(value, type)
+
+
+def _items(value: Any) -> list[tuple[Any, Any]]:
+    if isinstance(value, dict) and len(value) <= _MAX_ITEMS:
+        return [(k, v) for k, v in value.items() if isinstance(k, (str, int))]
+    if isinstance(value, (list, tuple)) and len(value) <= _MAX_ITEMS:
+        return list(enumerate(value))
+    return []
