@@ -10,6 +10,8 @@ L     loader, settings                           a DataLoader is iterated the fi
 I     loader, t0, t1                             ``iter(loader)``: a pass begins
 N     loader, t0, t1, samples, record,           ``next()`` returned a batch; ``ready``: batches
       ready|None                                 already waiting in the prefetch queue before it
+                                                 (before the DataLoader's ``next()`` calls in it,
+                                                 for a loader that fetches ahead: the fewest)
 E     loader, t0, t1                             ``next()`` ended the pass (StopIteration)
 C     t0, t1, bytes, device_s|None               a batch tensor was copied (``.to``/``.cuda``)
 O     t                                          an optimizer step ended (global post-hook)
@@ -50,6 +52,13 @@ holds:
   loaders, begun in the step (a pass's start spawns its workers: a real wait);
 * ``h2d_s``: batch copies begun in the step outside evaluation passes (on
   CUDA, the copy's device time);
+* ``ready_batches``: the fewest batches waiting in the prefetch queue before
+  any of the step's training batches (NaN: not observable). A step of one
+  batch reads it once, as a scenario run does; a step of several
+  (gradient accumulation: the loop asks for them back to back) is judged by
+  its emptiest moment, 0 meaning the queue ran dry within the step. The
+  training loaders' ``wait_by_position_s`` keeps the mean wait of a step's
+  1st, 2nd, ... batch;
 * other: from ``begin`` to the step's first wait — the script's work after
   the previous optimizer step (scheduler, logging, checkpoints);
 * ``compute_s``: the rest — forward, backward, the optimizer, and whatever
@@ -118,6 +127,9 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
                        t0_s, warmup_steps)
     loading = _loading_rows(train_nexts, begins, ends, t0_s)
     summary = _loader_summaries(ev.loaders, train, nexts, waits, eval_spans)
+    by_position = wait_by_position(train_nexts, begins, ends) if len(begins) else None
+    for loader in summary:  # the burst a step's batches make, on the loaders that trained
+        loader["wait_by_position_s"] = by_position if loader["role"] == TRAIN else None
     cuda_copies = int(tables["C"]["device_s"].notna().sum())
     return ScriptSteps(steps, loading, summary, source, ev.start, ev.end, cuda_copies, ev.threads)
 
@@ -234,6 +246,37 @@ def _first_in_step(t: np.ndarray, values: np.ndarray, begins: np.ndarray, ends: 
     return out
 
 
+def _least_in_step(t: np.ndarray, values: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per step, the smallest non-NaN value of the events inside it; NaN where none."""
+    i = _which_step(t, begins, ends)
+    ok = (i >= 0) & ~np.isnan(values)
+    out = np.full(len(begins), np.inf)
+    np.minimum.at(out, i[ok], values[ok])
+    out[np.isinf(out)] = NAN
+    return out
+
+
+def wait_by_position(train_nexts: pd.DataFrame, begins: np.ndarray, ends: np.ndarray) -> list[float] | None:
+    """Mean ``next()`` wait, s, of a step's 1st, 2nd, ... training batch, over the steps holding the usual
+    number of batches (the most common); None when steps hold one batch. A step of several batches
+    (gradient accumulation) shows whether the loader keeps up with them back to back."""
+    t0 = train_nexts["t0_s"].to_numpy()
+    step = _which_step(t0, begins, ends)
+    inside = step >= 0
+    if not inside.any():
+        return None
+    step, wait = step[inside], (train_nexts["t1_s"].to_numpy() - t0)[inside]
+    counts = np.bincount(step)
+    sizes, how_often = np.unique(counts[counts > 0], return_counts=True)
+    usual = int(sizes[np.argmax(how_often)])  # the smallest on a tie
+    if usual < 2:
+        return None
+    position = np.arange(len(step)) - np.searchsorted(step, step, side="left")  # batches are by start time
+    keep = counts[step] == usual
+    sums = np.bincount(position[keep], weights=wait[keep], minlength=usual)
+    return [float(x) for x in sums / np.bincount(position[keep], minlength=usual)]
+
+
 def _inside_any(t: np.ndarray, spans: list[tuple[float, float, int]]) -> np.ndarray:
     """Whether each time lies in one of the closed spans."""
     if not spans:
@@ -275,8 +318,9 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, 
     compute_s = np.clip(step_s - wait_s - h2d_s - other_s, 0.0, None)
     # A step's epoch is the pass its first batch came from (its wait may begin with the last pass's end).
     first_batch = _first_in_step(batch_t0, batch_t0, begins, ends, begins)
-    # The prefetch queue when the step asked for its first batch, as in a scenario run.
-    ready = _first_in_step(batch_t0, train_nexts["ready"].to_numpy(), begins, ends, np.full(n, NAN))
+    # The prefetch queue at its lowest before any of the step's batches: a step of several batches
+    # (gradient accumulation) asks for them back to back, and the last ones find what the first left.
+    ready = _least_in_step(batch_t0, train_nexts["ready"].to_numpy(dtype=float), begins, ends)
     epoch = np.clip(np.searchsorted(train_iters, first_batch, side="right") - 1, 0, None) \
         if len(train_iters) else np.zeros(n, dtype=int)
     return pd.DataFrame({
@@ -308,6 +352,7 @@ def _loading_rows(train_nexts: pd.DataFrame, begins: np.ndarray, ends: np.ndarra
         "t_start_s": made["made_t0_s"] - t0_s,
         "t_end_s": made["made_t1_s"] - t0_s,
         "fetch_s": made["fetch_s"],
+        "core_wait_s": made["core_wait_s"],
         "prep_s": made["prep_s"],
         "collate_s": made["collate_s"],
         "samples": made["made_samples"].astype(int),
@@ -338,4 +383,3 @@ def _loader_summaries(loaders: dict[int, dict], train: set[int], nexts: pd.DataF
         })
         out.append(info)
     return out
-        "core_wait_s": made["core_wait_s"],

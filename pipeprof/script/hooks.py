@@ -38,6 +38,11 @@ first, and so does a start that fails half-way):
 * ``torch.get_num_threads()`` read at the first step end and at the end
   (``T``): what the training thread uses, the script's own
   ``torch.set_num_threads`` included.
+* accelerate's ``DataLoaderShard`` / ``DataLoaderDispatcher.__iter__`` (once
+  the script imports ``accelerate.data_loader``: ``pipeprof.script.frameworks``):
+  they take a batch ahead from the DataLoader, so the loop's own ``next()``
+  on them is what is timed, and each batch's ``N`` is written for the
+  ``next()`` that yielded it.
 * an ``atexit`` flush of the event log.
 
 Each wrapper works for its own session only, while ``Hooks.live``: a
@@ -61,7 +66,9 @@ from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as _dataloader
 
 from pipeprof.measure.prefetch import ready_batches  # standard library only
+from pipeprof.script import frameworks
 from pipeprof.script.batches import Tagged, TimedCollate, clock, install_fetch
+from pipeprof.script.frameworks import OuterPass
 from pipeprof.script.loader_names import note_built
 from pipeprof.script.loaders import batch_samples, describe_loader, tensors
 from pipeprof.script.patches import Patches
@@ -180,6 +187,7 @@ class Hooks:
         self.threads_ended = False  # ... and at the end
         self.batches: dict[int, int] = {}  # loader number -> batches (stops a script without an optimizer)
         self.stopping = False
+        self.outer: OuterPass | None = None  # the look-ahead loader pass whose next() is running (frameworks.py)
         self.live = False  # True from the end of a successful install() to uninstall(): the wrappers' switch
         self.patches = Patches()
 
@@ -201,7 +209,10 @@ class Hooks:
         iterator = original(loader)
         t1 = clock()
         iterator._pipeprof_loader = number
+        outer = iterator._pipeprof_outer = self.outer  # iterated inside a look-ahead loader's next() (or None)
         self._passes.add(iterator)
+        if outer is not None:  # the loop's wait began at that next(): the pass's start holds it up to here
+            outer.number, outer.iter_t1_s, t0 = number, t1, min(t0, outer.t0_s)
         self.log.add(("I", number, t0, t1), t1)
         return iterator
 
@@ -218,19 +229,47 @@ class Hooks:
             data = original(iterator)
         except StopIteration:
             t1 = clock()
-            self.log.add(("E", number, t0, t1), t1)
+            outer = getattr(iterator, "_pipeprof_outer", None)
+            if outer is None:
+                self.log.add(("E", number, t0, t1), t1)
+            else:  # the look-ahead loader's next() that saw it reports the pass's end
+                outer.ended = True
             raise
         t1 = clock()
         record = None
         if type(data) is Tagged:
             data, record = data.batch, data.record
-        self.log.add(("N", number, t0, t1, batch_samples(data, record), NO_RECORD if record is None else record,
-                      None if ready != ready else ready), t1)  # NaN (no queue) as null
         self._remember(data)
+        outer = getattr(iterator, "_pipeprof_outer", None)
+        if outer is not None:  # taken ahead by a framework's loader: written when the loop's next() yields it
+            outer.taken(batch_samples(data, record), record, None if ready != ready else ready)
+            return data
+        self._batch(number, t0, t1, batch_samples(data, record), record, ready)
+        return data
+
+    def _batch(self, number: int, t0: float, t1: float, samples: int, record: Any, ready: float | None) -> None:
+        """``N``: the loop waited ``t0``..``t1`` for a batch of loader ``number``."""
+        self.log.add(("N", number, t0, t1, samples, NO_RECORD if record is None else record,
+                      None if ready is None or ready != ready else ready), t1)  # NaN (no queue) as null
         if self.stop_after_steps is not None and not (self.optimizer_steps or self.marks or self.backwards):
             batches = self.batches[number] = self.batches.get(number, 0) + 1
             self._maybe_stop(batches)  # no optimizer (yet): a step is a batch
-        return data
+
+    # a look-ahead loader's next() (pipeprof.script.frameworks)
+    def on_outer_batch(self, state: OuterPass, t0: float, t1: float, batch: Any) -> None:
+        """The loop's ``next()`` on a framework's loader yielded ``batch``: the DataLoader's record of it, with
+        this ``next()``'s times and the prefetch queue as the DataLoader ``next()`` calls inside it found it."""
+        if state.number is None:  # no profiled DataLoader under it (its pass began before the session)
+            return
+        taken = state.yielded()
+        samples, record = taken if taken is not None else (batch_samples(batch, None), None)
+        for t in tensors(batch):  # copies the loop makes of the batch it got (besides the one held ahead)
+            self.batch_refs[id(t)] = weakref.ref(t)
+        self._batch(state.number, state.wait_start(t0), t1, samples, record, state.ready)
+
+    def on_outer_end(self, state: OuterPass, t0: float, t1: float) -> None:
+        if state.number is not None:
+            self.log.add(("E", state.number, state.wait_start(t0), t1), t1)
 
     def _remember(self, data: Any) -> None:
         refs = {}
@@ -325,6 +364,7 @@ class Hooks:
                                lambda original: _switched(original, self, self.on_next))
             for name in ("to", "cuda"):
                 self.patches.apply(torch.Tensor, name, lambda original: _copy_method(original, self))
+            frameworks.install(self.patches, self, clock)  # accelerate's loaders, when the script imports it
             # Tensor.backward calls torch.autograd.backward: one patch sees both, each pass once.
             self.patches.apply(torch.autograd, "backward", lambda original: _backward_function(original, self))
             handle = register_optimizer_step_post_hook(self.on_optimizer_step)

@@ -1,0 +1,191 @@
+"""Loaders that frameworks wrap around the user's DataLoader and that fetch ahead of the training loop.
+
+accelerate's ``DataLoaderShard`` and ``DataLoaderDispatcher`` (what
+``accelerator.prepare`` and the Hugging Face ``Trainer`` hand the loop) take
+batch k+1 from the DataLoader that the hooks time before they yield batch k,
+to know whether k is the last. Timed at the DataLoader, the first ``next()``
+of every pass would hold two batches, the last none, and every wait would be
+credited one batch early. So the framework's own ``__iter__`` is wrapped:
+each ``next()`` the loop makes on it is timed, and the DataLoader's batch
+record (its samples, the worker's record of how it was made, the prefetch
+queue reading) is written for the batch that ``next()`` yielded, with that
+``next()``'s times (``Hooks.on_outer_batch``). The DataLoader's own ``next()``
+calls inside it are held in the pass's ``OuterPass``, not written.
+
+accelerate is never imported here (it is slow to import and may be absent):
+a ``sys.meta_path`` finder patches ``accelerate.data_loader`` right after
+the script imports it, or at once if it was imported before the session
+began. Everything goes through the session's ``Patches`` registry, so
+``uninstall()`` removes the finder and puts every ``__iter__`` back.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+from collections import deque
+from collections.abc import Callable, Generator, Iterator, Sequence
+from types import ModuleType
+from typing import Any, Protocol
+
+from pipeprof.script.patches import Patches
+
+# module -> its loader classes whose __iter__ keeps one batch of the wrapped DataLoader in hand
+LOOK_AHEAD: dict[str, tuple[str, ...]] = {
+    "accelerate.data_loader": ("DataLoaderShard", "DataLoaderDispatcher"),
+}
+
+
+class OuterPass:
+    """One pass of a look-ahead loader: the DataLoader's batches taken but not yet yielded to the loop."""
+
+    __slots__ = ("ended", "iter_t1_s", "number", "pending", "ready", "t0_s")
+
+    def __init__(self) -> None:
+        self.number: int | None = None  # the wrapped DataLoader's number, once its iter() ran inside this pass
+        self.t0_s = 0.0  # when the loop's current next() began
+        self.iter_t1_s: float | None = None  # the end of the DataLoader's iter() inside the current next()
+        self.pending: deque[tuple[int, Any]] = deque()  # (samples, record) of batches taken, oldest first
+        self.ready: float | None = None  # fewest batches ready before a DataLoader next() in the current next()
+        self.ended = False  # the DataLoader's pass ended (StopIteration): nothing more is taken ahead
+
+    def taken(self, samples: int, record: Any, ready: float | None) -> None:
+        """The DataLoader handed over a batch (inside the loop's ``next()``)."""
+        self.pending.append((samples, record))
+        if ready is not None and (self.ready is None or ready < self.ready):
+            self.ready = ready
+
+    def begin(self, t0_s: float) -> None:
+        self.t0_s, self.ready = t0_s, None
+
+    def wait_start(self, t0_s: float) -> float:
+        """Where the loop's wait in this ``next()`` begins: after the DataLoader's ``iter()`` if that ran in it
+        (its ``I`` event holds that part, from ``t0_s``)."""
+        iter_t1, self.iter_t1_s = self.iter_t1_s, None
+        return t0_s if iter_t1 is None else max(t0_s, iter_t1)
+
+    def yielded(self) -> tuple[int, Any] | None:
+        """The (samples, record) of the batch the loop's ``next()`` just got: the one before the batch held
+        ahead (none is held once the DataLoader's pass ended); older ones were skipped, never yielded
+        (``skip_batches``). None when no batch was taken for it."""
+        ahead = 0 if self.ended else 1
+        if len(self.pending) <= ahead:
+            return None
+        while len(self.pending) > ahead + 1:
+            self.pending.popleft()
+        return self.pending.popleft()
+
+
+class OuterHooks(Protocol):
+    """What the wrapper needs of the session (``pipeprof.script.hooks.Hooks``)."""
+
+    live: bool
+    stopping: bool
+    outer: OuterPass | None
+
+    def on_outer_batch(self, state: OuterPass, t0_s: float, t1_s: float, batch: Any) -> None: ...
+
+    def on_outer_end(self, state: OuterPass, t0_s: float, t1_s: float) -> None: ...
+
+
+def timed_pass(inner: Iterator[Any], hooks: OuterHooks, clock: Callable[[], float]) -> Generator[Any, None, None]:
+    """The framework's pass ``inner``, each ``next()`` on it timed and reported to ``hooks``."""
+    state = OuterPass()
+    try:
+        while hooks.live:  # a pass that outlives its session goes on untimed
+            if hooks.stopping:
+                raise SystemExit(0)
+            previous, hooks.outer = hooks.outer, state
+            t0 = clock()
+            state.begin(t0)
+            try:
+                batch = next(inner)
+            except StopIteration:
+                hooks.outer = previous
+                hooks.on_outer_end(state, t0, clock())
+                return
+            finally:
+                hooks.outer = previous
+            hooks.on_outer_batch(state, t0, clock(), batch)
+            yield batch
+        yield from inner
+    finally:
+        close = getattr(inner, "close", None)
+        if close is not None:
+            close()
+
+
+def _look_ahead_iter(original: Callable[[Any], Iterator[Any]], hooks: OuterHooks,
+                     clock: Callable[[], float]) -> Callable[[Any], Iterator[Any]]:
+    def __iter__(loader: Any) -> Iterator[Any]:
+        if not hooks.live:
+            return original(loader)
+        return timed_pass(original(loader), hooks, clock)
+    __iter__.__wrapped__ = original  # type: ignore[attr-defined]
+    __iter__.__name__, __iter__.__doc__ = original.__name__, original.__doc__
+    __iter__.__qualname__ = getattr(original, "__qualname__", "__iter__")
+    return __iter__
+
+
+def patch_module(module: ModuleType, patches: Patches, hooks: OuterHooks, clock: Callable[[], float]) -> None:
+    """Wrap ``__iter__`` of the look-ahead loader classes that ``module`` defines."""
+    for name in LOOK_AHEAD.get(module.__name__, ()):
+        cls = getattr(module, name, None)
+        if isinstance(cls, type) and "__iter__" in vars(cls):
+            patches.apply(cls, "__iter__", lambda original: _look_ahead_iter(original, hooks, clock))
+
+
+class _ThenLoader(importlib.abc.Loader):
+    """A module's own loader, then ``then(module)`` once the module has executed."""
+
+    def __init__(self, loader: importlib.abc.Loader, then: Callable[[ModuleType], None]) -> None:
+        self._loader, self._then = loader, then
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        # The module keeps its own loader (inspect, importlib.resources and linecache ask it for its source).
+        module.__loader__ = self._loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        self._then(module)
+
+
+class PostImport(importlib.abc.MetaPathFinder):
+    """Calls ``then(module)`` right after any of ``names`` is imported (each time it executes)."""
+
+    def __init__(self, names: Sequence[str], then: Callable[[ModuleType], None]) -> None:
+        self.names, self.then = frozenset(names), then
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.names:
+            return None
+        for finder in sys.meta_path:  # the finders that would have found it without this one
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _ThenLoader(spec.loader, self.then)
+                return spec
+        return None
+
+
+def install(patches: Patches, hooks: OuterHooks, clock: Callable[[], float]) -> None:
+    """Patch the look-ahead loaders now where their module is imported, else right after it is."""
+    def then(module: ModuleType) -> None:
+        patch_module(module, patches, hooks, clock)
+
+    finder = PostImport(list(LOOK_AHEAD), then)
+    sys.meta_path.insert(0, finder)
+    patches.on_undo(lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None)
+    for name in LOOK_AHEAD:
+        module = sys.modules.get(name)
+        if module is not None:
+            then(module)
