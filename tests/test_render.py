@@ -612,3 +612,22 @@ def test_a_script_report_speaks_of_pipeprof_profile_only():
     text = re.sub(r"<[^>]+>", " ", text)
     for words in ("pipeprof run", "--set", "--cprofile", "--verify", "train.threads", "scenario file"):
         assert words not in text, words
+
+
+@pytest.mark.parametrize("rate, text", [(4.3, "4.3"), (0.52, "0.52"), (37176.4, "37,176")])
+def test_low_throughputs_keep_their_significant_figures(rate, text):
+    """Issue 14 item 11: "compute ceiling 4 samples/s ... the 4 samples/s now"; the page's rates keep 3 figures."""
+    run = make_run()
+    summary = summarize(run)
+    summary["samples_per_s"] = rate
+    summary["recommendations"] = [{"change": {}, "code_change": "cheaper model", "predicted_samples_per_s": rate * 2,
+                                   "predicted_speedup": 2.0, "reason": "r", "model": "m"}]
+    html = render_html(run, summary)
+    assert f'id="samples-per-s">{text}<' in html
+    assert re.search(rf"<td class=\"v\">{re.escape(text)} samples/s</td>", html)
+    doubled = {4.3: "8.6", 0.52: "1.04", 37176.4: "74,353"}[rate]
+    table = html.split('id="recommendations-table"', 1)[1].split("</table>", 1)[0]
+    assert f'<td class="v">{doubled}</td>' in table
+    console = Console(record=True, width=200)
+    print_summary(summary, "runs/x", console=console)
+    assert re.search(rf"throughput\s+{re.escape(text)} samples/s", console.export_text())

@@ -164,7 +164,7 @@ def _recommendations(summary: dict[str, Any]) -> list[dict[str, str]]:
     recs = summary.get("recommendations")
     if not isinstance(recs, list):
         return []
-    return [{"change": set_text(r), "samples_per_s": format_number(r.get("predicted_samples_per_s")),
+    return [{"change": set_text(r), "samples_per_s": format_significant(r.get("predicted_samples_per_s")),
              "speedup": _speedup(r.get("predicted_speedup")), "reason": str(r.get("reason") or ""),
              "note": str(r.get("note") or ""), "model": str(r.get("model") or "")}
             for r in recs if isinstance(r, dict)]
@@ -179,8 +179,8 @@ def _verification(summary: dict[str, Any]) -> dict[str, Any] | None:
     return {"status": str(v.get("status") or "unknown"), "reason": str(v.get("reason") or ""),
             "set": str(v.get("set") or "no change"), "dropped": [str(d) for d in v.get("dropped") or []],
             "report": f"{folder}/report.html" if folder else None,
-            "predicted": format_number(v.get("predicted_samples_per_s")),
-            "measured": format_number(v.get("measured_samples_per_s")),
+            "predicted": format_significant(v.get("predicted_samples_per_s")),
+            "measured": format_significant(v.get("measured_samples_per_s")),
             "predicted_speedup": _speedup(v.get("predicted_speedup")),
             "measured_speedup": _speedup(v.get("measured_speedup")),
             "words": str(v.get("verdict_words") or "")}
@@ -508,6 +508,11 @@ def format_number(value: Any, digits: int | None = None) -> str:
     return _NOT_MEASURED_HTML if _missing(value) else fmt.number(value, digits)
 
 
+def format_significant(value: Any) -> str:
+    """``pipeprof.format.significant``, for rates without their unit: 4.3 → "4.3"; 37176.4 → "37,176"."""
+    return _NOT_MEASURED_HTML if _missing(value) else fmt.significant(value)
+
+
 def format_fraction_pct(value: Any, digits: int = 1) -> str:
     """A fraction as a percentage: 0.3 → "30.0%"."""
     return _NOT_MEASURED_HTML if _missing(value) else fmt.pct(value, digits)
@@ -546,7 +551,7 @@ def _css_width(fraction: Any) -> str:
 
 
 # The filters every page's template formats with (pages may add their own).
-FILTERS = {"num": format_number, "pct": format_fraction_pct, "percent": format_pct, "duration": format_duration,
+FILTERS = {"num": format_number, "sig": format_significant, "pct": format_fraction_pct, "percent": format_pct, "duration": format_duration,
            "bytes": format_bytes, "byte_rate": format_byte_rate, "rate": format_rate, "plural": fmt.plural,
            "css_width": _css_width, "setting": fmt.setting}
 
