@@ -551,7 +551,8 @@ def _css_width(fraction: Any) -> str:
 
 
 # The filters every page's template formats with (pages may add their own).
-FILTERS = {"num": format_number, "sig": format_significant, "pct": format_fraction_pct, "percent": format_pct, "duration": format_duration,
+FILTERS = {"num": format_number, "sig": format_significant, "pct": format_fraction_pct, "percent": format_pct,
+           "duration": format_duration,
            "bytes": format_bytes, "byte_rate": format_byte_rate, "rate": format_rate, "plural": fmt.plural,
            "css_width": _css_width, "setting": fmt.setting}
 
