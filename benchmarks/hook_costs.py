@@ -6,7 +6,8 @@ many calls (``timeit``: the fastest is the least disturbed by the machine;
 hooked and plain repeats interleaved), in one process: the event log (a batch, two copies and an optimizer step
 written through ``EventLog``, its flushes included), the fetch timing in
 the process that makes the batch (wall and thread CPU clocks, the record
-carried back), ``next()`` (the clocks, unwrapping the record, remembering
+carried back) and, beside it, the two readings of the thread's run-queue wait
+that tell waiting for a core from fetch (``measure.schedstat``), ``next()`` (the clocks, unwrapping the record, remembering
 the batch's tensors), two ``.to()`` calls on the batch's tensors, and the
 optimizer post-hook. End-to-end ratios on a shared machine move by ±10 %
 from run to run; these parts say where the cost is, within a microsecond
@@ -24,7 +25,8 @@ import torch
 from torch.utils.data import default_collate
 from torch.utils.data._utils import fetch as torch_fetch
 
-from pipeprof.script import hooks
+from pipeprof.measure.schedstat import no_run_queue
+from pipeprof.script import batches, hooks
 from pipeprof.script.batches import Tagged, TimedCollate, _timed_fetch
 
 
@@ -45,7 +47,7 @@ def hook_costs_us() -> dict[str, float]:
         log = hooks.EventLog(str(Path(folder) / "events.jsonl"))
         probe = hooks.Hooks(log)
         now = [log._last_flush_s]
-        record = [-1, 4242, 1.0, 1.001, 0.0004, 0.0005, 0.0001, 64]
+        record = [-1, 4242, 1.0, 1.001, 0.0004, 0.0005, 0.0001, 64, 0.00002]
 
         def step_events() -> None:  # one step's events, 1.5 ms apart: a flush every ~330 steps
             now[0] += 0.0015
@@ -61,7 +63,19 @@ def hook_costs_us() -> dict[str, float]:
         timed = torch_fetch._MapDatasetFetcher(samples, True, TimedCollate(default_collate), False)
         original = torch_fetch._MapDatasetFetcher.fetch
         timed_fetch = _timed_fetch(original)
-        costs["fetch timing"] = _extra_us(lambda: original(plain, [0]), lambda: timed_fetch(timed, [0]))
+        reader = batches.run_queue
+
+        def fetch_with(run_queue: Callable[[], float | None]) -> Callable[[], object]:
+            def call() -> object:
+                batches.run_queue = run_queue  # the same assignment in both: it cancels out
+                return timed_fetch(timed, [0])
+            return call
+
+        try:  # the clocks alone, then the run-queue readings side by side with them
+            costs["fetch timing"] = _extra_us(lambda: original(plain, [0]), fetch_with(no_run_queue))
+            costs["waiting for a core (2 schedstat reads)"] = _extra_us(fetch_with(no_run_queue), fetch_with(reader))
+        finally:
+            batches.run_queue = reader
 
         class Iterator:
             _pipeprof_loader = 0
@@ -82,4 +96,4 @@ def hook_costs_us() -> dict[str, float]:
 
 if __name__ == "__main__":
     for part, us in hook_costs_us().items():
-        print(f"{part:26s} {us:6.2f} us")
+        print(f"{part:40s} {us:6.2f} us")

@@ -20,8 +20,9 @@ Tables (CSV, one header line, times in seconds since the run started):
   ``prep_s`` decoding and transforming them, ``collate_s`` stacking them
   into the batch; ``core_wait_s`` is the time the batch's maker was runnable
   but waiting for a core (its thread's run-queue wait, Linux), taken out of
-  ``fetch_s`` — empty where it could not be read and in older folders
-  (unknown, not 0). Runs from before worker-side timing have no such file and
+  ``fetch_s`` (a script's off-CPU time) or out of ``fetch_s`` and ``prep_s``
+  in proportion (a scenario's worker) — empty where it could not be read and
+  in older folders (unknown, not 0). Runs from before worker-side timing have no such file and
   load with an empty table.
 * ``functions.csv`` — the code-level view (``profile.cprofile_steps``): what
   cProfile recorded in the training process (``process`` "main", the
@@ -115,7 +116,7 @@ LOADING_COLUMNS = [
     "t_start_s",  # the batch's first fetch began
     "t_end_s",  # its collate ended
     "fetch_s",  # reading bytes from storage, summed over the batch's samples (waiting for a core excluded)
-    "core_wait_s",  # of fetch's time, runnable but waiting for a core (run-queue wait); empty: unknown
+    "core_wait_s",  # runnable but waiting for a core (run-queue wait), out of fetch (and prep); empty: unknown
     "prep_s",  # decode + transform, summed over the batch's samples
     "collate_s",  # stacking the samples into the batch
     "samples",  # samples in the batch

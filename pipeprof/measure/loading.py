@@ -6,14 +6,23 @@ index of the batch and then ``collate_fn(samples)``, one after the other. The
 recorder wraps both:
 
 * ``TimedDataset.__getitem__`` times ``fetch(i)`` and ``prep(fetched)`` with
-  three clock reads and adds them to this process's open batch; two readings
-  of the thread's run-queue wait around ``fetch(i)`` (``measure.schedstat``)
-  take the time it was runnable but waiting for a core out of ``fetch_s``
-  into ``core_wait_s`` (NaN where the wait cannot be read: unknown);
+  three clock reads and adds them to this process's open batch;
 * ``TimedCollate`` times the collate, closes the open batch and returns
   ``(x, y, LoadRecord)``: one small record per batch rides to the training
   process with the batch itself (the ``pin_memory`` thread passes objects it
   does not know through untouched).
+
+Waiting for a core: the thread's run-queue wait (``measure.schedstat``) is
+read when a batch's first sample begins and when its collate begins; the
+difference, capped to the batch's fetch and prep time, is ``core_wait_s``,
+taken out of fetch first and out of prep for the rest. Per batch, not per
+sample (a reading costs 1-3 µs, as much as fetching a sample from RAM), so
+where in the batch the thread waited is not known; fetch first because
+a thread that leaves the CPU (storage latency, I/O) waits for a core to come
+back, and so that what fetch keeps is never time waiting for a core: a
+lower bound on the storage's time, never contention called storage. Where
+the wait cannot be read it is unknown (None, NaN in the table) and fetch and
+prep keep it, as they did before.
 
 The training loop hands each record to ``LoadingRecorder.record`` with the
 step that consumed the batch. Nothing is locked, written or sent per sample.
@@ -62,23 +71,23 @@ class LoadRecord:
     t_start_s: float  # the batch's first fetch began
     t_end_s: float  # its collate ended
     fetch_s: float  # sum over samples: reading bytes from storage (emulated slowness included), core wait excluded
-    prep_s: float  # sum over samples: decode + transform
+    prep_s: float  # sum over samples: decode + transform (core wait excluded)
     collate_s: float  # stacking the samples into the batch
     samples: int
     nbytes: int  # bytes read from storage, summed over samples
     fetch_max_s: float  # the slowest sample's fetch
-    core_wait_s: float | None = None  # sum over samples: runnable but waiting for a core in fetch; None: unknown
+    core_wait_s: float | None = None  # runnable but waiting for a core during fetch and prep; None: unknown
 
 
 class _OpenBatch:
     """Running sums for the batch being assembled in this process."""
 
-    __slots__ = ("t_start", "fetch_s", "prep_s", "samples", "nbytes", "fetch_max_s", "core_wait_s")
+    __slots__ = ("t_start", "fetch_s", "prep_s", "samples", "nbytes", "fetch_max_s", "queue_start_s")
 
-    def __init__(self, t_start: float) -> None:
+    def __init__(self, t_start: float, queue_start_s: float | None = None) -> None:
         self.t_start = t_start
+        self.queue_start_s = queue_start_s  # the thread's run-queue wait when the batch began (None: unknown)
         self.fetch_s = 0.0
-        self.core_wait_s: float | None = 0.0  # None once a sample's wait was unknown
         self.prep_s = 0.0
         self.samples = 0
         self.nbytes = 0
@@ -106,25 +115,17 @@ class TimedDataset(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, index: int) -> Any:
-        clock, run_queue = self.clock, self.run_queue
-        q0 = run_queue()
+        clock = self.clock
+        batch = _OPEN.get(self.key)
+        queue_s = self.run_queue() if batch is None else None  # the batch's first sample
         t0 = clock()
         fetched = self.dataset.fetch(index)
         t1 = clock()
-        q1 = run_queue()
         item = self.dataset.prep(fetched)
         t2 = clock()
-        batch = _OPEN.get(self.key)
         if batch is None:
-            batch = _OPEN[self.key] = _OpenBatch(t0)
+            batch = _OPEN[self.key] = _OpenBatch(t0, queue_s)
         fetch_s = t1 - t0
-        core_s = core_wait_s(fetch_s, q0, q1)
-        if core_s is None:
-            batch.core_wait_s = None
-        else:
-            fetch_s -= core_s
-            if batch.core_wait_s is not None:
-                batch.core_wait_s += core_s
         batch.fetch_s += fetch_s
         batch.prep_s += t2 - t1
         batch.samples += 1
@@ -144,30 +145,36 @@ class TimedDataset(Dataset):
 class TimedCollate:
     """Collate, timed; returns ``(x, y, LoadRecord)`` for the batch this process just assembled."""
 
-    def __init__(self, collate: Collate, clock: Clock, t0_s: float, key: str) -> None:
+    def __init__(self, collate: Collate, clock: Clock, t0_s: float, key: str,
+                 run_queue: RunQueueClock = run_queue_wait) -> None:
         self.collate = collate
         self.clock = clock
         self.t0_s = t0_s
         self.key = key
+        self.run_queue = run_queue
 
     def __call__(self, samples: list[Any]) -> tuple[Any, Any, LoadRecord]:
+        queue_s = self.run_queue()
         t0 = self.clock()
         x, y = self.collate(samples)
         t1 = self.clock()
         batch = _OPEN.pop(self.key, None) or _OpenBatch(t0)  # None: the dataset was not wrapped
+        made_s = batch.fetch_s + batch.prep_s
+        core_s = core_wait_s(made_s, batch.queue_start_s, queue_s)
+        from_fetch_s = min(core_s or 0.0, batch.fetch_s)
         info = get_worker_info()
         record = LoadRecord(
             worker=MAIN_PROCESS if info is None else int(info.id),
             pid=os.getpid(),
             t_start_s=batch.t_start - self.t0_s,
             t_end_s=t1 - self.t0_s,
-            fetch_s=batch.fetch_s,
-            prep_s=batch.prep_s,
+            fetch_s=batch.fetch_s - from_fetch_s,
+            prep_s=batch.prep_s - ((core_s or 0.0) - from_fetch_s),
             collate_s=t1 - t0,
             samples=batch.samples,
             nbytes=batch.nbytes,
-            fetch_max_s=batch.fetch_max_s,
-            core_wait_s=batch.core_wait_s,
+            fetch_max_s=min(batch.fetch_max_s, batch.fetch_s - from_fetch_s),
+            core_wait_s=core_s,
         )
         return x, y, record
 
@@ -198,7 +205,7 @@ class LoadingRecorder:
         return TimedDataset(dataset, self.clock, self.key, self.run_queue)
 
     def collate_fn(self, collate: Collate = default_collate) -> TimedCollate:
-        return TimedCollate(collate, self.clock, self.t0_s, self.key)
+        return TimedCollate(collate, self.clock, self.t0_s, self.key, self.run_queue)
 
     def record(self, record: LoadRecord, step: int) -> None:
         """Keep ``record`` as the batch consumed by training step ``step``."""
