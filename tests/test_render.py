@@ -533,6 +533,19 @@ def test_a_step_holding_an_evaluation_pass_is_found_from_its_times():
     assert not_counted_spans(make_run().steps, None) == []  # a scenario's steps follow each other
 
 
+def test_device_timed_steps_draw_no_left_out_time():
+    """On CUDA a step's step_s is the device's (previous compute end to this one's) and its start the host's: the
+    difference is the host running ahead, not an evaluation pass."""
+    from pipeprof.render.html import not_counted_spans
+
+    run = make_run(gpu=True)
+    run.steps["step_s"] = 0.1 - 0.004 * (run.steps["step"] % 2)  # device spans jitter around the host's
+    assert len(not_counted_spans(run.steps, None, "host-clock")) > 0  # host-timed, the same numbers would be
+    assert not_counted_spans(run.steps, None, "cuda-events") == []
+    html = render_html(run, summarize(run))
+    assert "outside the counted steps" not in html and "Yellow" not in html
+
+
 def test_time_charts_shade_and_name_the_evaluation_passes():
     run = refits_run()
     html = render_html(run, summarize(run))

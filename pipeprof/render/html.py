@@ -242,7 +242,7 @@ def _plots(run: Run, meta: dict[str, Any], summary: dict[str, Any]) -> list[dict
     """Each plot with its SVG (safe markup) or the reason it is absent."""
     absences = as_dict(meta.get("absences"))
     window = counted_window_s(run.steps)
-    excluded = not_counted_spans(run.steps, meta.get("loaders"))
+    excluded = not_counted_spans(run.steps, meta.get("loaders"), as_dict(meta.get("timing")).get("method"))
     samples = run.samples
     no_samples = _absence(absences, _SAMPLER_KEYS, "the system sampler recorded no samples in this run")
     if samples is not None and not samples.empty:
@@ -279,16 +279,18 @@ OTHER_LABEL = "outside the counted steps"
 _MIN_SPAN_S = 1e-3  # shorter time left out of a step is not drawn (a fraction of a pixel on any run's chart)
 
 
-def not_counted_spans(steps: Any, loaders: Any) -> list[tuple[float, float, str]]:
+def not_counted_spans(steps: Any, loaders: Any, timing: Any = "host-clock") -> list[tuple[float, float, str]]:
     """The time inside the counted window that no counted step holds, as (start_s, end_s, label) spans.
 
     A script's steps leave evaluation passes out (``pipeprof.script.event_steps``: a pass is taken out of the
     step it falls in), so a counted step then lasts longer, from its start to the next step's start, than its
     ``step_s``; that difference is the pass's time. It is drawn at the start of the step, where a pass between
     epochs falls (after the last optimizer step, before the next batch is asked for): within one step's
-    counted time of where it was. A scenario run's steps follow each other, and none is drawn.
+    counted time of where it was. A scenario run's steps follow each other, and none is drawn. With
+    ``timing`` "cuda-events" a step's ``step_s`` is the device's and its start the host's: their difference is
+    the host running ahead, not time left out, and nothing is drawn.
     """
-    if steps is None or len(steps) < 2:
+    if steps is None or len(steps) < 2 or timing == "cuda-events":
         return []
     df = counted_steps(steps)
     t = df["t_start_s"].to_numpy(dtype=float)
@@ -334,7 +336,7 @@ def _loading(run: Run, meta: dict[str, Any]) -> dict[str, Any]:
                           "this run has no loading records (it was recorded without worker-side timing)")
     else:
         reason = "no loading records for counted steps (every recorded batch fed a warm-up step)"
-    excluded = not_counted_spans(run.steps, meta.get("loaders"))
+    excluded = not_counted_spans(run.steps, meta.get("loaders"), as_dict(meta.get("timing")).get("method"))
     timeline = plots.loading_timeline_svg(loading, counted_window_s(run.steps), excluded)
     split = plots.loading_split_svg(breakdown)
     rows = [{**r, "name": plots.worker_name(r["worker"])} for r in breakdown.to_dict("records")]
