@@ -431,3 +431,38 @@ def test_a_loading_table_from_before_core_wait_reads_as_unknown():
     s = loading_summary(old)
     assert s is not None and s["core_wait_per_sample_s"] is None
     assert loading_breakdown(old)["core_wait_s"].isna().all()
+
+
+# -- where a user reads it: the report's loading section, the console, the plots --------------------------
+
+
+def test_the_report_names_waiting_for_a_core_or_says_it_is_unknown():
+    from rich.console import Console
+
+    from pipeprof.render import plots
+    from pipeprof.render.console import print_summary
+    from pipeprof.render.html import render_html
+
+    steps = make_steps()
+    for core_s, words in ((0.002, "500 µs"), (np.nan, "unknown")):
+        run = Run(meta={}, steps=steps, loading=make_loading().assign(core_wait_s=core_s))
+        summary = summarize(run)
+        html = render_html(run, summary)
+        section = html.split('<h2 id="loading">', 1)[1].split("<h2>", 1)[0]
+        headline = section.split('id="loading-headline"', 1)[1].split("</p>", 1)[0]
+        table = section.split('id="loading-table"', 1)[1].split("</table>", 1)[0]
+        assert "Waiting for a core per sample" in table and f">{words}<" in table
+        timeline = plots.loading_timeline_svg(run.loading, (0.0, 1.0))
+        split = plots.loading_split_svg(loading_breakdown(counted_batches(run.loading, run.steps)))
+        console = Console(record=True, width=120)
+        print_summary(summary, "runs/x", console=console)
+        text = console.export_text()
+        if words == "unknown":
+            assert "waiting for a core <i>unknown</i> (in fetch)" in headline
+            assert "waiting for a core" not in timeline and "waiting for a core" not in split
+            assert "unknown (counted in fetch)" in text.split("waiting for a core per sample", 1)[1].split("\n", 1)[0]
+        else:
+            assert f"waiting for a core <b>{words}</b>" in headline and "waiting for a core 2.3%," in headline
+            assert "waiting for a core" in timeline and "waiting for a core" in split
+            assert "500 µs" in text.split("waiting for a core per sample", 1)[1].split("\n", 1)[0]
+        assert "fetch (off CPU: storage, sleep)" in timeline and "prep (on CPU: decode, transform)" in split

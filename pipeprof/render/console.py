@@ -77,6 +77,9 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
         add("top recommendation", text, "bold" if as_dict(top.get("change")) else "")
     add("fetch/prep/collate per sample",
         _several(fmt.duration, *(loading.get(k) for k in ("fetch_per_sample_s", "prep_per_sample_s", "collate_per_sample_s"))))
+    if loading:  # unknown where schedstat cannot be read (fetch holds it then), never a silent 0
+        add("waiting for a core per sample",
+            fmt.duration(loading.get("core_wait_per_sample_s"), missing="unknown (counted in fetch)"))
     code = _code_profile_line(as_dict(s.get("code_profile")))
     if code:
         add("code profile", code)

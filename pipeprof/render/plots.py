@@ -46,14 +46,24 @@ PHASE_LABELS = {
 # One color per part of making a batch (loading timeline and split).
 LOADING_COLORS = {
     "fetch": "#8c564b",
+    "core_wait": "#e377c2",
     "prep": "#9467bd",
     "collate": "#17becf",
 }
 LOADING_LABELS = {
-    "fetch": "fetch (read bytes)",
-    "prep": "prep (decode + transform)",
+    "fetch": "fetch (off CPU: storage, sleep)",
+    "core_wait": "waiting for a core",
+    "prep": "prep (on CPU: decode, transform)",
     "collate": "collate",
 }
+UNKNOWN_IN_FETCH = "core_wait"  # unknown (no schedstat, older runs): not drawn, fetch holds it
+
+
+def loading_parts(frame: pd.DataFrame, suffix: str) -> dict[str, str]:
+    """The parts of making a batch to draw and their colors: waiting for a core only where it was measured."""
+    column = f"{UNKNOWN_IN_FETCH}{suffix}"
+    known = column in frame and pd.to_numeric(frame[column], errors="coerce").notna().any()
+    return {p: c for p, c in LOADING_COLORS.items() if p != UNKNOWN_IN_FETCH or known}
 SPAN_COLOR = "#d4d4d4"
 MAIN_COLOR = "#1f77b4"
 WORKERS_COLOR = "#2ca02c"
@@ -188,10 +198,13 @@ def loading_timeline_svg(loading: pd.DataFrame, window: tuple[float, float] | No
     worker instead: a bar spans the bin, its height is the share of the bin
     the worker spent making batches, its colors split that time.
     """
-    columns = ["worker", "t_start_s", "t_end_s", *(f"{p}_s" for p in LOADING_COLORS)]
-    if loading is None or loading.empty or any(c not in loading for c in columns):
+    if loading is None or loading.empty:
         return None
-    df = loading[columns].apply(pd.to_numeric, errors="coerce").dropna()
+    colors = loading_parts(loading, "_s")
+    columns = ["worker", "t_start_s", "t_end_s", *(f"{p}_s" for p in colors)]
+    if any(c not in loading for c in columns):
+        return None
+    df = loading[columns].apply(pd.to_numeric, errors="coerce").fillna({f"{UNKNOWN_IN_FETCH}_s": 0.0}).dropna()
     if df.empty:
         return None
     df = df.sort_values(["worker", "t_start_s"]).reset_index(drop=True)
@@ -199,10 +212,10 @@ def loading_timeline_svg(loading: pd.DataFrame, window: tuple[float, float] | No
     per_bin = max(1, math.ceil(len(df) / MAX_BATCH_BARS))
     if per_bin > 1:
         rank = df.groupby("worker").cumcount() // per_bin
-        agg = {"t_start_s": "min", "t_end_s": "max", "busy_s": "sum", **{f"{p}_s": "sum" for p in LOADING_COLORS}}
+        agg = {"t_start_s": "min", "t_end_s": "max", "busy_s": "sum", **{f"{p}_s": "sum" for p in colors}}
         df = df.groupby([df["worker"], rank]).agg(agg).reset_index(level=0).reset_index(drop=True)
     span = (df["t_end_s"] - df["t_start_s"]).to_numpy(dtype=float)
-    parts = df[[f"{p}_s" for p in LOADING_COLORS]].to_numpy(dtype=float)
+    parts = df[[f"{p}_s" for p in colors]].to_numpy(dtype=float)
     if per_bin > 1:
         # Fill the bin's span, split by share; busy share of the bin as height.
         total = parts.sum(axis=1, keepdims=True)
@@ -220,7 +233,7 @@ def loading_timeline_svg(loading: pd.DataFrame, window: tuple[float, float] | No
         left = df["t_start_s"].to_numpy(dtype=float)
         _rectangles(ax, left, span, row, np.full(len(df), 0.8), SPAN_COLOR,
                     "batch span" if per_bin == 1 else "bin span")
-        for i, (part, color) in enumerate(LOADING_COLORS.items()):
+        for i, (part, color) in enumerate(colors.items()):
             _rectangles(ax, left, parts[:, i], row, height, color, LOADING_LABELS[part])
             left = left + parts[:, i]
         ax.set_yticks(range(len(workers)), labels=[worker_name(w) for w in workers])
@@ -239,10 +252,14 @@ def loading_split_svg(breakdown: pd.DataFrame) -> str | None:
 
     ``breakdown`` is ``analysis.loading.loading_breakdown(...)``.
     """
-    columns = [f"{p}_per_sample_s" for p in LOADING_COLORS]
-    if breakdown is None or breakdown.empty or any(c not in breakdown for c in ["worker", *columns]):
+    if breakdown is None or breakdown.empty:
         return None
-    df = breakdown[["worker", *columns]].apply(pd.to_numeric, errors="coerce").dropna()
+    colors = loading_parts(breakdown, "_per_sample_s")
+    columns = [f"{p}_per_sample_s" for p in colors]
+    if any(c not in breakdown for c in ["worker", *columns]):
+        return None
+    df = (breakdown[["worker", *columns]].apply(pd.to_numeric, errors="coerce")
+          .fillna({f"{UNKNOWN_IN_FETCH}_per_sample_s": 0.0}).dropna())
     if df.empty:
         return None
     y = np.arange(len(df))
@@ -250,7 +267,7 @@ def loading_split_svg(breakdown: pd.DataFrame) -> str | None:
         fig, ax = _figure(height_in=min(7.0, 1.2 + 0.35 * len(df)))
         ax.set_axisbelow(True)
         left = np.zeros(len(df))
-        for part, color in LOADING_COLORS.items():
+        for part, color in colors.items():
             width = df[f"{part}_per_sample_s"].to_numpy(dtype=float) * 1e6
             ax.barh(y, width, left=left, height=0.6, color=color, label=LOADING_LABELS[part])
             left = left + width

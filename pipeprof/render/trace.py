@@ -6,10 +6,10 @@ microseconds on the same origin):
 * steps.csv -> the training process (its pid from processes.csv, role "main"; 1 if unknown): thread
   "steps", one "step N" slice per step; thread "phases", the step's "data wait", "host→device" and
   "compute" laid end to end from its start, and "other" for the rest of it.
-* loading.csv -> one "batch B" slice per batch, split into "fetch", "prep" and "collate" in proportion
-  to their measured times so the three fill the batch's span. Batches made in the training process
-  (worker -1) go on its thread "loading (main)"; each DataLoader worker process is a trace process
-  "DataLoader worker K".
+* loading.csv -> one "batch B" slice per batch, split into "fetch", "waiting for a core" (where it was
+  measured), "prep" and "collate" in proportion to their measured times so they fill the batch's span.
+  Batches made in the training process (worker -1) go on its thread "loading (main)"; each DataLoader
+  worker process is a trace process "DataLoader worker K".
 * samples.csv -> counter tracks on the training process: CPU, memory, disk reads, and the GPU's when
   one was sampled. Missing values are left out (a counter holds its last value), never written as 0.
 
@@ -31,7 +31,8 @@ from pipeprof.run_folder import Run
 
 STEPS_TID, PHASES_TID, LOADING_TID = 1, 2, 3
 PHASES = (("data wait", "data_wait_s"), ("host→device", "h2d_s"), ("compute", "compute_s"))
-PARTS = ("fetch", "prep", "collate")
+PARTS = ("fetch", "core_wait", "prep", "collate")
+PART_NAMES = {"core_wait": "waiting for a core"}  # a slice's name where it is not the part's own
 # track name -> [(series, column, factor)]
 COUNTERS = {
     "CPU (% of all cores)": [("machine", "cpu_util_pct", 1.0)],
@@ -146,7 +147,7 @@ def _batch(r: dict[str, Any], pid: int, tid: int) -> list[dict[str, Any]]:
     if end < start:
         return []
     n = finite(r.get("batch"))
-    args = _args(r, ("fetch_s", "prep_s", "collate_s"))
+    args = _args(r, ("fetch_s", "core_wait_s", "prep_s", "collate_s"))
     args.update(_args(r, ("samples", "step"), ints=True))
     events = [_slice(f"batch {int(n) if n is not None else '?'}", "loading", pid, tid, start, end, args)]
     widths = [max(0.0, finite(r.get(f"{part}_s")) or 0.0) for part in PARTS]
@@ -157,7 +158,7 @@ def _batch(r: dict[str, Any], pid: int, tid: int) -> list[dict[str, Any]]:
     for k, (part, width) in enumerate(zip(PARTS, widths, strict=True)):
         t_next = end if k == len(PARTS) - 1 else t + (end - start) * width / total
         if width > 0:
-            events.append(_slice(part, "loading", pid, tid, t, t_next, {f"{part}_s": width}))
+            events.append(_slice(PART_NAMES.get(part, part), "loading", pid, tid, t, t_next, {f"{part}_s": width}))
         t = t_next
     return events
 
