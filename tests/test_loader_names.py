@@ -208,6 +208,40 @@ def test_a_user_loader_over_the_same_dataset_names_a_loader_a_library_built_from
     assert names(seen) == ["val_loader"]
 
 
+# --- a loader a library builds and iterates itself (the Hugging Face Trainer's get_train_dataloader) -----------
+
+_TRAINER_SOURCE = """
+from torch.utils.data import DataLoader
+
+class Trainer:
+    def __init__(self, train_dataset, eval_dataset):
+        self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
+
+    def get_train_dataloader(self):
+        return DataLoader(self.train_dataset, batch_size=4)
+
+    def get_eval_dataloader(self):
+        return DataLoader(self.eval_dataset, batch_size=8)
+
+    def train(self):
+        for _ in self.get_train_dataloader():
+            pass
+        for _ in self.get_eval_dataloader():
+            pass
+"""
+
+
+def test_a_loader_the_trainer_builds_is_named_after_its_builder_and_framework_is_transformers(tmp_path):
+    # The rule goes by the module's top-level package: code run as transformers.trainer is transformers' own.
+    library: dict[str, Any] = {"__name__": "transformers.trainer"}
+    exec(compile(_TRAINER_SOURCE, "<transformers.trainer>", "exec"), library)
+    trainer = library["Trainer"](RandomDataset(8), RandomDataset(8))
+    with profiled(tmp_path) as seen:
+        trainer.train()
+    assert names(seen) == ["Trainer train loader", "Trainer eval loader"]
+    assert [d["framework"] for d in seen] == ["transformers", "transformers"]
+
+
 def test_batch_size_of_a_loader_built_on_a_batch_sampler(tmp_path):
     ds = RandomDataset(16)
     with profiled(tmp_path) as seen:
@@ -244,14 +278,14 @@ def _own(stdout: str) -> dict[str, Any]:
 
 @pytest.mark.integration
 def test_logging_generator_fixture_names_both_loaders_and_matches_its_own_wait(tmp_path):
-    proc, s, meta = _profile(tmp_path, "logging_generator.py", "--epochs", "2", "--samples", "768",
-                             "--test-samples", "256", "--getitem-ms", "0.4")
+    proc, s, meta = _profile(tmp_path, "logging_generator.py", "--epochs", "2", "--samples", "512",
+                             "--test-samples", "128", "--getitem-ms", "0.4")
     own = _own(proc.stdout)
     loaders = {d["name"]: d for d in s["loaders"]}
     assert set(loaders) == {"data_loader", "data_loader_test"}
     assert loaders["data_loader"]["role"] == "train" and loaders["data_loader_test"]["role"] == "eval"
     assert loaders["data_loader_test"]["passes"] == 2
-    assert s["steps"] + s["warmup_steps"] == own["steps"] == 2 * 768 // 32
+    assert s["steps"] + s["warmup_steps"] == own["steps"] == 2 * 512 // 32
     assert all(d["framework"] is None for d in s["loaders"])
     assert s["fractions"]["data_wait"] == pytest.approx(own["data_wait_share"], abs=0.05)
 
@@ -259,30 +293,33 @@ def test_logging_generator_fixture_names_both_loaders_and_matches_its_own_wait(t
 @pytest.mark.integration
 def test_lightning_fixture_names_its_loaders_after_the_hooks_that_build_them(tmp_path):
     pytest.importorskip("lightning")
-    proc, s, meta = _profile(tmp_path, "lightning_mlp.py", "--epochs", "2", "--batches", "24",
-                             "--val-batches", "4", "--getitem-ms", "1")
+    proc, s, meta = _profile(tmp_path, "lightning_mlp.py", "--epochs", "2", "--batches", "16",
+                             "--val-batches", "3", "--getitem-ms", "1")
     own = _own(proc.stdout)
+    # The fixture's clock in Lightning's hooks sees the real wait: at least the 16 samples' 1 ms sleeps a batch.
+    assert own["wait_per_step_s"] >= 16 * 0.001
     loaders = {d["name"]: d for d in s["loaders"]}
     assert set(loaders) == {"train_dataloader", "val_dataloader"}
     assert loaders["train_dataloader"]["role"] == "train" and loaders["val_dataloader"]["role"] == "eval"
     assert {d["framework"] for d in s["loaders"]} == {"lightning"}
-    assert s["steps"] + s["warmup_steps"] == own["steps"] == 48
+    assert s["steps"] + s["warmup_steps"] == own["steps"] == 32
     assert s["fractions"]["data_wait"] == pytest.approx(own["data_wait_share"], abs=0.05)
 
 
 @pytest.mark.integration
 def test_loader_subclass_fixture_is_named_by_its_variable_and_stops_at_steps(tmp_path):
-    proc, s, meta = _profile(tmp_path, "loader_subclass.py", "--getitem-ms", "0.5", options=("--steps", "30"))
+    proc, s, meta = _profile(tmp_path, "loader_subclass.py", "--getitem-ms", "0.5", options=("--steps", "12"))
     loaders = {d["name"]: d for d in s["loaders"]}
     assert "train_batches" in loaders and "self" not in loaders
     assert loaders["train_batches"]["role"] == "train"
-    assert s["steps"] + s["warmup_steps"] == 30
+    assert s["steps"] + s["warmup_steps"] == 12  # stopped there, in the first of 2 epochs of 32 batches
 
 
 @pytest.mark.integration
 def test_loader_subclass_fixture_wait_matches_its_own_clock(tmp_path):
-    proc, s, meta = _profile(tmp_path, "loader_subclass.py", "--epochs", "2", "--getitem-ms", "0.5")
+    proc, s, meta = _profile(tmp_path, "loader_subclass.py", "--epochs", "2", "--samples", "640",
+                             "--getitem-ms", "0.5")
     own = _own(proc.stdout)
     assert {d["name"]: d["role"] for d in s["loaders"]} == {"train_batches": "train", "holdout": "eval"}
-    assert s["steps"] + s["warmup_steps"] == own["steps"]
+    assert s["steps"] + s["warmup_steps"] == own["steps"] == 2 * 640 // 32
     assert s["fractions"]["data_wait"] == pytest.approx(own["data_wait_share"], abs=0.05)
