@@ -438,15 +438,17 @@ def _serial_cause(attr: Attribution, storage: str | None) -> _Cause:
         ev["core_wait_fraction"] = core
     wait_s = _serial_wait_s(loading, attr.step.data_wait_mean_s)
     if wait_s is None:  # no wait or making time to split: the largest part of making a batch
-        by_class = {"fetch": loading.fetch_fraction or 0.0, "prep": (loading.prep_fraction or 0.0) + (core or 0.0),
+        by_class = {"fetch": loading.fetch_fraction or 0.0, "prep": loading.prep_fraction or 0.0,
                     "collate": loading.collate_fraction or 0.0}
-    else:
-        by_class = {"fetch": wait_s["fetch"], "prep": wait_s["prep"] + wait_s["core"],
-                    "collate": wait_s["collate"] + wait_s["own"]}
+    else:  # waiting for a core is contention, no part's own cost: it counts for none of them
+        by_class = {"fetch": wait_s["fetch"], "prep": wait_s["prep"], "collate": wait_s["collate"] + wait_s["own"]}
     order = sorted(PARTS, key=lambda p: -by_class[p])
     part, second = order[0], order[1]
     total = sum(by_class.values())
-    close = total > 0 and (by_class[part] - by_class[second]) / total < PART_MARGIN
+    # As for the workers' split: a core wait larger than the gap between two real shares could belong to either.
+    core_s = (core or 0.0) * (_finite(loading.batch_s) or 0.0) if wait_s is not None else (core or 0.0)
+    contended = total > 0 and by_class[second] / total >= PART_MARGIN and core_s >= by_class[part] - by_class[second]
+    close = total > 0 and ((by_class[part] - by_class[second]) / total < PART_MARGIN or contended)
     candidates = tuple(_PART_CLASS[p] for p in PARTS if p in (part, second)) if close else ()
     if close:  # the class does not flip with which of the two came out ahead: the table's order decides
         part = next(p for p in PARTS if p in (part, second))
@@ -462,12 +464,11 @@ def _serial_cause(attr: Attribution, storage: str | None) -> _Cause:
         other = second if part == order[0] else order[0]
         why = (f"the training process makes every batch (num_workers = 0) and two parts of the wait are too close "
                f"to tell apart: {_share_words(part, shares[part], loading, storage)} against "
-               f"{_share_words(other, shares[other], loading, storage)}")
+               f"{_share_words(other, shares[other], loading, storage)}{_core_words(core)}")
         return _Cause(_PART_CLASS[part], "R4", why, ev, candidates)
-    made = (loading.part_fraction(part) or 0.0) + (core or 0.0 if part == "prep" else 0.0)
     return _Cause(_PART_CLASS[part], "R4", (
-        f"the training process makes every batch (num_workers = 0) and {_pct(made)} "
-        f"of that time is {_part_words(part, loading, storage)}"), ev)
+        f"the training process makes every batch (num_workers = 0) and {_pct(loading.part_fraction(part))} "
+        f"of that time is {_part_words(part, loading, storage)}{_core_words(core)}"), ev)
 
 
 def _share_words(part: str, share: float, loading: LoadingEvidence, storage: str | None) -> str:
@@ -487,39 +488,48 @@ def _core_wait_fraction(loading: LoadingEvidence) -> float | None:
 
 
 def _serial_wait_s(loading: LoadingEvidence, wait_mean_s: float | None) -> dict[str, float] | None:
-    """With 0 workers, the mean wait per step in seconds as ``fetch``, ``prep``, ``collate``, ``core`` (waiting
-    for a core; ``batch_s`` split by their measured fractions) and ``own``: the training process's work outside
-    them (R3, R4)."""
+    """With 0 workers, the mean wait per step in seconds as ``fetch``, ``prep``, ``collate`` (``batch_s`` split
+    by their measured fractions; waiting for a core, the rest of ``batch_s``, is in none) and ``own``: the
+    training process's work outside them (R3, R4)."""
     batch_s = _finite(loading.batch_s)
     if not wait_mean_s or batch_s is None:
         return None
     parts = {p: (loading.part_fraction(p) or 0.0) * batch_s for p in PARTS}
-    parts["core"] = (_core_wait_fraction(loading) or 0.0) * batch_s
     return {**parts, "own": max(wait_mean_s - batch_s, 0.0)}
 
 
 def _workers_split(loading: LoadingEvidence, storage: str | None, ev: dict[str, Any]) -> _Cause:
-    """input:fetch or input:prep by where the workers' time goes (collate, and waiting for a core, count as CPU
-    work with prep: a core wait is contention, never storage); both when too close to tell (``PART_MARGIN``)."""
+    """input:fetch or input:prep by where the workers' time goes (collate counts as CPU work with prep; waiting
+    for a core is contention, never storage, and counts for neither); both when too close to tell
+    (``PART_MARGIN``)."""
     fetch = loading.fetch_fraction or 0.0
     core = _core_wait_fraction(loading)
-    cpu = (loading.prep_fraction or 0.0) + (loading.collate_fraction or 0.0) + (core or 0.0)
+    cpu = (loading.prep_fraction or 0.0) + (loading.collate_fraction or 0.0)
     ev.update({"fetch_fraction": loading.fetch_fraction, "prep_fraction": loading.prep_fraction,
                "collate_fraction": loading.collate_fraction, "fetch_per_sample_s": loading.fetch_per_sample_s,
                "prep_per_sample_s": loading.prep_per_sample_s})
     if core is not None:
         ev["core_wait_fraction"] = core
-    core_words = f", and waiting for a core ({_pct(core)})" if core else ""
     fetch_words = f"{_pct(fetch)} of their batch-making time is {_part_words('fetch', loading, storage)}"
     cpu_words = (f"{_pct(cpu)} of their batch-making time is CPU work: {_part_words('prep', loading, storage)} "
-                 f"and collating{core_words}")
+                 "and collating")
     total = fetch + cpu
-    if total > 0 and abs(fetch - cpu) / total < PART_MARGIN:
-        return _Cause("input:fetch", "", f"{fetch_words}, against {cpu_words} — too close to tell which limits",
-                      {}, ("input:fetch", "input:prep"))
+    # A wait for a core follows a read as well as it interrupts CPU work: where it outweighs the gap between
+    # the two (and each is a real share), the split cannot say which limits.
+    contended = core is not None and min(fetch, cpu) >= PART_MARGIN and core >= abs(fetch - cpu)
+    if total > 0 and (abs(fetch - cpu) / total < PART_MARGIN or contended):
+        return _Cause("input:fetch", "", f"{fetch_words}, against {cpu_words} — too close to tell which limits"
+                      + _core_words(core), {}, ("input:fetch", "input:prep"))
     if fetch >= cpu:
-        return _Cause("input:fetch", "", fetch_words, {})
-    return _Cause("input:prep", "", cpu_words, {})
+        return _Cause("input:fetch", "", fetch_words + _core_words(core), {})
+    return _Cause("input:prep", "", cpu_words + _core_words(core), {})
+
+
+def _core_words(core: float | None) -> str:
+    """The share of batch-making spent waiting for a core, said apart from the parts (it is none of them)."""
+    if not core:
+        return ""
+    return f"; {_pct(core)} more was waiting for a core (CPU contention, counted for no part)"
 
 
 def _inferred(attr: Attribution) -> _Cause:
