@@ -245,6 +245,41 @@ def test_accelerate_imported_before_the_session_is_patched_at_once():
     assert result == {"during": True, "after": True}
 
 
+def test_a_dispatcher_pass_is_timed_at_the_loops_own_next():
+    # DataLoaderDispatcher (dispatch_batches=True) fetches ahead too; in a fresh process (accelerate's state is
+    # one per process).
+    result = _run("""
+        import json, tempfile, time, torch
+        from torch.utils.data import DataLoader, TensorDataset
+        from accelerate import Accelerator
+        from accelerate.utils import DataLoaderConfiguration
+        from pipeprof.script import hooks
+        from pipeprof.script.event_steps import read_events
+        accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=True))
+        loader = accelerator.prepare(DataLoader(TensorDataset(torch.arange(10.0)), batch_size=4))
+        path = tempfile.mktemp()
+        session = hooks.Hooks(hooks.EventLog(path))
+        session.install()
+        seen, batches = [], iter(loader)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                (x,) = next(batches)
+            except StopIteration:
+                break
+            seen.append([t0, time.perf_counter(), len(x)])
+        session.uninstall()
+        nexts = read_events(path).tables["N"]
+        print(json.dumps({"kind": type(loader).__name__, "seen": seen,
+                          "events": nexts[["t0_s", "t1_s", "samples"]].values.tolist()}))
+    """)
+    assert result["kind"] == "DataLoaderDispatcher"
+    assert [n for *_, n in result["seen"]] == [4, 4, 2]
+    assert len(result["events"]) == 3
+    for (t0, t1, n), (e0, e1, samples) in zip(result["seen"], result["events"]):
+        assert t0 <= e0 <= e1 <= t1 and samples == n  # each batch inside the loop's own next() that got it
+
+
 # ---- whole programs ------------------------------------------------------------------------------------
 
 def _profile(tmp_path: Path, script: str, *args: str) -> tuple[subprocess.CompletedProcess, dict, pd.DataFrame]:
