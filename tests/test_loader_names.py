@@ -242,6 +242,31 @@ def test_a_loader_the_trainer_builds_is_named_after_its_builder_and_framework_is
     assert [d["framework"] for d in seen] == ["transformers", "transformers"]
 
 
+_REBUILDING_LOOP = """
+from torch.utils.data import DataLoader
+
+def fit(module):
+    user_loader = module.predict_dataloader()
+    rebuilt = DataLoader(user_loader.dataset, batch_size=user_loader.batch_size)  # a sampler swapped in, say
+    for _ in rebuilt:
+        pass
+"""
+
+
+class Predictor:
+    def predict_dataloader(self) -> DataLoader:
+        return DataLoader(RandomDataset(8), batch_size=4)
+
+
+def test_a_loader_a_library_rebuilds_from_the_users_hook_is_named_after_the_hook(tmp_path):
+    library: dict[str, Any] = {"__name__": "lightning.pytorch.loops.fake"}
+    exec(compile(_REBUILDING_LOOP, "<lightning.fake>", "exec"), library)
+    with profiled(tmp_path) as seen:
+        library["fit"](Predictor())
+    assert names(seen) == ["predict_dataloader"]  # not "RandomDataset": the library's copy of the hook's loader
+    assert seen[0]["framework"] == "lightning"
+
+
 def test_batch_size_of_a_loader_built_on_a_batch_sampler(tmp_path):
     ds = RandomDataset(16)
     with profiled(tmp_path) as seen:

@@ -17,7 +17,8 @@ user's loader that ``accelerator.prepare`` re-built).
 
 Held by no name, a loader is named after the user function that built and
 returned it (Lightning's ``train_dataloader()`` / ``val_dataloader()``:
-seen when ``DataLoader.__init__`` ran, ``note_built``), then after the
+seen when ``DataLoader.__init__`` ran, ``note_built``; a loader a library
+re-builds from such a loader keeps its function), then after the
 library's builder (the Hugging Face Trainer's ``get_train_dataloader`` ->
 ``Trainer train loader``), then after a parameter that held it on the way
 (unless generic: ``loader``, ``iterable``...), and last after its dataset's
@@ -87,18 +88,34 @@ def note_built(loader: Any, start: FrameType | None = None) -> None:
     libraries: set[str] = set()
     builder = None
     function = code = None
+    source = None  # a library re-building a loader: the one it re-builds, when that one was noted
     while frame is not None:
         package = _package(frame)
         if package in LIBRARIES:
             libraries.add(package)
             builder = builder or _builder_name(package, frame.f_code.co_name)
+            if source is None and package not in ("torch", "pipeprof"):
+                source = _rebuilt_from(frame, loader)
         elif frame.f_locals.get("self") is not loader:  # a subclass's own __init__ is not where it is built
             name = frame.f_code.co_name
             if not (name.startswith("<") or name.startswith("__")):
                 function, code = name, _where(frame.f_code)
             break
         frame = frame.f_back
+    if source is not None and source.function is not None:  # Lightning's _update_dataloader: the user's hook
+        function, code = source.function, source.code
     loader.__dict__[_SITE_ATTR] = BuildSite(function, code, frozenset(libraries), builder)
+
+
+def _rebuilt_from(frame: FrameType, loader: Any) -> BuildSite | None:
+    """The build site of another DataLoader over ``loader``'s dataset that a library frame holds."""
+    dataset = _own_attrs(loader).get("dataset")
+    for value in frame.f_locals.values():
+        if value is not loader and isinstance(value, DataLoader) and _own_attrs(value).get("dataset") is dataset:
+            site = _own_attrs(value).get(_SITE_ATTR)
+            if site is not None:
+                return site
+    return None
 
 
 def build_site(loader: Any) -> BuildSite | None:
