@@ -1,0 +1,45 @@
+"""Advice for real profiled scripts (issue 14, item 5): what persistent workers can save, and the risk when a
+new DataLoader is built per fit. Small real runs of tests/fixtures/loader_per_fit.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FIXTURE = Path(__file__).parent / "fixtures" / "loader_per_fit.py"
+pytestmark = pytest.mark.integration
+
+
+def _profile(tmp_path: Path, *args: str) -> tuple[dict, dict]:
+    out = tmp_path / "reports"
+    proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--out", str(out), "--quiet", "--",
+                           "python", str(FIXTURE), *args], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    return json.loads((folder / "summary.json").read_text()), json.loads((folder / "run.json").read_text())
+
+
+def test_a_new_loader_per_fit_is_never_told_to_keep_its_workers(tmp_path):
+    summary, meta = _profile(tmp_path, "--fits", "4", "--passes", "1")
+    train = [d for d in meta["loaders"] if d["role"] == "train"]
+    assert [(d["name"], d["passes"]) for d in train] == [("train_loader", 1)] * 4
+    recs = summary["recommendations"]
+    assert not [r for r in recs if "loader.persistent_workers" in r["change"]]
+    assert all("persistent_workers=True" not in (r.get("script_text") or "") for r in recs)
+    reuse = [r for r in recs if "build the DataLoader once" in (r.get("code_change") or "")]
+    if reuse:  # the new loaders' starts cost enough to be worth the code change: the risk goes with it
+        assert "a new DataLoader is built per fit: persistent_workers would keep each one's workers alive" \
+               in reuse[0]["note"]
+
+
+def test_a_loader_iterated_again_may_keep_its_workers(tmp_path):
+    summary, meta = _profile(tmp_path, "--fits", "1", "--passes", "4")
+    (train,) = [d for d in meta["loaders"] if d["role"] == "train"]
+    assert train["passes"] == 4
+    (rec,) = [r for r in summary["recommendations"] if "loader.persistent_workers" in r["change"]]
+    assert "the first step of 3 epochs waited" in rec["reason"]  # passes 2-4, never the first
+    assert rec["script_text"] == "train_loader: DataLoader(Slow(...), persistent_workers=True)"
