@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import json
 import os
 import pickle
+import statistics
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -212,10 +218,10 @@ def test_a_cpu_only_worker_crowded_out_waits_for_a_core_and_fetches_nothing():
     records = _worker_records(Burning(), burners=max(2, os.cpu_count() or 1))  # a burning thread per core
     fetch_s = sum(r[4] for r in records)
     core_s = sum(r[8] for r in records)
-    prep_s = sum(r[5] for r in records)
     assert core_s > 0.01  # 96 × 3 ms of CPU work against busy cores: it waited for one
-    assert fetch_s < 0.1 * (fetch_s + core_s + prep_s)  # nothing else takes it off the CPU
-    assert fetch_s < 0.25 * core_s
+    assert core_s > 2 * fetch_s
+    # nothing else takes it off the CPU: near-0 fetch in the typical batch (a batch may take a page fault)
+    assert statistics.median(r[4] / (r[4] + r[5] + r[8]) for r in records) < 0.05
 
 
 @pytest.mark.skipif(not LINUX_SCHEDSTAT, reason="no /proc/thread-self/schedstat (not Linux, or schedstats off)")
@@ -224,6 +230,44 @@ def test_a_sleeping_worker_fetches_about_its_sleep_and_waits_little_for_a_core()
     sleep_s = len(Sleeping()) * Sleeping.SLEEP_S
     fetch_s = sum(r[4] for r in records)
     core_s = sum(r[8] for r in records)
-    assert fetch_s >= 0.99 * sleep_s  # sleeping is off the CPU, never on a run queue, never short
-    assert fetch_s <= 1.5 * sleep_s + 0.01
-    assert core_s < 0.5 * sleep_s
+    # sleeping is off the CPU and never on a run queue (the readings bracket the clocks: a little slack)
+    assert 0.9 * sleep_s <= fetch_s <= 1.5 * sleep_s + 0.01
+    assert core_s < sleep_s  # waking up on a loaded machine waits for a core, for less than the sleep
+
+
+# -- the whole program: pipeprof profile on a crowded machine ---------------------------------------------
+
+FIXTURE = Path(__file__).parent / "fixtures" / "crowded_cores.py"
+
+
+def _profile(tmp_path: Path, *args: str) -> tuple[dict, list[dict[str, str]]]:
+    """summary.json and loading.csv's rows of ``pipeprof profile`` on the fixture."""
+    out = tmp_path / "reports"
+    proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--out", str(out), "--quiet", "--",
+                           "python", str(FIXTURE), "--samples", "160", *args],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    (summary,) = out.glob("*/summary.json")
+    with open(summary.parent / "loading.csv", newline="") as f:
+        return json.loads(summary.read_text()), list(csv.DictReader(f))
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not LINUX_SCHEDSTAT, reason="no /proc/thread-self/schedstat (not Linux, or schedstats off)")
+def test_profiled_in_memory_data_on_busy_cores_waits_for_a_core_not_for_storage(tmp_path):
+    s, rows = _profile(tmp_path, "--burners", str(max(2, os.cpu_count() or 1)))
+    loading = s["loading"]
+    assert loading["core_wait_per_sample_s"] > 0
+    assert loading["fractions"]["core_wait"] > 2 * loading["fractions"]["fetch"]  # was all "fetch" before
+    assert loading["fractions"]["fetch"] < 0.25
+    share = [float(r["fetch_s"]) / sum(float(r[c]) for c in ("fetch_s", "core_wait_s", "prep_s")) for r in rows]
+    assert statistics.median(share) < 0.05  # the typical batch fetched nothing (a batch may take a page fault)
+    assert s["verdict"]["class"] != "input:fetch"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not LINUX_SCHEDSTAT, reason="no /proc/thread-self/schedstat (not Linux, or schedstats off)")
+def test_profiled_sleeping_getitem_is_fetch_of_about_the_sleep(tmp_path):
+    loading = _profile(tmp_path, "--sleep-ms", "3", "--transform-ms", "0")[0]["loading"]
+    assert 0.0027 <= loading["fetch_per_sample_s"] <= 0.006
+    assert loading["core_wait_per_sample_s"] < 0.003

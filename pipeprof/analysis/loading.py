@@ -9,8 +9,9 @@ microseconds of bookkeeping between samples:
 * ``fetch``: reading the samples — for a script's ``__getitem__``, its time
   off the CPU (storage, sleep, locks) — *without* waiting for a core;
 * ``core_wait``: the time the maker was runnable but waiting for a core (its
-  thread's run-queue wait, ``measure.schedstat``) that the fetch's clock
-  would otherwise have counted. Unknown (NaN per batch, None in totals) where
+  thread's run-queue wait, ``measure.schedstat``), taken out of a script's
+  off-CPU time, or out of a scenario worker's fetch first and prep for the
+  rest (read once a batch). Unknown (NaN per batch, None in totals) where
   the wait could not be read and in run folders from before it: then
   ``fetch`` holds it, as it did before the split;
 * ``prep``: decode and transform (a script's: its CPU time); ``collate``.
