@@ -271,3 +271,18 @@ def test_profiled_sleeping_getitem_is_fetch_of_about_the_sleep(tmp_path):
     loading = _profile(tmp_path, "--sleep-ms", "3", "--transform-ms", "0")[0]["loading"]
     assert 0.0027 <= loading["fetch_per_sample_s"] <= 0.006
     assert loading["core_wait_per_sample_s"] < 0.003
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_forked_child_opens_its_own_file(tmp_path):
+    path = tmp_path / "schedstat"
+    path.write_text("1 2000 3\n")
+    read = RunQueueWait(str(path))
+    read()
+    assert hasattr(read._local, "file")
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's thread's file is forgotten, a reading opens the child's own
+        ok = not hasattr(read._local, "file") and read() == pytest.approx(2e-6) and hasattr(read._local, "file")
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
