@@ -72,6 +72,17 @@ def test_steps_of_one_batch_have_no_burst_and_their_one_reading():
     assert cut.loaders[0]["wait_by_position_s"] is None
 
 
+def test_the_burst_leaves_out_the_warmup_steps():
+    events = _accumulating([], [])
+    t = _step_of_batches(events, 0, 0.01, [0.5, 0.03], [0.0, 0.0])  # the first batch waits for the workers
+    for _ in range(3):
+        t = _step_of_batches(events, 0, t, [0.01, 0.03], [0.0, 0.0])
+    assert script_steps(events, t0_s=0.0).loaders[0]["wait_by_position_s"][0] > 0.1
+    cut = script_steps(events, t0_s=0.0, warmup_steps=1)
+    assert cut.loaders[0]["wait_by_position_s"] == pytest.approx([0.01, 0.03])
+    assert script_steps(events, t0_s=0.0, warmup_steps=9).loaders[0]["wait_by_position_s"][0] > 0.1  # all warm-up
+
+
 def test_the_usual_step_sets_the_positions_and_the_eval_loader_has_none():
     events = _accumulating([[1.0, 0.0]] * 3, [0.01, 0.03])
     events.insert(0, ["L", 1, {"number": 1, "name": "val", "batch_size": 8, "num_workers": 0}])
@@ -334,7 +345,7 @@ def test_hf_trainer_gradient_accumulation_burst_runs_the_queue_dry(tmp_path):
     assert train["batches"] == 48
     assert sum(d["passes"] for d in s["loaders"] if d["role"] == "eval") == 2  # a new eval loader per evaluate()
     burst = train["wait_by_position_s"]
-    assert len(burst) == 4 and max(burst[2:]) > burst[0]  # the last batches of a step wait the longest
+    assert len(burst) == 4 and min(burst[2:]) > burst[1]  # the queue holds the 2nd batch, not the 3rd and 4th
     counted = steps[~steps["warmup"]]
     assert (counted["ready_batches"] == 0).mean() >= 0.8  # the queue ran dry within most steps
     assert s["fractions"]["data_wait"] == pytest.approx(own["data_wait_share"], abs=0.05)

@@ -127,7 +127,7 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
                        t0_s, warmup_steps)
     loading = _loading_rows(train_nexts, begins, ends, t0_s)
     summary = _loader_summaries(ev.loaders, train, nexts, waits, eval_spans)
-    by_position = wait_by_position(train_nexts, begins, ends) if len(begins) else None
+    by_position = wait_by_position(train_nexts, begins, ends, warmup_steps) if len(begins) else None
     for loader in summary:  # the burst a step's batches make, on the loaders that trained
         loader["wait_by_position_s"] = by_position if loader["role"] == TRAIN else None
     cuda_copies = int(tables["C"]["device_s"].notna().sum())
@@ -256,13 +256,15 @@ def _least_in_step(t: np.ndarray, values: np.ndarray, begins: np.ndarray, ends: 
     return out
 
 
-def wait_by_position(train_nexts: pd.DataFrame, begins: np.ndarray, ends: np.ndarray) -> list[float] | None:
-    """Mean ``next()`` wait, s, of a step's 1st, 2nd, ... training batch, over the steps holding the usual
-    number of batches (the most common); None when steps hold one batch. A step of several batches
-    (gradient accumulation) shows whether the loader keeps up with them back to back."""
+def wait_by_position(train_nexts: pd.DataFrame, begins: np.ndarray, ends: np.ndarray,
+                     warmup_steps: int = 0) -> list[float] | None:
+    """Mean ``next()`` wait, s, of a step's 1st, 2nd, ... training batch, over the counted steps (after
+    ``warmup_steps``; all of them if none is left) holding the usual number of batches (the most common);
+    None when steps hold one batch. A step of several batches (gradient accumulation) shows whether the
+    loader keeps up with them back to back."""
     t0 = train_nexts["t0_s"].to_numpy()
     step = _which_step(t0, begins, ends)
-    inside = step >= 0
+    inside = step >= (warmup_steps if len(begins) > warmup_steps else 0)
     if not inside.any():
         return None
     step, wait = step[inside], (train_nexts["t1_s"].to_numpy() - t0)[inside]
