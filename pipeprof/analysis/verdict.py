@@ -78,8 +78,23 @@ ground-truth input-bound case (two workers 99% busy, each batch 98 ms of
 work for a 12 ms step) had 54% of its wait on steps with a batch "ready" and
 was called balanced (R7).
 
+Uncertain bands (issue 14, item 7). Every cut-off above has a band around it
+(``thresholds``: ``H2D_BOUND_BAND``, ``COMPUTE_BOUND_BAND``, ``READY_WAIT_BAND``,
+``WORKERS_BUSY_BAND``, ``WORKERS_IDLE_BUSY_BAND``; ``PART_MARGIN`` for the largest
+part of making a batch). A number inside its band does not decide alone: the
+other evidence does where it can — workers busy 0.7-0.9 are saturated when the
+queue ran dry (R6), or when their work is CPU work and the cores are saturated
+(``SATURATED_FRACTION``) — and otherwise the verdict is ``uncertain`` and names
+its ``candidates``, its class being the candidate of the rule first in the table
+(so it does not flip with the side of the cut-off a noisy number fell on).
+Waiting for a core (``core_wait_fraction``) is contention, counted for no part;
+where it outweighs the gap between two real parts, both are named. No sentence
+says the workers "cannot keep up" unless the queue ran dry (found full on fewer
+than ``QUEUE_MOSTLY_FULL`` of the steps, the wait mostly on steps that found it empty).
+
 Besides the class, ``notes`` say when ``num_workers`` + torch threads exceed
-the usable cores (oversubscription) and when a cold page cache was not cold.
+the usable cores (oversubscription), when a cold page cache was not cold, and
+when a script asked for ``pin_memory=True`` with no CUDA device.
 """
 
 from __future__ import annotations
