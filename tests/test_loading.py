@@ -466,3 +466,13 @@ def test_the_report_names_waiting_for_a_core_or_says_it_is_unknown():
             assert "waiting for a core" in timeline and "waiting for a core" in split
             assert "500 µs" in text.split("waiting for a core per sample", 1)[1].split("\n", 1)[0]
         assert "fetch (off CPU: storage, sleep)" in timeline and "prep (on CPU: decode, transform)" in split
+
+
+def test_a_loading_without_any_run_queue_reading_is_recorded_as_an_absence():
+    from pipeprof.analysis.loading import CORE_WAIT_UNKNOWN, core_wait_absence
+
+    nan = float("nan")
+    assert core_wait_absence(pd.DataFrame({"core_wait_s": [nan, nan]})) == CORE_WAIT_UNKNOWN
+    assert core_wait_absence(pd.DataFrame({"core_wait_s": [nan, 0.001]})) is None  # some batches were read
+    assert core_wait_absence(pd.DataFrame({"fetch_s": [0.1]})) is None  # an old table: no claim either way
+    assert core_wait_absence(pd.DataFrame()) is None

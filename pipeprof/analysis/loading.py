@@ -54,6 +54,18 @@ _NUMERIC = ["step", "worker", "t_start_s", "t_end_s", "fetch_s", "core_wait_s", 
 _OPTIONAL = {"core_wait_s"}  # added in issue 14: missing = unknown
 
 
+CORE_WAIT_UNKNOWN = ("the threads' run-queue wait (/proc/thread-self/schedstat) could not be read where batches "
+                     "were made: waiting for a core is counted in fetch")
+
+
+def core_wait_absence(loading: pd.DataFrame) -> str | None:
+    """Why the loading has no waiting-for-a-core split (run.json ``absences.core_wait``), or None when it has
+    one or there is no loading: every batch made without a run-queue reading."""
+    if loading.empty or "core_wait_s" not in loading:
+        return None
+    return CORE_WAIT_UNKNOWN if bool(pd.to_numeric(loading["core_wait_s"], errors="coerce").isna().all()) else None
+
+
 def worker_label(worker: Any) -> str:
     """``"main"`` for the training process, else the worker id as text (summary.json's keys)."""
     return "main" if int(worker) == MAIN_PROCESS else str(int(worker))

@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 
 import pipeprof
+from pipeprof.analysis.loading import core_wait_absence
 from pipeprof.errors import UsageError, interrupt_reason, one_line
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
@@ -292,6 +293,9 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     samples, processes = sample_tables(*sampler.frames(), monitor is not None)
     loading = recorder.frame() if recorder else pd.DataFrame(columns=LOADING_COLUMNS)
     loading[["t_start_s", "t_end_s"]] -= t0_s  # the recorder keeps raw clock readings
+    no_core_wait = core_wait_absence(loading)
+    if no_core_wait:
+        absences["core_wait"] = no_core_wait
     spool.cleanup()
     functions = pd.DataFrame([row for r in recorded.values() for row in r.rows], columns=FUNCTION_COLUMNS)
     attachments = {name: content for r in recorded.values() for name, content in r.files.items()}

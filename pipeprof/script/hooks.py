@@ -24,10 +24,11 @@ first, and so does a start that fails half-way):
 * the map-style and iterable dataset fetchers' ``fetch``, in whichever
   process makes the batch (a worker or the training process): wall and
   thread CPU time of ``__getitem__`` over the batch, and of the collate
-  (``pipeprof.script.batches``). Off-CPU time in ``__getitem__`` (storage,
-  network, sleep) is recorded as fetch, on-CPU time (decode, transforms) as
-  prep: a user's dataset does both in one call, and the thread's CPU clock
-  is what tells them apart.
+  (``pipeprof.script.batches``). On-CPU time (decode, transforms) is prep;
+  off-CPU time is split by the thread's run-queue wait
+  (``pipeprof.measure.schedstat``) into waiting for a core and fetch (the
+  rest: storage, network, sleep): a user's dataset does all of it in one
+  call, and the thread's clocks are what tell them apart.
 * ``torch.Tensor.to`` and ``.cuda``: copies of tensors that came out of a
   loader (``C``); CUDA copies are timed with device events.
 * PyTorch's global optimizer step post-hook: step ends (``O``).

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeprof.analysis.loading import core_wait_absence
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import describe_environment
@@ -142,6 +143,9 @@ class Session:
             absences["steps"] = untraced_message(children) if children else NO_LOADER
         elif cut.steps.empty:
             absences["steps"] = f"no complete training step (steps end at {cut.step_source})"
+        no_core_wait = core_wait_absence(cut.loading)
+        if no_core_wait:
+            absences["core_wait"] = no_core_wait
         train = next((loader for loader in cut.loaders if loader["role"] == TRAIN), None)
         if self.sampler is not None:
             absences.update(self.sampler.absences)
@@ -167,7 +171,8 @@ class Session:
             "script": script,
             "loaders": cut.loaders,
             "step_source": cut.step_source,
-            "loading_split": "thread-cpu-time",  # fetch = __getitem__ off the CPU, prep = on it (hooks)
+            # prep = __getitem__ on the CPU; off it: waiting for a core (run-queue wait) and fetch (the rest)
+            "loading_split": "thread-cpu-time",
             "device": "cuda" if cut.cuda_copies else "cpu",  # where its batches went
             "timing": {"method": "host-clock"},
             "environment": describe_environment(training_threads(threads)),
