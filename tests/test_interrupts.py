@@ -53,9 +53,6 @@ def test_sigterm_to_run_saves_the_steps_and_exits_143(tmp_path):
     (folder,) = [p for p in out.iterdir() if p.is_dir()]
     meta = json.loads((folder / "run.json").read_text())
     assert meta["status"] == "interrupted" and meta["error"] == "terminated (SIGTERM)"
-    # the signal left the hooks no time to write how it ended: pipeprof profile says what it saw
-    assert meta["script"]["ended"] == {"how": "signal", "detail": "terminated (SIGTERM)",
-                                       "recorded_by": "pipeprof profile"}
     assert json.loads((folder / "summary.json").read_text())["steps"] > 0
     assert (folder / "report.html").is_file() and "Traceback" not in err
 

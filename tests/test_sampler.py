@@ -50,6 +50,14 @@ class FakeProcess:
         if error is not None:
             raise error
 
+    def ppid(self):
+        self._check()
+        return 1
+
+    def cmdline(self):
+        self._check()
+        return ["python", f"fake-{self.pid}"]
+
     def cpu_times(self):
         self._check()
         return ProcCpu(self.cpu_s / 2, self.cpu_s / 2, 99.0, 99.0)  # children_* must be ignored
@@ -213,6 +221,10 @@ def test_workers_appear_and_vanish():
     assert row["read_bytes_per_s"] == pytest.approx(2000.0)  # a's 10_000 bytes do not count as -10_000
     assert row["workers_rss_bytes"] == 1000
     assert {r["pid"] for r in sampler.process_rows() if r["t_s"] == 2.5} == {100, 202}
+    # every descendant seen is described once, as first seen, also after it is gone
+    assert [(d["pid"], d["ppid"], d["cmdline"], d["first_t_s"]) for d in sampler.descendants()] == [
+        (201, 1, ["python", "fake-201"], 1.0), (202, 1, ["python", "fake-202"], 2.0),
+        (203, 1, ["python", "fake-203"], 2.0)]
 
     root.kids = []  # all workers gone: back to a true zero
     b.gone = FakeNoSuchProcess
