@@ -317,7 +317,10 @@ def test_accelerate_loop_steps_samples_and_wait(tmp_path):
     assert steps["samples"].tolist() == [32] * 38  # no double first step, no merged last one
     by_role = {d["role"]: d for d in s["loaders"]}
     assert by_role["train"]["batches"] == 38 and by_role["eval"]["passes"] == 2
+    assert (by_role["train"]["name"], by_role["eval"]["name"]) == ("train_dataloader", "eval_dataloader")
+    assert by_role["train"]["framework"] == "accelerate" and by_role["train"]["batch_size"] == 32
     assert s["fractions"]["data_wait"] == pytest.approx(own["data_wait_share"], abs=0.05)
+    assert s["attribution"]["cpu"]["torch_threads"] == own["torch_threads"]  # what the training thread used
 
 
 @pytest.mark.integration
@@ -330,7 +333,9 @@ def test_hf_trainer_one_row_per_optimizer_step_across_a_pass_end(tmp_path):
     assert steps["samples"].tolist() == [8] * 15 + [4] + [8] * 4
     (train,) = s["loaders"]
     assert train["role"] == "train" and train["batches"] == 20 and train["wait_by_position_s"] is None
+    assert (train["name"], train["framework"], train["batch_size"]) == ("Trainer train loader", "transformers", 8)
     assert s["fractions"]["data_wait"] == pytest.approx(own["data_wait_share"], abs=0.05)
+    assert s["attribution"]["cpu"]["torch_threads"] == own["torch_threads"]  # what the training thread used
 
 
 @pytest.mark.integration
@@ -349,3 +354,4 @@ def test_hf_trainer_gradient_accumulation_burst_runs_the_queue_dry(tmp_path):
     counted = steps[~steps["warmup"]]
     assert (counted["ready_batches"] == 0).mean() >= 0.8  # the queue ran dry within most steps
     assert s["fractions"]["data_wait"] == pytest.approx(own["data_wait_share"], abs=0.05)
+    assert s["attribution"]["cpu"]["torch_threads"] == own["torch_threads"]  # what the training thread used

@@ -313,6 +313,7 @@ def test_logging_generator_fixture_names_both_loaders_and_matches_its_own_wait(t
     assert s["steps"] + s["warmup_steps"] == own["steps"] == 2 * 512 // 32
     assert all(d["framework"] is None for d in s["loaders"])
     assert s["fractions"]["data_wait"] == pytest.approx(own["data_wait_share"], abs=0.05)
+    assert s["attribution"]["cpu"]["torch_threads"] == own["torch_threads"]  # what the training thread used
 
 
 @pytest.mark.integration
@@ -329,6 +330,7 @@ def test_lightning_fixture_names_its_loaders_after_the_hooks_that_build_them(tmp
     assert {d["framework"] for d in s["loaders"]} == {"lightning"}
     assert s["steps"] + s["warmup_steps"] == own["steps"] == 32
     assert s["fractions"]["data_wait"] == pytest.approx(own["data_wait_share"], abs=0.05)
+    assert s["attribution"]["cpu"]["torch_threads"] == own["torch_threads"]  # what the training thread used
 
 
 @pytest.mark.integration
@@ -348,3 +350,4 @@ def test_loader_subclass_fixture_wait_matches_its_own_clock(tmp_path):
     assert {d["name"]: d["role"] for d in s["loaders"]} == {"train_batches": "train", "holdout": "eval"}
     assert s["steps"] + s["warmup_steps"] == own["steps"] == 2 * 640 // 32
     assert s["fractions"]["data_wait"] == pytest.approx(own["data_wait_share"], abs=0.05)
+    assert s["attribution"]["cpu"]["torch_threads"] == own["torch_threads"]  # what the training thread used
