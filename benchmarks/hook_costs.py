@@ -8,8 +8,8 @@ written through ``EventLog``, its flushes included), the fetch timing in
 the process that makes the batch (wall and thread CPU clocks, the record
 carried back) and, beside it, the two readings of the thread's run-queue wait
 that tell waiting for a core from fetch (``measure.schedstat``), ``next()`` (the clocks, unwrapping the record, remembering
-the batch's tensors), two ``.to()`` calls on the batch's tensors, and the
-optimizer post-hook. End-to-end ratios on a shared machine move by ±10 %
+the batch's tensors), two ``.to()`` calls on the batch's tensors, the
+optimizer post-hook and the backward-pass wrapper. End-to-end ratios on a shared machine move by ±10 %
 from run to run; these parts say where the cost is, within a microsecond
 or so.
 """
@@ -88,6 +88,9 @@ def hook_costs_us() -> dict[str, float]:
         try:
             costs["2 x .to() of the batch"] = 2 * _extra_us(lambda: to(x, "cpu"), lambda: hooked_to(x, "cpu"))
             costs["optimizer post-hook"] = _extra_us(lambda: None, lambda: probe.on_optimizer_step(None, (), {}))
+            # the backward wrapper around a stand-in for torch.autograd.backward: the wrapper's own cost
+            probe.optimizer_steps = 1  # as in a script with an optimizer: a backward pass does not end a step
+            costs["backward hook"] = _extra_us(lambda: None, hooks._backward_function(lambda: None, probe))
         finally:
             probe.live = False
     costs["total"] = sum(costs.values())
