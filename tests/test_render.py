@@ -645,3 +645,17 @@ def test_low_throughputs_keep_their_significant_figures(rate, text):
     console = Console(record=True, width=200)
     print_summary(summary, "runs/x", console=console)
     assert re.search(rf"throughput\s+{re.escape(text)} samples/s", console.export_text())
+
+
+def test_console_shows_where_in_a_step_of_several_batches_the_waits_fall_and_no_unoffered_profiler():
+    """Gradient accumulation (issue 14, item 12): the training loader's mean wait by batch position; a script's
+    code profile, which pipeprof profile does not offer, is no line of its own."""
+    console = Console(record=True, width=400)
+    run = refits_run(fits=1)
+    summary = summarize(run)
+    train = next(d for d in summary["loaders"] if d["role"] == "train")
+    train["wait_by_position_s"] = [0.0054, 0.0022, 0.0109, 0.0103]
+    print_summary(summary, "runs/x", console=console)
+    text = console.export_text()
+    assert re.search(r"wait by batch in the step\s+5\.40 ms / 2\.20 ms / 10\.9 ms / 10\.3 ms", text)
+    assert "code profile" not in text

@@ -77,6 +77,10 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
         add("top recommendation", text, "bold" if as_dict(top.get("change")) else "")
     add("fetch/prep/collate per sample",
         _several(fmt.duration, *(loading.get(k) for k in ("fetch_per_sample_s", "prep_per_sample_s", "collate_per_sample_s"))))
+    burst = next((d.get("wait_by_position_s") for d in s.get("loaders") or []
+                  if isinstance(d, dict) and d.get("role") == "train" and d.get("wait_by_position_s")), None)
+    if burst:  # steps of several batches (gradient accumulation): where in the step the waits fall
+        add("wait by batch in the step", " / ".join(fmt.duration(w) for w in burst))
     if loading:  # unknown where schedstat cannot be read (fetch holds it then), never a silent 0
         add("waiting for a core per sample",
             fmt.duration(loading.get("core_wait_per_sample_s"), missing="unknown (counted in fetch)"))
@@ -102,6 +106,9 @@ def print_summary(summary: dict[str, Any], folder: str | Path, console: Console 
     (console or Console()).print(summary_table(summary, folder))
 
 
+_NOT_ASKED = ("off", "not recorded")  # a profiler not asked for (a scenario's 0) or not offered (a script)
+
+
 def _code_profile_line(code: dict[str, Any]) -> str | None:
     """cProfile's group shares per process and its cost, and py-spy's file; None when both were off."""
     parts = []
@@ -113,9 +120,9 @@ def _code_profile_line(code: dict[str, Any]) -> str | None:
             parts.append(f"{name}: {shares or as_dict(info).get('absent') or NOT_MEASURED}")
         ratio = _value(as_dict(cprofile.get("overhead")).get("ratio"))
         parts.append(f"profiled steps ×{fmt.number(ratio, 2)} the others" if ratio is not None else "cost not measured")
-    elif not str(cprofile.get("absent", "off")).startswith("off"):
+    elif not str(cprofile.get("absent", "off")).startswith(_NOT_ASKED):
         parts.append(f"cProfile: {cprofile['absent']}")
-    if pyspy and not str(pyspy.get("absent", "")).startswith("off"):
+    if pyspy and not str(pyspy.get("absent", "")).startswith(_NOT_ASKED):
         parts.append(f"py-spy: {pyspy['file']}" if pyspy.get("file") else f"py-spy: {pyspy.get('absent')}")
     return "; ".join(parts) or None
 
