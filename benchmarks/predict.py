@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeprof.analysis.recommend import set_text  # noqa: E402
+from pipeprof.analysis.advice_text import set_text  # noqa: E402
 from pipeprof.errors import UsageError  # noqa: E402
 from pipeprof.pipeline.fresh_process import ChildRun, run_child  # noqa: E402
 from pipeprof.scenario import Scenario, load_scenario  # noqa: E402

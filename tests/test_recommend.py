@@ -8,8 +8,9 @@ import pytest
 from rich.console import Console
 from test_verdict import STEP_S, make_run
 
+from pipeprof.analysis.advice_text import set_text
 from pipeprof.analysis.attribution import attribution
-from pipeprof.analysis.recommend import Recommendation, _Model, is_no_op, recommend, set_text
+from pipeprof.analysis.recommend import Recommendation, _Model, is_no_op, recommend
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS
 from pipeprof.analysis.verdict import verdict_from_attribution
@@ -396,7 +397,7 @@ def test_pin_memory_on_cpu_is_noted_for_a_script():
     (None, "torch.set_num_threads(1); train_iter: DataLoader(SyntheticImages(...), num_workers=1)"),
 ])
 def test_advice_code_is_what_the_user_can_write_for_their_framework(framework, text):
-    from pipeprof.analysis.recommend import script_text
+    from pipeprof.analysis.advice_text import script_text
     loader = _train_loader(0, 1, framework=framework)
     assert script_text({"loader.num_workers": 1, "train.threads": 1}, loader) == text
     assert script_text({"train.threads": 1}, loader) == "torch.set_num_threads(1)"  # never a loader's name

@@ -6,7 +6,7 @@ import pytest
 import tomllib
 from tiny import tiny_file, tiny_toml
 
-from pipeprof.analysis.recommend import dataloader_kwargs
+from pipeprof.analysis.advice_text import dataloader_kwargs
 from pipeprof.cli.main import main
 from pipeprof.pipeline.tune import toml_snippet
 from pipeprof.scenario import scenario_from_dict

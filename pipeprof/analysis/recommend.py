@@ -99,6 +99,7 @@ from typing import Any
 import pandas as pd
 
 from pipeprof import format as fmt
+from pipeprof.analysis.advice_text import script_text
 from pipeprof.analysis.attribution import Attribution
 from pipeprof.analysis.steps import counted_steps
 from pipeprof.analysis.thresholds import (
@@ -216,36 +217,6 @@ def _for_script(recs: list[Recommendation], meta: dict[str, Any]) -> list[Recomm
             continue
         out.append(dataclasses.replace(rec, script_text=script_text(change, loader)))
     return out
-
-
-# TrainingArguments' names for the DataLoader settings the Hugging Face Trainer builds its loaders with.
-TRAINING_ARGUMENTS = {"loader.num_workers": "dataloader_num_workers", "loader.pin_memory": "dataloader_pin_memory",
-                      "loader.prefetch_factor": "dataloader_prefetch_factor",
-                      "loader.persistent_workers": "dataloader_persistent_workers"}
-
-
-def script_text(change: dict[str, Any], loader: dict[str, Any]) -> str:
-    """The Python a script's author writes for ``change``, where their code builds the training loader
-    (``loader``: its description in run.json's ``loaders``; ``framework`` read leniently, absent in older runs).
-
-    The thread count comes first and alone (it is the process's, never a loader's); loader settings are
-    ``TrainingArguments(dataloader_...=...)`` for the Hugging Face Trainer, the DataLoader built in
-    ``train_dataloader()`` for Lightning, and the loader's ``DataLoader(...)`` otherwise."""
-    parts = []
-    if change.get("train.threads"):
-        parts.append(f"torch.set_num_threads({change['train.threads']})")
-    settings = {k: v for k, v in change.items() if k.startswith("loader.") and v is not None}
-    if settings:
-        framework = loader.get("framework")
-        dataset = f"{loader.get('dataset') or 'dataset'}(...)"
-        if framework == "transformers" and all(k in TRAINING_ARGUMENTS for k in settings):
-            kwargs = ", ".join(f"{TRAINING_ARGUMENTS[k]}={v!r}" for k, v in settings.items())
-            parts.append(f"TrainingArguments({kwargs})")
-        elif framework == "lightning":
-            parts.append(f"the DataLoader built in train_dataloader(): {dataloader_kwargs(settings, dataset)}")
-        else:
-            parts.append(f"{loader.get('name') or 'the training loader'}: {dataloader_kwargs(settings, dataset)}")
-    return "; ".join(parts)
 
 
 class _Model:
@@ -669,17 +640,6 @@ class _Model:
                          f"({self._now()}, {self._ceiling_words()}; {self.storage_words})", "all candidates")
 
 
-def set_text(rec: dict[str, Any]) -> str:
-    """A recommendation's change as command-line text: ``--set loader.num_workers=2 ...`` (for a script: the
-    Python to change, ``script_text``), the code change, or ``no change``."""
-    if rec.get("script_text"):
-        return str(rec["script_text"])
-    change = as_dict(rec.get("change"))
-    if change:
-        return " ".join(f"--set {key}={fmt.setting_arg(value)}" for key, value in change.items())
-    return f"code: {rec['code_change']}" if rec.get("code_change") else "no change"
-
-
 def _negative(current: float | None, reason: str, model: str) -> Recommendation:
     return Recommendation({}, current, 1.0, reason, model)
 
@@ -690,22 +650,3 @@ def _bytes_per_sample(loading: pd.DataFrame | None) -> float:
     nbytes = pd.to_numeric(loading["nbytes"], errors="coerce").sum()
     samples = pd.to_numeric(loading["samples"], errors="coerce").sum()
     return float(nbytes / samples) if samples and nbytes else float(SAMPLE_BYTES)
-
-
-def dataloader_kwargs(settings: dict[str, Any], dataset: str = "dataset") -> str:
-    """The loader settings as Python: DataLoader keyword arguments, plus threads and placement as comments."""
-    kwargs = []
-    for key in ("loader.batch_size", "loader.num_workers", "loader.prefetch_factor", "loader.persistent_workers",
-                "loader.pin_memory"):
-        if key in settings and settings[key] is not None:
-            kwargs.append(f"{key.partition('.')[2]}={settings[key]!r}")
-    lines = [f"DataLoader({dataset}, {', '.join(kwargs)})"]
-    if settings.get("train.threads"):
-        lines.append(f"torch.set_num_threads({settings['train.threads']})")
-    storage = settings.get("data.storage")
-    if storage == "device":
-        lines = ["# hold the whole data set on the device and take batches by index (no DataLoader)",
-                 f"torch.set_num_threads({settings['train.threads']})" if settings.get("train.threads") else ""]
-    elif storage == "ram":
-        lines.insert(0, "# decode the data set once into RAM (e.g. a TensorDataset) and load from there")
-    return "\n".join(line for line in lines if line)

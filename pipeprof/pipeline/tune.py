@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from pipeprof.analysis.recommend import DEVICE_DATA_MAX_BYTES, dataloader_kwargs
+from pipeprof.analysis.advice_text import dataloader_kwargs
+from pipeprof.analysis.recommend import DEVICE_DATA_MAX_BYTES
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.sweep import best_summary, near_best, point_record
 from pipeprof.analysis.tune import Search, Space, ceiling_words, search

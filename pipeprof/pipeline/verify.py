@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeprof.analysis.recommend import set_text
+from pipeprof.analysis.advice_text import set_text
 from pipeprof.errors import UsageError
 from pipeprof.pipeline.derive import rederive
 from pipeprof.pipeline.fresh_process import run_child

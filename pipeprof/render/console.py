@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeprof import format as fmt
-from pipeprof.analysis.recommend import set_text
+from pipeprof.analysis.advice_text import set_text
 from pipeprof.format import NOT_MEASURED
 from pipeprof.numbers import finite as _value
 from pipeprof.numbers import scaled

@@ -16,8 +16,8 @@ from jinja2 import ChainableUndefined, Environment, PackageLoader, Undefined
 from markupsafe import Markup
 
 from pipeprof import format as fmt
+from pipeprof.analysis.advice_text import set_text
 from pipeprof.analysis.loading import counted_batches, loading_breakdown
-from pipeprof.analysis.recommend import set_text
 from pipeprof.analysis.steps import counted_steps, counted_window_s, step_breakdown
 from pipeprof.analysis.summary import TAIL_FRACTION
 from pipeprof.format import NOT_MEASURED, finite
