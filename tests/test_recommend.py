@@ -401,7 +401,10 @@ def test_advice_code_is_what_the_user_can_write_for_their_framework(framework, t
     loader = _train_loader(0, 1, framework=framework)
     assert script_text({"loader.num_workers": 1, "train.threads": 1}, loader) == text
     assert script_text({"train.threads": 1}, loader) == "torch.set_num_threads(1)"  # never a loader's name
+    # the workers it already has are no change to write (a Trainer run with 1 worker told to set threads)
+    assert script_text({"loader.num_workers": 1, "train.threads": 1}, {**loader, "num_workers": 1}) == \
+        "torch.set_num_threads(1)"
     args = script_text({"loader.num_workers": 2, "loader.pin_memory": True, "loader.prefetch_factor": 4,
-                        "loader.persistent_workers": True}, _train_loader(0, 1, framework="transformers"))
+                        "loader.persistent_workers": True}, _train_loader(0, 1, framework="transformers", num_workers=0))
     assert args == ("TrainingArguments(dataloader_num_workers=2, dataloader_pin_memory=True, "
                     "dataloader_prefetch_factor=4, dataloader_persistent_workers=True)")

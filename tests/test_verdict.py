@@ -121,7 +121,7 @@ def test_workers_with_a_full_queue_yet_waiting_is_the_training_process():
     assert ev["capacity_batches"] == 8 and ev["full_step_fraction"] == 1.0 and ev["empty_step_fraction"] == 0.0
     assert ev["ready_wait_fraction"] == 1.0
     assert "wait_when_empty_mean_s" not in ev  # no step found it empty: no such mean, not a zero
-    assert "prefetch queue full (8 of 8)" in v.sentence
+    assert "prefetch queue full (all 8 batches it holds ready)" in v.sentence
 
 
 def test_saturated_workers_set_the_pace_whatever_the_queue_showed():

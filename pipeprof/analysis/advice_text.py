@@ -28,11 +28,14 @@ def script_text(change: dict[str, Any], loader: dict[str, Any]) -> str:
 
     The thread count comes first and alone (it is the process's, never a loader's); loader settings are
     ``TrainingArguments(dataloader_...=...)`` for the Hugging Face Trainer, the DataLoader built in
-    ``train_dataloader()`` for Lightning, and the loader's ``DataLoader(...)`` otherwise."""
+    ``train_dataloader()`` for Lightning, and the loader's ``DataLoader(...)`` otherwise; a loader setting
+    equal to the loader's own is left out."""
     parts = []
     if change.get("train.threads"):
         parts.append(f"torch.set_num_threads({change['train.threads']})")
-    settings = {k: v for k, v in change.items() if k.startswith("loader.") and v is not None}
+    # A setting the loader already has is no change to write (a thread change keeps the workers as they are).
+    settings = {k: v for k, v in change.items() if k.startswith("loader.") and v is not None
+                and not (k.partition(".")[2] in loader and loader[k.partition(".")[2]] == v)}
     if settings:
         framework = loader.get("framework")
         dataset = f"{loader.get('dataset') or 'dataset'}(...)"

@@ -125,7 +125,7 @@ def _queue_cause(attr: Attribution, share: float, storage: str | None) -> Cause:
     capacity = prefetch.capacity_batches
     full = prefetch.full_step_fraction or 0.0
     queue = (f"{share_text(prefetch.full_step_fraction)} of steps found the prefetch queue full "
-             f"({capacity} of {capacity}), " if capacity else "")
+             f"(all {fmt.plural(capacity, 'batch', 'batches')} it holds ready), " if capacity else "")
     queue += f"{share_text(prefetch.empty_step_fraction)} found it empty"
     # The queue was run dry only if it was not mostly full and the wait fell mostly on steps that found it empty.
     ran_dry = full < QUEUE_MOSTLY_FULL and share <= READY_WAIT_WORKERS + READY_WAIT_BAND
@@ -297,7 +297,7 @@ def _core_words(core: float | None) -> str:
     """The share of batch-making spent waiting for a core, said apart from the parts (it is none of them)."""
     if not core:
         return ""
-    return f"; {share_text(core)} more was waiting for a core (CPU contention, counted for no part)"
+    return f"; {share_text(core)} more was waiting for a core (CPU contention: every core was busy)"
 
 
 def _inferred(attr: Attribution) -> Cause:

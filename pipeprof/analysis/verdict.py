@@ -87,7 +87,7 @@ queue ran dry (R6), or when their work is CPU work and the cores are saturated
 (``SATURATED_FRACTION``) — and otherwise the verdict is ``uncertain`` and names
 its ``candidates``, its class being the candidate of the rule first in the table
 (so it does not flip with the side of the cut-off a noisy number fell on).
-Waiting for a core (``core_wait_fraction``) is contention, counted for no part;
+Waiting for a core (``core_wait_fraction``) is contention, counted in none of the parts;
 where it outweighs the gap between two real parts, both are named. No sentence
 says the workers "cannot keep up" unless the queue ran dry (found full on fewer
 than ``QUEUE_MOSTLY_FULL`` of the steps, the wait mostly on steps that found it empty).
