@@ -427,13 +427,14 @@ def test_saturated_cores_settle_busy_workers_doing_cpu_work_as_prep():
     assert v.evidence["busy_over_usable_fraction"] == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("busy, ready, klass, rule", [
-    (0.55, 1, "input:main", "R5"), (0.62, 1, "input:main", "R5"),  # workers with slack, batches ready
-    (0.95, 1, "input:prep", "R6"), (0.95, 0, "input:prep", "R6"), (0.60, 0, "input:prep", "R6"),
-    (0.60, [0, 4] * 20, "balanced", "R7"),
+@pytest.mark.parametrize("busy, ready, wait, klass, rule", [
+    # workers with slack, batches ready, a ready step's wait short next to the 55-62 ms a batch takes them
+    (0.55, 1, 0.1, "input:main", "R5"), (0.62, 1, 0.1, "input:main", "R5"),
+    (0.95, 1, 0.35, "input:prep", "R6"), (0.95, 0, 0.35, "input:prep", "R6"), (0.60, 0, 0.35, "input:prep", "R6"),
+    (0.60, [0, 4] * 20, 0.35, "balanced", "R7"),
 ])
-def test_far_from_the_cut_offs_the_verdicts_are_as_before(busy, ready, klass, rule):
-    v = verdict(_busy_run(busy, ready))
+def test_far_from_the_cut_offs_the_verdicts_are_as_before(busy, ready, wait, klass, rule):
+    v = verdict(_busy_run(busy, ready, wait=wait))
     assert (v.klass, v.rule, v.uncertain, v.candidates) == (klass, rule, False, (klass,)), v.sentence
 
 
@@ -511,3 +512,29 @@ def test_summary_json_carries_uncertain_and_candidates():
     assert s["verdict"]["uncertain"] is True and s["verdict"]["candidates"] == ["input:prep", "input:main"]
     s = summarize(make_run(wait=0.02))
     assert s["verdict"]["uncertain"] is False and s["verdict"]["candidates"] == ["compute"]
+
+
+@pytest.mark.parametrize("busy, uncertain", [(0.55, False), (0.62, True)])
+def test_a_ready_batch_that_takes_as_long_as_making_one_was_not_delivered(busy, uncertain):
+    """Pure-Python preprocessing in a Lightning run (1 worker): "ready" steps waited 11 ms against the 14 ms the
+    worker takes per batch, the queue seldom full, and R5 blamed the training process on 4 of 6 identical runs.
+    A batch counted in the queue but sent late by a worker busy with CPU work: the workers set the pace."""
+    v = verdict(_busy_run(busy, 1, wait=0.35))  # 35 ms waits with a batch ready; a batch every 55 / 62 ms
+    assert (v.klass, v.rule, v.uncertain) == ("input:prep", "R6", uncertain), v.sentence
+    assert v.evidence["wait_when_ready_over_supply_fraction"] == pytest.approx(35 / (busy * 100))
+    assert v.evidence["supply_interval_s"] == pytest.approx(busy * 0.1)
+    assert "sends it late" in v.sentence and "keep up" not in v.sentence
+    if uncertain:  # 0.56 of the supply interval: inside the band, the training process is named too
+        assert v.candidates == ("input:prep", "input:main")
+
+
+def test_undelivered_batches_of_storage_bound_workers_keep_the_training_process_a_candidate():
+    v = verdict(_busy_run(0.55, 1, mix=(0.85, 0.1, 0.05), wait=0.35))  # sleep-like fetch releases the interpreter
+    assert v.uncertain and v.candidates == ("input:fetch", "input:main"), v.sentence
+
+
+def test_a_full_queue_with_long_waits_stays_the_training_process():
+    # memmap-workers: the queue full on most steps, yet each step waits: the batches were there to take
+    v = verdict(_busy_run(0.55, 4, wait=0.35))
+    assert (v.klass, v.rule) == ("input:main", "R5"), v.sentence
+    assert "wait_when_ready_over_supply_fraction" not in v.evidence

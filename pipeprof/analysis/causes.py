@@ -19,6 +19,8 @@ from pipeprof.analysis.thresholds import (
     DISK_READ_FLOOR_BYTES_PER_S,
     PART_MARGIN,
     QUEUE_MOSTLY_FULL,
+    READY_UNDELIVERED,
+    READY_UNDELIVERED_BAND,
     READY_WAIT_BAND,
     READY_WAIT_MAIN,
     READY_WAIT_WORKERS,
@@ -163,6 +165,24 @@ def _queue_cause(attr: Attribution, share: float, storage: str | None) -> Cause:
             f"set the pace, while {queue} and {share_text(share)} of the wait fell on steps that had a batch ready; "
             f"if the workers set the pace, {split.why}; if not, "
             + (main_words if other == "input:main" else "supply is bursty")), ev, join_candidates(split.candidates, (other,)))
+    undelivered, seen = _undelivered(attr)
+    if undelivered is not None and undelivered >= 0 and ready_main >= 0 and has_loading and full < QUEUE_MOSTLY_FULL:
+        # "Ready" batches that still took about as long as making one, the queue seldom full: the workers set
+        # the pace. Decided when their work is CPU work (it holds the worker's interpreter, so the batch is sent
+        # late); storage-bound workers release it, and the training process stays a candidate.
+        ev.update(seen)
+        split = _workers_split(loading, storage, ev)
+        if split.klass != "input:prep":
+            undelivered = 0
+        words = (f"the workers set the pace — {queue}, but a step that found a batch ready still waited "
+                 f"{fmt.duration(prefetch.wait_when_ready_mean_s)} on average, "
+                 f"{share_text(ev['wait_when_ready_over_supply_fraction'])} of the "
+                 f"{fmt.duration(ev['supply_interval_s'])} the workers take per batch: the batch was counted in "
+                 f"the queue before it could be received (a worker busy with CPU work sends it late); {split.why}")
+        if undelivered > 0:
+            return Cause(split.klass, "R6", words, ev, split.candidates)
+        return Cause(split.klass, "R6", words + f"; if not, {main_words}", ev,
+                     join_candidates(split.candidates, ("input:main",)))
     if ready_main > 0:
         return Cause("input:main", "R5", (
             f"{queue}, and {share_text(share)} of the wait fell on steps that had a batch ready — the workers "
@@ -192,6 +212,20 @@ def _queue_cause(attr: Attribution, share: float, storage: str | None) -> Cause:
     return Cause("balanced", "R7", (
         f"{queue}; {share_text(share)} of the wait fell on steps that had a batch ready and the rest on steps that "
         "had none — supply is bursty (a larger prefetch_factor may smooth it)"), ev)
+
+
+def _undelivered(attr: Attribution) -> tuple[int | None, dict[str, float]]:
+    """Whether steps that found a batch "ready" still waited about as long as the workers take to make one:
+    ``side`` of that ratio against ``READY_UNDELIVERED`` (1 yes, 0 too close, -1 no; None when unknown), and
+    the evidence (``supply_interval_s``: batch-making time over num_workers; the ratio)."""
+    batch_s, workers = attr.loading.batch_s, attr.cpu.num_workers
+    when_ready = attr.prefetch.wait_when_ready_mean_s
+    if not batch_s or not workers or when_ready is None:
+        return None, {}
+    supply_s = batch_s / workers
+    ratio = when_ready / supply_s
+    return side(ratio, READY_UNDELIVERED, READY_UNDELIVERED_BAND), {
+        "supply_interval_s": supply_s, "wait_when_ready_over_supply_fraction": ratio}
 
 
 def _serial_cause(attr: Attribution, storage: str | None) -> Cause:

@@ -43,6 +43,13 @@ PART_MARGIN = 0.1
 # A queue found full on at least this share of steps was not run dry: the workers were ahead when asked, so no
 # sentence may say they "cannot keep up" (one said so beside "72% of steps found the prefetch queue full").
 QUEUE_MOSTLY_FULL = 0.5
+# R5 trusts "a batch was ready" only if such a step's mean wait was short next to the workers' supply interval
+# (batch-making time / num_workers). At or above this share of it, the batch counted in the queue had not
+# arrived yet: a worker busy with Python CPU work holds its interpreter, and the queue's feeder thread sends
+# the batch late (pure-Python preprocessing in a Lightning run: "ready" steps waited 11 ms against 14 ms a
+# batch, and R5 blamed the training process). The workers then set the pace, whatever the queue said.
+READY_UNDELIVERED = 0.5
+READY_UNDELIVERED_BAND = 0.1  # [0.4, 0.6): either the workers' pace or R5, both named
 
 # Recommendations.
 MIN_GAIN = 1.05  # a recommendation must predict at least 5% more samples/s

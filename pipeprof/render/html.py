@@ -64,6 +64,8 @@ _EVIDENCE_LABELS = {
     "ready_wait_fraction": "share of the wait on steps that found a batch ready",
     "wait_when_ready_mean_s": "wait per step when a batch was ready, mean",
     "wait_when_empty_mean_s": "wait per step when the queue was empty, mean",
+    "supply_interval_s": "time the workers take per batch (batch-making time / num_workers)",
+    "wait_when_ready_over_supply_fraction": "wait when a batch was ready, over the workers' time per batch",
     "worker_busy_mean_fraction": "workers busy, mean share of their span",
     "mean_read_bytes_per_s": "disk reads, mean",
     "peak_read_bytes_per_s": "disk reads, peak",
