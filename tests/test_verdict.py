@@ -538,3 +538,12 @@ def test_a_full_queue_with_long_waits_stays_the_training_process():
     v = verdict(_busy_run(0.55, 4, wait=0.35))
     assert (v.klass, v.rule) == ("input:main", "R5"), v.sentence
     assert "wait_when_ready_over_supply_fraction" not in v.evidence
+
+
+def test_a_core_wait_too_small_to_matter_is_not_said():
+    """The demo sweep said "0.0% more was waiting for a core (CPU contention: every core was busy)"."""
+    attr = attribution(_busy_run(0.95, 0, mix=(0.05, 0.9, 0.05)))
+    for core, said in ((0.0, False), (0.015, False), (0.05, True)):
+        loading = dataclasses.replace(attr.loading, core_wait_fraction=core)
+        v = verdict_from_attribution(dataclasses.replace(attr, loading=loading))
+        assert ("more was waiting for a core" in v.sentence) is said, (core, v.sentence)

@@ -16,6 +16,7 @@ from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution
 from pipeprof.analysis.evidence import PARTS, DataEvidence, LoadingEvidence
 from pipeprof.analysis.thresholds import (
+    CORE_WAIT_WORTH_SAYING,
     DISK_READ_FLOOR_BYTES_PER_S,
     PART_MARGIN,
     QUEUE_MOSTLY_FULL,
@@ -328,8 +329,9 @@ def _workers_split(loading: LoadingEvidence, storage: str | None, ev: dict[str, 
 
 
 def _core_words(core: float | None) -> str:
-    """The share of batch-making spent waiting for a core, said apart from the parts (it is none of them)."""
-    if not core:
+    """The share of batch-making spent waiting for a core, said apart from the parts (it is none of them);
+    nothing under ``CORE_WAIT_WORTH_SAYING`` (0.0 % "more was waiting" reads as a claim of contention)."""
+    if not core or core < CORE_WAIT_WORTH_SAYING:
         return ""
     return f"; {share_text(core)} more was waiting for a core (CPU contention: every core was busy)"
 

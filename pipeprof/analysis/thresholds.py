@@ -50,6 +50,8 @@ QUEUE_MOSTLY_FULL = 0.5
 # batch, and R5 blamed the training process). The workers then set the pace, whatever the queue said.
 READY_UNDELIVERED = 0.5
 READY_UNDELIVERED_BAND = 0.1  # [0.4, 0.6): either the workers' pace or R5, both named
+# The verdict's sentence names waiting for a core from this share of batch-making time (below it, noise).
+CORE_WAIT_WORTH_SAYING = 0.02
 
 # Recommendations.
 MIN_GAIN = 1.05  # a recommendation must predict at least 5% more samples/s
