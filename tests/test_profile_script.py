@@ -129,6 +129,7 @@ def test_the_threads_a_script_sets_itself_are_the_ones_reported(tmp_path):
     proc, folder, s, meta = profile(tmp_path, "python", str(FIXTURES / "own_threads.py"))
     assert proc.returncode == 0, proc.stderr
     assert "torch threads: 1" in proc.stdout
+    assert s["fractions"]["data_wait"] == pytest.approx(_printed(proc.stdout, "data wait share"), abs=0.05)
     assert s["attribution"]["cpu"]["torch_threads"] == 1
     assert meta["environment"]["torch_threads"] == 1
     assert meta["script"]["torch_threads"]["first step"] == 1 and meta["script"]["torch_threads"]["end"] == 1
