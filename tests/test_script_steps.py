@@ -309,3 +309,21 @@ def test_prefetch_queue_reading_of_the_steps_first_batch():
     steps = script_steps(s.events, t0_s=100.0).steps
     assert steps["ready_batches"].isna().tolist() == [True, False, False]
     assert steps["ready_batches"].tolist()[1:] == [2.0, 0.0]
+
+
+def test_each_loader_says_its_core_wait_per_sample_only_when_every_batch_had_it():
+    s = Script()
+    train, val = s.loader("train_loader"), s.loader("val_loader")
+    s.iter(train)
+    for _ in range(4):  # 8 ms of waiting for a core in each batch of 4 samples
+        s.batch(train, 0.01, record=[0, 7, s.t, s.t + 0.01, 0.002, 0.004, 0.001, 4, 0.008])
+        s.work(0.02)
+        s.optimizer()
+    s.end(train)
+    s.iter(val)
+    s.batch(val, 0.01, record=[0, 7, s.t, s.t + 0.01, 0.002, 0.004, 0.001, 4, 0.008])
+    s.batch(val, 0.01, record=[0, 7, s.t, s.t + 0.01, 0.002, 0.004, 0.001, 4, None])  # no readings: unknown
+    s.end(val)
+    loaders = {d["name"]: d for d in script_steps(s.events, t0_s=100.0).loaders}
+    assert loaders["train_loader"]["core_wait_per_sample_s"] == pytest.approx(0.002)
+    assert loaders["val_loader"]["core_wait_per_sample_s"] is None

@@ -382,6 +382,10 @@ def _loader_summaries(loaders: dict[int, dict], train: set[int], nexts: pd.DataF
             "eval_s": sum(b - a for a, b, m in eval_spans if m == n) if n not in train else None,
             **{f"{part}_per_sample_s": (float(made[f"{part}_s"].sum()) / made_samples if made_samples else None)
                for part in ("fetch", "prep", "collate")},
+            # waiting for a core: known only if every batch had its run-queue readings (else fetch holds it)
+            "core_wait_per_sample_s": (float(made["core_wait_s"].sum()) / made_samples
+                                       if made_samples and "core_wait_s" in made
+                                       and bool(made["core_wait_s"].notna().all()) else None),
         })
         out.append(info)
     return out
