@@ -98,6 +98,8 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         {"key": p, "label": plots.PHASE_LABELS[p], "color": plots.PHASE_COLORS[p], "fraction": fractions.get(p)}
         for p in plots.PHASE_COLORS
     ]
+    # time the counted window holds that no counted step does: shaded on every time chart, named once
+    excluded = not_counted_spans(run.steps, meta.get("loaders"), as_dict(meta.get("timing")).get("method"))
     return env.get_template("report.html.j2").render(
         s=summary,
         meta=meta,
@@ -109,8 +111,8 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         recommendations=_recommendations(summary),
         verification=_verification(summary),
         phases=phases,
-        plots=_plots(run, meta, summary),
-        loading=_loading(run, meta),
+        plots=_plots(run, meta, summary, excluded),
+        loading=_loading(run, meta, excluded),
         code_profile=_code_profile(summary),
         scenario_sections=_scenario_sections(meta.get("scenario")),
         script=_script(meta),
@@ -242,11 +244,11 @@ def format_evidence(key: str, value: Any) -> str:
     return format_number(value)
 
 
-def _plots(run: Run, meta: dict[str, Any], summary: dict[str, Any]) -> list[dict[str, Any]]:
+def _plots(run: Run, meta: dict[str, Any], summary: dict[str, Any],
+           excluded: list[tuple[float, float, str]]) -> list[dict[str, Any]]:
     """Each plot with its SVG (safe markup) or the reason it is absent."""
     absences = as_dict(meta.get("absences"))
     window = counted_window_s(run.steps)
-    excluded = not_counted_spans(run.steps, meta.get("loaders"), as_dict(meta.get("timing")).get("method"))
     samples = run.samples
     no_samples = _absence(absences, _SAMPLER_KEYS, "the system sampler recorded no samples in this run")
     if samples is not None and not samples.empty:
@@ -331,7 +333,7 @@ def _prefetch_plot(run: Run, summary: dict[str, Any]) -> tuple[str, str, str | N
             "bursty supply.")
 
 
-def _loading(run: Run, meta: dict[str, Any]) -> dict[str, Any]:
+def _loading(run: Run, meta: dict[str, Any], excluded: list[tuple[float, float, str]]) -> dict[str, Any]:
     """The Loading section: per-worker table, timeline and split, or why they are absent."""
     loading = run.loading
     breakdown = loading_breakdown(counted_batches(loading, run.steps))
@@ -340,7 +342,6 @@ def _loading(run: Run, meta: dict[str, Any]) -> dict[str, Any]:
                           "this run has no loading records (it was recorded without worker-side timing)")
     else:
         reason = "no loading records for counted steps (every recorded batch fed a warm-up step)"
-    excluded = not_counted_spans(run.steps, meta.get("loaders"), as_dict(meta.get("timing")).get("method"))
     timeline = plots.loading_timeline_svg(loading, counted_window_s(run.steps), excluded)
     split = plots.loading_split_svg(breakdown)
     rows = [{**r, "name": plots.worker_name(r["worker"])} for r in breakdown.to_dict("records")]

@@ -58,12 +58,6 @@ LOADING_LABELS = {
 }
 UNKNOWN_IN_FETCH = "core_wait"  # unknown (no schedstat, older runs): not drawn, fetch holds it
 
-
-def loading_parts(frame: pd.DataFrame, suffix: str) -> dict[str, str]:
-    """The parts of making a batch to draw and their colors: waiting for a core only where it was measured."""
-    column = f"{UNKNOWN_IN_FETCH}{suffix}"
-    known = column in frame and pd.to_numeric(frame[column], errors="coerce").notna().any()
-    return {p: c for p, c in LOADING_COLORS.items() if p != UNKNOWN_IN_FETCH or known}
 SPAN_COLOR = "#d4d4d4"
 MAIN_COLOR = "#1f77b4"
 WORKERS_COLOR = "#2ca02c"
@@ -75,6 +69,7 @@ EXCLUDED_COLOR = "#fbe7b5"  # time inside the counted window that no counted ste
 Spans = Sequence[tuple[float, float, str]]
 # Not-counted spans of one name closer than this share of the time axis are drawn as one band.
 MERGE_FRACTION = 0.002
+
 
 # About this many bars/points per series at most; longer series are binned.
 MAX_POINTS = 600
@@ -94,6 +89,13 @@ _RC: dict[RcKeyType, Any] = {
     "grid.linewidth": 0.6,
     "legend.frameon": False,
 }
+
+
+def loading_parts(frame: pd.DataFrame, suffix: str) -> dict[str, str]:
+    """The parts of making a batch to draw and their colors: waiting for a core only where it was measured."""
+    column = f"{UNKNOWN_IN_FETCH}{suffix}"
+    known = column in frame and pd.to_numeric(frame[column], errors="coerce").notna().any()
+    return {p: c for p, c in LOADING_COLORS.items() if p != UNKNOWN_IN_FETCH or known}
 
 
 def step_breakdown_svg(breakdown: pd.DataFrame) -> str | None:

@@ -384,8 +384,7 @@ def _loader_summaries(loaders: dict[int, dict], train: set[int], nexts: pd.DataF
                for part in ("fetch", "prep", "collate")},
             # waiting for a core: known only if every batch had its run-queue readings (else fetch holds it)
             "core_wait_per_sample_s": (float(made["core_wait_s"].sum()) / made_samples
-                                       if made_samples and "core_wait_s" in made
-                                       and bool(made["core_wait_s"].notna().all()) else None),
+                                       if made_samples and bool(made["core_wait_s"].notna().all()) else None),
         })
         out.append(info)
     return out

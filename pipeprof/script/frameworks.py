@@ -31,7 +31,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from types import ModuleType
 from typing import Any, Protocol
 
-from pipeprof.script.patches import Patches
+from pipeprof.script.patches import Patches, wraps
 
 # module -> its loader classes whose __iter__ keeps one batch of the wrapped DataLoader in hand
 LOOK_AHEAD: dict[str, tuple[str, ...]] = {
@@ -104,10 +104,9 @@ def timed_pass(inner: Iterator[Any], hooks: OuterHooks, clock: Callable[[], floa
             try:
                 batch = next(inner)
             except StopIteration:
-                hooks.outer = previous
                 hooks.on_outer_end(state, t0, clock())
                 return
-            finally:
+            finally:  # the enclosing pass (if any) is the one running again
                 hooks.outer = previous
             hooks.on_outer_batch(state, t0, clock(), batch)
             yield batch
@@ -124,10 +123,7 @@ def _look_ahead_iter(original: Callable[[Any], Iterator[Any]], hooks: OuterHooks
         if not hooks.live:
             return original(loader)
         return timed_pass(original(loader), hooks, clock)
-    __iter__.__wrapped__ = original  # type: ignore[attr-defined]
-    __iter__.__name__, __iter__.__doc__ = original.__name__, original.__doc__
-    __iter__.__qualname__ = getattr(original, "__qualname__", "__iter__")
-    return __iter__
+    return wraps(__iter__, original)
 
 
 def patch_module(module: ModuleType, patches: Patches, hooks: OuterHooks, clock: Callable[[], float]) -> None:

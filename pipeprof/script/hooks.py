@@ -72,7 +72,7 @@ from pipeprof.script.batches import Tagged, TimedCollate, clock, install_fetch
 from pipeprof.script.frameworks import OuterPass
 from pipeprof.script.loader_names import note_built
 from pipeprof.script.loaders import batch_samples, describe_loader, tensors
-from pipeprof.script.patches import Patches
+from pipeprof.script.patches import Patches, wraps
 
 FLUSH_EVERY_S = 0.5
 NO_RECORD = (None,) * 9  # a batch without its maker's record: N events keep one width (the reader's fast path)
@@ -224,13 +224,13 @@ class Hooks:
             return original(iterator)
         if self.stopping:
             raise SystemExit(0)
+        outer = getattr(iterator, "_pipeprof_outer", None)  # a framework's look-ahead pass it runs in, if any
         ready = ready_batches(iterator)  # before the clock: the step timer does the same
         t0 = clock()
         try:
             data = original(iterator)
         except StopIteration:
             t1 = clock()
-            outer = getattr(iterator, "_pipeprof_outer", None)
             if outer is None:
                 self.log.add(("E", number, t0, t1), t1)
             else:  # the look-ahead loader's next() that saw it reports the pass's end
@@ -241,7 +241,6 @@ class Hooks:
         if type(data) is Tagged:
             data, record = data.batch, data.record
         self._remember(data)
-        outer = getattr(iterator, "_pipeprof_outer", None)
         if outer is not None:  # taken ahead by a framework's loader: written when the loop's next() yields it
             outer.taken(batch_samples(data, record), record, None if ready != ready else ready)
             return data
@@ -404,13 +403,6 @@ def _cuda_event() -> Any:  # pragma: no cover - needs a GPU
     return event
 
 
-def _wraps(method: Callable, original: Callable) -> Callable:
-    method.__wrapped__ = original  # type: ignore[attr-defined]
-    method.__name__ = original.__name__
-    method.__doc__ = original.__doc__
-    return method
-
-
 def _switched(original: Callable, hooks: Hooks, on: Callable[[Any, Callable], Any]) -> Callable:
     """A one-argument method (``__iter__``, ``__next__``) handed to ``on(obj, original)`` while ``hooks.live``;
     ``on`` is bound once, so the switch costs what the method lookup did before."""
@@ -418,7 +410,7 @@ def _switched(original: Callable, hooks: Hooks, on: Callable[[Any, Callable], An
         if hooks.live:
             return on(obj, original)
         return original(obj)
-    return _wraps(method, original)
+    return wraps(method, original)
 
 
 def _built_method(original: Callable, hooks: Hooks) -> Callable:
@@ -427,7 +419,7 @@ def _built_method(original: Callable, hooks: Hooks) -> Callable:
         original(self, *args, **kwargs)
         if hooks.live:
             note_built(self)
-    return _wraps(__init__, original)
+    return wraps(__init__, original)
 
 
 def _copy_method(original: Callable, hooks: Hooks) -> Callable:
@@ -435,7 +427,7 @@ def _copy_method(original: Callable, hooks: Hooks) -> Callable:
         if not hooks.live or not hooks.batch_refs:
             return original(self, *args, **kwargs)
         return hooks.on_copy(self, original, args, kwargs)
-    return _wraps(method, original)
+    return wraps(method, original)
 
 
 def _backward_function(original: Callable, hooks: Hooks) -> Callable:
@@ -448,7 +440,7 @@ def _backward_function(original: Callable, hooks: Hooks) -> Callable:
         out = original(*args, **kwargs)
         on_backward(t0)
         return out
-    return _wraps(backward, original)
+    return wraps(backward, original)
 
 
 def _unwrap_worker_batches(iterator: Any) -> None:

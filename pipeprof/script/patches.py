@@ -22,6 +22,16 @@ from typing import Any
 MISSING: Any = object()  # "not in the owner's own __dict__": the attribute was inherited (or absent)
 
 
+def wraps(wrapper: Callable, original: Callable) -> Callable:
+    """``wrapper`` named and documented as ``original``, which it keeps as ``__wrapped__`` (``inspect`` and a
+    later patch see through it)."""
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    wrapper.__name__ = original.__name__
+    wrapper.__qualname__ = getattr(original, "__qualname__", original.__name__)
+    wrapper.__doc__ = original.__doc__
+    return wrapper
+
+
 def own_value(owner: Any, name: str) -> Any:
     """What ``owner`` holds under ``name`` itself (a class's own ``__dict__`` entry), or ``MISSING``.
 
