@@ -41,8 +41,9 @@ def faulty_fetch(fault: str, after: int):
 
 @pytest.mark.parametrize("workers, fault, words", [
     # A killed worker reaches the training process as torch's "DataLoader worker (pid N) is killed by signal",
-    # or, when it died while handing over a batch's shared memory, as the connection it reset.
-    (1, "kill", ("DataLoader worker", "Connection reset")),
+    # or, when it died while handing over a batch (a connection reset, a shared-memory file gone), as that symptom
+    # after the worker's own exit status (pipeline.train.dead_workers).
+    (1, "kill", ("DataLoader worker (pid",)),
     (1, "raise", ("ValueError: sample",)),
     (0, "raise", ("ValueError: sample",)),
 ])
@@ -101,3 +102,31 @@ def test_a_cut_handover_in_a_worker_prints_nothing_and_other_errors_still_do(mon
         except Exception:
             sys.excepthook(*sys.exc_info())
     assert printed == [ZeroDivisionError]
+
+
+class _Worker:
+    def __init__(self, pid, codes):
+        self.pid, self._codes = pid, list(codes)
+
+    @property
+    def exitcode(self):  # None while alive, then its exit status, as multiprocessing.Process reports it
+        return self._codes.pop(0) if len(self._codes) > 1 else self._codes[0]
+
+
+class _Iterator:
+    def __init__(self, *workers):
+        self._workers = list(workers)
+
+
+def test_dead_workers_says_which_worker_died_and_how():
+    from pipeprof.pipeline.train import dead_workers
+    assert dead_workers(_Iterator(_Worker(11, [None]), _Worker(12, [0]))) is None
+    assert dead_workers(None) is None
+    assert dead_workers(_Iterator(_Worker(11, [None]), _Worker(12, [-signal.SIGKILL]))) == \
+        "DataLoader worker (pid 12) is killed by signal: Killed"
+    assert dead_workers(_Iterator(_Worker(13, [3]))) == "DataLoader worker (pid 13) exited with status 3"
+    # A reset connection can arrive before the dying worker's exit is reported: it is waited for, briefly.
+    late = _Iterator(_Worker(14, [None, None, None, -signal.SIGSEGV]))
+    assert dead_workers(late, wait_s=5.0, poll_s=0.0) == "DataLoader worker (pid 14) is killed by signal: " \
+        + signal.strsignal(signal.SIGSEGV)
+    assert dead_workers(_Iterator(_Worker(15, [None, None, -9])), wait_s=0.0) is None  # not waited for unless asked

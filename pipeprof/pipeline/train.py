@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import signal
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,10 +148,44 @@ def train_loop(work: Workload, total_steps: int, timer: StepTimer | ThroughputTi
             if stop_after is not None and stop_after(i, len(y)):
                 break
         timer.finish()
+    except Exception as e:
+        died = dead_workers(iterator, wait_s=1.0 if isinstance(e, (OSError, EOFError)) else 0.0)
+        # The training process may have seen only a symptom (a reset connection, a missing batch): say the cause.
+        if died and "DataLoader worker (pid" not in str(e):
+            raise WorkerDied(f"{died} (the training process saw {one_line(e)})") from e
+        raise
     finally:
         # Interrupted or failed too: end the workers now, while they are alive, not whenever the
         # traceback lets go of the iterator (a worker outliving its parent prints tracebacks).
         _end_workers(iterator, batches)
+
+
+class WorkerDied(RuntimeError):
+    """A DataLoader worker process ended by a signal or a non-zero exit while the loop ran."""
+
+
+def dead_workers(iterator: Any, wait_s: float = 0.0, poll_s: float = 0.01) -> str | None:
+    """Which of a multi-process iterator's workers have died, as torch words it ("DataLoader worker (pid N)
+    is killed by signal: Killed."), or None. A worker killed while handing over a batch reaches the training
+    process as whatever broke first (a reset connection, a shared-memory file gone, a timeout): the worker's
+    own exit status says what happened. That symptom can come before the worker's exit is reported (its sockets
+    close as it dies): up to ``wait_s`` is given for one to be.
+    """
+    workers = list(getattr(iterator, "_workers", None) or ())
+    deadline_s = time.monotonic() + wait_s
+    while wait_s and workers and all(w.exitcode is None for w in workers) and time.monotonic() < deadline_s:
+        time.sleep(poll_s)
+    said = []
+    for worker in workers:
+        code = getattr(worker, "exitcode", None)
+        if code is None or code == 0:
+            continue
+        if code < 0:
+            how = f"is killed by signal: {signal.strsignal(-code) or -code}"
+        else:
+            how = f"exited with status {code}"
+        said.append(f"DataLoader worker (pid {worker.pid}) {how}")
+    return "; ".join(said) or None
 
 
 def _end_workers(iterator: Any, batches: Any) -> None:
