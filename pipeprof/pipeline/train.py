@@ -116,6 +116,7 @@ def train_loop(work: Workload, total_steps: int, timer: StepTimer | ThroughputTi
     batches, per_epoch = work.data.batches, work.data.steps_per_epoch()
     iterator = None
     epoch, left = -1, 0
+    fetching = False
     try:
         for i in range(total_steps):
             if before_step is not None:
@@ -133,7 +134,9 @@ def train_loop(work: Workload, total_steps: int, timer: StepTimer | ThroughputTi
                     timer.resume()
                 iterator = iter(batches)
             assert iterator is not None  # made when the first epoch began (left was 0), never dropped since
+            fetching = True
             batch = next(iterator)
+            fetching = False
             left -= 1
             if recorder is not None and len(batch) > 2:  # device batches carry no loading record
                 recorder.record(batch[2], i)
@@ -149,9 +152,11 @@ def train_loop(work: Workload, total_steps: int, timer: StepTimer | ThroughputTi
                 break
         timer.finish()
     except Exception as e:
-        died = dead_workers(iterator, wait_s=1.0 if isinstance(e, (OSError, EOFError)) else 0.0)
-        # The training process may have seen only a symptom (a reset connection, a missing batch): say the cause.
-        if died and "DataLoader worker (pid" not in str(e):
+        # Fetching, the training process may have seen only a symptom of a worker's death (a reset connection,
+        # a shared-memory file gone): say the cause. A worker's own exception says it ("in DataLoader worker").
+        symptom = fetching and "DataLoader worker" not in str(e)
+        died = dead_workers(iterator, wait_s=1.0) if symptom else None
+        if died:
             raise WorkerDied(f"{died} (the training process saw {one_line(e)})") from e
         raise
     finally:
