@@ -74,10 +74,13 @@ STEP_COLUMNS = [
     "loss",  # training loss of the batch
     "correct",  # correctly classified samples in the batch
     "ready_batches",  # prefetched batches already waiting when the step asked (NaN: not observable)
+    "collective_wait_s",  # blocked in collectives (DDP's all-reduce, torch.distributed calls), out of compute_s
 ]
 
 # Columns added after format 1 shipped: older run folders load without them (as NaN).
-_ADDED_LATER = {"ready_batches", "core_wait_s"}
+_ADDED_LATER = {"ready_batches", "core_wait_s", "collective_wait_s"}
+# ... and the value they load with: unknown, except collectives: a run from before them had one process, none.
+_LOADED_AS = {"collective_wait_s": 0.0}
 
 SAMPLE_COLUMNS = [
     "t_s",  # host time of the tick
@@ -156,6 +159,9 @@ class Run:
     loading: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LOADING_COLUMNS))
     functions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=FUNCTION_COLUMNS))
     attachments: dict[str, bytes] = field(default_factory=dict)  # file name (one of ATTACHMENTS) -> content
+    # A multi-process job's ranks, each a whole run of its own (meta["rank"] says which), in rank order;
+    # saved as ``ranks/rank-<N>/`` beside the job's own records. Empty for one process.
+    ranks: list[Run] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -382,6 +388,8 @@ def save_run(run: Run, folder: Path, extra_files: dict[str, str] | None = None) 
             os.chmod(tmp / name, 0o644)
         for name, text in (extra_files or {}).items():
             write_text(tmp / name, text)
+        for rank_run in run.ranks:
+            save_run(rank_run, tmp / RANKS_FOLDER / rank_folder_name(rank_run.meta))
         os.replace(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -419,9 +427,28 @@ def load_run(folder: Path) -> Run:
             raise UsageError(f"{path}: corrupt table (missing columns: {', '.join(missing)})")
         for c in columns:
             if c not in df.columns:
-                df[c] = pd.Series(dtype="float64")
+                df[c] = _LOADED_AS[c] if c in _LOADED_AS and not df.empty else pd.Series(dtype="float64")
         tables[name] = df
     if "warmup" in tables["steps"]:
         tables["steps"]["warmup"] = tables["steps"]["warmup"].astype(bool)
     attachments = {name: (folder / name).read_bytes() for name in ATTACHMENTS if (folder / name).is_file()}
-    return Run(meta=meta, attachments=attachments, **tables)
+    ranks_folder = folder / RANKS_FOLDER
+    ranks = [load_run(f) for f in sorted(ranks_folder.iterdir(), key=_rank_order)
+             if f.is_dir() and not f.name.startswith(".")] if ranks_folder.is_dir() else []
+    return Run(meta=meta, attachments=attachments, ranks=ranks, **tables)
+
+
+RANKS_FOLDER = "ranks"
+
+
+def rank_folder_name(meta: dict[str, Any]) -> str:
+    """``rank-<N>`` for a rank's run (``meta["rank"]["rank"]``), ``pid-<P>`` for a process without a rank."""
+    rank = as_dict(meta.get("rank"))
+    if rank.get("rank") is not None:
+        return f"rank-{int(rank['rank'])}"
+    return f"pid-{int(rank.get('pid') or 0)}"
+
+
+def _rank_order(folder: Path) -> tuple[int, int, str]:
+    kind, _, number = folder.name.partition("-")
+    return (0 if kind == "rank" else 1, int(number) if number.isdigit() else 0, folder.name)

@@ -74,6 +74,7 @@ def make_run(
             "loss": np.linspace(2.0, 0.5, n_steps),
             "correct": 96,
             "ready_batches": np.nan,  # filled in by tests of the prefetch queue
+            "collective_wait_s": 0.0,
         }
     )[STEP_COLUMNS]
     if n_samples is None:

@@ -42,6 +42,7 @@ def make_run(*, wait: float = 0.3, h2d: float = 0.01, n: int = 40, warmup: int =
         "data_wait_s": wait * STEP_S, "h2d_s": h2d * STEP_S, "compute_s": (1 - wait - h2d) * STEP_S,
         "step_s": STEP_S, "host_wait_s": wait * STEP_S, "samples": 128, "loss": 1.0, "correct": 100,
         "ready_batches": np.nan if ready is None else np.broadcast_to(np.asarray(ready, dtype=float), (n,)),
+        "collective_wait_s": 0.0,
     })[STEP_COLUMNS]
     t = np.arange(0.0, n * STEP_S, 0.05)
     samples = pd.DataFrame({

@@ -84,7 +84,7 @@ class Attribution:
         data = as_dict(data)
         step = StepShares.from_json(data.get("step"))
         fracs = {"data_wait": step.data_wait_fraction, "h2d": step.h2d_fraction,
-                 "compute": step.compute_fraction, "other": step.other_fraction}
+                 "collective_wait": step.collective_wait_fraction, "compute": step.compute_fraction, "other": step.other_fraction}
         return cls(step, LoadingEvidence.from_json(data.get("loading")), CpuEvidence.from_json(data.get("cpu")),
                    DiskEvidence.from_json(data.get("disk")), GpuEvidence.from_json(data.get("gpu")),
                    PrefetchEvidence.from_json(data.get("prefetch")), DataEvidence.from_json(data.get("data")),
@@ -141,7 +141,7 @@ def attribution(run: Run, probe: dict | None = None) -> Attribution:
     fin = {p: _finite(v) for p, v in frac.items()}
     return Attribution(
         step=StepShares(steps=int(len(steps)), data_wait_fraction=fin["data_wait"], h2d_fraction=fin["h2d"],
-                        compute_fraction=fin["compute"], other_fraction=fin["other"],
+                        collective_wait_fraction=fin["collective_wait"], compute_fraction=fin["compute"], other_fraction=fin["other"],
                         step_mean_s=_mean(steps.get("step_s")), data_wait_mean_s=wait_mean_s),
         loading=_loading(loading, wait_mean_s, meta),
         cpu=_cpu(run, meta, num_workers),

@@ -41,7 +41,7 @@ from pipeprof.run_folder import Run, as_dict
 
 COMPARE_SCHEMA_VERSION = 1
 FRACTION_NOISE_PP = 2.0  # percentage points of step time
-PHASES = ("data_wait", "h2d", "compute", "other")
+PHASES = ("data_wait", "h2d", "collective_wait", "compute", "other")
 
 NOISE_RULES = {
     "throughput": "within noise when the 95% interval of the throughput ratio contains 1 "

@@ -61,6 +61,7 @@ class StepShares(_Section):
     steps: int = 0
     data_wait_fraction: float | None = None
     h2d_fraction: float | None = None
+    collective_wait_fraction: float | None = None  # blocked in collectives, waiting for the other ranks
     compute_fraction: float | None = None
     other_fraction: float | None = None
     step_mean_s: float | None = None

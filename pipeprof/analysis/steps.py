@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 # The parts of a training step the step timer measures; "other" is the rest of the step.
-PHASES = ("data_wait", "h2d", "compute")
+PHASES = ("data_wait", "h2d", "collective_wait", "compute")
 
 
 def counted_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -23,12 +23,14 @@ def counted_steps(steps: pd.DataFrame) -> pd.DataFrame:
 def step_breakdown(steps: pd.DataFrame) -> pd.DataFrame:
     """Counted steps with ``other_s`` = step time not in data wait, h2d or compute."""
     df = counted_steps(steps).copy()
+    if "collective_wait_s" not in df:  # a table built before collectives were measured: one process, none
+        df["collective_wait_s"] = 0.0
     df["other_s"] = (df["step_s"] - df[[f"{p}_s" for p in PHASES]].sum(axis=1)).clip(lower=0.0)
     return df
 
 
 def fractions(steps: pd.DataFrame) -> dict[str, float]:
-    """Share of counted step time in each phase; the four values sum to 1."""
+    """Share of counted step time in each phase; the five values sum to 1."""
     df = step_breakdown(steps)
     total_s = float(df["step_s"].sum())
     if total_s <= 0:

@@ -197,6 +197,7 @@ class StepTimer:
                 "loss": _value(p.loss),
                 "correct": _value(p.correct),
                 "ready_batches": p.ready_batches,
+                "collective_wait_s": 0.0,  # one process: no collectives
             }
             if p.events:
                 # After a pause the device's idle gap holds untimed work: time such a step like the first.

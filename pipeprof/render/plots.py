@@ -34,12 +34,14 @@ if TYPE_CHECKING:
 PHASE_COLORS = {
     "data_wait": "#d62728",
     "h2d": "#ff7f0e",
+    "collective_wait": "#8c564b",
     "compute": "#1f77b4",
     "other": "#9e9e9e",
 }
 PHASE_LABELS = {
     "data_wait": "data wait",
     "h2d": "host → device",
+    "collective_wait": "collective wait",
     "compute": "compute",
     "other": "other",
 }

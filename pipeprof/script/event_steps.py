@@ -339,6 +339,7 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, 
         "loss": NAN,  # the script's loss is its own business
         "correct": NAN,
         "ready_batches": ready,
+        "collective_wait_s": 0.0,
     }, columns=STEP_COLUMNS)
 
 
