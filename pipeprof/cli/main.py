@@ -11,6 +11,7 @@ Commands:
   sweep SCENARIO   run a grid of settings, each point in a fresh process; a sortable comparison page
   tune SCENARIO    search the fastest DataLoader and placement settings, seeded by the recommendations
   profile -- python train.py ARGS   profile your own training script, unmodified (same report)
+  merge FOLDER...  merge the parts of one distributed job (a run folder per node or rank) into one job run
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pipeprof.cli import (
     diagnose_cmd,
     export_cmd,
     list_cmd,
+    merge_cmd,
     probe_cmd,
     profile_cmd,
     report_cmd,
@@ -51,7 +53,7 @@ from pipeprof.errors import (
 
 COMMANDS = {"run": run_cmd, "report": report_cmd, "list": list_cmd, "probe": probe_cmd,
             "diagnose": diagnose_cmd, "compare": compare_cmd, "sweep": sweep_cmd, "tune": tune_cmd,
-            "profile": profile_cmd, "export": export_cmd}
+            "profile": profile_cmd, "export": export_cmd, "merge": merge_cmd}
 
 
 class _Parser(argparse.ArgumentParser):
