@@ -26,12 +26,11 @@ import pipeprof
 from pipeprof.errors import UsageError
 from pipeprof.pipeline.fresh_process import stop_process
 from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
-from pipeprof.script.protocol import EVENTS_ENV, STEPS_ENV
+from pipeprof.script.protocol import EVENTS_DIR_ENV, EVENTS_ENV, STARTUP_PACKAGE, STEPS_ENV
 from pipeprof.script.session import Session
 
 _PYTHON = re.compile(r"python[0-9.]*(\.exe)?$")
 _OPTIONS_WITH_VALUE = {"-W", "-X", "-Q"}  # python's own options that take the next word
-_LAUNCHERS = {"torchrun", "accelerate", "deepspeed"}  # commands that start the ranks of a job
 # Modules that launch a script given as an argument: the run is named after that script
 _LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch"}
 
@@ -55,10 +54,6 @@ def split_command(command: list[str], default_python: str = sys.executable) -> t
     first = words[0]
     if first.endswith(".py") and not _PYTHON.search(Path(first).name):
         return default_python, [], words
-    if Path(first).name in _LAUNCHERS:
-        raise UsageError(f"pipeprof profile: {first!r} launches the ranks of a multi-process job, which pipeprof "
-                         "cannot profile yet; profile one rank as `-- python SCRIPT [ARGS]` with RANK, LOCAL_RANK "
-                         "and WORLD_SIZE set")
     if not _PYTHON.search(Path(first).name):
         raise UsageError(f"pipeprof profile: {first!r} is not a Python interpreter or a .py script; "
                          "expected `-- python SCRIPT [ARGS]`, `-- python -m MODULE [ARGS]` or `-- SCRIPT.py [ARGS]`")
@@ -78,6 +73,33 @@ def split_command(command: list[str], default_python: str = sys.executable) -> t
     if not rest or rest == ["-m"]:
         raise UsageError(f"pipeprof profile: {' '.join(words)!r}: no script or -m MODULE to run")
     return python, options, rest
+
+
+def launcher_command(command: list[str]) -> list[str] | None:
+    """The command as it will run, when it is not ``python ...`` or a ``.py`` script: a launcher (torchrun,
+    accelerate launch, deepspeed, srun, mpirun, a shell script...), run as it is, its first word found on PATH;
+    its Python processes get the hooks through the start-up hook (``pipeprof.script.startup``). None for the
+    Python forms."""
+    words = command[1:] if command and command[0] == "--" else list(command)
+    if not words:
+        return None
+    first = words[0]
+    if _PYTHON.search(Path(first).name) or first.endswith(".py"):
+        return None
+    # on PATH, else beside the interpreter running pipeprof (its environment's torchrun, not activated)
+    found = shutil.which(first) or (shutil.which(first, path=str(Path(sys.executable).parent))
+                                    if os.sep not in first else None)
+    if found is None:
+        raise UsageError(f"pipeprof profile: {first!r}: no such command (not found on PATH); expected "
+                         "`-- python SCRIPT [ARGS]`, `-- python -m MODULE [ARGS]`, `-- SCRIPT.py [ARGS]` or a "
+                         "launcher such as `-- torchrun ... SCRIPT [ARGS]`")
+    return [found, *words[1:]]
+
+
+def launched_name(words: list[str]) -> str:
+    """A launcher's run is named after the script it launches (its first ``.py`` word), else the launcher."""
+    script = next((w for w in words[1:] if w.endswith(".py")), None)
+    return Path(script).stem if script else Path(words[0]).name
 
 
 def run_name(target: list[str]) -> str:
@@ -159,25 +181,35 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
     """Run ``command`` (``python SCRIPT ARGS``, ``python -m MODULE ARGS`` or ``SCRIPT.py ARGS``) under the
     hooks, sampling its process tree at ``sample_hz``; ``steps``: end it after that many training steps.
     The run folder is saved under ``out`` however the script ended."""
-    python, options, target = split_command(command)
-    ensure_out_folder(out)
-    name = name or run_name(target)
     words = command[1:] if command and command[0] == "--" else list(command)
-    typed = "python" if words[0] == target[0] else words[0]  # `-- train.py ARGS`: run by `python`
-    shown = command_line(typed, python, options, target)
+    launched = launcher_command(command)
+    if launched is None:
+        python, options, target = split_command(command)
+        name = name or run_name(target)
+        typed = "python" if words[0] == target[0] else words[0]  # `-- train.py ARGS`: run by `python`
+        shown = command_line(typed, python, options, target)
+        argv = [python, *options, "-m", "pipeprof.script.boot", *target]
+        recorded = [python, *options, *target]
+    else:
+        name = name or launched_name(words)
+        shown = " ".join(shlex.quote(w) for w in words)
+        argv = recorded = launched
+    ensure_out_folder(out)
     with tempfile.TemporaryDirectory(prefix="pipeprof-profile-") as tmp:
         events = Path(tmp) / "events.jsonl"
-        env = dict(os.environ, **{EVENTS_ENV: str(events)})
+        env = dict(os.environ, **{EVENTS_ENV: str(events), EVENTS_DIR_ENV: tmp})
         if steps:
             env[STEPS_ENV] = str(steps)
-        root = str(Path(pipeprof.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
-        session = Session(name, events, warmup_steps=warmup_steps, sample_hz=sample_hz)
+        root = Path(pipeprof.__file__).resolve().parent
+        # the start-up hook first: every Python process the command starts arms the hooks (rank_boot)
+        env["PYTHONPATH"] = os.pathsep.join([str(root / "script" / STARTUP_PACKAGE), str(root.parent),
+                                             *filter(None, [os.environ.get("PYTHONPATH")])])
+        session = Session(name, events, warmup_steps=warmup_steps, sample_hz=sample_hz, events_dir=Path(tmp))
         try:
-            process = subprocess.Popen([python, *options, "-m", "pipeprof.script.boot", *target], env=env)
+            process = subprocess.Popen(argv, env=env)
             started_s = time.monotonic()
         except OSError as e:
-            raise UsageError(f"pipeprof profile: cannot start {python}: {e.strerror or e}") from None
+            raise UsageError(f"pipeprof profile: cannot start {argv[0]}: {e.strerror or e}") from None
         with _Signals(process) as signals:
             try:
                 session.start(process.pid)
@@ -190,7 +222,7 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
             returncode = _wait(process)
             wall_s = time.monotonic() - started_s
         status, error = outcome(returncode, session.records().end, signals.received)
-        script = {"command": [python, *options, *target], "command_line": shown, "cwd": os.getcwd(),
+        script = {"command": recorded, "command_line": shown, "cwd": os.getcwd(),
                   "returncode": returncode, "exit_status": exit_status(returncode), "wall_s": wall_s,
                   # read when the hooks wrote no end (a signal ended the script): what this process saw
                   "ended": {"how": "signal" if returncode < 0 else status, "detail": error,

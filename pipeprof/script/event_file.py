@@ -43,6 +43,7 @@ ROWS = {
     "O": (["t_s"], 1, lambda e: e[1:2]),
     "M": (["t_s"], 1, lambda e: e[1:2]),
     "B": (["t0_s", "t1_s"], 2, lambda e: e[1:3]),
+    "K": (["t0_s", "t1_s", "blocked_s"], 3, lambda e: e[1:4]),
 }
 
 
@@ -63,6 +64,7 @@ class Events:
     start: dict[str, Any] = field(default_factory=dict)  # S: pid, argv, ...
     end: dict[str, Any] | None = None  # X: {"how", "detail"}
     threads: list[dict[str, Any]] = field(default_factory=list)  # T: {"t_s", "at", "torch_threads"}, in order
+    rank: dict[str, Any] | None = None  # R: the process group as the process last saw it {rank, world_size, backend}
     unreadable: int = 0  # lines or events that could not be read
 
     @classmethod
@@ -146,6 +148,8 @@ class EventReader:
                     ev.start = ev.start or dict(e[2])  # the first one
                 elif kind == "X":
                     ev.end = {"how": e[2], "detail": e[3]}  # the last one
+                elif kind == "R":
+                    ev.rank = dict(e[2])  # the last one
                 elif kind == "T":
                     ev.threads.append({"t_s": float(e[1]), "at": str(e[2]["at"]),
                                        "torch_threads": int(e[2]["torch_threads"])})

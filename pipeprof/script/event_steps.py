@@ -17,6 +17,11 @@ C     t0, t1, bytes, device_s|None               a batch tensor was copied (``.t
 O     t                                          an optimizer step ended (global post-hook)
 M     t                                          ``prof.step()``
 B     t0, t1                                     a backward pass (``torch.autograd.backward``)
+K     t0, t1, blocked_s                          blocked in collectives: a backward pass in a process
+                                                 group (its off-CPU time less waiting for a core: DDP's
+                                                 all-reduce wait) or a synchronous torch.distributed call
+R     t, {rank, world_size, backend}             the process group, at a loader's first pass, the first
+                                                 step end and the end
 T     t, {at, torch_threads}                     torch's thread count, at the first step end / the end
 W     loader                                     ``prof.wrap(loader)``: the training loader
 S     t, {pid, argv, ...}                        the script started
@@ -61,6 +66,9 @@ holds:
   1st, 2nd, ... batch;
 * other: from ``begin`` to the step's first wait — the script's work after
   the previous optimizer step (scheduler, logging, checkpoints);
+* ``collective_wait_s``: time blocked in collectives (``K``) begun in the
+  step outside evaluation passes, at most the step's compute: a rank of a
+  data-parallel job waiting in DDP's all-reduce for the slowest rank;
 * ``compute_s``: the rest — forward, backward, the optimizer, and whatever
   else the script does between receiving a batch and the optimizer step.
 
@@ -100,6 +108,7 @@ class ScriptSteps:
     end: dict[str, Any] | None = None  # the X event: {"how": "exit"|"exception", "detail": ...}
     cuda_copies: int = 0  # batch copies timed on a CUDA device
     threads: list[dict[str, Any]] = field(default_factory=list)  # T events: torch's threads while it trained
+    rank: dict[str, Any] | None = None  # R: the process group as the process last saw it
 
 
 def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int = 0) -> ScriptSteps:
@@ -124,14 +133,14 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
         begins, ends = _cut_at_batches(train_waits, train_nexts, tables["E"])
     train_iters = np.sort(tables["I"]["t0_s"][tables["I"]["loader"].isin(train)].to_numpy())
     steps = _step_rows(begins, ends, train_waits, train_nexts, tables["C"], train_iters, eval_spans,
-                       t0_s, warmup_steps)
+                       t0_s, warmup_steps, tables["K"])
     loading = _loading_rows(train_nexts, begins, ends, t0_s)
     summary = _loader_summaries(ev.loaders, train, nexts, waits, eval_spans)
     by_position = wait_by_position(train_nexts, begins, ends, warmup_steps) if len(begins) else None
     for loader in summary:  # the burst a step's batches make, on the loaders that trained
         loader["wait_by_position_s"] = by_position if loader["role"] == TRAIN else None
     cuda_copies = int(tables["C"]["device_s"].notna().sum())
-    return ScriptSteps(steps, loading, summary, source, ev.start, ev.end, cuda_copies, ev.threads)
+    return ScriptSteps(steps, loading, summary, source, ev.start, ev.end, cuda_copies, ev.threads, ev.rank)
 
 
 def _by_start(frame: pd.DataFrame) -> pd.DataFrame:
@@ -291,7 +300,7 @@ def _inside_any(t: np.ndarray, spans: list[tuple[float, float, int]]) -> np.ndar
 
 def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, train_nexts: pd.DataFrame,
                copies: pd.DataFrame, train_iters: np.ndarray, eval_spans: list[tuple[float, float, int]],
-               t0_s: float, warmup_steps: int) -> pd.DataFrame:
+               t0_s: float, warmup_steps: int, collectives: pd.DataFrame | None = None) -> pd.DataFrame:
     n = len(begins)
     if not n:
         return pd.DataFrame(columns=STEP_COLUMNS)
@@ -317,7 +326,14 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, 
     h2d_s = sums(copy_t0[outside], copy_s[outside])
     step_s = ends - begins - excluded
     other_s = np.clip(first_wait - begins - excluded_before, 0.0, None)
-    compute_s = np.clip(step_s - wait_s - h2d_s - other_s, 0.0, None)
+    busy_s = np.clip(step_s - wait_s - h2d_s - other_s, 0.0, None)
+    if collectives is not None and len(collectives):
+        k_t0 = collectives["t0_s"].to_numpy()
+        k_outside = ~_inside_any(k_t0, eval_spans)
+        collective_s = np.minimum(sums(k_t0[k_outside], collectives["blocked_s"].to_numpy()[k_outside]), busy_s)
+    else:
+        collective_s = np.zeros(n)
+    compute_s = busy_s - collective_s
     # A step's epoch is the pass its first batch came from (its wait may begin with the last pass's end).
     first_batch = _first_in_step(batch_t0, batch_t0, begins, ends, begins)
     # The prefetch queue at its lowest before any of the step's batches: a step of several batches
@@ -339,7 +355,7 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, 
         "loss": NAN,  # the script's loss is its own business
         "correct": NAN,
         "ready_batches": ready,
-        "collective_wait_s": 0.0,
+        "collective_wait_s": collective_s,
     }, columns=STEP_COLUMNS)
 
 

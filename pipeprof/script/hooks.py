@@ -67,8 +67,9 @@ from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as _dataloader
 
 from pipeprof.measure.prefetch import ready_batches  # standard library only
+from pipeprof.measure.schedstat import core_wait_s, run_queue_wait
 from pipeprof.script import frameworks
-from pipeprof.script.batches import Tagged, TimedCollate, clock, install_fetch
+from pipeprof.script.batches import Tagged, TimedCollate, clock, cpu_clock, install_fetch
 from pipeprof.script.frameworks import OuterPass
 from pipeprof.script.loader_names import note_built
 from pipeprof.script.loaders import batch_samples, describe_loader, tensors
@@ -139,6 +140,7 @@ _FORMATS = {
     "E": '["E", %d, %.9f, %.9f]\n',
     "O": '["O", %.9f]\n',
     "B": '["B", %.9f, %.9f]\n',
+    "K": '["K", %.9f, %.9f, %.9f]\n',
     "M": '["M", %.9f]\n',
 }
 _FLOAT_TYPES = (float, int)
@@ -188,6 +190,9 @@ class Hooks:
         self.threads_ended = False  # ... and at the end
         self.batches: dict[int, int] = {}  # loader number -> batches (stops a script without an optimizer)
         self.stopping = False
+        self.ended = False  # the end (X) is written (a rank's excepthook: pipeprof.script.rank_boot)
+        self.rank_read = False  # the process group read (R) at the first step end
+        self._collective_depth = 0  # inside a timed torch.distributed call (one that calls another is one)
         self.outer: OuterPass | None = None  # the look-ahead loader pass whose next() is running (frameworks.py)
         self.live = False  # True from the end of a successful install() to uninstall(): the wrappers' switch
         self.patches = Patches()
@@ -202,6 +207,7 @@ class Hooks:
             if not isinstance(loader.collate_fn, TimedCollate):
                 self.patches.apply(loader, "collate_fn", TimedCollate)
             self.log.add(("L", number, describe_loader(loader, number)), clock())
+            self.read_rank()
         return number
 
     def on_iter(self, loader: DataLoader, original: Callable) -> Any:
@@ -312,6 +318,7 @@ class Hooks:
         self.log.add(("O", now), now)
         if not self.threads_read:
             self.read_threads("first step")
+            self.read_rank()
         self._maybe_stop(self.optimizer_steps)
 
     # torch.autograd.backward
@@ -323,6 +330,20 @@ class Hooks:
             self.read_threads("first step")
         if not (self.optimizer_steps or self.marks):  # no optimizer (yet): a step is a backward pass
             self._maybe_stop(self.backwards)
+
+    # torch.distributed: a rank's blocking in collectives
+    def on_collective(self, t0: float, t1: float, blocked_s: float) -> None:
+        """``K``: ``t0``..``t1`` held ``blocked_s`` seconds blocked in collectives (waiting for the other ranks,
+        and the transfer)."""
+        self.log.add(("K", t0, t1, blocked_s), t1)
+
+    def read_rank(self) -> None:
+        """``R``: the process group as torch.distributed sees it now (rank, world size, backend), if one is up."""
+        view = rank_view()
+        if view is not None:
+            self.rank_read = True
+            now = clock()
+            self.log.add(("R", now, view), now)
 
     def read_threads(self, at: str) -> None:
         """``T``: the threads torch's intra-op pool uses now, as the script set them (``at``: when)."""
@@ -367,6 +388,7 @@ class Hooks:
             frameworks.install(self.patches, self, clock)  # accelerate's loaders, when the script imports it
             # Tensor.backward calls torch.autograd.backward: one patch sees both, each pass once.
             self.patches.apply(torch.autograd, "backward", lambda original: _backward_function(original, self))
+            install_collectives(self.patches, self)
             handle = register_optimizer_step_post_hook(self.on_optimizer_step)
             self.patches.on_undo(handle.remove)
             atexit.register(self.log.flush, final=True)
@@ -383,6 +405,8 @@ class Hooks:
         global _ACTIVE
         if self.live and not self.threads_ended:
             self.read_threads("end")
+        if self.live:
+            self.read_rank()
         self.live = False
         try:
             self.log.flush(final=True)
@@ -431,16 +455,90 @@ def _copy_method(original: Callable, hooks: Hooks) -> Callable:
 
 
 def _backward_function(original: Callable, hooks: Hooks) -> Callable:
-    on_backward = hooks.on_backward
+    on_backward, on_collective = hooks.on_backward, hooks.on_collective
+    initialized = _process_group_up()
 
     def backward(*args: Any, **kwargs: Any) -> Any:
         if not hooks.live:
             return original(*args, **kwargs)
-        t0 = clock()
+        if not initialized():
+            t0 = clock()
+            out = original(*args, **kwargs)
+            on_backward(t0)
+            return out
+        # In a process group, DDP's reducer waits for the gradient all-reduce at the end of backward, off the
+        # CPU (gloo's wait): the backward's off-CPU time, less waiting for a core, is collective wait.
+        q0, c0, t0 = run_queue_wait(), cpu_clock(), clock()
         out = original(*args, **kwargs)
+        t1, c1, q1 = clock(), cpu_clock(), run_queue_wait()
+        off_cpu_s = max(0.0, (t1 - t0) - (c1 - c0))
+        on_collective(t0, t1, off_cpu_s - (core_wait_s(off_cpu_s, q0, q1) or 0.0))
         on_backward(t0)
         return out
     return wraps(backward, original)
+
+
+# torch.distributed's blocking calls: timed whole (waiting for the other ranks, and the transfer) when synchronous
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all",
+               "all_to_all_single", "barrier", "broadcast", "broadcast_object_list", "gather", "gather_object",
+               "monitored_barrier", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter",
+               "scatter_object_list")
+
+
+def _process_group_up() -> Callable[[], bool]:
+    """A cheap check that a default process group exists (torch.distributed.is_initialized), or always False."""
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available():
+        return lambda: False
+    return dist.is_initialized
+
+
+def rank_view() -> dict[str, Any] | None:
+    """``{rank, world_size, backend}`` of the default process group, or None when there is none."""
+    if not _process_group_up()():
+        return None
+    dist = torch.distributed
+    try:
+        return {"rank": dist.get_rank(), "world_size": dist.get_world_size(), "backend": str(dist.get_backend())}
+    except (RuntimeError, ValueError):  # a group being torn down
+        return None
+
+
+def install_collectives(patches: Patches, hooks: Hooks) -> None:
+    """Time torch.distributed's blocking calls, in ``torch.distributed`` and ``distributed_c10d`` both (the
+    package re-exports the module's functions: a script may call either name)."""
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available():
+        return
+    from torch.distributed import distributed_c10d
+    for name in COLLECTIVES:
+        original = getattr(distributed_c10d, name, None)
+        if original is None:
+            continue
+        wrapper = _collective_function(original, hooks)
+
+        def same(_original: Callable, w: Callable = wrapper) -> Callable:
+            return w
+        for owner in (distributed_c10d, dist):
+            if getattr(owner, name, None) is original:
+                patches.apply(owner, name, same)
+
+
+def _collective_function(original: Callable, hooks: Hooks) -> Callable:
+    on_collective = hooks.on_collective
+
+    def collective(*args: Any, **kwargs: Any) -> Any:
+        if not hooks.live or kwargs.get("async_op") or hooks._collective_depth:
+            return original(*args, **kwargs)  # asynchronous: the wait is the caller's work.wait(), not timed
+        hooks._collective_depth += 1
+        t0 = clock()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            t1 = clock()
+            hooks._collective_depth -= 1
+            on_collective(t0, t1, t1 - t0)
+    return wraps(collective, original)
 
 
 def _unwrap_worker_batches(iterator: Any) -> None:

@@ -6,3 +6,8 @@ torch (it loads torch only once the script has started)."""
 EVENTS_ENV = "PIPEPROF_EVENTS"
 # Optional: end the script after this many training steps.
 STEPS_ENV = "PIPEPROF_STEPS"
+# The folder where every instrumented process of the job writes its own event file (``events-<pid>.jsonl``).
+EVENTS_DIR_ENV = "PIPEPROF_EVENTS_DIR"
+# The folder put in front of PYTHONPATH whose ``sitecustomize`` arms the hooks in every Python process started
+# with this environment (torchrun's ranks, torch.multiprocessing.spawn's, subprocesses): ``pipeprof.script.startup``.
+STARTUP_PACKAGE = "startup"

@@ -25,6 +25,18 @@ from pipeprof.measure.environment import describe_environment
 from pipeprof.measure.sampler import WORKER, SystemSampler
 from pipeprof.run_folder import Run, sample_tables
 from pipeprof.script.event_steps import TRAIN, ScriptSteps, read_events, script_steps
+from pipeprof.script.job import (
+    Proc,
+    event_files,
+    is_job,
+    job_processes,
+    median_rank,
+    rank_processes,
+    rank_samples,
+    ranks_of,
+    tree_of,
+    untraced,
+)
 from pipeprof.version import __version__
 
 LOADER_KEYS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
@@ -64,6 +76,41 @@ def _command(cmdline: list[str], limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+NCCL_ABSENT = ("NCCL runs collectives on the GPU's streams: the host does not block in them, so a rank's wait for "
+               "the others is not seen on the host clock and stays in compute (device-side timing not implemented)")
+
+
+def rank_outcome(end: dict[str, Any] | None, job_status: str) -> tuple[str, str | None]:
+    """(status, error) of one rank from its end record (its hooks wrote it at exit)."""
+    how, detail = (end or {}).get("how"), (end or {}).get("detail")
+    if end is None:
+        return "failed", ("ended without an end record: killed by a signal (a launcher ends the other ranks "
+                          "when one fails) or by os._exit")
+    if how == "exception":
+        return "failed", f"the rank raised {detail}"
+    if how == "interrupted":
+        return "interrupted", "interrupted by the user (Ctrl-C)"
+    return ("complete", None) if job_status != "interrupted" else ("interrupted", None)
+
+
+def job_launcher(script: dict[str, Any], idents: list[dict[str, Any]]) -> str | None:
+    """What started the ranks: torchrun / torch.distributed.run, SLURM, or the script itself (multiprocessing)."""
+    command = [str(w) for w in script.get("command") or []]
+    if "torch.distributed.run" in command or "torch.distributed.launch" in command:
+        return "torch.distributed.run"
+    if command and Path(command[0]).name == "torchrun":
+        return "torchrun"
+    launchers = {str(i["launcher"]) for i in idents if i.get("launcher")}
+    if launchers:
+        return sorted(launchers)[0]
+    return "multiprocessing"
+
+
+def json_copy(value: Any) -> Any:
+    import copy
+    return copy.deepcopy(value)
+
+
 def training_threads(threads: dict[str, Any]) -> int:
     """The threads torch used while the script trained: read at its first step end, else at its end, else
     before it ran (a script may call ``torch.set_num_threads`` itself)."""
@@ -77,9 +124,12 @@ class Session:
     """Samples a process tree from ``start(pid)`` to ``finish()``; ``finish`` builds the Run."""
 
     def __init__(self, name: str, events_path: Path, *, warmup_steps: int = 5, sample_hz: float = 10.0,
-                 clock: Clock = monotonic_clock, cuda_available: bool | None = None) -> None:
+                 clock: Clock = monotonic_clock, cuda_available: bool | None = None,
+                 events_dir: Path | None = None) -> None:
         self.name = name
         self.events_path = Path(events_path)
+        self.events_dir = events_dir  # where the other processes of the command wrote theirs (rank_boot)
+        self.root_pid: int | None = None
         self.warmup_steps = warmup_steps
         self.sample_hz = sample_hz
         self.clock = clock
@@ -94,6 +144,7 @@ class Session:
     def start(self, pid: int) -> None:
         """Start sampling ``pid`` and its descendants (a process already gone is recorded, not raised)."""
         self.t0_s = self.clock()
+        self.root_pid = pid
         if self.cuda_available is None:
             import torch
             self.cuda_available = torch.cuda.is_available()
@@ -129,18 +180,120 @@ class Session:
             self._cut = script_steps(events, self.t0_s, self.warmup_steps)
         return self._cut
 
+    def processes(self) -> list[Proc]:
+        """Every instrumented process: the one ``pipeprof profile`` started (its own event file), then the
+        others of the command (``events-<pid>.jsonl``), each cut into steps on its own."""
+        root = self.records()
+        procs = [Proc(int(root.start.get("pid") or self.root_pid or 0), None, root, True, self._unreadable)] \
+            if root.start or root.step_source is not None else []
+        for path in event_files(self.events_dir) if self.events_dir is not None else []:
+            events = read_events(path)
+            cut = script_steps(events, self.t0_s, self.warmup_steps)
+            pid = int(cut.start.get("pid") or 0)
+            ppid = cut.start.get("ppid")
+            procs.append(Proc(pid, int(ppid) if ppid is not None else None, cut, pid == self.root_pid,
+                              events.unreadable))
+        return procs
+
     def finish(self, status: str, error: str | None, script: dict[str, Any]) -> Run:
-        """The Run: events cut into steps, the sampler's tables, and metadata (``script`` goes in as given)."""
+        """The Run: events cut into steps, the sampler's tables, and metadata (``script`` goes in as given).
+        A command whose processes trained as the ranks of a job gives the job's run (``script.job``)."""
         self.stop_sampling()
-        cut, unreadable = self.records(), self._unreadable
+        procs = self.processes()
+        empty = pd.DataFrame()
+        samples, processes = sample_tables(*(self.sampler.frames() if self.sampler else (empty, empty)),
+                                           self.monitor is not None)
+        gpu_meta = self._gpu_meta()
+        if is_job(procs):
+            return self._job(procs, status, error, script, samples, processes, gpu_meta)
+        trained = [p for p in procs if p.trained]
+        root = next((p for p in procs if p.root), None)
+        main = trained[0] if trained else root
+        if main is None or main.root or main.pid == self.root_pid:
+            cut, unreadable = (main.cut, main.unreadable) if main is not None else (self.records(), self._unreadable)
+            return self._process_run(cut, unreadable, status, error, script, samples, processes, gpu_meta,
+                                     children=True)
+        # one process trained, started by the command (multiprocessing.Process, a subprocess): its own view
+        workers = tree_of(main.pid, self._parents())[1:]
+        run = self._process_run(main.cut, main.unreadable, status, error, script,
+                                rank_samples(samples, processes, main.pid, workers),
+                                rank_processes(processes, main.pid, workers), gpu_meta, children=False)
+        run.meta["notes"].append(f"the training ran in pid {main.pid}, a process the command started "
+                                 f"({' '.join(main.argv)[:80] or '?'}): its steps are the run's")
+        return run
+
+    def _parents(self) -> dict[int, int | None]:
+        return {int(d["pid"]): d.get("ppid") for d in (self.sampler.descendants() if self.sampler else [])}
+
+    def _gpu_meta(self) -> dict[str, Any]:
+        gpu_meta: dict[str, Any] = {"available": self.monitor is not None}
+        if self.monitor is not None:  # pragma: no cover - needs a GPU
+            gpu_meta.update(self.monitor.info())
+            self.monitor.close()
+            self.monitor = None
+        else:
+            gpu_meta["reason"] = self.absences.get("gpu")
+        return gpu_meta
+
+    def _job(self, procs: list[Proc], status: str, error: str | None, script: dict[str, Any],
+             samples: pd.DataFrame, processes: pd.DataFrame, gpu_meta: dict[str, Any]) -> Run:
+        """The job's run: a rank run per process that trained, the median rank's records at the top."""
+        parents = self._parents()
+        for p in procs:  # the sampler may have missed a short-lived process: the hooks' own record
+            parents.setdefault(p.pid, p.ppid)
+        ranked = ranks_of(procs)
+        rank_runs = []
+        worker_pids: set[int] = set()
+        for ident, p in ranked:
+            workers = tree_of(p.pid, parents)[1:]
+            worker_pids.update(workers)
+            rank_status, rank_error = rank_outcome(p.cut.end, status)
+            run = self._process_run(p.cut, p.unreadable, rank_status, rank_error,
+                                    {**script, "pid": p.pid, "argv": p.argv},
+                                    rank_samples(samples, processes, p.pid, workers),
+                                    rank_processes(processes, p.pid, workers), gpu_meta, children=False)
+            run.meta["rank"] = {**{k: ident.get(k) for k in ("rank", "local_rank", "world_size", "node",
+                                                               "node_rank", "pid", "backend")},
+                                "job_id": ident.get("job_id"), "status": rank_status, "error": rank_error}
+            if ident.get("backend") == "nccl":
+                run.meta["absences"]["collective_wait"] = NCCL_ABSENT
+            rank_runs.append(run)
+        medians = {i: float(r.steps.loc[~r.steps["warmup"].astype(bool), "step_s"].median())
+                   if not r.steps.empty else float("nan") for i, r in enumerate(rank_runs)}
+        middle = rank_runs[median_rank(medians) or 0]
+        idents = [ident for ident, _ in ranked]
+        world = max([i.get("world_size") or 0 for i in idents] + [len(ranked)])
+        meta = json_copy(middle.meta)
+        meta.pop("rank", None)
+        meta["status"], meta["error"] = status, error
+        meta["script"] = {**json_copy(script), **{k: meta["script"].get(k) for k in ("started", "ended",
+                                                                                      "torch_threads")}}
+        meta["job"] = {
+            "id": next((i["job_id"] for i in idents if i.get("job_id")), None),
+            "world_size": world,
+            "ranks": [i.get("rank") for i in idents],
+            "nodes": sorted({str(i.get("node")) for i in idents if i.get("node")}),
+            "launcher": job_launcher(script, idents),
+            "median_rank": middle.meta["rank"].get("rank"),
+            "untraced": untraced(procs, world, idents),
+        }
+        rank_pids = {p.pid for _, p in ranked}
+        return Run(meta=meta, steps=middle.steps, samples=samples,
+                   processes=job_processes(processes, rank_pids, worker_pids, self.root_pid, CHILD),
+                   loading=middle.loading, ranks=rank_runs)
+
+    def _process_run(self, cut: ScriptSteps, unreadable: int, status: str, error: str | None,
+                     script: dict[str, Any], samples: pd.DataFrame, processes: pd.DataFrame,
+                     gpu_meta: dict[str, Any], *, children: bool) -> Run:
+        """The run of one process's events, with these samples and processes tables."""
         absences = dict(self.absences)
         notes = []
         if unreadable:
             notes.append(f"{unreadable} event line(s) could not be read (cut short when the script was killed?)")
-        children = untraced_children(self.sampler.descendants(), self.sampler.root_pid) \
-            if self.sampler is not None and cut.step_source is None else []
+        untraced_kids = untraced_children(self.sampler.descendants(), self.sampler.root_pid) \
+            if children and self.sampler is not None and cut.step_source is None else []
         if cut.step_source is None:
-            absences["steps"] = untraced_message(children) if children else NO_LOADER
+            absences["steps"] = untraced_message(untraced_kids) if untraced_kids else NO_LOADER
         elif cut.steps.empty:
             absences["steps"] = f"no complete training step (steps end at {cut.step_source})"
         no_core_wait = core_wait_absence(cut.loading)
@@ -149,17 +302,11 @@ class Session:
         train = next((loader for loader in cut.loaders if loader["role"] == TRAIN), None)
         if self.sampler is not None:
             absences.update(self.sampler.absences)
-        gpu_meta: dict[str, Any] = {"available": self.monitor is not None}
-        if self.monitor is not None:  # pragma: no cover - needs a GPU
-            gpu_meta.update(self.monitor.info())
-            self.monitor.close()
-        else:
-            gpu_meta["reason"] = absences.get("gpu")
         threads = {"start": cut.start.get("torch_threads"), **{t["at"]: t["torch_threads"] for t in cut.threads}}
         # How it ended: the hooks' record, else (killed by a signal: no record) what the caller saw.
         script = {**script, "started": cut.start, "ended": cut.end or script.get("ended"), "torch_threads": threads}
-        if children:
-            script["untraced_children"] = [{k: c[k] for k in ("pid", "ppid", "cmdline")} for c in children]
+        if untraced_kids:
+            script["untraced_children"] = [{k: c[k] for k in ("pid", "ppid", "cmdline")} for c in untraced_kids]
         meta: dict[str, Any] = {
             "pipeprof_version": __version__,
             "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -176,7 +323,7 @@ class Session:
             "device": "cuda" if cut.cuda_copies else "cpu",  # where its batches went
             "timing": {"method": "host-clock"},
             "environment": describe_environment(training_threads(threads)),
-            "gpu": gpu_meta,
+            "gpu": dict(gpu_meta),
             "absences": absences,
             "notes": notes,
             "cache": {"mode": None, "dataset_bytes": 0, "drops": []},
@@ -184,9 +331,6 @@ class Session:
             "error": error,
             "compute_ceiling": None,
         }
-        empty = pd.DataFrame()
-        samples, processes = sample_tables(*(self.sampler.frames() if self.sampler else (empty, empty)),
-                                           self.monitor is not None)
         if cut.step_source is None and not processes.empty and "role" in processes:
             # No DataLoader in the profiled process: what it started are not its DataLoader workers.
             processes.loc[processes["role"] == WORKER, "role"] = CHILD

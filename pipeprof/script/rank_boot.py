@@ -1,0 +1,115 @@
+"""The hooks in a process that ``pipeprof profile`` did not start itself: a rank of a multi-process job.
+
+``pipeprof.script.startup``'s ``sitecustomize`` calls ``arm()`` at the
+start-up of every Python process of the profiled command (the launcher,
+torchrun's ranks, ``torch.multiprocessing.spawn``'s, any subprocess).
+``arm()`` imports nothing heavy: it waits (a ``sys.meta_path`` finder,
+``frameworks.PostImport``) until the process imports torch, then installs
+the hooks there, writing to ``events-<pid>.jsonl`` in the job's event
+folder. A process that never imports torch costs a finder and nothing
+else; one that imports torch but never iterates a DataLoader (the launcher)
+writes its start and end, and is listed as such.
+
+The process that ``pipeprof profile`` starts itself runs
+``pipeprof.script.boot``, which installs its own hooks: ``arm()`` leaves
+it alone. DataLoader workers forked from a rank carry the rank's hooks
+(their batches' records ride back with the batches); a worker started with
+the spawn method arms its own, which time its fetches and write no step.
+
+How a rank ends is recorded at exit: its uncaught exception through
+``sys.excepthook``, else a normal exit (``atexit``); a rank killed by a
+signal (a launcher ending the others after one failed) leaves no end.
+
+Standard library only until torch is imported.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from types import ModuleType, TracebackType
+from typing import Any
+
+from pipeprof.script.protocol import EVENTS_DIR_ENV, STEPS_ENV
+
+BOOT_MODULE = "pipeprof.script.boot"
+# The environment that says which rank a process is (launchers and schedulers set them): kept raw in the
+# start event, read by pipeprof.measure.rank_env afterwards.
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "ROLE_RANK",
+                  "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_LOCALID",
+                  "SLURM_NTASKS", "SLURM_NODEID", "SLURM_JOB_ID", "SLURMD_NODENAME")
+_armed: list[Any] = []  # the finder, then the hooks: one arming per process
+
+
+def events_path(folder: str, pid: int) -> str:
+    return os.path.join(folder, f"events-{pid}.jsonl")
+
+
+def rank_environment(environ: Any = os.environ) -> dict[str, str]:
+    return {k: environ[k] for k in RANK_VARIABLES if k in environ}
+
+
+def arm() -> None:
+    """Install the hooks once torch is imported (at once if it is), unless this process is pipeprof's own boot."""
+    if _armed or BOOT_MODULE in getattr(sys, "orig_argv", ()) or not os.environ.get(EVENTS_DIR_ENV):
+        return
+    if "torch" in sys.modules and hasattr(sys.modules["torch"], "Tensor"):
+        _start()
+        return
+    from pipeprof.script.frameworks import PostImport
+
+    def then(module: ModuleType) -> None:
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+        _start()
+
+    finder = PostImport(["torch"], then)
+    sys.meta_path.insert(0, finder)
+    _armed.append(finder)
+
+
+def _start() -> None:
+    try:
+        _install()
+    except Exception as e:  # noqa: BLE001 - the rank runs on unprofiled; the reason is said once
+        print(f"pipeprof: warning: could not profile pid {os.getpid()}: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+def _install() -> None:
+    import torch
+
+    from pipeprof.script.hooks import EventLog, Hooks, clock
+
+    steps = os.environ.get(STEPS_ENV)
+    hooks = Hooks(EventLog(events_path(os.environ[EVENTS_DIR_ENV], os.getpid())), int(steps) if steps else None)
+    hooks.log.add(("S", clock(), {"pid": os.getpid(), "ppid": os.getppid(), "argv": list(sys.argv),
+                                  "orig_argv": list(getattr(sys, "orig_argv", [])), "cwd": os.getcwd(),
+                                  "python": sys.executable, "torch": torch.__version__,
+                                  "torch_threads": torch.get_num_threads(),
+                                  "cuda_available": torch.cuda.is_available(), "env": rank_environment()}), clock())
+    hooks.install()
+    _armed.append(hooks)
+    previous_hook = sys.excepthook
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        if hooks.live and not issubclass(kind, SystemExit):
+            how = "interrupted" if issubclass(kind, KeyboardInterrupt) else "exception"
+            hooks.log.add(("X", clock(), how, f"{kind.__name__}: {' '.join(str(value).split())}"), clock())
+            hooks.ended = True
+        previous_hook(kind, value, tb)
+
+    sys.excepthook = excepthook
+
+    def at_exit() -> None:
+        if os.getpid() != hooks.log.pid or not hooks.live:  # a forked child, or already taken back
+            return
+        if not hooks.ended:
+            how, detail = ("stopped", hooks.stop_after_steps) if hooks.stopping else ("exit", None)
+            hooks.log.add(("X", clock(), how, detail), clock())
+        try:
+            hooks.uninstall()
+        except Exception as e:  # noqa: BLE001 - the process's own exit goes on
+            print(f"pipeprof: warning: could not take the hooks back: {type(e).__name__}: {e}", file=sys.stderr)
+
+    atexit.register(at_exit)  # after the hooks' own flush: runs before it (last registered, first run)
