@@ -19,6 +19,7 @@ from pipeprof.format import NOT_MEASURED
 from pipeprof.numbers import finite as _value
 from pipeprof.numbers import scaled
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
+from pipeprof.render.ranks import straggler_line
 from pipeprof.run_folder import as_dict
 
 # summary.json's bottleneck is the verdict's class in coarse form (input:* -> input): one style for both.
@@ -57,6 +58,8 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     add("step time median / p90", _several(fmt.duration, step.get("median"), step.get("p90")))
     add("data wait (share of step time)", fmt.pct(frac.get("data_wait"), 1), _BOTTLENECK_STYLE.get(klass, ""))
     add("host → device (share of step time)", fmt.pct(frac.get("h2d"), 1))
+    if (_value(frac.get("collective_wait")) or 0.0) > 0:  # one process never waits in collectives: no row
+        add("collective wait (share of step time)", fmt.pct(frac.get("collective_wait"), 1))
     add("compute (share of step time)", fmt.pct(frac.get("compute"), 1))
     add("other (share of step time)", fmt.pct(frac.get("other"), 1))
     add("bottleneck", str(s.get("bottleneck_reason") or klass or NOT_MEASURED), _BOTTLENECK_STYLE.get(klass, ""))
@@ -66,6 +69,9 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
         text = f"{verdict['class']}: {verdict.get('sentence') or ''}".strip()
         text += "".join(f"\nnote: {note}" for note in verdict.get("notes") or [])
         add("verdict", text, _VERDICT_STYLE.get(family, ""))
+    straggler = straggler_line(s)
+    if straggler is not None:  # a job of ranks: which one sets the pace, and why
+        add("straggler", straggler, "bold red" if as_dict(s.get("straggler")).get("rank") is not None else "")
     recs = s.get("recommendations")
     if isinstance(recs, list) and recs and isinstance(recs[0], dict):
         top = recs[0]

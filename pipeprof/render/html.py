@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import pandas as pd
 from jinja2 import ChainableUndefined, Environment, PackageLoader, Undefined
 from markupsafe import Markup
 
@@ -23,6 +24,7 @@ from pipeprof.analysis.summary import TAIL_FRACTION
 from pipeprof.format import NOT_MEASURED, finite
 from pipeprof.render import plots
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
+from pipeprof.render.ranks import rank_label, rank_rows, straggler_view
 from pipeprof.run_folder import Run, as_dict
 
 _BOTTLENECK_TITLES: dict[str | None, str] = {  # looked up with summary.json's value, None when missing
@@ -94,9 +96,10 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
     if steps_counted == 0:
         title = "No counted steps"
     fractions = summary.get("fractions") or {}
+    shown = shown_phases(run, summary)
     phases = [
         {"key": p, "label": plots.PHASE_LABELS[p], "color": plots.PHASE_COLORS[p], "fraction": fractions.get(p)}
-        for p in plots.PHASE_COLORS
+        for p in shown
     ]
     # time the counted window holds that no counted step does: shaded on every time chart, named once
     excluded = not_counted_spans(run.steps, meta.get("loaders"), as_dict(meta.get("timing")).get("method"))
@@ -111,7 +114,9 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         recommendations=_recommendations(summary),
         verification=_verification(summary),
         phases=phases,
-        plots=_plots(run, meta, summary, excluded),
+        plots=_plots(run, meta, summary, excluded, shown),
+        straggler=straggler_view(summary),
+        ranks=_ranks(run, summary),
         loading=_loading(run, meta, excluded),
         code_profile=_code_profile(summary),
         scenario_sections=_scenario_sections(meta.get("scenario")),
@@ -244,8 +249,37 @@ def format_evidence(key: str, value: Any) -> str:
     return format_number(value)
 
 
+def shown_phases(run: Run, summary: dict[str, Any]) -> list[str]:
+    """The phases the report lists: all of ``plots.PHASE_COLORS`` but collective wait, which only a run where
+    some step (of the run or of one of its ranks) waited in collectives shows: one process never does."""
+    tables = [run.steps, *(r.steps for r in run.ranks)]
+    waited = any(t is not None and "collective_wait_s" in t and (pd.to_numeric(t["collective_wait_s"],
+                 errors="coerce") > 0).any() for t in tables)
+    waited = waited or (finite(as_dict(summary.get("fractions")).get("collective_wait")) or 0.0) > 0
+    return [p for p in plots.PHASE_COLORS if p != "collective_wait" or waited]
+
+
+def _ranks(run: Run, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The Ranks section: a row per rank and the rank x step heatmaps; None for one process."""
+    rows = rank_rows(summary)
+    if not rows and not run.ranks:
+        return None
+    labels = []
+    for r in run.ranks:
+        info = as_dict(r.meta.get("rank")) if isinstance(r.meta, dict) else {}
+        labels.append((rank_label(info.get("rank"), info.get("node")), counted_steps(r.steps)))
+    svg = plots.rank_heatmap_svg(labels)
+    job = as_dict(as_dict(run.meta).get("job"))
+    return {"rows": rows, "heatmap": Markup(svg) if svg else None,
+            "heatmap_reason": "no rank has counted steps" if run.ranks else "the run folder holds no rank's records",
+            "median_rank": job.get("median_rank"), "world_size": job.get("world_size") or len(rows),
+            "nodes": [str(n) for n in job.get("nodes") or []], "launcher": job.get("launcher"),
+            "job_id": job.get("id"),
+            "untraced": [as_dict(u) for u in job.get("untraced") or []]}
+
+
 def _plots(run: Run, meta: dict[str, Any], summary: dict[str, Any],
-           excluded: list[tuple[float, float, str]]) -> list[dict[str, Any]]:
+           excluded: list[tuple[float, float, str]], phases: list[str] | None = None) -> list[dict[str, Any]]:
     """Each plot with its SVG (safe markup) or the reason it is absent."""
     absences = as_dict(meta.get("absences"))
     window = counted_window_s(run.steps)
@@ -255,7 +289,7 @@ def _plots(run: Run, meta: dict[str, Any], summary: dict[str, Any],
         no_samples = "the samples table has no values for this plot"
     steps_reason = "no counted steps (every recorded step was warm-up)" if len(run.steps) else "no steps recorded"
     items = [
-        ("steps", "Step time breakdown", plots.step_breakdown_svg(step_breakdown(run.steps)), steps_reason,
+        ("steps", "Step time breakdown", plots.step_breakdown_svg(step_breakdown(run.steps), phases), steps_reason,
          "Time per counted step in each phase, stacked; the red band is time spent waiting for data."),
         _prefetch_plot(run, summary),
         ("cpu", "CPU", plots.cpu_svg(samples, window, excluded), no_samples,

@@ -100,14 +100,16 @@ def loading_parts(frame: pd.DataFrame, suffix: str) -> dict[str, str]:
     return {p: c for p, c in LOADING_COLORS.items() if p != UNKNOWN_IN_FETCH or known}
 
 
-def step_breakdown_svg(breakdown: pd.DataFrame) -> str | None:
-    """Stacked per-step time (ms) of data wait, h2d, compute and other over step index.
+def step_breakdown_svg(breakdown: pd.DataFrame, phases: Sequence[str] | None = None) -> str | None:
+    """Stacked per-step time (ms) of data wait, h2d, collective wait, compute and other over step index.
 
     ``breakdown`` is ``analysis.summary.step_breakdown(steps)``: counted steps
-    with ``other_s``. Runs longer than ``MAX_POINTS`` steps are drawn as the
+    with ``other_s``. ``phases`` are the keys of ``PHASE_COLORS`` to draw (all when None; the report leaves
+    collective wait out of a run that had none). Runs longer than ``MAX_POINTS`` steps are drawn as the
     mean per step over bins of consecutive steps.
     """
-    columns = [f"{p}_s" for p in PHASE_COLORS]
+    shown = [p for p in PHASE_COLORS if phases is None or p in phases]
+    columns = [f"{p}_s" for p in shown]
     if breakdown is None or breakdown.empty or any(c not in breakdown for c in ["step", *columns]):
         return None
     df = breakdown[["step", *columns]].apply(pd.to_numeric, errors="coerce").dropna()
@@ -118,8 +120,8 @@ def step_breakdown_svg(breakdown: pd.DataFrame) -> str | None:
     ys = [df[c].to_numpy(dtype=float) * 1e3 for c in columns]
     with rc_context(_RC):
         fig, ax = _figure()
-        labels = [PHASE_LABELS[p] for p in PHASE_COLORS]
-        colors = list(PHASE_COLORS.values())
+        labels = [PHASE_LABELS[p] for p in shown]
+        colors = [PHASE_COLORS[p] for p in shown]
         if len(x) == 1:
             bottom: float | np.ndarray = 0.0
             for y, label, color in zip(ys, labels, colors):
@@ -324,6 +326,66 @@ def prefetch_queue_svg(steps: pd.DataFrame, capacity_batches: float | None) -> s
         ax.set_ylabel("batches ready")
         _legend(ax)
         return _svg(fig, "prefetch")
+
+
+# The rank x step heatmaps: the two waits drawn, and the colormap both share (one scale, in ms).
+RANK_WAITS = (("data_wait_s", "data wait"), ("collective_wait_s", "collective wait"))
+RANK_CMAP = "YlOrRd"
+
+
+def rank_heatmap_svg(ranks: Sequence[tuple[str, pd.DataFrame]]) -> str | None:
+    """Data wait and collective wait per step (ms), one row per rank and one column per step, as two heatmaps.
+
+    ``ranks`` is ``[(row label, counted steps), ...]`` in rank order (``analysis.steps.counted_steps`` of each
+    rank's run); columns are the step numbers, so the ranks' steps line up as DDP keeps them in lock-step. Both
+    panels share one color scale, so a wait for data on one rank and the wait in collectives it causes on the
+    others read alike. More than ``MAX_POINTS`` steps are drawn as means over bins of consecutive steps. None
+    when no rank has a counted step.
+    """
+    columns = [c for c, _ in RANK_WAITS]
+    tables = []
+    for label, steps in ranks:
+        if steps is None or steps.empty or any(c not in steps for c in ["step", *columns]):
+            continue
+        df = steps[["step", *columns]].apply(pd.to_numeric, errors="coerce").dropna(subset=["step"])
+        if not df.empty:
+            tables.append((label, df.groupby("step")[columns].mean()))
+    if not tables:
+        return None
+    step_index = sorted(set().union(*(set(t.index) for _, t in tables)))
+    per_bin = max(1, math.ceil(len(step_index) / MAX_POINTS))
+    bins = np.arange(len(step_index)) // per_bin
+    grids = {}
+    for column in columns:
+        rows = [t[column].reindex(step_index).to_numpy(dtype=float) * 1e3 for _, t in tables]
+        grid = np.vstack(rows)
+        if per_bin > 1:  # mean per bin, ignoring steps a rank did not record
+            grid = np.vstack([[np.nanmean(r[bins == b]) if np.isfinite(r[bins == b]).any() else np.nan
+                               for b in range(bins[-1] + 1)] for r in grid])
+        grids[column] = grid
+    finite_values = np.concatenate([g[np.isfinite(g)] for g in grids.values()])
+    vmax = float(finite_values.max()) if finite_values.size and finite_values.max() > 0 else 1.0
+    first, last = float(step_index[0]), float(step_index[-1])
+    n = len(tables)
+    with rc_context(_RC):
+        fig, axes = _figure(rows=2, height_in=min(9.0, 1.5 + 2 * (0.35 + 0.22 * n)))
+        width_in = _FIG_SIZE[0]  # room for "rank 12 (node-name)" on the left and the color scale on the right
+        fig.subplots_adjust(left=1.4 / width_in, right=1 - 1.0 / width_in)
+        image = None
+        for ax, (column, title) in zip(axes, RANK_WAITS, strict=True):
+            image = ax.imshow(np.ma.masked_invalid(grids[column]), aspect="auto", interpolation="nearest",
+                              cmap=RANK_CMAP, vmin=0.0, vmax=vmax, extent=(first - 0.5, last + 0.5, n - 0.5, -0.5))
+            ax.set_title(f"{title} per step (ms)", loc="left", fontsize=9)
+            ax.grid(visible=False)
+            ticks = np.arange(n) if n <= 16 else np.linspace(0, n - 1, 9).round().astype(int)
+            ax.set_yticks(ticks, labels=[tables[i][0] for i in ticks])
+        axes[-1].set_xlabel("step (counted steps only)" if per_bin == 1
+                            else f"step (counted steps only; mean of {per_bin}-step bins)")
+        if image is not None:
+            top, bottom = axes[0].get_position(), axes[-1].get_position()
+            cax = fig.add_axes((top.x1 + 0.015, bottom.y0, 0.012, top.y1 - bottom.y0))
+            fig.colorbar(image, cax=cax).set_label("ms per step (both panels)")
+        return _svg(fig, "ranks")
 
 
 def worker_name(worker: float) -> str:

@@ -4,8 +4,9 @@ What maps to what (the tables' times are seconds since the run started; ``ts`` a
 microseconds on the same origin):
 
 * steps.csv -> the training process (its pid from processes.csv, role "main"; 1 if unknown): thread
-  "steps", one "step N" slice per step; thread "phases", the step's "data wait", "host→device" and
-  "compute" laid end to end from its start, and "other" for the rest of it.
+  "steps", one "step N" slice per step; thread "phases", the step's "data wait", "host→device",
+  "collective wait" (where the step had any) and "compute" laid end to end from its start, and "other"
+  for the rest of it.
 * loading.csv -> one "batch B" slice per batch, split into "fetch", "waiting for a core" (where it was
   measured), "prep" and "collate" in proportion to their measured times so they fill the batch's span.
   Batches made in the training process (worker -1) go on its thread "loading (main)"; each DataLoader
@@ -16,6 +17,13 @@ microseconds on the same origin):
 Slices on one thread must not overlap, so a step is drawn no longer than until the next one begins
 (on CUDA ``step_s`` is device time, and the host runs ahead) and its phases no longer than the step;
 the measured values stay in the step's args.
+
+A job of several ranks (``run.ranks``) is one trace process per rank instead: its pid (``meta["rank"]["pid"]``,
+else its processes.csv), named "rank N (node)", sorted by rank, with the same threads, its DataLoader workers as
+processes "rank N worker K" after it, and its own counters (machine-wide columns from its node's sampler). The
+job's top-level tables repeat the median rank's steps and loading, so only its samples are drawn, as counters on a
+process "job (node where pipeprof ran)". Each rank's times are seconds since that rank's run started. A pid seen
+twice (ranks on two nodes can share one) is given a spare number; the rank's pid stays in its process's args.
 """
 
 from __future__ import annotations
@@ -27,10 +35,12 @@ import pandas as pd
 from pipeprof import __version__
 from pipeprof.format import MIB
 from pipeprof.numbers import finite
-from pipeprof.run_folder import Run
+from pipeprof.run_folder import Run, as_dict
 
 STEPS_TID, PHASES_TID, LOADING_TID = 1, 2, 3
-PHASES = (("data wait", "data_wait_s"), ("host→device", "h2d_s"), ("compute", "compute_s"))
+PHASES = (("data wait", "data_wait_s"), ("host→device", "h2d_s"), ("collective wait", "collective_wait_s"),
+          ("compute", "compute_s"))
+RANK_SORT = 1000  # a rank's process sorts at RANK_SORT * (rank + 1), its workers just after it
 PARTS = ("fetch", "core_wait", "prep", "collate")
 PART_NAMES = {"core_wait": "waiting for a core"}  # a slice's name where it is not the part's own
 # track name -> [(series, column, factor)]
@@ -48,6 +58,8 @@ COUNTERS = {
 
 def chrome_trace(run: Run) -> dict[str, Any]:
     """The run as a Trace Event Format object: ``{"traceEvents", "displayTimeUnit", "metadata"}``."""
+    if run.ranks:
+        return _job_trace(run)
     pid = main_pid(run.processes)
     events = [_meta(pid, 0, "process_name", name="training process"), _meta(pid, 0, "process_sort_index", sort_index=0)]
     for tid, name in ((STEPS_TID, "steps"), (PHASES_TID, "phases")):
@@ -55,6 +67,70 @@ def chrome_trace(run: Run) -> dict[str, Any]:
     events += step_events(run.steps, pid)
     events += loading_events(run.loading, pid)
     events += counter_events(run.samples, pid)
+    return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": _metadata(run)}
+
+
+def _job_trace(run: Run) -> dict[str, Any]:
+    """A job's trace: a process per rank with its steps, phases, loading and counters (see the module docstring)."""
+    events: list[dict[str, Any]] = []
+    used: set[int] = set()
+    spare = 1 + max([main_pid(r.processes) for r in run.ranks] + [rank_pid(r) or 0 for r in run.ranks]
+                    + [int(p) for r in run.ranks for p in _pids(r.loading)] + [main_pid(run.processes)])
+    for i, rank_run in enumerate(run.ranks):
+        info = as_dict(rank_run.meta.get("rank"))
+        value = finite(info.get("rank"))
+        rank = int(value) if value is not None else i
+        pid = rank_pid(rank_run) or main_pid(rank_run.processes)
+        if pid in used:
+            pid, spare = spare, spare + 1
+        used.add(pid)
+        node = info.get("node")
+        name = f"rank {rank} ({node})" if node else f"rank {rank}"
+        sort = RANK_SORT * (rank + 1)
+        events += [_meta(pid, 0, "process_name", name=name), _meta(pid, 0, "process_sort_index", sort_index=sort),
+                   _meta(pid, 0, "process_labels", labels=_rank_labels(info))]
+        for tid, thread in ((STEPS_TID, "steps"), (PHASES_TID, "phases")):
+            events += _thread(pid, tid, thread)
+        events += step_events(rank_run.steps, pid)
+        loading, spare = _loading_events(rank_run.loading, pid, used, spare, f"rank {rank} worker ", sort)
+        events += loading
+        events += counter_events(rank_run.samples, pid)
+    if not run.samples.empty:
+        pid = main_pid(run.processes)
+        if pid in used:
+            pid, spare = spare, spare + 1
+        used.add(pid)
+        events += [_meta(pid, 0, "process_name", name="job (node where pipeprof ran)"),
+                   _meta(pid, 0, "process_sort_index", sort_index=0)]
+        events += counter_events(run.samples, pid)
+    metadata = _metadata(run)
+    metadata["time_origin"] = "each rank: seconds since that rank's run started; ts = microseconds"
+    job = as_dict(run.meta.get("job"))
+    metadata["world_size"] = job.get("world_size") or len(run.ranks)
+    if job.get("id") is not None:
+        metadata["job"] = str(job["id"])
+    return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": metadata}
+
+
+def rank_pid(run: Run) -> int | None:
+    """A rank's process id from its ``meta["rank"]["pid"]``; None when not recorded."""
+    pid = finite(as_dict(as_dict(run.meta).get("rank")).get("pid"))
+    return int(pid) if pid is not None else None
+
+
+def _rank_labels(info: dict[str, Any]) -> str:
+    parts = [f"{k} {info[k]}" for k in ("local_rank", "world_size", "node_rank", "pid", "backend", "status")
+             if info.get(k) is not None]
+    return ", ".join(parts)
+
+
+def _pids(loading: pd.DataFrame) -> list[int]:
+    if loading.empty or "pid" not in loading:
+        return []
+    return [int(p) for p in (finite(v) for v in loading["pid"]) if p is not None]
+
+
+def _metadata(run: Run) -> dict[str, Any]:
     metadata = {"pipeprof_version": __version__,
                 "time_origin": "seconds since the run started; ts = microseconds"}
     scenario = run.meta.get("scenario")
@@ -62,7 +138,7 @@ def chrome_trace(run: Run) -> dict[str, Any]:
         metadata["run"] = str(scenario["name"])
     if run.meta.get("status") is not None:
         metadata["status"] = str(run.meta["status"])
-    return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": metadata}
+    return metadata
 
 
 def main_pid(processes: pd.DataFrame) -> int:
@@ -93,6 +169,8 @@ def step_events(steps: pd.DataFrame, pid: int) -> list[dict[str, Any]]:
         n = finite(r.get("step"))
         args = _args(r, ("epoch", "samples"), ints=True)
         args.update(warmup=warmup, **_args(r, ("data_wait_s", "h2d_s", "compute_s", "step_s")))
+        if (finite(r.get("collective_wait_s")) or 0.0) > 0:  # one process never waits in collectives: no arg
+            args["collective_wait_s"] = float(r["collective_wait_s"])
         events.append(_slice(f"step {int(n) if n is not None else i}", cat, pid, STEPS_TID, start, end, args))
         t = start
         for name, column in PHASES:
@@ -108,6 +186,13 @@ def step_events(steps: pd.DataFrame, pid: int) -> list[dict[str, Any]]:
 
 def loading_events(loading: pd.DataFrame, main: int) -> list[dict[str, Any]]:
     """Batches with their fetch/prep/collate: worker -1 on the training process, each worker process its own."""
+    return _loading_events(loading, main, {main}, 0, "DataLoader worker ", 0)[0]
+
+
+def _loading_events(loading: pd.DataFrame, main: int, used: set[int], spare: int, worker_name: str,
+                    sort: int) -> tuple[list[dict[str, Any]], int]:
+    """``loading_events`` with the pids already ``used`` (added to), the next ``spare`` pid (returned), the
+    workers' process names ``worker_name + K`` and their sort index after ``sort``."""
     events: list[dict[str, Any]] = []
     rows = [r for r in _records(loading)
             if finite(r.get("t_start_s")) is not None and finite(r.get("t_end_s")) is not None]
@@ -118,8 +203,7 @@ def loading_events(loading: pd.DataFrame, main: int) -> list[dict[str, Any]]:
         # a worker re-made each epoch (persistent_workers off) is a new process: its own trace process
         key = (worker, int(pid) if pid is not None and worker >= 0 else None)
         groups.setdefault(key, []).append(r)
-    used = {main}
-    spare = max([main] + [p for _, p in groups if p is not None]) + 1  # for a pid not recorded or reused
+    spare = max([spare, main + 1] + [p + 1 for _, p in groups if p is not None])  # for a pid not recorded or reused
     for worker, pid in sorted(groups, key=lambda k: (k[0], k[1] if k[1] is not None else -1)):
         batch_rows = sorted(groups[(worker, pid)], key=lambda r: float(r["t_start_s"]))
         if worker < 0:
@@ -130,11 +214,12 @@ def loading_events(loading: pd.DataFrame, main: int) -> list[dict[str, Any]]:
                 pid, spare = spare, spare + 1
             used.add(pid)
             proc, tid = pid, pid
-            events += [_meta(proc, 0, "process_name", name=f"DataLoader worker {worker}"),
-                       _meta(proc, 0, "process_sort_index", sort_index=worker + 1), *_thread(proc, tid, "batches")]
+            events += [_meta(proc, 0, "process_name", name=f"{worker_name}{worker}"),
+                       _meta(proc, 0, "process_sort_index", sort_index=sort + worker + 1),
+                       *_thread(proc, tid, "batches")]
         for r in batch_rows:
             events += _batch(r, proc, tid)
-    return events
+    return events, spare
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

@@ -1,0 +1,128 @@
+"""A multi-rank job on the page and in the terminal: the straggler in words, the per-rank table's rows.
+
+The numbers come from summary.json's ``ranks`` (one entry per rank) and ``straggler``
+(``{rank, node, kind, evidence}``, maybe a ``sentence``), written by ``analysis``; this module only
+chooses the words and formats the numbers (as plain text: the templates escape it). No matplotlib:
+the console imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeprof import format as fmt
+from pipeprof.format import NOT_MEASURED
+from pipeprof.run_folder import as_dict
+
+# What the straggler's kind says about it, after "rank N (node) ...".
+STRAGGLER_WORDS = {
+    "input": "waits for its data while the other ranks wait for it in collectives",
+    "compute": "computes slower than the other ranks, which wait for it in collectives",
+    "h2d": "copies its batches to the device slower than the other ranks, which wait for it in collectives",
+}
+KEPT_PACE = "no straggler: the ranks kept pace (their own time per step within noise of each other)"
+FRACTIONS = ("data_wait", "h2d", "collective_wait", "compute", "other")
+
+# Units an evidence key ends with, and the words its label ends with instead.
+_UNITS = (("_fraction", "share"), ("_per_sample_s", "per sample"), ("_bytes_per_s", ""), ("_pct", "%"),
+          ("_s", ""), ("_bytes", ""))
+
+
+def is_job(summary: dict[str, Any]) -> bool:
+    """True for a summary of a job of ranks (``ranks`` not empty)."""
+    ranks = summary.get("ranks")
+    return isinstance(ranks, list) and len(ranks) > 0
+
+
+def rank_label(rank: Any, node: Any) -> str:
+    """``rank 1 (node-a)``; ``rank 1`` without a node."""
+    text = f"rank {rank}"
+    return f"{text} ({node})" if node not in (None, "") else text
+
+
+def straggler_view(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The straggler block: ``kind``, ``title``, ``sentence`` and the evidence ``rows`` as (label, text);
+    None for a single-process run (no ``straggler``)."""
+    s = as_dict(summary.get("straggler"))
+    if not s:
+        return None
+    kind = str(s.get("kind") or "none")
+    if kind == "none" or s.get("rank") is None:
+        title = "No straggler: the ranks kept pace"
+        words = KEPT_PACE
+    else:
+        title = f"Straggler: {rank_label(s.get('rank'), s.get('node'))}, {_KIND_TITLES.get(kind, kind)}"
+        words = f"{rank_label(s.get('rank'), s.get('node'))} {STRAGGLER_WORDS.get(kind, f'is the straggler ({kind})')}"
+    sentence = str(s.get("sentence") or words)
+    evidence = s.get("evidence")
+    rows = ([(evidence_label(k), evidence_text(k, v)) for k, v in evidence.items()]
+            if isinstance(evidence, dict) else [("evidence", str(evidence))] if evidence else [])
+    return {"kind": kind, "rank": s.get("rank"), "node": s.get("node"), "title": title, "sentence": sentence,
+            "rows": rows}
+
+
+_KIND_TITLES = {"input": "input-bound", "compute": "compute-bound", "h2d": "bound by the copy to the device"}
+
+
+def straggler_line(summary: dict[str, Any]) -> str | None:
+    """The console's line: the straggler's rank, node and kind and why; None for a single-process run."""
+    view = straggler_view(summary)
+    if view is None:
+        return None
+    if view["rank"] is None or view["kind"] == "none":
+        return f"none: {len(summary.get('ranks') or [])} ranks kept pace" + (
+            f"; {view['sentence']}" if view["sentence"] != KEPT_PACE else "")
+    return f"{rank_label(view['rank'], view['node'])}, {view['kind']}: {view['sentence']}"
+
+
+def rank_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The per-rank table's rows, numbers left as numbers (the template formats them): ``rank``, ``node``,
+    ``samples_per_s``, ``fractions`` (the five phases), ``fetch_per_sample_s``, ``prep_per_sample_s``,
+    ``verdict`` (its class), ``status``, ``straggler`` (True on the straggler's row)."""
+    straggler = as_dict(summary.get("straggler")).get("rank")
+    rows = []
+    for entry in summary.get("ranks") or []:
+        e = as_dict(entry)
+        loading, fractions = as_dict(e.get("loading")), as_dict(e.get("fractions"))
+        rows.append({"rank": e.get("rank"), "node": e.get("node"), "local_rank": e.get("local_rank"),
+                     "pid": e.get("pid"), "steps": e.get("steps"), "samples_per_s": e.get("samples_per_s"),
+                     "fractions": {p: fractions.get(p) for p in FRACTIONS},
+                     "fetch_per_sample_s": loading.get("fetch_per_sample_s"),
+                     "prep_per_sample_s": loading.get("prep_per_sample_s"),
+                     "verdict": as_dict(e.get("verdict")).get("class") or NOT_MEASURED,
+                     "status": str(e.get("status") or "unknown"),
+                     "straggler": straggler is not None and e.get("rank") == straggler})
+    return rows
+
+
+def evidence_label(key: str) -> str:
+    """An evidence key in words: ``data_wait_fraction`` -> "data wait, share"; ``own_step_s`` -> "own step"."""
+    for suffix, words in _UNITS:
+        if key.endswith(suffix) and len(key) > len(suffix):
+            base = key[: -len(suffix)].replace("_", " ")
+            return f"{base}, {words}" if words else base
+    return key.replace("_", " ")
+
+
+def evidence_text(key: str, value: Any) -> str:
+    """An evidence value formatted by its key's unit; per-rank values (a dict or list) as
+    ``rank 0 120 ms · rank 1 410 ms``."""
+    if isinstance(value, dict):
+        return " · ".join(f"rank {k} {evidence_text(key, v)}" for k, v in value.items()) or NOT_MEASURED
+    if isinstance(value, (list, tuple)):
+        return " · ".join(f"rank {i} {evidence_text(key, v)}" for i, v in enumerate(value)) or NOT_MEASURED
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str) or value is None:
+        return NOT_MEASURED if value is None else value
+    if key.endswith("_fraction"):
+        return fmt.pct(value, 1)
+    if key.endswith("_bytes_per_s"):
+        return fmt.byte_rate(value)
+    if key.endswith("_bytes"):
+        return fmt.byte_size(value)
+    if key.endswith("_pct"):
+        return fmt.pct(float(value) / 100, 0) if fmt.finite(value) is not None else NOT_MEASURED
+    if key.endswith("_s"):
+        return fmt.duration(value)
+    return fmt.number(value)
