@@ -142,7 +142,7 @@ class Recommendation:
 
     change: dict[str, Any]
     predicted_samples_per_s: float | None
-    predicted_speedup: float
+    predicted_speedup: float | None  # None: not predicted (a job's oversubscribed node, analysis.ranks)
     reason: str
     model: str
     note: str | None = None
@@ -172,8 +172,8 @@ def recommend(run: Run, attribution: Attribution, verdict: Verdict) -> list[Reco
     recs = [r for r in (m.workers(), m.prefetch(), m.persistent(), m.batch_fetch(), m.cache_in_ram(),
                         m.on_device(), m.pin_memory(), m.fewer_threads()) if r is not None]
     current = m.current_settings()
-    recs = [r for r in recs if r.predicted_speedup >= MIN_GAIN and not is_no_op(r.change, current)]
-    recs.sort(key=lambda r: -r.predicted_speedup)
+    recs = [r for r in recs if (r.predicted_speedup or 0.0) >= MIN_GAIN and not is_no_op(r.change, current)]
+    recs.sort(key=lambda r: -(r.predicted_speedup or 0.0))
     meta = run.meta if isinstance(run.meta, dict) else {}
     if meta.get("kind") == "script":
         recs = _for_script(recs, meta)

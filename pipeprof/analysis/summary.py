@@ -12,6 +12,7 @@ in the README and in ``pipeprof/schemas/summary.schema.json``
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,15 @@ import pandas as pd
 from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution, attribution
 from pipeprof.analysis.hotspots import code_profile
+from pipeprof.analysis.ranks import (
+    RankEntry,
+    RankResult,
+    Straggler,
+    job_recommendations,
+    median_index,
+    rank_entry,
+    straggler,
+)
 from pipeprof.analysis.recommend import Recommendation, recommend
 from pipeprof.analysis.steps import counted_steps, counted_window_s
 from pipeprof.analysis.thresholds import (
@@ -108,6 +118,8 @@ class Summary:
     verdict: Verdict
     recommendations: tuple[Recommendation, ...]
     sections: dict[str, Any]
+    ranks: tuple[RankEntry, ...] = ()  # a distributed job's ranks (analysis.ranks); empty for one process
+    straggler: Straggler | None = None  # which rank sets the job's pace; None for one process
 
     @property
     def bottleneck(self) -> str:
@@ -126,6 +138,8 @@ class Summary:
             "bottleneck_reason": self.bottleneck_reason, **self.sections,
             "attribution": self.attribution.to_json(), "verdict": self.verdict.to_json(),
             "recommendations": [r.to_json() for r in self.recommendations],
+            "ranks": [r.to_json() for r in self.ranks],
+            "straggler": self.straggler.to_json() if self.straggler is not None else None,
         }
 
 
@@ -159,7 +173,41 @@ def summary_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
       else null.
     * ``code_profile``: ``{"cprofile", "pyspy"}``, the code-level view
       (``hotspots.code_profile``), each ``{"absent": reason}`` when off.
+    * ``ranks`` and ``straggler``: a distributed job's (``run.ranks``; ``job_record``);
+      ``[]`` and null for one process.
     """
+    if run.ranks:
+        return job_record(run, probe)
+    return _one_process(run, probe)
+
+
+def job_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
+    """The summary of a distributed job (``run.ranks``): each rank summarized alone; the job's keys are its
+    median rank's (``ranks.median_index``: ``job.median_rank``) but ``samples`` and ``samples_per_s``, the sums
+    over the ranks, and ``status`` / ``error``, the job's own where run.json records them (a rank that failed
+    fails the job); ``recommendations`` are the job's (``ranks.job_recommendations``), ``ranks`` one entry per
+    rank and ``straggler`` the rank that sets the pace (``ranks.straggler``)."""
+    probe = probe if probe is not None else run.meta.get("probe")
+    summaries = [_one_process(rank_run, probe) for rank_run in run.ranks]
+    results = [RankResult(run=rank_run, steps=s.steps, samples=s.samples, samples_per_s=s.samples_per_s,
+                          fractions=s.fractions, loading=s.sections.get("loading"), verdict=s.verdict,
+                          cpu=s.attribution.cpu, recommendations=s.recommendations)
+               for rank_run, s in zip(run.ranks, summaries, strict=True)]
+    median = median_index(run.ranks, run.meta)
+    rates = [s.samples_per_s for s in summaries if s.samples_per_s is not None]
+    job_samples_per_s = float(sum(rates)) if rates else None
+    paced = straggler(run.ranks)
+    sections = dict(summaries[median].sections)
+    sections.update({k: run.meta[k] for k in ("status", "error") if k in run.meta})
+    return dataclasses.replace(
+        summaries[median], scenario=run.name, samples=sum(s.samples for s in summaries),
+        samples_per_s=job_samples_per_s, sections=sections,
+        recommendations=tuple(job_recommendations(results, median, paced, job_samples_per_s)),
+        ranks=tuple(rank_entry(r) for r in results), straggler=paced)
+
+
+def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
+    """The summary of one process's records (a single-process run, or one rank of a job)."""
     steps = run.steps
     counted = counted_steps(steps)
     n = len(counted)

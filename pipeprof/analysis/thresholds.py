@@ -74,3 +74,10 @@ MIN_STALL_TO_SPLIT = 0.05
 
 # The tuner (analysis.tune): a neighbour must beat the best so far by this share to be taken.
 TUNE_MIN_GAIN = 0.03
+
+# Distributed jobs (analysis.ranks). Data-parallel ranks go in lock-step, so the slowest rank's own work per step
+# (step time minus its collective wait) sets everyone's pace. A straggler is named only when that own time exceeds
+# the other ranks' median by more than this share: identical ranks on one machine differ by a few percent from step
+# to step (scheduling, page cache, a worker's turn), and a rank only 10% slower costs the job at most ~10%, which
+# is less than the per-rank advice's own model error; below it the answer is "no rank sets the pace" (kind none).
+STRAGGLER_MARGIN = 0.10

@@ -1,0 +1,344 @@
+"""A distributed job's analysis: each rank's entry, the straggler, and advice that knows about ranks.
+
+Pure functions over the ranks' runs (``Run.ranks``: each a whole run, ``meta["rank"]`` saying which) and what
+each rank's own summary found (``RankResult``); ``summary.summary_record`` calls them for a run with ranks.
+
+The model
+=========
+
+Data-parallel ranks go in lock-step: every step ends in collectives (DDP's gradient all-reduce) that wait for
+all ranks, so each rank's step takes as long as the slowest rank's *own* work, and the faster ranks spend the
+difference blocked in collectives (steps.csv's ``collective_wait_s``, already taken out of ``compute_s``).
+
+* A rank's own time per step: ``own = mean over counted steps of (step_s − collective_wait_s)``, that is data
+  wait + h2d + compute + the step's untimed rest.
+* The straggler: the rank with the largest ``own`` (the lowest rank on a tie), compared with the median ``own``
+  of the other ranks (ranks with fewer than ``MIN_COUNTED_STEPS`` counted steps are left out). Within
+  ``STRAGGLER_MARGIN`` of it, no rank sets the pace: kind ``none``, rank null. Otherwise its ``kind`` is the
+  phase whose mean seconds per step exceed the others' median the most: ``input`` (data wait), ``h2d``
+  (copies to the device) or ``compute`` (compute and the step's untimed rest). The others' collective wait
+  is in the evidence: in lock-step it mirrors the gap (the others wait for the straggler), so it is no second
+  condition; a job bound by its collectives' transfers has it large on every rank, the slowest included.
+* The job's pace: every rank makes its samples at the straggler's step rate, so the job's samples/s is the
+  sum over ranks (``world_size × per-rank`` for equal batches). A change predicted to bring the straggler's
+  own pipeline to ``X'`` samples/s (its own summary's recommendation, ``recommend``'s model) takes the job to
+  ``world_size × min(X', R_next)``, where ``R_next`` is the next-slowest rank's own pace (its samples per step
+  over its ``own``): past that, that rank sets the pace. Not modelled: the collectives' own transfer time
+  (inside ``collective_wait_s`` with the waiting), so ``R_next`` is an upper bound.
+* No straggler (kind ``none``): the ranks are alike, and the median rank's recommendations, made on every
+  rank, scale the job by their own speed-up.
+* Oversubscription per node: the ranks on one node share its cores. Each rank wants ``num_workers`` of its
+  training loader + its torch threads (``attribution.cpu``: ``num_workers``, ``torch_threads``); their sum over
+  the node's ranks against the node's usable cores (``cpu.cores_usable``, the largest of its ranks': ranks of a
+  node see the same machine unless pinned) is the classic oversubscription a single rank cannot see. Advice
+  (from 2 ranks on a node): a fair share ``s = ⌊N / ranks⌋`` cores per rank, split between workers and torch
+  threads in the proportion the rank wanted them (at least 1 each where it had any). Not predicted: each
+  rank's model measured its compute under the others' contention, which this change removes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pipeprof import format as fmt
+from pipeprof.analysis.advice_text import script_text
+from pipeprof.analysis.evidence import CpuEvidence
+from pipeprof.analysis.recommend import Recommendation
+from pipeprof.analysis.steps import PHASES, counted_steps, step_breakdown
+from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS, MIN_GAIN, STRAGGLER_MARGIN
+from pipeprof.analysis.verdict import Verdict
+from pipeprof.run_folder import Run, as_dict
+
+STRAGGLER_KINDS = ("input", "compute", "h2d", "none")
+# The phase whose excess names the straggler's kind; compute includes the step's untimed rest (its own work too).
+_KIND_OF_PHASE = {"data_wait": "input", "h2d": "h2d", "compute": "compute"}
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """One rank's run and what its own summary found (``summary.summary_record`` of the rank's run)."""
+
+    run: Run
+    steps: int  # counted steps
+    samples: int  # samples in counted steps
+    samples_per_s: float | None
+    fractions: dict[str, float]
+    loading: dict[str, Any] | None  # the rank summary's loading section
+    verdict: Verdict
+    cpu: CpuEvidence
+    recommendations: tuple[Recommendation, ...]
+
+    @property
+    def rank(self) -> int | None:
+        return _rank_of(self.run)
+
+    @property
+    def node(self) -> str | None:
+        node = as_dict(self.run.meta.get("rank")).get("node")
+        return None if node is None else str(node)
+
+
+@dataclass(frozen=True)
+class RankEntry:
+    """summary.json's ``ranks`` entry for one rank."""
+
+    rank: int | None
+    local_rank: int | None
+    node: str | None
+    pid: int | None
+    steps: int
+    samples_per_s: float | None
+    fractions: dict[str, float]
+    loading: dict[str, Any] | None
+    verdict: dict[str, Any]
+    status: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """summary.json's ``straggler``: which rank sets the job's pace, and why (module docstring)."""
+
+    rank: int | None
+    node: str | None
+    kind: str  # one of STRAGGLER_KINDS
+    evidence: dict[str, Any]  # the numbers that decided it, units in their names
+    sentence: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in STRAGGLER_KINDS:
+            raise ValueError(f"not a straggler kind: {self.kind!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "node": self.node, "kind": self.kind, "evidence": dict(self.evidence),
+                "sentence": self.sentence}
+
+
+def _rank_of(run: Run) -> int | None:
+    rank = as_dict(run.meta.get("rank")).get("rank")
+    return int(rank) if rank is not None else None
+
+
+def _numbers(ranks: Sequence[Run]) -> list[int]:
+    """Each rank's number (``meta["rank"]["rank"]``), its place in the list where it has none."""
+    return [n if (n := _rank_of(r)) is not None else i for i, r in enumerate(ranks)]
+
+
+def _median_step_s(run: Run) -> float:
+    step_s = counted_steps(run.steps)["step_s"].astype(float)
+    return float(step_s.median()) if len(step_s) else math.nan
+
+
+def median_rank(ranks: Sequence[Run]) -> int | None:
+    """The job's median rank (``meta["job"]["median_rank"]``): the rank whose counted median step time is the
+    median of the ranks' (the lower middle for an even count; ranks without counted steps left out, ties by
+    rank number). The first rank when none has counted steps; None for no ranks."""
+    if not ranks:
+        return None
+    numbers = _numbers(ranks)
+    timed = sorted((t, n) for n, r in zip(numbers, ranks, strict=True) if math.isfinite(t := _median_step_s(r)))
+    return timed[(len(timed) - 1) // 2][1] if timed else numbers[0]
+
+
+def median_index(ranks: Sequence[Run], job_meta: dict[str, Any]) -> int:
+    """Index in ``ranks`` (not empty) of the job's median rank: ``job.median_rank`` when recorded and among the
+    ranks, else ``median_rank`` computed."""
+    recorded = as_dict(job_meta.get("job")).get("median_rank")
+    numbers = _numbers(ranks)
+    chosen = int(recorded) if recorded is not None and int(recorded) in numbers else median_rank(ranks)
+    return numbers.index(chosen) if chosen in numbers else 0
+
+
+def rank_entry(result: RankResult) -> RankEntry:
+    """summary.json's ``ranks`` entry for one rank."""
+    info = as_dict(result.run.meta.get("rank"))
+    local, pid = info.get("local_rank"), info.get("pid")
+    status = info.get("status") or result.run.meta.get("status")
+    return RankEntry(rank=result.rank, local_rank=int(local) if local is not None else None, node=result.node,
+                     pid=int(pid) if pid is not None else None, steps=result.steps,
+                     samples_per_s=result.samples_per_s, fractions=dict(result.fractions), loading=result.loading,
+                     verdict=result.verdict.to_json(), status=None if status is None else str(status))
+
+
+@dataclass(frozen=True)
+class _Pace:
+    """One rank's mean seconds per counted step, by phase, and its own time (without collective wait)."""
+
+    rank: int
+    node: str | None
+    steps: int
+    samples_per_step: float
+    phase_s: dict[str, float]  # data_wait, h2d, compute (with the untimed rest), collective_wait
+    step_s: float
+
+    @property
+    def own_s(self) -> float:
+        return self.step_s - self.phase_s["collective_wait"]
+
+    def fraction(self, phase: str) -> float:
+        return self.phase_s[phase] / self.step_s if self.step_s > 0 else math.nan
+
+
+def _pace(run: Run, index: int) -> _Pace | None:
+    df = step_breakdown(run.steps)
+    if len(df) < MIN_COUNTED_STEPS:
+        return None
+    mean = {p: float(df[f"{p}_s"].astype(float).mean()) for p in PHASES}
+    mean["compute"] += float(df["other_s"].astype(float).mean())
+    rank = _rank_of(run)
+    node = as_dict(run.meta.get("rank")).get("node")
+    return _Pace(rank=rank if rank is not None else index, node=None if node is None else str(node), steps=len(df),
+                 samples_per_step=float(df["samples"].astype(float).mean()), phase_s=mean,
+                 step_s=float(df["step_s"].astype(float).mean()))
+
+
+def straggler(ranks: Sequence[Run]) -> Straggler:
+    """Which rank sets the job's pace and why (module docstring): kind ``input``, ``compute``, ``h2d`` or
+    ``none`` (ranks within ``STRAGGLER_MARGIN`` of each other, or fewer than two to compare)."""
+    paces = [p for i, r in enumerate(ranks) if (p := _pace(r, i)) is not None]
+    by_rank = {str(p.rank): p.own_s for p in paces}
+    if len(paces) < 2:
+        return Straggler(None, None, "none", {"ranks_compared": len(paces), "own_step_s_by_rank": by_rank},
+                         f"No straggler to name: {fmt.plural(len(paces), 'rank')} with at least "
+                         f"{MIN_COUNTED_STEPS} counted steps, 2 needed to compare.")
+    slow = max(paces, key=lambda p: (p.own_s, -p.rank))
+    others = [p for p in paces if p is not slow]
+
+    def others_median(value: Any) -> float:
+        return float(np.median([value(p) for p in others]))
+
+    median_own = others_median(lambda p: p.own_s)
+    excess = slow.own_s / median_own - 1 if median_own > 0 else math.inf
+    phases = ("data_wait", "h2d", "compute", "collective_wait")
+    evidence: dict[str, Any] = {
+        "ranks_compared": len(paces), "own_step_s_by_rank": by_rank, "margin_fraction": STRAGGLER_MARGIN,
+        "slowest_rank": slow.rank, "straggler_own_step_s": slow.own_s, "others_median_own_step_s": median_own,
+        "own_step_excess_fraction": excess if math.isfinite(excess) else None,
+        **{f"straggler_{p}_fraction": slow.fraction(p) for p in phases},
+        **{f"others_median_{p}_fraction": others_median(lambda r, p=p: r.fraction(p)) for p in phases},
+        **{f"{p}_excess_s": slow.phase_s[p] - others_median(lambda r, p=p: r.phase_s[p]) for p in _KIND_OF_PHASE},
+    }
+    if excess <= STRAGGLER_MARGIN:
+        return Straggler(None, None, "none", evidence,
+                         f"No rank sets the pace: the ranks' own work per step is within {fmt.pct(STRAGGLER_MARGIN)} "
+                         f"of each other (slowest, rank {slow.rank}: {fmt.duration(slow.own_s)}; the others' median "
+                         f"{fmt.duration(median_own)}).")
+    phase = max(_KIND_OF_PHASE, key=lambda p: evidence[f"{p}_excess_s"])
+    kind = _KIND_OF_PHASE[phase]
+    what = {"input": "waiting for data", "h2d": "copying batches to the device", "compute": "computing"}[kind]
+    where = f" (node {slow.node})" if slow.node else ""
+    sentence = (f"Rank {slow.rank}{where} sets the job's pace: its own work takes {fmt.duration(slow.own_s)} a step "
+                f"against {fmt.duration(median_own)} on the other ranks (median), {fmt.duration(slow.phase_s[phase])} "
+                f"of it {what} (the others {fmt.duration(slow.phase_s[phase] - evidence[f'{phase}_excess_s'])}); "
+                f"meanwhile the other ranks wait {fmt.pct(evidence['others_median_collective_wait_fraction'])} of "
+                f"their steps in collectives.")
+    return Straggler(slow.rank, slow.node, kind, evidence, sentence)
+
+
+def job_recommendations(results: Sequence[RankResult], median: int, straggler_: Straggler,
+                        job_samples_per_s: float | None) -> list[Recommendation]:
+    """The job's advice: oversubscribed nodes first, then the straggler's own recommendations with the job's
+    predicted samples/s (or, with no straggler, the median rank's, made on every rank); module docstring."""
+    recs = oversubscription(results)
+    if straggler_.rank is None:
+        own = [_scaled(r, job_samples_per_s, len(results)) for r in results[median].recommendations]
+    else:
+        own = _straggler_advice(results, straggler_, job_samples_per_s)
+    return recs + own
+
+
+def _scaled(rec: Recommendation, job_samples_per_s: float | None, world_size: int) -> Recommendation:
+    predicted = (job_samples_per_s * rec.predicted_speedup
+                 if job_samples_per_s is not None and rec.predicted_speedup is not None else None)
+    reason = f"on every rank: {rec.reason}" if world_size > 1 else rec.reason
+    return dataclasses.replace(rec, predicted_samples_per_s=predicted, reason=reason)
+
+
+def _straggler_advice(results: Sequence[RankResult], straggler_: Straggler,
+                      job_samples_per_s: float | None) -> list[Recommendation]:
+    paces = {p.rank: p for i, r in enumerate(results) if (p := _pace(r.run, i)) is not None}
+    slow = next(r for r in results if r.rank == straggler_.rank)
+    others = [p for rank, p in paces.items() if rank != straggler_.rank]
+    next_slowest = max(others, key=lambda p: p.own_s)
+    bound = next_slowest.samples_per_step / next_slowest.own_s if next_slowest.own_s > 0 else math.inf
+    world = len(results)
+    where = f" on node {slow.node}" if slow.node else ""
+    label = f"rank {slow.rank} (the straggler{where}): "
+    out = []
+    for rec in slow.recommendations:
+        if not rec.change and rec.code_change is None:  # its honest negative: nothing to gain for the job either
+            out.append(dataclasses.replace(rec, predicted_samples_per_s=job_samples_per_s, predicted_speedup=1.0,
+                                           reason=label + rec.reason))
+            continue
+        if rec.predicted_samples_per_s is None or not job_samples_per_s:
+            continue
+        pace = min(rec.predicted_samples_per_s, bound)
+        predicted = world * pace
+        speedup = predicted / job_samples_per_s
+        if speedup < MIN_GAIN:
+            continue
+        limit = (f", bounded by rank {next_slowest.rank}'s own pace {fmt.rate(bound)}"
+                 if bound < rec.predicted_samples_per_s else "")
+        out.append(dataclasses.replace(
+            rec, predicted_samples_per_s=predicted, predicted_speedup=speedup,
+            reason=(f"{label}{rec.reason}; the job goes at the slowest rank's pace: {world} ranks × "
+                    f"{fmt.rate(pace)}{limit} = {fmt.rate(predicted)} for the job ({fmt.rate(job_samples_per_s)} "
+                    f"now)"),
+            model=f"world_size × min(X', R_next), X' = {rec.model}"))
+    if not out:
+        out.append(Recommendation({}, job_samples_per_s, 1.0,
+                                  f"{label}none of its changes would speed the job up by {fmt.pct(MIN_GAIN - 1, 0)} or "
+                                  f"more: past {fmt.rate(bound)} rank {next_slowest.rank} sets the pace",
+                                  "world_size × min(X', R_next)"))
+    return out
+
+
+def oversubscription(results: Sequence[RankResult]) -> list[Recommendation]:
+    """Per node with 2 or more ranks: their workers + torch threads against the node's usable cores, and the
+    fair share per rank when they want more (module docstring). Ranks whose counts are unknown are left out."""
+    nodes: dict[str, list[RankResult]] = {}
+    for r in results:
+        nodes.setdefault(r.node or "", []).append(r)
+    out = []
+    for node, ranks in nodes.items():
+        known = [r for r in ranks if r.cpu.num_workers is not None and r.cpu.torch_threads is not None]
+        cores = max((int(r.cpu.cores_usable) for r in known if r.cpu.cores_usable), default=0)
+        if len(known) < 2 or not cores:
+            continue
+        wanted = [(int(r.cpu.num_workers or 0), int(r.cpu.torch_threads or 0)) for r in known]
+        busy = sum(w + t for w, t in wanted)
+        if busy <= cores:
+            continue
+        share = max(1, cores // len(known))
+        workers, threads = max(w for w, _ in wanted), max(t for _, t in wanted)
+        new_workers = min(workers, max(1, round(share * workers / (workers + threads)))) if workers else 0
+        new_threads = max(1, min(threads, share - new_workers))
+        change: dict[str, Any] = {}
+        if new_workers != workers:
+            change["loader.num_workers"] = new_workers
+        if new_threads != threads:
+            change["train.threads"] = new_threads
+        if len(set(wanted)) == 1:
+            how = f"{len(known)} ranks × ({fmt.plural(workers, 'worker')} + {fmt.plural(threads, 'torch thread')})"
+        else:
+            how = " + ".join(f"rank {r.rank}: ({w} + {t})" for r, (w, t) in zip(known, wanted, strict=True))
+        where = f"node {node}" if node else "the node"
+        reason = (f"{how} = {busy} busy threads on {fmt.plural(cores, 'core')} of {where}: the ranks' workers and "
+                  f"torch threads take turns on the cores, each rank's model sees only its own; "
+                  f"{fmt.plural(share, 'core')} per rank: {fmt.plural(new_workers, 'worker')} + "
+                  f"{fmt.plural(new_threads, 'torch thread')} on each rank")
+        loader = next((d for d in known[0].run.meta.get("loaders") or []
+                       if isinstance(d, dict) and d.get("role") == "train"), None)
+        extra = {"script_text": script_text(change, loader)} if loader is not None and change else {}
+        out.append(Recommendation(change, None, None, reason,
+                                  "Σ over the node's ranks (num_workers + torch threads) against its usable cores; "
+                                  "⌊N / ranks⌋ cores per rank; not predicted", **extra))
+    return out
