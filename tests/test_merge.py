@@ -47,12 +47,16 @@ def rank_run(rank: int, world_size: int, node: str, step_s: float, *, job_id: st
 
 
 def job_run(ranks: list[Run], node: str, *, job_id: str | None = "job-7", world_size: int = 4) -> Run:
-    """A node's part as ``pipeprof profile -- torchrun --nnodes 2 --node_rank K`` writes it."""
+    """A node's part as ``pipeprof profile -- torchrun --nnodes 2 --node_rank K`` writes it: the ranks of the
+    world it did not see are untraced there."""
     first = ranks[0]
     meta = {k: v for k, v in first.meta.items() if k != "rank"}
-    meta["job"] = {"id": job_id, "world_size": world_size, "ranks": [r.meta["rank"]["rank"] for r in ranks],
-                   "nodes": [node], "launcher": "torchrun", "median_rank": ranks[0].meta["rank"]["rank"],
-                   "untraced": [{"pid": 99, "cmdline": "torchrun ...", "reason": "the launcher"}]}
+    numbers = [r.meta["rank"]["rank"] for r in ranks]
+    elsewhere = [{"pid": None, "cmdline": None, "rank": r, "reason": f"rank {r} of {world_size}: not trained here"}
+                 for r in range(world_size) if r not in numbers]
+    meta["job"] = {"id": job_id, "world_size": world_size, "ranks": numbers, "nodes": [node], "launcher": "torchrun",
+                   "median_rank": numbers[0],
+                   "untraced": [{"pid": 99, "cmdline": f"torchrun on {node}", "reason": "the launcher"}, *elsewhere]}
     samples = first.samples.assign(main_cpu_pct=5.0)  # the node's view: the launcher as the main process
     return Run(meta=meta, steps=first.steps, samples=samples, loading=first.loading, ranks=ranks)
 
@@ -78,7 +82,8 @@ def test_two_nodes_parts_merge_into_one_job_of_four_ranks(tmp_path):
     assert (job["id"], job["world_size"], job["ranks"], job["nodes"]) == ("job-7", 4, [0, 1, 2, 3],
                                                                           ["node-a", "node-b"])
     assert job["launcher"] == "torchrun" and job["missing_ranks"] == []
-    assert len(job["untraced"]) == 2  # each node's launcher
+    # each node's launcher; not the other node's ranks, which each part lists as not trained on its node
+    assert [u["cmdline"] for u in job["untraced"]] == ["torchrun on node-a", "torchrun on node-b"]
     # the lower middle of 0.10 (rank 1), 0.11 (rank 0), 0.12 (rank 2), 0.30 (rank 3): rank 0, not a part's own
     assert job["median_rank"] == 0
     pd.testing.assert_frame_equal(again.steps, again.ranks[0].steps)
@@ -107,11 +112,16 @@ def test_a_rank_without_counted_steps_is_not_the_median():
     assert median_rank([failed, rank_run(1, 3, "n", 0.1), rank_run(2, 3, "n", 0.3)]) == 1
 
 
-def test_single_rank_runs_merge_as_slurm_tasks(tmp_path):
-    folders = [save(rank_run(r, 2, f"node-{r}", 0.1 + 0.01 * r), tmp_path, f"task-{r}") for r in (1, 0)]
-    merged = merge_folders(folders, out=tmp_path / "out", name="ddp")
-    assert [r.meta["rank"]["rank"] for r in merged.run.ranks] == [0, 1]
-    assert merged.run.meta["job"]["nodes"] == ["node-1", "node-0"]
+def test_slurm_tasks_merge_each_a_job_of_one_rank_or_a_rank_run(tmp_path):
+    """srun pipeprof profile -- python train.py: each task's folder holds one rank of the world."""
+    task_1 = save(job_run([rank_run(1, 3, "node-1", 0.11)], "node-1", world_size=3), tmp_path, "task-1")
+    task_0 = save(rank_run(0, 3, "node-0", 0.1), tmp_path, "task-0")
+    task_2 = save(job_run([rank_run(2, 3, "node-2", 0.12)], "node-2", world_size=3), tmp_path, "task-2")
+    merged = merge_folders([task_1, task_0, task_2], out=tmp_path / "out", name="ddp")
+    assert [r.meta["rank"]["rank"] for r in merged.run.ranks] == [0, 1, 2]
+    assert merged.run.meta["job"]["nodes"] == ["node-0", "node-1", "node-2"]
+    assert merged.run.meta["job"]["median_rank"] == 1
+    assert [u["cmdline"] for u in merged.run.meta["job"]["untraced"]] == ["torchrun on node-1", "torchrun on node-2"]
     assert merged.folder.name.endswith("-ddp") and merged.run.name == "ddp"
 
 
@@ -143,6 +153,7 @@ def test_a_missing_rank_is_merged_and_named(tmp_path):
     merged = merge_folders([save(a, tmp_path, "a"), save(b, tmp_path, "b")], out=tmp_path / "reports")
     assert merged.run.meta["job"]["ranks"] == [0, 1, 3]
     assert merged.run.meta["job"]["missing_ranks"] == [2]
+    assert [u.get("rank") for u in merged.run.meta["job"]["untraced"]] == [None, 2, None]  # rank 2 once
     assert merged.warnings == ["rank 2 of the job's 4 is missing: in none of the merged folders"]
     assert merged.warnings[0] in load_run(merged.folder).meta["notes"]
 

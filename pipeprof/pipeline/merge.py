@@ -163,10 +163,9 @@ def merge_parts(parts: list[Part]) -> tuple[Run, list[str]]:
     median = median_rank(ranks)
     median = numbers[0] if median is None else median
     middle = by_rank[median][0]
-    job = {"id": ident, "world_size": world_size, "ranks": numbers,
-           "nodes": list(dict.fromkeys(n for p in parts for n in p.nodes)),
+    job = {"id": ident, "world_size": world_size, "ranks": numbers, "nodes": sorted({n for p in parts for n in p.nodes}),
            "launcher": next((p.launcher for p in parts if p.launcher), None), "median_rank": median,
-           "untraced": [u for p in parts for u in p.untraced], "missing_ranks": missing}
+           "untraced": _untraced(parts, set(numbers)), "missing_ranks": missing}
     meta = copy.deepcopy(first.run.meta)
     meta.pop("rank", None)
     meta.pop("format_version", None)
@@ -179,6 +178,20 @@ def merge_parts(parts: list[Part]) -> tuple[Run, list[str]]:
               processes=first.run.processes.copy(), loading=middle.loading.copy(),
               functions=first.run.functions.copy(), attachments=dict(first.run.attachments), ranks=ranks)
     return run, notes
+
+
+def _untraced(parts: list[Part], present: set[int]) -> list[dict[str, Any]]:
+    """Every part's processes that did not train, and the ranks no part holds (once each): a node's part lists
+    the ranks of the other nodes as not trained on it, which the merge has."""
+    out, listed = [], set()
+    for part in parts:
+        for entry in part.untraced:
+            rank = entry.get("rank")
+            if rank is not None and (rank in present or rank in listed):
+                continue
+            listed.add(rank)
+            out.append(entry)
+    return out
 
 
 def _folders(parts: list[Part]) -> str:
