@@ -11,7 +11,7 @@ import pytest
 
 from pipeprof.cli.main import main
 from pipeprof.errors import UsageError
-from pipeprof.pipeline.merge import median_rank, merge_folders
+from pipeprof.pipeline.merge import merge_folders
 from pipeprof.run_folder import SAMPLE_COLUMNS, STEP_COLUMNS, Run, load_run, save_run
 
 N_STEPS, WARMUP = 20, 4
@@ -94,22 +94,25 @@ def test_two_nodes_parts_merge_into_one_job_of_four_ranks(tmp_path):
     assert json.loads((merged.folder / "summary.json").read_text()) == json.loads(json.dumps(merged.summary))
 
 
-def test_median_rank_is_the_lower_middle_of_the_counted_median_step_times():
-    runs = [rank_run(r, 4, "n", s) for r, s in enumerate([0.3, 0.1, 0.2, 0.4])]
-    assert median_rank(runs) == 2  # 0.1 (1), 0.2 (2) | 0.3 (0), 0.4 (3): the lower middle
-    assert median_rank([rank_run(r, 3, "n", s) for r, s in enumerate([0.2, 0.1, 0.3])]) == 0
-    assert median_rank([rank_run(3, 4, "n", 0.2)]) == 3
+@pytest.mark.parametrize("step_s, median", [
+    ([0.3, 0.1, 0.2, 0.4], 2),  # 0.1 (1), 0.2 (2) | 0.3 (0), 0.4 (3): the lower middle
+    ([0.2, 0.1, 0.3, None], 0),  # rank 3 died in its warm-up: no counted step, not the median
+])
+def test_the_median_rank_is_recomputed_over_every_part(tmp_path, step_s, median):
+    runs = [rank_run(r, 4, "n", s or 0.01, warmup=N_STEPS if s is None else WARMUP) for r, s in enumerate(step_s)]
+    a = job_run(runs[:2], "node-a")
+    b = job_run(runs[2:], "node-b")
+    b.meta["job"]["median_rank"] = 3  # each part's own median: not the job's
+    merged = merge_folders([save(a, tmp_path, "a"), save(b, tmp_path, "b")], out=tmp_path / "reports")
+    assert merged.run.meta["job"]["median_rank"] == median
+    pd.testing.assert_frame_equal(merged.run.steps, runs[median].steps)
 
 
-def test_median_rank_leaves_the_warm_up_out():
+def test_the_median_rank_leaves_the_warm_up_out(tmp_path):
     """12 warm-up steps of 20: a median over every step would be the warm-up's, and pick rank 1."""
     runs = [rank_run(0, 2, "n", 0.1, warmup=12, warmup_s=1.0), rank_run(1, 2, "n", 0.2, warmup=12, warmup_s=0.01)]
-    assert median_rank(runs) == 0
-
-
-def test_a_rank_without_counted_steps_is_not_the_median():
-    failed = rank_run(0, 3, "n", 0.01, warmup=N_STEPS)  # died during warm-up
-    assert median_rank([failed, rank_run(1, 3, "n", 0.1), rank_run(2, 3, "n", 0.3)]) == 1
+    merged = merge_folders([save(r, tmp_path, f"t{i}") for i, r in enumerate(runs)], out=tmp_path / "reports")
+    assert merged.run.meta["job"]["median_rank"] == 0
 
 
 def test_slurm_tasks_merge_each_a_job_of_one_rank_or_a_rank_run(tmp_path):

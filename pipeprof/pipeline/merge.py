@@ -13,13 +13,12 @@ Nothing here prints.
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeprof.analysis.steps import counted_steps
+from pipeprof.analysis.ranks import median_rank
 from pipeprof.errors import UsageError
 from pipeprof.measure.rank_env import job_id
 from pipeprof.pipeline.derive import derived_files
@@ -105,20 +104,6 @@ def _one_value(parts: list[Part], values_of: str, what: str) -> Any:
     return next(iter(seen), None)
 
 
-def median_step_s(run: Run) -> float:
-    """The median of a rank's counted step times (s); NaN without counted steps."""
-    steps = counted_steps(run.steps) if not run.steps.empty else run.steps
-    return float(steps["step_s"].median()) if len(steps) else math.nan
-
-
-def median_rank(ranks: Sequence[Run]) -> int | None:
-    """The rank whose counted median step time is the median of the ranks' (the lower middle of an even
-    count; ties by rank number); ranks without counted steps are left out. None when no rank has steps."""
-    timed = sorted((step_s, rank) for r in ranks
-                   if (rank := _rank_of(r)) is not None and not math.isnan(step_s := median_step_s(r)))
-    return timed[(len(timed) - 1) // 2][1] if timed else None
-
-
 def merge_parts(parts: list[Part]) -> tuple[Run, list[str]]:
     """The job run made of ``parts`` and the merge's warnings (also among its notes); UsageError for parts
     of different jobs or a rank found twice."""
@@ -159,8 +144,8 @@ def merge_parts(parts: list[Part]) -> tuple[Run, list[str]]:
         notes.append("no part records a job id: that the parts are of one job was not checked")
     merged_from = (f"merged by pipeprof merge from {_folders(parts)}; the samples and processes at the top level "
                    f"are {first.folder}'s only (its node's view); each rank's own are in its run")
-    ranks = [by_rank[r][0] for r in numbers] + unnumbered
-    median = median_rank(ranks)
+    numbered = [by_rank[r][0] for r in numbers]
+    median = median_rank(numbered)  # the rule of analysis.ranks, over the ranks with a number only
     median = numbers[0] if median is None else median
     middle = by_rank[median][0]
     job = {"id": ident, "world_size": world_size, "ranks": numbers, "nodes": sorted({n for p in parts for n in p.nodes}),
@@ -176,7 +161,7 @@ def merge_parts(parts: list[Part]) -> tuple[Run, list[str]]:
     meta["status"], meta["error"] = status, error
     run = Run(meta=meta, steps=middle.steps.copy(), samples=first.run.samples.copy(),
               processes=first.run.processes.copy(), loading=middle.loading.copy(),
-              functions=first.run.functions.copy(), attachments=dict(first.run.attachments), ranks=ranks)
+              functions=first.run.functions.copy(), attachments=dict(first.run.attachments), ranks=numbered + unnumbered)
     return run, notes
 
 
