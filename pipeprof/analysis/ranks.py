@@ -17,8 +17,10 @@ difference blocked in collectives (steps.csv's ``collective_wait_s``, already ta
   ``STRAGGLER_MARGIN`` of it, no rank sets the pace: kind ``none``, rank null. Otherwise its ``kind`` is the
   phase whose mean seconds per step exceed the others' median the most: ``input`` (data wait), ``h2d``
   (copies to the device) or ``compute`` (compute and the step's untimed rest). The others' collective wait
-  is in the evidence: in lock-step it mirrors the gap (the others wait for the straggler), so it is no second
-  condition; a job bound by its collectives' transfers has it large on every rank, the slowest included.
+  is in the evidence (``straggler_*`` and ``others_median_*`` fractions of step time, ``compute`` there also
+  holding the step's untimed rest; ``*_excess_s`` per step): in lock-step it mirrors the gap (the others
+  wait for the straggler), so it is no second condition; a job bound by its collectives' transfers has it
+  large on every rank, the slowest included.
 * The job's pace: every rank makes its samples at the straggler's step rate, so the job's samples/s is the
   sum over ranks (``world_size × per-rank`` for equal batches). A change predicted to bring the straggler's
   own pipeline to ``X'`` samples/s (its own summary's recommendation, ``recommend``'s model) takes the job to
