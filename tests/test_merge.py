@@ -213,3 +213,14 @@ def test_a_rank_outside_the_world_size_is_refused(tmp_path):
     stray.meta["rank"]["rank"] = 5
     with pytest.raises(UsageError, match="rank 5 is outside the job's world size 2"):
         merge_folders([folder, save(stray, tmp_path, "b")], out=tmp_path / "reports")
+
+
+def test_a_failed_part_makes_the_merged_job_failed_and_says_where(tmp_path):
+    a, b = two_nodes(tmp_path)
+    failed = load_run(b)
+    failed.meta["status"], failed.meta["error"] = "failed", "the script exited with status 1"
+    b = save(failed, tmp_path, "part-b-failed")
+    merged = merge_folders([a, b], out=tmp_path / "reports")
+    assert merged.run.meta["status"] == "failed"
+    assert merged.run.meta["error"] == f"{b}: the script exited with status 1"
+    assert len(merged.run.ranks) == 4
