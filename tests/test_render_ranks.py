@@ -15,12 +15,16 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from pipeprof.analysis.compare import compare_runs
 from pipeprof.analysis.summary import summarize
 from pipeprof.cli.main import main
 from pipeprof.render import plots
+from pipeprof.render.compare import compare_table, render_compare_html
+from pipeprof.render.compare import shown_phases as compare_phases
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html, shown_phases
 from pipeprof.render.ranks import evidence_label, evidence_text, rank_rows, straggler_line, straggler_view
+from pipeprof.render.sweep import shown_phases as sweep_phases
 from pipeprof.render.trace import chrome_trace
 from pipeprof.run_folder import LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, save_run
 
@@ -186,6 +190,8 @@ def test_a_job_without_a_straggler_says_the_ranks_kept_pace():
     assert "No straggler: the ranks kept pace" in box and "straggler-none" in html
     assert "103.0%" in box
     assert 'class="rank-row straggler"' not in html
+    assert straggler_line(summary) == f"none: {straggler_view(summary)['sentence']}"
+    assert "kept pace" in straggler_line(summary)
 
 
 def test_straggler_words():
@@ -196,6 +202,11 @@ def test_straggler_words():
     assert evidence_label("data_wait_fraction") == "data wait, share"
     assert evidence_label("own_step_s") == "own step"
     assert evidence_text("own_step_s", [0.1, 0.25]) == "rank 0 100 ms · rank 1 250 ms"
+    assert evidence_label("own_step_s_by_rank") == "own step, by rank"
+    assert evidence_text("own_step_s_by_rank", {"0": 0.1, "1": 0.25}) == "rank 0 100 ms · rank 1 250 ms"
+    alone = straggler_view({"straggler": {"rank": None, "kind": "none", "evidence": {"ranks_compared": 1},
+                                          "sentence": "No straggler to name: 1 rank."}})
+    assert alone["title"] == "No straggler named" and alone["sentence"] == "No straggler to name: 1 rank."
     assert evidence_text("x_fraction", None) == "not measured"
     rows = rank_rows({"ranks": [{"rank": 0, "node": "n", "verdict": {}}], "straggler": {"rank": None}})
     assert rows[0]["straggler"] is False and rows[0]["fractions"]["collective_wait"] is None
@@ -276,3 +287,36 @@ def test_export_writes_the_job_trace_from_the_run_folder(tmp_path):
     assert main(["export", str(folder), "--format", "chrome-trace", "--out", str(out)]) == 0
     names = _processes(json.loads(out.read_text()))
     assert "rank 0 (node-a)" in names.values() and "rank 1 (node-a)" in names.values()
+
+
+# -- compare and sweep ----------------------------------------------------------------
+
+
+def _compare(*runs: Run) -> dict:
+    return compare_runs([(f"run{i}", f"/x/run{i}", r, summarize(r)) for i, r in enumerate(runs)],
+                        created_utc="2026-12-01T00:00:00Z")
+
+
+def _single(data_wait_s: float = 0.03) -> Run:
+    run = rank_run(0, data_wait_s, 0.0, fetch_s=0.01)
+    run.meta.pop("rank")
+    return run
+
+
+def test_compare_lists_collective_wait_only_when_a_run_waited_in_collectives():
+    one = _compare(_single(0.03), _single(0.01))
+    assert "collective_wait" not in compare_phases(one)
+    page = render_compare_html(one)
+    console = Console(record=True, width=250)
+    console.print(compare_table(one, "out/c"))
+    assert "collective wait" not in page and "collective wait" not in console.export_text()
+    jobs = _compare(_single(0.03), job_run())
+    assert "collective_wait" in compare_phases(jobs)
+    assert "collective wait" in render_compare_html(jobs)
+
+
+def test_sweep_lists_collective_wait_only_when_a_point_waited_in_collectives():
+    alone = [{"fractions": {"data_wait": 0.3, "h2d": 0.0, "collective_wait": 0.0, "compute": 0.6, "other": 0.1}}]
+    assert "collective_wait" not in sweep_phases(alone)
+    job = [{"fractions": {"data_wait": 0.02, "h2d": 0.0, "collective_wait": 0.7, "compute": 0.2, "other": 0.08}}]
+    assert sweep_phases(alone + job)[2] == "collective_wait"

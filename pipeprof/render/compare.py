@@ -26,10 +26,19 @@ ABSENT = "(absent)"
 # ---- what both show -------------------------------------------------------------------------
 
 
+def shown_phases(compare: dict[str, Any]) -> list[str]:
+    """The phases of ``PHASE_COLORS`` to list: collective wait only when some run waited in collectives
+    (a job of ranks); runs of one process never do, and get no column of zeros."""
+    waited = any((finite((r.get("fractions") or {}).get("collective_wait")) or 0.0) > 0
+                 for r in compare.get("runs") or [])
+    return [p for p in PHASE_COLORS if p != "collective_wait" or waited]
+
+
 def run_rows(compare: dict[str, Any]) -> list[dict[str, Any]]:
     """One formatted row per run: throughput ± half-width, ratio with interval, fractions with deltas."""
     runs = compare.get("runs") or []
     by_run = {c.get("run"): c for c in compare.get("comparisons") or []}
+    phases = shown_phases(compare)
     rows = []
     for i, r in enumerate(runs):
         c = by_run.get(i) or {}
@@ -55,7 +64,7 @@ def run_rows(compare: dict[str, Any]) -> list[dict[str, Any]]:
                         "value": finite(fractions.get(p)), "pct": fmt.pct(fractions.get(p), 1),
                         "delta": None if i == 0 else _pp((deltas.get(p) or {}).get("delta_pp")),
                         "noise": None if i == 0 else (deltas.get(p) or {}).get("within_noise")}
-                       for p in PHASE_COLORS],
+                       for p in phases],
             "verdict": str(verdict.get("class") or NOT_MEASURED),
             "verdict_sentence": str(verdict.get("sentence") or ""),
             "verdict_changed": bool((c.get("verdict") or {}).get("changed")),
@@ -114,7 +123,7 @@ def render_compare_html(compare: dict[str, Any], *, folder_name: str | None = No
     return env.get_template("compare.html.j2").render(
         c=compare, folder_name=folder_name, rows=rows, settings=setting_rows(compare),
         labels=[r["label"] for r in rows],
-        legend=[{"label": PHASE_LABELS[p], "color": PHASE_COLORS[p]} for p in PHASE_COLORS],
+        legend=[{"label": PHASE_LABELS[p], "color": PHASE_COLORS[p]} for p in shown_phases(compare)],
         rules=(compare.get("noise") or {}).get("rules") or {},
     )
 
@@ -165,7 +174,7 @@ def compare_table(compare: dict[str, Any], folder: str | Path) -> Group:
 
     shares = table("share of step time (change against A in percentage points)")
     shares.add_column("")
-    for p in PHASE_COLORS:
+    for p in shown_phases(compare):
         shares.add_column(PHASE_LABELS[p], justify="right", no_wrap=True)
     shares.add_column("verdict", overflow="fold")
     for r in rows:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeprof import format as fmt
-from pipeprof.format import NOT_MEASURED
+from pipeprof.format import NOT_MEASURED, finite
 from pipeprof.run_folder import as_dict
 
 # What the straggler's kind says about it, after "rank N (node) ...".
@@ -47,14 +47,15 @@ def straggler_view(summary: dict[str, Any]) -> dict[str, Any] | None:
     if not s:
         return None
     kind = str(s.get("kind") or "none")
+    evidence = s.get("evidence")
     if kind == "none" or s.get("rank") is None:
-        title = "No straggler: the ranks kept pace"
+        compared = finite(as_dict(evidence).get("ranks_compared"))
+        title = "No straggler named" if compared is not None and compared < 2 else "No straggler: the ranks kept pace"
         words = KEPT_PACE
     else:
         title = f"Straggler: {rank_label(s.get('rank'), s.get('node'))}, {_KIND_TITLES.get(kind, kind)}"
         words = f"{rank_label(s.get('rank'), s.get('node'))} {STRAGGLER_WORDS.get(kind, f'is the straggler ({kind})')}"
     sentence = str(s.get("sentence") or words)
-    evidence = s.get("evidence")
     rows = ([(evidence_label(k), evidence_text(k, v)) for k, v in evidence.items()]
             if isinstance(evidence, dict) else [("evidence", str(evidence))] if evidence else [])
     return {"kind": kind, "rank": s.get("rank"), "node": s.get("node"), "title": title, "sentence": sentence,
@@ -70,8 +71,7 @@ def straggler_line(summary: dict[str, Any]) -> str | None:
     if view is None:
         return None
     if view["rank"] is None or view["kind"] == "none":
-        return f"none: {len(summary.get('ranks') or [])} ranks kept pace" + (
-            f"; {view['sentence']}" if view["sentence"] != KEPT_PACE else "")
+        return f"none: {view['sentence']}"
     return f"{rank_label(view['rank'], view['node'])}, {view['kind']}: {view['sentence']}"
 
 
@@ -95,8 +95,14 @@ def rank_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+_BY_RANK = "_by_rank"  # an evidence value per rank: {rank: value}, its unit before this suffix
+
+
 def evidence_label(key: str) -> str:
-    """An evidence key in words: ``data_wait_fraction`` -> "data wait, share"; ``own_step_s`` -> "own step"."""
+    """An evidence key in words: ``data_wait_fraction`` -> "data wait, share"; ``own_step_s`` -> "own step";
+    ``own_step_s_by_rank`` -> "own step, by rank"."""
+    if key.endswith(_BY_RANK) and len(key) > len(_BY_RANK):
+        return f"{evidence_label(key[: -len(_BY_RANK)])}, by rank"
     for suffix, words in _UNITS:
         if key.endswith(suffix) and len(key) > len(suffix):
             base = key[: -len(suffix)].replace("_", " ")
@@ -107,6 +113,8 @@ def evidence_label(key: str) -> str:
 def evidence_text(key: str, value: Any) -> str:
     """An evidence value formatted by its key's unit; per-rank values (a dict or list) as
     ``rank 0 120 ms · rank 1 410 ms``."""
+    if key.endswith(_BY_RANK) and len(key) > len(_BY_RANK):
+        key = key[: -len(_BY_RANK)]
     if isinstance(value, dict):
         return " · ".join(f"rank {k} {evidence_text(key, v)}" for k, v in value.items()) or NOT_MEASURED
     if isinstance(value, (list, tuple)):
@@ -122,7 +130,7 @@ def evidence_text(key: str, value: Any) -> str:
     if key.endswith("_bytes"):
         return fmt.byte_size(value)
     if key.endswith("_pct"):
-        return fmt.pct(float(value) / 100, 0) if fmt.finite(value) is not None else NOT_MEASURED
+        return fmt.pct(float(value) / 100, 0) if finite(value) is not None else NOT_MEASURED
     if key.endswith("_s"):
         return fmt.duration(value)
     return fmt.number(value)

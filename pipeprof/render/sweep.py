@@ -40,7 +40,7 @@ def render_sweep_html(doc: dict[str, Any], *, folder_name: str | None = None) ->
         numeric_axes={a["key"] for a in doc.get("axes") or []
                       if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in a.get("values") or [])},
         near_best=set(doc.get("near_best") or []),
-        phases=[{"key": k, "label": plots.PHASE_LABELS[k], "color": plots.PHASE_COLORS[k]} for k in PHASES],
+        phases=[{"key": k, "label": plots.PHASE_LABELS[k], "color": plots.PHASE_COLORS[k]} for k in shown_phases(points)],
         workers_plot=workers_svg(points, [a["key"] for a in doc.get("axes") or []]),
         max_rate=max([p.get("samples_per_s_high") or p.get("samples_per_s") or 0 for p in points] or [0]),
     )
@@ -105,8 +105,14 @@ def sweep_table(doc: dict[str, Any], folder: Path) -> Table:
     return table
 
 
+def shown_phases(points: list[dict[str, Any]]) -> list[str]:
+    """``PHASES`` to list: collective wait only when some point waited in collectives (a job of ranks)."""
+    waited = any((finite((p.get("fractions") or {}).get("collective_wait")) or 0.0) > 0 for p in points)
+    return [k for k in PHASES if k != "collective_wait" or waited]
+
+
 def _stack_title(point: dict[str, Any]) -> str:
     fractions = point.get("fractions") or {}
     return ", ".join(f"{plots.PHASE_LABELS[k]} {fmt.pct(v, 1)}" for k in PHASES
-                     if (v := finite(fractions.get(k))) is not None)
+                     if (v := finite(fractions.get(k))) is not None and (k != "collective_wait" or v > 0))
 
