@@ -141,7 +141,8 @@ def attribution(run: Run, probe: dict | None = None) -> Attribution:
     fin = {p: _finite(v) for p, v in frac.items()}
     return Attribution(
         step=StepShares(steps=int(len(steps)), data_wait_fraction=fin["data_wait"], h2d_fraction=fin["h2d"],
-                        collective_wait_fraction=fin["collective_wait"], compute_fraction=fin["compute"], other_fraction=fin["other"],
+                        collective_wait_fraction=fin["collective_wait"], compute_fraction=fin["compute"],
+                        other_fraction=fin["other"],
                         step_mean_s=_mean(steps.get("step_s")), data_wait_mean_s=wait_mean_s),
         loading=_loading(loading, wait_mean_s, meta),
         cpu=_cpu(run, meta, num_workers),

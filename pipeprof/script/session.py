@@ -63,10 +63,10 @@ def untraced_message(children: list[dict[str, Any]]) -> str:
     more = f"; and {len(children) - _SHOWN_CHILDREN} more" if len(children) > _SHOWN_CHILDREN else ""
     return (f"the script never iterated a torch.utils.data.DataLoader in the process pipeprof instrumented, "
             f"but it started {len(children)} child process{'es' if len(children) != 1 else ''} that pipeprof did "
-            f"not instrument ({shown}{more}): DataLoaders there (torchrun or torch.distributed.run ranks, "
-            f"torch.multiprocessing.spawn, multiprocessing.Process) ran unprofiled. Profiling the ranks of a "
-            f"multi-process job is not supported yet: profile one rank as `pipeprof profile -- python SCRIPT` "
-            f"with RANK, LOCAL_RANK and WORLD_SIZE set")
+            f"not instrument ({shown}{more}): DataLoaders there ran unprofiled. Every Python process started "
+            f"with the environment pipeprof gave the command gets the hooks (its PYTHONPATH start-up hook); one "
+            f"started with an environment of its own (env=..., a container, a remote host) or that is not "
+            f"Python does not")
 
 
 def _command(cmdline: list[str], limit: int = 80) -> str:

@@ -1,0 +1,157 @@
+"""Multi-process jobs profiled unmodified: torchrun / torch.distributed.run / mp.spawn ranks, each measured.
+
+Ground truth (issue 15 item 8): the ddp_gloo fixture makes one rank's ``__getitem__`` sleep a known time and
+every rank prints its own share of step time blocked in ``next()`` (perf_counter). Two ranks on gloo, on CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pandas as pd
+import pytest
+from test_profile_script import FIXTURES, profile
+
+from pipeprof.cli.main import main
+
+pytestmark = pytest.mark.integration
+DDP = str(FIXTURES / "ddp_gloo.py")
+SLOW = ("--slow-rank", "1", "--sleep-ms", "1", "--samples", "640", "--batch-size", "16")
+
+
+def own_lines(stdout: str) -> dict[int, dict]:
+    """Each rank's own JSON line, by rank."""
+    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith('{"rank"')]
+    return {line["rank"]: line for line in lines}
+
+
+def by_rank(summary: dict) -> dict[int, dict]:
+    return {r["rank"]: r for r in summary["ranks"]}
+
+
+def test_torchrun_ranks_are_each_measured_and_the_slow_one_is_the_input_straggler(tmp_path):
+    proc, folder, s, meta = profile(tmp_path, "torchrun", "--standalone", "--nproc_per_node", "2", DDP, *SLOW)
+    assert proc.returncode == 0, proc.stderr
+    own, ranks = own_lines(proc.stdout), by_rank(s)
+    assert sorted(ranks) == [0, 1] and sorted(own) == [0, 1]
+    for rank in (0, 1):  # each rank's data wait within 5 points of its own perf_counter
+        assert abs(ranks[rank]["fractions"]["data_wait"] - own[rank]["data_wait_fraction"]) < 0.05, (rank, ranks, own)
+        assert ranks[rank]["steps"] == 15 and abs(sum(ranks[rank]["fractions"].values()) - 1) < 1e-6
+    assert ranks[1]["fractions"]["data_wait"] > 0.6  # the slow shard
+    assert ranks[0]["fractions"]["collective_wait"] > 0.5  # the fast rank waits for it in DDP's all-reduce
+    assert ranks[0]["fractions"]["collective_wait"] > 5 * ranks[1]["fractions"]["collective_wait"]
+    assert s["straggler"]["rank"] == 1 and s["straggler"]["kind"] == "input"
+    job = meta["job"]
+    assert job["launcher"] == "torchrun" and job["world_size"] == 2 and job["ranks"] == [0, 1]
+    assert [u["reason"] for u in job["untraced"]] == ["never iterated a torch.utils.data.DataLoader"]  # torchrun
+    assert "torchrun" in " ".join(job["untraced"][0]["cmdline"])
+    assert sorted(p.name for p in (folder / "ranks").iterdir()) == ["rank-0", "rank-1"]
+    rank1 = json.loads((folder / "ranks" / "rank-1" / "run.json").read_text())
+    assert rank1["rank"]["rank"] == 1 and rank1["rank"]["world_size"] == 2 and rank1["rank"]["backend"] == "gloo"
+    steps = pd.read_csv(folder / "ranks" / "rank-0" / "steps.csv")
+    assert (steps["collective_wait_s"] <= steps["step_s"]).all() and steps["collective_wait_s"].sum() > 0
+    roles = set(pd.read_csv(folder / "processes.csv")["role"])
+    assert {"main", "rank"} <= roles  # the launcher and its two ranks
+    assert s["samples_per_s"] == pytest.approx(sum(r["samples_per_s"] for r in s["ranks"]))
+
+
+def test_ranks_slowed_alike_name_no_straggler(tmp_path):
+    proc, folder, s, meta = profile(tmp_path, "python", DDP, "--world-size", "2", "--sleep-ms", "1",
+                                    "--samples", "640", "--batch-size", "16")
+    assert proc.returncode == 0, proc.stderr
+    own, ranks = own_lines(proc.stdout), by_rank(s)
+    for rank in (0, 1):
+        assert abs(ranks[rank]["fractions"]["data_wait"] - own[rank]["data_wait_fraction"]) < 0.05, (rank, ranks, own)
+    assert s["straggler"]["kind"] == "none" and s["straggler"]["rank"] is None, s["straggler"]
+    assert meta["job"]["launcher"] == "multiprocessing"
+
+
+def test_steps_stops_every_spawned_rank_cleanly(tmp_path):
+    proc, folder, s, meta = profile(tmp_path, "python", DDP, "--world-size", "2", options=("--steps", "8"))
+    assert proc.returncode == 0, proc.stderr
+    assert not own_lines(proc.stdout)  # no rank reached its end: each stopped at its 9th next()
+    for rank in (0, 1):
+        steps = pd.read_csv(folder / "ranks" / f"rank-{rank}" / "steps.csv")
+        assert len(steps) == 8
+        assert json.loads((folder / "ranks" / f"rank-{rank}" / "run.json").read_text())["script"]["ended"]["how"] \
+            == "stopped"
+    assert meta["status"] == "complete" and not any("--steps" in n for n in meta["notes"])
+
+
+def test_a_failing_rank_is_recorded_and_the_others_kept(tmp_path):
+    proc, folder, s, meta = profile(tmp_path, "torchrun", "--standalone", "--nproc_per_node", "2", DDP,
+                                    "--fail-rank", "1", "--fail-at", "12")
+    assert proc.returncode != 0 and folder is not None  # torchrun's own status, passed through
+    assert meta["status"] == "failed"
+    ranks = by_rank(s)
+    assert ranks[1]["status"] == "failed"
+    rank1 = json.loads((folder / "ranks" / "rank-1" / "run.json").read_text())["rank"]
+    assert "RuntimeError: rank 1 lost its shard at step 12" in rank1["error"]
+    assert 0 in ranks and len(pd.read_csv(folder / "ranks" / "rank-0" / "steps.csv")) >= 11  # kept
+
+
+def test_an_unrecognised_launcher_still_runs_and_its_python_child_is_profiled(tmp_path):
+    launcher = tmp_path / "launch.sh"
+    launcher.write_text(f"#!/bin/sh\n{sys.executable} {FIXTURES / 'plain_loop.py'} --samples 640 --threads 1\n"
+                        "echo launched\n")
+    launcher.chmod(0o755)
+    proc, folder, s, meta = profile(tmp_path, str(launcher))
+    assert proc.returncode == 0, proc.stderr
+    assert s["steps"] > 0 and "job" not in meta
+    assert any("the training ran in pid" in n for n in meta["notes"])
+
+
+def test_the_users_own_sitecustomize_still_runs(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    marker = tmp_path / "marker"
+    (site / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'a').write('ran\\n')\n")
+    env = dict(os.environ, PYTHONPATH=str(site))
+    out = tmp_path / "reports"
+    proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--out", str(out), "--quiet", "--",
+                           "python", str(FIXTURES / "plain_loop.py"), "--samples", "320"],
+                          capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert marker.read_text().count("ran") >= 1  # the profiled script's interpreter ran the user's too
+    summary = json.loads(next(out.glob("*/summary.json")).read_text())
+    assert summary["steps"] > 0
+
+
+def test_a_child_started_without_the_environment_is_said_not_instrumented(tmp_path):
+    script = tmp_path / "clean_env.py"
+    script.write_text(textwrap.dedent("""
+        import subprocess, sys
+        code = "import torch; from torch.utils.data import DataLoader; [b for b in DataLoader(list(range(64)))]"
+        subprocess.run([sys.executable, "-c", code], env={"PATH": "/usr/bin:/bin"}, check=True)
+    """))
+    proc, folder, s, meta = profile(tmp_path, "python", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert "pipeprof did not instrument" in meta["absences"]["steps"]
+    assert "environment of its own" in meta["absences"]["steps"]
+
+
+def test_two_node_launches_on_localhost_merge_into_one_job(tmp_path):
+    """torchrun --nnodes 2 --node_rank K on one machine: each launch writes its part, merge makes the job."""
+    port = str(29500 + os.getpid() % 1000)
+    procs = []
+    for node in (0, 1):
+        out = tmp_path / f"node{node}"
+        procs.append((out, subprocess.Popen(
+            [sys.executable, "-m", "pipeprof", "profile", "--out", str(out), "--quiet", "--", "torchrun",
+             "--nnodes", "2", "--node_rank", str(node), "--nproc_per_node", "1", "--master_addr", "127.0.0.1",
+             "--master_port", port, DDP, *SLOW], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    parts = []
+    for out, p in procs:
+        stdout, stderr = p.communicate(timeout=240)
+        assert p.returncode == 0, stderr
+        parts.append(str(next(f for f in out.iterdir() if f.is_dir())))
+    merged = tmp_path / "merged"
+    assert main(["merge", *parts, "--out", str(merged)]) == 0
+    folder = next(f for f in merged.iterdir() if f.is_dir())
+    s = json.loads((folder / "summary.json").read_text())
+    assert sorted(r["rank"] for r in s["ranks"]) == [0, 1]
+    assert s["straggler"]["rank"] == 1 and s["straggler"]["kind"] == "input"
