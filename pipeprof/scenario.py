@@ -69,6 +69,8 @@ class DataSpec:
     throttle: ThrottleSpec | None = None
     transform: str = "none"
     augment_passes: int = 1  # random-affine passes per sample: the CPU cost knob of "augment"
+    # With train.ranks >= 2: the ranks whose reads the throttle slows (an input straggler); () = every rank.
+    slow_ranks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class TrainSpec:
     steady_cv: float = 0.05  # stable: the last steady_windows windows within this coefficient of variation
     steady_windows: int = 5
     steady_window_s: float = 0.5  # a window: at least this long (and at least 3 steps)
+    ranks: int = 1  # processes of a DDP job on this machine (gloo on CPU, NCCL on CUDA); 1: one process, no DDP
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,10 @@ class Scenario:
     profile: ProfileSpec = field(default_factory=ProfileSpec)
 
     def steps_per_epoch(self) -> int:
-        full, rest = divmod(self.data.samples, self.loader.batch_size)
+        """Batches in one pass over the data, per process: each of several ranks reads its shard, the
+        samples divided by the ranks rounded up (DistributedSampler pads the last shards to equal size)."""
+        shard = -(-self.data.samples // self.train.ranks)
+        full, rest = divmod(shard, self.loader.batch_size)
         return full if (self.loader.drop_last or rest == 0) else full + 1
 
     def total_steps(self) -> int:
@@ -141,6 +147,7 @@ class Scenario:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["model"]["hidden"] = list(self.model.hidden)
+        d["data"]["slow_ranks"] = list(self.data.slow_ranks)
         return d
 
 
@@ -193,6 +200,8 @@ SCHEMA: dict[str, dict[str, Rule]] = {
                          + ") or a table {latency_ms = >= 0, bandwidth_mb_s = > 0}", lambda v: True),
         "transform": _choice(*TRANSFORMS),
         "augment_passes": _int(1),
+        "slow_ranks": Rule("int-list", "a list of rank numbers, each an integer >= 0, e.g. [1]",
+                           lambda v: all(r >= 0 for r in v)),
     },
     "loader": {
         "batch_size": _int(1),
@@ -225,6 +234,7 @@ SCHEMA: dict[str, dict[str, Rule]] = {
         "steady_cv": Rule("float", "a coefficient of variation > 0 and < 1", lambda v: 0 < v < 1),
         "steady_windows": _int(2),
         "steady_window_s": _positive_float("a number of seconds > 0"),
+        "ranks": _int(1),
     },
     "profile": {
         "sample_hz": Rule("float", "a rate in Hz, > 0 and <= 1000", lambda v: 0 < v <= 1000),
@@ -449,7 +459,36 @@ def _build(values: dict[str, dict[str, Any]], where: str) -> Scenario:
     if train.warmup_steps >= total:
         raise UsageError(f"{where}: train.warmup_steps = {train.warmup_steps} is not allowed: expected fewer "
                          f"than the {total} steps of the run, so some steps are counted")
+    _check_ranks(where, scenario)
     return scenario
+
+
+def _check_ranks(where: str, scenario: Scenario) -> None:
+    """What a DDP job of ``train.ranks`` processes needs (``pipeline/ranks_run.py`` runs it)."""
+    data, ranks, model = scenario.data, scenario.train.ranks, scenario.model
+    if data.slow_ranks:
+        slow = f"data.slow_ranks = {setting_literal(list(data.slow_ranks))}"
+        if ranks < 2:
+            raise UsageError(f"{where}: {slow} is not allowed with train.ranks = {ranks}: it slows some ranks "
+                             f"of a job of several (train.ranks >= 2)")
+        if data.throttle is None:
+            raise UsageError(f"{where}: {slow} needs data.throttle: the slow ranks' reads wait as it says")
+        beyond = [r for r in data.slow_ranks if r >= ranks]
+        if beyond:
+            raise UsageError(f"{where}: {slow} is not allowed with train.ranks = {ranks}: rank {beyond[0]} "
+                             f"does not exist (ranks 0 .. {ranks - 1})")
+    if ranks < 2:
+        return
+    job = f"train.ranks = {ranks}"
+    if data.storage == "device":
+        raise UsageError(f"{where}: {job} is not allowed with data.storage = 'device': each rank reads its shard "
+                         f"through a DataLoader with a DistributedSampler")
+    if model.implementation == "scratch":
+        raise UsageError(f"{where}: {job} is not allowed with model.implementation = 'scratch': "
+                         f"DistributedDataParallel wraps an nn.Module (use 'module')")
+    if model.compile:
+        raise UsageError(f"{where}: {job} is not allowed with model.compile = true: a DDP model compiles "
+                         f"in graph pieces, and the compiled forward here is one graph")
 
 
 def check_key(where: str, dotted: str, value: Any) -> None:

@@ -27,6 +27,11 @@ and resolved lazily, after the run, never with a synchronize per step:
   start; of that gap, the part the host spent blocked in ``next()`` is
   ``data_wait_s`` and the rest falls to "other". The raw host time blocked
   in ``next()`` is kept as ``host_wait_s``.
+
+``collective_wait``, when given, returns the seconds the step's compute spent
+blocked in collectives since its last call (``workload.distributed``: DDP's
+gradient all-reduce); the timer reads it at ``computed()`` and moves it from
+``compute_s`` to ``collective_wait_s``.
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ class _Pending:
     events: tuple[DeviceEvent, DeviceEvent, DeviceEvent] | None = None
     excluded_s: float = 0.0  # paused while waiting for data (e.g. dropping the page cache)
     ready_batches: float = float("nan")  # prefetched batches waiting when the step asked for one
+    collective_s: float = 0.0  # blocked in collectives inside the compute span
 
 
 def _value(x: Any) -> float:
@@ -84,6 +90,7 @@ class StepTimer:
     t0_s: float
     warmup_steps: int = 0
     device_events: EventFactory | None = None
+    collective_wait: Callable[[], float] | None = None  # seconds blocked in collectives since its last call
     _pending: list[_Pending] = field(default_factory=list)
     _marks: list[float] = field(default_factory=list)
     _events: list[DeviceEvent] = field(default_factory=list)
@@ -138,8 +145,11 @@ class StepTimer:
         if self.device_events:
             start, copy_done, compute_done = self._events  # one per mark: waited, copied, computed
             events = (start, copy_done, compute_done)
-        self._pending.append(_Pending(epoch, begin, waited, copied, self.clock(), samples, loss, correct, events,
-                                      self._excluded_s, self._ready_batches))
+        computed = self.clock()
+        collective_s = self.collective_wait() if self.collective_wait is not None else 0.0
+        collective_s = min(max(collective_s, 0.0), max(computed - copied, 0.0))  # inside the compute span
+        self._pending.append(_Pending(epoch, begin, waited, copied, computed, samples, loss, correct, events,
+                                      self._excluded_s, self._ready_batches, collective_s))
         if len(self._pending) > 2 * self.keep_steps:
             self._drain(len(self._pending) - self.keep_steps)
 
@@ -190,14 +200,14 @@ class StepTimer:
                 "t_start_s": p.begin_s - self.t0_s,
                 "data_wait_s": host_wait_s,
                 "h2d_s": p.copied_s - p.waited_s,
-                "compute_s": p.computed_s - p.copied_s,
+                "compute_s": p.computed_s - p.copied_s - p.collective_s,
                 "step_s": end_s - p.begin_s - p.excluded_s,
                 "host_wait_s": host_wait_s,
                 "samples": p.samples,
                 "loss": _value(p.loss),
                 "correct": _value(p.correct),
                 "ready_batches": p.ready_batches,
-                "collective_wait_s": 0.0,  # one process: no collectives
+                "collective_wait_s": p.collective_s,
             }
             if p.events:
                 # After a pause the device's idle gap holds untimed work: time such a step like the first.

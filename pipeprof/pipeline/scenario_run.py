@@ -19,6 +19,7 @@ from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.measure.probe_cache import cached_probe
 from pipeprof.pipeline.derive import derived_files
 from pipeprof.pipeline.progress import SILENT, Progress
+from pipeprof.pipeline.ranks_run import run_ranks
 from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
 from pipeprof.pipeline.verify import store, verify
 from pipeprof.run_folder import Run, new_run_folder, save_run
@@ -64,12 +65,19 @@ def run_scenario(scenario: Scenario, *, scenario_file: str, overrides: list[str]
     recorder = LoadingRecorder() if scenario.profile.loading else None
     try:
         with progress.showing():
-            work = build_workload(scenario, cache, recorder=recorder, progress=progress.building)
-            task = progress.task(scenario.name, scenario.total_steps())
-            run = profile_workload(work, recorder=recorder, context=context,
-                                   on_step=lambda done, total: progress.update(task, completed=done))
+            if scenario.train.ranks > 1:  # a DDP job: every rank a process (pipeline/ranks_run.py)
+                run = run_ranks(scenario, context=context, cache=cache, progress=progress)
+            else:
+                work = build_workload(scenario, cache, recorder=recorder, progress=progress.building)
+                task = progress.task(scenario.name, scenario.total_steps())
+                run = profile_workload(work, recorder=recorder, context=context,
+                                       on_step=lambda done, total: progress.update(task, completed=done))
     except (OSError, RuntimeError) as e:
         raise PreparationFailed(f"preparing {scenario.name}: {' '.join(str(e).split())}") from e
+    return _save(run, out, scenario)
+
+
+def _save(run: Run, out: Path, scenario: Scenario) -> ScenarioRun:
     folder = new_run_folder(out, scenario.name)
     summary, files = derived_files(run, folder.name)
     save_run(run, folder, files)

@@ -7,6 +7,7 @@ profiler (``train_loop`` takes any timer with the StepTimer interface).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import os
@@ -40,6 +41,7 @@ from pipeprof.scenario import Scenario
 from pipeprof.storage.base import Progress
 from pipeprof.storage.pagecache import drop
 from pipeprof.workload.data import Data, build_data
+from pipeprof.workload.distributed import DistributedParts
 from pipeprof.workload.model import build_model
 from pipeprof.workload.step import StepFn, make_train_step
 
@@ -73,6 +75,7 @@ class Workload:
     step_fn: StepFn
     threads: int
     notes: list[str] = field(default_factory=list)
+    rank: DistributedParts | None = None  # one rank of a DDP job (pipeline/ranks_run.py); None: one process
 
     @property
     def non_blocking(self) -> bool:
@@ -81,15 +84,26 @@ class Workload:
 
 
 def build_workload(scenario: Scenario, cache_root: Path | None = None, *, recorder: LoadingRecorder | None = None,
-                   progress: Progress | None = None) -> Workload:
-    """Generate (or reuse) the data, and build dataset, batches, model and training step."""
+                   progress: Progress | None = None, rank: DistributedParts | None = None) -> Workload:
+    """Generate (or reuse) the data, and build dataset, batches, model and training step.
+
+    With ``rank`` (its process group joined) the batches are the rank's shard and the model trains
+    under DistributedDataParallel, its backward passes timed for their collective wait.
+    """
     device = resolve_device(scenario.train.device)
     if scenario.train.threads:
         torch.set_num_threads(scenario.train.threads)
-    data = build_data(scenario, device, cache_root, recorder=recorder, progress=progress)
+    data = build_data(scenario, device, cache_root, recorder=recorder, progress=progress, rank=rank)
     model = build_model(scenario.model, device)
-    step_fn = make_train_step(model, scenario.model)
-    return Workload(scenario, device, data, step_fn, torch.get_num_threads(), list(data.notes))
+    if rank is not None:
+        assert isinstance(model, torch.nn.Module)  # validation: no scratch model with ranks
+        ddp = rank.wrap(model, device)
+        meter = rank.collective
+        step_fn = make_train_step(model, scenario.model, forward=ddp,
+                                  backward=meter.backward if meter is not None else None)
+    else:
+        step_fn = make_train_step(model, scenario.model)
+    return Workload(scenario, device, data, step_fn, torch.get_num_threads(), list(data.notes), rank)
 
 
 BeforeEpoch = Callable[[int], None]
@@ -235,9 +249,12 @@ class ColdCache:
 
 
 def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None, clock: Clock = monotonic_clock,
-                     on_step: OnStep | None = None, context: dict[str, Any] | None = None) -> Run:
+                     on_step: OnStep | None = None, context: dict[str, Any] | None = None,
+                     t0_s: float | None = None) -> Run:
     """Train ``work`` under the profiler and return the raw records.
 
+    ``t0_s``: the clock reading times count from (default: now); the ranks of a job share their
+    parent's, so that every rank's records and the job's lie on one time axis.
     A failure or Ctrl-C during training still returns the steps measured so
     far, with ``status`` "failed" or "interrupted" (and the error) in the metadata.
     """
@@ -253,8 +270,14 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     # Steps, samples and loading records stream to files here: a run of hours stays small (measure.spool).
     spool = tempfile.TemporaryDirectory(prefix="pipeprof-spool-")
     spool_dir = Path(spool.name)
-    t0_s = clock()
+    t0_s = clock() if t0_s is None else t0_s
+    rank = work.rank
+    collective = rank.collective if rank is not None else None
+    if rank is not None and collective is None:
+        absences["collective_wait"] = ("NCCL reduces on the device and does not block the host: the collective "
+                                       "wait is not measurable from the host (counted in compute)")
     timer = StepTimer(clock, t0_s, scenario.train.warmup_steps, _cuda_events if on_cuda else None,
+                      collective.take if collective is not None else None,
                       spool=Spool(STEP_COLUMNS, spool_dir, "steps"))
     if recorder is not None and not recorder.batches:
         recorder.spool_to(spool_dir)
@@ -269,6 +292,9 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     train = scenario.train
     steady = SteadyState(clock, train.warmup_steps, train.steady, train.steady_cv, train.steady_windows,
                          train.steady_window_s, train.max_seconds) if train.steady or train.max_seconds else None
+    stop_after: StopAfter | None = steady.after_step if steady else None
+    if stop_after is not None and rank is not None:
+        stop_after = rank.agreeing(stop_after)  # every rank trains the same steps
     status, error = "complete", None
     sampler.start()
     if steady is not None:
@@ -279,7 +305,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
         train_loop(work, scenario.total_steps(), timer, on_step, recorder=recorder,
                    before_epoch=cold.before_epoch if cold else None,
                    before_step=code.before_step if code else None,
-                   stop_after=steady.after_step if steady else None)
+                   stop_after=stop_after)
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (errors.Terminated)
         status, error = "interrupted", interrupt_reason(e)
     except Exception as e:  # noqa: BLE001 - recorded in the run, shown as one line by the CLI
@@ -363,14 +389,16 @@ def measure_compute_ceiling(work: Workload, clock: Clock = monotonic_clock,
     x = torch.randn(batch, 784, device=work.device)
     y = torch.randint(0, 10, (batch,), device=work.device)
     sync = torch.cuda.synchronize if work.device.type == "cuda" else (lambda: None)
-    for _ in range(COMPUTE_PROBE_WARMUP):
-        work.step_fn(x, y)
-    sync()
-    start_s = clock()
-    for _ in range(steps):
-        work.step_fn(x, y)
-    sync()
-    took_s = clock() - start_s
+    # A rank of a DDP job: its own compute, without the all-reduce (no rank waits for another here).
+    with work.rank.solo() if work.rank is not None else contextlib.nullcontext():
+        for _ in range(COMPUTE_PROBE_WARMUP):
+            work.step_fn(x, y)
+        sync()
+        start_s = clock()
+        for _ in range(steps):
+            work.step_fn(x, y)
+        sync()
+        took_s = clock() - start_s
     return {"samples_per_s": steps * batch / took_s if took_s > 0 else None, "steps": steps,
             "batch_size": batch, "took_s": took_s}
 

@@ -25,6 +25,7 @@ from pipeprof.storage.base import Progress, SampleDataset
 from pipeprof.storage.synthetic import ensure_synthetic
 from pipeprof.storage.throttle import from_spec
 from pipeprof.storage.transforms import build_transform
+from pipeprof.workload.distributed import DistributedParts, EveryPassSampler
 
 
 @dataclass
@@ -47,11 +48,14 @@ class Data:
 
 
 def build_data(scenario: Scenario, device: torch.device, cache_root: Path | None = None, *,
-               recorder: Any = None, progress: Progress | None = None) -> Data:
+               recorder: Any = None, progress: Progress | None = None,
+               rank: DistributedParts | None = None) -> Data:
     """Generate or reuse the data set and build the batches for ``scenario``.
 
     ``recorder`` (a ``LoadingRecorder``) wraps the dataset and the collate
     function so that fetch, prep and collate are timed inside the workers.
+    With ``rank`` (one rank of a DDP job) the batches are that rank's shard,
+    and the throttle applies only if ``data.slow_ranks`` names the rank (or is empty).
     """
     spec, loader = scenario.data, scenario.loader
     files = ensure_synthetic(spec.samples, spec.seed, cache_root, progress=progress)
@@ -59,7 +63,8 @@ def build_data(scenario: Scenario, device: torch.device, cache_root: Path | None
     if spec.storage == "device":
         on_device = device_storage.build(spec, files, transform, device=device)
         return Data(on_device, device_storage.DeviceBatches(on_device, loader, spec.seed))
-    throttle = from_spec(spec.throttle) if spec.throttle is not None else None
+    slowed = rank is None or not spec.slow_ranks or rank.rank in spec.slow_ranks
+    throttle = from_spec(spec.throttle) if spec.throttle is not None and slowed else None
     dataset = build_dataset(spec, files, transform, throttle, progress)
     notes = []
     pin_memory = pins_memory(loader.pin_memory, device.type)
@@ -73,10 +78,15 @@ def build_data(scenario: Scenario, device: torch.device, cache_root: Path | None
             kwargs["prefetch_factor"] = loader.prefetch_factor
     if recorder is not None:
         kwargs["collate_fn"] = recorder.collate_fn()
+    read = recorder.wrap_dataset(dataset) if recorder is not None else dataset
+    if rank is not None:
+        # DataLoader's own shuffle is off with a sampler; the sampler shuffles (seeded) every pass.
+        kwargs["sampler"] = EveryPassSampler(read, num_replicas=rank.world_size, rank=rank.rank,
+                                             shuffle=loader.shuffle, seed=spec.seed)
     batches = DataLoader(
-        recorder.wrap_dataset(dataset) if recorder is not None else dataset,
+        read,
         batch_size=loader.batch_size,
-        shuffle=loader.shuffle,
+        shuffle=loader.shuffle and rank is None,
         num_workers=loader.num_workers,
         pin_memory=pin_memory,
         drop_last=loader.drop_last,

@@ -20,6 +20,7 @@ from pipeprof.workload.model import Model, ScratchMLP
 
 StepFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 Forward = Callable[[torch.Tensor], torch.Tensor]
+Backward = Callable[[torch.Tensor], None]
 
 
 class ScratchSGD:
@@ -84,7 +85,8 @@ def _reporting_compile_failures(step: StepFn) -> StepFn:
     return checked
 
 
-def make_train_step(model: Model, spec: ModelSpec) -> StepFn:
+def make_train_step(model: Model, spec: ModelSpec, *, forward: Forward | None = None,
+                    backward: Backward | None = None) -> StepFn:
     """A function ``step(x, y) -> (loss, correct)`` that trains ``model`` on one batch.
 
     ``model`` comes from ``build_model(spec, device)``; ``spec`` gives lr,
@@ -92,6 +94,10 @@ def make_train_step(model: Model, spec: ModelSpec) -> StepFn:
     number of right predictions) are returned as detached device tensors:
     reading them (``.item()``) would synchronize with the device every step,
     so the caller resolves them lazily.
+
+    ``forward`` replaces the model's forward (a ``DistributedDataParallel``
+    wrapping ``model``), ``backward`` runs ``loss.backward()`` (one that times
+    it: ``workload.distributed.CollectiveWait.backward``).
     """
     is_scratch = isinstance(model, ScratchMLP)
     if is_scratch != (spec.implementation == "scratch"):
@@ -102,14 +108,15 @@ def make_train_step(model: Model, spec: ModelSpec) -> StepFn:
     else:
         optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum)
     loss_fn = F.cross_entropy if is_scratch else nn.CrossEntropyLoss()
-    forward: Forward = compiled_forward(model) if spec.compile else model
+    run_forward: Forward = forward if forward is not None else (compiled_forward(model) if spec.compile else model)
+    run_backward: Backward = backward if backward is not None else torch.Tensor.backward
     model.train()
 
     def step(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         optimizer.zero_grad()
-        logits = forward(x)
+        logits = run_forward(x)
         loss = loss_fn(logits, y)
-        loss.backward()
+        run_backward(loss)
         optimizer.step()
         with torch.no_grad():
             correct = (logits.argmax(dim=1) == y).sum()

@@ -1,0 +1,248 @@
+"""A scenario with ``train.ranks = N >= 2``: a DDP job of N processes on this machine, one Run for the job.
+
+The parent (``run_ranks``) makes the data once, picks a free port on
+127.0.0.1 and starts N rank processes (``forkserver``: forked from a fresh
+interpreter that imported torch once, not from the parent). Each joins the process group (gloo on the CPU, NCCL
+on CUDA), builds its workload with its shard and the model under
+DistributedDataParallel (``workload.distributed``), profiles it with the
+ordinary per-process profiler (``profile_workload``: its own steps, loading
+records and sampler of its own process tree) and saves its Run in a
+temporary folder. Meanwhile the parent samples the whole tree (itself, the
+ranks, their workers). Every process counts time from the parent's clock
+reading, so the job's and the ranks' records share one time axis.
+
+The job's Run (``run_folder`` contract): ``ranks`` the ranks' runs in rank
+order, each with ``meta["rank"]``; ``meta["job"]`` with launcher
+``"scenario"`` and the median rank; steps and loading records the median
+rank's, samples and processes the parent's whole tree. A rank that trains
+with torch's default threads (``train.threads = 0``) gets 1, as torchrun
+sets ``OMP_NUM_THREADS=1`` for several processes per node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import queue as queue_mod
+import shutil
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipeprof.errors import one_line
+from pipeprof.measure import gpu as gpu_mod
+from pipeprof.measure.clock import monotonic_clock
+from pipeprof.measure.loading import LoadingRecorder
+from pipeprof.measure.sampler import SystemSampler
+from pipeprof.pipeline.progress import SILENT, Progress
+from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
+from pipeprof.run_folder import Run, load_run, sample_tables, save_run
+from pipeprof.scenario import Scenario
+from pipeprof.workload.data import build_data
+from pipeprof.workload.distributed import DistributedParts, backend_for, join_group, leave_group
+
+LAUNCHER = "scenario"
+POLL_S = 0.1
+DDP_IMPORTS = "torch._dynamo"  # DistributedDataParallel() imports it (1.3 s here): once, in the fork server
+STOP_GRACE_S = 30.0  # after one rank ended badly, how long the others get to save their runs
+
+
+class RankFailed(RuntimeError):
+    """A rank could not build or start its workload, or died without saving its run."""
+
+
+@dataclass(frozen=True)
+class RankTask:
+    """What a rank process is given (picklable: it crosses into a spawned interpreter)."""
+
+    scenario: Scenario
+    rank: int
+    world_size: int
+    port: int
+    cache: Path | None
+    folder: Path  # where the rank saves its Run
+    t0_s: float
+    context: dict[str, Any]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the rendezvous of the job's process group)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rank_main(task: RankTask, progress: Any = None) -> None:
+    """One rank's process: join the group, profile its workload, save its Run (or an error line)."""
+    scenario = task.scenario
+    notes = []
+    if not scenario.train.threads:
+        torch.set_num_threads(1)
+        notes.append("train.threads = 0 in a job of several ranks: each rank trains with 1 torch thread "
+                     "(as torchrun sets OMP_NUM_THREADS=1)")
+    try:
+        device = resolve_device(scenario.train.device)
+        if device.type == "cuda":
+            device = torch.device("cuda", (device.index or 0) + task.rank % max(1, torch.cuda.device_count()))
+            torch.cuda.set_device(device)
+            scenario = _on_device(scenario, str(device))
+        parts = DistributedParts(task.rank, task.world_size, backend_for(device, task.world_size))
+        join_group(task.rank, task.world_size, task.port, parts.backend)
+        recorder = LoadingRecorder() if scenario.profile.loading else None
+        work = build_workload(scenario, task.cache, recorder=recorder, rank=parts)
+        work.notes.extend(notes)
+    except Exception as e:  # noqa: BLE001 - said by the parent as one line
+        _write_error(task.folder, one_line(e))
+        leave_group()
+        raise SystemExit(1) from None
+
+    def report(done: int, total: int) -> None:
+        if progress is not None:
+            progress.put((done, total))
+
+    run = profile_workload(work, recorder=recorder, context=task.context, t0_s=task.t0_s,
+                           on_step=report if task.rank == 0 else None)
+    run.meta["rank"] = {"rank": task.rank, "local_rank": task.rank, "world_size": task.world_size,
+                        "node": socket.gethostname(), "node_rank": 0, "pid": os.getpid(),
+                        "backend": parts.backend, "status": run.meta.get("status"), "error": run.meta.get("error")}
+    save_run(run, task.folder)
+    leave_group()
+
+
+def _on_device(scenario: Scenario, device: str) -> Scenario:
+    return dataclasses.replace(scenario, train=dataclasses.replace(scenario.train, device=device))
+
+
+def _write_error(folder: Path, text: str) -> None:
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    (folder.parent / f"{folder.name}.error").write_text(text + "\n")
+
+
+def run_ranks(scenario: Scenario, *, context: dict[str, Any], cache: Path | None = None,
+              progress: Progress = SILENT) -> Run:
+    """Run ``scenario`` as a DDP job of ``scenario.train.ranks`` processes; the job's Run (see module docstring).
+
+    Raises RankFailed (a RuntimeError) when a rank could not build its workload or died without a run.
+    """
+    world = scenario.train.ranks
+    device = resolve_device(scenario.train.device)
+    # The data set is made once here, before any rank reads it (two ranks must not both build it).
+    prepared = build_data(scenario, torch.device("cpu"), cache, progress=progress.building)
+    prepared.dataset.close()
+    port = free_port()
+    mp = multiprocessing.get_context("forkserver")
+    # The server imports torch and pipeprof once; every rank is forked from it, a clean process without
+    # threads (a fork of this one, whose sampler thread runs, would not be safe).
+    mp.set_forkserver_preload([__name__, DDP_IMPORTS])
+    steps_done = mp.Queue()
+    with tempfile.TemporaryDirectory(prefix="pipeprof-ranks-") as tmp:
+        root = Path(tmp)
+        spool = root / "spool"
+        spool.mkdir()
+        t0_s = monotonic_clock()
+        gpu = gpu_mod.open_gpu(device.index or 0) if device.type == "cuda" else None
+        monitor = None if gpu is None or isinstance(gpu, gpu_mod.Absent) else gpu
+        profile = scenario.profile
+        sampler = SystemSampler(os.getpid(), profile.sample_hz, t0_s=t0_s, gpu=monitor,
+                                tree_refresh_s=profile.tree_refresh_s, uss_interval_s=profile.uss_interval_s,
+                                spool_dir=spool)
+        tasks = [RankTask(scenario, r, world, port, cache, root / f"rank-{r}", t0_s, dict(context))
+                 for r in range(world)]
+        procs = [mp.Process(target=rank_main, args=(t, steps_done), name=f"pipeprof-rank-{t.rank}")
+                 for t in tasks]
+        task = progress.task(f"{scenario.name} ({world} ranks)", scenario.total_steps())
+        sampler.start()
+        try:
+            for p in procs:
+                p.start()
+            try:
+                _wait(procs, steps_done, lambda done: progress.update(task, completed=done))
+            except KeyboardInterrupt:
+                # Ctrl-C reached the ranks too (one process group): they save what they measured.
+                for p in procs:
+                    p.join(STOP_GRACE_S)
+        finally:
+            sampler.stop()
+            for p in procs:
+                if p.pid is None:  # never started
+                    continue
+                if p.is_alive():
+                    p.terminate()
+                p.join()
+        samples, processes = sample_tables(*sampler.frames(), monitor is not None)
+        absences = dict(sampler.absences)
+        if monitor is not None:
+            monitor.close()
+        runs = [_rank_run(t, p.exitcode) for t, p in zip(tasks, procs)]
+        shutil.rmtree(spool, ignore_errors=True)
+    return job_run(runs, samples, processes, job_id=f"127.0.0.1:{port}", absences=absences)
+
+
+def _wait(procs: list[Any], steps_done: Any, on_step: Any) -> None:
+    """Until every rank ended; one that ended badly gives the others STOP_GRACE_S to save their runs."""
+    bad_since_s: float | None = None
+    while any(p.is_alive() for p in procs):
+        try:
+            done, _ = steps_done.get(timeout=POLL_S)
+            on_step(done)
+        except queue_mod.Empty:
+            pass
+        if bad_since_s is None and any(p.exitcode not in (None, 0) for p in procs):
+            bad_since_s = monotonic_clock()
+        if bad_since_s is not None and monotonic_clock() - bad_since_s > STOP_GRACE_S:
+            return
+
+
+def _rank_run(task: RankTask, exitcode: int | None) -> Run:
+    error = task.folder.parent / f"{task.folder.name}.error"
+    if error.exists():
+        raise RankFailed(f"rank {task.rank}: {error.read_text().strip()}")
+    if not task.folder.is_dir():
+        raise RankFailed(f"rank {task.rank} ended (exit status {exitcode}) without saving its run")
+    return load_run(task.folder)
+
+
+def counted_median_step_s(run: Run) -> float | None:
+    """The median step time of ``run``'s counted (not warm-up) steps; None when it has none."""
+    steps = run.steps
+    if not len(steps):
+        return None
+    counted = steps.loc[~steps["warmup"].astype(bool), "step_s"]
+    return float(counted.median()) if len(counted) else None
+
+
+def median_rank(runs: list[Run]) -> int:
+    """The rank whose counted median step time is the median of the ranks' (the lower middle of an even
+    count); ranks without a counted step only when no rank has one."""
+    timed = [(t, _rank_of(r)) for r in runs if (t := counted_median_step_s(r)) is not None]
+    order = sorted(timed) if timed else [(0.0, _rank_of(r)) for r in runs]
+    return order[(len(order) - 1) // 2][1]
+
+
+def _rank_of(run: Run) -> int:
+    return int(run.meta["rank"]["rank"])
+
+
+def job_run(runs: list[Run], samples: Any, processes: Any, *, job_id: str | None,
+            absences: dict[str, str] | None = None) -> Run:
+    """The job's Run from its ranks' runs (rank order) and the parent's samples of the whole process tree."""
+    runs = sorted(runs, key=_rank_of)
+    middle = median_rank(runs)
+    median = next(r for r in runs if _rank_of(r) == middle)
+    meta = {k: v for k, v in median.meta.items() if k != "rank"}
+    failed = [r for r in runs if r.meta.get("status") != "complete"]
+    if failed:
+        first = failed[0]
+        meta["status"] = "interrupted" if any(r.meta.get("status") == "interrupted" for r in failed) else "failed"
+        meta["error"] = f"rank {_rank_of(first)}: {first.meta.get('error')}"
+    meta["absences"] = {**dict(median.meta.get("absences") or {}), **(absences or {})}
+    meta["job"] = {"id": job_id, "world_size": len(runs), "ranks": [_rank_of(r) for r in runs],
+                   "nodes": sorted({str(r.meta["rank"].get("node")) for r in runs}), "launcher": LAUNCHER,
+                   "median_rank": middle, "untraced": []}
+    return Run(meta=meta, steps=median.steps, samples=samples, processes=processes, loading=median.loading,
+               functions=median.functions, attachments=dict(median.attachments), ranks=runs)
