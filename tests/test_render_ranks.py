@@ -14,8 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from rich.console import Console
+from test_profile_script import FIXTURES, profile
 
 from pipeprof.analysis.compare import compare_runs
+from pipeprof.analysis.steps import counted_steps
 from pipeprof.analysis.summary import summarize
 from pipeprof.cli.main import main
 from pipeprof.render import plots
@@ -153,7 +155,6 @@ def test_the_rank_by_step_heatmap_is_inline(job):
 
 def test_the_heatmap_rows_are_the_ranks_waits():
     run = job_run()
-    from pipeprof.analysis.steps import counted_steps
     labelled = [(f"rank {i}", counted_steps(r.steps)) for i, r in enumerate(run.ranks)]
     assert plots.rank_heatmap_svg(labelled) is not None
     assert plots.rank_heatmap_svg([]) is None
@@ -284,7 +285,7 @@ def test_export_writes_the_job_trace_from_the_run_folder(tmp_path):
     folder = tmp_path / "job"
     save_run(job_run(), folder)
     out = tmp_path / "trace.json"
-    assert main(["export", str(folder), "--format", "chrome-trace", "--out", str(out)]) == 0
+    assert main(["export", str(folder), "--format", "chrome-trace", "-o", str(out)]) == 0
     names = _processes(json.loads(out.read_text()))
     assert "rank 0 (node-a)" in names.values() and "rank 1 (node-a)" in names.values()
 
@@ -320,3 +321,30 @@ def test_sweep_lists_collective_wait_only_when_a_point_waited_in_collectives():
     assert "collective_wait" not in sweep_phases(alone)
     job = [{"fractions": {"data_wait": 0.02, "h2d": 0.0, "collective_wait": 0.7, "compute": 0.2, "other": 0.08}}]
     assert sweep_phases(alone + job)[2] == "collective_wait"
+
+
+# -- a real job, end to end ------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_a_profiled_torchrun_job_has_its_straggler_ranks_and_heatmap_in_the_report_and_a_trace_per_rank(tmp_path):
+    proc, folder, summary, meta = profile(
+        tmp_path, "torchrun", "--standalone", "--nproc_per_node", "2", str(FIXTURES / "ddp_gloo.py"),
+        "--slow-rank", "1", "--sleep-ms", "1", "--samples", "640", "--batch-size", "16")
+    assert proc.returncode == 0, proc.stderr
+    assert summary["straggler"]["rank"] == 1
+    html = (folder / "report.html").read_text()
+    assert re.search(r'id="straggler-title">Straggler: rank 1 \([^)]+\), input-bound<', html)
+    table = html.split('id="ranks-table"', 1)[1].split("</table>", 1)[0]
+    assert re.findall(r'id="rank-(\d+)"', table) == ["0", "1"]
+    assert "data:image/png;base64," in html.split('id="plot-ranks"', 1)[1].split("</figure>", 1)[0]
+    out = tmp_path / "trace.json"
+    assert main(["export", str(folder), "--format", "chrome-trace", "-o", str(out)]) == 0
+    trace = json.loads(out.read_text())
+    names = _processes(trace)
+    for rank in (0, 1):
+        info = json.loads((folder / "ranks" / f"rank-{rank}" / "run.json").read_text())["rank"]
+        assert names[info["pid"]] == f"rank {rank} ({info['node']})"
+    waits = [e for e in trace["traceEvents"] if e["name"] == "collective wait" and e["pid"] in names]
+    assert waits and sum(e["dur"] for e in waits if names[e["pid"]].startswith("rank 0")) > sum(
+        e["dur"] for e in waits if names[e["pid"]].startswith("rank 1"))
