@@ -60,7 +60,7 @@ def test_torchrun_ranks_are_each_measured_and_the_slow_one_is_the_input_straggle
 
 
 def test_ranks_slowed_alike_name_no_straggler(tmp_path):
-    proc, folder, s, meta = profile(tmp_path, "python", DDP, "--world-size", "2", "--sleep-ms", "1",
+    proc, folder, s, meta = profile(tmp_path, "python", DDP, "--world-size", "2", "--sleep-ms", "2",
                                     "--samples", "640", "--batch-size", "16")
     assert proc.returncode == 0, proc.stderr
     own, ranks = own_lines(proc.stdout), by_rank(s)

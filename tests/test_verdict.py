@@ -548,3 +548,14 @@ def test_a_core_wait_too_small_to_matter_is_not_said():
         loading = dataclasses.replace(attr.loading, core_wait_fraction=core)
         v = verdict_from_attribution(dataclasses.replace(attr, loading=loading))
         assert ("more was waiting for a core" in v.sentence) is said, (core, v.sentence)
+
+
+def test_a_rank_that_waits_in_collectives_more_than_it_computes_is_told_it_waits_for_the_others():
+    run = make_run(wait=0.02, h2d=0.0)
+    run.steps["collective_wait_s"] = 0.8 * STEP_S
+    run.steps["compute_s"] = 0.18 * STEP_S
+    judged = verdict(run)
+    assert judged.klass == "compute" and judged.sentence.startswith("Waiting for the other ranks: 80%")
+    assert judged.evidence["collective_wait_fraction"] == pytest.approx(0.8)
+    plain = verdict(make_run(wait=0.02, h2d=0.0))
+    assert plain.sentence.startswith("Compute-bound") and "collective_wait_fraction" not in plain.evidence

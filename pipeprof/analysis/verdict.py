@@ -222,6 +222,13 @@ def _after_h2d(record: Attribution, evidence: dict[str, Any], notes: list[str]) 
     wait_side = side(wait, COMPUTE_BOUND_FRACTION, COMPUTE_BOUND_BAND)
     compute_words = (f"Compute-bound: only {share_text(wait)} of step time waits for data; forward, backward and the "
                      f"optimizer step take {share_text(step.compute_fraction)}.")
+    collective = step.collective_wait_fraction or 0.0
+    if collective > (step.compute_fraction or 0.0):  # a rank of a job that waits for the others more than it works
+        evidence["collective_wait_fraction"] = collective
+        compute_words = (f"Waiting for the other ranks: {share_text(collective)} of step time is blocked in "
+                         f"collectives (DDP's all-reduce), more than its own forward, backward and optimizer step "
+                         f"({share_text(step.compute_fraction)}); only {share_text(wait)} waits for data. The job "
+                         "goes at its slowest rank's pace: see the straggler.")
     if wait_side < 0:
         return _result("compute", "R2", None, compute_words, evidence, notes)
     degree = input_degree(wait)
