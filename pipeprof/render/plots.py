@@ -359,9 +359,8 @@ def rank_heatmap_svg(ranks: Sequence[tuple[str, pd.DataFrame]]) -> str | None:
     for column in columns:
         rows = [t[column].reindex(step_index).to_numpy(dtype=float) * 1e3 for _, t in tables]
         grid = np.vstack(rows)
-        if per_bin > 1:  # mean per bin, ignoring steps a rank did not record
-            grid = np.vstack([[np.nanmean(r[bins == b]) if np.isfinite(r[bins == b]).any() else np.nan
-                               for b in range(bins[-1] + 1)] for r in grid])
+        if per_bin > 1:  # mean per bin, ignoring steps a rank did not record (NaN where it recorded none)
+            grid = pd.DataFrame(grid.T).groupby(bins).mean().to_numpy(dtype=float).T
         grids[column] = grid
     finite_values = np.concatenate([g[np.isfinite(g)] for g in grids.values()])
     vmax = float(finite_values.max()) if finite_values.size and finite_values.max() > 0 else 1.0
