@@ -34,6 +34,10 @@ Documented changes since the fixtures were recorded (issue 13), re-recorded by r
   work: ``input:fetch`` or ``input:main``, was ``input:main``) and ``script-plain-loop`` (prep 48 % against
   51 %: ``input:prep`` or ``input:main``, was ``input:main``); the class first recorded is among the
   candidates. ``code_profile``'s absence reasons of a script run fit ``pipeprof profile`` (item 11).
+* Issue 15 (distributed jobs): ``fractions`` gains ``collective_wait`` and the attribution's ``step`` its
+  ``collective_wait_fraction`` (time blocked in collectives, out of compute: 0.0 for these one-process runs,
+  whose steps.csv predates the column and loads it as 0); the summary gains ``ranks`` (``[]``) and
+  ``straggler`` (null). Nothing else moved.
 * Sentences (``verdict.sentence``, recommendations' ``reason``, ...) are worded by
   ``pipeprof.format`` (issue 13, item 6). ``test_only_the_documented_keys_changed`` holds
   the fixtures to exactly these changes against their first recorded version.
@@ -100,9 +104,18 @@ def test_only_the_documented_keys_changed(name):
                                          cwd=path.parent, check=True).stdout)
     now = json.loads(path.read_text())
     assert (recorded["schema_version"], now["schema_version"]) == (1, 2)
-    as_recorded = _before_issue_14({**now, "loading": _as_recorded(now["loading"]), "schema_version": 1},
+    as_recorded = _before_issue_14({**_before_issue_15(now), "loading": _as_recorded(now["loading"]), "schema_version": 1},
                                    recorded["verdict"]["class"])
     assert _without_prose(as_recorded) == _without_prose(recorded)
+
+
+def _before_issue_15(summary: dict) -> dict:
+    """summary.json without issue 15's keys, which one-process runs hold at their empty values."""
+    out = json.loads(json.dumps(summary))
+    assert out.pop("ranks") == [] and out.pop("straggler") is None
+    assert out["fractions"].pop("collective_wait") == 0.0
+    assert out["attribution"]["step"].pop("collective_wait_fraction") == 0.0
+    return out
 
 
 def _before_issue_14(summary: dict, recorded_class: str) -> dict:
