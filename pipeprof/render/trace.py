@@ -22,7 +22,8 @@ A job of several ranks (``run.ranks``) is one trace process per rank instead: it
 else its processes.csv), named "rank N (node)", sorted by rank, with the same threads, its DataLoader workers as
 processes "rank N worker K" after it, and its own counters (machine-wide columns from its node's sampler). The
 job's top-level tables repeat the median rank's steps and loading, so only its samples are drawn, as counters on a
-process "job (node where pipeprof ran)". Each rank's times are seconds since that rank's run started. A pid seen
+process "job (node where pipeprof ran)". Each rank's times are drawn as its tables record them (seconds since the
+run started, on the time axis the job's ranks were recorded on). A pid seen
 twice (ranks on two nodes can share one) is given a spare number; the rank's pid stays in its process's args.
 """
 
@@ -104,7 +105,7 @@ def _job_trace(run: Run) -> dict[str, Any]:
                    _meta(pid, 0, "process_sort_index", sort_index=0)]
         events += counter_events(run.samples, pid)
     metadata = _metadata(run)
-    metadata["time_origin"] = "each rank: seconds since that rank's run started; ts = microseconds"
+    metadata["time_origin"] = "seconds since the run started, as each rank's tables record them; ts = microseconds"
     job = as_dict(run.meta.get("job"))
     metadata["world_size"] = job.get("world_size") or len(run.ranks)
     if job.get("id") is not None:
