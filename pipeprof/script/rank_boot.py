@@ -57,16 +57,43 @@ def arm() -> None:
     if "torch" in sys.modules and hasattr(sys.modules["torch"], "Tensor"):
         _start()
         return
-    from pipeprof.script.frameworks import PostImport
-
-    def then(module: ModuleType) -> None:
-        if finder in sys.meta_path:
-            sys.meta_path.remove(finder)
-        _start()
-
-    finder = PostImport(["torch"], then)
+    finder = _AfterTorch()
     sys.meta_path.insert(0, finder)
     _armed.append(finder)
+
+
+class _AfterTorch:
+    """A ``sys.meta_path`` finder: torch's own loader, then ``_start()`` once torch has executed. Lighter than
+    ``frameworks.PostImport`` (no importlib.abc, no dataclasses): it runs in every Python process the command
+    starts, most of which never import torch."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)  # once: torch's submodules and a second import are not ours
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _ThenStart(spec.loader)
+                return spec
+        return None
+
+
+class _ThenStart:
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__loader__ = self._loader  # torch keeps its own loader (importlib.resources asks it)
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        _start()
 
 
 def _start() -> None:
