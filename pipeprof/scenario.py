@@ -480,9 +480,6 @@ def _check_ranks(where: str, scenario: Scenario) -> None:
     if ranks < 2:
         return
     job = f"train.ranks = {ranks}"
-    if data.storage == "device":
-        raise UsageError(f"{where}: {job} is not allowed with data.storage = 'device': each rank reads its shard "
-                         f"through a DataLoader with a DistributedSampler")
     if model.implementation == "scratch":
         raise UsageError(f"{where}: {job} is not allowed with model.implementation = 'scratch': "
                          f"DistributedDataParallel wraps an nn.Module (use 'module')")

@@ -33,8 +33,8 @@ SECTIONS = ("data", "loader", "model", "train", "profile")
 
 # Keys each storage kind has no use for (and the validator refuses), dropped when it is swapped in.
 DROP_FOR_STORAGE = {
-    "device": ("format", "quality", "cache", "throttle"),
-    "ram": ("format", "quality", "cache", "throttle"),
+    "device": ("format", "quality", "cache", "throttle", "slow_ranks"),
+    "ram": ("format", "quality", "cache", "throttle", "slow_ranks"),
     "memmap": ("format", "quality"),
     "files": ("format", "quality"),
     "images": (),
@@ -71,6 +71,8 @@ def scenario_dict(scenario: Scenario) -> dict[str, Any]:
         del data["quality"]
     if data["transform"] != "augment":
         del data["augment_passes"]
+    if not data.get("slow_ranks", True):
+        del data["slow_ranks"]  # none slow: the default, left out like the keys that do not apply
     for section in SECTIONS:
         d[section] = {k: v for k, v in d[section].items() if v is not None}
     return d

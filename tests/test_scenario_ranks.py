@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+import torch
+from torch.utils.data import DistributedSampler
 
 from pipeprof.cli.main import main
 from pipeprof.errors import UsageError
@@ -19,8 +22,9 @@ from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.steps import StepTimer
 from pipeprof.pipeline.ranks_run import job_run, median_rank
 from pipeprof.run_folder import STEP_COLUMNS, Run, load_run
-from pipeprof.scenario import load_scenario, scenario_from_dict
-from pipeprof.workload.distributed import CollectiveWait, EveryPassSampler
+from pipeprof.scenario import LoaderSpec, load_scenario, scenario_from_dict
+from pipeprof.storage.device import DeviceDataset
+from pipeprof.workload.distributed import CollectiveWait, EveryPassSampler, ShardedDeviceBatches
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,7 +59,6 @@ def test_ranks_default_to_one_process_and_shard_the_epoch():
      "rank 2 does not exist (ranks 0 .. 1)"),
     ({"data": {"slow_ranks": [-1]}}, "data.slow_ranks = [-1] is not allowed: expected a list of rank numbers"),
     ({"data": {"slow_ranks": 1}}, "data.slow_ranks = 1 is not allowed"),
-    ({"data": {"storage": "device"}, "train": {"ranks": 2}}, "not allowed with data.storage = 'device'"),
     ({"model": {"implementation": "scratch"}, "train": {"ranks": 2}}, "DistributedDataParallel wraps an nn.Module"),
     ({"model": {"compile": True}, "train": {"ranks": 2}}, "train.ranks = 2 is not allowed with model.compile"),
 ])
@@ -155,6 +158,20 @@ def test_without_a_source_the_timer_records_no_collective_wait():
     timer.finish()
     (row,) = timer.rows()
     assert row["collective_wait_s"] == 0.0 and row["compute_s"] == pytest.approx(0.01)
+
+
+def test_on_device_shards_split_like_the_distributed_sampler():
+    x = torch.arange(10, dtype=torch.float32).reshape(10, 1)
+    dataset = DeviceDataset(x, np.arange(10))
+    spec = LoaderSpec(batch_size=2, shuffle=True)
+    shards = [ShardedDeviceBatches(dataset, spec, 3, rank, 3) for rank in range(3)]
+    assert [len(s) for s in shards] == [2, 2, 2]  # 4 indices each (10 padded to 12), in batches of 2
+    passes = [[int(v) for xb, _ in s for v in xb.flatten()] for s in shards]
+    assert sorted(sum(passes, [])) == sorted(list(range(10)) + [passes[0][0], passes[1][0]])  # 2 padded repeats
+    samplers = [list(DistributedSampler(list(range(10)), num_replicas=3, rank=r, shuffle=False)) for r in range(3)]
+    unshuffled = [[int(v) for xb, _ in ShardedDeviceBatches(dataset, LoaderSpec(batch_size=2, shuffle=False), 3,
+                                                            rank, 3) for v in xb.flatten()] for rank in range(3)]
+    assert unshuffled == samplers
 
 
 def test_every_pass_gets_a_new_shuffle_and_the_shards_cover_the_data():

@@ -25,7 +25,7 @@ from pipeprof.storage.base import Progress, SampleDataset
 from pipeprof.storage.synthetic import ensure_synthetic
 from pipeprof.storage.throttle import from_spec
 from pipeprof.storage.transforms import build_transform
-from pipeprof.workload.distributed import DistributedParts, EveryPassSampler
+from pipeprof.workload.distributed import DistributedParts, EveryPassSampler, ShardedDeviceBatches
 
 
 @dataclass
@@ -62,6 +62,8 @@ def build_data(scenario: Scenario, device: torch.device, cache_root: Path | None
     transform = build_transform(spec)
     if spec.storage == "device":
         on_device = device_storage.build(spec, files, transform, device=device)
+        if rank is not None:
+            return Data(on_device, ShardedDeviceBatches(on_device, loader, spec.seed, rank.rank, rank.world_size))
         return Data(on_device, device_storage.DeviceBatches(on_device, loader, spec.seed))
     slowed = rank is None or not spec.slow_ranks or rank.rank in spec.slow_ranks
     throttle = from_spec(spec.throttle) if spec.throttle is not None and slowed else None

@@ -42,6 +42,8 @@ from torch.utils.data import DistributedSampler
 
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.schedstat import RunQueueClock, core_wait_s, run_queue_wait
+from pipeprof.scenario import LoaderSpec
+from pipeprof.storage.device import DeviceBatches, DeviceDataset
 
 GROUP_TIMEOUT_S = 300.0  # a rank blocked this long in a collective fails (a peer that vanished is seen sooner)
 
@@ -101,6 +103,33 @@ class EveryPassSampler(DistributedSampler):
         indices = super().__iter__()
         self.set_epoch(self.epoch + 1)
         return indices
+
+
+class ShardedDeviceBatches(DeviceBatches):
+    """``DeviceBatches`` of one rank's shard, split as DistributedSampler splits: every rank draws the
+    same permutation (one seed), padded to a multiple of the ranks, and takes every ``world_size``-th index."""
+
+    def __init__(self, dataset: DeviceDataset, spec: LoaderSpec, seed: int, rank: int, world_size: int) -> None:
+        super().__init__(dataset, spec, seed)
+        self.rank, self.world_size = rank, world_size
+
+    def shard_size(self) -> int:
+        return -(-len(self.dataset) // self.world_size)
+
+    def __len__(self) -> int:
+        full, rest = divmod(self.shard_size(), self.batch_size)
+        return full if (self.drop_last or rest == 0) else full + 1
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.dataset)
+        order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
+        padded = self.shard_size() * self.world_size
+        order = torch.cat([order, order[: padded - n]])[self.rank :: self.world_size].to(self.dataset.x.device)
+        transform = self.dataset.transform
+        for b in range(len(self)):
+            index = order[b * self.batch_size : (b + 1) * self.batch_size]
+            x = self.dataset.x[index]
+            yield (transform(x) if transform is not None else x), self.dataset.y[index]
 
 
 @dataclass
