@@ -8,10 +8,15 @@ sampler, the job run's composition; then real 2-rank gloo jobs: rank 1's reads s
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 import torch
 from torch.utils.data import DistributedSampler
@@ -20,7 +25,7 @@ from pipeprof.cli.main import main
 from pipeprof.errors import UsageError
 from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.steps import StepTimer
-from pipeprof.pipeline.ranks_run import job_run, median_rank
+from pipeprof.pipeline.ranks_run import job_run, median_rank, run_ranks
 from pipeprof.run_folder import STEP_COLUMNS, Run, load_run
 from pipeprof.scenario import LoaderSpec, load_scenario, scenario_from_dict
 from pipeprof.storage.device import DeviceDataset
@@ -186,9 +191,10 @@ def test_every_pass_gets_a_new_shuffle_and_the_shards_cover_the_data():
 # ---- the job run ---------------------------------------------------------------------------
 
 
-def _rank_run(rank, step_s, status="complete"):
-    steps = pd.DataFrame({"step": range(6), "warmup": [True] + [False] * 5,
-                          "step_s": [9.0] + [step_s] * 5, "samples": [4] * 6})
+def _rank_run(rank, step_s, status="complete", steps_run=6):
+    steps = pd.DataFrame({"step": range(steps_run), "warmup": [True] + [False] * (steps_run - 1),
+                          "step_s": [9.0] + [step_s] * (steps_run - 1), "samples": [4] * steps_run,
+                          "t_start_s": [float(i) for i in range(steps_run)]})
     return Run(meta={"status": status, "error": None if status == "complete" else "boom", "absences": {},
                      "rank": {"rank": rank, "node": "n1", "pid": 100 + rank}}, steps=steps)
 
@@ -209,6 +215,13 @@ def test_the_job_run_holds_its_ranks_and_the_median_ranks_steps():
                                "launcher": "scenario", "median_rank": 1, "untraced": []}  # 0.1 s of 0.1, 0.3
     assert job.steps is job.ranks[1].steps and job.samples is samples and "rank" not in job.meta
     assert job.meta["status"] == "failed" and job.meta["error"] == "rank 1: boom"
+
+
+def test_the_job_error_names_first_the_rank_that_stopped_first():
+    runs = [_rank_run(0, 0.1, status="failed", steps_run=6), _rank_run(1, 0.1, status="failed", steps_run=3),
+            _rank_run(2, 0.1)]
+    job = job_run(runs, pd.DataFrame(), pd.DataFrame(), job_id=None)
+    assert job.meta["error"] == "rank 1: boom; rank 0: boom"
 
 
 # ---- real jobs -----------------------------------------------------------------------------
@@ -297,3 +310,42 @@ def test_a_sweep_over_ranks_runs_each_job_until_steady_with_every_rank_stopping_
     assert len(job.ranks[0].steps) == len(job.ranks[1].steps) > 10
     assert by_label["ranks=2"]["samples_per_s"] > 0
     assert load_run(folder / by_label["ranks=1"]["folder"]).ranks == []
+
+
+@pytest.mark.parametrize("command", ["diagnose", "tune"])
+def test_commands_that_train_one_process_refuse_a_job_of_ranks(command, tmp_path, capsys):
+    status = main([command, str(REPO / "scenarios" / "ddp_balanced.toml"), "--out", str(tmp_path), "--quiet"])
+    assert status == 2
+    assert "train.ranks = 2: a job of several ranks runs with pipeprof run or sweep" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_a_rank_killed_mid_run_is_recorded_failed_beside_the_others(tmp_path):
+    scenario = load_scenario(REPO / "scenarios" / "ddp_straggler.toml", ["train.steps=3000"])
+    me = psutil.Process()
+    killed = []
+
+    def kill_a_rank():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            ranks = [p for p in me.children(recursive=True) if p.ppid() != me.pid]  # the fork server's children
+            if len(ranks) == 2:
+                time.sleep(6)  # both train by now (3000 steps take over a minute)
+                killed.append(ranks[1].pid)
+                os.kill(ranks[1].pid, signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_a_rank, daemon=True)
+    killer.start()
+    job = run_ranks(scenario, context={}, cache=tmp_path / "cache")
+    killer.join()
+    assert killed
+    (lost,) = [r for r in job.ranks if r.meta["rank"]["pid"] == killed[0]]
+    (kept,) = [r for r in job.ranks if r is not lost]
+    assert lost.meta["status"] == "failed" and "was killed by signal SIGKILL without saving its run" in \
+        lost.meta["error"] and len(lost.steps) == 0 and lost.meta["rank"]["status"] == "failed"
+    assert kept.meta["status"] == "failed" and 0 < len(kept.steps) < 3000  # its all-reduce saw the peer go
+    assert job.meta["status"] == "failed"
+    assert job.meta["error"].startswith(f"rank {lost.meta['rank']['rank']}: ")  # the cause first
+    assert [r.meta["rank"]["rank"] for r in job.ranks] == [0, 1]

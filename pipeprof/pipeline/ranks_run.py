@@ -26,12 +26,14 @@ import multiprocessing
 import os
 import queue as queue_mod
 import shutil
+import signal
 import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
 from pipeprof.errors import one_line
@@ -41,7 +43,7 @@ from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.measure.sampler import SystemSampler
 from pipeprof.pipeline.progress import SILENT, Progress
 from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
-from pipeprof.run_folder import Run, load_run, sample_tables, save_run
+from pipeprof.run_folder import STEP_COLUMNS, Run, load_run, sample_tables, save_run
 from pipeprof.scenario import Scenario
 from pipeprof.workload.data import build_data
 from pipeprof.workload.distributed import DistributedParts, backend_for, join_group, leave_group
@@ -178,7 +180,7 @@ def run_ranks(scenario: Scenario, *, context: dict[str, Any], cache: Path | None
         absences = dict(sampler.absences)
         if monitor is not None:
             monitor.close()
-        runs = [_rank_run(t, p.exitcode) for t, p in zip(tasks, procs)]
+        runs = _rank_runs(tasks, procs)
         shutil.rmtree(spool, ignore_errors=True)
     return job_run(runs, samples, processes, job_id=f"127.0.0.1:{port}", absences=absences)
 
@@ -198,13 +200,37 @@ def _wait(procs: list[Any], steps_done: Any, on_step: Any) -> None:
             return
 
 
-def _rank_run(task: RankTask, exitcode: int | None) -> Run:
-    error = task.folder.parent / f"{task.folder.name}.error"
-    if error.exists():
-        raise RankFailed(f"rank {task.rank}: {error.read_text().strip()}")
-    if not task.folder.is_dir():
-        raise RankFailed(f"rank {task.rank} ended (exit status {exitcode}) without saving its run")
-    return load_run(task.folder)
+def _rank_runs(tasks: list[RankTask], procs: list[Any]) -> list[Run]:
+    """The ranks' saved runs; a rank that died without saving (killed) is a failed run with no steps,
+    beside the others. RankFailed when a rank could not start, or none saved a run."""
+    for task in tasks:
+        error = task.folder.parent / f"{task.folder.name}.error"
+        if error.exists():
+            raise RankFailed(f"rank {task.rank}: {error.read_text().strip()}")
+    saved = {t.rank: load_run(t.folder) for t in tasks if t.folder.is_dir()}
+    lost = {t.rank: f"rank {t.rank} {_ended(p.exitcode)} without saving its run" for t, p in zip(tasks, procs)
+            if t.rank not in saved}
+    if not saved:
+        raise RankFailed("; ".join(lost.values()))
+    like = next(iter(saved.values()))
+    return [saved.get(t.rank) or _lost_run(t, p.pid, lost[t.rank], like) for t, p in zip(tasks, procs)]
+
+
+def _ended(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "was stopped"
+    if exitcode < 0:
+        return f"was killed by signal {signal.Signals(-exitcode).name}"
+    return f"ended with exit status {exitcode}"
+
+
+def _lost_run(task: RankTask, pid: int | None, error: str, like: Run) -> Run:
+    """A failed run with no records for a rank that died without saving; settings from a rank that saved."""
+    meta = {k: v for k, v in like.meta.items() if k not in ("steady", "code_profile", "verification")}
+    meta.update(status="failed", error=error, compute_ceiling=None)
+    meta["rank"] = {**like.meta["rank"], "rank": task.rank, "local_rank": task.rank, "pid": pid,
+                    "status": "failed", "error": error}
+    return Run(meta=meta, steps=pd.DataFrame(columns=STEP_COLUMNS))
 
 
 def counted_median_step_s(run: Run) -> float | None:
@@ -224,6 +250,11 @@ def median_rank(runs: list[Run]) -> int:
     return order[(len(order) - 1) // 2][1]
 
 
+def _last_step_s(run: Run) -> float:
+    """When ``run``'s last step started (-inf without steps: a rank lost before it saved any)."""
+    return float(run.steps["t_start_s"].max()) if len(run.steps) else float("-inf")
+
+
 def _rank_of(run: Run) -> int:
     return int(run.meta["rank"]["rank"])
 
@@ -235,11 +266,11 @@ def job_run(runs: list[Run], samples: Any, processes: Any, *, job_id: str | None
     middle = median_rank(runs)
     median = next(r for r in runs if _rank_of(r) == middle)
     meta = {k: v for k, v in median.meta.items() if k != "rank"}
-    failed = [r for r in runs if r.meta.get("status") != "complete"]
+    # The rank that stopped first is the likely cause (the others saw its end as a closed connection).
+    failed = sorted((r for r in runs if r.meta.get("status") != "complete"), key=_last_step_s)
     if failed:
-        first = failed[0]
         meta["status"] = "interrupted" if any(r.meta.get("status") == "interrupted" for r in failed) else "failed"
-        meta["error"] = f"rank {_rank_of(first)}: {first.meta.get('error')}"
+        meta["error"] = "; ".join(f"rank {_rank_of(r)}: {r.meta.get('error')}" for r in failed)
     meta["absences"] = {**dict(median.meta.get("absences") or {}), **(absences or {})}
     meta["job"] = {"id": job_id, "world_size": len(runs), "ranks": [_rank_of(r) for r in runs],
                    "nodes": sorted({str(r.meta["rank"].get("node")) for r in runs}), "launcher": LAUNCHER,

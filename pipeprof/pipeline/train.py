@@ -90,6 +90,9 @@ def build_workload(scenario: Scenario, cache_root: Path | None = None, *, record
     With ``rank`` (its process group joined) the batches are the rank's shard and the model trains
     under DistributedDataParallel, its backward passes timed for their collective wait.
     """
+    if rank is None and scenario.train.ranks > 1:
+        raise UsageError(f"train.ranks = {scenario.train.ranks}: a job of several ranks runs with pipeprof run "
+                         f"or sweep; this command trains one process (--set train.ranks=1)")
     device = resolve_device(scenario.train.device)
     if scenario.train.threads:
         torch.set_num_threads(scenario.train.threads)
