@@ -189,9 +189,9 @@ def test_compare_two_real_runs(two_runs, capsys):
     assert ratio["ratio"] == pytest.approx(sb / sa, rel=1e-9)  # the windows' mean is samples/s
     assert ratio["low"] <= ratio["ratio"] <= ratio["high"]
     assert ratio["within_noise"] == (ratio["low"] <= 1 <= ratio["high"])
-    assert set(cmp["fractions"]) == {"data_wait", "h2d", "compute", "other"}
+    assert set(cmp["fractions"]) == {"data_wait", "h2d", "collective_wait", "compute", "other"}
     assert sorted(cmp["within_noise"] + cmp["beyond_noise"]) == sorted(
-        ["throughput", "data_wait", "h2d", "compute", "other"])
+        ["throughput", "data_wait", "h2d", "collective_wait", "compute", "other"])
     for run, f in zip(c["runs"], (a, b)):
         assert run["throughput"]["windows"] == 3 and run["status"] == "complete"
         assert (folder / run["report"]).resolve() == (f / "report.html").resolve()
