@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -349,3 +351,31 @@ def test_a_rank_killed_mid_run_is_recorded_failed_beside_the_others(tmp_path):
     assert job.meta["status"] == "failed"
     assert job.meta["error"].startswith(f"rank {lost.meta['rank']['rank']}: ")  # the cause first
     assert [r.meta["rank"]["rank"] for r in job.ranks] == [0, 1]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_an_interrupted_job_saves_every_ranks_steps(how, tmp_path):
+    out = tmp_path / "reports"
+    proc = subprocess.Popen([sys.executable, "-m", "pipeprof", "run", str(REPO / "scenarios" / "ddp_straggler.toml"),
+                             "--set", "train.steps=3000", "--out", str(out), "--cache", str(tmp_path / "cache"),
+                             "--quiet"], start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(psutil.Process(proc.pid).children(recursive=True)) < 4:
+        time.sleep(0.1)  # the fork server, the resource tracker and both ranks
+    time.sleep(5)  # both train by now (3000 steps take over a minute)
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C: to the foreground process group
+    else:
+        proc.send_signal(signal.SIGTERM)  # to pipeprof alone, which passes it on to the ranks
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == (130 if how == "ctrl-c" else 143), err
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    job = load_run(folder)
+    assert job.meta["status"] == "interrupted"
+    assert job.meta["error"] == ("interrupted by the user (Ctrl-C)" if how == "ctrl-c" else "terminated (SIGTERM)")
+    # Rank 1 is interrupted waiting for its data; rank 0, blocked in the all-reduce, is interrupted once rank 1
+    # has left it (a closed connection, and the pending signal): both save their steps.
+    assert job.ranks[1].meta["status"] == "interrupted" and job.ranks[0].meta["status"] in ("interrupted", "failed")
+    assert len(job.ranks[1].steps) > 5 and abs(len(job.ranks[0].steps) - len(job.ranks[1].steps)) <= 1

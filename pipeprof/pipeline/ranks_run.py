@@ -36,7 +36,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from pipeprof.errors import one_line
+from pipeprof.errors import interrupt_reason, one_line
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import monotonic_clock
 from pipeprof.measure.loading import LoadingRecorder
@@ -81,6 +81,9 @@ def free_port() -> int:
 
 def rank_main(task: RankTask, progress: Any = None) -> None:
     """One rank's process: join the group, profile its workload, save its Run (or an error line)."""
+    # A process group of its own (its DataLoader workers join it): a Ctrl-C at the terminal reaches the
+    # parent alone, which passes it on once (a second SIGINT while a rank saves its run would lose it).
+    os.setpgrp()
     scenario = task.scenario
     notes = []
     if not scenario.train.threads:
@@ -159,13 +162,16 @@ def run_ranks(scenario: Scenario, *, context: dict[str, Any], cache: Path | None
                  for t in tasks]
         task = progress.task(f"{scenario.name} ({world} ranks)", scenario.total_steps())
         sampler.start()
+        interrupted: KeyboardInterrupt | None = None
         try:
             for p in procs:
                 p.start()
             try:
                 _wait(procs, steps_done, lambda done: progress.update(task, completed=done))
-            except KeyboardInterrupt:
-                # Ctrl-C reached the ranks too (one process group): they save what they measured.
+            except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (errors.Terminated): every rank saves its steps
+                interrupted = e
+                for p in procs:
+                    _interrupt(p)
                 for p in procs:
                     p.join(STOP_GRACE_S)
         finally:
@@ -182,7 +188,20 @@ def run_ranks(scenario: Scenario, *, context: dict[str, Any], cache: Path | None
             monitor.close()
         runs = _rank_runs(tasks, procs)
         shutil.rmtree(spool, ignore_errors=True)
-    return job_run(runs, samples, processes, job_id=f"127.0.0.1:{port}", absences=absences)
+    job = job_run(runs, samples, processes, job_id=f"127.0.0.1:{port}", absences=absences)
+    if interrupted is not None:
+        job.meta.update(status="interrupted", error=interrupt_reason(interrupted))
+    return job
+
+
+def _interrupt(proc: Any) -> None:
+    """SIGINT to a rank's process group (the rank and its DataLoader workers), as a terminal's Ctrl-C."""
+    if proc.pid is None or not proc.is_alive():
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+    except ProcessLookupError:  # ended meanwhile
+        pass
 
 
 def _wait(procs: list[Any], steps_done: Any, on_step: Any) -> None:
