@@ -45,6 +45,9 @@ def test_torchrun_ranks_are_each_measured_and_the_slow_one_is_the_input_straggle
     assert ranks[0]["fractions"]["collective_wait"] > 0.5  # the fast rank waits for it in DDP's all-reduce
     assert ranks[0]["fractions"]["collective_wait"] > 5 * ranks[1]["fractions"]["collective_wait"]
     assert s["straggler"]["rank"] == 1 and s["straggler"]["kind"] == "input"
+    top = s["recommendations"][0]  # the straggler's own fix first, predicted for the job
+    assert top["reason"].startswith("rank 1 (the straggler") and top["change"], s["recommendations"]
+    assert s["job"]["median_rank"] in (0, 1) and s["job"]["world_size"] == 2 and s["job"]["launcher"] == "torchrun"
     job = meta["job"]
     assert job["launcher"] == "torchrun" and job["world_size"] == 2 and job["ranks"] == [0, 1]
     assert [u["reason"] for u in job["untraced"]] == ["never iterated a torch.utils.data.DataLoader"]  # torchrun

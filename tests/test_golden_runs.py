@@ -37,7 +37,7 @@ Documented changes since the fixtures were recorded (issue 13), re-recorded by r
 * Issue 15 (distributed jobs): ``fractions`` gains ``collective_wait`` and the attribution's ``step`` its
   ``collective_wait_fraction`` (time blocked in collectives, out of compute: 0.0 for these one-process runs,
   whose steps.csv predates the column and loads it as 0); the summary gains ``ranks`` (``[]``) and
-  ``straggler`` (null). Nothing else moved.
+  ``straggler`` (null) and ``job`` (null). Nothing else moved.
 * Sentences (``verdict.sentence``, recommendations' ``reason``, ...) are worded by
   ``pipeprof.format`` (issue 13, item 6). ``test_only_the_documented_keys_changed`` holds
   the fixtures to exactly these changes against their first recorded version.
@@ -112,7 +112,7 @@ def test_only_the_documented_keys_changed(name):
 def _before_issue_15(summary: dict) -> dict:
     """summary.json without issue 15's keys, which one-process runs hold at their empty values."""
     out = json.loads(json.dumps(summary))
-    assert out.pop("ranks") == [] and out.pop("straggler") is None
+    assert out.pop("ranks") == [] and out.pop("straggler") is None and out.pop("job") is None
     assert out["fractions"].pop("collective_wait") == 0.0
     assert out["attribution"]["step"].pop("collective_wait_fraction") == 0.0
     return out

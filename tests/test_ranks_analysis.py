@@ -240,3 +240,8 @@ def test_rank_entries_are_plain_json():
     out = summarize(input_straggler_job())
     assert json.loads(to_json(out))["ranks"][0]["pid"] == 1000
     assert dataclasses.is_dataclass(summary_record(input_straggler_job()).straggler)
+
+
+def test_oversubscription_is_not_advised_when_every_rank_already_has_one_worker_and_one_thread():
+    lowest = [make_rank(i, workers=1, threads=1, cores=2) for i in range(2)]
+    assert oversubscription(_results(make_job(lowest))) == []  # 4 busy threads on 2 cores, nothing left to lower

@@ -252,9 +252,11 @@ def job_recommendations(results: Sequence[RankResult], median: int, straggler_: 
     recs = oversubscription(results)
     if straggler_.rank is None:
         own = [_scaled(r, job_samples_per_s, len(results)) for r in results[median].recommendations]
-    else:
-        own = _straggler_advice(results, straggler_, job_samples_per_s)
-    return recs + own
+        return recs + own
+    # the straggler sets the job's pace: its own fixes first (the gain they predict is the job's)
+    own = _straggler_advice(results, straggler_, job_samples_per_s)
+    gains = [r for r in own if r.change or r.code_change is not None]
+    return gains + recs + [r for r in own if r not in gains]
 
 
 def _scaled(rec: Recommendation, job_samples_per_s: float | None, world_size: int) -> Recommendation:
@@ -328,6 +330,8 @@ def oversubscription(results: Sequence[RankResult]) -> list[Recommendation]:
             change["loader.num_workers"] = new_workers
         if new_threads != threads:
             change["train.threads"] = new_threads
+        if not change:  # already at one worker and one thread a rank, or fewer: nothing to lower
+            continue
         if len(set(wanted)) == 1:
             how = f"{len(known)} ranks × ({fmt.plural(workers, 'worker')} + {fmt.plural(threads, 'torch thread')})"
         else:

@@ -199,6 +199,11 @@ def job_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
     paced = straggler(run.ranks)
     sections = dict(summaries[median].sections)
     sections.update({k: run.meta[k] for k in ("status", "error") if k in run.meta})
+    job = as_dict(run.meta.get("job"))
+    sections["job"] = {"id": job.get("id"), "world_size": job.get("world_size") or len(run.ranks),
+                       "nodes": list(job.get("nodes") or []), "launcher": job.get("launcher"),
+                       "median_rank": results[median].rank,
+                       "untraced": len(job.get("untraced") or [])}
     return dataclasses.replace(
         summaries[median], scenario=run.name, samples=sum(s.samples for s in summaries),
         samples_per_s=job_samples_per_s, sections=sections,
@@ -256,6 +261,7 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
         # How the run ended (run.json's status and error): complete, interrupted (Ctrl-C, SIGTERM) or failed.
         "status": run.meta.get("status"),
         "error": run.meta.get("error"),
+        "job": None,  # a distributed job's: its id, world size, nodes, launcher and median rank (job_record)
     }
     if run.meta.get("kind") == "script":  # pipeprof profile / pipeprof.profile(): what ran, and its loaders
         sections.update({k: run.meta.get(k) for k in ("script", "loaders", "step_source")})

@@ -68,7 +68,9 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
         family = "input" if str(verdict["class"]).startswith("input:") else str(verdict["class"])
         text = f"{verdict['class']}: {verdict.get('sentence') or ''}".strip()
         text += "".join(f"\nnote: {note}" for note in verdict.get("notes") or [])
-        add("verdict", text, _VERDICT_STYLE.get(family, ""))
+        median = as_dict(s.get("job")).get("median_rank") if s.get("ranks") else None
+        add("verdict" if not s.get("ranks") else f"verdict (rank {median}, the median)" if median is not None
+            else "verdict (the median rank)", text, _VERDICT_STYLE.get(family, ""))
     straggler = straggler_line(s)
     if straggler is not None:  # a job of ranks: which one sets the pace, and why
         add("straggler", straggler, "bold red" if as_dict(s.get("straggler")).get("rank") is not None else "")
@@ -76,7 +78,7 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     if isinstance(recs, list) and recs and isinstance(recs[0], dict):
         top = recs[0]
         speedup = _value(top.get("predicted_speedup"))
-        text = (f"{set_text(top)} → {fmt.rate(top.get('predicted_samples_per_s'))}"
+        text = (f"{set_text(top)} → {fmt.rate(top.get('predicted_samples_per_s'), missing='not predicted')}"
                 + (f" (×{fmt.number(speedup, 2)})" if speedup is not None else "") + f": {top.get('reason') or ''}")
         if top.get("note"):  # e.g. the caveat of a run that ended early
             text += f"\nnote: {top['note']}"
