@@ -19,7 +19,8 @@ training scripts in ``tests/fixtures/`` run alternately as ``python SCRIPT``
 and as ``pipeprof profile -- python SCRIPT``; each prints its own throughput
 after its first 5 optimizer steps, so both sides are measured by the same
 code, and the ratio profiled/bare is all pipeprof's cost: the hooks in the
-script's process and workers, and the sampler in pipeprof's process. Target
+script's process and workers (in every rank of the DDP fixture, whose rank 0
+prints the job's samples/s), and the sampler in pipeprof's process. Target
 >= 0.98. On a shared machine a 3-second script's throughput moves by ±10 %
 from one run to the next, so the script case also measures the hooks' own
 cost per training step part by part (``benchmarks/hook_costs.py``) and
@@ -51,6 +52,8 @@ SCRIPTS = {  # name -> the fixture and its arguments: a fast loop (worst case: ~
     "plain_loop 0 workers": ["plain_loop.py", "--epochs", "10", "--samples", "8192", "--threads", "1"],
     "trainer 2 workers": ["trainer_class.py", "--epochs", "2", "--samples", "4096", "--num-workers", "2",
                           "--getitem-ms", "0.05", "--no-tqdm", "--threads", "1"],
+    # every rank under the hooks (the start-up hook), collective wait timed at each backward pass
+    "ddp 2 ranks (mp.spawn, gloo)": ["ddp_gloo.py", "--world-size", "2", "--samples", "16384", "--batch-size", "64"],
 }
 
 
