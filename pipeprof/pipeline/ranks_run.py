@@ -50,6 +50,7 @@ from pipeprof.workload.distributed import DistributedParts, backend_for, join_gr
 
 LAUNCHER = "scenario"
 POLL_S = 0.1
+PROGRESS_UPDATES = 100  # rank 0 tells the parent its steps done this many times a run at most
 DDP_IMPORTS = "torch._dynamo"  # DistributedDataParallel() imports it (1.3 s here): once, in the fork server
 STOP_GRACE_S = 30.0  # after one rank ended badly, how long the others get to save their runs
 
@@ -93,7 +94,7 @@ def rank_main(task: RankTask, progress: Any = None) -> None:
     try:
         device = resolve_device(scenario.train.device)
         if device.type == "cuda":
-            device = torch.device("cuda", (device.index or 0) + task.rank % max(1, torch.cuda.device_count()))
+            device = torch.device("cuda", ((device.index or 0) + task.rank) % max(1, torch.cuda.device_count()))
             torch.cuda.set_device(device)
             scenario = _on_device(scenario, str(device))
         parts = DistributedParts(task.rank, task.world_size, backend_for(device, task.world_size))
@@ -106,8 +107,12 @@ def rank_main(task: RankTask, progress: Any = None) -> None:
         leave_group()
         raise SystemExit(1) from None
 
+    if progress is not None:
+        progress.cancel_join_thread()  # steps done are for the progress bar: never wait at exit to send one
+    every = max(1, scenario.total_steps() // PROGRESS_UPDATES)
+
     def report(done: int, total: int) -> None:
-        if progress is not None:
+        if progress is not None and (done % every == 0 or done == total):
             progress.put((done, total))
 
     run = profile_workload(work, recorder=recorder, context=task.context, t0_s=task.t0_s,
