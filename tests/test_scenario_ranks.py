@@ -27,11 +27,11 @@ from pipeprof.cli.main import main
 from pipeprof.errors import UsageError
 from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.steps import StepTimer
-from pipeprof.pipeline.ranks_run import job_run, median_rank, run_ranks
+from pipeprof.pipeline.ranks_run import job_run, median_rank, rank_device, run_ranks
 from pipeprof.run_folder import STEP_COLUMNS, Run, load_run
 from pipeprof.scenario import LoaderSpec, load_scenario, scenario_from_dict
 from pipeprof.storage.device import DeviceDataset
-from pipeprof.workload.distributed import CollectiveWait, EveryPassSampler, ShardedDeviceBatches
+from pipeprof.workload.distributed import CollectiveWait, EveryPassSampler, ShardedDeviceBatches, backend_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -188,6 +188,16 @@ def test_every_pass_gets_a_new_shuffle_and_the_shards_cover_the_data():
     second = [list(s) for s in samplers]
     assert sorted(first[0] + first[1]) == data and sorted(second[0] + second[1]) == data
     assert first != second
+
+
+def test_each_rank_gets_a_gpu_of_its_own_where_there_are_enough_and_nccl_only_then(monkeypatch):
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert [rank_device(cuda, r, 2) for r in range(3)] == [torch.device("cuda", i) for i in (0, 1, 0)]
+    assert rank_device(torch.device("cuda:1"), 1, 2) == torch.device("cuda", 0)
+    assert rank_device(cpu, 3, 0) == cpu
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert backend_for(cuda, 2) == "gloo" and backend_for(cuda, 1) == "nccl"  # NCCL refuses two ranks on one GPU
+    assert backend_for(cpu, 2) == "gloo"
 
 
 # ---- the job run ---------------------------------------------------------------------------

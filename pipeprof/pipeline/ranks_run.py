@@ -94,7 +94,7 @@ def rank_main(task: RankTask, progress: Any = None) -> None:
     try:
         device = resolve_device(scenario.train.device)
         if device.type == "cuda":
-            device = torch.device("cuda", ((device.index or 0) + task.rank) % max(1, torch.cuda.device_count()))
+            device = rank_device(device, task.rank, torch.cuda.device_count())
             torch.cuda.set_device(device)
             scenario = _on_device(scenario, str(device))
         parts = DistributedParts(task.rank, task.world_size, backend_for(device, task.world_size))
@@ -122,6 +122,13 @@ def rank_main(task: RankTask, progress: Any = None) -> None:
                         "backend": parts.backend, "status": run.meta.get("status"), "error": run.meta.get("error")}
     save_run(run, task.folder)
     leave_group()
+
+
+def rank_device(device: torch.device, rank: int, gpus: int) -> torch.device:
+    """A rank's GPU: the scenario's device for rank 0, the next ones for the next ranks, round the ``gpus``."""
+    if device.type != "cuda":
+        return device
+    return torch.device("cuda", ((device.index or 0) + rank) % max(1, gpus))
 
 
 def _on_device(scenario: Scenario, device: str) -> Scenario:
