@@ -274,6 +274,8 @@ def test_a_slow_ranks_data_makes_the_fast_rank_wait_in_the_all_reduce(two_jobs):
     assert f0["collective_wait"] > 0.5, f0  # rank 0 waits for rank 1 in the gradient all-reduce ...
     assert f1["data_wait"] > 0.5, f1  # ... while rank 1 waits for its slow reads
     assert f1["collective_wait"] < 0.2 and f0["data_wait"] < 0.2
+    # The ranks go in step (one all-reduce a step): rank 0 waits there about as long as rank 1 waits for data.
+    assert abs(f0["collective_wait"] - f1["data_wait"]) < 0.15, (f0, f1)
     meta = job.meta["job"]
     assert meta["launcher"] == "scenario" and meta["world_size"] == 2 and meta["ranks"] == [0, 1]
     median = job.ranks[meta["median_rank"]]

@@ -145,6 +145,8 @@ def run_ranks(scenario: Scenario, *, context: dict[str, Any], cache: Path | None
     """Run ``scenario`` as a DDP job of ``scenario.train.ranks`` processes; the job's Run (see module docstring).
 
     Raises RankFailed (a RuntimeError) when a rank could not build its workload or died without a run.
+    As with any ``multiprocessing`` start method but fork, a script that calls this runs its top level again
+    in each rank unless it is guarded by ``if __name__ == "__main__":`` (``python -m pipeprof`` is).
     """
     world = scenario.train.ranks
     device = resolve_device(scenario.train.device)
