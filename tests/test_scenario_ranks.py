@@ -31,7 +31,8 @@ from pipeprof.pipeline.ranks_run import job_run, median_rank, rank_device, run_r
 from pipeprof.run_folder import STEP_COLUMNS, Run, load_run
 from pipeprof.scenario import LoaderSpec, load_scenario, scenario_from_dict
 from pipeprof.storage.device import DeviceDataset
-from pipeprof.workload.distributed import CollectiveWait, EveryPassSampler, ShardedDeviceBatches, backend_for
+from pipeprof.workload.data import build_data
+from pipeprof.workload.distributed import CollectiveWait, DistributedParts, EveryPassSampler, ShardedDeviceBatches, backend_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -179,6 +180,20 @@ def test_on_device_shards_split_like_the_distributed_sampler():
     unshuffled = [[int(v) for xb, _ in ShardedDeviceBatches(dataset, LoaderSpec(batch_size=2, shuffle=False), 3,
                                                             rank, 3) for v in xb.flatten()] for rank in range(3)]
     assert unshuffled == samplers
+
+
+@pytest.mark.parametrize("storage", ["ram", "device"])
+def test_a_ranks_batches_are_its_shard_and_only_slow_ranks_are_throttled(storage, tmp_path):
+    data = {"storage": storage, "samples": 1001}
+    if storage == "ram":
+        data.update(throttle={"latency_ms": 1, "bandwidth_mb_s": 100}, slow_ranks=[1])
+    s = _scenario(train={"ranks": 3, "epochs": 1, "steps": None}, data=data, loader={"batch_size": 100})
+    built = [build_data(s, torch.device("cpu"), tmp_path, rank=DistributedParts(r, 3, "gloo")) for r in range(3)]
+    assert [len(b.batches) for b in built] == [s.steps_per_epoch()] * 3 == [4] * 3  # 334 samples each
+    assert [sum(len(batch[1]) for batch in b.batches) for b in built] == [334] * 3
+    if storage == "ram":
+        throttled = [getattr(b.dataset, "throttle", None) is not None for b in built]
+        assert throttled == [False, True, False]
 
 
 def test_every_pass_gets_a_new_shuffle_and_the_shards_cover_the_data():
