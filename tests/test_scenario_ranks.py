@@ -28,6 +28,7 @@ from pipeprof.errors import UsageError
 from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.steps import StepTimer
 from pipeprof.pipeline.ranks_run import job_run, median_rank, rank_device, run_ranks
+from pipeprof.pipeline.train import build_workload, profile_workload
 from pipeprof.run_folder import STEP_COLUMNS, Run, load_run
 from pipeprof.scenario import LoaderSpec, load_scenario, scenario_from_dict
 from pipeprof.storage.device import DeviceDataset
@@ -406,3 +407,16 @@ def test_an_interrupted_job_saves_every_ranks_steps(how, tmp_path):
     # has left it (a closed connection, and the pending signal): both save their steps.
     assert job.ranks[1].meta["status"] == "interrupted" and job.ranks[0].meta["status"] in ("interrupted", "failed")
     assert len(job.ranks[1].steps) > 5 and abs(len(job.ranks[0].steps) - len(job.ranks[1].steps)) <= 1
+
+
+def test_a_rank_without_a_collective_meter_records_the_absence(tmp_path):
+    """On CUDA a rank has no meter (NCCL does not block the host): its collective wait is 0 and said absent."""
+    scenario = _scenario(data={"samples": 256}, loader={"batch_size": 32}, model={"hidden": [16]},
+                         train={"device": "cpu", "threads": 1})
+    work = build_workload(scenario, tmp_path)
+    work.rank = DistributedParts(0, 1, "nccl")  # what a CUDA rank holds: no model wrapped here, no meter
+    run = profile_workload(work)
+    assert run.meta["status"] == "complete"
+    assert "not measured on CUDA (nccl)" in run.meta["absences"]["collective_wait"]
+    assert (run.steps["collective_wait_s"] == 0).all()
+    assert run.meta["compute_ceiling"]["samples_per_s"] > 0
