@@ -245,3 +245,28 @@ def test_rank_entries_are_plain_json():
 def test_oversubscription_is_not_advised_when_every_rank_already_has_one_worker_and_one_thread():
     lowest = [make_rank(i, workers=1, threads=1, cores=2) for i in range(2)]
     assert oversubscription(_results(make_job(lowest))) == []  # 4 busy threads on 2 cores, nothing left to lower
+
+
+def test_a_rank_slow_on_a_few_steps_only_is_no_straggler():
+    """Its mean own time is 20% above the other's, lifted by three slow steps; it was the faster on the rest."""
+    steady, spiky = make_rank(0), make_rank(1)
+    counted = ~spiky.steps["warmup"]
+    spiky.steps.loc[counted, ["step_s", "compute_s"]] = [0.095, 0.095]
+    spikes = spiky.steps.index[counted][:3]
+    spiky.steps.loc[spikes, ["step_s", "compute_s"]] = [0.325, 0.325]
+    found = straggler([steady, spiky])
+    assert found.evidence["own_step_excess_fraction"] > STRAGGLER_MARGIN
+    assert found.evidence["slower_step_fraction"] < 0.2
+    assert found.kind == "none" and found.rank is None and "within noise" in found.sentence
+    slow = make_rank(1, step_s=0.12)  # slower step after step, by 20%: named
+    assert straggler([steady, slow]).rank == 1 and straggler([steady, slow]).evidence["slower_step_fraction"] == 1.0
+
+
+def test_a_jobs_verify_re_run_is_measured_against_the_jobs_samples_per_s():
+    job = make_job([make_rank(0), make_rank(1)])
+    job.meta["verification"] = {"status": "complete", "measured_samples_per_s": 5120.0,
+                                "predicted_samples_per_s": 4096.0, "predicted_speedup": 1.6}
+    s = summarize(job)
+    assert s["samples_per_s"] == pytest.approx(2560.0)  # two ranks of 128 samples per 0.1 s step
+    assert s["verification"]["measured_speedup"] == pytest.approx(2.0)
+    assert summarize(make_job([make_rank(0), make_rank(1)]))["verification"] is None

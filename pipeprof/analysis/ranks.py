@@ -53,7 +53,7 @@ from pipeprof.analysis.advice_text import script_text
 from pipeprof.analysis.evidence import CpuEvidence
 from pipeprof.analysis.recommend import Recommendation
 from pipeprof.analysis.steps import PHASES, counted_steps, step_breakdown
-from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS, MIN_GAIN, STRAGGLER_MARGIN
+from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS, MIN_GAIN, STRAGGLER_CONSISTENCY, STRAGGLER_MARGIN
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.run_folder import Run, as_dict
 
@@ -180,6 +180,7 @@ class _Pace:
     samples_per_step: float
     phase_s: dict[str, float]  # data_wait, h2d, compute (with the untimed rest), collective_wait
     step_s: float
+    own_by_step_s: np.ndarray  # each counted step's own time, in order
 
     @property
     def own_s(self) -> float:
@@ -199,12 +200,24 @@ def _pace(run: Run, index: int) -> _Pace | None:
     node = as_dict(run.meta.get("rank")).get("node")
     return _Pace(rank=rank if rank is not None else index, node=None if node is None else str(node), steps=len(df),
                  samples_per_step=float(df["samples"].astype(float).mean()), phase_s=mean,
-                 step_s=float(df["step_s"].astype(float).mean()))
+                 step_s=float(df["step_s"].astype(float).mean()),
+                 own_by_step_s=(df["step_s"].astype(float) - df["collective_wait_s"].astype(float)).to_numpy())
+
+
+def _slower_share(slow: _Pace, others: list[_Pace]) -> float | None:
+    """The share of the steps (aligned by step, over the steps every rank has) in which ``slow``'s own time
+    exceeds the median of the others' own times of that step; None without a step in common."""
+    n = min(len(p.own_by_step_s) for p in (slow, *others))
+    if n == 0:
+        return None
+    others_s = np.median(np.vstack([p.own_by_step_s[:n] for p in others]), axis=0)
+    return float(np.mean(slow.own_by_step_s[:n] > others_s))
 
 
 def straggler(ranks: Sequence[Run]) -> Straggler:
     """Which rank sets the job's pace and why (module docstring): kind ``input``, ``compute``, ``h2d`` or
-    ``none`` (ranks within ``STRAGGLER_MARGIN`` of each other, or fewer than two to compare)."""
+    ``none`` (ranks within ``STRAGGLER_MARGIN`` of each other, the slowest not slower in ``STRAGGLER_CONSISTENCY``
+    of the steps, or fewer than two to compare)."""
     paces = [p for i, r in enumerate(ranks) if (p := _pace(r, i)) is not None]
     by_rank = {str(p.rank): p.own_s for p in paces}
     if len(paces) < 2:
@@ -224,10 +237,18 @@ def straggler(ranks: Sequence[Run]) -> Straggler:
         "ranks_compared": len(paces), "own_step_s_by_rank": by_rank, "margin_fraction": STRAGGLER_MARGIN,
         "slowest_rank": slow.rank, "straggler_own_step_s": slow.own_s, "others_median_own_step_s": median_own,
         "own_step_excess_fraction": excess if math.isfinite(excess) else None,
+        "slower_step_fraction": _slower_share(slow, others), "consistency_fraction": STRAGGLER_CONSISTENCY,
         **{f"straggler_{p}_fraction": slow.fraction(p) for p in phases},
         **{f"others_median_{p}_fraction": others_median(lambda r, p=p: r.fraction(p)) for p in phases},
         **{f"{p}_excess_s": slow.phase_s[p] - others_median(lambda r, p=p: r.phase_s[p]) for p in _KIND_OF_PHASE},
     }
+    slower = evidence["slower_step_fraction"]
+    if excess > STRAGGLER_MARGIN and slower is not None and slower < STRAGGLER_CONSISTENCY:
+        return Straggler(None, None, "none", evidence,
+                         f"No rank sets the pace: rank {slow.rank}'s own work per step is "
+                         f"{fmt.pct(excess)} above the others' on average, but it was the slower in only "
+                         f"{fmt.pct(slower)} of the steps (a straggler is slower step after step, in "
+                         f"{fmt.pct(STRAGGLER_CONSISTENCY)} or more): a few slow steps, within noise.")
     if excess <= STRAGGLER_MARGIN:
         return Straggler(None, None, "none", evidence,
                          f"No rank sets the pace: the ranks' own work per step is within {fmt.pct(STRAGGLER_MARGIN)} "

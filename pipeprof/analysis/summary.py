@@ -199,6 +199,8 @@ def job_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
     paced = straggler(run.ranks)
     sections = dict(summaries[median].sections)
     sections.update({k: run.meta[k] for k in ("status", "error") if k in run.meta})
+    # a job's --verify re-run is the job's (run.json's verification), measured against the job's samples/s
+    sections["verification"] = verification(run.meta.get("verification"), job_samples_per_s)
     job = as_dict(run.meta.get("job"))
     sections["job"] = {"id": job.get("id"), "world_size": job.get("world_size") or len(run.ranks),
                        "nodes": list(job.get("nodes") or []), "launcher": job.get("launcher"),

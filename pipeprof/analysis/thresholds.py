@@ -81,3 +81,8 @@ TUNE_MIN_GAIN = 0.03
 # to step (scheduling, page cache, a worker's turn), and a rank only 10% slower costs the job at most ~10%, which
 # is less than the per-rank advice's own model error; below it the answer is "no rank sets the pace" (kind none).
 STRAGGLER_MARGIN = 0.10
+# ... and only when it is slower step after step: in at least this share of the counted steps (aligned by step, as
+# lock-step ranks are) its own time exceeds the other ranks' median of that step. Ranks that differ by chance are
+# each the slower about half the time, and a few slow steps (a page-cache miss, a descheduled rank) can lift a mean
+# 10 % without the rank being slower at all; a straggler with a slow shard, disk or node is slower nearly always.
+STRAGGLER_CONSISTENCY = 0.75
