@@ -212,6 +212,7 @@ def test_the_compute_ceiling_is_measured_after_the_run_on_one_batch_with_a_fake_
     class Work:  # the parts of a Workload the probe uses
         device = torch.device("cpu")
         scenario = type("S", (), {"loader": type("L", (), {"batch_size": 64})()})()
+        rank = None  # one process (a DDP rank measures its own compute without the all-reduce)
 
     Work.step_fn = staticmethod(step_fn)
     result = measure_compute_ceiling(Work(), clock)

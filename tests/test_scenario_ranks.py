@@ -78,15 +78,15 @@ def test_bad_rank_settings_are_one_clear_line(sections, words):
 
 
 def test_a_bad_rank_count_exits_2_on_the_command_line(tmp_path, capsys):
-    status = main(["run", str(REPO / "scenarios" / "ddp_balanced.toml"), "--set", "train.ranks=-1",
+    status = main(["run", str(REPO / "scenarios" / "ddp-balanced.toml"), "--set", "train.ranks=-1",
                    "--out", str(tmp_path), "--quiet"])
     assert status == 2
     assert "train.ranks = -1 is not allowed" in capsys.readouterr().err
 
 
 def test_the_library_scenarios_load():
-    straggler = load_scenario(REPO / "scenarios" / "ddp_straggler.toml")
-    balanced = load_scenario(REPO / "scenarios" / "ddp_balanced.toml")
+    straggler = load_scenario(REPO / "scenarios" / "ddp-straggler.toml")
+    balanced = load_scenario(REPO / "scenarios" / "ddp-balanced.toml")
     assert straggler.train.ranks == balanced.train.ranks == 2
     assert straggler.data.slow_ranks == (1,) and straggler.data.throttle is not None
     assert balanced.data.slow_ranks == () and balanced.data.throttle is None
@@ -263,14 +263,14 @@ def _fractions(steps):
 
 @pytest.fixture(scope="module")
 def two_jobs(tmp_path_factory):
-    """ddp_straggler and ddp_balanced, each run once (2 ranks, gloo)."""
+    """ddp-straggler and ddp-balanced, each run once (2 ranks, gloo)."""
     tmp = tmp_path_factory.mktemp("ranks")
     out, cache = tmp / "reports", tmp / "cache"
     common = ["--out", str(out), "--cache", str(cache), "--quiet"]
-    for name in ("ddp_straggler", "ddp_balanced"):
+    for name in ("ddp-straggler", "ddp-balanced"):
         assert main(["run", str(REPO / "scenarios" / f"{name}.toml"), *common]) == 0
     straggler, balanced = (next(p for p in out.iterdir() if p.name.endswith(f"-{n}"))
-                           for n in ("ddp_straggler", "ddp_balanced"))
+                           for n in ("ddp-straggler", "ddp-balanced"))
     return out, cache, straggler, balanced
 
 
@@ -327,7 +327,7 @@ def test_compare_reads_two_multi_rank_runs(two_jobs, capsys):
 @pytest.mark.integration
 def test_a_sweep_over_ranks_runs_each_job_until_steady_with_every_rank_stopping_together(tmp_path, capsys):
     out, cache = tmp_path / "reports", tmp_path / "cache"
-    status = main(["sweep", str(REPO / "scenarios" / "ddp_balanced.toml"), "--grid", "train.ranks=1,2",
+    status = main(["sweep", str(REPO / "scenarios" / "ddp-balanced.toml"), "--grid", "train.ranks=1,2",
                    "--max-seconds", "1", "--out", str(out), "--cache", str(cache), "--quiet"])
     assert status == 0
     (folder,) = [p for p in out.iterdir() if p.is_dir()]
@@ -344,14 +344,14 @@ def test_a_sweep_over_ranks_runs_each_job_until_steady_with_every_rank_stopping_
 
 @pytest.mark.parametrize("command", ["diagnose", "tune"])
 def test_commands_that_train_one_process_refuse_a_job_of_ranks(command, tmp_path, capsys):
-    status = main([command, str(REPO / "scenarios" / "ddp_balanced.toml"), "--out", str(tmp_path), "--quiet"])
+    status = main([command, str(REPO / "scenarios" / "ddp-balanced.toml"), "--out", str(tmp_path), "--quiet"])
     assert status == 2
     assert "train.ranks = 2: a job of several ranks runs with pipeprof run or sweep" in capsys.readouterr().err
 
 
 @pytest.mark.integration
 def test_a_rank_killed_mid_run_is_recorded_failed_beside_the_others(tmp_path):
-    scenario = load_scenario(REPO / "scenarios" / "ddp_straggler.toml", ["train.steps=3000"])
+    scenario = load_scenario(REPO / "scenarios" / "ddp-straggler.toml", ["train.steps=3000"])
     me = psutil.Process()
     killed = []
 
@@ -385,7 +385,7 @@ def test_a_rank_killed_mid_run_is_recorded_failed_beside_the_others(tmp_path):
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_an_interrupted_job_saves_every_ranks_steps(how, tmp_path):
     out = tmp_path / "reports"
-    proc = subprocess.Popen([sys.executable, "-m", "pipeprof", "run", str(REPO / "scenarios" / "ddp_straggler.toml"),
+    proc = subprocess.Popen([sys.executable, "-m", "pipeprof", "run", str(REPO / "scenarios" / "ddp-straggler.toml"),
                              "--set", "train.steps=3000", "--out", str(out), "--cache", str(tmp_path / "cache"),
                              "--quiet"], start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)

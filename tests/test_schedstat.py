@@ -25,7 +25,7 @@ from pipeprof.script import batches
 from pipeprof.script.batches import Tagged, TimedCollate, install_fetch
 from pipeprof.script.patches import Patches
 
-LINUX_SCHEDSTAT = os.path.exists(schedstat.PATH) and (RunQueueWait()() is not None)
+LINUX_SCHEDSTAT = os.path.exists(schedstat.PATH) and (RunQueueWait()() or 0.0) > 0
 
 # -- the reader --------------------------------------------------------------------------------------------
 
@@ -39,11 +39,19 @@ def test_a_reading_is_the_second_field_in_seconds(tmp_path):
     assert read() == pytest.approx(0.0065)
 
 
-@pytest.mark.parametrize("text", ["37213269 0 23\n", "garbage\n", ""])
-def test_disabled_or_odd_schedstat_reads_as_unknown(tmp_path, text):
+@pytest.mark.parametrize("text", ["garbage\n", ""])
+def test_odd_schedstat_reads_as_unknown(tmp_path, text):
     path = tmp_path / "schedstat"
     path.write_text(text)
-    assert RunQueueWait(str(path))() is None  # 0: schedstats disabled (a thread that ran has waited)
+    assert RunQueueWait(str(path))() is None
+
+
+def test_zero_readings_are_unknown_only_when_both_are_zero(tmp_path):
+    path = tmp_path / "schedstat"
+    path.write_text("37213269 0 23\n")
+    assert RunQueueWait(str(path))() == 0.0  # schedstats disabled, or a thread that has not waited yet
+    assert core_wait_s(0.010, 0.0, 0.0) is None  # disabled read 0 forever: unknown, never 0
+    assert core_wait_s(0.010, 0.0, 0.002) == pytest.approx(0.002)  # a new worker's first wait
 
 
 def test_a_missing_file_reads_as_unknown(tmp_path):

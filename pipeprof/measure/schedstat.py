@@ -9,8 +9,11 @@ microsecond a reading: the kernel formats the line anew each time).
 Off-CPU time of ``__getitem__`` (wall minus thread CPU time) is storage, sleep
 or locks *and* waiting for a core on a saturated machine; the difference of
 two readings tells the second apart. Where the file is missing (not Linux, no
-permission) or reads 0 (schedstats disabled: a thread that ran has always
-waited some nanoseconds) a reading is ``None``: the split is unknown, never 0.
+permission) a reading is ``None``; where both readings of an interval are 0
+(schedstats disabled: a thread that ran has waited some nanoseconds by its
+second reading) the split is unknown too (``core_wait_s``), never 0. A first
+reading of 0 is a new thread that had not waited yet (a just-forked worker on
+an idle core): it used to read as unknown, losing that batch's split.
 
 Standard library only: the script hooks import this module in a user's
 process and in every DataLoader worker.
@@ -77,7 +80,7 @@ class RunQueueWait:
             wait_ns = int(fields[1])
         except (OSError, IndexError, ValueError):  # a line of another shape: unknown
             return None
-        return wait_ns / 1e9 if wait_ns > 0 else None  # 0: schedstats disabled
+        return wait_ns / 1e9  # 0 may be schedstats disabled, or a new thread that never waited: core_wait_s decides
 
 
 def no_run_queue() -> float | None:
@@ -89,9 +92,11 @@ def core_wait_s(off_cpu_s: float, before: float | None, after: float | None) -> 
     """Of ``off_cpu_s`` seconds off the CPU between two readings, the seconds spent waiting for a core.
 
     The run-queue delta, capped to ``[0, off_cpu_s]`` (the readings and the clocks are not read at the same
-    instant); ``None`` when either reading is unknown.
+    instant); ``None`` when either reading is unknown, or both are 0: schedstats disabled read 0 forever, and a
+    thread that has run has waited some nanoseconds by its second reading. A first reading of 0 followed by a
+    positive one is a new thread (a just-forked worker) that had not waited yet.
     """
-    if before is None or after is None:
+    if before is None or after is None or (before == 0.0 and after == 0.0):
         return None
     return min(max(after - before, 0.0), max(off_cpu_s, 0.0))
 
