@@ -130,7 +130,12 @@ def test_tune_and_diagnose_keep_what_they_measured(tmp_path, command, sig, statu
         os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole process group
     else:
         proc.send_signal(sig)
-    _, err = proc.communicate(timeout=180)
+    try:
+        _, err = proc.communicate(timeout=180)
+    except subprocess.TimeoutExpired:  # never leave it training (and loading the machine) after the test
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+        pytest.fail(f"{command} went on for 180 s after {signal.Signals(sig).name}: {err[-2000:]}")
     assert proc.returncode == status, err
     assert "Traceback" not in err
     (folder,) = [p for p in out.iterdir() if p.is_dir()]

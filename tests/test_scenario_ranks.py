@@ -23,11 +23,12 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
+from pipeprof.analysis.ranks import median_rank
 from pipeprof.cli.main import main
 from pipeprof.errors import UsageError
 from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.steps import StepTimer
-from pipeprof.pipeline.ranks_run import job_run, median_rank, rank_device, run_ranks
+from pipeprof.pipeline.ranks_run import job_run, rank_device, run_ranks
 from pipeprof.pipeline.train import build_workload, profile_workload
 from pipeprof.run_folder import STEP_COLUMNS, Run, load_run
 from pipeprof.scenario import LoaderSpec, load_scenario, scenario_from_dict

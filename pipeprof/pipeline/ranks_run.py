@@ -36,6 +36,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from pipeprof.analysis.ranks import median_rank
 from pipeprof.errors import interrupt_reason, one_line
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import monotonic_clock
@@ -264,23 +265,6 @@ def _lost_run(task: RankTask, pid: int | None, error: str, like: Run) -> Run:
     meta["rank"] = {**like.meta["rank"], "rank": task.rank, "local_rank": task.rank, "pid": pid,
                     "status": "failed", "error": error}
     return Run(meta=meta, steps=pd.DataFrame(columns=STEP_COLUMNS))
-
-
-def counted_median_step_s(run: Run) -> float | None:
-    """The median step time of ``run``'s counted (not warm-up) steps; None when it has none."""
-    steps = run.steps
-    if not len(steps):
-        return None
-    counted = steps.loc[~steps["warmup"].astype(bool), "step_s"]
-    return float(counted.median()) if len(counted) else None
-
-
-def median_rank(runs: list[Run]) -> int:
-    """The rank whose counted median step time is the median of the ranks' (the lower middle of an even
-    count); ranks without a counted step only when no rank has one."""
-    timed = [(t, _rank_of(r)) for r in runs if (t := counted_median_step_s(r)) is not None]
-    order = sorted(timed) if timed else [(0.0, _rank_of(r)) for r in runs]
-    return order[(len(order) - 1) // 2][1]
 
 
 def _last_step_s(run: Run) -> float:

@@ -109,15 +109,6 @@ def untraced(procs: list[Proc], world_size: int | None, ranks: list[dict[str, An
     return out
 
 
-def median_rank(step_medians_s: dict[int, float]) -> int | None:
-    """The rank whose median counted step time is the median of the ranks' (the lower middle of an even
-    count); None without ranks."""
-    known = sorted((s, r) for r, s in step_medians_s.items() if s == s)
-    if not known:
-        return min(step_medians_s) if step_medians_s else None
-    return known[(len(known) - 1) // 2][1]
-
-
 def tree_of(pid: int, parents: dict[int, int | None]) -> list[int]:
     """``pid`` and every descendant of it in ``parents`` (pid -> ppid)."""
     out, frontier = [pid], [pid]

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from pipeprof.analysis.loading import core_wait_absence
+from pipeprof.analysis.ranks import median_index
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import describe_environment
@@ -30,7 +31,6 @@ from pipeprof.script.job import (
     event_files,
     is_job,
     job_processes,
-    median_rank,
     rank_processes,
     rank_samples,
     ranks_of,
@@ -258,9 +258,7 @@ class Session:
             if ident.get("backend") == "nccl":
                 run.meta["absences"]["collective_wait"] = NCCL_ABSENT
             rank_runs.append(run)
-        medians = {i: float(r.steps.loc[~r.steps["warmup"].astype(bool), "step_s"].median())
-                   if not r.steps.empty else float("nan") for i, r in enumerate(rank_runs)}
-        middle = rank_runs[median_rank(medians) or 0]
+        middle = rank_runs[median_index(rank_runs, {})]  # analysis.ranks: the median rank, one rule
         idents = [ident for ident, _ in ranked]
         world = max([i.get("world_size") or 0 for i in idents] + [len(ranked)])
         meta = json_copy(middle.meta)
