@@ -158,3 +158,14 @@ def test_two_node_launches_on_localhost_merge_into_one_job(tmp_path):
     s = json.loads((folder / "summary.json").read_text())
     assert sorted(r["rank"] for r in s["ranks"]) == [0, 1]
     assert s["straggler"]["rank"] == 1 and s["straggler"]["kind"] == "input"
+
+
+def test_a_spawned_rank_that_raises_is_recorded_failed_with_its_exception(tmp_path):
+    """torch.multiprocessing.spawn catches a rank's exception to hand it to the parent: the rank's own record
+    still says what it raised."""
+    proc, folder, s, meta = profile(tmp_path, "python", DDP, "--world-size", "2", "--fail-rank", "0",
+                                    "--fail-at", "8")
+    assert proc.returncode != 0 and folder is not None
+    assert meta["status"] == "failed" and "ProcessRaisedException" in meta["error"]
+    rank0 = json.loads((folder / "ranks" / "rank-0" / "run.json").read_text())["rank"]
+    assert rank0["status"] == "failed" and "RuntimeError: rank 0 lost its shard at step 8" in rank0["error"]

@@ -96,6 +96,32 @@ class _ThenStart:
         _start()
 
 
+def _record_spawned_failures(hooks: Any, clock: Any) -> None:
+    """A rank started by ``torch.multiprocessing.spawn`` runs inside its ``_wrap``, which catches the rank's
+    exception (to hand it to the parent) and exits with status 1: the excepthook never sees it. Patched here
+    (the spawn child imports torch while unpickling ``_wrap``, so the patched one is what it runs), the
+    exception is recorded as the rank's end before ``_wrap`` takes it."""
+    spawn = sys.modules.get("torch.multiprocessing.spawn")
+    if spawn is None or not callable(getattr(spawn, "_wrap", None)):
+        return
+
+    def make(original: Any) -> Any:
+        def _wrap(fn: Any, i: int, args: Any, *rest: Any) -> Any:
+            def recorded(*a: Any) -> Any:
+                try:
+                    return fn(*a)
+                except Exception as e:
+                    if hooks.live and not hooks.ended:
+                        hooks.log.add(("X", clock(), "exception", f"{type(e).__name__}: {' '.join(str(e).split())}"),
+                                      clock())
+                        hooks.ended = True
+                    raise
+            return original(recorded, i, args, *rest)
+        return _wrap
+
+    hooks.patches.apply(spawn, "_wrap", make)
+
+
 def _start() -> None:
     try:
         _install()
@@ -117,6 +143,7 @@ def _install() -> None:
                                   "cuda_available": torch.cuda.is_available(), "env": rank_environment()}), clock())
     hooks.install()
     _armed.append(hooks)
+    _record_spawned_failures(hooks, clock)
     previous_hook = sys.excepthook
 
     def excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
