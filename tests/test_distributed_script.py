@@ -52,6 +52,8 @@ def test_torchrun_ranks_are_each_measured_and_the_slow_one_is_the_input_straggle
     assert job["launcher"] == "torchrun" and job["world_size"] == 2 and job["ranks"] == [0, 1]
     assert [u["reason"] for u in job["untraced"]] == ["never iterated a torch.utils.data.DataLoader"]  # torchrun
     assert "torchrun" in " ".join(job["untraced"][0]["cmdline"])
+    assert any(n.startswith("pipeprof instrumented 3 Python processes") and "trained as rank 1" in n
+               for n in meta["notes"]), meta["notes"]
     assert sorted(p.name for p in (folder / "ranks").iterdir()) == ["rank-0", "rank-1"]
     rank1 = json.loads((folder / "ranks" / "rank-1" / "run.json").read_text())
     assert rank1["rank"]["rank"] == 1 and rank1["rank"]["world_size"] == 2 and rank1["rank"]["backend"] == "gloo"
@@ -169,3 +171,11 @@ def test_a_spawned_rank_that_raises_is_recorded_failed_with_its_exception(tmp_pa
     assert meta["status"] == "failed" and "ProcessRaisedException" in meta["error"]
     rank0 = json.loads((folder / "ranks" / "rank-0" / "run.json").read_text())["rank"]
     assert rank0["status"] == "failed" and "RuntimeError: rank 0 lost its shard at step 8" in rank0["error"]
+
+
+def test_what_ran_names_a_process_by_its_script_module_or_command():
+    from pipeprof.script.session import _what_ran
+    assert _what_ran(["/py", "/v/bin/torchrun", "--nproc_per_node", "2", "/x/train.py"]) == "torchrun"
+    assert _what_ran(["/py", "-u", "/x/train.py", "--lr", "1"]) == "train.py"
+    assert _what_ran(["/py", "-u", "-m", "torch.distributed.run", "--standalone"]) == "torch.distributed.run"
+    assert _what_ran(["/py", "-c", "from multiprocessing.spawn import spawn_main"]) == "python -c"

@@ -106,6 +106,31 @@ def job_launcher(script: dict[str, Any], idents: list[dict[str, Any]]) -> str | 
     return "multiprocessing"
 
 
+def instrumented_note(procs: list[Proc]) -> str:
+    """One line naming every process that got the hooks: its pid, its rank if it had one, what it ran."""
+    def said(p: Proc) -> str:
+        rank = p.identity().get("rank") if p.trained else None
+        what = "trained" + (f" as rank {rank}" if rank is not None else "") if p.trained else "no DataLoader"
+        return f"pid {p.pid} ({_what_ran(p.cut.start.get('orig_argv') or p.argv)}: {what})"
+    shown = ", ".join(said(p) for p in procs[:8])
+    more = f", and {len(procs) - 8} more" if len(procs) > 8 else ""
+    return f"pipeprof instrumented {len(procs)} Python processes of the command: {shown}{more}"
+
+
+def _what_ran(argv: list[str]) -> str:
+    """A process's program in a word: the interpreter's first argument — its script or command (torchrun)
+    by file name, its ``-m`` module, or ``python -c``."""
+    words = [str(w) for w in argv[1:]]
+    for i, w in enumerate(words):
+        if w == "-m" and i + 1 < len(words):
+            return words[i + 1]
+        if w == "-c" or w.startswith("-c"):
+            return "python -c"
+        if not w.startswith("-"):
+            return Path(w).name
+    return "python"
+
+
 def json_copy(value: Any) -> Any:
     import copy
     return copy.deepcopy(value)
@@ -204,6 +229,13 @@ class Session:
         samples, processes = sample_tables(*(self.sampler.frames() if self.sampler else (empty, empty)),
                                            self.monitor is not None)
         gpu_meta = self._gpu_meta()
+        run = self._sorted_run(procs, status, error, script, samples, processes, gpu_meta)
+        if len(procs) > 1:  # which processes of the command pipeprof instrumented, and what each did
+            run.meta["notes"].append(instrumented_note(procs))
+        return run
+
+    def _sorted_run(self, procs: list[Proc], status: str, error: str | None, script: dict[str, Any],
+                    samples: pd.DataFrame, processes: pd.DataFrame, gpu_meta: dict[str, Any]) -> Run:
         if is_job(procs):
             return self._job(procs, status, error, script, samples, processes, gpu_meta)
         trained = [p for p in procs if p.trained]
