@@ -179,3 +179,25 @@ def test_what_ran_names_a_process_by_its_script_module_or_command():
     assert _what_ran(["/py", "-u", "/x/train.py", "--lr", "1"]) == "train.py"
     assert _what_ran(["/py", "-u", "-m", "torch.distributed.run", "--standalone"]) == "torch.distributed.run"
     assert _what_ran(["/py", "-c", "from multiprocessing.spawn import spawn_main"]) == "python -c"
+
+
+def test_spawned_dataloader_workers_are_workers_not_ranks(tmp_path):
+    script = tmp_path / "spawn_workers.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        if __name__ == "__main__":
+            data = TensorDataset(torch.randn(512, 8), torch.randint(0, 2, (512,)))
+            model = torch.nn.Linear(8, 2)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in DataLoader(data, batch_size=16, num_workers=1, multiprocessing_context="spawn"):
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+    """))
+    proc, folder, s, meta = profile(tmp_path, "python", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert "job" not in meta and s["ranks"] == [] and s["steps"] == 27
+    assert s["loading"]["batches"] == 27  # the spawned worker armed its own hooks: its batches are timed
+    note = next(n for n in meta["notes"] if n.startswith("pipeprof instrumented 2 Python processes"))
+    assert "spawn_workers.py: trained" in note and "python -c: its DataLoader worker" in note

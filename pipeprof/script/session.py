@@ -34,6 +34,7 @@ from pipeprof.script.job import (
     rank_processes,
     rank_samples,
     ranks_of,
+    spawned_worker,
     tree_of,
     untraced,
 )
@@ -110,8 +111,11 @@ def instrumented_note(procs: list[Proc]) -> str:
     """One line naming every process that got the hooks: its pid, its rank if it had one, what it ran."""
     def said(p: Proc) -> str:
         rank = p.identity().get("rank") if p.trained else None
-        what = "trained" + (f" as rank {rank}" if rank is not None else "") if p.trained else "no DataLoader"
-        return f"pid {p.pid} ({_what_ran(p.cut.start.get('orig_argv') or p.argv)}: {what})"
+        what = ("trained" + (f" as rank {rank}" if rank is not None else "") if p.trained
+                else "its DataLoader worker" if spawned_worker(p, procs) else "no DataLoader")
+        # a rank's start names its interpreter's whole command line; the script's (boot) its own argv
+        argv = p.cut.start.get("orig_argv") or ["python", *p.argv]
+        return f"pid {p.pid} ({_what_ran(argv)}: {what})"
     shown = ", ".join(said(p) for p in procs[:8])
     more = f", and {len(procs) - 8} more" if len(procs) > 8 else ""
     return f"pipeprof instrumented {len(procs)} Python processes of the command: {shown}{more}"
