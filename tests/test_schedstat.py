@@ -46,12 +46,26 @@ def test_odd_schedstat_reads_as_unknown(tmp_path, text):
     assert RunQueueWait(str(path))() is None
 
 
-def test_zero_readings_are_unknown_only_when_both_are_zero(tmp_path):
+def test_zero_readings_are_unknown_only_where_the_kernel_does_not_account_waits(tmp_path, monkeypatch):
     path = tmp_path / "schedstat"
     path.write_text("37213269 0 23\n")
-    assert RunQueueWait(str(path))() == 0.0  # schedstats disabled, or a thread that has not waited yet
-    assert core_wait_s(0.010, 0.0, 0.0) is None  # disabled read 0 forever: unknown, never 0
-    assert core_wait_s(0.010, 0.0, 0.002) == pytest.approx(0.002)  # a new worker's first wait
+    assert RunQueueWait(str(path))() == 0.0  # accounting off, or a thread that has not waited yet
+    monkeypatch.setattr(schedstat, "_ACCOUNTING", [False])
+    assert core_wait_s(0.010, 0.0, 0.0) is None  # off: every thread reads 0 forever; unknown, never 0
+    assert core_wait_s(0.010, 0.0, 0.002) == pytest.approx(0.002)
+    monkeypatch.setattr(schedstat, "_ACCOUNTING", [True])
+    assert core_wait_s(0.010, 0.0, 0.0) == 0.0  # on: a new worker that never waited for a core
+
+
+def test_accounting_is_read_from_the_first_process(tmp_path, monkeypatch):
+    monkeypatch.setattr(schedstat, "_ACCOUNTING", [])
+    (tmp_path / "on").write_text("123 456 7\n")
+    assert schedstat.accounting_on(str(tmp_path / "on"))
+    monkeypatch.setattr(schedstat, "_ACCOUNTING", [])
+    (tmp_path / "off").write_text("123 0 7\n")
+    assert not schedstat.accounting_on(str(tmp_path / "off"))
+    monkeypatch.setattr(schedstat, "_ACCOUNTING", [])
+    assert not schedstat.accounting_on(str(tmp_path / "missing"))
 
 
 def test_a_missing_file_reads_as_unknown(tmp_path):

@@ -10,10 +10,10 @@ Off-CPU time of ``__getitem__`` (wall minus thread CPU time) is storage, sleep
 or locks *and* waiting for a core on a saturated machine; the difference of
 two readings tells the second apart. Where the file is missing (not Linux, no
 permission) a reading is ``None``; where both readings of an interval are 0
-(schedstats disabled: a thread that ran has waited some nanoseconds by its
-second reading) the split is unknown too (``core_wait_s``), never 0. A first
-reading of 0 is a new thread that had not waited yet (a just-forked worker on
-an idle core): it used to read as unknown, losing that batch's split.
+on a kernel that does not account run-queue waits (``accounting_on``) the split
+is unknown too (``core_wait_s``), never 0. Where it does, zeros are a thread
+that never waited (a just-forked worker waking on an idle core), which used to
+read as unknown and lose that batch's split.
 
 Standard library only: the script hooks import this module in a user's
 process and in every DataLoader worker.
@@ -83,6 +83,21 @@ class RunQueueWait:
         return wait_ns / 1e9  # 0 may be schedstats disabled, or a new thread that never waited: core_wait_s decides
 
 
+_ACCOUNTING: list[bool] = []  # the answer of accounting_on(), once per process (a fork inherits it)
+
+
+def accounting_on(path: str = "/proc/1/schedstat") -> bool:
+    """Whether the kernel accounts run-queue waits: the first process (long-running, it has waited) reads a
+    positive one. Asked once, on the first pair of zero readings."""
+    if not _ACCOUNTING:
+        try:
+            with open(path, "rb") as f:
+                _ACCOUNTING.append(int(f.read(96).split()[1]) > 0)
+        except (OSError, IndexError, ValueError):  # no procfs, another shape: zeros stay unknown
+            _ACCOUNTING.append(False)
+    return _ACCOUNTING[0]
+
+
 def no_run_queue() -> float | None:
     """A reader for where the run-queue wait cannot be known (every reading unknown)."""
     return None
@@ -92,11 +107,12 @@ def core_wait_s(off_cpu_s: float, before: float | None, after: float | None) -> 
     """Of ``off_cpu_s`` seconds off the CPU between two readings, the seconds spent waiting for a core.
 
     The run-queue delta, capped to ``[0, off_cpu_s]`` (the readings and the clocks are not read at the same
-    instant); ``None`` when either reading is unknown, or both are 0: schedstats disabled read 0 forever, and a
-    thread that has run has waited some nanoseconds by its second reading. A first reading of 0 followed by a
-    positive one is a new thread (a just-forked worker) that had not waited yet.
+    instant); ``None`` when either reading is unknown, or both are 0 on a kernel that does not account run-queue
+    waits (``accounting_on``: every thread reads 0 forever there). Where it does, 0 and 0 is a thread that never
+    waited: a just-forked worker that sleeps wakes on an idle core at once (3 of 20 such workers read 0.0 after
+    8 sleeps of 2 ms here).
     """
-    if before is None or after is None or (before == 0.0 and after == 0.0):
+    if before is None or after is None or (before == 0.0 and after == 0.0 and not accounting_on()):
         return None
     return min(max(after - before, 0.0), max(off_cpu_s, 0.0))
 
