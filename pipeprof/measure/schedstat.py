@@ -83,6 +83,14 @@ class RunQueueWait:
         return wait_ns / 1e9  # 0 may be schedstats disabled, or a new thread that never waited: core_wait_s decides
 
 
+def blocked_s(wall_s: float, cpu_s: float, before: float | None, after: float | None) -> float:
+    """Of ``wall_s`` seconds of a call, the seconds it was blocked: off the CPU (wall less the thread's CPU time)
+    and not waiting for a core (run-queue readings ``before`` / ``after``; all of the off-CPU time when they are
+    unknown). A backward pass under a process group blocks so in the gradient all-reduce (collective wait)."""
+    off_cpu_s = max(0.0, wall_s - cpu_s)
+    return off_cpu_s - (core_wait_s(off_cpu_s, before, after) or 0.0)
+
+
 _ACCOUNTING: list[bool] = []  # the answer of accounting_on(), once per process (a fork inherits it)
 
 

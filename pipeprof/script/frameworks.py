@@ -23,15 +23,14 @@ Standard library only.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import sys
 from collections import deque
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator
 from types import ModuleType
 from typing import Any, Protocol
 
 from pipeprof.script.patches import Patches, wraps
+from pipeprof.script.post_import import PostImport
 
 # module -> its loader classes whose __iter__ keeps one batch of the wrapped DataLoader in hand
 LOOK_AHEAD: dict[str, tuple[str, ...]] = {
@@ -132,45 +131,6 @@ def patch_module(module: ModuleType, patches: Patches, hooks: OuterHooks, clock:
         cls = getattr(module, name, None)
         if isinstance(cls, type) and "__iter__" in vars(cls):
             patches.apply(cls, "__iter__", lambda original: _look_ahead_iter(original, hooks, clock))
-
-
-class _ThenLoader(importlib.abc.Loader):
-    """A module's own loader, then ``then(module)`` once the module has executed."""
-
-    def __init__(self, loader: importlib.abc.Loader, then: Callable[[ModuleType], None]) -> None:
-        self._loader, self._then = loader, then
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        # The module keeps its own loader (inspect, importlib.resources and linecache ask it for its source).
-        module.__loader__ = self._loader
-        if module.__spec__ is not None:
-            module.__spec__.loader = self._loader
-        self._loader.exec_module(module)
-        self._then(module)
-
-
-class PostImport(importlib.abc.MetaPathFinder):
-    """Calls ``then(module)`` right after any of ``names`` is imported (each time it executes)."""
-
-    def __init__(self, names: Sequence[str], then: Callable[[ModuleType], None]) -> None:
-        self.names, self.then = frozenset(names), then
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in self.names:
-            return None
-        for finder in sys.meta_path:  # the finders that would have found it without this one
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _ThenLoader(spec.loader, self.then)
-                return spec
-        return None
 
 
 def install(patches: Patches, hooks: OuterHooks, clock: Callable[[], float]) -> None:

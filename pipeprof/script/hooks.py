@@ -67,7 +67,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as _dataloader
 
 from pipeprof.measure.prefetch import ready_batches  # standard library only
-from pipeprof.measure.schedstat import core_wait_s, run_queue_wait
+from pipeprof.measure.schedstat import blocked_s, run_queue_wait
 from pipeprof.script import frameworks
 from pipeprof.script.batches import Tagged, TimedCollate, clock, cpu_clock, install_fetch
 from pipeprof.script.frameworks import OuterPass
@@ -471,8 +471,7 @@ def _backward_function(original: Callable, hooks: Hooks) -> Callable:
         q0, c0, t0 = run_queue_wait(), cpu_clock(), clock()
         out = original(*args, **kwargs)
         t1, c1, q1 = clock(), cpu_clock(), run_queue_wait()
-        off_cpu_s = max(0.0, (t1 - t0) - (c1 - c0))
-        on_collective(t0, t1, off_cpu_s - (core_wait_s(off_cpu_s, q0, q1) or 0.0))
+        on_collective(t0, t1, blocked_s(t1 - t0, c1 - c0, q0, q1))
         on_backward(t0)
         return out
     return wraps(backward, original)

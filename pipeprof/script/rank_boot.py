@@ -4,7 +4,7 @@
 start-up of every Python process of the profiled command (the launcher,
 torchrun's ranks, ``torch.multiprocessing.spawn``'s, any subprocess).
 ``arm()`` imports nothing heavy: it waits (a ``sys.meta_path`` finder,
-``frameworks.PostImport``) until the process imports torch, then installs
+``post_import.PostImport``) until the process imports torch, then installs
 the hooks there, writing to ``events-<pid>.jsonl`` in the job's event
 folder. A process that never imports torch costs a finder and nothing
 else; one that imports torch but never iterates a DataLoader (the launcher)
@@ -28,9 +28,10 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from types import ModuleType, TracebackType
+from types import TracebackType
 from typing import Any
 
+from pipeprof.script.post_import import PostImport
 from pipeprof.script.protocol import EVENTS_DIR_ENV, STEPS_ENV
 
 BOOT_MODULE = "pipeprof.script.boot"
@@ -57,43 +58,9 @@ def arm() -> None:
     if "torch" in sys.modules and hasattr(sys.modules["torch"], "Tensor"):
         _start()
         return
-    finder = _AfterTorch()
+    finder = PostImport(["torch"], lambda module: _start(), once=True)
     sys.meta_path.insert(0, finder)
     _armed.append(finder)
-
-
-class _AfterTorch:
-    """A ``sys.meta_path`` finder: torch's own loader, then ``_start()`` once torch has executed. Lighter than
-    ``frameworks.PostImport`` (no importlib.abc, no dataclasses): it runs in every Python process the command
-    starts, most of which never import torch."""
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != "torch":
-            return None
-        sys.meta_path.remove(self)  # once: torch's submodules and a second import are not ours
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find is not None else None
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _ThenStart(spec.loader)
-                return spec
-        return None
-
-
-class _ThenStart:
-    def __init__(self, loader: Any) -> None:
-        self._loader = loader
-
-    def create_module(self, spec: Any) -> Any:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        module.__loader__ = self._loader  # torch keeps its own loader (importlib.resources asks it)
-        if module.__spec__ is not None:
-            module.__spec__.loader = self._loader
-        self._loader.exec_module(module)
-        _start()
 
 
 def _record_spawned_failures(hooks: Any, clock: Any) -> None:

@@ -12,6 +12,7 @@ a scenario: the name, and the training loader's settings under ``loader``.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 from pathlib import Path
 from typing import Any
@@ -135,11 +136,6 @@ def _what_ran(argv: list[str]) -> str:
     return "python"
 
 
-def json_copy(value: Any) -> Any:
-    import copy
-    return copy.deepcopy(value)
-
-
 def training_threads(threads: dict[str, Any]) -> int:
     """The threads torch used while the script trained: read at its first step end, else at its end, else
     before it ran (a script may call ``torch.set_num_threads`` itself)."""
@@ -245,7 +241,7 @@ class Session:
         trained = [p for p in procs if p.trained]
         root = next((p for p in procs if p.root), None)
         main = trained[0] if trained else root
-        if main is None or main.root or main.pid == self.root_pid:
+        if main is None or main.root:
             cut, unreadable = (main.cut, main.unreadable) if main is not None else (self.records(), self._unreadable)
             return self._process_run(cut, unreadable, status, error, script, samples, processes, gpu_meta,
                                      children=True)
@@ -297,10 +293,10 @@ class Session:
         middle = rank_runs[median_index(rank_runs, {})]  # analysis.ranks: the median rank, one rule
         idents = [ident for ident, _ in ranked]
         world = max([i.get("world_size") or 0 for i in idents] + [len(ranked)])
-        meta = json_copy(middle.meta)
+        meta = copy.deepcopy(middle.meta)  # the job's own: its notes are not the rank's
         meta.pop("rank", None)
         meta["status"], meta["error"] = status, error
-        meta["script"] = {**json_copy(script), **{k: meta["script"].get(k) for k in ("started", "ended",
+        meta["script"] = {**script, **{k: meta["script"].get(k) for k in ("started", "ended",
                                                                                       "torch_threads")}}
         meta["job"] = {
             "id": next((i["job_id"] for i in idents if i.get("job_id")), None),

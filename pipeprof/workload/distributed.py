@@ -41,7 +41,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
 from pipeprof.measure.clock import Clock, monotonic_clock
-from pipeprof.measure.schedstat import RunQueueClock, core_wait_s, run_queue_wait
+from pipeprof.measure.schedstat import RunQueueClock, blocked_s, run_queue_wait
 from pipeprof.scenario import LoaderSpec
 from pipeprof.storage.device import DeviceBatches, DeviceDataset
 
@@ -86,9 +86,7 @@ class CollectiveWait:
         queued, cpu, wall = self.run_queue(), self.cpu_clock(), self.clock()
         loss.backward()
         wall_s, cpu_s = self.clock() - wall, self.cpu_clock() - cpu
-        off_cpu_s = max(0.0, wall_s - cpu_s)
-        core_s = core_wait_s(off_cpu_s, queued, self.run_queue()) or 0.0
-        self._pending_s += off_cpu_s - core_s
+        self._pending_s += blocked_s(wall_s, cpu_s, queued, self.run_queue())
 
     def take(self) -> float:
         """Seconds of collective wait since the last call."""
