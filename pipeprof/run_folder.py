@@ -24,6 +24,10 @@ Tables (CSV, one header line, times in seconds since the run started):
   in proportion (a scenario's worker) — empty where it could not be read and
   in older folders (unknown, not 0). Runs from before worker-side timing have no such file and
   load with an empty table.
+* ``device_memory.csv`` — CUDA runs only (``DEVICE_MEMORY_COLUMNS``): what
+  torch.cuda's caching allocator held at the end of each window of about
+  0.5 s, and its peaks during the window. Absent (an empty table) on the CPU
+  and in older folders.
 * ``functions.csv`` — the code-level view (``profile.cprofile_steps``): what
   cProfile recorded in the training process (``process`` "main", the
   profiled window of steps) and in the DataLoader workers ("workers", their
@@ -94,11 +98,17 @@ SAMPLE_COLUMNS = [
     "read_bytes_per_s",  # real disk reads by the process tree
 ]
 
-GPU_SAMPLE_COLUMNS = [
-    "gpu_util_pct",
+GPU_DEVICE_COLUMNS = [  # the whole GPU, every process on it
+    "gpu_util_pct",  # % of the sample period a kernel ran
     "gpu_mem_used_bytes",
     "pcie_rx_bytes_per_s",  # host to device
     "pcie_tx_bytes_per_s",  # device to host
+    "gpu_sm_clock_mhz",  # SM clock now
+    "gpu_power_w",  # board power draw
+]
+GPU_SAMPLE_COLUMNS = GPU_DEVICE_COLUMNS + [
+    "gpu_proc_util_pct",  # the training process tree's SM utilization, sum over its processes (NVML per-process)
+    "gpu_proc_mem_bytes",  # device memory the tree's processes hold (NVML usedGpuMemory)
 ]
 
 PROCESS_COLUMNS = [
@@ -109,6 +119,19 @@ PROCESS_COLUMNS = [
     "rss_bytes",
     "read_bytes",  # cumulative real disk reads of this process
     "uss_bytes",  # memory not shared with other processes; empty except on rare snapshots
+]
+
+GPU_PROCESS_COLUMNS = [  # processes.csv, only when a GPU was sampled (older folders and CPU runs have none)
+    "gpu_util_pct",  # this process's SM utilization, NVML per-process samples; empty: no reading that tick
+    "gpu_mem_bytes",  # device memory this process holds (0: no context on the GPU)
+]
+
+DEVICE_MEMORY_COLUMNS = [  # device_memory.csv: torch.cuda's allocator, one row per window (CUDA runs only)
+    "t_s",  # end of the window
+    "allocated_bytes",  # held by tensors now
+    "reserved_bytes",  # held by the caching allocator now
+    "peak_allocated_bytes",  # the most held by tensors during the window
+    "peak_reserved_bytes",
 ]
 
 LOADING_COLUMNS = [
@@ -142,7 +165,8 @@ FUNCTION_COLUMNS = [
 ]
 
 TABLES = {"steps": STEP_COLUMNS, "samples": SAMPLE_COLUMNS, "processes": PROCESS_COLUMNS,
-          "loading": LOADING_COLUMNS, "functions": FUNCTION_COLUMNS}
+          "loading": LOADING_COLUMNS, "functions": FUNCTION_COLUMNS, "device_memory": DEVICE_MEMORY_COLUMNS}
+_SAVED_WHEN_EMPTY = {"steps", "samples", "processes", "loading", "functions"}  # the others only when recorded
 
 # Recorded files stored in the run folder as they are (bytes), when a run made them.
 ATTACHMENTS = ("cprofile-main.prof", "cprofile-workers.prof", "pyspy.speedscope.json")
@@ -158,6 +182,8 @@ class Run:
     processes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PROCESS_COLUMNS))
     loading: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LOADING_COLUMNS))
     functions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=FUNCTION_COLUMNS))
+    # torch.cuda memory per window (CUDA runs); empty on the CPU and in older folders.
+    device_memory: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DEVICE_MEMORY_COLUMNS))
     attachments: dict[str, bytes] = field(default_factory=dict)  # file name (one of ATTACHMENTS) -> content
     # A multi-process job's ranks, each a whole run of its own (meta["rank"] says which), in rank order;
     # saved as ``ranks/rank-<N>/`` beside the job's own records. Empty for one process.
@@ -261,11 +287,12 @@ def _as_int(value: Any) -> int | None:
 
 
 def sample_tables(samples: pd.DataFrame, processes: pd.DataFrame, gpu: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The sampler's frames with the run folder's columns: GPU columns when a GPU was sampled, then
+    """The sampler's frames with the run folder's columns: GPU columns (both tables) when a GPU was sampled, then
     ``cpu_core<N>_pct`` in core order (cpu_core10 after cpu_core9)."""
     extra = set(samples.columns) - set(SAMPLE_COLUMNS) - set(GPU_SAMPLE_COLUMNS)
     columns = SAMPLE_COLUMNS + (GPU_SAMPLE_COLUMNS if gpu else []) + sorted(extra, key=lambda c: (len(c), c))
-    return samples.reindex(columns=columns), processes.reindex(columns=PROCESS_COLUMNS)
+    return (samples.reindex(columns=columns),
+            processes.reindex(columns=PROCESS_COLUMNS + (GPU_PROCESS_COLUMNS if gpu else [])))
 
 
 def new_run_folder(root: Path, scenario: str, now: dt.datetime | None = None) -> Path:
@@ -376,11 +403,10 @@ def save_run(run: Run, folder: Path, extra_files: dict[str, str] | None = None) 
         os.chmod(tmp, 0o755)
         meta = dict(run.meta, format_version=RUN_FORMAT_VERSION)
         write_json(tmp / "run.json", meta)
-        run.steps.to_csv(tmp / "steps.csv", index=False)
-        run.samples.to_csv(tmp / "samples.csv", index=False)
-        run.processes.to_csv(tmp / "processes.csv", index=False)
-        run.loading.to_csv(tmp / "loading.csv", index=False)
-        run.functions.to_csv(tmp / "functions.csv", index=False)
+        for name in TABLES:
+            table = getattr(run, name)
+            if name in _SAVED_WHEN_EMPTY or not table.empty:
+                table.to_csv(tmp / f"{name}.csv", index=False)
         for name, content in run.attachments.items():
             if name not in ATTACHMENTS:
                 raise ValueError(f"unknown attachment {name!r}; known: {', '.join(ATTACHMENTS)}")

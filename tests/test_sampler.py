@@ -12,8 +12,9 @@ from collections import namedtuple
 import pytest
 
 from pipeprof.measure.clock import FakeClock
+from pipeprof.measure.gpu import ProcessGpu
 from pipeprof.measure.sampler import SystemSampler, _next_deadline_s
-from pipeprof.run_folder import GPU_SAMPLE_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS
+from pipeprof.run_folder import GPU_PROCESS_COLUMNS, GPU_SAMPLE_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS
 
 ProcCpu = namedtuple("pcputimes", "user system children_user children_system")
 CoreCpu = namedtuple("scputimes", "user nice system idle iowait irq softirq steal guest guest_nice")
@@ -319,16 +320,25 @@ def test_root_gone_does_not_crash():
     assert row["workers"] == 1 and row["tree_rss_bytes"] == 2000
 
 
+class FakeGpu:
+    """A GpuMonitor stand-in: fixed device readings, per-process readings the test sets (``on_gpu``)."""
+
+    def __init__(self, on_gpu=None):
+        self.absences = {"pcie_tx_bytes_per_s": "not supported"}
+        self.calls = 0
+        self.on_gpu = on_gpu or ProcessGpu(util_pct={}, mem_bytes={})
+
+    def sample(self):
+        self.calls += 1
+        return {"gpu_util_pct": 90.0, "gpu_mem_used_bytes": 2**30,
+                "pcie_rx_bytes_per_s": 1024.0, "pcie_tx_bytes_per_s": float("nan"),
+                "gpu_sm_clock_mhz": 1400.0, "gpu_power_w": 250.0}
+
+    def process_sample(self):
+        return self.on_gpu
+
+
 def test_gpu_columns_and_absences_with_a_gpu_monitor():
-    class FakeGpu:
-        absences = {"pcie_tx_bytes_per_s": "not supported"}
-        calls = 0
-
-        def sample(self):
-            self.calls += 1
-            return {"gpu_util_pct": 90.0, "gpu_mem_used_bytes": 2**30,
-                    "pcie_rx_bytes_per_s": 1024.0, "pcie_tx_bytes_per_s": float("nan")}
-
     gpu = FakeGpu()
     sampler, _, clock, _ = make(gpu=gpu)
     sampler.tick()
@@ -337,7 +347,52 @@ def test_gpu_columns_and_absences_with_a_gpu_monitor():
     assert gpu.calls == 2
     for row in sampler.sample_rows():
         assert row["gpu_util_pct"] == 90.0 and row["gpu_mem_used_bytes"] == 2**30
+        assert row["gpu_sm_clock_mhz"] == 1400.0 and row["gpu_power_w"] == 250.0
+        assert set(GPU_SAMPLE_COLUMNS) <= set(row)
     assert sampler.absences == {"pcie_tx_bytes_per_s": "not supported"}
+
+
+def test_per_process_gpu_columns_and_tree_totals():
+    worker = FakeProcess(201)
+    root = FakeProcess(100)
+    root.kids = [worker]
+    # 100 trains on the GPU, its worker holds a little memory (a CUDA context), 999 is another user's.
+    gpu = FakeGpu(ProcessGpu(util_pct={100: 70.0, 999: 20.0}, mem_bytes={100: 3 * 2**30, 201: 2**20, 999: 2**32}))
+    sampler, _, _, _ = make(root, gpu=gpu)
+    sampler.tick()
+    assert all(list(r) == PROCESS_COLUMNS + GPU_PROCESS_COLUMNS for r in sampler.process_rows())
+    main, = rows_of(sampler, 100)
+    child, = rows_of(sampler, 201)
+    assert (main["gpu_util_pct"], main["gpu_mem_bytes"]) == (70.0, 3 * 2**30)
+    assert (child["gpu_util_pct"], child["gpu_mem_bytes"]) == (0.0, 2**20)  # listed, no SM time
+    row = sampler.sample_rows()[0]
+    assert row["gpu_proc_util_pct"] == 70.0  # the tree only: not 999's
+    assert row["gpu_proc_mem_bytes"] == 3 * 2**30 + 2**20
+    assert "gpu_proc_mem_bytes" not in sampler.absences
+
+
+def test_per_process_gpu_without_a_reading_is_nan_not_zero():
+    root = FakeProcess(100)
+    root.kids = [FakeProcess(201)]
+    gpu = FakeGpu(ProcessGpu(util_pct=None, mem_bytes={100: 2**30}))  # the util buffer was empty this tick
+    sampler, _, _, _ = make(root, gpu=gpu)
+    sampler.tick()
+    assert all(nan(r["gpu_util_pct"]) for r in sampler.process_rows())
+    row = sampler.sample_rows()[0]
+    assert nan(row["gpu_proc_util_pct"]) and row["gpu_proc_mem_bytes"] == 2**30
+
+
+def test_gpu_processes_never_of_the_tree_are_named_as_unknown():
+    """In a container NVML reports host pids: the tree is never listed, so its zero would be a silent lie."""
+    gpu = FakeGpu(ProcessGpu(util_pct={}, mem_bytes={31337: 2**30}))
+    sampler, _, clock, _ = make(gpu=gpu)
+    sampler.tick()
+    assert "another PID namespace" in sampler.absences["gpu_proc_mem_bytes"]
+    assert "another PID namespace" in sampler.absences["gpu_proc_util_pct"]
+    gpu.on_gpu = ProcessGpu(util_pct={}, mem_bytes={31337: 2**30, 100: 2**20})  # the tree's context appears
+    clock.advance(0.1)
+    sampler.tick()
+    assert "gpu_proc_mem_bytes" not in sampler.absences
 
 
 def test_row_keys_follow_the_contract():
@@ -348,7 +403,7 @@ def test_row_keys_follow_the_contract():
     row = sampler.sample_rows()[0]
     assert list(row) == SAMPLE_COLUMNS + ["cpu_core0_pct", "cpu_core1_pct"]
     assert not set(GPU_SAMPLE_COLUMNS) & set(row)
-    assert all(list(r) == PROCESS_COLUMNS for r in sampler.process_rows())
+    assert all(list(r) == PROCESS_COLUMNS for r in sampler.process_rows())  # no GPU columns without a GPU
 
 
 def test_t_s_is_relative_to_the_given_t0():

@@ -19,6 +19,14 @@ from typing import Any
 
 NAN = float("nan")
 _BYTES_PER_KIB = 1024  # nvmlDeviceGetPcieThroughput reports KB/s, meaning KiB/s
+_W_PER_MW = 1e-3  # nvmlDeviceGetPowerUsage and the power limits are in milliwatts
+PROC_UTIL = "gpu_proc_util_pct"  # the absences' names for the per-process readings
+PROC_MEM = "gpu_proc_mem_bytes"
+# The running-process queries, newest struct first; pynvml has the names its version knows.
+_COMPUTE_PROCS = ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+                  "nvmlDeviceGetComputeRunningProcesses")
+_GRAPHICS_PROCS = ("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2",
+                   "nvmlDeviceGetGraphicsRunningProcesses")
 
 # Errors that mean "this GPU or driver will never answer this query": stop
 # asking after the first one. Other NVMLErrors (e.g. a transient timeout) give
@@ -80,6 +88,13 @@ def _shutdown(nvml: Any) -> None:
         pass  # measurements are already taken; a failed shutdown loses nothing
 
 
+def _no_samples(nvml: Any, e: BaseException) -> bool:
+    """nvmlDeviceGetProcessUtilization found no sample newer than the timestamp (NVMLError_NotFound; pynvml
+    raises NVMLError(NVML_SUCCESS) when the count is zero)."""
+    not_found = getattr(nvml, "NVMLError_NotFound", None)
+    return (not_found is not None and isinstance(e, not_found)) or getattr(e, "value", None) == 0
+
+
 def _permanent_errors(nvml: Any) -> tuple[type[BaseException], ...]:
     return tuple(c for c in (getattr(nvml, n, None) for n in _PERMANENT_ERRORS) if c is not None)
 
@@ -117,7 +132,28 @@ def _device_info(nvml: Any, handle: Any, absences: dict[str, str]) -> dict[str, 
         "pcie_link_width": q("pcie_link_width", lambda: int(nv.nvmlDeviceGetCurrPcieLinkWidth(h))),
         "pcie_link_max_gen": q("pcie_link_max_gen", lambda: int(nv.nvmlDeviceGetMaxPcieLinkGeneration(h))),
         "pcie_link_max_width": q("pcie_link_max_width", lambda: int(nv.nvmlDeviceGetMaxPcieLinkWidth(h))),
+        "sm_clock_max_mhz": q("sm_clock_max_mhz", lambda: int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM))),
+        "power_limit_w": q("power_limit_w", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) * _W_PER_MW),
     }
+
+
+@dataclass(frozen=True)
+class ProcessGpu:
+    """One tick's per-process reading: pid -> SM utilization (%) and device memory (bytes).
+
+    A mapping is None when there was no reading this tick (NaN for every
+    process); a pid it does not list used no SM time in the sample period, or
+    holds no device memory (0: NVML lists every process with a context on the GPU).
+    """
+
+    util_pct: dict[int, float] | None = None
+    mem_bytes: dict[int, float] | None = None
+
+    def util_of(self, pid: int) -> float:
+        return NAN if self.util_pct is None else self.util_pct.get(pid, 0.0)
+
+    def mem_of(self, pid: int) -> float:
+        return NAN if self.mem_bytes is None else self.mem_bytes.get(pid, 0.0)
 
 
 class GpuMonitor:
@@ -135,6 +171,9 @@ class GpuMonitor:
         self._unsupported: set[str] = set()
         self._permanent = _permanent_errors(nvml)
         self._closed = False
+        self._last_seen_us = 0  # nvmlDeviceGetProcessUtilization returns the samples newer than this (CPU us)
+        self._util_seen = False  # a per-process utilization sample has been read in this run
+        self._proc_queries: list[str] | None = None  # the running-process functions this pynvml/driver answers
 
     def sample(self) -> dict[str, float]:
         """One reading, keys GPU_SAMPLE_COLUMNS.
@@ -144,6 +183,8 @@ class GpuMonitor:
         use by all processes. ``pcie_*_bytes_per_s``: bytes/s over a 20 ms
         window NVML measures inside the call, so each of the two PCIe queries
         blocks the calling thread ~20 ms (ctypes releases the GIL meanwhile).
+        ``gpu_sm_clock_mhz``: the SM clock now (it drops when the GPU idles or
+        throttles). ``gpu_power_w``: board power draw, W.
         """
         nv, h = self._nvml, self._handle
         return {
@@ -157,7 +198,81 @@ class GpuMonitor:
                 "pcie_tx_bytes_per_s",
                 lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES) * _BYTES_PER_KIB,
             ),
+            "gpu_sm_clock_mhz": self._metric(
+                "gpu_sm_clock_mhz", lambda: float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))),
+            "gpu_power_w": self._metric("gpu_power_w", lambda: nv.nvmlDeviceGetPowerUsage(h) * _W_PER_MW),
         }
+
+    def process_sample(self) -> ProcessGpu:
+        """Per-process SM utilization and device memory now (``ProcessGpu``).
+
+        Utilization comes from NVML's per-process sample buffer
+        (nvmlDeviceGetProcessUtilization): each call returns the samples newer
+        than the last one seen, averaged here per pid. An empty buffer
+        (NVMLError_NotFound: nothing ran since) is no reading this tick, not a
+        missing capability. Memory is usedGpuMemory of the compute and graphics
+        processes (the larger where a pid is both).
+        """
+        return ProcessGpu(util_pct=self._process_util(), mem_bytes=self._process_mem())
+
+    def _process_util(self) -> dict[int, float] | None:
+        if PROC_UTIL in self._unsupported:
+            return None
+        nv = self._nvml
+        try:
+            samples = nv.nvmlDeviceGetProcessUtilization(self._handle, self._last_seen_us)
+        except self._permanent as e:
+            self._unsupported.add(PROC_UTIL)
+            self.absences[PROC_UTIL] = f"not supported by this GPU/driver: {_describe(e)}"
+            return None
+        except nv.NVMLError as e:
+            if _no_samples(nv, e):
+                if not self._util_seen:  # until a first sample comes, say why there is none
+                    self.absences.setdefault(PROC_UTIL, "NVML held no per-process utilization sample "
+                                                        f"({_describe(e)}): no kernel ran while sampled")
+            else:
+                self.absences.setdefault(PROC_UTIL, f"NVML error: {_describe(e)}")
+            return None
+        sums: dict[int, list[float]] = {}
+        for sample in samples:
+            self._last_seen_us = max(self._last_seen_us, int(sample.timeStamp))
+            if 0 <= sample.smUtil <= 100:  # some drivers fill unused entries with 0xFFFFFFFF
+                sums.setdefault(int(sample.pid), []).append(float(sample.smUtil))
+        if not self._util_seen:
+            self._util_seen = True
+            if self.absences.get(PROC_UTIL, "").startswith("NVML held no"):
+                del self.absences[PROC_UTIL]
+        return {pid: sum(v) / len(v) for pid, v in sums.items()}
+
+    def _process_mem(self) -> dict[int, float] | None:
+        nv = self._nvml
+        if self._proc_queries is None:
+            found = [next((n for n in names if hasattr(nv, n)), None) for names in (_COMPUTE_PROCS, _GRAPHICS_PROCS)]
+            self._proc_queries = [n for n in found if n is not None]
+            if not self._proc_queries:
+                self.absences[PROC_MEM] = "this pynvml has no nvmlDeviceGet*RunningProcesses"
+        mem: dict[int, float] = {}
+        answered = False
+        for name in list(self._proc_queries):
+            try:
+                procs = getattr(nv, name)(self._handle)
+            except self._permanent as e:
+                self._proc_queries.remove(name)
+                if not self._proc_queries:
+                    self.absences.setdefault(PROC_MEM, f"not supported by this GPU/driver: {_describe(e)}")
+                continue
+            except nv.NVMLError as e:
+                self.absences.setdefault(PROC_MEM, f"NVML error: {_describe(e)}")
+                continue
+            answered = True
+            for p in procs:
+                used = getattr(p, "usedGpuMemory", None)
+                if used is None:  # NVML_VALUE_NOT_AVAILABLE: e.g. Windows WDDM, or MIG without rights
+                    self.absences.setdefault(PROC_MEM, "NVML gives no per-process memory here "
+                                                       "(usedGpuMemory not available)")
+                    return None
+                mem[int(p.pid)] = max(mem.get(int(p.pid), 0.0), float(used))
+        return mem if answered else None
 
     def _metric(self, name: str, read: Callable[[], Any]) -> float:
         if name in self._unsupported:
@@ -175,7 +290,8 @@ class GpuMonitor:
     def info(self) -> dict[str, Any]:
         """Static facts: name, uuid, driver_version, memory_total_bytes,
         memory_bus_width_bits, pcie_link_gen/width (current), pcie_link_max_gen/width,
-        nvml_index. Unsupported fields are None, with the reason in ``absences``."""
+        sm_clock_max_mhz, power_limit_w (the enforced limit, W), nvml_index.
+        Unsupported fields are None, with the reason in ``absences``."""
         return {"nvml_index": self.nvml_index, **_device_info(self._nvml, self._handle, self.absences)}
 
     def close(self) -> None:

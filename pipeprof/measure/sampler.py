@@ -31,8 +31,9 @@ from typing import Any
 import psutil
 
 from pipeprof.measure.clock import Clock, monotonic_clock
+from pipeprof.measure.gpu import PROC_MEM, PROC_UTIL
 from pipeprof.measure.spool import Spool
-from pipeprof.run_folder import PROCESS_COLUMNS
+from pipeprof.run_folder import GPU_PROCESS_COLUMNS, PROCESS_COLUMNS
 
 NAN = float("nan")
 MAIN = "main"
@@ -94,8 +95,12 @@ class SystemSampler:
 
         # Rows stream to files in spool_dir (a long run stays small); without one they stay in memory.
         self._samples = Spool(None, spool_dir, "samples")
-        self._process_rows = Spool(PROCESS_COLUMNS, spool_dir, "processes")
+        self._process_rows = Spool(PROCESS_COLUMNS + (GPU_PROCESS_COLUMNS if gpu is not None else []),
+                                   spool_dir, "processes")
         self._absences: dict[str, str] = {}
+        # NVML listed processes on the GPU, and whether one was of this tree: pids from another PID namespace
+        # (a container) never match, and the tree's zero would be no reading at all.
+        self._gpu_listed_others = self._gpu_listed_tree = False
 
         self._lock = threading.Lock()  # tick() may be called by hand while the thread runs
         self._stop_event = threading.Event()
@@ -169,6 +174,11 @@ class SystemSampler:
         """Capability name -> why it was missing: ``io_counters``, ``uss``, plus the GPU monitor's."""
         merged = dict(getattr(self._gpu, "absences", None) or {})
         merged.update(self._absences)
+        if self._gpu_listed_others and not self._gpu_listed_tree:
+            merged.setdefault(PROC_MEM, "NVML listed processes on the GPU but never one of the training process "
+                                        "tree (their pids are from another PID namespace, e.g. a container's "
+                                        "host): per-process GPU readings are unknown")
+            merged.setdefault(PROC_UTIL, merged[PROC_MEM])
         return merged
 
     # -- one tick ------------------------------------------------------------
@@ -204,6 +214,10 @@ class SystemSampler:
         workers = workers_rss = 0
         read_delta_bytes, read_known = 0.0, 0
         prev, self._prev = self._prev, {}
+        # Read before the processes, whose rows carry their share; one NVML reading per tick.
+        on_gpu = self._gpu.process_sample() if self._gpu is not None else None
+        tree_gpu_util: list[float] = []
+        tree_gpu_mem: list[float] = []
         for pid, proc in list(self._procs.items()):
             try:
                 times = proc.cpu_times()
@@ -225,10 +239,14 @@ class SystemSampler:
             self._prev[pid] = (proc, cpu_s, read)
 
             role = MAIN if pid == self.root_pid else WORKER
-            self._process_rows.append(
-                {"t_s": t_s, "pid": pid, "role": role, "cpu_pct": cpu_pct,
-                 "rss_bytes": rss, "read_bytes": read, "uss_bytes": uss}
-            )
+            process_row = {"t_s": t_s, "pid": pid, "role": role, "cpu_pct": cpu_pct,
+                           "rss_bytes": rss, "read_bytes": read, "uss_bytes": uss}
+            if on_gpu is not None:
+                process_row["gpu_util_pct"] = util = on_gpu.util_of(pid)
+                process_row["gpu_mem_bytes"] = mem = on_gpu.mem_of(pid)
+                tree_gpu_util.append(util)
+                tree_gpu_mem.append(mem)
+            self._process_rows.append(process_row)
             if role == MAIN:
                 main_cpu_pct, main_rss = cpu_pct, rss
             else:
@@ -258,6 +276,12 @@ class SystemSampler:
             row[f"cpu_core{i}_pct"] = pct
         if self._gpu is not None:
             row.update(self._gpu.sample())
+            row["gpu_proc_util_pct"] = _tree_total(tree_gpu_util)
+            row["gpu_proc_mem_bytes"] = _tree_total(tree_gpu_mem)
+            if on_gpu is not None and on_gpu.mem_bytes:
+                listed_tree = any(pid in on_gpu.mem_bytes for pid in self._procs)
+                self._gpu_listed_tree |= listed_tree
+                self._gpu_listed_others |= not listed_tree
         self._samples.append(row)
 
     def _refresh_tree(self) -> None:
@@ -321,6 +345,12 @@ class SystemSampler:
             # counter can step backwards.
             pcts.append(min(100.0, max(0.0, 100.0 * (busy1 - busy0) / total)) if total > 0 else NAN)
         return pcts
+
+
+def _tree_total(values: list[float]) -> float:
+    """The tree's sum of a per-process GPU reading; NaN when the tick had no reading (NaN for every process)."""
+    known = [v for v in values if not math.isnan(v)]
+    return math.fsum(known) if known else NAN
 
 
 def _next_deadline_s(deadline_s: float, now_s: float, period_s: float) -> float:
