@@ -9,12 +9,14 @@ import sys
 import time
 from collections import namedtuple
 
+import pandas as pd
 import pytest
 
 from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.gpu import ProcessGpu
 from pipeprof.measure.sampler import SystemSampler, _next_deadline_s
 from pipeprof.run_folder import GPU_PROCESS_COLUMNS, GPU_SAMPLE_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS
+from pipeprof.script.job import rank_processes, rank_samples
 
 ProcCpu = namedtuple("pcputimes", "user system children_user children_system")
 CoreCpu = namedtuple("scputimes", "user nice system idle iowait irq softirq steal guest guest_nice")
@@ -486,3 +488,26 @@ def test_real_thread_against_this_process():
     assert all(r["read_bytes_per_s"] >= 0 for r in later if not nan(r["read_bytes_per_s"]))
     final_main = [r for r in sampler.process_rows() if r["pid"] == os.getpid()][-1]
     assert final_main["uss_bytes"] > 0 or "uss" in sampler.absences
+
+
+def test_each_rank_gets_its_own_gpu_share_from_the_processes_table():
+    # A node: the launcher 10, ranks 100 and 200, rank 100's DataLoader worker 101; two ticks.
+    processes = pd.DataFrame([
+        {"t_s": t, "pid": pid, "role": "worker", "cpu_pct": 1.0, "rss_bytes": 1, "read_bytes": 0,
+         "uss_bytes": float("nan"), "gpu_util_pct": util, "gpu_mem_bytes": mem}
+        for t, pid, util, mem in [(0.0, 10, 0.0, 0.0), (0.0, 100, 60.0, 2**30), (0.0, 101, 0.0, 2**20),
+                                  (0.0, 200, 30.0, 2**31), (1.0, 10, float("nan"), 0.0),
+                                  (1.0, 100, float("nan"), 2**30), (1.0, 101, float("nan"), 2**20),
+                                  (1.0, 200, float("nan"), 2**31)]])
+    samples = pd.DataFrame({"t_s": [0.0, 1.0], "gpu_util_pct": [95.0, 90.0],
+                            "gpu_proc_util_pct": [90.0, float("nan")], "gpu_proc_mem_bytes": [3 * 2**30 + 2**20] * 2})
+    rank0 = rank_samples(samples, processes, 100, [101])
+    assert list(rank0["gpu_proc_util_pct"][:1]) == [60.0] and nan(rank0["gpu_proc_util_pct"][1])  # no reading
+    assert list(rank0["gpu_proc_mem_bytes"]) == [2**30 + 2**20] * 2
+    assert list(rank0["gpu_util_pct"]) == [95.0, 90.0]  # the device's, as it is
+    rank1 = rank_samples(samples, processes, 200, [])
+    assert list(rank1["gpu_proc_util_pct"][:1]) == [30.0] and list(rank1["gpu_proc_mem_bytes"]) == [2**31] * 2
+    assert set(rank_processes(processes, 200, [])["gpu_util_pct"].dropna()) == {30.0}
+    cpu_only = rank_samples(samples.drop(columns=["gpu_proc_util_pct", "gpu_proc_mem_bytes"]),
+                            processes.drop(columns=["gpu_util_pct", "gpu_mem_bytes"]), 100, [101])
+    assert "gpu_proc_util_pct" not in cpu_only

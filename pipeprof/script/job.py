@@ -120,7 +120,8 @@ def tree_of(pid: int, parents: dict[int, int | None]) -> list[int]:
 
 def rank_samples(samples: pd.DataFrame, processes: pd.DataFrame, pid: int, workers: list[int]) -> pd.DataFrame:
     """The node's samples as one rank sees them: ``main_*`` its process, ``workers_*`` its DataLoader workers
-    (``workers``), ``tree_rss_bytes`` both, ``read_bytes_per_s`` their disk reads; machine-wide columns as they are."""
+    (``workers``), ``tree_rss_bytes`` both, ``read_bytes_per_s`` their disk reads, ``gpu_proc_*`` their GPU use
+    (when a GPU was sampled); machine-wide columns as they are."""
     if samples.empty or processes.empty or "pid" not in processes:
         return samples.copy()
     out = samples.copy()
@@ -139,6 +140,10 @@ def rank_samples(samples: pd.DataFrame, processes: pd.DataFrame, pid: int, worke
         total = mine.assign(read_bytes=read).groupby("t_s")["read_bytes"].sum().sort_index()
         rate = (total.diff() / pd.Series(total.index, index=total.index).diff()).clip(lower=0.0)
         out["read_bytes_per_s"] = t.map(rate)
+    for tree_column, column in (("gpu_proc_util_pct", "gpu_util_pct"), ("gpu_proc_mem_bytes", "gpu_mem_bytes")):
+        if column in mine and tree_column in out:  # a GPU was sampled: the rank's share, not the node's
+            # min_count=1: a tick whose readings are all NaN (no NVML sample) stays unknown, not 0.
+            out[tree_column] = t.map(pd.to_numeric(mine[column], errors="coerce").groupby(mine["t_s"]).sum(min_count=1))
     return out
 
 
