@@ -44,6 +44,9 @@ ROWS = {
     "M": (["t_s"], 1, lambda e: e[1:2]),
     "B": (["t0_s", "t1_s"], 2, lambda e: e[1:3]),
     "K": (["t0_s", "t1_s", "blocked_s"], 3, lambda e: e[1:4]),
+    "G": (["t_s", "device_s"], 2, lambda e: e[1:3]),
+    "Y": (["t_s", "allocated_bytes", "reserved_bytes", "peak_allocated_bytes", "peak_reserved_bytes"], 5,
+          lambda e: e[1:6]),
 }
 
 

@@ -20,6 +20,11 @@ B     t0, t1                                     a backward pass (``torch.autogr
 K     t0, t1, blocked_s                          blocked in collectives: a backward pass in a process
                                                  group (its off-CPU time less waiting for a core: DDP's
                                                  all-reduce wait) or a synchronous torch.distributed call
+G     t, device_s                                on CUDA: an event recorded at host time ``t``
+                                                 (that of the I/N/E/O/M/B it marks) completed at
+                                                 ``device_s`` on the device's clock (from the first)
+Y     t, allocated, reserved, peak_allocated,    on CUDA, at most every half second at a step end:
+      peak_reserved (bytes)                      torch.cuda's memory, peaks since the last one
 R     t, {rank, world_size, backend}             the process group, at a loader's first pass, the first
                                                  step end and the end
 T     t, {at, torch_threads}                     torch's thread count, at the first step end / the end
@@ -72,9 +77,16 @@ holds:
 * ``compute_s``: the rest — forward, backward, the optimizer, and whatever
   else the script does between receiving a batch and the optimizer step.
 
-Times are host times; on CUDA the host can run ahead of the device until
-it synchronizes (``loss.item()``), so a step's compute can land in the next
-step's wait, as PyTorch's own profiler would show without device events.
+**Which clock.** Steps are cut, and every event is put in its step, on the
+host clock. On CUDA the host runs ahead of the device until it synchronizes
+(``loss.item()``), so host times would hand a step's compute to the next
+step's wait; the hooks mark every ``iter()``/``next()`` and step end with a
+device event (``G``), and a step whose times are all marked is timed on the
+device's clock: its length is the device's time from the previous step end
+to its own, its wait the time the device sat idle while the host was in
+``next()`` (zero for a batch that came while the device was still busy),
+its copies their device time (``C``), ``host_wait_s`` the host's time in
+``next()``. ``ScriptSteps.timing`` says which clock timed each part.
 """
 
 from __future__ import annotations
@@ -109,6 +121,8 @@ class ScriptSteps:
     cuda_copies: int = 0  # batch copies timed on a CUDA device
     threads: list[dict[str, Any]] = field(default_factory=list)  # T events: torch's threads while it trained
     rank: dict[str, Any] | None = None  # R: the process group as the process last saw it
+    timing: dict[str, Any] = field(default_factory=lambda: step_timing(0, 0, 0, 0, 0, None))  # run.json's timing
+    device_memory: pd.DataFrame = field(default_factory=pd.DataFrame)  # Y: torch.cuda's memory, per window
 
 
 def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int = 0) -> ScriptSteps:
@@ -132,15 +146,17 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
     else:
         begins, ends = _cut_at_batches(train_waits, train_nexts, tables["E"])
     train_iters = np.sort(tables["I"]["t0_s"][tables["I"]["loader"].isin(train)].to_numpy())
-    steps = _step_rows(begins, ends, train_waits, train_nexts, tables["C"], train_iters, eval_spans,
-                       t0_s, warmup_steps, tables["K"])
+    steps, timing = _step_rows(begins, ends, train_waits, train_nexts, tables["C"], train_iters, eval_spans,
+                               t0_s, warmup_steps, tables["K"], DeviceTimes(tables["G"]))
     loading = _loading_rows(train_nexts, begins, ends, t0_s)
     summary = _loader_summaries(ev.loaders, train, nexts, waits, eval_spans)
     by_position = wait_by_position(train_nexts, begins, ends, warmup_steps) if len(begins) else None
     for loader in summary:  # the burst a step's batches make, on the loaders that trained
         loader["wait_by_position_s"] = by_position if loader["role"] == TRAIN else None
     cuda_copies = int(tables["C"]["device_s"].notna().sum())
-    return ScriptSteps(steps, loading, summary, source, ev.start, ev.end, cuda_copies, ev.threads, ev.rank)
+    memory = tables["Y"].assign(t_s=tables["Y"]["t_s"] - t0_s)
+    return ScriptSteps(steps, loading, summary, source, ev.start, ev.end, cuda_copies, ev.threads, ev.rank,
+                       timing, memory)
 
 
 def _by_start(frame: pd.DataFrame) -> pd.DataFrame:
@@ -298,12 +314,67 @@ def _inside_any(t: np.ndarray, spans: list[tuple[float, float, int]]) -> np.ndar
     return (i >= 0) & (t <= reach[np.clip(i, 0, None)])
 
 
+class DeviceTimes:
+    """Host time -> the device's time, from the ``G`` events: each marks the very host time of the event it
+    belongs to, so a lookup is exact (NaN for a host time no device event marks: CUDA not yet initialized, a
+    framework's look-ahead wait)."""
+
+    def __init__(self, marks: pd.DataFrame) -> None:
+        order = np.argsort(marks["t_s"].to_numpy(), kind="stable")
+        self.host_s = marks["t_s"].to_numpy()[order]
+        self.device_s = marks["device_s"].to_numpy()[order]
+
+    def __bool__(self) -> bool:
+        return bool(len(self.host_s))
+
+    def at(self, t: np.ndarray) -> np.ndarray:
+        t = np.asarray(t, dtype=float)
+        if not len(self.host_s):
+            return np.full(t.shape, NAN)
+        i = np.clip(np.searchsorted(self.host_s, t), 0, len(self.host_s) - 1)
+        return np.where(self.host_s[i] == t, self.device_s[i], NAN)
+
+
+@dataclass
+class _Clocked:
+    """A step's spans on one clock: the wait, what lies outside training (evaluation passes), other."""
+
+    wait_s: np.ndarray
+    step_s: np.ndarray
+    other_s: np.ndarray
+
+
+def _spans(at: Any, begins: np.ndarray, ends: np.ndarray, wait_step: np.ndarray, wait_t0: np.ndarray,
+           wait_t1: np.ndarray, first_wait: np.ndarray, eval_spans: list[tuple[float, float, int]]) -> _Clocked:
+    """The step's wait, length (less evaluation) and other, with every host time ``t`` read as ``at(t)``: the
+    identity for the host clock, ``DeviceTimes.at`` for the device's (a span is then the device's time between
+    the events that mark its ends). Which step a time falls in is always decided on the host clock."""
+    n = len(begins)
+    ok = wait_step >= 0
+    wait_s = np.bincount(wait_step[ok], weights=(at(wait_t1) - at(wait_t0))[ok], minlength=n)
+    excluded, excluded_before = np.zeros(n), np.zeros(n)
+    for a, b, _ in eval_spans:
+        for i in range(max(0, int(np.searchsorted(ends, a, side="right"))), min(n, int(np.searchsorted(begins, b)))):
+            lo = max(a, begins[i])
+            excluded[i] += max(0.0, float(at(np.array([min(b, ends[i])])[0] - at(np.array([lo]))[0])))
+            if min(b, first_wait[i]) > lo:
+                excluded_before[i] += float(at(np.array([min(b, first_wait[i])]))[0] - at(np.array([lo]))[0])
+    return _Clocked(wait_s, at(ends) - at(begins) - excluded,
+                    np.clip(at(first_wait) - at(begins) - excluded_before, 0.0, None))
+
+
+def _host(t: np.ndarray) -> np.ndarray:
+    return np.asarray(t, dtype=float)
+
+
 def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, train_nexts: pd.DataFrame,
                copies: pd.DataFrame, train_iters: np.ndarray, eval_spans: list[tuple[float, float, int]],
-               t0_s: float, warmup_steps: int, collectives: pd.DataFrame | None = None) -> pd.DataFrame:
+               t0_s: float, warmup_steps: int, collectives: pd.DataFrame | None = None,
+               device: DeviceTimes | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The steps table, and which clock timed which part (``timing``, see ``step_timing``)."""
     n = len(begins)
     if not n:
-        return pd.DataFrame(columns=STEP_COLUMNS)
+        return pd.DataFrame(columns=STEP_COLUMNS), step_timing(0, 0, 0, 0, 0, device)
 
     def sums(t: np.ndarray, values: np.ndarray) -> np.ndarray:
         i = _which_step(t, begins, ends)
@@ -311,21 +382,27 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, 
         return np.bincount(i[ok], weights=values[ok], minlength=n)
 
     wait_t0, wait_t1 = train_waits["t0_s"].to_numpy(), train_waits["t1_s"].to_numpy()
+    wait_step = _which_step(wait_t0, begins, ends)
     batch_t0 = train_nexts["t0_s"].to_numpy()
-    wait_s = sums(wait_t0, wait_t1 - wait_t0)
     samples = sums(batch_t0, train_nexts["samples"].to_numpy())
     first_wait = _first_in_step(wait_t0, wait_t0, begins, ends, begins)
-    excluded, excluded_before = np.zeros(n), np.zeros(n)
-    for a, b, _ in eval_spans:
-        for i in range(max(0, int(np.searchsorted(ends, a, side="right"))), min(n, int(np.searchsorted(begins, b)))):
-            excluded[i] += max(0.0, min(b, ends[i]) - max(a, begins[i]))
-            excluded_before[i] += max(0.0, min(b, first_wait[i]) - max(a, begins[i]))
+    host = _spans(_host, begins, ends, wait_step, wait_t0, wait_t1, first_wait, eval_spans)
+    wait_s, step_s, other_s = host.wait_s, host.step_s, host.other_s
+    on_device = np.zeros(n, dtype=bool)
+    if device:
+        # A step is timed on the device's clock when every time its spans are made of has a device event.
+        dev = _spans(device.at, begins, ends, wait_step, wait_t0, wait_t1, first_wait, eval_spans)
+        unmarked = np.isnan(device.at(wait_t0)) | np.isnan(device.at(wait_t1))
+        whole = ~np.bincount(wait_step[wait_step >= 0], weights=unmarked[wait_step >= 0], minlength=n).astype(bool)
+        on_device = whole & np.isfinite(dev.step_s) & np.isfinite(dev.other_s) & np.isfinite(dev.wait_s)
+        wait_s = np.where(on_device, dev.wait_s, wait_s)
+        step_s = np.where(on_device, np.clip(dev.step_s, 0.0, None), step_s)
+        other_s = np.where(on_device, dev.other_s, other_s)
     copy_t0 = copies["t0_s"].to_numpy()
     outside = ~_inside_any(copy_t0, eval_spans)
+    device_copy = copies["device_s"].notna().to_numpy()
     copy_s = copies["device_s"].fillna(copies["t1_s"] - copies["t0_s"]).to_numpy()
     h2d_s = sums(copy_t0[outside], copy_s[outside])
-    step_s = ends - begins - excluded
-    other_s = np.clip(first_wait - begins - excluded_before, 0.0, None)
     busy_s = np.clip(step_s - wait_s - h2d_s - other_s, 0.0, None)
     if collectives is not None and len(collectives):
         k_t0 = collectives["t0_s"].to_numpy()
@@ -341,7 +418,7 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, 
     ready = _least_in_step(batch_t0, train_nexts["ready"].to_numpy(dtype=float), begins, ends)
     epoch = np.clip(np.searchsorted(train_iters, first_batch, side="right") - 1, 0, None) \
         if len(train_iters) else np.zeros(n, dtype=int)
-    return pd.DataFrame({
+    rows = pd.DataFrame({
         "step": np.arange(n),
         "epoch": epoch.astype(int),
         "warmup": np.arange(n) < warmup_steps,
@@ -350,13 +427,48 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, 
         "h2d_s": h2d_s,
         "compute_s": compute_s,
         "step_s": step_s,
-        "host_wait_s": wait_s,
+        "host_wait_s": host.wait_s,
         "samples": samples.astype(int),
         "loss": NAN,  # the script's loss is its own business
         "correct": NAN,
         "ready_batches": ready,
         "collective_wait_s": collective_s,
     }, columns=STEP_COLUMNS)
+    in_steps = _which_step(copy_t0, begins, ends) >= 0
+    counted = np.arange(n) >= (warmup_steps if n > warmup_steps else 0)
+    copies_in = outside & in_steps
+    timing = step_timing(int(counted.sum()), int((on_device & counted).sum()), int(copies_in.sum()),
+                         int((copies_in & device_copy).sum()), int(bool(device)), device)
+    return rows, timing
+
+
+HOST_ONLY = ("no CUDA event was recorded: the script did not initialize CUDA (it trained on the CPU), so the "
+             "host clock is the truth")
+
+
+def step_timing(counted: int, counted_on_device: int, copies: int, copies_on_device: int, marks: int,
+                device: DeviceTimes | None) -> dict[str, Any]:
+    """run.json's ``timing``: the clock of each part (``data_wait``, ``h2d``, ``compute``) and of the whole
+    (``method``: "cuda-events" when every counted step was timed on the device, "host-clock" when none was,
+    "mixed" otherwise), and ``reason``: why not the device's, when not."""
+    def clock_of(part_device: int, part_all: int) -> str | None:
+        if not part_all:
+            return None
+        return "cuda-events" if part_device == part_all else "host-clock" if not part_device else "mixed"
+
+    steps = clock_of(counted_on_device, counted) or ("cuda-events" if marks else "host-clock")
+    method = steps
+    reason = None
+    if not marks:
+        reason = HOST_ONLY
+    elif steps != "cuda-events":
+        reason = (f"{counted - counted_on_device} of {counted} counted steps have host times without a device "
+                  f"event (CUDA was initialized after they began, or a framework's loader fetched their "
+                  f"batches ahead): those are timed on the host clock, which on CUDA can hand the device's "
+                  f"compute to the wait")
+    return {"method": method,
+            "parts": {"data_wait": steps, "h2d": clock_of(copies_on_device, copies), "compute": steps},
+            "reason": reason}
 
 
 def _loading_rows(train_nexts: pd.DataFrame, begins: np.ndarray, ends: np.ndarray, t0_s: float) -> pd.DataFrame:

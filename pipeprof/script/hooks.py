@@ -31,6 +31,10 @@ first, and so does a start that fails half-way):
   call, and the thread's clocks are what tell them apart.
 * ``torch.Tensor.to`` and ``.cuda``: copies of tensors that came out of a
   loader (``C``); CUDA copies are timed with device events.
+* on CUDA, the device's clock (``pipeprof.script.device_clock``): an event on
+  the current stream before and after every ``iter()`` and ``next()`` and at
+  every step end (``G``), resolved lazily, so that a step is timed as the GPU
+  saw it: the wait is the time the GPU sat idle for want of the batch.
 * PyTorch's global optimizer step post-hook: step ends (``O``).
 * ``torch.autograd.backward`` (which ``Tensor.backward`` calls): backward
   passes (``B``), so that a script whose weights are updated without a
@@ -70,6 +74,7 @@ from pipeprof.measure.prefetch import ready_batches  # standard library only
 from pipeprof.measure.schedstat import blocked_s, run_queue_wait
 from pipeprof.script import frameworks
 from pipeprof.script.batches import Tagged, TimedCollate, clock, cpu_clock, install_fetch
+from pipeprof.script.device_clock import CudaDevice, Device, DeviceMarks
 from pipeprof.script.frameworks import OuterPass
 from pipeprof.script.loader_names import note_built
 from pipeprof.script.loaders import batch_samples, describe_loader, tensors
@@ -82,13 +87,14 @@ NO_RECORD = (None,) * 9  # a batch without its maker's record: N events keep one
 class EventLog:
     """Appends event tuples in memory and writes them to ``path`` as JSON lines, in bulk."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, clock: Callable[[], float] = clock) -> None:
         self.path = path
         self.pid = os.getpid()
+        self.clock = clock
         self._events: list[tuple] = []
         self._last_flush_s = clock()
         self._lock = threading.Lock()  # flush() runs from the training thread and at exit
-        self._cuda_pending: list[tuple[float, float, int, Any, Any]] = []
+        self.device = DeviceMarks()  # device events not yet resolved
 
     def open(self) -> None:
         """Create the file now and write what is pending: an unwritable path fails at the start, not later."""
@@ -101,29 +107,23 @@ class EventLog:
         if now_s - self._last_flush_s >= FLUSH_EVERY_S:
             self.flush(now_s)
 
-    def add_cuda_copy(self, t0_s: float, t1_s: float, nbytes: int, start: Any, end: Any) -> None:
-        self._cuda_pending.append((t0_s, t1_s, nbytes, start, end))
+    def add_device_copy(self, t0_s: float, t1_s: float, nbytes: int, start: Any, end: Any) -> None:
+        self.device.copy(t0_s, t1_s, nbytes, start, end)
+
+    def add_device_mark(self, t_s: float, event: Any) -> None:
+        self.device.mark(t_s, event)
 
     def flush(self, now_s: float | None = None, final: bool = False) -> None:
         if os.getpid() != self.pid:  # a forked child holds a copy: only the process that made it writes
             return
         with self._lock:
-            self._resolve_cuda(final)
+            if len(self.device):
+                self._events.extend(self.device.resolve(final))
             events, self._events = self._events, []
-            self._last_flush_s = clock() if now_s is None else now_s
+            self._last_flush_s = self.clock() if now_s is None else now_s
             if events:
                 with open(self.path, "a", encoding="utf-8") as f:
                     f.write("".join(map(_line, events)))
-
-    def _resolve_cuda(self, final: bool) -> None:  # pragma: no cover - needs a GPU
-        pending, self._cuda_pending = self._cuda_pending, []
-        for t0_s, t1_s, nbytes, start, end in pending:
-            if final:
-                end.synchronize()
-            elif not end.query():
-                self._cuda_pending.append((t0_s, t1_s, nbytes, start, end))
-                continue
-            self._events.append(("C", t0_s, t1_s, nbytes, start.elapsed_time(end) / 1e3))
 
 
 def _plain(obj: Any) -> Any:
@@ -142,6 +142,7 @@ _FORMATS = {
     "B": '["B", %.9f, %.9f]\n',
     "K": '["K", %.9f, %.9f, %.9f]\n',
     "M": '["M", %.9f]\n',
+    "G": '["G", %.9f, %.9f]\n',
 }
 _FLOAT_TYPES = (float, int)
 
@@ -176,8 +177,11 @@ def _line(event: tuple) -> str:
 class Hooks:
     """The patches of one profiling session (only one at a time in a process)."""
 
-    def __init__(self, log: EventLog, stop_after_steps: int | None = None) -> None:
+    def __init__(self, log: EventLog, stop_after_steps: int | None = None, *,
+                 clock: Callable[[], float] = clock, device: Device | None = None) -> None:
         self.log = log
+        self.clock = clock  # host seconds (perf_counter; a fake one in the simulated-device tests)
+        self.device: Device = device if device is not None else CudaDevice()
         self.stop_after_steps = stop_after_steps
         self.loaders: dict[int, int] = {}  # id(loader) -> loader number
         self._keep: list[Any] = []  # the loaders themselves, so id() is never reused while profiling
@@ -206,15 +210,19 @@ class Hooks:
             self.patches.on_undo(lambda: _end_persistent_workers(loader))  # after its collate is restored
             if not isinstance(loader.collate_fn, TimedCollate):
                 self.patches.apply(loader, "collate_fn", TimedCollate)
-            self.log.add(("L", number, describe_loader(loader, number)), clock())
+            self.log.add(("L", number, describe_loader(loader, number)), self.clock())
             self.read_rank()
         return number
 
     def on_iter(self, loader: DataLoader, original: Callable) -> Any:
         number = self.loader_number(loader)
-        t0 = clock()
+        start = self.device.mark()
+        t0 = self.clock()
         iterator = original(loader)
-        t1 = clock()
+        t1 = self.clock()
+        if start is not None:
+            self._marked(t0, start)
+            self._mark(t1)
         iterator._pipeprof_loader = number
         outer = iterator._pipeprof_outer = self.outer  # iterated inside a look-ahead loader's next() (or None)
         self._passes.add(iterator)
@@ -232,17 +240,24 @@ class Hooks:
             raise SystemExit(0)
         outer = getattr(iterator, "_pipeprof_outer", None)  # a framework's look-ahead pass it runs in, if any
         ready = ready_batches(iterator)  # before the clock: the step timer does the same
-        t0 = clock()
+        start = self.device.mark()  # the GPU reaches it when done with what is queued: the wait starts then
+        t0 = self.clock()
         try:
             data = original(iterator)
         except StopIteration:
-            t1 = clock()
+            t1 = self.clock()
+            if start is not None:
+                self._marked(t0, start)
+                self._mark(t1)
             if outer is None:
                 self.log.add(("E", number, t0, t1), t1)
             else:  # the look-ahead loader's next() that saw it reports the pass's end
                 outer.ended = True
             raise
-        t1 = clock()
+        t1 = self.clock()
+        if start is not None:
+            self._marked(t0, start)
+            self._mark(t1)
         record = None
         if type(data) is Tagged:
             data, record = data.batch, data.record
@@ -252,6 +267,15 @@ class Hooks:
             return data
         self._batch(number, t0, t1, batch_samples(data, record), record, ready)
         return data
+
+    def _mark(self, t_s: float) -> None:
+        """A device event for host time ``t_s`` (just read), when the device's clock can be read."""
+        event = self.device.mark()
+        if event is not None:
+            self.log.add_device_mark(t_s, event)
+
+    def _marked(self, t_s: float, event: Any) -> None:
+        self.log.add_device_mark(t_s, event)
 
     def _batch(self, number: int, t0: float, t1: float, samples: int, record: Any, ready: float | None) -> None:
         """``N``: the loop waited ``t0``..``t1`` for a batch of loader ``number``."""
@@ -296,17 +320,17 @@ class Hooks:
         ref = self.batch_refs.get(id(tensor))
         if ref is None or ref() is not tensor:
             return original(tensor, *args, **kwargs)
-        start = _cuda_event() if torch.cuda.is_initialized() else None
-        t0 = clock()
+        start = self.device.mark()
+        t0 = self.clock()
         out = original(tensor, *args, **kwargs)
-        t1 = clock()
+        t1 = self.clock()
         if out is tensor:  # no copy (already there): nothing to time
             return out
         nbytes = out.element_size() * out.nelement()
-        if start is not None and out.is_cuda:  # pragma: no cover - needs a GPU
+        end = self.device.mark() if start is not None and self.device.holds(out) else None
+        if end is not None:
             # The host only queued the copy (asynchronous from pinned memory): device events time it.
-            end = _cuda_event()
-            self.log.add_cuda_copy(t0, t1, nbytes, start, end)
+            self.log.add_device_copy(t0, t1, nbytes, start, end)
         else:
             self.log.add(("C", t0, t1, nbytes, None), t1)
         return out
@@ -314,8 +338,9 @@ class Hooks:
     # optimizer.step() post-hook and prof.step()
     def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.optimizer_steps += 1
-        now = clock()
+        now = self.clock()
         self.log.add(("O", now), now)
+        self._mark(now)
         if not self.threads_read:
             self.read_threads("first step")
             self.read_rank()
@@ -324,8 +349,9 @@ class Hooks:
     # torch.autograd.backward
     def on_backward(self, t0: float) -> None:
         self.backwards += 1
-        now = clock()
+        now = self.clock()
         self.log.add(("B", t0, now), now)
+        self._mark(now)
         if not self.threads_read:
             self.read_threads("first step")
         if not (self.optimizer_steps or self.marks):  # no optimizer (yet): a step is a backward pass
@@ -342,25 +368,26 @@ class Hooks:
         view = rank_view()
         if view is not None:
             self.rank_read = True
-            now = clock()
+            now = self.clock()
             self.log.add(("R", now, view), now)
 
     def read_threads(self, at: str) -> None:
         """``T``: the threads torch's intra-op pool uses now, as the script set them (``at``: when)."""
         self.threads_read = True
         self.threads_ended = self.threads_ended or at == "end"
-        now = clock()
+        now = self.clock()
         self.log.add(("T", now, {"at": at, "torch_threads": torch.get_num_threads()}), now)
 
     def declare_training(self, loader: DataLoader) -> None:
         """``prof.wrap(loader)``: this loader feeds the training steps, whatever else is iterated."""
-        now = clock()
+        now = self.clock()
         self.log.add(("W", self.loader_number(loader)), now)
 
     def mark_step(self) -> None:
         self.marks += 1
-        now = clock()
+        now = self.clock()
         self.log.add(("M", now), now)
+        self._mark(now)
         if not self.threads_read:
             self.read_threads("first step")
         self._maybe_stop(self.marks)
@@ -385,7 +412,7 @@ class Hooks:
                                lambda original: _switched(original, self, self.on_next))
             for name in ("to", "cuda"):
                 self.patches.apply(torch.Tensor, name, lambda original: _copy_method(original, self))
-            frameworks.install(self.patches, self, clock)  # accelerate's loaders, when the script imports it
+            frameworks.install(self.patches, self, self.clock)  # accelerate's loaders, when the script imports it
             # Tensor.backward calls torch.autograd.backward: one patch sees both, each pass once.
             self.patches.apply(torch.autograd, "backward", lambda original: _backward_function(original, self))
             install_collectives(self.patches, self)
@@ -421,12 +448,6 @@ class Hooks:
 _ACTIVE: Hooks | None = None
 
 
-def _cuda_event() -> Any:  # pragma: no cover - needs a GPU
-    event = torch.cuda.Event(enable_timing=True)
-    event.record()
-    return event
-
-
 def _switched(original: Callable, hooks: Hooks, on: Callable[[Any, Callable], Any]) -> Callable:
     """A one-argument method (``__iter__``, ``__next__``) handed to ``on(obj, original)`` while ``hooks.live``;
     ``on`` is bound once, so the switch costs what the method lookup did before."""
@@ -455,7 +476,7 @@ def _copy_method(original: Callable, hooks: Hooks) -> Callable:
 
 
 def _backward_function(original: Callable, hooks: Hooks) -> Callable:
-    on_backward, on_collective = hooks.on_backward, hooks.on_collective
+    on_backward, on_collective, clock = hooks.on_backward, hooks.on_collective, hooks.clock
     initialized = _process_group_up()
 
     def backward(*args: Any, **kwargs: Any) -> Any:
@@ -524,7 +545,7 @@ def install_collectives(patches: Patches, hooks: Hooks) -> None:
 
 
 def _collective_function(original: Callable, hooks: Hooks) -> Callable:
-    on_collective = hooks.on_collective
+    on_collective, clock = hooks.on_collective, hooks.clock
 
     def collective(*args: Any, **kwargs: Any) -> Any:
         if not hooks.live or kwargs.get("async_op") or hooks._collective_depth:
