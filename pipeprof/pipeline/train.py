@@ -28,6 +28,7 @@ from pipeprof.errors import UsageError, interrupt_reason, one_line
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.codeprofile import CodeProfile
+from pipeprof.measure.cuda_memory import CudaMemoryWindows
 from pipeprof.measure.environment import describe_environment
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.measure.prefetch import NAN, ready_batches
@@ -36,7 +37,14 @@ from pipeprof.measure.sampler import SystemSampler
 from pipeprof.measure.spool import Spool
 from pipeprof.measure.steady import SteadyState
 from pipeprof.measure.steps import StepTimer, ThroughputTimer
-from pipeprof.run_folder import FUNCTION_COLUMNS, LOADING_COLUMNS, STEP_COLUMNS, Run, sample_tables
+from pipeprof.run_folder import (
+    DEVICE_MEMORY_COLUMNS,
+    FUNCTION_COLUMNS,
+    LOADING_COLUMNS,
+    STEP_COLUMNS,
+    Run,
+    sample_tables,
+)
 from pipeprof.scenario import Scenario
 from pipeprof.storage.base import Progress
 from pipeprof.storage.pagecache import drop
@@ -251,6 +259,27 @@ class ColdCache:
                            **dataclasses.asdict(result)})
 
 
+class DeviceMemoryRows:
+    """torch.cuda's memory windows read at the loop's step ends (after ``then``'s own step-end work: the
+    progress line), on the run's time axis: rows of DEVICE_MEMORY_COLUMNS. A host-side read, no synchronize."""
+
+    def __init__(self, windows: CudaMemoryWindows, clock: Clock, t0_s: float, then: OnStep | None = None) -> None:
+        self.windows, self.clock, self.t0_s, self.then = windows, clock, t0_s, then
+        self.rows: list[tuple[float, int, int, int, int]] = []
+
+    def __call__(self, done: int, total: int) -> None:
+        row = self.windows.read(self.clock() - self.t0_s)
+        if row is not None:
+            self.rows.append(row)
+        if self.then is not None:
+            self.then(done, total)
+
+    def frame(self) -> pd.DataFrame:
+        """Every row, the last window's (cut short by the run's end) included."""
+        last = self.windows.final(self.clock() - self.t0_s)
+        return pd.DataFrame(self.rows + ([last] if last is not None else []), columns=DEVICE_MEMORY_COLUMNS)
+
+
 def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None, clock: Clock = monotonic_clock,
                      on_step: OnStep | None = None, context: dict[str, Any] | None = None,
                      t0_s: float | None = None) -> Run:
@@ -298,6 +327,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     stop_after: StopAfter | None = steady.after_step if steady else None
     if stop_after is not None and rank is not None:
         stop_after = rank.agreeing(stop_after)  # every rank trains the same steps
+    memory = DeviceMemoryRows(CudaMemoryWindows(torch.cuda), clock, t0_s, on_step) if on_cuda else None
     status, error = "complete", None
     sampler.start()
     if steady is not None:
@@ -305,7 +335,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     if spy is not None:
         spy.start(os.getpid())
     try:
-        train_loop(work, scenario.total_steps(), timer, on_step, recorder=recorder,
+        train_loop(work, scenario.total_steps(), timer, memory or on_step, recorder=recorder,
                    before_epoch=cold.before_epoch if cold else None,
                    before_step=code.before_step if code else None,
                    stop_after=stop_after)
@@ -314,6 +344,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     except Exception as e:  # noqa: BLE001 - recorded in the run, shown as one line by the CLI
         status, error = "failed", one_line(e)
     finally:
+        device_memory = memory.frame() if memory is not None else pd.DataFrame(columns=DEVICE_MEMORY_COLUMNS)
         sampler.stop()
         # After training, untimed: py-spy writes its file, the workers exit and dump their profiles.
         finished = {"pyspy": spy.stop() if spy else None, "cprofile": code.finish() if code else None}
@@ -370,7 +401,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     functions = pd.DataFrame([row for r in recorded.values() for row in r.rows], columns=FUNCTION_COLUMNS)
     attachments = {name: content for r in recorded.values() for name, content in r.files.items()}
     return Run(meta=meta, steps=steps, samples=samples, processes=processes, loading=loading,
-               functions=functions, attachments=attachments)
+               functions=functions, attachments=attachments, device_memory=device_memory)
 
 
 COMPUTE_PROBE_STEPS = 20
