@@ -7,7 +7,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.pipeprof-installed
 
-.PHONY: install browser demo test lint bench clean
+.PHONY: install browser demo test lint bench gpu-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ test: install browser lint
 
 bench: install
 	$(PY) benchmarks/publish.py
+
+# every CUDA path on this machine's GPU, invariants checked (about 5 minutes on one GPU; without CUDA every
+# check is skipped with the reason and it exits 0): reports/gpu-check.json and a table; exit 1 when a check fails
+gpu-check: install
+	$(PY) -m pipeprof.gpu_check --out reports/gpu-check.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
