@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
@@ -35,7 +36,10 @@ class Profile:
     """One profiled block: ``wrap(loader)`` and ``step()`` inside it; ``run``, ``summary``, ``folder`` after it."""
 
     def __init__(self, name: str = "profile", *, out: str | Path = "reports", warmup_steps: int = 5,
-                 sample_hz: float = 10.0, quiet: bool = False) -> None:
+                 sample_hz: float = 10.0, quiet: bool = False, clock: Callable[[], float] | None = None,
+                 device: Any = None) -> None:
+        """``clock`` and ``device`` replace the host clock (``time.perf_counter``) and the CUDA device, for
+        simulation: ``pipeprof.measure.sim_device`` runs loops on a simulated GPU with them."""
         if not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise ValueError(f"warmup_steps must be a whole number >= 0, got {warmup_steps!r}")
         if not 0 < float(sample_hz) <= 1000:
@@ -46,24 +50,28 @@ class Profile:
         self.summary: dict[str, Any] | None = None
         self.folder: Path | None = None
         self._hooks: Any = None
+        self._clock, self._device = clock, device
 
     def __enter__(self) -> Profile:
         import torch
 
         from pipeprof.run_folder import ensure_out_folder
-        from pipeprof.script.hooks import EventLog, Hooks, clock
+        from pipeprof.script.hooks import EventLog, Hooks
+        from pipeprof.script.hooks import clock as host_clock
         from pipeprof.script.session import Session
 
         ensure_out_folder(self.out)
         self._tmp = tempfile.TemporaryDirectory(prefix="pipeprof-")
         try:  # a start that fails leaves nothing behind: no patch, no sampler, no temporary folder
             events = Path(self._tmp.name) / "events.jsonl"
-            hooks = Hooks(EventLog(str(events)))
+            clock = self._clock or host_clock
+            hooks = Hooks(EventLog(str(events), clock=clock), clock=clock, device=self._device)
             hooks.log.add(("S", clock(), {"pid": os.getpid(), "argv": list(sys.argv), "cwd": os.getcwd(),
                                           "python": sys.executable, "torch": torch.__version__,
                                           "torch_threads": torch.get_num_threads(),
                                           "cuda_available": torch.cuda.is_available()}), clock())
-            self._session = Session(self.name, events, warmup_steps=self.warmup_steps, sample_hz=self.sample_hz)
+            self._session = Session(self.name, events, warmup_steps=self.warmup_steps, sample_hz=self.sample_hz,
+                                    clock=clock)
             hooks.install()  # all or nothing
             try:
                 self._session.start(os.getpid())

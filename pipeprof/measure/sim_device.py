@@ -288,3 +288,30 @@ def step_fractions(steps: Any) -> dict[str, float]:
     parts = {part: float(counted[f"{part}_s"].sum()) / total for part in ("data_wait", "h2d", "compute")}
     parts["other"] = max(0.0, 1.0 - sum(parts.values()))
     return parts
+
+
+def timer_fractions(case: LoopCase, device_clock: bool = True) -> dict[str, Any]:
+    """What a scenario run's step timer (``pipeprof.measure.steps.StepTimer``) reports for ``case`` on the
+    simulated device: the loop marks it as ``pipeline/train.py`` does (begin, batch in hand, copy issued,
+    step done), with device events unless ``device_clock`` is False."""
+    import pandas as pd
+
+    from pipeprof.measure.steps import StepTimer
+
+    clock = FakeClock(100.0)
+    device = SimDevice(clock)
+    timer = StepTimer(clock, clock(), warmup_steps=case.warmup_steps,
+                      device_events=device.event if device_clock else None)
+    for _ in range(case.steps):
+        timer.begin()
+        clock.advance(case.load_s)
+        timer.waited()
+        device.copy(case.copy_s, case.pinned)
+        timer.copied()
+        device.launch(case.compute_s, host_s=case.launch_s)
+        if case.sync_every_step:
+            device.synchronize()
+        timer.computed(1, 0.0, 0.0)
+    timer.finish()
+    return {**step_fractions(pd.DataFrame(timer.rows())), "timing": timer.method,
+            "synchronizes": device.synchronizes}

@@ -60,6 +60,7 @@ class DeviceEvent(Protocol):
 
 
 EventFactory = Callable[[], DeviceEvent]
+CPU_TIMING = "training on the CPU: every phase is synchronous, so the host clock is the truth"
 
 
 @dataclass
@@ -107,6 +108,11 @@ class StepTimer:
     @property
     def method(self) -> str:
         return "cuda-events" if self.device_events else "host-clock"
+
+    def timing(self) -> dict[str, Any]:
+        """run.json's ``timing``: the clock of the whole and of each part, and why not the device's, when not."""
+        return {"method": self.method, "parts": dict.fromkeys(("data_wait", "h2d", "compute"), self.method),
+                "reason": None if self.device_events else CPU_TIMING}
 
     def begin(self, ready_batches: float = float("nan")) -> None:
         """A step starts; ``ready_batches``: prefetched batches waiting (see ``measure.prefetch``)."""

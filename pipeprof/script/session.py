@@ -78,8 +78,9 @@ def _command(cmdline: list[str], limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-NCCL_ABSENT = ("NCCL runs collectives on the GPU's streams: the host does not block in them, so a rank's wait for "
-               "the others is not seen on the host clock and stays in compute (device-side timing not implemented)")
+NCCL_ABSENT = ("NCCL runs collectives on streams of its own: the host does not block in them, and pipeprof times the "
+               "training stream, which waits for them inside the backward pass, so a rank's wait for the others is "
+               "part of its compute (use PyTorch's profiler for NCCL's kernels)")
 
 
 def rank_outcome(end: dict[str, Any] | None, job_status: str) -> tuple[str, str | None]:
@@ -351,7 +352,7 @@ class Session:
             # prep = __getitem__ on the CPU; off it: waiting for a core (run-queue wait) and fetch (the rest)
             "loading_split": "thread-cpu-time",
             "device": "cuda" if cut.cuda_copies else "cpu",  # where its batches went
-            "timing": {"method": "host-clock"},
+            "timing": cut.timing,  # which clock timed each part: the device's on CUDA (script.device_clock)
             "environment": describe_environment(training_threads(threads)),
             "gpu": dict(gpu_meta),
             "absences": absences,

@@ -1,0 +1,226 @@
+"""Device-clock attribution, tested on a simulated asynchronous GPU (``pipeprof.measure.sim_device``).
+
+A real training loop (a DataLoader, ``.to``, an optimizer) runs under the real
+script hooks, the Python API and the scenario step timer, on a simulated
+stream whose kernels and copies take known times while a fake host clock
+moves only when the host works or waits. The truth is read off the simulated
+device's own timeline; pipeprof sees only its events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+import pipeprof
+from pipeprof.measure.clock import FakeClock
+from pipeprof.measure.sim_device import (
+    CASES,
+    LoopCase,
+    SimDevice,
+    device_truth,
+    hooks_profiler,
+    run_loop,
+    simulated_fractions,
+    timer_fractions,
+)
+from pipeprof.script.device_clock import DeviceMarks
+from pipeprof.script.event_steps import HOST_ONLY, read_events, script_steps
+
+CASE = {c.name: c for c in CASES}
+POINT = 0.005  # half a point: the simulation is exact, this is float and step-edge slack
+
+
+# --- the simulated device itself ------------------------------------------------------------------------
+
+def test_an_event_is_reached_at_once_on_an_idle_device_and_after_the_queue_on_a_busy_one():
+    clock = FakeClock(10.0)
+    device = SimDevice(clock)
+    idle = device.event()
+    idle.record()
+    assert idle.at_s == 10.0 and idle.query()
+    device.launch(0.008, host_s=0.001)  # queued at 10.001, runs to 10.009
+    behind = device.event()
+    behind.record()
+    assert behind.at_s == pytest.approx(10.009)
+    assert not behind.query()  # the host is at 10.001
+    with pytest.raises(RuntimeError):
+        idle.elapsed_time(behind)  # CUDA raises for an event not reached yet
+    behind.synchronize()
+    assert clock() == pytest.approx(10.009) and device.synchronizes == 1
+    assert idle.elapsed_time(behind) == pytest.approx(9.0)  # ms
+
+
+def test_a_pageable_copy_waits_for_the_queue_and_a_pinned_one_does_not():
+    clock = FakeClock(0.0)
+    device = SimDevice(clock)
+    device.launch(0.010)
+    device.copy(0.002, pinned=True)
+    assert clock() == 0.0  # queued: the host goes on
+    device.copy(0.002, pinned=False)
+    assert clock() == pytest.approx(0.014)  # behind the kernel and the first copy, then its own
+
+
+def test_device_marks_resolve_in_order_without_waiting_until_the_end():
+    clock = FakeClock(0.0)
+    device = SimDevice(clock)
+    marks = DeviceMarks()
+    first = device.event()
+    first.record()
+    marks.mark(0.0, first)
+    device.launch(0.050)
+    later = device.event()
+    later.record()
+    marks.mark(0.001, later)
+    assert marks.resolve() == [("G", 0.0, 0.0)]  # the second is not reached: kept, nothing waited for
+    assert device.synchronizes == 0 and len(marks) == 1
+    clock.advance(0.060)
+    assert marks.resolve() == [("G", 0.001, pytest.approx(0.050))]
+    assert device.synchronizes == 0
+
+
+# --- the script hooks on the simulated device -----------------------------------------------------------
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_the_hooks_attribute_each_step_as_the_device_saw_it(case):
+    truth = device_truth(case)
+    seen = simulated_fractions(case)
+    assert seen["timing"]["method"] == "cuda-events"
+    assert seen["timing"]["parts"] == {"data_wait": "cuda-events", "h2d": "cuda-events", "compute": "cuda-events"}
+    assert seen["data_wait"] == pytest.approx(truth["data_wait"], abs=POINT)
+    assert seen["h2d"] == pytest.approx(truth["h2d"], abs=POINT)
+    # the device idling while the host queues the kernels is the step's compute (launch overhead)
+    assert seen["compute"] + seen["other"] == pytest.approx(truth["compute"] + truth["other"], abs=POINT)
+
+
+def test_input_bound_by_hand():
+    """10 ms to load, 1 ms copy, 4 ms kernels queued in 0.5 ms: the host's step is 10.5 ms; the device works 5 ms
+    of it and sits idle 5.5 ms in next() (it finished the kernels 4.5 ms into the host's 10 ms wait)."""
+    seen = simulated_fractions(CASE["input-bound"])
+    assert seen["data_wait"] == pytest.approx(5.5 / 10.5, abs=1e-6)
+    assert seen["h2d"] == pytest.approx(1 / 10.5, abs=1e-6)
+    assert seen["compute"] == pytest.approx(4 / 10.5, abs=1e-6)
+
+
+def test_a_batch_that_arrives_while_the_device_is_busy_counts_no_wait(tmp_path):
+    case = CASE["host-ahead"]  # 5 ms in next(), the device 9 ms behind per step
+    path = tmp_path / "events.jsonl"
+    timeline = run_loop(case, FakeClock(100.0), hooks_profiler(path))
+    steps = script_steps(read_events(path), 100.0, case.warmup_steps).steps
+    counted = steps[~steps["warmup"]]
+    assert counted["host_wait_s"].min() == pytest.approx(case.load_s)  # the host did sit in next()
+    assert counted["data_wait_s"].max() == pytest.approx(0.0, abs=1e-9)  # but the device never idled for it
+    assert counted["step_s"].median() == pytest.approx(case.copy_s + case.compute_s)  # the device's pace
+    assert timeline.device.synchronizes == 1  # the run's last flush, once: never a synchronize per step
+
+
+def test_events_are_written_during_the_run_not_only_at_the_end(tmp_path):
+    """The event log resolves device events as the device reaches them (query()), at each flush."""
+    case = dataclasses.replace(CASE["input-bound"], steps=120)  # 1.26 s of host time: flushes every 0.5 s
+    path = tmp_path / "events.jsonl"
+    written_during = []
+
+    def profiling(clock, device):
+        context = hooks_profiler(path)(clock, device)
+
+        class Watch:
+            def __enter__(self):
+                return context.__enter__()
+
+            def __exit__(self, *exc):
+                written_during.append(sum(1 for line in path.read_text().splitlines() if line.startswith('["G"')))
+                return context.__exit__(*exc)
+        return Watch()
+
+    run_loop(case, FakeClock(100.0), profiling)
+    total = sum(1 for line in path.read_text().splitlines() if line.startswith('["G"'))
+    assert total == 3 * case.steps + 4  # around each next() and at each step end; around iter() and the last next()
+    assert 0 < written_during[0] < total  # most were resolved and written before the end
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_without_a_device_clock_the_hooks_report_the_host_clock_and_say_so(case):
+    seen = simulated_fractions(case, device_clock=False)
+    assert seen["timing"]["method"] == "host-clock"
+    assert seen["timing"]["reason"] == HOST_ONLY
+    assert seen["timing"]["parts"]["h2d"] == "host-clock"
+    # the host's own view: its time in next() over its step
+    host_step_s = case.load_s + case.launch_s
+    if not case.pinned or case.sync_every_step:
+        host_step_s = None  # the host also waited for the device: no simple expression
+    if host_step_s is not None:
+        assert seen["data_wait"] == pytest.approx(case.load_s / host_step_s, abs=POINT)
+
+
+def test_the_host_clock_overstates_the_stall_when_the_host_runs_ahead():
+    """Why the device clock: with the host ahead, host time in next() is no stall at all."""
+    case = CASE["host-ahead"]
+    assert simulated_fractions(case, device_clock=False)["data_wait"] == pytest.approx(5 / 5.5, abs=POINT)
+    assert simulated_fractions(case)["data_wait"] == pytest.approx(0.0, abs=POINT)
+    # and a pageable copy's host time holds the previous step's kernels, which the device clock does not
+    pageable = CASE["pageable"]
+    assert simulated_fractions(pageable, device_clock=False)["h2d"] > 2 * device_truth(pageable)["h2d"]
+    assert simulated_fractions(pageable)["h2d"] == pytest.approx(device_truth(pageable)["h2d"], abs=POINT)
+
+
+def test_steps_begun_before_cuda_was_initialized_are_host_timed_and_the_run_says_mixed(tmp_path):
+    case = LoopCase("late-init", load_s=0.005, copy_s=0.001, compute_s=0.008, steps=12, warmup_steps=2)
+    path = tmp_path / "events.jsonl"
+
+    def late(clock, device):  # the device's clock can be read from the 6th mark on (model.cuda() mid-loop)
+        calls = {"n": 0}
+        mark = device.mark
+
+        def mark_late():
+            calls["n"] += 1
+            return mark() if calls["n"] > 12 else None
+        device.mark = mark_late
+        return hooks_profiler(path)(clock, device)
+
+    run_loop(case, FakeClock(100.0), late)
+    cut = script_steps(read_events(path), 100.0, case.warmup_steps)
+    assert cut.timing["method"] == "mixed"
+    assert "counted steps have host times without a device event" in cut.timing["reason"]
+    late_steps = cut.steps[cut.steps["step"] >= 6]
+    assert late_steps["data_wait_s"].max() == pytest.approx(0.0, abs=1e-9)
+
+
+# --- the Python API and the scenario step timer ---------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["input-bound", "host-ahead"])
+def test_the_python_api_attributes_as_the_device_saw_it(tmp_path, name):
+    case = CASE[name]
+    holder = {}
+
+    def profiling(clock, device):
+        holder["prof"] = pipeprof.profile(f"sim-{name}", out=tmp_path, quiet=True, warmup_steps=case.warmup_steps,
+                                          clock=clock, device=device)
+        return holder["prof"]
+
+    run_loop(case, FakeClock(100.0), profiling)
+    summary, truth = holder["prof"].summary, device_truth(case)
+    assert summary["timing"]["method"] == "cuda-events"
+    assert summary["fractions"]["data_wait"] == pytest.approx(truth["data_wait"], abs=POINT)
+    assert summary["fractions"]["h2d"] == pytest.approx(truth["h2d"], abs=POINT)
+    run_json = json.loads((holder["prof"].folder / "run.json").read_text())
+    assert run_json["timing"]["parts"]["data_wait"] == "cuda-events"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_the_scenario_step_timer_attributes_as_the_device_saw_it(case):
+    truth, seen = device_truth(case), timer_fractions(case)
+    assert seen["timing"] == "cuda-events"
+    assert seen["data_wait"] == pytest.approx(truth["data_wait"], abs=POINT)
+    assert seen["h2d"] == pytest.approx(truth["h2d"], abs=POINT)
+    assert seen["compute"] + seen["other"] == pytest.approx(truth["compute"] + truth["other"], abs=POINT)
+    if not case.sync_every_step:
+        assert seen["synchronizes"] == 1  # resolving at the end, once
+
+
+def test_the_scenario_step_timer_without_events_is_the_host_clock():
+    case = CASE["host-ahead"]
+    seen = timer_fractions(case, device_clock=False)
+    assert seen["timing"] == "host-clock"
+    assert seen["data_wait"] == pytest.approx(case.load_s / (case.load_s + case.launch_s), abs=POINT)
