@@ -5,10 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from pipeprof.analysis.device_memory import CREEP_RULE, NOISE_FLOOR_BYTES, MemoryCreep, device_memory
+from pipeprof.analysis.summary import summarize
 from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.cuda_memory import CudaMemoryWindows
 from pipeprof.pipeline.train import DeviceMemoryRows
-from pipeprof.run_folder import DEVICE_MEMORY_COLUMNS, STEP_COLUMNS, Run, load_run, save_run
+from pipeprof.run_folder import DEVICE_MEMORY_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, load_run, save_run
 
 
 class FakeCuda:
@@ -115,3 +117,99 @@ def test_device_memory_table_is_saved_only_when_recorded_and_old_folders_load_em
     assert not (cpu / "device_memory.csv").exists()  # a CPU run's folder is as before
     loaded = load_run(cpu).device_memory
     assert loaded.empty and list(loaded.columns) == DEVICE_MEMORY_COLUMNS
+
+
+MIB = 2**20
+
+
+def cuda_run(allocated, warmup=4, step_s=0.1, window_s=0.5, reserved=8 * 2**30, peak_extra=256 * MIB,
+             gpu_samples=None):
+    """A CUDA run of ``len(allocated)`` windows of ``window_s`` (5 steps each): ``allocated[i]`` bytes held at
+    window i's end, a peak ``peak_extra`` above it inside the window."""
+    n_steps = round(len(allocated) * window_s / step_s)
+    steps = pd.DataFrame([{"step": i, "epoch": 0, "warmup": i < warmup, "t_start_s": i * step_s,
+                           "data_wait_s": 0.01, "h2d_s": 0.005, "compute_s": 0.08, "step_s": step_s,
+                           "host_wait_s": 0.01, "samples": 32, "loss": 1.0, "correct": 16,
+                           "ready_batches": 1, "collective_wait_s": 0.0} for i in range(n_steps)],
+                         columns=STEP_COLUMNS)
+    memory = pd.DataFrame([((i + 1) * window_s, a, reserved, a + peak_extra, reserved)
+                           for i, a in enumerate(allocated)], columns=DEVICE_MEMORY_COLUMNS)
+    meta = {"scenario": {"name": "cuda"}, "device": "cuda:0", "absences": {},
+            "gpu": {"available": gpu_samples is not None}}
+    samples = gpu_samples if gpu_samples is not None else pd.DataFrame(columns=SAMPLE_COLUMNS)
+    return Run(meta=meta, steps=steps, samples=samples, device_memory=memory)
+
+
+def test_allocated_memory_growing_every_step_is_a_creep_and_a_verdict_note():
+    leak = [2**30 + i * 50 * MIB for i in range(12)]  # 10 MiB a step, 600 MiB over the run
+    run = cuda_run(leak)
+    memory = device_memory(run)
+    assert memory.creep.growing
+    assert memory.creep.growth_bytes == pytest.approx(50 * MIB / 0.5 * (56 * 0.1), rel=1e-6)  # slope x counted
+    assert memory.creep.per_step_bytes == pytest.approx(10 * MIB, rel=1e-6)
+    summary = summarize(run)
+    assert summary["device_memory"]["creep"]["growing"] is True
+    assert summary["device_memory"]["creep"]["rule"] == CREEP_RULE
+    assert any("Allocated GPU memory grew by" in n for n in summary["verdict"]["notes"])
+    assert summary["verdict"]["class"] == summarize(cuda_run([2**30] * 12))["verdict"]["class"]  # a note only
+
+
+def test_flat_memory_with_noise_is_not_a_creep():
+    noisy = [2**30 + (40 * MIB if i % 2 else -40 * MIB) for i in range(12)]
+    memory = device_memory(cuda_run(noisy))
+    assert not memory.creep.growing
+    assert abs(memory.creep.growth_bytes) < NOISE_FLOOR_BYTES
+    assert not any("grew" in n for n in summarize(cuda_run(noisy))["verdict"]["notes"])
+
+
+def test_a_late_spike_lifts_the_slope_but_not_the_medians():
+    spike = [2**30] * 11 + [2**30 + 2 * 2**30]  # an evaluation pass's activations in the last window
+    memory = device_memory(cuda_run(spike))
+    assert memory.creep.growth_bytes > NOISE_FLOOR_BYTES  # the slope alone would call it growth
+    assert not memory.creep.growing
+
+
+def test_growth_below_five_percent_of_a_large_level_is_noise():
+    big = [40 * 2**30 + i * 15 * MIB for i in range(12)]  # 165 MiB on 40 GiB: above 64 MiB, below 5 %
+    assert not device_memory(cuda_run(big)).creep.growing
+    assert device_memory(cuda_run([2**30 + i * 15 * MIB for i in range(12)])).creep.growing  # on 1 GiB: growth
+
+
+def test_peaks_are_over_the_windows_that_overlap_the_counted_steps():
+    allocated = [2**30] * 8
+    run = cuda_run(allocated, warmup=10)  # the counted steps start at 1.0 s: windows 0 and 1 end by then
+    run.device_memory.loc[0, "peak_allocated_bytes"] = 30 * 2**30  # model loading, in the warm-up
+    run.device_memory.loc[2, "peak_allocated_bytes"] = 5 * 2**30  # window (1.0, 1.5]: counted
+    memory = device_memory(run)
+    assert memory.windows == 6
+    assert memory.peak_allocated_bytes == 5 * 2**30
+    assert memory.peak_reserved_bytes == 8 * 2**30
+
+
+def test_too_few_windows_gives_no_creep_verdict():
+    memory = device_memory(cuda_run([2**30, 3 * 2**30, 5 * 2**30], warmup=0))
+    assert memory.windows == 3
+    assert memory.creep == MemoryCreep(growing=False, growth_bytes=None, per_step_bytes=None)
+
+
+def test_absent_reasons():
+    cpu = Run(meta={"device": "cpu"}, steps=cuda_run([1] * 4).steps)
+    assert device_memory(cpu).to_json() == {"absent": "torch.cuda memory is read on CUDA only: the training "
+                                                      "device was cpu"}
+    cuda = Run(meta={"device": "cuda:0"}, steps=cpu.steps)
+    assert "no torch.cuda memory window was recorded" in device_memory(cuda).absent
+    told = Run(meta={"device": "cuda:0", "absences": {"device_memory": "torch.cuda.memory_stats failed"}},
+               steps=cpu.steps)
+    assert summarize(told)["device_memory"] == {"absent": "torch.cuda.memory_stats failed"}
+
+
+def test_gpu_summary_has_the_process_share_sm_clock_and_power():
+    samples = pd.DataFrame([{"t_s": t, "gpu_util_pct": 90.0, "gpu_mem_used_bytes": 9 * 2**30,
+                             "pcie_rx_bytes_per_s": 1e9, "pcie_tx_bytes_per_s": 1e6, "gpu_sm_clock_mhz": clock,
+                             "gpu_power_w": power, "gpu_proc_util_pct": util, "gpu_proc_mem_bytes": mem}
+                            for t, clock, power, util, mem in [(1.0, 1400.0, 300.0, 80.0, 4 * 2**30),
+                                                              (2.0, 1600.0, 340.0, float("nan"), 5 * 2**30)]])
+    gpu = summarize(cuda_run([2**30] * 8, gpu_samples=samples))["gpu"]
+    assert gpu["mean_proc_util_pct"] == 80.0  # the tick without a reading does not count as 0
+    assert gpu["peak_proc_mem_bytes"] == 5 * 2**30
+    assert gpu["mean_sm_clock_mhz"] == 1500.0 and gpu["mean_power_w"] == 320.0

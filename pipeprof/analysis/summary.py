@@ -22,6 +22,7 @@ import pandas as pd
 
 from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution, attribution
+from pipeprof.analysis.device_memory import device_memory
 from pipeprof.analysis.hotspots import code_profile
 from pipeprof.analysis.ranks import (
     RankEntry,
@@ -40,7 +41,7 @@ from pipeprof.analysis.thresholds import (
     INPUT_BOUND_FRACTION,
     MIN_COUNTED_STEPS,
 )
-from pipeprof.analysis.verdict import Verdict, verdict_from_attribution
+from pipeprof.analysis.verdict import Verdict, verdict_from_attribution, with_memory_note
 from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
 from pipeprof.numbers import finite
@@ -100,7 +101,7 @@ class Summary:
     ``to_json()`` is summary.json (the README's table; ``pipeprof/schemas/summary.schema.json``).
     ``bottleneck`` and ``bottleneck_reason`` are the verdict's coarse class and its words;
     ``sections`` holds the rest of summary.json's keys (``cpu``, ``memory``, ``disk``,
-    ``gpu``, ``loading``, ``cache``, ``final_loss``, ``accuracy``, ``absences``,
+    ``gpu``, ``device_memory``, ``loading``, ``cache``, ``final_loss``, ``accuracy``, ``absences``,
     ``steady``, ``status``, ``error``, ``verification``, ``throughput``,
     ``code_profile``, and a script's ``script``, ``loaders``, ``step_source``).
     """
@@ -223,7 +224,8 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
     samples = int(counted["samples"].sum())
     attr = attribution(run, probe if probe is not None else run.meta.get("probe"))
     frac = attr.fractions
-    judged = verdict_from_attribution(attr)
+    memory = device_memory(run)
+    judged = with_memory_note(verdict_from_attribution(attr), memory)
 
     tail = counted.tail(max(1, math.ceil(TAIL_FRACTION * n))) if n else counted
     tail_samples = float(tail["samples"].sum())
@@ -254,6 +256,7 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
             "read_bytes": _read_bytes(processes),
         },
         "gpu": _gpu_summary(during) if run.meta.get("gpu", {}).get("available") else None,
+        "device_memory": memory.to_json(),  # torch.cuda's peaks and the creep check (analysis.device_memory)
         "loading": attr.loading_summary,
         "cache": attr.cache_check,
         "final_loss": float(tail["loss"].mean()) if n else None,
@@ -343,4 +346,9 @@ def _gpu_summary(during: pd.DataFrame) -> dict[str, Any]:
         "peak_mem_used_bytes": _stat(col("gpu_mem_used_bytes"), "max"),
         "mean_pcie_rx_bytes_per_s": _stat(col("pcie_rx_bytes_per_s"), "mean"),
         "mean_pcie_tx_bytes_per_s": _stat(col("pcie_tx_bytes_per_s"), "mean"),
+        # The training process tree's own share (NVML per-process), beside the device's total above.
+        "mean_proc_util_pct": _stat(col("gpu_proc_util_pct"), "mean"),
+        "peak_proc_mem_bytes": _stat(col("gpu_proc_mem_bytes"), "max"),
+        "mean_sm_clock_mhz": _stat(col("gpu_sm_clock_mhz"), "mean"),
+        "mean_power_w": _stat(col("gpu_power_w"), "mean"),
     }

@@ -99,12 +99,14 @@ when a script asked for ``pin_memory=True`` with no CUDA device.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution, attribution
 from pipeprof.analysis.causes import input_cause, rate_text, share_text, side
+from pipeprof.analysis.device_memory import DeviceMemory, device_memory
 from pipeprof.analysis.evidence import DiskCeiling, DiskEvidence
 from pipeprof.analysis.thresholds import (
     COMPUTE_BOUND_BAND,
@@ -186,7 +188,19 @@ class Verdict:
 
 def verdict(run: Run, probe: dict | None = None) -> Verdict:
     """The verdict of ``run`` (see the module's decision table and ``Verdict``)."""
-    return verdict_from_attribution(attribution(run, probe))
+    return with_memory_note(verdict_from_attribution(attribution(run, probe)), device_memory(run))
+
+
+def with_memory_note(judged: Verdict, memory: DeviceMemory) -> Verdict:
+    """``judged`` with a note when allocated device memory crept up across the counted steps
+    (``device_memory.CREEP_RULE``); the class, rule and sentence stay as they are."""
+    creep = memory.creep
+    if creep is None or not creep.growing:
+        return judged
+    note = (f"Allocated GPU memory grew by {fmt.byte_size(creep.growth_bytes)} over the counted steps "
+            f"({fmt.byte_size(creep.per_step_bytes)} a step): tensors outlive their step (a loss or outputs kept "
+            "without .item() / .detach(), a growing list); a long run will run out of device memory.")
+    return dataclasses.replace(judged, notes=(*judged.notes, note))
 
 
 def verdict_from_attribution(record: Attribution) -> Verdict:
