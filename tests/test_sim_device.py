@@ -224,3 +224,48 @@ def test_the_scenario_step_timer_without_events_is_the_host_clock():
     seen = timer_fractions(case, device_clock=False)
     assert seen["timing"] == "host-clock"
     assert seen["data_wait"] == pytest.approx(case.load_s / (case.load_s + case.launch_s), abs=POINT)
+
+
+class GrowingCuda:
+    """torch.cuda's allocator counters as a stand-in: 1 MiB more allocated at every read."""
+
+    def __init__(self):
+        self.allocated = 100 << 20
+        self.resets = 0
+
+    def is_initialized(self):
+        return True
+
+    def memory_allocated(self):
+        self.allocated += 1 << 20
+        return self.allocated
+
+    def memory_reserved(self):
+        return 512 << 20
+
+    def max_memory_allocated(self):
+        return self.allocated + (8 << 20)
+
+    def max_memory_reserved(self):
+        return 512 << 20
+
+    def reset_peak_memory_stats(self):
+        self.resets += 1
+
+
+def test_the_hooks_write_torch_cuda_memory_once_a_window_at_step_ends(tmp_path):
+    from pipeprof.measure.cuda_memory import CudaMemoryWindows
+
+    case = dataclasses.replace(CASE["input-bound"], steps=200)  # 2.1 s of host time: windows of 0.5 s
+    path, cuda = tmp_path / "events.jsonl", GrowingCuda()
+    run_loop(case, FakeClock(100.0), hooks_profiler(path, CudaMemoryWindows(cuda, window_s=0.5)))
+    memory = script_steps(read_events(path), 100.0, case.warmup_steps).device_memory
+    assert list(memory.columns) == ["t_s", "allocated_bytes", "reserved_bytes", "peak_allocated_bytes",
+                                    "peak_reserved_bytes"]
+    assert 5 <= len(memory) <= 7  # the first step end, one per 0.5 s of 2.1 s, and the end
+    assert memory["t_s"].iloc[0] == pytest.approx(0.0105, abs=1e-6)  # from the run's t0, at the first step end
+    gaps = memory["t_s"].diff().dropna().iloc[:-1]
+    assert (gaps >= 0.5 - 1e-9).all() and (gaps < 0.5 + 0.0106).all()  # at the first step end past the window
+    assert memory["allocated_bytes"].is_monotonic_increasing
+    assert (memory["peak_allocated_bytes"] > memory["allocated_bytes"]).all()
+    assert cuda.resets == len(memory)  # peaks are per window

@@ -177,12 +177,13 @@ class NoDevice:
 Profiler = Callable[[FakeClock, Any], AbstractContextManager[Any]]
 
 
-def hooks_profiler(events_path: Path) -> Profiler:
-    """Profile with the script hooks alone, writing ``events_path`` (what ``pipeprof profile`` puts in a script)."""
+def hooks_profiler(events_path: Path, memory: Any = None) -> Profiler:
+    """Profile with the script hooks alone, writing ``events_path`` (what ``pipeprof profile`` puts in a script);
+    ``memory``: the hooks' ``CudaMemoryWindows`` (default: torch.cuda's, which reads nothing without CUDA)."""
     @contextlib.contextmanager
     def profiling(clock: FakeClock, device: Any) -> Iterator[None]:
         from pipeprof.script.hooks import EventLog, Hooks
-        hooks = Hooks(EventLog(str(events_path), clock=clock), clock=clock, device=device)
+        hooks = Hooks(EventLog(str(events_path), clock=clock), clock=clock, device=device, memory=memory)
         hooks.install()
         try:
             yield

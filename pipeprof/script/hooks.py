@@ -70,6 +70,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as _dataloader
 
+from pipeprof.measure.cuda_memory import CudaMemoryWindows  # standard library and torch
 from pipeprof.measure.prefetch import ready_batches  # standard library only
 from pipeprof.measure.schedstat import blocked_s, run_queue_wait
 from pipeprof.script import frameworks
@@ -143,6 +144,7 @@ _FORMATS = {
     "K": '["K", %.9f, %.9f, %.9f]\n',
     "M": '["M", %.9f]\n',
     "G": '["G", %.9f, %.9f]\n',
+    "Y": '["Y", %.9f, %d, %d, %d, %d]\n',
 }
 _FLOAT_TYPES = (float, int)
 
@@ -178,10 +180,12 @@ class Hooks:
     """The patches of one profiling session (only one at a time in a process)."""
 
     def __init__(self, log: EventLog, stop_after_steps: int | None = None, *,
-                 clock: Callable[[], float] = clock, device: Device | None = None) -> None:
+                 clock: Callable[[], float] = clock, device: Device | None = None,
+                 memory: CudaMemoryWindows | None = None) -> None:
         self.log = log
         self.clock = clock  # host seconds (perf_counter; a fake one in the simulated-device tests)
         self.device: Device = device if device is not None else CudaDevice()
+        self.memory = memory if memory is not None else CudaMemoryWindows(torch.cuda)  # Y, read at step ends
         self.stop_after_steps = stop_after_steps
         self.loaders: dict[int, int] = {}  # id(loader) -> loader number
         self._keep: list[Any] = []  # the loaders themselves, so id() is never reused while profiling
@@ -268,6 +272,13 @@ class Hooks:
         self._batch(number, t0, t1, batch_samples(data, record), record, ready)
         return data
 
+    def _step_end(self, t_s: float) -> None:
+        """A step ended at host time ``t_s``: its device event, and torch.cuda's memory once a window."""
+        self._mark(t_s)
+        row = self.memory.read(t_s)
+        if row is not None:
+            self.log.add(("Y", *row), t_s)
+
     def _mark(self, t_s: float) -> None:
         """A device event for host time ``t_s`` (just read), when the device's clock can be read."""
         event = self.device.mark()
@@ -340,7 +351,7 @@ class Hooks:
         self.optimizer_steps += 1
         now = self.clock()
         self.log.add(("O", now), now)
-        self._mark(now)
+        self._step_end(now)
         if not self.threads_read:
             self.read_threads("first step")
             self.read_rank()
@@ -351,7 +362,7 @@ class Hooks:
         self.backwards += 1
         now = self.clock()
         self.log.add(("B", t0, now), now)
-        self._mark(now)
+        self._step_end(now)
         if not self.threads_read:
             self.read_threads("first step")
         if not (self.optimizer_steps or self.marks):  # no optimizer (yet): a step is a backward pass
@@ -387,7 +398,7 @@ class Hooks:
         self.marks += 1
         now = self.clock()
         self.log.add(("M", now), now)
-        self._mark(now)
+        self._step_end(now)
         if not self.threads_read:
             self.read_threads("first step")
         self._maybe_stop(self.marks)
@@ -434,6 +445,9 @@ class Hooks:
             self.read_threads("end")
         if self.live:
             self.read_rank()
+            row = self.memory.final(self.clock())
+            if row is not None:
+                self.log.add(("Y", *row), row[0])
         self.live = False
         try:
             self.log.flush(final=True)

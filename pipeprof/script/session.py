@@ -365,4 +365,5 @@ class Session:
         if cut.step_source is None and not processes.empty and "role" in processes:
             # No DataLoader in the profiled process: what it started are not its DataLoader workers.
             processes.loc[processes["role"] == WORKER, "role"] = CHILD
-        return Run(meta=meta, steps=cut.steps, samples=samples, processes=processes, loading=cut.loading)
+        return Run(meta=meta, steps=cut.steps, samples=samples, processes=processes, loading=cut.loading,
+                   device_memory=cut.device_memory)
