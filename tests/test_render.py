@@ -660,3 +660,21 @@ def test_console_shows_where_in_a_step_of_several_batches_the_waits_fall_and_no_
     text = console.export_text()
     assert re.search(r"wait by batch in the step\s+5\.40 ms / 2\.20 ms / 10\.9 ms / 10\.3 ms", text)
     assert "code profile" not in text
+
+
+def test_html_says_which_clock_timed_the_steps_and_flags_a_host_clock_gpu_run():
+    on_device = make_run(gpu=True)
+    html = render_html(on_device, summarize(on_device))
+    assert "timed on the device clock (CUDA events)" in html
+    assert "timing-fallback" not in html
+    fallback = make_run(gpu=True)
+    fallback.meta["timing"] = {"method": "host-clock", "parts": dict.fromkeys(("data_wait", "h2d", "compute"),
+                                                                              "host-clock"),
+                               "reason": "no CUDA event was recorded: the script did not initialize CUDA"}
+    html = render_html(fallback, summarize(fallback))
+    assert "timed on the host clock" in html
+    assert "Host-clock timing on a GPU run." in html and "the script did not initialize CUDA" in html
+    cpu = make_run()
+    cpu.meta["timing"] = {"method": "host-clock", "parts": {}, "reason": "training on the CPU: synchronous"}
+    html = render_html(cpu, summarize(cpu))
+    assert "Host-clock timing on a GPU run." not in html and "Timing: host clock — training on the CPU" in html

@@ -23,6 +23,7 @@ from pipeprof.analysis.steps import counted_steps, counted_window_s, step_breakd
 from pipeprof.analysis.summary import TAIL_FRACTION
 from pipeprof.format import NOT_MEASURED, finite
 from pipeprof.render import plots
+from pipeprof.render.gpu_view import gpu_telemetry_rows
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import rank_label, rank_rows, straggler_view
 from pipeprof.run_folder import Run, as_dict
@@ -125,6 +126,7 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         gpu_rows=_rows({k: v for k, v in as_dict(meta.get("gpu")).items() if k != "available"}),
         gpu_available=bool(as_dict(meta.get("gpu")).get("available")),
         gpu_reason=_gpu_reason(meta),
+        gpu_telemetry=gpu_telemetry_rows(summary, meta),
         absences=sorted(as_dict(summary.get("absences") or meta.get("absences")).items()),
         overrides=[str(o) for o in (meta.get("overrides") or [])],
         notes=[str(n) for n in (meta.get("notes") or [])],
@@ -327,10 +329,10 @@ def not_counted_spans(steps: Any, loaders: Any, timing: Any = "host-clock") -> l
     ``step_s``; that difference is the pass's time. It is drawn at the start of the step, where a pass between
     epochs falls (after the last optimizer step, before the next batch is asked for): within one step's
     counted time of where it was. A scenario run's steps follow each other, and none is drawn. With
-    ``timing`` "cuda-events" a step's ``step_s`` is the device's and its start the host's: their difference is
-    the host running ahead, not time left out, and nothing is drawn.
+    ``timing`` "cuda-events" (or "mixed") a step's ``step_s`` is the device's and its start the host's: their
+    difference is the host running ahead, not time left out, and nothing is drawn.
     """
-    if steps is None or len(steps) < 2 or timing == "cuda-events":
+    if steps is None or len(steps) < 2 or timing in ("cuda-events", "mixed"):
         return []
     df = counted_steps(steps)
     t = df["t_start_s"].to_numpy(dtype=float)
