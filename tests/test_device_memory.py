@@ -10,6 +10,7 @@ from pipeprof.analysis.summary import summarize
 from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.cuda_memory import CudaMemoryWindows
 from pipeprof.pipeline.train import DeviceMemoryRows
+from pipeprof.render.html import render_html
 from pipeprof.run_folder import DEVICE_MEMORY_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, load_run, save_run
 
 
@@ -213,3 +214,32 @@ def test_gpu_summary_has_the_process_share_sm_clock_and_power():
     assert gpu["mean_proc_util_pct"] == 80.0  # the tick without a reading does not count as 0
     assert gpu["peak_proc_mem_bytes"] == 5 * 2**30
     assert gpu["mean_sm_clock_mhz"] == 1500.0 and gpu["mean_power_w"] == 320.0
+
+
+def test_report_shows_gpu_telemetry_and_each_absence_reason():
+    samples = pd.DataFrame([{"t_s": t, "gpu_util_pct": 90.0, "gpu_mem_used_bytes": 9 * 2**30,
+                             "pcie_rx_bytes_per_s": 1e9, "pcie_tx_bytes_per_s": 1e6, "gpu_sm_clock_mhz": 1410.0,
+                             "gpu_power_w": 305.0, "gpu_proc_util_pct": 74.0, "gpu_proc_mem_bytes": 4 * 2**30}
+                            for t in (1.0, 2.0)])
+    run = cuda_run([2**30 + i * 50 * MIB for i in range(12)], gpu_samples=samples)
+    run.meta["gpu"] = {"available": True, "name": "Fake H200", "memory_bus_width_bits": 6144, "pcie_link_gen": 5,
+                       "pcie_link_width": 16, "sm_clock_max_mhz": 1980, "power_limit_w": 700.0}
+    html = render_html(run, summarize(run))
+    for text in ("GPU, training process", "SM 74%", "memory 4.00 GiB peak", "1,410 MHz", "305 W", "max 1,980 MHz",
+                 "limit 700 W", "memory creep: allocated grew by", "memory_bus_width_bits", "6144",
+                 "pcie_link_gen"):
+        assert text in html, text
+
+    samples[["gpu_proc_util_pct", "gpu_power_w"]] = float("nan")
+    run = cuda_run([2**30] * 12, gpu_samples=samples)
+    run.meta["absences"] = {"gpu_proc_util_pct": "NVML held no per-process utilization sample",
+                            "gpu_power_w": "not supported by this GPU/driver: NVMLError_NotSupported"}
+    html = render_html(run, summarize(run))
+    assert "SM not measured" in html and "NVML held no per-process utilization sample" in html
+    assert "power: not supported by this GPU/driver" in html
+    assert "no memory creep" in html
+
+    cpu = Run(meta={"scenario": {"name": "cpu"}, "device": "cpu", "gpu": {"available": False}},
+              steps=cuda_run([1] * 4).steps)
+    html = render_html(cpu, summarize(cpu))
+    assert "torch.cuda memory is read on CUDA only: the training device was cpu" in html
