@@ -23,6 +23,7 @@ import pandas as pd
 
 from pipeprof.gpu_check import checks
 from pipeprof.gpu_check.checks import Outcome
+from pipeprof.run_folder import load_run
 
 PACKAGE = Path(__file__).resolve().parent
 ROOT = PACKAGE.parent.parent
@@ -48,8 +49,6 @@ class RunFiles:
 
 
 def read_run(folder: Path) -> RunFiles:
-    from pipeprof.run_folder import load_run
-
     run = load_run(folder)
     summary_path = folder / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
@@ -228,7 +227,8 @@ def _point_timing(points: Iterable[dict[str, Any]], folder: Path) -> list[Outcom
         path = Path(p["folder"])
         path = path if path.is_absolute() else folder / path
         files = read_run(path)
-        outcomes += [checks.timing_on_device(files.meta, files.summary), checks.parts_within_step(files.steps)]
+        outcomes += [checks.Outcome(o.status, f"{p.get('label')}: {o.detail}")
+                     for o in (checks.timing_on_device(files.meta, files.summary), checks.parts_within_step(files.steps))]
     return outcomes
 
 

@@ -21,6 +21,7 @@ from rich.table import Table
 from pipeprof.errors import one_line
 from pipeprof.gpu_check.cases import Check, Context, all_checks
 from pipeprof.gpu_check.checks import Outcome, failed, skipped
+from pipeprof.run_folder import write_json
 
 DEFAULT_OUT = Path("reports") / "gpu-check.json"
 
@@ -117,8 +118,6 @@ def main(argv: Sequence[str] | None = None, *, checklist: Sequence[Check] | None
         where = args.keep or Path(tmp)
         results = run_checks(checklist, device, Context(where))
     doc = document(device, results)
-    from pipeprof.run_folder import write_json  # pandas: not for --list
-
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json(args.out, doc)
     console.print(table(doc))
