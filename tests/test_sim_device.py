@@ -269,3 +269,71 @@ def test_the_hooks_write_torch_cuda_memory_once_a_window_at_step_ends(tmp_path):
     assert memory["allocated_bytes"].is_monotonic_increasing
     assert (memory["peak_allocated_bytes"] > memory["allocated_bytes"]).all()
     assert cuda.resets == len(memory)  # peaks are per window
+
+
+def _trainer_loop(path, evaluate: bool):
+    """A trainer-style loop on the simulated device: two batches a step (gradient accumulation) and, when
+    ``evaluate``, a validation pass after each epoch. Load 6 ms a batch, copy 1 ms, kernels 4 ms (in evaluation
+    too: the device then leaves a pass as it leaves a training step, and the steps after it are the same)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from pipeprof.measure.sim_device import SimCuda
+    from pipeprof.script.patches import Patches
+
+    clock = FakeClock(100.0)
+    device = SimDevice(clock)
+
+    class Loads(torch.utils.data.Dataset):
+        def __init__(self, n):
+            self.n = n
+
+        def __len__(self):
+            return self.n
+
+        def __getitem__(self, i):
+            clock.advance(0.006)
+            return torch.zeros(2)
+
+    def simulated_to(original):
+        def to(self, *args, **kwargs):
+            out = original(self, *args, **kwargs)
+            device.copy(0.001, pinned=True)
+            return out
+        return to
+
+    weight = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    train = DataLoader(Loads(16), batch_size=1)
+    val = DataLoader(Loads(4), batch_size=1)
+    own = Patches()
+    own.apply(torch.Tensor, "to", simulated_to)
+    try:
+        with hooks_profiler(path)(clock, SimCuda(device)):
+            for _epoch in range(3):
+                for i, x in enumerate(train):
+                    x.to(torch.float64, non_blocking=True)
+                    device.launch(0.004, host_s=0.0005)
+                    if i % 2 == 1:
+                        weight.grad = torch.ones(1)
+                        optimizer.step()
+                if evaluate:
+                    for v in val:
+                        v.to(torch.float64, non_blocking=True)
+                        device.launch(0.004, host_s=0.0005)
+    finally:
+        own.undo()
+    return script_steps(read_events(path), 100.0, 2).steps
+
+
+def test_evaluation_passes_are_left_out_of_steps_on_the_device_clock_too(tmp_path):
+    plain = _trainer_loop(tmp_path / "plain.jsonl", evaluate=False)
+    with_eval = _trainer_loop(tmp_path / "eval.jsonl", evaluate=True)
+    assert len(plain) == len(with_eval) == 24  # 8 steps of 2 batches an epoch
+    for column in ("step_s", "data_wait_s", "h2d_s", "compute_s"):
+        assert with_eval[column].to_numpy() == pytest.approx(plain[column].to_numpy(), abs=1e-6), column
+    # by hand: a step is 2 x (6 ms load + 0.5 ms launch); the device works 2 x 5 ms, idles 2 x 1.5 ms in next()
+    counted = with_eval[~with_eval["warmup"]]
+    assert counted["step_s"].median() == pytest.approx(0.013)
+    assert counted["data_wait_s"].median() == pytest.approx(0.003)
+    assert counted["host_wait_s"].median() == pytest.approx(0.012)

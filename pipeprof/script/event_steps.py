@@ -317,7 +317,8 @@ def _inside_any(t: np.ndarray, spans: list[tuple[float, float, int]]) -> np.ndar
 class DeviceTimes:
     """Host time -> the device's time, from the ``G`` events: each marks the very host time of the event it
     belongs to, so a lookup is exact (NaN for a host time no device event marks: CUDA not yet initialized, a
-    framework's look-ahead wait)."""
+    framework's look-ahead wait). perf_counter never reads the same twice; where marks share a host time (a fake
+    clock) the first is taken."""
 
     def __init__(self, marks: pd.DataFrame) -> None:
         order = np.argsort(marks["t_s"].to_numpy(), kind="stable")
@@ -353,12 +354,14 @@ def _spans(at: Any, begins: np.ndarray, ends: np.ndarray, wait_step: np.ndarray,
     ok = wait_step >= 0
     wait_s = np.bincount(wait_step[ok], weights=(at(wait_t1) - at(wait_t0))[ok], minlength=n)
     excluded, excluded_before = np.zeros(n), np.zeros(n)
+    def span_s(lo: float, hi: float) -> float:
+        return max(0.0, float(np.diff(at(np.array([lo, hi])))[0])) if hi > lo else 0.0
+
     for a, b, _ in eval_spans:
         for i in range(max(0, int(np.searchsorted(ends, a, side="right"))), min(n, int(np.searchsorted(begins, b)))):
             lo = max(a, begins[i])
-            excluded[i] += max(0.0, float(at(np.array([min(b, ends[i])])[0] - at(np.array([lo]))[0])))
-            if min(b, first_wait[i]) > lo:
-                excluded_before[i] += float(at(np.array([min(b, first_wait[i])]))[0] - at(np.array([lo]))[0])
+            excluded[i] += span_s(lo, min(b, ends[i]))
+            excluded_before[i] += span_s(lo, min(b, first_wait[i]))
     return _Clocked(wait_s, at(ends) - at(begins) - excluded,
                     np.clip(at(first_wait) - at(begins) - excluded_before, 0.0, None))
 
