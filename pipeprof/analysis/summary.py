@@ -267,6 +267,7 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
         "status": run.meta.get("status"),
         "error": run.meta.get("error"),
         "job": None,  # a distributed job's: its id, world size, nodes, launcher and median rank (job_record)
+        "timing": timing_summary(run.meta.get("timing")),
     }
     if run.meta.get("kind") == "script":  # pipeprof profile / pipeprof.profile(): what ran, and its loaders
         sections.update({k: run.meta.get(k) for k in ("script", "loaders", "step_source")})
@@ -283,6 +284,17 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
                      "mean": float(step_s.mean()) if n else None},
         fractions=frac, attribution=attr, verdict=judged,
         recommendations=tuple(recommend(run, attr, judged)), sections=sections)
+
+
+def timing_summary(timing: Any) -> dict[str, Any]:
+    """Which clock timed the steps: run.json's ``timing`` with every key (an older run's method alone: its parts
+    took that clock, its reason unknown)."""
+    timing = as_dict(timing)
+    method = timing.get("method")
+    parts = timing.get("parts")
+    if not isinstance(parts, dict):
+        parts = dict.fromkeys(("data_wait", "h2d", "compute"), method)
+    return {"method": method, "parts": parts, "reason": timing.get("reason")}
 
 
 def _accuracy(correct: pd.Series, samples: float) -> float | None:
