@@ -38,6 +38,9 @@ Documented changes since the fixtures were recorded (issue 13), re-recorded by r
   ``collective_wait_fraction`` (time blocked in collectives, out of compute: 0.0 for these one-process runs,
   whose steps.csv predates the column and loads it as 0); the summary gains ``ranks`` (``[]``) and
   ``straggler`` (null) and ``job`` (null). Nothing else moved.
+* Issue 16 (the device's clock): the summary gains ``timing`` (which clock timed each part: these runs'
+  run.json says ``host-clock`` alone, so every part is ``host-clock`` and the reason unknown, null) and
+  ``device_memory`` (``{"absent": ...}``: torch.cuda's memory is read on CUDA only). Nothing else moved.
 * Sentences (``verdict.sentence``, recommendations' ``reason``, ...) are worded by
   ``pipeprof.format`` (issue 13, item 6). ``test_only_the_documented_keys_changed`` holds
   the fixtures to exactly these changes against their first recorded version.
@@ -104,9 +107,18 @@ def test_only_the_documented_keys_changed(name):
                                          cwd=path.parent, check=True).stdout)
     now = json.loads(path.read_text())
     assert (recorded["schema_version"], now["schema_version"]) == (1, 2)
-    as_recorded = _before_issue_14({**_before_issue_15(now), "loading": _as_recorded(now["loading"]), "schema_version": 1},
+    as_recorded = _before_issue_14({**_before_issue_15(_before_issue_16(now)), "loading": _as_recorded(now["loading"]), "schema_version": 1},
                                    recorded["verdict"]["class"])
     assert _without_prose(as_recorded) == _without_prose(recorded)
+
+
+def _before_issue_16(summary: dict) -> dict:
+    """summary.json without issue 16's keys, at what runs recorded on the CPU before it hold."""
+    out = json.loads(json.dumps(summary))
+    assert out.pop("timing") == {"method": "host-clock", "parts": dict.fromkeys(("data_wait", "h2d", "compute"),
+                                                                                "host-clock"), "reason": None}
+    assert "on CUDA only" in out.pop("device_memory")["absent"]
+    return out
 
 
 def _before_issue_15(summary: dict) -> dict:
