@@ -90,8 +90,8 @@ LOGS: list[hooks.EventLog] = []  # every event log made by a test (each session 
 def _record_logs(monkeypatch: pytest.MonkeyPatch) -> Any:
     real = hooks.EventLog.__init__
 
-    def init(self: hooks.EventLog, path: str) -> None:
-        real(self, path)
+    def init(self: hooks.EventLog, path: str, **options: Any) -> None:
+        real(self, path, **options)
         LOGS.append(self)
 
     monkeypatch.setattr(hooks.EventLog, "__init__", init)

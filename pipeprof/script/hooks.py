@@ -85,15 +85,20 @@ FLUSH_EVERY_S = 0.5
 NO_RECORD = (None,) * 9  # a batch without its maker's record: N events keep one width (the reader's fast path)
 
 
+def _host_clock() -> Callable[[], float]:
+    """The module's clock as it is now (``time.perf_counter``; a test may put a fake one in its place)."""
+    return clock
+
+
 class EventLog:
     """Appends event tuples in memory and writes them to ``path`` as JSON lines, in bulk."""
 
-    def __init__(self, path: str, clock: Callable[[], float] = clock) -> None:
+    def __init__(self, path: str, clock: Callable[[], float] | None = None) -> None:
         self.path = path
         self.pid = os.getpid()
-        self.clock = clock
+        self.clock = clock or _host_clock()
         self._events: list[tuple] = []
-        self._last_flush_s = clock()
+        self._last_flush_s = self.clock()
         self._lock = threading.Lock()  # flush() runs from the training thread and at exit
         self.device = DeviceMarks()  # device events not yet resolved
 
@@ -180,10 +185,10 @@ class Hooks:
     """The patches of one profiling session (only one at a time in a process)."""
 
     def __init__(self, log: EventLog, stop_after_steps: int | None = None, *,
-                 clock: Callable[[], float] = clock, device: Device | None = None,
+                 clock: Callable[[], float] | None = None, device: Device | None = None,
                  memory: CudaMemoryWindows | None = None) -> None:
         self.log = log
-        self.clock = clock  # host seconds (perf_counter; a fake one in the simulated-device tests)
+        self.clock = clock or _host_clock()  # host seconds (perf_counter; a fake one in the simulated-device tests)
         self.device: Device = device if device is not None else CudaDevice()
         self.memory = memory if memory is not None else CudaMemoryWindows(torch.cuda)  # Y, read at step ends
         self.stop_after_steps = stop_after_steps
