@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -24,9 +26,10 @@ SLOW = ("--slow-rank", "1", "--sleep-ms", "1", "--samples", "640", "--batch-size
 
 
 def own_lines(stdout: str) -> dict[int, dict]:
-    """Each rank's own JSON line, by rank."""
-    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith('{"rank"')]
-    return {line["rank"]: line for line in lines}
+    """Each rank's own JSON line, by rank: found anywhere in the output (the ranks and the launcher share
+    stdout, and a line one of them writes in two pieces can have another's inside it)."""
+    found = [json.loads(m.group(0)) for m in re.finditer(r'\{"rank": [^{}]*\}', stdout)]
+    return {line["rank"]: line for line in found}
 
 
 def by_rank(summary: dict) -> dict[int, dict]:
@@ -69,6 +72,7 @@ def test_ranks_slowed_alike_name_no_straggler(tmp_path):
                                     "--samples", "640", "--batch-size", "16")
     assert proc.returncode == 0, proc.stderr
     own, ranks = own_lines(proc.stdout), by_rank(s)
+    assert sorted(own) == [0, 1], proc.stdout
     for rank in (0, 1):
         assert abs(ranks[rank]["fractions"]["data_wait"] - own[rank]["data_wait_fraction"]) < 0.05, (rank, ranks, own)
     assert s["straggler"]["kind"] == "none" and s["straggler"]["rank"] is None, s["straggler"]
@@ -201,3 +205,37 @@ def test_spawned_dataloader_workers_are_workers_not_ranks(tmp_path):
     assert s["loading"]["batches"] == 27  # the spawned worker armed its own hooks: its batches are timed
     note = next(n for n in meta["notes"] if n.startswith("pipeprof instrumented 2 Python processes"))
     assert "spawn_workers.py: trained" in note and "python -c: its DataLoader worker" in note
+
+
+def test_a_rank_ended_by_sigterm_keeps_what_it_recorded(tmp_path):
+    """torchrun ends the other ranks with SIGTERM when one fails, often within the hooks' half-second between
+    writes: the start-up hook's handler writes the event log, then the signal takes its default course."""
+    import signal
+
+    import pipeprof
+    from pipeprof.script.event_steps import read_events
+    from pipeprof.script.protocol import EVENTS_DIR_ENV, STARTUP_PACKAGE
+
+    code = textwrap.dedent("""
+        import sys, time
+        import torch
+        from torch.utils.data import DataLoader
+        for i, batch in enumerate(DataLoader(list(range(64)), batch_size=8)):
+            pass
+        print("ready", flush=True)
+        time.sleep(60)
+    """)
+    root = Path(pipeprof.__file__).resolve().parent
+    env = dict(os.environ, **{EVENTS_DIR_ENV: str(tmp_path)},
+               PYTHONPATH=os.pathsep.join([str(root / "script" / STARTUP_PACKAGE), str(root.parent)]))
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=30) == -signal.SIGTERM  # still ended by the signal
+    finally:
+        child.kill()
+    (path,) = tmp_path.glob("events-*.jsonl")
+    events = read_events(path)
+    assert len(events.tables["N"]) == 8 and events.start["pid"] == child.pid  # written before it died
+    assert events.end is None  # no end record: the run says it was killed

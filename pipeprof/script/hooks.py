@@ -119,10 +119,14 @@ class EventLog:
     def add_device_mark(self, t_s: float, event: Any) -> None:
         self.device.mark(t_s, event)
 
-    def flush(self, now_s: float | None = None, final: bool = False) -> None:
+    def flush(self, now_s: float | None = None, final: bool = False, wait: bool = True) -> None:
+        """Write what is pending (``final``: resolving every device event); ``wait`` False: not if a flush is
+        under way (a signal handler, which may have interrupted that very flush)."""
         if os.getpid() != self.pid:  # a forked child holds a copy: only the process that made it writes
             return
-        with self._lock:
+        if not self._lock.acquire(blocking=wait):
+            return
+        try:
             if len(self.device):
                 self._events.extend(self.device.resolve(final))
             events, self._events = self._events, []
@@ -130,6 +134,8 @@ class EventLog:
             if events:
                 with open(self.path, "a", encoding="utf-8") as f:
                     f.write("".join(map(_line, events)))
+        finally:
+            self._lock.release()
 
 
 def _plain(obj: Any) -> Any:

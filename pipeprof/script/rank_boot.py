@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
+import threading
 from types import TracebackType
 from typing import Any
 
@@ -134,3 +136,23 @@ def _install() -> None:
             print(f"pipeprof: warning: could not take the hooks back: {type(e).__name__}: {e}", file=sys.stderr)
 
     atexit.register(at_exit)  # after the hooks' own flush: runs before it (last registered, first run)
+    _flush_on_sigterm(hooks)
+
+
+def _flush_on_sigterm(hooks: Any) -> None:
+    """A rank that a launcher ends with SIGTERM (torchrun does, when another rank fails) keeps what it recorded:
+    its event log is written, then the signal takes its default course (the exit status says SIGTERM, and
+    the rank "ended without an end record"). Only where SIGTERM has its default action: a script's own
+    handler, or one set later, is left alone."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        try:
+            hooks.log.flush(final=True, wait=False)
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)
