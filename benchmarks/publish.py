@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import ast
 import datetime as dt
+import json
 import os
 import platform
 import re
@@ -39,6 +40,7 @@ BENCHMARKS = {
     "startup": ("Start-up of the CLI and the end of a profiled run", [], ["--repeats", "3", "--script-repeats", "1"]),
 }
 SECTION = re.compile(r"^## (?P<name>[a-z]+): ", re.MULTILINE)
+GPU_CHECK = ROOT / "reports" / "gpu-check.json"  # make gpu-check's last result on this machine
 
 
 def machine() -> list[str]:
@@ -102,9 +104,30 @@ def main(argv: list[str] | None = None) -> int:
             "Machine:", "", *machine(), ""]
     body = [sections.get(n) or f"## {n}: {BENCHMARKS[n][0]}\n\nNot measured in this file yet: "
             f"`python benchmarks/publish.py --only {n}` (or `make bench`).\n" for n in BENCHMARKS]
+    body.append(gpu_check_section(GPU_CHECK))
     args.output.write_text("\n".join(head) + "\n" + "\n".join(body))
     print(f"wrote {args.output}")
     return 0
+
+
+def gpu_check_section(path: Path) -> str:
+    """``make gpu-check``'s last result here (``reports/gpu-check.json``) as a table with the GPU's name, or
+    why there is none: it is a check of every CUDA path, not a timed benchmark, so it is read, not run."""
+    head = ("## gpucheck: every CUDA path on a GPU (`make gpu-check`)\n\n"
+            "Read from `reports/gpu-check.json` when this file was written (what each check runs and asserts: "
+            "README, *On a GPU*).\n\n")
+    if not path.is_file():
+        return head + "`make gpu-check` has not run on this machine: no `reports/gpu-check.json`.\n"
+    doc = json.loads(path.read_text())
+    if not doc.get("cuda"):
+        return head + (f"Not run on a GPU: {doc.get('reason') or 'no CUDA device'}; every check was skipped.\n")
+    checks = doc.get("checks") or []
+    failed = sum(c.get("status") == "fail" for c in checks)
+    rows = ["| check | status | detail |", "|---|---|---|"]
+    rows += [f"| `{c.get('name')}` | {c.get('status')} | {str(c.get('detail') or '').replace('|', '/')} |"
+             for c in checks]
+    return head + (f"GPU: {doc.get('device')}; {len(checks) - failed} of {len(checks)} checks passed or "
+                   f"skipped, {failed} failed.\n\n" + "\n".join(rows) + "\n")
 
 
 def _existing_sections(path: Path) -> dict[str, str]:
