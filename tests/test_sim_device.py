@@ -337,3 +337,21 @@ def test_evaluation_passes_are_left_out_of_steps_on_the_device_clock_too(tmp_pat
     assert counted["step_s"].median() == pytest.approx(0.013)
     assert counted["data_wait_s"].median() == pytest.approx(0.003)
     assert counted["host_wait_s"].median() == pytest.approx(0.012)
+
+
+def test_a_stream_that_refuses_an_event_leaves_the_step_to_the_host_clock():
+    """Recording a timing event while a stream is captured into a CUDA graph raises: no mark, no crash."""
+    from pipeprof.script.device_clock import CudaDevice
+
+    class Capturing:
+        def __init__(self, enable_timing):
+            assert enable_timing
+
+        def record(self):
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    device = CudaDevice()
+    device._initialized, device._event = (lambda: True), Capturing
+    assert device.mark() is None and device.refused == 1
+    device._initialized = lambda: False  # CUDA not initialized: nothing is asked of it
+    assert device.mark() is None and device.refused == 1
