@@ -23,6 +23,7 @@ import pandas as pd
 
 from pipeprof.gpu_check import checks
 from pipeprof.gpu_check.checks import Outcome
+from pipeprof.measure.sim_device import CASES
 from pipeprof.run_folder import load_run
 
 PACKAGE = Path(__file__).resolve().parent
@@ -276,13 +277,6 @@ def ddp_job(ctx: Context) -> Outcome:
 # ---- the simulated device against the real one ---------------------------------------------------
 
 
-def sim_case_names() -> list[str]:
-    from pipeprof.measure import sim_device
-
-    cases = sim_device.CASES
-    return [c.name for c in (cases.values() if isinstance(cases, dict) else cases)]
-
-
 def sim_runs(ctx: Context) -> dict[str, dict[str, Any]]:
     """Every simulated-device case run on CUDA under pipeprof.profile() (one process, made once)."""
 
@@ -355,17 +349,8 @@ def all_checks() -> list[Check]:
         Check("gpu-util-input-bound", "pipeprof run augment-heavy.toml on cuda, 1 thread (<= 8 s): "
               f"{INVARIANTS}; mean GPU utilization < 40 %", scenario_check(*INPUT_BOUND, extra=_low_util)),
     ]
-    try:
-        names = sim_case_names()
-    except Exception as e:  # noqa: BLE001 - the list still has every other check; this one says why
-        error = f"pipeprof.measure.sim_device: {type(e).__name__}: {e}"
-
-        def broken(ctx: Context) -> Outcome:
-            raise CaseError(error)
-
-        return [*found, Check("sim-device", "the simulated-device cases against CUDA", broken)]
     what = ("the sim_device case's loop on CUDA under pipeprof.profile() (sleeping __getitem__, "
             "torch.cuda._sleep compute calibrated with events): data_wait and compute within 10 points of "
             "sim_device.simulated_fractions")
-    found += [Check(f"sim-device:{name}", what, sim_check(name), limit_s=120) for name in names]
+    found += [Check(f"sim-device:{case.name}", what, sim_check(case.name), limit_s=120) for case in CASES]
     return found

@@ -9,12 +9,13 @@ tested on synthetic records without one (tests/test_gpu_check.py).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+
+from pipeprof.numbers import finite
 
 STATUSES = ("pass", "fail", "skipped")
 DEVICE_CLOCK = "cuda-events"
@@ -58,14 +59,6 @@ def all_of(outcomes: Iterable[Outcome]) -> Outcome:
     if bad:
         return failed("; ".join(o.detail for o in bad))
     return passed("; ".join(o.detail for o in items))
-
-
-def _number(value: Any) -> float | None:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
 
 
 def _pct(x: float) -> str:
@@ -153,8 +146,8 @@ def gpu_columns_in_range(samples: pd.DataFrame) -> Outcome:
 def gpu_util_pct(summary: Mapping[str, Any], samples: pd.DataFrame) -> float | None:
     """Mean GPU utilization over the counted steps (summary.json's), else over every sample."""
     gpu = summary.get("gpu")
-    if isinstance(gpu, Mapping) and _number(gpu.get("mean_util_pct")) is not None:
-        return _number(gpu.get("mean_util_pct"))
+    if isinstance(gpu, Mapping) and finite(gpu.get("mean_util_pct")) is not None:
+        return finite(gpu.get("mean_util_pct"))
     values = pd.to_numeric(samples.get("gpu_util_pct", pd.Series(dtype=float)), errors="coerce").dropna()
     return float(values.mean()) if len(values) else None
 
@@ -165,7 +158,7 @@ def utilization(summary: Mapping[str, Any], samples: pd.DataFrame, *, above: flo
     util = gpu_util_pct(summary, samples)
     fractions = summary.get("fractions") or {}
     shares = ", ".join(f"{k} {_pct(v)}" for k in ("data_wait", "compute")
-                       if (v := _number(fractions.get(k))) is not None)
+                       if (v := finite(fractions.get(k))) is not None)
     if util is None:
         return failed("no GPU utilization was sampled")
     text = f"mean GPU utilization {util:.1f} %" + (f" ({shares})" if shares else "")
@@ -179,7 +172,7 @@ def utilization(summary: Mapping[str, Any], samples: pd.DataFrame, *, above: flo
 
 def data_wait_below(summary: Mapping[str, Any], limit: float) -> Outcome:
     """The data-wait share of step time is below ``limit`` (a fraction): the device-resident ceiling."""
-    wait = _number((summary.get("fractions") or {}).get("data_wait"))
+    wait = finite((summary.get("fractions") or {}).get("data_wait"))
     if wait is None:
         return failed("summary.json has no data_wait fraction")
     if not wait < limit:
@@ -197,7 +190,7 @@ def pinned_at_least_pageable(h2d: Mapping[str, Any]) -> Outcome:
     rates = {}
     for name in ("pinned", "pageable"):
         part = h2d.get(name) or {}
-        rate = _number(part.get("median_bytes_per_s"))
+        rate = finite(part.get("median_bytes_per_s"))
         if rate is None or rate <= 0:
             return failed(f"{name} h2d not measured: {part.get('absent') or part}")
         rates[name] = rate
@@ -222,7 +215,7 @@ def matmul_on_gpu(matmul: Mapping[str, Any], gpu: Mapping[str, Any], sizes: Iter
         if entry is None:
             problems.append(f"size {n} missing")
             continue
-        rate, ratio = _number(entry.get("median_gflop_per_s")), _number(entry.get("ratio_to_reference"))
+        rate, ratio = finite(entry.get("median_gflop_per_s")), finite(entry.get("ratio_to_reference"))
         if rate is None or rate <= 0 or ratio is None or not low <= ratio <= high:
             problems.append(f"size {n}: {rate} GFLOP/s, ratio {ratio}")
             continue
@@ -245,7 +238,7 @@ def fractions_agree(measured: Mapping[str, Any], expected: Mapping[str, Any],
     shown: list[str] = []
     bad: list[str] = []
     for key in keys:
-        real, sim = _number(measured.get(key)), _number(expected.get(key))
+        real, sim = finite(measured.get(key)), finite(expected.get(key))
         if real is None or sim is None:
             bad.append(f"{key}: real {real}, simulated {sim}")
             continue

@@ -121,7 +121,7 @@ class ScriptSteps:
     cuda_copies: int = 0  # batch copies timed on a CUDA device
     threads: list[dict[str, Any]] = field(default_factory=list)  # T events: torch's threads while it trained
     rank: dict[str, Any] | None = None  # R: the process group as the process last saw it
-    timing: dict[str, Any] = field(default_factory=lambda: step_timing(0, 0, 0, 0, 0, None))  # run.json's timing
+    timing: dict[str, Any] = field(default_factory=lambda: step_timing(0, 0, 0, 0, False))  # run.json's timing
     device_memory: pd.DataFrame = field(default_factory=pd.DataFrame)  # Y: torch.cuda's memory, per window
 
 
@@ -377,7 +377,7 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, 
     """The steps table, and which clock timed which part (``timing``, see ``step_timing``)."""
     n = len(begins)
     if not n:
-        return pd.DataFrame(columns=STEP_COLUMNS), step_timing(0, 0, 0, 0, 0, device)
+        return pd.DataFrame(columns=STEP_COLUMNS), step_timing(0, 0, 0, 0, bool(device))
 
     def sums(t: np.ndarray, values: np.ndarray) -> np.ndarray:
         i = _which_step(t, begins, ends)
@@ -394,10 +394,9 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, 
     on_device = np.zeros(n, dtype=bool)
     if device:
         # A step is timed on the device's clock when every time its spans are made of has a device event.
+        # (a time without one reads NaN, and so does every sum it is in: its step's wait, length or other)
         dev = _spans(device.at, begins, ends, wait_step, wait_t0, wait_t1, first_wait, eval_spans)
-        unmarked = np.isnan(device.at(wait_t0)) | np.isnan(device.at(wait_t1))
-        whole = ~np.bincount(wait_step[wait_step >= 0], weights=unmarked[wait_step >= 0], minlength=n).astype(bool)
-        on_device = whole & np.isfinite(dev.step_s) & np.isfinite(dev.other_s) & np.isfinite(dev.wait_s)
+        on_device = np.isfinite(dev.step_s) & np.isfinite(dev.other_s) & np.isfinite(dev.wait_s)
         wait_s = np.where(on_device, dev.wait_s, wait_s)
         step_s = np.where(on_device, np.clip(dev.step_s, 0.0, None), step_s)
         other_s = np.where(on_device, dev.other_s, other_s)
@@ -441,7 +440,7 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, 
     counted = np.arange(n) >= (warmup_steps if n > warmup_steps else 0)
     copies_in = outside & in_steps
     timing = step_timing(int(counted.sum()), int((on_device & counted).sum()), int(copies_in.sum()),
-                         int((copies_in & device_copy).sum()), int(bool(device)), device)
+                         int((copies_in & device_copy).sum()), bool(device))
     return rows, timing
 
 
@@ -449,8 +448,8 @@ HOST_ONLY = ("no CUDA event was recorded: the script did not initialize CUDA (it
              "host clock is the truth")
 
 
-def step_timing(counted: int, counted_on_device: int, copies: int, copies_on_device: int, marks: int,
-                device: DeviceTimes | None) -> dict[str, Any]:
+def step_timing(counted: int, counted_on_device: int, copies: int, copies_on_device: int,
+                marks: bool) -> dict[str, Any]:
     """run.json's ``timing``: the clock of each part (``data_wait``, ``h2d``, ``compute``) and of the whole
     (``method``: "cuda-events" when every counted step was timed on the device, "host-clock" when none was,
     "mixed" otherwise), and ``reason``: why not the device's, when not."""
@@ -460,7 +459,6 @@ def step_timing(counted: int, counted_on_device: int, copies: int, copies_on_dev
         return "cuda-events" if part_device == part_all else "host-clock" if not part_device else "mixed"
 
     steps = clock_of(counted_on_device, counted) or ("cuda-events" if marks else "host-clock")
-    method = steps
     reason = None
     if not marks:
         reason = HOST_ONLY
@@ -469,7 +467,7 @@ def step_timing(counted: int, counted_on_device: int, copies: int, copies_on_dev
                   f"event (CUDA was initialized after they began, or a framework's loader fetched their "
                   f"batches ahead): those are timed on the host clock, which on CUDA can hand the device's "
                   f"compute to the wait")
-    return {"method": method,
+    return {"method": steps,
             "parts": {"data_wait": steps, "h2d": clock_of(copies_on_device, copies), "compute": steps},
             "reason": reason}
 

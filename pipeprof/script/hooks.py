@@ -236,8 +236,7 @@ class Hooks:
         iterator = original(loader)
         t1 = self.clock()
         if start is not None:
-            self._marked(t0, start)
-            self._mark(t1)
+            self._bracket(start, t0, t1)
         iterator._pipeprof_loader = number
         outer = iterator._pipeprof_outer = self.outer  # iterated inside a look-ahead loader's next() (or None)
         self._passes.add(iterator)
@@ -262,8 +261,7 @@ class Hooks:
         except StopIteration:
             t1 = self.clock()
             if start is not None:
-                self._marked(t0, start)
-                self._mark(t1)
+                self._bracket(start, t0, t1)
             if outer is None:
                 self.log.add(("E", number, t0, t1), t1)
             else:  # the look-ahead loader's next() that saw it reports the pass's end
@@ -271,8 +269,7 @@ class Hooks:
             raise
         t1 = self.clock()
         if start is not None:
-            self._marked(t0, start)
-            self._mark(t1)
+            self._bracket(start, t0, t1)
         record = None
         if type(data) is Tagged:
             data, record = data.batch, data.record
@@ -296,8 +293,10 @@ class Hooks:
         if event is not None:
             self.log.add_device_mark(t_s, event)
 
-    def _marked(self, t_s: float, event: Any) -> None:
-        self.log.add_device_mark(t_s, event)
+    def _bracket(self, start: Any, t0_s: float, t1_s: float) -> None:
+        """A call from ``t0_s`` to ``t1_s`` on the host: ``start`` (recorded just before ``t0_s``) and an event now."""
+        self.log.add_device_mark(t0_s, start)
+        self._mark(t1_s)
 
     def _batch(self, number: int, t0: float, t1: float, samples: int, record: Any, ready: float | None) -> None:
         """``N``: the loop waited ``t0``..``t1`` for a batch of loader ``number``."""
@@ -362,7 +361,8 @@ class Hooks:
         self.optimizer_steps += 1
         now = self.clock()
         self.log.add(("O", now), now)
-        self._step_end(now)
+        if not self.marks:  # prof.step() marks end the steps when there are any
+            self._step_end(now)
         if not self.threads_read:
             self.read_threads("first step")
             self.read_rank()
@@ -373,7 +373,8 @@ class Hooks:
         self.backwards += 1
         now = self.clock()
         self.log.add(("B", t0, now), now)
-        self._step_end(now)
+        if not (self.optimizer_steps or self.marks):  # a backward pass ends a step only without either
+            self._step_end(now)
         if not self.threads_read:
             self.read_threads("first step")
         if not (self.optimizer_steps or self.marks):  # no optimizer (yet): a step is a backward pass
