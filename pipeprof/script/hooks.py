@@ -60,6 +60,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -469,9 +470,25 @@ class Hooks:
             finally:
                 if _ACTIVE is self:
                     _ACTIVE = None
+                if self.stopping:
+                    end_process_group()
 
 
 _ACTIVE: Hooks | None = None
+
+
+def end_process_group() -> None:
+    """Destroy the default process group of a process pipeprof stopped (``--steps``), as the script would have
+    at its end: one left to interpreter teardown can abort the rank (gloo's threads: SIGABRT, "terminate
+    called without an active exception", pytorch#190489). Called at a ``next()``, where no collective of the
+    rank is in flight; a failure to destroy is said, never raised over the exit."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception as e:  # noqa: BLE001 - the stop goes on; the rank may still abort at teardown
+        print(f"pipeprof: warning: could not end the stopped rank's process group: {type(e).__name__}: {e}",
+              file=sys.stderr)
 
 
 def _switched(original: Callable, hooks: Hooks, on: Callable[[Any, Callable], Any]) -> Callable:
