@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 # name -> (title, arguments, arguments with --quick)
 BENCHMARKS = {
     "overhead": ("Profiler overhead: scenarios and scripts", [], ["--repeats", "3"]),
+    "overheadsplit": ("Where the fastest loop's overhead goes", [], ["--repeats", "3", "--epochs", "4"]),
     "attribution": ("Attribution error on the ground-truth cases", [], ["--repeats", "1"]),
     "longrun": ("A long run: the profiler's memory and the report's render time", [], ["--hours", "0.25"]),
     "codeprofile": ("Cost of the code-level view (cProfile, py-spy)", [], ["--repeats", "2"]),
