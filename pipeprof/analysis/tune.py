@@ -22,11 +22,27 @@ The search:
    t+1, 1, cores``; each other setting's other values); a neighbour replaces
    the incumbent only when it beats it by more than ``min_gain`` (3%: less
    is within the noise of a short window); repeat passes until one changes
-   nothing or ``max_evals`` measurements are spent.
+   nothing or ``max_evals`` measurements are spent;
+4. with ``finalists`` > 0, a final round (successive halving): the
+   ``finalists`` fastest settings of steps 1-3 are measured again with
+   ``remeasure`` (longer windows), one after the other and interleaved, in
+   up to ``rounds`` rounds, each round's order rotated so a slow spell of a
+   shared machine falls on all of them; after each round the settings whose
+   mean is below the leader's by more than the noise margin are dropped. The
+   broad round's own measurements are left out of these means: the setting
+   that came first there is, among equals, the one whose measurement was
+   luckiest (the winner's curse). The winner is the highest mean, except that
+   the scenario as given, when still in the running, is kept unless a change
+   beats it beyond the margin: a change is chosen only when it is measurably
+   faster. The margin between two means of ``n_a`` and ``n_b`` measurements is
+   ``max(min_gain, 2 * noise * sqrt(1/n_a + 1/n_b))``, ``noise`` the relative
+   standard deviation of one measurement: pooled from the final round's
+   repeats once there are any, the ``noise`` argument before.
 
-Settings already measured are not measured again; settings the scenario
-refuses together are skipped (status ``skipped``: no time spent, not
-counted against ``max_evals``); a failed measurement counts.
+Settings already measured are not measured again in steps 1-3; settings the
+scenario refuses together are skipped (status ``skipped``: no time spent, not
+counted against ``max_evals``); a failed measurement counts. ``max_evals``
+bounds steps 1-3; the final round adds at most ``finalists * rounds``.
 """
 
 from __future__ import annotations
@@ -44,6 +60,7 @@ Settings = dict[str, Any]
 Evaluate = Callable[[Settings, str], "tuple[float | None, str]"]
 
 PREFETCH_FACTORS = (2, 4, 8)
+TUNE_PRIOR_NOISE = 0.10  # one short window's relative noise on a shared machine, before repeats measure it
 
 
 @dataclass(frozen=True)
@@ -108,21 +125,38 @@ class Space:
 
 @dataclass
 class Search:
-    """The measurements made, in order, and the incumbent."""
+    """The measurements made, in order, and the incumbent; the final round's finalists and noise when it ran."""
 
     trials: list[dict[str, Any]] = field(default_factory=list)
     best: dict[str, Any] | None = None
+    # per finalist: settings, broad_samples_per_s (its last measurement before the final round: the
+    # confirmation where one was made, not the window that looked fast enough to need one),
+    # samples_per_s_per_window (its final-round measurements),
+    # samples_per_s (their mean), dropped_after_round (None: in the running to the end)
+    finalists: list[dict[str, Any]] = field(default_factory=list)
+    noise: float | None = None  # relative standard deviation of one measurement used for the margins
 
 
 def search(start: Settings, space: Space, evaluate: Evaluate, seeds: Callable[[], Iterable[Settings]] = tuple, *,
-           max_evals: int = 16, min_gain: float = TUNE_MIN_GAIN) -> Search:
-    """Coordinate search from ``start`` (every dimension's current value).
+           max_evals: int = 16, min_gain: float = TUNE_MIN_GAIN, confirm_gains: bool = False, finalists: int = 0,
+           rounds: int = 2, remeasure: Evaluate | None = None, noise: float = TUNE_PRIOR_NOISE) -> Search:
+    """Coordinate search from ``start`` (every dimension's current value), then the final round.
 
     ``seeds()`` is called after the first measurement (the recommendations of
-    that run) and returns changes to try next.
+    that run) and returns changes to try next. With ``confirm_gains`` a
+    setting that would replace the incumbent is measured again (``remeasure``)
+    and replaces it only when that second measurement also gains more than
+    ``min_gain``; the incumbent's rate is then the second measurement, so one
+    lucky window neither moves the walk nor bars the settings that follow,
+    and a setting that gained is walked on from the new incumbent (workers
+    1, 2, 3, ... while each gains) before the next setting.
+    ``finalists=0`` (the default) skips the final round: the best is the
+    fastest single measurement. ``remeasure`` measures the confirmations and
+    the final round (default ``evaluate``). The defaults are the plain search.
     """
     result = Search()
     seen: dict[tuple, float | None] = {}
+    again = remeasure or evaluate
 
     def measure(settings: Settings, why: str) -> float | None:
         settings = space.normalize(settings)
@@ -138,25 +172,127 @@ def search(start: Settings, space: Space, evaluate: Evaluate, seeds: Callable[[]
             result.best = result.trials[-1]
         return rate
 
+    def gain(candidate: Settings, rate: float | None, best: float | None, needed: float) -> float | None:
+        """The candidate's rate when it beats ``best`` by more than ``needed`` (confirmed if asked), else None."""
+        if rate is None or (best is not None and rate <= best * (1 + needed)):
+            return None
+        if not confirm_gains or best is None:
+            return rate
+        if _spent(result) >= max_evals:
+            return None
+        second, status = again(dict(candidate), "confirming a gain")
+        result.trials.append({"settings": dict(candidate), "why": "confirming a gain", "samples_per_s": second,
+                              "status": status})
+        if second is None or status != "complete" or (best is not None and second <= best * (1 + needed)):
+            return None
+        return second
+
     incumbent = space.normalize(start)
     best_rate = measure(incumbent, "the scenario as given")
     for seed in seeds():
         candidate = space.normalize({**incumbent, **seed})
-        rate = measure(candidate, "predicted by the recommendations")
-        if rate is not None and (best_rate is None or rate > best_rate):
+        rate = gain(candidate, measure(candidate, "predicted by the recommendations"), best_rate, 0.0)
+        if rate is not None:
             incumbent, best_rate = candidate, rate
     improved = True
     while improved and _spent(result) < max_evals:
         improved = False
         for dim in space.dimensions():
-            for value in space.neighbours(dim, incumbent):
-                candidate = space.normalize({**incumbent, dim: value})
-                rate = measure(candidate, f"coordinate search: {dim}")
-                if rate is not None and (best_rate is None or rate > best_rate * (1 + min_gain)):
+            values = space.neighbours(dim, incumbent)
+            while values:
+                candidate = space.normalize({**incumbent, dim: values.pop(0)})
+                if _key(candidate) in seen:
+                    continue  # measured before: it did not win then
+                rate = gain(candidate, measure(candidate, f"coordinate search: {dim}"), best_rate, min_gain)
+                if rate is not None:
                     incumbent, best_rate, improved = candidate, rate, True
+                    if confirm_gains:  # walk on along the setting that gained, from the new incumbent
+                        values = space.neighbours(dim, incumbent)
             if _spent(result) >= max_evals:
                 break
+    if confirm_gains and best_rate is not None:  # the walk's incumbent, at its confirmed rate
+        result.best = {"settings": dict(incumbent), "why": "the search's incumbent", "samples_per_s": best_rate,
+                       "status": "complete"}
+    if finalists > 0 and result.best is not None:
+        final_round(result, space.normalize(start), remeasure or evaluate, finalists=finalists, rounds=rounds,
+                    min_gain=min_gain, noise=noise)
     return result
+
+
+def final_round(result: Search, start: Settings, measure: Evaluate, *, finalists: int, rounds: int,
+                min_gain: float, noise: float) -> None:
+    """Step 4 of the module docstring, on ``result`` in place: its finalists, noise and best."""
+    by_setting: dict[tuple, list[dict[str, Any]]] = {}
+    for t in result.trials:
+        if t["status"] == "complete" and t["samples_per_s"] is not None:
+            by_setting.setdefault(_key(t["settings"]), []).append(t)
+    ranked = [{"settings": dict(ts[0]["settings"]),
+               "broad_samples_per_s": ts[-1]["samples_per_s"],
+               "samples_per_s_per_window": [], "samples_per_s": None, "dropped_after_round": None}
+              for ts in by_setting.values()]
+    ranked = sorted(ranked, key=lambda f: -f["broad_samples_per_s"])[:finalists]
+    result.finalists = ranked
+    alive = list(ranked)
+    sd = noise
+    for r in range(rounds):
+        if len(alive) < 2 and r > 0:
+            break
+        shift = r % len(alive)
+        for f in alive[shift:] + alive[:shift]:
+            rate, status = measure(dict(f["settings"]), f"final round {r + 1} of {rounds}")
+            result.trials.append({"settings": dict(f["settings"]), "why": f"final round {r + 1} of {rounds}",
+                                  "samples_per_s": rate, "status": status})
+            if rate is not None and status == "complete":
+                f["samples_per_s_per_window"].append(rate)
+        for f in ranked:
+            rates = f["samples_per_s_per_window"]
+            f["samples_per_s"] = sum(rates) / len(rates) if rates else None
+        pooled = pooled_noise([f["samples_per_s_per_window"] for f in ranked])
+        sd = noise if pooled is None else pooled
+        measured = [f for f in alive if f["samples_per_s"] is not None]
+        if not measured:
+            break
+        leader = max(measured, key=lambda f: f["samples_per_s"])
+        for f in alive:
+            if f is not leader and (f["samples_per_s"] is None
+                                    or not within(f, leader, sd, min_gain)):
+                f["dropped_after_round"] = r + 1
+        alive = [f for f in alive if f["dropped_after_round"] is None]
+    result.noise = sd
+    contenders = [f for f in alive if f["samples_per_s"] is not None]
+    if not contenders:
+        return  # every final measurement failed: the broad round's best stands
+    winner = max(contenders, key=lambda f: f["samples_per_s"])
+    given = next((f for f in contenders if _key(f["settings"]) == _key(start)), None)
+    why = f"the final round's fastest (mean of {len(winner['samples_per_s_per_window'])})"
+    if given is not None and given is not winner and within(given, winner, sd, min_gain):
+        winner, why = given, "the scenario as given: no change beat it beyond the noise in the final round"
+    result.best = {"settings": dict(winner["settings"]), "why": why, "samples_per_s": winner["samples_per_s"],
+                   "status": "complete", "samples_per_s_per_window": list(winner["samples_per_s_per_window"])}
+
+
+def margin(n_a: int, n_b: int, noise: float, min_gain: float) -> float:
+    """The relative difference two means of ``n_a`` and ``n_b`` measurements must exceed to differ."""
+    return max(min_gain, 2 * noise * math.sqrt(1 / max(n_a, 1) + 1 / max(n_b, 1)))
+
+
+def within(f: dict[str, Any], leader: dict[str, Any], noise: float, min_gain: float) -> bool:
+    """Whether finalist ``f``'s mean is within the noise margin below ``leader``'s."""
+    m = margin(len(f["samples_per_s_per_window"]), len(leader["samples_per_s_per_window"]), noise, min_gain)
+    return f["samples_per_s"] >= leader["samples_per_s"] * (1 - m)
+
+
+def pooled_noise(groups: Iterable[list[float]]) -> float | None:
+    """Relative standard deviation of one measurement, pooled over repeated measurements of each setting
+    (the spread of log rates: a ratio's noise); None without a repeat."""
+    squares, dof = 0.0, 0
+    for rates in groups:
+        logs = [math.log(r) for r in rates if r > 0]
+        if len(logs) >= 2:
+            mean = sum(logs) / len(logs)
+            squares += sum((v - mean) ** 2 for v in logs)
+            dof += len(logs) - 1
+    return math.sqrt(squares / dof) if dof else None
 
 
 def _spent(result: Search) -> int:
