@@ -4,6 +4,8 @@ Examples:
   pipeprof profile -- python train.py --epochs 1
   pipeprof profile --steps 300 -- python -m mypackage.train --config base.yaml
   pipeprof profile --out runs --name resnet -- python train.py
+  pipeprof profile --loader num_workers=4 --loader pin_memory=True --threads 2 -- python train.py
+  pipeprof profile --loader val_loader.batch_size=512 -- python train.py
 
 The script runs in its own process, as `python train.py` would run it, with
 every torch DataLoader's iteration timed, steps cut at optimizer steps (at
@@ -17,6 +19,19 @@ training steps.
 Ctrl-C reaches the script as usual; what was measured is saved. A bare
 `python` means the interpreter pipeprof runs in; give a path
 (`-- ./venv/bin/python train.py`) to use another one that can import pipeprof.
+
+--loader KEY=VALUE sets a DataLoader keyword argument (num_workers,
+prefetch_factor, pin_memory, persistent_workers, batch_size, drop_last,
+timeout, multiprocessing_context...; VALUE a Python literal) on the
+script's training loader at its first iter(), without editing the script:
+every loader iterated with gradients on whose name does not say val /
+eval / test. --loader NAME.KEY=VALUE sets it on the loaders the script
+names NAME (train_loader, self.val_loader, train_dataloader: the names the
+report shows). Going to 0 workers drops prefetch_factor and
+persistent_workers. --threads N runs the script with
+torch.set_num_threads(N) and keeps it there (the script's own calls are
+recorded, not obeyed). What was changed is in run.json's overrides, the
+report's notes and summary.json's loaders (the settings really used).
 
 Exit status: the script's own (128 + N when signal N killed it); 2 for
 pipeprof's own usage errors. The run folder is written in every case.
@@ -45,6 +60,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="steps left out of the statistics (default: 5)")
     p.add_argument("--sample-hz", type=_rate, default=10.0, metavar="HZ",
                    help="system sampling rate (default: 10)")
+    p.add_argument("--loader", action="append", metavar="[NAME.]KEY=VALUE", default=[],
+                   help="set a DataLoader argument of the training loader (or of the loader named NAME); "
+                        "repeatable")
+    p.add_argument("--threads", type=_positive_int, metavar="N", help="torch.set_num_threads(N) for the script")
     p.add_argument("--quiet", action="store_true", help="no summary table")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python SCRIPT [ARGS]",
                    help="the training command: python SCRIPT ARGS, python -m MODULE ARGS, or SCRIPT.py ARGS")
@@ -85,13 +104,18 @@ def execute(args: argparse.Namespace) -> int:
     # torch, pandas and the analysis load here, not when the parser is built (pipeprof --help stays fast)
     from pipeprof.pipeline.script_run import profile_script
     from pipeprof.render.console import print_summary
+    from pipeprof.script.overrides import parse
 
+    overrides = parse(args.loader, args.threads)  # checked before the script starts: a bad one exits 2
     saved = profile_script(args.command, out=args.out, name=args.name, steps=args.steps,
-                           warmup_steps=args.warmup_steps, sample_hz=args.sample_hz)
+                           warmup_steps=args.warmup_steps, sample_hz=args.sample_hz, overrides=overrides)
     run, folder = saved.run, saved.folder
     try:
         if not args.quiet and not run.steps.empty:
             print_summary(saved.summary, folder, stdout_console())
+        for note in run.meta["notes"]:
+            if note.startswith(("overridden: ", "--loader ")):
+                print(note if note.startswith("overridden: ") else f"note: {note}")
         print(f"report: {folder / 'report.html'}", flush=True)
     except BrokenPipeError:  # stdout closed early (| head): the report's place and the closing line go to stderr
         stdout_closed()

@@ -9,6 +9,7 @@ saves the run folder. Nothing here prints.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -26,7 +27,9 @@ import pipeprof
 from pipeprof.errors import UsageError
 from pipeprof.pipeline.fresh_process import stop_process
 from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
-from pipeprof.script.protocol import EVENTS_DIR_ENV, EVENTS_ENV, STARTUP_PACKAGE, STEPS_ENV
+from pipeprof.script import overrides as overrides_mod
+from pipeprof.script.overrides import Overrides
+from pipeprof.script.protocol import EVENTS_DIR_ENV, EVENTS_ENV, OVERRIDES_ENV, STARTUP_PACKAGE, STEPS_ENV
 from pipeprof.script.session import Session
 
 _PYTHON = re.compile(r"python[0-9.]*(\.exe)?$")
@@ -177,9 +180,10 @@ def outcome(returncode: int, ended: dict[str, Any] | None, received: list[int]) 
 
 
 def profile_script(command: list[str], *, out: Path, name: str | None = None, steps: int | None = None,
-                   warmup_steps: int = 5, sample_hz: float = 10.0) -> ScriptRun:
+                   warmup_steps: int = 5, sample_hz: float = 10.0, overrides: Overrides | None = None) -> ScriptRun:
     """Run ``command`` (``python SCRIPT ARGS``, ``python -m MODULE ARGS`` or ``SCRIPT.py ARGS``) under the
-    hooks, sampling its process tree at ``sample_hz``; ``steps``: end it after that many training steps.
+    hooks, sampling its process tree at ``sample_hz``; ``steps``: end it after that many training steps;
+    ``overrides``: loader settings and threads changed from outside (``script.overrides``).
     The run folder is saved under ``out`` however the script ended."""
     words = command[1:] if command and command[0] == "--" else list(command)
     launched = launcher_command(command)
@@ -200,6 +204,9 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
         env = dict(os.environ, **{EVENTS_ENV: str(events), EVENTS_DIR_ENV: tmp})
         if steps:
             env[STEPS_ENV] = str(steps)
+        env.pop(OVERRIDES_ENV, None)  # a profiled script's own pipeprof profile child: not the parent's
+        if overrides:
+            env[OVERRIDES_ENV] = json.dumps(overrides.to_json())
         root = Path(pipeprof.__file__).resolve().parent
         # the start-up hook first: every Python process the command starts arms the hooks (rank_boot)
         env["PYTHONPATH"] = os.pathsep.join([str(root / "script" / STARTUP_PACKAGE), str(root.parent),
@@ -228,6 +235,8 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
                   "ended": {"how": "signal" if returncode < 0 else status, "detail": error,
                             "recorded_by": "pipeprof profile"}}
         run = session.finish(status, error, script)
+        if overrides:
+            _record_overrides(run, overrides, Path(tmp))
         if steps and run.meta["step_source"] is None:
             run.meta["notes"].append(f"--steps {steps} was not applied: no training step ran in the process "
                                      "pipeprof instrumented")
@@ -235,6 +244,15 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
     summary, files = derived_files(run, folder.name)
     save_run(run, folder, files)
     return ScriptRun(run, folder, summary, exit_status(returncode))
+
+
+def _record_overrides(run: Run, overrides: Overrides, events_dir: Path) -> None:
+    """run.json's ``overrides``: what was asked, what each process applied to which loader; notes for the report."""
+    started = run.meta["script"].get("started") or {}
+    record, notes = overrides_mod.outcome(overrides.to_json(), overrides_mod.read_records(events_dir),
+                                          run.meta.get("loaders") or [], started.get("pid"))
+    run.meta["overrides"] = record
+    run.meta["notes"].extend(notes)
 
 
 def _wait(process: subprocess.Popen) -> int:

@@ -6,8 +6,9 @@ of the script. The script runs as ``__main__`` with its own ``sys.argv`` and
 ``python SCRIPT`` would run it; its exceptions and exit status pass through
 unchanged. When it ends, the hooks are taken back (``Hooks.uninstall``)
 before the interpreter runs its exit handlers. The environment names the
-event file (``PIPEPROF_EVENTS``) and an optional number of steps after
-which to stop (``PIPEPROF_STEPS``).
+event file (``PIPEPROF_EVENTS``), an optional number of steps after
+which to stop (``PIPEPROF_STEPS``) and optional settings to change from
+outside (``PIPEPROF_OVERRIDES``: ``pipeprof.script.overrides``).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from types import TracebackType
 
 import torch
 
+from pipeprof.script import overrides
 from pipeprof.script.hooks import EventLog, Hooks, clock
-from pipeprof.script.protocol import EVENTS_ENV, STEPS_ENV
+from pipeprof.script.protocol import EVENTS_DIR_ENV, EVENTS_ENV, OVERRIDES_ENV, STEPS_ENV
 
 
 def main(argv: list[str]) -> None:
@@ -44,6 +46,7 @@ def main(argv: list[str]) -> None:
         sys.path[0] = os.path.dirname(os.path.abspath(target))
         run = lambda: runpy.run_path(target, run_name="__main__")  # noqa: E731
     hooks.install()
+    _arm_overrides(hooks)
     try:
         try:
             run()
@@ -68,6 +71,13 @@ def main(argv: list[str]) -> None:
             hooks.uninstall()
         except Exception as e:  # noqa: BLE001 - the script's own exit status and exception go on unchanged
             print(f"pipeprof: warning: could not take the hooks back: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+def _arm_overrides(hooks: Hooks) -> None:
+    """``--loader`` / ``--threads`` (``PIPEPROF_OVERRIDES``), applied in this process (``script.overrides``)."""
+    folder = os.environ.get(EVENTS_DIR_ENV)
+    record = overrides.record_path(folder, os.getpid()) if folder else None
+    overrides.arm(hooks, overrides.from_environment(os.environ.get(OVERRIDES_ENV)), record)
 
 
 def _trim_own_frames_from_traceback() -> None:

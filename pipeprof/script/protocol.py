@@ -6,6 +6,9 @@ torch (it loads torch only once the script has started)."""
 EVENTS_ENV = "PIPEPROF_EVENTS"
 # Optional: end the script after this many training steps.
 STEPS_ENV = "PIPEPROF_STEPS"
+# Optional: settings changed from outside (``pipeprof profile --loader KEY=VALUE --threads N``), as JSON:
+# ``{"loader": [{"loader": NAME|null, "key": KEY, "value": VALUE}], "threads": N|null}`` (script.overrides).
+OVERRIDES_ENV = "PIPEPROF_OVERRIDES"
 # The folder where every instrumented process of the job writes its own event file (``events-<pid>.jsonl``).
 EVENTS_DIR_ENV = "PIPEPROF_EVENTS_DIR"
 # The folder put in front of PYTHONPATH whose ``sitecustomize`` arms the hooks in every Python process started

@@ -34,7 +34,7 @@ from types import TracebackType
 from typing import Any
 
 from pipeprof.script.post_import import PostImport
-from pipeprof.script.protocol import EVENTS_DIR_ENV, STEPS_ENV
+from pipeprof.script.protocol import EVENTS_DIR_ENV, OVERRIDES_ENV, STEPS_ENV
 
 BOOT_MODULE = "pipeprof.script.boot"
 # The environment that says which rank a process is (launchers and schedulers set them): kept raw in the
@@ -101,6 +101,7 @@ def _start() -> None:
 def _install() -> None:
     import torch
 
+    from pipeprof.script import overrides  # --loader / --threads: in every rank too
     from pipeprof.script.hooks import EventLog, Hooks, clock
 
     steps = os.environ.get(STEPS_ENV)
@@ -112,6 +113,8 @@ def _install() -> None:
                                   "cuda_available": torch.cuda.is_available(), "env": rank_environment()}), clock())
     hooks.install()
     _armed.append(hooks)
+    overrides.arm(hooks, overrides.from_environment(os.environ.get(OVERRIDES_ENV)),
+                  overrides.record_path(os.environ[EVENTS_DIR_ENV], os.getpid()))
     _record_spawned_failures(hooks, clock)
     previous_hook = sys.excepthook
 
