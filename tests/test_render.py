@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from rich.console import Console
+from test_intervals import noisy_run
 
 from pipeprof.analysis.loading import counted_batches, loading_breakdown
 from pipeprof.analysis.summary import summarize
@@ -678,3 +679,47 @@ def test_html_says_which_clock_timed_the_steps_and_flags_a_host_clock_gpu_run():
     cpu.meta["timing"] = {"method": "host-clock", "parts": {}, "reason": "training on the CPU: synchronous"}
     html = render_html(cpu, summarize(cpu))
     assert "Host-clock timing on a GPU run." not in html and "Timing: host clock — training on the CPU" in html
+
+
+# -- issue 17, item 2: every prediction with its interval ------------------------------------------------------
+
+
+def _predicted_run(noise: float):
+    return noisy_run(noise)  # test_intervals' made-up runs, whose noise is known
+
+
+def test_console_and_report_show_each_prediction_with_its_interval():
+    run = _predicted_run(0.1)
+    summary = summarize(run)
+    (rec,) = summary["recommendations"]
+    low, high = rec["interval"]["speedup"]
+    text = f"×{rec['predicted_speedup']:.2f} ({low:.2f}–{high:.2f})"
+    assert low > 1.0
+    console = Console(record=True, width=400)
+    print_summary(summary, "runs/x", console=console)
+    assert re.search(r"top recommendation\s+.*, " + re.escape(text), console.export_text())
+    html = render_html(run, summary)
+    assert text in html and "may not help" not in html.split('id="recommendations"')[1].split("</table>")[0]
+    assert "interval: block bootstrap" in html
+
+
+def test_a_prediction_that_may_not_help_says_so_in_the_report():
+    run = _predicted_run(0.8)
+    summary = summarize(run)
+    (rec,) = summary["recommendations"]
+    low, high = rec["interval"]["speedup"]
+    html = render_html(run, summary)
+    assert f"(may not help: ×{low:.2f}–{high:.2f})" in html and 'class="may-not-help"' in html
+
+
+def test_the_report_shows_whether_the_re_run_fell_in_the_interval():
+    run = _predicted_run(0.1)
+    (rec,) = summarize(run)["recommendations"]
+    low, high = rec["interval"]["samples_per_s"]
+    run.meta["verification"] = {"status": "complete", "change": rec["change"], "set": "--set x",
+                                "predicted_samples_per_s": rec["predicted_samples_per_s"],
+                                "predicted_speedup": rec["predicted_speedup"],
+                                "measured_samples_per_s": (low + high) / 2}
+    html = render_html(run, summarize(run))
+    assert re.search(r"<th scope=\"row\">interval</th><td>measured inside the predicted [\d,]+–[\d,]+ samples/s "
+                     r"\(80% interval\)", html)

@@ -171,7 +171,8 @@ def test_the_summary_record_is_what_summary_json_is_made_of():
     record = summary_record(run)
     assert isinstance(record, Summary) and record.to_json() == summarize(run)
     assert record.bottleneck == record.verdict.coarse == "input"
-    assert record.recommendations and record.recommendations[0].to_json() == summarize(run)["recommendations"][0]
+    assert record.recommendations and {**record.recommendations[0].to_json(), "interval": record.intervals[0].to_json()
+                                       } == summarize(run)["recommendations"][0]
     assert record.attribution.fractions == record.fractions and record.sections["loading"] is None
 
 

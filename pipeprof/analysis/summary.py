@@ -24,6 +24,7 @@ from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution, attribution
 from pipeprof.analysis.device_memory import device_memory
 from pipeprof.analysis.hotspots import code_profile
+from pipeprof.analysis.intervals import Interval, intervals, none, ranked
 from pipeprof.analysis.ranks import (
     RankEntry,
     RankResult,
@@ -121,6 +122,8 @@ class Summary:
     sections: dict[str, Any]
     ranks: tuple[RankEntry, ...] = ()  # a distributed job's ranks (analysis.ranks); empty for one process
     straggler: Straggler | None = None  # which rank sets the job's pace; None for one process
+    # One per recommendation, in order (analysis.intervals): summary.json's item ``interval``.
+    intervals: tuple[Interval, ...] = ()
 
     @property
     def bottleneck(self) -> str:
@@ -130,6 +133,11 @@ class Summary:
     def bottleneck_reason(self) -> str:
         return bottleneck(self.verdict)[1]
 
+    def _intervals(self) -> tuple[Interval, ...]:
+        if len(self.intervals) == len(self.recommendations):
+            return self.intervals
+        return tuple(none("not computed for these recommendations") for _ in self.recommendations)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema_version": SUMMARY_SCHEMA_VERSION, "scenario": self.scenario, "device": self.device,
@@ -138,7 +146,8 @@ class Summary:
             "fractions": dict(self.fractions), "bottleneck": self.bottleneck,
             "bottleneck_reason": self.bottleneck_reason, **self.sections,
             "attribution": self.attribution.to_json(), "verdict": self.verdict.to_json(),
-            "recommendations": [r.to_json() for r in self.recommendations],
+            "recommendations": [{**r.to_json(), "interval": i.to_json()}
+                                for r, i in zip(self.recommendations, self._intervals(), strict=True)],
             "ranks": [r.to_json() for r in self.ranks],
             "straggler": self.straggler.to_json() if self.straggler is not None else None,
         }
@@ -167,10 +176,14 @@ def summary_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
       ``bottleneck`` is its coarse form (``verdict.coarse``: ``input`` for every ``input:*``)
       and ``bottleneck_reason`` says it in words, so the two never disagree.
     * ``recommendations``: ``[{"change", "predicted_samples_per_s",
-      "predicted_speedup", "reason", "model"}]`` ranked by predicted speed-up
-      (``recommend.recommend``; its model is in that module's docstring).
+      "predicted_speedup", "reason", "model", "interval"}]`` ranked by predicted speed-up
+      (``recommend.recommend``; its model is in that module's docstring), those whose
+      speed-up interval reaches x1.0 (``interval.may_not_help``) after the certain gains;
+      ``interval``: ``{"samples_per_s": [lo, hi], "speedup": [lo, hi], "level", "method",
+      "may_not_help"}`` (``intervals.intervals``; null bounds with the reason in ``method``).
     * ``verification``: predicted against measured speed-up of the top
-      recommendation after ``run --verify`` (``verification.verification``),
+      recommendation after ``run --verify`` (``verification.verification``), with
+      ``within_interval`` (the measured samples/s inside the recommendation's interval),
       else null.
     * ``code_profile``: ``{"cprofile", "pyspy"}``, the code-level view
       (``hotspots.code_profile``), each ``{"absent": reason}`` when off.
@@ -207,10 +220,12 @@ def job_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
                        "nodes": list(job.get("nodes") or []), "launcher": job.get("launcher"),
                        "median_rank": results[median].rank,
                        "untraced": len(job.get("untraced") or [])}
+    job_recs = tuple(job_recommendations(results, median, paced, job_samples_per_s))
     return dataclasses.replace(
         summaries[median], scenario=run.name, samples=sum(s.samples for s in summaries),
-        samples_per_s=job_samples_per_s, sections=sections,
-        recommendations=tuple(job_recommendations(results, median, paced, job_samples_per_s)),
+        samples_per_s=job_samples_per_s, sections=sections, recommendations=job_recs,
+        intervals=tuple(none("a distributed job's prediction is not resampled (its ranks are, one by one)")
+                        for _ in job_recs),
         ranks=tuple(rank_entry(r) for r in results), straggler=paced)
 
 
@@ -275,7 +290,11 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
             sections["script"] = {**sections["script"], "wall_s": script_wall_s(run)}
             if run.meta.get("overrides"):  # pipeprof profile --loader / --threads: what was set from outside
                 sections["script"]["overrides"] = run.meta["overrides"]
-    sections["verification"] = verification(run.meta.get("verification"), samples_per_s)
+    probe = probe if probe is not None else run.meta.get("probe")
+    listed = recommend(run, attr, judged)
+    recs, bounds = ranked(listed, intervals(run, listed, probe=probe))
+    sections["verification"] = verification(run.meta.get("verification"), samples_per_s,
+                                            checked_interval(run.meta.get("verification"), recs, bounds))
     sections["throughput"] = throughput_windows(run.steps)
     sections["code_profile"] = code_profile(run)
     return Summary(
@@ -285,7 +304,17 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
                      "p90": float(np.percentile(step_s, 90)) if n else None,
                      "mean": float(step_s.mean()) if n else None},
         fractions=frac, attribution=attr, verdict=judged,
-        recommendations=tuple(recommend(run, attr, judged)), sections=sections)
+        recommendations=recs, intervals=bounds, sections=sections)
+
+
+def checked_interval(record: Any, recommendations: tuple[Recommendation, ...],
+                     bounds: tuple[Interval, ...]) -> Interval | None:
+    """The interval of the recommendation a ``--verify`` re-run checked (run.json's ``verification.change``),
+    or None when none of the recommendations is that change."""
+    change = record.get("change") if isinstance(record, dict) else None
+    if not isinstance(change, dict) or not change:
+        return None
+    return next((i for r, i in zip(recommendations, bounds, strict=True) if r.change == change), None)
 
 
 def timing_summary(timing: Any) -> dict[str, Any]:

@@ -10,6 +10,9 @@ summary.json's ``verification`` from it and the run's own samples/s:
 * ``prediction_error`` = predicted samples/s / measured samples/s - 1
   (+0.10: the model promised 10% more than the re-run delivered; -0.10:
   10% less);
+* ``within_interval``: whether the measured samples/s fell inside the checked
+  recommendation's interval (``analysis.intervals``; ``interval`` holds its
+  bounds), null when it has none or nothing was measured;
 * ``verdict_words``: the comparison in one sentence.
 
 Both runs are single measurements on whatever else the machine was doing:
@@ -21,18 +24,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeprof import format as fmt
+from pipeprof.analysis.intervals import Interval
 from pipeprof.numbers import finite
 
 NOISE = 0.15  # one run against one re-run on a shared machine: measured spread of repeats
 
 
-def verification(record: Any, samples_per_s: float | None) -> dict[str, Any] | None:
-    """summary.json's ``verification`` from run.json's record (None when ``--verify`` was not asked)."""
+def verification(record: Any, samples_per_s: float | None,
+                 interval: Interval | None = None) -> dict[str, Any] | None:
+    """summary.json's ``verification`` from run.json's record (None when ``--verify`` was not asked);
+    ``interval``: the checked recommendation's (``analysis.intervals``), None when it has none."""
     if not isinstance(record, dict):
         return None
     out = dict(record)
-    out.update(measured_speedup=None, prediction_error=None)
     measured = finite(record.get("measured_samples_per_s"))
+    within = interval.contains(measured) if interval is not None and record.get("status") == "complete" else None
+    out.update(measured_speedup=None, prediction_error=None, within_interval=within,
+               interval=interval.to_json() if interval is not None else None)
     predicted = finite(record.get("predicted_samples_per_s"))
     if record.get("status") != "complete" or measured is None:
         out["verdict_words"] = _not_measured(record)
@@ -56,6 +65,11 @@ def _words(v: dict[str, Any]) -> str:
         noise = "within" if abs(error) <= NOISE else "beyond"
         parts.append(f"the prediction was {100 * abs(error):.0f}% {how} ({noise} the ±{100 * NOISE:.0f}% "
                      f"noise of one re-run)")
+    bounds = (v.get("interval") or {}).get("samples_per_s")
+    if v.get("within_interval") is not None and bounds:
+        where = "inside" if v["within_interval"] else "outside"
+        parts.append(f"measured {where} the predicted interval {fmt.significant(bounds[0])}–"
+                     f"{fmt.significant(bounds[1])} samples/s")
     return "; ".join(parts) or "measured, but nothing to compare with"
 
 

@@ -18,6 +18,7 @@ from pipeprof.analysis.advice_text import set_text
 from pipeprof.format import NOT_MEASURED
 from pipeprof.numbers import finite as _value
 from pipeprof.numbers import scaled
+from pipeprof.render.interval_text import may_not_help, speedup_text
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import straggler_line
 from pipeprof.run_folder import as_dict
@@ -77,12 +78,13 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     recs = s.get("recommendations")
     if isinstance(recs, list) and recs and isinstance(recs[0], dict):
         top = recs[0]
-        speedup = _value(top.get("predicted_speedup"))
+        speedup = speedup_text(top, missing="")
         text = (f"{set_text(top)} → {fmt.rate(top.get('predicted_samples_per_s'), missing='not predicted')}"
-                + (f" (×{fmt.number(speedup, 2)})" if speedup is not None else "") + f": {top.get('reason') or ''}")
+                + (f", {speedup}" if speedup else "") + f": {top.get('reason') or ''}")
         if top.get("note"):  # e.g. the caveat of a run that ended early
             text += f"\nnote: {top['note']}"
-        add("top recommendation", text, "bold" if as_dict(top.get("change")) else "")
+        certain = bool(as_dict(top.get("change")) or top.get("code_change")) and not may_not_help(top)
+        add("top recommendation", text, "bold" if certain else "")
     add("fetch/prep/collate per sample",
         _several(fmt.duration, *(loading.get(k) for k in ("fetch_per_sample_s", "prep_per_sample_s", "collate_per_sample_s"))))
     burst = next((d.get("wait_by_position_s") for d in s.get("loaders") or []

@@ -24,6 +24,7 @@ from pipeprof.analysis.summary import TAIL_FRACTION
 from pipeprof.format import NOT_MEASURED, finite
 from pipeprof.render import plots
 from pipeprof.render.gpu_view import gpu_telemetry_rows
+from pipeprof.render.interval_text import may_not_help, speedup_text
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import rank_label, rank_rows, straggler_view
 from pipeprof.run_folder import Run, as_dict
@@ -172,13 +173,14 @@ def _verdict(summary: dict[str, Any]) -> dict[str, Any] | None:
             "rows": rows + _context_rows(as_dict(summary.get("attribution")))}
 
 
-def _recommendations(summary: dict[str, Any]) -> list[dict[str, str]]:
+def _recommendations(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The Recommendations table's rows, formatted; empty for summaries from before recommendations."""
     recs = summary.get("recommendations")
     if not isinstance(recs, list):
         return []
     return [{"change": set_text(r), "samples_per_s": format_significant(r.get("predicted_samples_per_s")),
-             "speedup": _speedup(r.get("predicted_speedup")), "reason": str(r.get("reason") or ""),
+             "speedup": speedup_text(r), "may_not_help": may_not_help(r),
+             "method": str(as_dict(r.get("interval")).get("method") or ""), "reason": str(r.get("reason") or ""),
              "note": str(r.get("note") or ""), "model": str(r.get("model") or "")}
             for r in recs if isinstance(r, dict)]
 
@@ -196,7 +198,19 @@ def _verification(summary: dict[str, Any]) -> dict[str, Any] | None:
             "measured": format_significant(v.get("measured_samples_per_s")),
             "predicted_speedup": _speedup(v.get("predicted_speedup")),
             "measured_speedup": _speedup(v.get("measured_speedup")),
+            "within": {True: "inside", False: "outside"}.get(v["within_interval"]) if isinstance(
+                v.get("within_interval"), bool) else None,
+            "interval": _interval_words(as_dict(v.get("interval"))),
             "words": str(v.get("verdict_words") or "")}
+
+
+def _interval_words(interval: dict[str, Any]) -> str:
+    """The checked recommendation's samples/s interval in words, or why it has none."""
+    pair = interval.get("samples_per_s")
+    if isinstance(pair, list) and len(pair) == 2:
+        return (f"{format_significant(pair[0])}–{format_significant(pair[1])} samples/s "
+                f"({fmt.pct(interval.get('level'), 0)} interval)")
+    return str(interval.get("method") or "no interval")
 
 
 def _speedup(value: Any) -> str:

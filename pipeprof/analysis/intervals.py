@@ -1,0 +1,317 @@
+"""Intervals: how far each recommendation's prediction could move with the noise of what it was computed from.
+
+A prediction is arithmetic over measured inputs — the counted steps' waits and compute, the loading records'
+fetch / prep / collate, the CPU samples, any measured what-if's repeated windows — and each of those was one
+draw from a noisy machine. ``intervals(run, recommendations)`` gives every recommendation an ``Interval``:
+the predicted samples/s and speed-up at ``LEVEL`` (0.8: from the 10th to the 90th percentile), or null
+bounds with the reason in ``method``. Pure: no clock, no torch; a seeded generator, so the same run folder
+always gives the same summary.json.
+
+The method
+==========
+
+1. **Resample the run** (``resample_run``), ``RESAMPLES`` times with ``SEED``:
+
+   * counted steps by a *circular block bootstrap*: blocks of ``block_length(n)`` consecutive steps (10, at
+     most a fifth of the run, so there are at least 5 blocks), each starting anywhere in the run (wrapping
+     round), laid end to end until the run's length. Blocks keep the autocorrelation of a machine that is
+     slow for a second at a time, which resampling single steps would average away. Each epoch's first
+     counted step stays in place: it carries the evidence of a slow start (persistent workers) once per epoch,
+     which a resample would otherwise drop or repeat. A position keeps its step number, epoch and start time
+     (so the run's window and epochs are the original's); its values are the drawn step's;
+   * the loading records follow their step (a batch's fetch / prep / collate goes wherever its step went);
+   * the system samples inside the counted window (CPU %) by the same block rule, on their own timeline;
+   * every measured what-if that run.json keeps with its repeated windows (a list under a key ending
+     ``_per_window``, beside the scalar of the same name without the suffix: contract 4 of issue 17) has its
+     windows drawn again with replacement; the scalar moves by the ratio of the drawn windows' mean to the
+     recorded windows' mean.
+
+2. **Predict again** on each resample through the public functions only — ``attribution``, the verdict and
+   ``recommend.predict_change`` (the model's prediction for a given change, recommended or not) or, for a
+   code change (no setting to pass), the resample's ``recommend`` list matched by ``change`` and
+   ``code_change``. A resample in which the model cannot predict the change (or, without ``predict_change``,
+   does not list it: it predicts it less than ``MIN_GAIN``) counts as no gain: its rate is the resample's
+   own measured samples/s. A prediction below that rate is kept as it is: a change that may slow the run.
+
+3. **The bounds.** Ten resamples are too few for their 10th and 90th percentiles to be stable (those are the
+   first and last draws), but enough for a standard error: the spread ``sd`` of ln(predicted samples/s)
+   over the resamples gives the half-width ``t(0.9, B - 1) · sd`` (Student's t: the sd is itself estimated
+   from ``B`` draws). It is widened by the run's own run-to-run noise: the coefficient of variation ``cv`` of
+   samples/s between the counted steps' windows (``windows.throughput_windows``, ~1 s each), as
+   ``z(0.9) · cv`` added in quadrature — a re-run of the change is one more draw from that machine. The
+   interval is ``point · exp(±half)``, taken wider where the resamples' own 10th / 90th percentiles reach
+   further (a change that several resamples predicted no gain for). It always contains the point
+   prediction. ``speedup`` is ``samples_per_s`` over the run's measured samples/s.
+
+A speed-up interval reaching down to x1.0 (``may_not_help``) is not presented as a gain: ``ranked`` puts
+such recommendations after the certain gains, and the renderers say "may not help". Not modelled: the
+model's own error (what it leaves out), which the yardstick (``benchmarks/predict.py``) measures; and
+drift between runs larger than the drift within this one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipeprof.analysis import recommend as recommend_module
+from pipeprof.analysis.attribution import attribution
+from pipeprof.analysis.recommend import Recommendation, recommend
+from pipeprof.analysis.steps import counted_window_s
+from pipeprof.analysis.verdict import verdict_from_attribution
+from pipeprof.analysis.windows import throughput_windows
+from pipeprof.numbers import finite
+from pipeprof.run_folder import Run
+
+LEVEL = 0.8  # the 10th to the 90th percentile
+RESAMPLES = 10  # each costs one attribution and recommend (~40 ms on a 2-core machine)
+SEED = 17  # fixed: the same run folder gives the same summary.json
+BLOCK_STEPS = 10
+MIN_BLOCKS = 5
+PER_WINDOW = "_per_window"
+Z_90 = 1.2815515655446004
+# t(0.9, df) for df = 1..20; beyond, z + (z^3 + z) / (4 df) is within 0.002.
+_T_90 = (3.0777, 1.8856, 1.6377, 1.5332, 1.4759, 1.4398, 1.4149, 1.3968, 1.3830, 1.3722,
+         1.3634, 1.3562, 1.3502, 1.3450, 1.3406, 1.3368, 1.3334, 1.3304, 1.3277, 1.3253)
+NO_STEPS = "no counted steps to resample"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The range a recommendation's prediction holds at ``level``; summary.json's item ``interval``.
+
+    ``samples_per_s`` and ``speedup`` are (low, high), or None with the reason in ``method``;
+    ``may_not_help``: the speed-up interval reaches x1.0 or below, so the change is not a certain gain.
+    """
+
+    samples_per_s: tuple[float, float] | None
+    speedup: tuple[float, float] | None
+    method: str
+    level: float = LEVEL
+
+    @property
+    def may_not_help(self) -> bool:
+        return self.speedup is not None and self.speedup[0] <= 1.0
+
+    def contains(self, samples_per_s: float | None) -> bool | None:
+        """Whether a measured samples/s lies inside; None when there are no bounds or no measurement."""
+        value = finite(samples_per_s)
+        if self.samples_per_s is None or value is None:
+            return None
+        low, high = self.samples_per_s
+        return low <= value <= high
+
+    def to_json(self) -> dict[str, Any]:
+        return {"samples_per_s": list(self.samples_per_s) if self.samples_per_s else None,
+                "speedup": list(self.speedup) if self.speedup else None, "level": self.level,
+                "method": self.method, "may_not_help": self.may_not_help}
+
+
+def none(reason: str) -> Interval:
+    """An interval with no bounds, and why."""
+    return Interval(None, None, reason)
+
+
+def t_90(df: int) -> float:
+    """The 0.9 quantile of Student's t with ``df`` >= 1 degrees of freedom."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    if df <= len(_T_90):
+        return _T_90[df - 1]
+    return Z_90 + (Z_90**3 + Z_90) / (4 * df)
+
+
+def block_length(n: int, block_steps: int = BLOCK_STEPS) -> int:
+    """Steps per block for ``n`` steps: ``block_steps``, at most ``n // MIN_BLOCKS``, at least 1."""
+    return max(1, min(block_steps, n // MIN_BLOCKS))
+
+
+def circular_blocks(n: int, length: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` indices into 0..n-1: blocks of ``length`` consecutive indices from random starts, wrapping round."""
+    if n <= 0:
+        return np.zeros(0, dtype=int)
+    count = math.ceil(n / length)
+    starts = rng.integers(0, n, size=count)
+    return ((starts[:, None] + np.arange(length)[None, :]) % n).reshape(-1)[:n]
+
+
+def resample_run(run: Run, rng: np.random.Generator, *, block_steps: int = BLOCK_STEPS) -> Run:
+    """One block-bootstrap resample of ``run`` (the module's step 1): a Run of the same shape."""
+    steps = run.steps.reset_index(drop=True)
+    warm = steps["warmup"].astype(bool).to_numpy()
+    positions = np.flatnonzero(~warm)
+    if len(positions) == 0:
+        return run
+    counted = steps.iloc[positions]
+    starts = _epoch_starts(counted)
+    free = positions[~starts]  # the positions a resample fills
+    drawn = free[circular_blocks(len(free), block_length(len(free), block_steps), rng)]
+    source = positions.copy()
+    source[~starts] = drawn
+    new_steps = steps.copy()
+    kept = ["step", "epoch", "t_start_s", "warmup"]
+    values = [c for c in steps.columns if c not in kept]
+    new_steps.loc[positions, values] = steps.loc[source, values].to_numpy()
+    step_map = pd.DataFrame({"step": steps.loc[source, "step"].to_numpy(),
+                             "new_step": steps.loc[positions, "step"].to_numpy()})
+    return Run(meta=_resample_windows(run.meta, rng), steps=new_steps, samples=_resample_samples(run, rng),
+               processes=run.processes, loading=_follow_steps(run.loading, step_map, steps.loc[positions, "step"]),
+               functions=run.functions, device_memory=run.device_memory, attachments=run.attachments)
+
+
+def _epoch_starts(counted: pd.DataFrame) -> np.ndarray:
+    """A mask over the counted steps: the first counted step of each epoch."""
+    if "epoch" not in counted:
+        return np.zeros(len(counted), dtype=bool)
+    epoch = counted["epoch"].to_numpy()
+    return np.concatenate(([True], epoch[1:] != epoch[:-1])) if len(epoch) else np.zeros(0, dtype=bool)
+
+
+def _follow_steps(loading: pd.DataFrame, step_map: pd.DataFrame, counted_steps: pd.Series) -> pd.DataFrame:
+    """The loading records with each counted step's batches replaced by those of the step drawn for it."""
+    if loading is None or loading.empty or "step" not in loading:
+        return loading
+    step = pd.to_numeric(loading["step"], errors="coerce")
+    others = loading.loc[~step.isin(counted_steps)]
+    drawn = step_map.merge(loading.assign(step=step), on="step", how="inner")
+    drawn = drawn.drop(columns="step").rename(columns={"new_step": "step"})[list(loading.columns)]
+    return pd.concat([others, drawn], ignore_index=True)
+
+
+def _resample_samples(run: Run, rng: np.random.Generator) -> pd.DataFrame:
+    """The system samples inside the counted window, block-resampled in time order; the rest as they are."""
+    samples = run.samples
+    start_s, end_s = counted_window_s(run.steps)
+    if samples is None or samples.empty or "t_s" not in samples or math.isnan(start_s):
+        return samples
+    samples = samples.reset_index(drop=True)
+    t = pd.to_numeric(samples["t_s"], errors="coerce")
+    inside = np.flatnonzero(((t >= start_s) & (t <= end_s)).to_numpy())
+    if len(inside) < 2:
+        return samples
+    drawn = inside[circular_blocks(len(inside), block_length(len(inside)), rng)]
+    out = samples.copy()
+    values = [c for c in samples.columns if c != "t_s"]
+    out.loc[inside, values] = samples.loc[drawn, values].to_numpy()
+    return out
+
+
+def _resample_windows(value: Any, rng: np.random.Generator) -> Any:
+    """run.json with every ``X_per_window`` list drawn again with replacement and ``X`` moved with its mean."""
+    if isinstance(value, list):
+        return [_resample_windows(v, rng) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: _resample_windows(v, rng) for k, v in value.items()}
+    for key, windows in value.items():
+        scalar = key[: -len(PER_WINDOW)] if key.endswith(PER_WINDOW) else None
+        rates = np.array([finite(w) for w in windows] if isinstance(windows, list) else [], dtype=float)
+        if scalar is None or len(rates) < 2 or not np.isfinite(rates).all() or finite(value.get(scalar)) is None:
+            continue
+        mean = float(rates.mean())
+        if mean <= 0:
+            continue
+        drawn = rng.choice(rates, size=len(rates), replace=True)
+        out[key] = [float(r) for r in drawn]
+        out[scalar] = float(value[scalar]) * float(drawn.mean()) / mean
+    return out
+
+
+def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: dict[str, Any] | None = None,
+              resamples: int = RESAMPLES, seed: int = SEED) -> tuple[Interval, ...]:
+    """One ``Interval`` per recommendation, in order (the module docstring's method).
+
+    ``probe``: the machine probe the recommendations were derived with (default: run.json's). The honest
+    negative (no change, no code change) and a recommendation without a prediction get no bounds.
+    """
+    if not recommendations:
+        return ()
+    probe = probe if probe is not None else run.meta.get("probe")
+    current = _rate(run.steps)
+    predicted = [finite(r.predicted_samples_per_s) for r in recommendations]
+    wanted = [i for i, r in enumerate(recommendations) if (r.change or r.code_change) and predicted[i]]
+    if current is None or not wanted:
+        reason = NO_STEPS if current is None else "no change is predicted: nothing to bound"
+        return tuple(_no_bounds(r, reason) for r in recommendations)
+    rng = np.random.default_rng(seed)
+    draws = np.full((resamples, len(recommendations)), np.nan)
+    found = np.zeros(len(recommendations), dtype=int)
+    for b in range(resamples):
+        again = resample_run(run, rng)
+        rate_b = _rate(again.steps) or current
+        for i, value in _predict(again, probe, recommendations, wanted).items():
+            found[i] += value is not None
+            draws[b, i] = value if value is not None else rate_b  # not predicted (not listed): no gain
+    noise = finite(throughput_windows(run.steps).get("cv"))
+    out = []
+    for i, rec in enumerate(recommendations):
+        if i not in wanted:
+            out.append(_no_bounds(rec, "no change is predicted: nothing to bound"))
+            continue
+        out.append(_bounds(float(predicted[i] or 0.0), draws[:, i], current, noise, int(found[i])))
+    return tuple(out)
+
+
+def _no_bounds(rec: Recommendation, reason: str) -> Interval:
+    if rec.predicted_samples_per_s is None:
+        return none("not predicted, so not bounded")
+    return none(reason)
+
+
+def _predict(run: Run, probe: dict[str, Any] | None, recs: Sequence[Recommendation],
+             wanted: Sequence[int]) -> dict[int, float | None]:
+    """The resample's predicted samples/s for each wanted recommendation (None: no prediction of it)."""
+    attr = attribution(run, probe)
+    verdict = verdict_from_attribution(attr)
+    predict_change = getattr(recommend_module, "predict_change", None)  # contract 3 of issue 17 (helper P1)
+    listed: list[Recommendation] | None = None
+    out: dict[int, float | None] = {}
+    for i in wanted:
+        rec = recs[i]
+        if rec.change and predict_change is not None:
+            again = predict_change(run, attr, verdict, dict(rec.change))
+            out[i] = finite(again.predicted_samples_per_s) if again is not None else None
+            continue
+        if listed is None:
+            listed = recommend(run, attr, verdict)
+        match = next((r for r in listed if r.change == rec.change and r.code_change == rec.code_change), None)
+        out[i] = finite(match.predicted_samples_per_s) if match is not None else None
+    return out
+
+
+def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None, found: int) -> Interval:
+    resamples = len(draws)
+    logs = np.log(draws)
+    spread = float(logs.std(ddof=1)) if resamples >= 2 else 0.0
+    boot = t_90(resamples - 1) * spread if resamples >= 2 else 0.0
+    widen = Z_90 * noise if noise is not None else 0.0
+    half = math.hypot(boot, widen)
+    tail = (1 - LEVEL) / 2
+    low = min(point * math.exp(-half), float(np.quantile(draws, tail)), point)
+    high = max(point * math.exp(half), float(np.quantile(draws, 1 - tail)), point)
+    method = (f"block bootstrap of the run's steps, loading records, CPU samples and measured what-ifs "
+              f"({resamples} resamples, seed {SEED}; predicted in {found} of them, the others counted as no gain): "
+              f"t(0.9) × sd of ln(prediction) = ±{100 * boot:.1f}%, widened by the run's window-to-window noise "
+              + (f"z(0.9) × cv {100 * noise:.1f}% = ±{100 * widen:.1f}%" if noise is not None else
+                 "(none: too few counted steps for 2 windows)"))
+    return Interval((low, high), (low / current, high / current), method)
+
+
+def _rate(steps: pd.DataFrame) -> float | None:
+    counted = steps.loc[~steps["warmup"].astype(bool)] if len(steps) else steps
+    samples = float(pd.to_numeric(counted["samples"], errors="coerce").sum()) if len(counted) else 0.0
+    seconds = float(pd.to_numeric(counted["step_s"], errors="coerce").sum()) if len(counted) else 0.0
+    return samples / seconds if samples > 0 and seconds > 0 else None
+
+
+def ranked(recommendations: Sequence[Recommendation],
+           bounds: Sequence[Interval]) -> tuple[tuple[Recommendation, ...], tuple[Interval, ...]]:
+    """Recommendations (and their intervals) with the certain gains first and those that may not help after
+    them, each group in its order (by predicted speed-up)."""
+    order = sorted(range(len(recommendations)), key=lambda i: bounds[i].may_not_help)
+    return tuple(recommendations[i] for i in order), tuple(bounds[i] for i in order)

@@ -1,0 +1,193 @@
+"""Intervals on predictions (issue 17, item 2): made-up runs whose noise is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rich.console import Console
+from test_verdict import make_run
+
+from pipeprof.analysis.attribution import attribution
+from pipeprof.analysis.intervals import (
+    Interval,
+    block_length,
+    circular_blocks,
+    intervals,
+    ranked,
+    resample_run,
+    t_90,
+)
+from pipeprof.analysis.recommend import Recommendation, recommend
+from pipeprof.analysis.summary import summarize
+from pipeprof.analysis.verdict import verdict_from_attribution
+from pipeprof.analysis.verification import verification
+from pipeprof.render.console import print_summary
+
+
+def noisy_run(noise: float, *, seed: int = 0, n: int = 80, block: int = 10):
+    """A run predicted x1.43 by more workers (test_recommend's first case), its steps and batches slower or
+    faster together by a factor exp(noise · N(0, 1)) drawn once per ``block`` steps: a machine that drifts."""
+    run = make_run(wait=0.3, h2d=0.01, loading=(0.09, 0.05, 0.01), cores=4, threads=2, n=n)
+    run.samples["main_cpu_pct"] = 120.0
+    rng = np.random.default_rng(seed)
+    factor = np.repeat(np.exp(noise * rng.standard_normal(n // block + 1)), block)[:n]
+    for column in ("step_s", "data_wait_s", "compute_s", "h2d_s", "host_wait_s"):
+        run.steps[column] = run.steps[column] * factor
+    for column in ("fetch_s", "prep_s", "collate_s"):
+        run.loading[column] = run.loading[column] * factor
+    return run
+
+
+def recs_and_intervals(run, **kwargs):
+    attr = attribution(run)
+    recs = recommend(run, attr, verdict_from_attribution(attr))
+    return recs, intervals(run, recs, **kwargs)
+
+
+def width(interval: Interval) -> float:
+    assert interval.speedup is not None
+    low, high = interval.speedup
+    return high / low - 1
+
+
+def test_a_steady_run_gives_a_narrow_interval_and_a_noisy_one_a_wide_one():
+    (steady,), (steady_interval,) = recs_and_intervals(noisy_run(0.01))
+    (noisy,), (noisy_interval,) = recs_and_intervals(noisy_run(0.3))
+    assert steady.change == noisy.change == {"loader.num_workers": 3, "train.threads": 1}
+    assert width(steady_interval) < 0.03
+    assert width(noisy_interval) > 10 * width(steady_interval)
+    assert not steady_interval.may_not_help and steady_interval.level == 0.8
+
+
+def test_the_interval_contains_the_point_prediction():
+    for noise in (0.0, 0.05, 0.3, 0.8):
+        recs, bounds = recs_and_intervals(noisy_run(noise, seed=3))
+        for rec, interval in zip(recs, bounds, strict=True):
+            assert interval.samples_per_s is not None and interval.speedup is not None
+            low, high = interval.samples_per_s
+            assert low <= rec.predicted_samples_per_s <= high
+            assert interval.speedup[0] <= rec.predicted_speedup <= interval.speedup[1]
+
+
+def test_a_run_without_noise_has_an_interval_of_its_point():
+    (rec,), (interval,) = recs_and_intervals(noisy_run(0.0))
+    assert interval.samples_per_s == pytest.approx((rec.predicted_samples_per_s,) * 2)
+
+
+def test_the_same_run_gives_the_same_intervals_and_another_seed_others():
+    run = noisy_run(0.3)
+    assert summarize(run) == summarize(run)
+    _, first = recs_and_intervals(run)
+    _, again = recs_and_intervals(run)
+    _, other = recs_and_intervals(run, seed=5)
+    assert first == again
+    assert first[0].samples_per_s != other[0].samples_per_s
+
+
+def test_a_change_whose_interval_includes_one_is_not_presented_as_a_gain():
+    summary = summarize(noisy_run(0.8))
+    (rec,) = summary["recommendations"]
+    low, high = rec["interval"]["speedup"]
+    assert low <= 1.0 < rec["predicted_speedup"] < high
+    assert rec["interval"]["may_not_help"] is True
+    console = Console(record=True, width=400)
+    print_summary(summary, "runs/x", console=console)
+    assert f"(may not help: ×{low:.2f}–{high:.2f})" in console.export_text()
+
+
+def test_changes_that_may_not_help_are_ranked_after_the_certain_gains():
+    def rec(name: str, speedup: float) -> Recommendation:
+        return Recommendation({name: 1}, 100 * speedup, speedup, "why", "model")
+
+    recs = [rec("a", 2.0), rec("b", 1.6), rec("c", 1.3)]
+    bounds = [Interval((90.0, 300.0), (0.9, 3.0), "m"), Interval((150.0, 170.0), (1.5, 1.7), "m"),
+              Interval((120.0, 140.0), (1.2, 1.4), "m")]
+    ordered, ordered_bounds = ranked(recs, bounds)
+    assert [r.change for r in ordered] == [{"b": 1}, {"c": 1}, {"a": 1}]
+    assert ordered_bounds[-1].may_not_help and not ordered_bounds[0].may_not_help
+
+
+def test_the_honest_negative_gets_no_bounds():
+    run = make_run(wait=0.02, loading=(0.001, 0.0, 0.0005))  # compute-bound
+    (rec,), (interval,) = recs_and_intervals(run)
+    assert rec.change == {} and interval.samples_per_s is None and interval.speedup is None
+    assert "nothing to bound" in interval.method and not interval.may_not_help
+
+
+def test_circular_blocks_are_runs_of_consecutive_steps():
+    rng = np.random.default_rng(0)
+    picks = circular_blocks(23, 5, rng)
+    assert len(picks) == 23 and picks.min() >= 0 and picks.max() < 23
+    for start in range(0, 20, 5):
+        block = picks[start:start + 5]
+        assert ((np.diff(block) % 23) == 1).all()
+    assert block_length(200) == 10 and block_length(20) == 4 and block_length(3) == 1
+
+
+def test_a_resample_keeps_the_run_shape_epoch_starts_and_each_batch_with_its_step():
+    run = noisy_run(0.3, n=60)
+    run.steps["epoch"] = run.steps["step"] // 20
+    run.steps["data_wait_s"] = run.steps["step"] * 1e-4  # every step's own value, to follow it
+    run.loading["fetch_s"] = run.loading["step"] * 1e-5
+    again = resample_run(run, np.random.default_rng(1))
+    assert len(again.steps) == len(run.steps) and list(again.steps["step"]) == list(run.steps["step"])
+    assert list(again.steps["epoch"]) == list(run.steps["epoch"])
+    assert list(again.steps["t_start_s"]) == list(run.steps["t_start_s"])
+    drawn = (again.steps["data_wait_s"] / 1e-4).round().astype(int)
+    counted = ~again.steps["warmup"].astype(bool)
+    assert drawn[~counted].tolist() == again.steps["step"][~counted].tolist()  # warm-up untouched
+    assert (drawn[counted] >= 4).all() and drawn[counted].nunique() < counted.sum()  # drawn with repeats
+    for first in (4, 20, 40):  # each epoch's first counted step stays in place
+        assert drawn[first] == first
+    fetch = again.loading.set_index("step")["fetch_s"] / 1e-5
+    assert (fetch.loc[again.steps["step"]].round().astype(int).to_numpy() == drawn.to_numpy()).all()
+
+
+def test_measured_what_ifs_are_resampled_from_their_windows():
+    run = noisy_run(0.0)
+    run.meta["compute_ceiling"] = {"samples_per_s": 2000.0, "samples_per_s_per_window": [1000.0, 2000.0, 3000.0]}
+    run.meta["what_ifs"] = [{"samples_per_s": 50.0, "samples_per_s_per_window": [50.0, 50.0]}]
+    rng = np.random.default_rng(2)
+    seen = set()
+    for _ in range(20):
+        meta = resample_run(run, rng).meta
+        windows = meta["compute_ceiling"]["samples_per_s_per_window"]
+        assert set(windows) <= {1000.0, 2000.0, 3000.0}
+        assert meta["compute_ceiling"]["samples_per_s"] == pytest.approx(float(np.mean(windows)))
+        assert meta["what_ifs"][0]["samples_per_s"] == 50.0
+        seen.add(meta["compute_ceiling"]["samples_per_s"])
+    assert len(seen) > 2
+    assert run.meta["compute_ceiling"]["samples_per_s"] == 2000.0  # the run itself unchanged
+
+
+def test_verification_says_whether_the_measured_rate_fell_in_the_interval():
+    interval = Interval((900.0, 1100.0), (0.9, 1.1), "m")
+    record = {"status": "complete", "change": {"loader.num_workers": 2}, "predicted_samples_per_s": 1000.0,
+              "predicted_speedup": 1.0, "measured_samples_per_s": 1050.0}
+    inside = verification(record, 1000.0, interval)
+    assert inside["within_interval"] is True and "inside the predicted interval 900–1,100" in inside["verdict_words"]
+    outside = verification({**record, "measured_samples_per_s": 1200.0}, 1000.0, interval)
+    assert outside["within_interval"] is False and "outside" in outside["verdict_words"]
+    assert verification(record, 1000.0)["within_interval"] is None
+    assert verification({**record, "status": "failed"}, 1000.0, interval)["within_interval"] is None
+
+
+def test_a_verified_run_records_within_interval_for_the_checked_recommendation():
+    run = noisy_run(0.1)
+    (rec,) = summarize(run)["recommendations"]
+    low, high = rec["interval"]["samples_per_s"]
+    run.meta["verification"] = {"status": "complete", "change": rec["change"],
+                                "predicted_samples_per_s": rec["predicted_samples_per_s"],
+                                "predicted_speedup": rec["predicted_speedup"], "measured_samples_per_s": high * 1.01}
+    v = summarize(run)["verification"]
+    assert v["within_interval"] is False and v["interval"]["samples_per_s"] == [low, high]
+    run.meta["verification"]["measured_samples_per_s"] = (low + high) / 2
+    assert summarize(run)["verification"]["within_interval"] is True
+
+
+def test_t_90_continues_its_table():
+    assert t_90(9) == pytest.approx(1.383, abs=1e-3)
+    assert t_90(20) == 1.3253 and t_90(21) == pytest.approx(1.3232, abs=0.002)  # beyond the table: within 0.002
+    assert t_90(1000) == pytest.approx(1.2816, abs=1e-3)
+    with pytest.raises(ValueError):
+        t_90(0)
