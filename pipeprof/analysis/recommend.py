@@ -123,6 +123,13 @@ from pipeprof.scenario import ON_DISK, SAMPLE_BYTES
 BATCH_FETCH_KEEPS_FETCH = 0.1
 BATCH_FETCH_KEEPS_COLLATE = 0.2
 DEVICE_DATA_MAX_BYTES = 2 * 1024**3
+# predict_change's key for the code change of taking whole batches (its recommendation's change is empty).
+WHOLE_BATCHES = "code.whole_batches"
+WHOLE_BATCHES_CODE = ("give the Dataset a __getitems__(indices) that returns the whole batch, or use a BatchSampler "
+                      "with batch_size=None")
+PREDICTABLE_KEYS = frozenset({"loader.num_workers", "train.threads", "loader.prefetch_factor",
+                              "loader.persistent_workers", "loader.pin_memory", "data.storage", "data.cache",
+                              WHOLE_BATCHES})
 # The risk of persistent workers on loaders re-created per fit (issue 14, item 5: predicted x1.13, ~3x slower).
 RECREATED_LOADERS_NOTE = ("a new DataLoader is built per fit: persistent_workers would keep each one's workers alive "
                           "until garbage collection; build the loader once and reuse it")
@@ -184,6 +191,34 @@ def recommend(run: Run, attribution: Attribution, verdict: Verdict) -> list[Reco
     return recs
 
 
+def predict_change(run: Run, attribution: Attribution, verdict: Verdict,
+                   change: dict[str, Any]) -> Recommendation | None:
+    """The model's prediction for ``change`` (recommendations' keys; ``{WHOLE_BATCHES: True}`` for the code
+    change of taking whole batches), whether or not it would be recommended; the candidates of ``recommend``
+    take their numbers from the same arithmetic (``_Model.predict``).
+
+    None where the model cannot predict: fewer than ``MIN_COUNTED_STEPS`` counted steps; a key outside
+    ``PREDICTABLE_KEYS``; a storage other than ``ram`` (decoded cache, from on-disk storage) or ``device``;
+    warm <-> cold on the same storage; prefetch without workers or with another ``num_workers``; turning
+    ``persistent_workers`` off; worker or thread changes without loading records (or on the device); a
+    combination of keys the model does not compose (e.g. a storage change with threads). A change equal to
+    the run's settings is predicted as the run measured. ``verdict`` is taken for the contract's shape.
+    """
+    del verdict  # the model reads the attribution; the verdict's class is not an input
+    m = _Model(run, attribution)
+    if m.current is None or len(m.counted) < MIN_COUNTED_STEPS:
+        return None
+    predicted = m.predict(change)
+    if predicted is None:
+        return None
+    x, model = predicted
+    code = bool(change.get(WHOLE_BATCHES))
+    settings = {key: value for key, value in change.items() if key != WHOLE_BATCHES}
+    what = "taking whole batches at once" if code else ", ".join(f"{k}={v!r}" for k, v in settings.items())
+    return m._rec(settings, x, f"{what or 'no change'}: predicted {fmt.rate(x)} ({m._now()})", model,
+                  code_change=WHOLE_BATCHES_CODE if code else None)
+
+
 def is_no_op(change: dict[str, Any], current: dict[str, Any]) -> bool:
     """A change whose every key equals the run's current setting (``_Model.current_settings``): it would
     change nothing, so it is never recommended. An empty change (a code change, the negative) is not one;
@@ -242,6 +277,14 @@ class _Model:
         # own C is measured under its contention and only holds while that contention stays.
         alone = as_dict(meta.get("compute_ceiling")).get("samples_per_s")
         self.ceiling_alone = float(alone) if alone and math.isfinite(float(alone)) and alone > 0 else self.ceiling
+        # Measured after the run in loops shaped like the changed ones (measure.what_if); None where absent.
+        self.what_ifs = as_dict(meta.get("what_ifs"))
+        self.loop_ceiling = _probe_rate(self.what_ifs, "device_loop")
+        self.loader_alone = _probe_rate(self.what_ifs, "loader_alone")
+        ram = _probe_rate(self.what_ifs, "ram_loader")
+        self.ram_loader = ram if ram is not None else (self.loader_alone if self.data.storage == "ram" else None)
+        # C_free: compute with no loading beside it: the device-resident loop where measured, else C_alone.
+        self.ceiling_free = self.loop_ceiling or self.ceiling_alone
         self.bytes_per_sample = _bytes_per_sample(run.loading)
         step, cpu, loading = attr.step, attr.cpu, attr.loading
         self.wait = step.data_wait_fraction or 0.0
@@ -310,7 +353,7 @@ class _Model:
         if ceiling is not None:
             c = ceiling
         else:  # with no workers the loop makes batches between steps: nothing competes with compute
-            c = self.ceiling_alone if k == 0 or self.k == 0 else self.ceiling
+            c = self.ceiling_free if k == 0 or self.k == 0 else self.ceiling
         s = self.storage_ceiling if storage is None else storage
         p = fetch + prep + collate
         if k == 0:
@@ -393,22 +436,147 @@ class _Model:
             how += (f"; with {fmt.plural(threads, 'torch thread')}, leaving the workers {self.cores - threads:g} of "
                     f"{self.cores:g} cores (compute assumed to keep min(1, {threads}/{self.train_cores:.2f}) of "
                     "its speed)")
-        return self._rec(change, predicted[k][0],
-                         f"{how}; predicted min({self._ceiling_words()}, supply) = {fmt.rate(predicted[k][0])} "
+        x, model = self._predict_or_fail(change)
+        return self._rec(change, x,
+                         f"{how}; predicted min({self._ceiling_words()}, supply) = {fmt.rate(x)} "
                          f"({self._now()} with {fmt.plural(self.k, 'worker')}); {self.storage_words}",
-                         "X(k) = min(C', k / (io + cpu·k/W(k)), S); X(0) = 1/(p + 1/C)", **extra)
+                         model, **extra)
 
     def _with_workers(self, k: int, parts: tuple[float, float, float]) -> tuple[float, int | None]:
         """X(k), and the torch threads to set with it: never an oversubscribed k + T > N (threads N - k, >= 1)."""
         if k == 0 or k + self.threads <= self.cores or self.threads <= 1:
-            return self.throughput(k, *parts), None
-        threads = int(max(1, self.cores - k))
-        return self.throughput(k, *parts, ceiling=self._ceiling_with(threads),
-                               cores=max(self.cores - threads, 0.0), threads=threads), threads
+            threads = None
+        else:
+            threads = int(max(1, self.cores - k))
+        return self._workers_x(k, threads, parts)[0], threads  # the model at every k, the current one included
 
-    def _ceiling_with(self, threads: int) -> float:
+    def _workers_x(self, k: int, threads: int | None, parts: tuple[float, float, float]) -> tuple[float, str]:
+        """X(k) (with ``threads`` torch threads where set); at k = 0 the batches the training process makes
+        itself cost what the 0-worker loader measured alone after the run (``what_ifs.loader_alone``)."""
+        if k == 0:
+            measured = self.loader_alone is not None
+            p0 = (1.0 / self.loader_alone, 0.0, 0.0) if self.loader_alone else parts
+            c = self._ceiling_with(threads, self.ceiling_free) if threads is not None else None
+            return self.throughput(0, *p0, ceiling=c), (
+                "X(0) = 1/(p0 + 1/C_free), p0 = 1/L0: the 0-worker loader measured alone after the run"
+                if measured else "X(0) = 1/(p + 1/C_free), p from the run's loading records") + self._c_free_words()
+        model = "X(k) = min(C', k / (io + cpu·k/W(k)), S)"
+        if threads is None:
+            return self.throughput(k, *parts), model
+        return self.throughput(k, *parts, ceiling=self._ceiling_with(threads), cores=max(self.cores - threads, 0.0),
+                               threads=threads), model + ", C' = C·min(1, threads/m), W from N − threads"
+
+    def _ceiling_with(self, threads: int, base: float | None = None) -> float:
         """C with fewer torch threads: in proportion to the cores the training process really used, at most C."""
-        return self.ceiling * min(1.0, threads / self.train_cores) if self.train_cores > 0 else self.ceiling
+        c = self.ceiling if base is None else base
+        return c * min(1.0, threads / self.train_cores) if self.train_cores > 0 else c
+
+    # -- any change's prediction (predict_change; every candidate's number comes from here) ------
+
+    def predict(self, change: dict[str, Any]) -> tuple[float, str] | None:
+        """(samples/s, the formula in the module docstring's symbols) for ``change``; None where not modelled.
+
+        Without the what-if probes (a script's run, a run from before them, a probe that failed) the model
+        says it is the analytical one, and why."""
+        predicted = self._predict(change)
+        if predicted is None or self.what_ifs.get("device_loop") is not None:
+            return predicted
+        why = ("a script's run has no workload for pipeprof to re-run" if self.script else
+               str(self.what_ifs.get("absent") or "the run has no what_ifs (recorded before them)"))
+        return predicted[0], f"{predicted[1]} [analytical, no what-if probe: {why}]"
+
+    def _predict(self, change: dict[str, Any]) -> tuple[float, str] | None:
+        if not set(change) <= PREDICTABLE_KEYS:
+            return None
+        parts = self._parts()
+        storage = change.get("data.storage", self.data.storage)
+        k = int(change.get("loader.num_workers", self.k))
+        threads = change.get("train.threads")
+        threads = None if threads is None or (threads == self.cpu.torch_threads) else int(threads)
+        others = set(change) - {"data.storage", "data.cache", "loader.num_workers", "loader.persistent_workers"}
+        if change.get(WHOLE_BATCHES):
+            return self._batch_x() if set(change) == {WHOLE_BATCHES} else None
+        if storage == "device" and self.storage != "device":
+            return self._device_x() if not others else None
+        if storage != self.data.storage:
+            return self._ram_x(k) if storage == "ram" and self.storage in ON_DISK and threads is None \
+                and not others else None
+        if change.get("data.cache", self.data.cache) != self.data.cache:
+            return None  # warm <-> cold on the same storage: not modelled
+        if "loader.pin_memory" in change:
+            if len(change) > 1 or not change["loader.pin_memory"] or self.current is None:
+                return None
+            if not self.device.startswith("cuda") or pins_memory(self.loader.pin_memory, self.device):
+                return self.current, "the run as measured: pinned memory changes nothing here"
+            return self.samples / max(self.total_s - self.h2d_s / 2, 1e-12), "n / (counted time − h2d/2) (assumed)"
+        if "loader.persistent_workers" in change and k == self.k and len(change) == 1:
+            if not change["loader.persistent_workers"] or self.loader.persistent_workers:
+                return (self.current, "the run as measured") if change["loader.persistent_workers"] \
+                    == bool(self.loader.persistent_workers) and self.current is not None else None
+            return self._persistent_x()
+        if "loader.prefetch_factor" in change:
+            if not k or k != self.k or parts is None or len(change) > 1:
+                return None
+            return self.throughput(k, *parts), "X(k) at the current k: the queue no longer runs dry"
+        if parts is None or self.storage == "device":
+            return None
+        if k == self.k and threads is None:
+            return (self.current, "the run as measured") if self.current is not None else None
+        return self._workers_x(k, threads, parts)
+
+    def _predict_or_fail(self, change: dict[str, Any]) -> tuple[float, str]:
+        predicted = self.predict(change)
+        assert predicted is not None, change  # a candidate only proposes changes the model predicts
+        return predicted
+
+    def _batch_measured(self) -> bool:
+        return self.k == 0 and self.loop_ceiling is not None
+
+    def _batch_x(self) -> tuple[float, str] | None:
+        """Whole batches at once: with 0 workers the loop indexing a whole batch at once is the device-resident
+        loop (measured), plus the run's host -> device copy; with workers the assumption of the docstring."""
+        parts = self._parts()
+        if self._batch_measured() and self.samples:
+            assert self.loop_ceiling is not None
+            per_sample_h2d = self.h2d_s / self.samples
+            return (1.0 / (1.0 / self.loop_ceiling + per_sample_h2d),
+                    "1/(1/C_loop + h2d per sample): the loop taking whole batches by one index, measured after "
+                    "the run (what_ifs.device_loop), plus the run's host → device copy")
+        if parts is None:
+            return None
+        fetch, prep, collate = parts
+        return (self.throughput(self.k, BATCH_FETCH_KEEPS_FETCH * fetch, prep, BATCH_FETCH_KEEPS_COLLATE * collate),
+                "X(k) with fetch × 0.1, collate × 0.2 (assumed)")
+
+    def _ram_x(self, k: int) -> tuple[float, str] | None:
+        """Decoded samples cached in RAM: production per sample as the 0-worker loader over them measured after
+        the run (what_ifs.ram_loader), else the run's own with fetch (and a plain decode) removed."""
+        if self.ram_loader:
+            p = 1.0 / self.ram_loader
+            model = ("X(0) = 1/(p_ram + 1/C_free)" if k == 0 else "X(k) = min(C', k/(p_ram·k/W(k)))") + \
+                ", p_ram = 1/R: decoded samples in RAM through a 0-worker loader, measured after the run"
+            return self.throughput(k, 0.0, p, 0.0, storage=math.inf), model + (self._c_free_words() if k == 0 else "")
+        parts = self._parts()
+        if parts is None:
+            return None
+        _, prep, collate = parts
+        keep_prep = prep if (self.storage != "images" or self.data.transform == "augment") else 0.0
+        return (self.throughput(k, 0.0, keep_prep, collate, storage=math.inf),
+                "X(k) with fetch = 0" + (" and prep = 0 (decode)" if not keep_prep and prep else "") + " (assumed)")
+
+    def _device_x(self) -> tuple[float, str] | None:
+        if self.loop_ceiling:
+            return self.loop_ceiling, ("C_loop: the device-resident training loop (shuffled index into on-device "
+                                       "tensors) measured after the run (what_ifs.device_loop)")
+        if not math.isfinite(self.ceiling_alone):
+            return None
+        return self.ceiling_alone, ("C_alone: training steps on one batch on the device after the run, nothing else "
+                                    "running (else C = n / Σ(compute + h2d)); no device-loop probe")
+
+    def _c_free_words(self) -> str:
+        if self.loop_ceiling:
+            return "; C_free = C_loop: the device-resident training loop measured after the run"
+        return "; C_free = C_alone: steps on one batch after the run (no what-if probe)"
 
     def prefetch(self) -> Recommendation | None:
         pre, parts = self.attr.prefetch, self._parts()
@@ -418,13 +586,12 @@ class _Model:
         if empty is None or empty < BURSTY_EMPTY_FRACTION or (busy is not None and busy >= WORKERS_BUSY):
             return None
         factor = prefetch_factor(self.k, pre.prefetch_factor) or 1
-        x = self.throughput(self.k, *parts)
+        x, model = self._predict_or_fail({"loader.prefetch_factor": 2 * factor})
         return self._rec({"loader.prefetch_factor": 2 * factor}, x,
                          f"supply is bursty: {fmt.pct(empty)} of steps found the queue empty while the workers "
                          f"were busy only {fmt.pct(busy or 0)} of the time; a deeper queue "
                          f"({self.k} × {2 * factor} batches) lets them run ahead: predicted {fmt.rate(x)}, "
-                         f"the supply model at {self.k} workers ({self._now()})",
-                         "X(k) at the current k: the queue no longer runs dry")
+                         f"the supply model at {self.k} workers ({self._now()})", model)
 
     def persistent(self) -> Recommendation | None:
         """Persistent workers save the start of a *re-iterated* loader's pass (its workers are kept), never a new
@@ -442,20 +609,18 @@ class _Model:
             return None
         median_wait = float(self.counted["data_wait_s"].median())
         median_step = float(self.counted["step_s"].median())
-        first_passes = self._first_pass_epochs()
-        again = firsts[~firsts["epoch"].isin(first_passes)]
-        new = firsts[firsts["epoch"].isin(first_passes - {0})]  # the first loader's first pass: nothing to save
+        again, new = self._pass_starts(firsts)
         slow = self._slow_starts(again, median_wait, median_step)
         if slow is not None:
-            saved, x = slow
+            saved, _ = slow
+            x, model = self._predict_or_fail({"loader.persistent_workers": True})
             return self._rec({"loader.persistent_workers": True}, x,
                              f"the first step of {fmt.plural(len(again), 'epoch')} waited "
                              f"{fmt.duration(float(again['data_wait_s'].mean()))} on average against a median wait "
                              f"of {fmt.duration(median_wait)} (median step {fmt.duration(median_step)}): workers are "
                              f"started anew every time the loader is iterated again; keeping them saves "
                              f"{fmt.duration(saved)} of {fmt.duration(self.total_s)}: predicted {fmt.rate(x)} "
-                             f"({self._now()})",
-                             "n / (counted time − excess wait of re-iterated passes' first steps)")
+                             f"({self._now()})", model)
         recreated = self._recreated()
         slow = self._slow_starts(new, median_wait, median_step) if recreated else None
         if slow is None or recreated is None:
@@ -474,14 +639,36 @@ class _Model:
                                      "fit (with persistent_workers=True it keeps its workers between passes)",
                          note=RECREATED_LOADERS_NOTE)
 
+    def _pass_starts(self, firsts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The counted first steps of re-iterated passes, and of new loaders' first passes (not the first's)."""
+        first_passes = self._first_pass_epochs()
+        return (firsts[~firsts["epoch"].isin(first_passes)],
+                firsts[firsts["epoch"].isin(first_passes - {0})])  # the first loader's first pass: nothing to save
+
+    def _persistent_x(self) -> tuple[float, str] | None:
+        """Persistent workers: the run without the excess wait of re-iterated passes' first steps (none: the
+        run as measured); None without workers or epochs to tell passes by."""
+        steps = self.all_steps
+        if not self.k or steps.empty or "epoch" not in steps:
+            return None
+        assert self.current is not None
+        firsts = steps.loc[steps.groupby("epoch")["step"].idxmin()]
+        firsts = firsts[~firsts["warmup"].astype(bool)]
+        model = "n / (counted time − excess wait of re-iterated passes' first steps)"
+        if firsts.empty:
+            return self.current, model + ": no counted pass start, nothing to save"
+        slow = self._slow_starts(self._pass_starts(firsts)[0], float(self.counted["data_wait_s"].median()),
+                                 float(self.counted["step_s"].median()), threshold=False)
+        return (slow[1], model) if slow is not None else (self.current, model + ": none waited longer")
+
     def _slow_starts(self, firsts: pd.DataFrame, median_wait: float,
-                     median_step: float) -> tuple[float, float] | None:
+                     median_step: float, threshold: bool = True) -> tuple[float, float] | None:
         """(saved s, predicted samples/s) when these first steps waited SLOW_EPOCH_START_STEPS median steps
-        longer than the median wait, on average; else None."""
+        longer than the median wait, on average (any excess at all without ``threshold``); else None."""
         if firsts.empty:
             return None
         excess = (firsts["data_wait_s"].astype(float) - median_wait).clip(lower=0.0)
-        if float(excess.mean()) <= SLOW_EPOCH_START_STEPS * median_step:
+        if float(excess.mean()) <= (SLOW_EPOCH_START_STEPS * median_step if threshold else 0.0):
             return None
         saved = float(excess.sum())
         return saved, self.samples / max(self.total_s - saved, 1e-12)
@@ -517,15 +704,13 @@ class _Model:
         p = fetch + prep + collate
         if p <= 0 or (fetch + collate) / p < SHARE_DOMINATES:
             return None
-        x = self.throughput(self.k, BATCH_FETCH_KEEPS_FETCH * fetch, prep, BATCH_FETCH_KEEPS_COLLATE * collate)
+        x, model = self._predict_or_fail({WHOLE_BATCHES: True})
+        how = ("measured: the loop taking whole batches by one index, after the run" if self._batch_measured() else
+               "assumed: 90% of fetch and 80% of collate go away")
         return self._rec({}, x,
                          f"per-sample indexing and collate are {fmt.pct((fetch + collate) / p)} of making a batch "
                          f"({fmt.duration(fetch)} + {fmt.duration(collate)} per sample); taking whole batches at once "
-                         f"(assumed: 90% of fetch and 80% of collate go away) predicts {fmt.rate(x)} "
-                         f"({self._now()}; measured on 2 cores: in-RAM data from ~46k to 72–93k samples/s)",
-                         "X(k) with fetch × 0.1, collate × 0.2",
-                         code_change="give the Dataset a __getitems__(indices) that returns the whole batch, or "
-                                     "use a BatchSampler with batch_size=None")
+                         f"({how}) predicts {fmt.rate(x)} ({self._now()})", model, code_change=WHOLE_BATCHES_CODE)
 
     def cache_in_ram(self) -> Recommendation | None:
         parts = self._parts()
@@ -537,11 +722,10 @@ class _Model:
         stored = (self.cold or self.throttled or self.storage in ("files",)) and p > 0 and fetch / p >= SHARE_DOMINATES
         if not (decode or stored) or self.wait < COMPUTE_BOUND_FRACTION:
             return None
-        keep_prep = prep if (self.storage != "images" or self.data.transform == "augment") else 0.0
-        x = self.throughput(self.k, 0.0, keep_prep, collate, storage=math.inf)
         change: dict[str, Any] = {"data.storage": "ram"}
         if self.data.cache == "cold":
             change["data.cache"] = "warm"
+        x, model = self._predict_or_fail(change)
         how = "cold" if self.cold else "throttled" if self.throttled else "one file per sample"
         what = (f"decoding is {fmt.pct(prep / p)} of making a batch ({fmt.duration(prep)} per sample)" if decode
                 else f"fetching from {self.storage} ({how}) is {fmt.pct(fetch / p)} of making a batch "
@@ -553,9 +737,7 @@ class _Model:
             extra["note"] = "remove data.throttle from the scenario (slow storage is what the cache avoids)"
         return self._rec(change, x,
                          f"{what}; with decoded samples cached in RAM fetch{' and decode' if decode else ''} go "
-                         f"away: predicted {fmt.rate(x)} ({self._now()}, {self._ceiling_words()})",
-                         "X(k) with fetch = 0" + (" and prep = 0 (decode)" if decode and not keep_prep else ""),
-                         **extra)
+                         f"away: predicted {fmt.rate(x)} ({self._now()}, {self._ceiling_words()})", model, **extra)
 
     def on_device(self) -> Recommendation | None:
         n = self.data.samples
@@ -574,22 +756,22 @@ class _Model:
         extra = {"note": "; ".join(notes)} if notes else {}
         if self.data.cache == "cold":
             change["data.cache"] = "warm"
-        return self._rec(change, self.ceiling_alone,
+        x, model = self._predict_or_fail(change)
+        basis = "the device-resident loop measured after the run" if self.loop_ceiling else \
+            f"the {self._ceiling_words()}"
+        return self._rec(change, x,
                          f"the data set is small ({fmt.byte_size(n * SAMPLE_BYTES)}): held on the device, batches are "
-                         f"taken by index with no loading at all — predicted the {self._ceiling_words()} "
-                         f"({self._now()}, {fmt.pct(self.wait)} waiting for data)",
-                         "C_alone: training steps on one batch on the device after the run, nothing else "
-                         "running (else C = n / Σ(compute + h2d))", **extra)
+                         f"taken by index with no loading at all — predicted {fmt.rate(x)}, {basis} "
+                         f"({self._now()}, {fmt.pct(self.wait)} waiting for data)", model, **extra)
 
     def pin_memory(self) -> Recommendation | None:
         if not self.device.startswith("cuda") or pins_memory(self.loader.pin_memory, self.device) \
                 or self.h2d < PIN_MEMORY_H2D:
             return None
-        x = self.samples / max(self.total_s - self.h2d_s / 2, 1e-12)
+        x, model = self._predict_or_fail({"loader.pin_memory": True})
         return self._rec({"loader.pin_memory": True}, x,
                          f"host → device copies take {fmt.pct(self.h2d)} of step time; assuming pinned memory "
-                         f"halves them: predicted {fmt.rate(x)} ({self._now()})",
-                         "n / (counted time − h2d/2)")
+                         f"halves them: predicted {fmt.rate(x)} ({self._now()})", model)
 
     def fewer_threads(self) -> Recommendation | None:
         parts = self._parts()
@@ -599,14 +781,13 @@ class _Model:
         if threads >= self.threads:
             return None
         c = self._ceiling_with(threads)
-        x = self.throughput(self.k, *parts, ceiling=c, cores=self.cores - threads, threads=threads)
+        x, model = self._predict_or_fail({"train.threads": threads})
         return self._rec({"train.threads": threads}, x,
                          f"{fmt.plural(self.k, 'worker')} + {fmt.plural(self.threads, 'torch thread')} want more than "
                          f"{fmt.plural(self.cores, 'core')}; with {fmt.plural(threads, 'torch thread')} the workers get "
                          f"{fmt.plural(self.cores - threads, 'core')} and compute "
                          f"keeps {fmt.rate(c)} (assumed: in proportion to the {self.train_cores:.2f} cores the "
-                         f"training process used, at most C): predicted {fmt.rate(x)} ({self._now()})",
-                         "min(C·min(1, threads'/m), k / (io + cpu·k/(N − threads')), S)")
+                         f"training process used, at most C): predicted {fmt.rate(x)} ({self._now()})", model)
 
     # -- the honest negative -------------------------------------------------------------
 
@@ -642,6 +823,14 @@ class _Model:
 
 def _negative(current: float | None, reason: str, model: str) -> Recommendation:
     return Recommendation({}, current, 1.0, reason, model)
+
+
+def _probe_rate(what_ifs: dict[str, Any], name: str) -> float | None:
+    """A what-if probe's samples/s (run.json ``what_ifs``), None where absent or not a positive number."""
+    rate = as_dict(what_ifs.get(name)).get("samples_per_s")
+    if not isinstance(rate, (int, float)) or not math.isfinite(float(rate)) or rate <= 0:
+        return None
+    return float(rate)
 
 
 def _bytes_per_sample(loading: pd.DataFrame | None) -> float:

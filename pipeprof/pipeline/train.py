@@ -37,6 +37,7 @@ from pipeprof.measure.sampler import SystemSampler
 from pipeprof.measure.spool import Spool
 from pipeprof.measure.steady import SteadyState
 from pipeprof.measure.steps import StepTimer, ThroughputTimer
+from pipeprof.measure.what_if import measure_what_ifs
 from pipeprof.run_folder import (
     DEVICE_MEMORY_COLUMNS,
     FUNCTION_COLUMNS,
@@ -282,13 +283,16 @@ class DeviceMemoryRows:
 
 def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None, clock: Clock = monotonic_clock,
                      on_step: OnStep | None = None, context: dict[str, Any] | None = None,
-                     t0_s: float | None = None) -> Run:
+                     t0_s: float | None = None, what_ifs: bool = True) -> Run:
     """Train ``work`` under the profiler and return the raw records.
 
     ``t0_s``: the clock reading times count from (default: now); the ranks of a job share their
     parent's, so that every rank's records and the job's lie on one time axis.
     A failure or Ctrl-C during training still returns the steps measured so
     far, with ``status`` "failed" or "interrupted" (and the error) in the metadata.
+    After a complete run the compute ceiling and the what-if probes (``measure.what_if``, ~1.2 s) are
+    measured; ``what_ifs=False`` leaves the probes out (run.json says so): a workload whose dataset and step
+    count their own calls (the ground-truth test) is then called by the training loop only.
     """
     scenario = work.scenario
     on_cuda = work.device.type == "cuda"
@@ -349,11 +353,19 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
         # After training, untimed: py-spy writes its file, the workers exit and dump their profiles.
         finished = {"pyspy": spy.stop() if spy else None, "cprofile": code.finish() if code else None}
     compute_ceiling = None
+    probes = what_ifs
+    what_ifs_meta: dict[str, Any] = {"absent": f"the run is {status}: no probe after it" if probes else
+                                     "not asked for (profile_workload(what_ifs=False))"}
     if status == "complete":
         try:
             compute_ceiling = measure_compute_ceiling(work, clock)
         except Exception as e:  # noqa: BLE001 - a missing ceiling is recorded, never a failed run
             absences["compute_ceiling"] = one_line(e)
+    if status == "complete" and probes:
+        try:  # the pieces a changed setting runs (measure.what_if), for the recommendations' predictions
+            what_ifs_meta = measure_what_ifs(work, train_loop, clock)
+        except Exception as e:  # noqa: BLE001 - a missing probe is recorded, never a failed run
+            what_ifs_meta = {"absent": one_line(e)}
     absences.update(sampler.absences)  # includes the GPU monitor's missing metrics
     recorded = {name: r for name, r in finished.items() if r is not None}
     for r in recorded.values():
@@ -379,6 +391,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
         "status": status,
         "error": error,
         "compute_ceiling": compute_ceiling,
+        "what_ifs": what_ifs_meta,
     }
     if recorded:
         meta["code_profile"] = {name: r.meta for name, r in recorded.items()}

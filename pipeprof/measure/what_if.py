@@ -1,0 +1,227 @@
+"""What-if probes: short measurements, right after a scenario's run, of the pieces a changed setting runs.
+
+The recommendation model (``analysis.recommend``) composes its predictions
+from these where the analytical model was measured wrong (issue 17):
+
+* ``device_loop``: the real training loop (``pipeline.train.train_loop``) over
+  the data held on the device and taken by index with a shuffled permutation,
+  exactly as ``data.storage = "device"`` runs it (``storage.device.DeviceBatches``):
+  the compute ceiling *inside a loop shaped like the real one* (indexing,
+  the loop's own bookkeeping and the loss read included), which a training
+  step repeated on one batch (``compute_ceiling``) overshoots. The run's own
+  on-device data is used where it has some; else random values of the same
+  shape (the step's cost does not depend on the values).
+* ``loader_alone``: the run's own dataset through a DataLoader with 0 workers,
+  iterated with no training: samples/s of the batches the training process
+  would make itself (per-sample indexing, decode, transform, collate and the
+  loader's bookkeeping: all that ``num_workers = 0`` adds to each step).
+  Absent for data read cold (the page cache is warm after the run; the probe
+  would measure the wrong storage).
+* ``ram_loader``: the same over decoded samples cached in RAM (``storage.ram``
+  over random values of the data set's shape, with the scenario's transform):
+  what ``data.storage = "ram"`` makes per sample. For a run already in RAM
+  the ``loader_alone`` probe is that measurement and this one is not made.
+
+Each probe runs ``windows`` time-bounded windows of at least ``window_s``
+(a window ends at the first step end after that), after ``warmup`` steps,
+within ``budget_s`` in all; its entry keeps every window's rate
+(``samples_per_s_per_window``, contract 4 of issue 17: the intervals
+resample them) and their median as ``samples_per_s``. On CUDA the device is
+synchronized before a window's end is read. Times come from the injected
+clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import statistics
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from pipeprof.measure.clock import Clock, monotonic_clock
+from pipeprof.storage.device import DeviceBatches, DeviceDataset
+from pipeprof.storage.ram import RamDataset
+from pipeprof.storage.synthetic import FEATURES
+
+WINDOW_S = 0.12
+WINDOWS = 3
+WARMUP_STEPS = 2
+BUDGET_S = 0.5  # per probe: three probes stay within ~1.5 s after a run
+PROBE_MAX_SAMPLES = 50_000  # random stand-in data: enough rows that indexing is not served from one cache line
+
+
+class Windows:
+    """Step ends grouped into time-bounded windows: the rate of each, and when to stop.
+
+    ``step_done(samples)`` after each step; True when enough windows are measured or the
+    budget is spent (then the open window, if it has a step, is closed short: ``cut_short``;
+    steps slower than the budget leave no window, and the probe is absent with that reason).
+    ``sync`` (CUDA) runs before a window's end is read.
+    """
+
+    def __init__(self, clock: Clock, *, window_s: float = WINDOW_S, windows: int = WINDOWS,
+                 warmup: int = WARMUP_STEPS, budget_s: float = BUDGET_S,
+                 sync: Callable[[], None] | None = None) -> None:
+        self.clock, self.window_s, self.windows, self.warmup = clock, window_s, windows, warmup
+        self.budget_s, self.sync = budget_s, sync
+        self.start_s = clock()
+        self.steps = 0
+        self.rates: list[float] = []
+        self.steps_per_window: list[int] = []
+        self._window_start_s: float | None = None
+        self._samples = 0
+        self._window_steps = 0
+        self.short = False  # a window cut short by the budget
+        if warmup == 0:
+            self._open()
+
+    def step_done(self, samples: int) -> bool:
+        self.steps += 1
+        if self.steps <= self.warmup:
+            if self.steps == self.warmup:
+                self._open()
+            return self._spent()
+        assert self._window_start_s is not None  # opened when the warm-up ended
+        self._samples += samples
+        self._window_steps += 1
+        now_s = self.clock()
+        spent = self._spent()
+        if now_s - self._window_start_s >= self.window_s or spent:  # the budget spent: the open window is the last
+            if self.sync is not None:
+                self.sync()
+                now_s = self.clock()
+            took_s = now_s - self._window_start_s
+            self.rates.append(self._samples / took_s if took_s > 0 else float("inf"))
+            self.steps_per_window.append(self._window_steps)
+            self.short = self.short or took_s < self.window_s
+            if len(self.rates) >= self.windows or spent:
+                return True
+            self._open()
+        return False
+
+    def _open(self) -> None:
+        if self.sync is not None:
+            self.sync()
+        self._window_start_s, self._samples, self._window_steps = self.clock(), 0, 0
+
+    def _spent(self) -> bool:
+        return self.clock() - self.start_s >= self.budget_s
+
+    def result(self, **extra: Any) -> dict[str, Any]:
+        """The probe's run.json entry (``absent`` with the reason when no window closed)."""
+        took_s = self.clock() - self.start_s
+        if not self.rates:
+            return {"absent": f"no window of {self.window_s:g} s closed within the budget of {self.budget_s:g} s "
+                              f"({self.steps} steps)", "took_s": took_s, **extra}
+        return {"samples_per_s": statistics.median(self.rates), "samples_per_s_per_window": list(self.rates),
+                "steps_per_window": list(self.steps_per_window), "window_s": self.window_s, "took_s": took_s,
+                "cut_short": self.short, **extra}
+
+
+class _LoopTimer:
+    """The StepTimer interface ``train_loop`` drives, reporting each step end to ``Windows``."""
+
+    def __init__(self, windows: Windows) -> None:
+        self.windows = windows
+
+    def begin(self, ready_batches: float = float("nan")) -> None:
+        pass
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+    def waited(self) -> None:
+        pass
+
+    def copied(self) -> None:
+        pass
+
+    def computed(self, samples: int, loss: Any, correct: Any, epoch: int = 0) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+def device_batches(work: Any, max_samples: int = PROBE_MAX_SAMPLES) -> Iterable:
+    """The batches ``data.storage = "device"`` would give this workload: its own when it has them."""
+    batches = work.data.batches
+    if isinstance(batches, DeviceBatches):
+        return batches
+    spec = work.scenario.data
+    n = max(min(int(spec.samples), max_samples), work.scenario.loader.batch_size)
+    generator = torch.Generator().manual_seed(spec.seed)
+    x = torch.rand(n, FEATURES, generator=generator).to(work.device)
+    labels = np.random.default_rng(spec.seed).integers(0, 10, n)
+    dataset = DeviceDataset(x, labels, getattr(work.data.dataset, "transform", None))
+    return DeviceBatches(dataset, work.scenario.loader, spec.seed)
+
+
+def device_loop(work: Any, loop: Callable[..., None], clock: Clock = monotonic_clock, **windows: Any) -> dict[str, Any]:
+    """Samples/s of ``loop`` (``train_loop``) over on-device batches taken by a shuffled index (module docstring).
+
+    ``loop(work, total_steps, timer, stop_after=...)``: the runner's training loop; the probe's workload is
+    ``work`` with its batches replaced by ``device_batches(work)``.
+    """
+    batches = device_batches(work)
+    data = dataclasses.replace(work.data, batches=batches)
+    probe = dataclasses.replace(work, data=data)
+    sync = torch.cuda.synchronize if work.device.type == "cuda" else None
+    win = Windows(clock, sync=sync, **windows)
+    with work.rank.solo() if work.rank is not None else contextlib.nullcontext():
+        loop(probe, 1_000_000, _LoopTimer(win), stop_after=lambda i, samples: win.step_done(samples))
+    return win.result(batch_size=work.scenario.loader.batch_size)
+
+
+def loader_alone(dataset: Any, batch_size: int, clock: Clock = monotonic_clock, *, seed: int = 0,
+                 **windows: Any) -> dict[str, Any]:
+    """Samples/s of a DataLoader with 0 workers over ``dataset``, iterated with no training (module docstring)."""
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=0,
+                        generator=torch.Generator().manual_seed(seed))
+    win = Windows(clock, **windows)
+    done = False
+    while not done:
+        for batch in loader:
+            if win.step_done(len(batch[1])):
+                done = True
+                break
+    return win.result(num_workers=0, batch_size=batch_size)
+
+
+def ram_dataset(work: Any, max_samples: int = PROBE_MAX_SAMPLES) -> RamDataset:
+    """Decoded samples in RAM as ``storage.ram`` holds them (random values of the data set's shape)."""
+    spec = work.scenario.data
+    n = max(min(int(spec.samples), max_samples), work.scenario.loader.batch_size)
+    x = torch.rand(n, FEATURES, generator=torch.Generator().manual_seed(spec.seed))
+    labels = np.random.default_rng(spec.seed).integers(0, 10, n)
+    return RamDataset(x, labels, getattr(work.data.dataset, "transform", None))
+
+
+def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monotonic_clock,
+                     **windows: Any) -> dict[str, Any]:
+    """run.json's ``what_ifs``: the probes of the module docstring, each an entry or ``{"absent": reason}``."""
+    spec, batch = work.scenario.data, work.scenario.loader.batch_size
+    start_s = clock()
+    out: dict[str, Any] = {"device_loop": device_loop(work, loop, clock, **windows)}
+    if spec.storage == "device":
+        out["loader_alone"] = {"absent": "the data is on the device: no loader"}
+    elif spec.cache == "cold":
+        out["loader_alone"] = {"absent": "the data is read cold: after the run the page cache holds it, so a "
+                                         "probe would measure warm storage"}
+    else:
+        out["loader_alone"] = loader_alone(work.data.dataset, batch, clock, seed=spec.seed, **windows)
+    if spec.storage in ("ram", "device"):
+        out["ram_loader"] = {"absent": f"the data is already {'in RAM' if spec.storage == 'ram' else 'on the device'}"
+                                       + (": loader_alone measures it" if spec.storage == "ram" else "")}
+    else:
+        out["ram_loader"] = loader_alone(ram_dataset(work), batch, clock, seed=spec.seed, **windows)
+    out["took_s"] = clock() - start_s
+    return out

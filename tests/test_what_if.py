@@ -1,0 +1,157 @@
+"""The what-if probes after a run (measure.what_if): windows on a fake clock, small real workloads, run.json."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from pipeprof.measure.clock import FakeClock
+from pipeprof.measure.what_if import (
+    BUDGET_S,
+    Windows,
+    device_batches,
+    device_loop,
+    loader_alone,
+    measure_what_ifs,
+)
+from pipeprof.pipeline.train import build_workload, profile_scenario, train_loop
+from pipeprof.scenario import DataSpec, LoaderSpec, ModelSpec, ProfileSpec, Scenario, TrainSpec
+from pipeprof.storage.device import DeviceBatches
+
+
+def tiny(storage: str = "ram", cache: str = "warm", samples: int = 512, steps: int = 12) -> Scenario:
+    return Scenario(name=f"what-if-{storage}", data=DataSpec(storage=storage, samples=samples, cache=cache),
+                    loader=LoaderSpec(batch_size=32, num_workers=0), model=ModelSpec(hidden=[16]),
+                    train=TrainSpec(steps=steps, warmup_steps=2, device="cpu"), profile=ProfileSpec(sample_hz=10))
+
+
+def run_steps(windows: Windows, clock: FakeClock, step_s: float, samples: int = 32, cap: int = 1000) -> int:
+    for i in range(cap):
+        clock.advance(step_s)
+        if windows.step_done(samples):
+            return i + 1
+    raise AssertionError("the windows never stopped")
+
+
+def test_windows_are_time_bounded_and_keep_every_window_rate():
+    clock = FakeClock()
+    win = Windows(clock, window_s=0.12, windows=3, warmup=2, budget_s=10.0)
+    steps = run_steps(win, clock, 0.05)
+    # A window closes at the first step end 0.12 s after it opened: 3 steps of 50 ms = 0.15 s.
+    assert steps == 2 + 3 * 3
+    out = win.result(batch_size=32)
+    assert out["samples_per_s_per_window"] == pytest.approx([3 * 32 / 0.15] * 3)
+    assert out["samples_per_s"] == pytest.approx(3 * 32 / 0.15)
+    assert out["steps_per_window"] == [3, 3, 3] and out["cut_short"] is False and out["batch_size"] == 32
+
+
+def test_windows_median_of_uneven_windows():
+    clock = FakeClock()
+    win = Windows(clock, window_s=0.1, windows=3, warmup=0, budget_s=10.0)
+    for step_s in (0.1, 0.2, 0.4):  # one step per window: 320, 160, 80 samples/s
+        clock.advance(step_s)
+        done = win.step_done(32)
+    assert done
+    assert win.result()["samples_per_s_per_window"] == pytest.approx([320.0, 160.0, 80.0])
+    assert win.result()["samples_per_s"] == pytest.approx(160.0)
+
+
+def test_the_budget_cuts_the_open_window_short():
+    clock = FakeClock()
+    win = Windows(clock, window_s=0.5, windows=3, warmup=1, budget_s=0.5)
+    # Warm-up ends at 0.2 s; steps end at 0.4 and 0.6 s: the budget is spent, the window (2 steps, 0.4 s) closes.
+    assert run_steps(win, clock, 0.2) == 3
+    out = win.result()
+    assert out["samples_per_s_per_window"] == pytest.approx([2 * 32 / 0.4])
+    assert out["cut_short"] is True
+
+
+def test_steps_slower_than_the_budget_leave_the_probe_absent_with_the_reason():
+    clock = FakeClock()
+    win = Windows(clock, window_s=0.1, windows=3, warmup=2, budget_s=0.5)
+    assert run_steps(win, clock, 0.4) == 2  # spent during the warm-up
+    out = win.result()
+    assert "samples_per_s" not in out and "budget" in out["absent"]
+
+
+def test_the_device_loop_is_the_real_loop_over_on_device_data_taken_by_a_shuffled_index():
+    work = build_workload(tiny("ram"))
+    batches = device_batches(work)
+    assert isinstance(batches, DeviceBatches) and batches.shuffle
+    assert tuple(batches.dataset.x.shape) == (512, 784) and batches.batch_size == 32
+    clock, seen = FakeClock(), []
+    step = work.step_fn
+
+    def timed_step(x, y):
+        seen.append(x)
+        clock.advance(0.01)  # every step 10 ms on the fake clock
+        return step(x, y)
+
+    work.step_fn = timed_step
+    out = device_loop(work, train_loop, clock, window_s=0.045, windows=2, warmup=1, budget_s=10.0)
+    # 1 warm-up step, then two windows of 5 steps of 10 ms (the first step end 45 ms on): 32 x 5 / 0.05 samples/s.
+    assert len(seen) == 1 + 2 * 5
+    assert out["samples_per_s_per_window"] == pytest.approx([32 * 5 / 0.05] * 2)
+    rows = batches.dataset.x
+    first = seen[0]
+    matches = [(rows == first[i]).all(dim=1).nonzero().flatten().tolist() for i in range(len(first))]
+    assert all(len(m) == 1 for m in matches)  # each row of a batch is a row of the on-device tensor
+    assert [m[0] for m in matches] != list(range(32))  # in shuffled order, not the first 32 rows
+
+
+def test_a_device_run_probes_its_own_batches():
+    work = build_workload(tiny("device"))
+    assert device_batches(work) is work.data.batches
+
+
+def test_the_loader_alone_counts_its_samples_per_second():
+    clock = FakeClock()
+
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self):
+            return 100
+
+        def __getitem__(self, i):
+            clock.advance(0.001)  # 1 ms a sample
+            return torch.zeros(4), 0
+
+    out = loader_alone(Slow(), 10, clock, window_s=0.015, windows=3, warmup=1, budget_s=10.0)
+    # A batch of 10 takes 10 ms: a window closes after 2 batches; the collate takes no fake time.
+    assert out["samples_per_s_per_window"] == pytest.approx([1000.0] * 3)
+    assert out["num_workers"] == 0
+
+
+@pytest.mark.parametrize("storage, cache, loader, ram", [
+    ("ram", "warm", True, "already in RAM"),
+    ("memmap", "warm", True, None),
+    ("memmap", "cold", "read cold", None),
+    ("device", "warm", "on the device", "already on the device"),
+])
+def test_which_probes_run_and_why_the_others_do_not(tmp_path, storage, cache, loader, ram):
+    work = build_workload(tiny(storage, cache), tmp_path)
+    out = measure_what_ifs(work, train_loop, window_s=0.02, windows=2, budget_s=0.3)
+    assert len(out["device_loop"]["samples_per_s_per_window"]) >= 1
+    if loader is True:
+        assert out["loader_alone"]["samples_per_s"] > 0
+    else:
+        assert loader in out["loader_alone"]["absent"]
+    if ram is None:
+        assert out["ram_loader"]["samples_per_s"] > 0 and len(out["ram_loader"]["samples_per_s_per_window"]) == 2
+    else:
+        assert ram in out["ram_loader"]["absent"]
+
+
+def test_a_run_records_its_what_ifs_within_the_time_budget(tmp_path):
+    started_s = time.monotonic()
+    run = profile_scenario(tiny("memmap", steps=20), cache_root=tmp_path)
+    assert run.meta["status"] == "complete"
+    what_ifs = run.meta["what_ifs"]
+    for name in ("device_loop", "loader_alone", "ram_loader"):
+        rates = what_ifs[name]["samples_per_s_per_window"]
+        assert rates and all(np.isfinite(rates)) and what_ifs[name]["samples_per_s"] == pytest.approx(np.median(rates))
+    # Three probes of at most BUDGET_S each (the steps' own ends can overshoot by one step).
+    assert what_ifs["took_s"] < 3 * BUDGET_S + 0.5
+    assert time.monotonic() - started_s > what_ifs["took_s"]
