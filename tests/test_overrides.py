@@ -178,6 +178,7 @@ def test_plain_loop_runs_with_the_workers_and_threads_set_from_outside(tmp_path)
     assert s["script"]["overrides"] == meta["overrides"]
     assert "overridden: loader num_workers=1 (script: 0) prefetch_factor=3 (script: None)" in proc.stdout
     assert script.read_bytes() == before
+    assert "overridden: loader num_workers=1 (script: 0)" in (folder / "report.html").read_text()  # its notes
 
 
 @pytest.mark.integration

@@ -33,6 +33,13 @@ torch.set_num_threads(N) and keeps it there (the script's own calls are
 recorded, not obeyed). What was changed is in run.json's overrides, the
 report's notes and summary.json's loaders (the settings really used).
 
+--verify, after the run is saved, runs the script again (a fresh pipeprof
+profile, the same --steps, its folder in the run folder's verify/) with
+the top recommendation applied through --loader / --threads, and records
+predicted against measured samples/s as summary.json's verification. A
+recommendation that is not a loader or thread setting (where the data is
+held, a code change) is not verified, and the run says why.
+
 Exit status: the script's own (128 + N when signal N killed it); 2 for
 pipeprof's own usage errors. The run folder is written in every case.
 """
@@ -42,13 +49,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeprof import format as fmt
 from pipeprof.cli.output import stdout_closed, stdout_console
 
 if TYPE_CHECKING:
     from pipeprof.run_folder import Run
+    from pipeprof.script.overrides import Overrides
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,6 +72,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="set a DataLoader argument of the training loader (or of the loader named NAME); "
                         "repeatable")
     p.add_argument("--threads", type=_positive_int, metavar="N", help="torch.set_num_threads(N) for the script")
+    p.add_argument("--verify", action="store_true",
+                   help="re-run with the top recommendation applied (--loader/--threads) and report predicted "
+                        "vs measured samples/s (the re-run goes into the run folder's verify/)")
     p.add_argument("--quiet", action="store_true", help="no summary table")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python SCRIPT [ARGS]",
                    help="the training command: python SCRIPT ARGS, python -m MODULE ARGS, or SCRIPT.py ARGS")
@@ -110,9 +121,12 @@ def execute(args: argparse.Namespace) -> int:
     saved = profile_script(args.command, out=args.out, name=args.name, steps=args.steps,
                            warmup_steps=args.warmup_steps, sample_hz=args.sample_hz, overrides=overrides)
     run, folder = saved.run, saved.folder
+    summary = saved.summary
+    if args.verify and run.meta["status"] == "complete" and not run.steps.empty:
+        summary = _verify(args, saved.summary, run, folder, overrides)
     try:
         if not args.quiet and not run.steps.empty:
-            print_summary(saved.summary, folder, stdout_console())
+            print_summary(summary, folder, stdout_console())
         for note in run.meta["notes"]:
             if note.startswith(("overridden: ", "--loader ")):
                 print(note if note.startswith("overridden: ") else f"note: {note}")
@@ -122,6 +136,22 @@ def execute(args: argparse.Namespace) -> int:
         print(f"pipeprof: report: {folder / 'report.html'}", file=sys.stderr)
     _say_how_it_ended(run, folder)
     return saved.exit_status
+
+
+def _verify(args: argparse.Namespace, summary: dict[str, Any], run: Run, folder: Path,
+            overrides: Overrides) -> dict[str, Any]:
+    """The re-run with the top recommendation applied; the summary derived again, and one line on stderr."""
+    from pipeprof.pipeline.script_verify import verify_script
+    from pipeprof.pipeline.verify import store
+
+    record = verify_script(args.command, summary, folder, base=overrides, steps=args.steps,
+                           warmup_steps=args.warmup_steps, sample_hz=args.sample_hz)
+    summary = store(run, folder, record)
+    v = summary.get("verification") or {}
+    print(f"verify: {v.get('set') or 'nothing'}: {v.get('verdict_words')}", file=sys.stderr)
+    if v.get("folder"):
+        print(f"verify run: {v['folder']}", file=sys.stderr)
+    return summary
 
 
 def _say_how_it_ended(run: Run, folder: Path) -> None:
