@@ -16,6 +16,7 @@ from pipeprof.pipeline.script_tune import (
     override_args,
     read_trial,
     tune_script,
+    written,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -91,7 +92,7 @@ def test_the_search_starts_from_the_scripts_settings_and_confirms_the_best_again
     assert best["samples_per_s"] == pytest.approx(3300.0) and doc["base"]["samples_per_s"] == 1000.0
     assert best["speedup"] == pytest.approx(3.3) and doc["base"]["confirmed"]
     assert "torch.set_num_threads(1)" in best["python"] and "num_workers=2" in best["python"]
-    assert "train_loader: DataLoader(TensorDataset(...)" in best["python"]
+    assert "train_loader: DataLoader(TensorDataset(...)" in best["python"] and "prefetch" not in best["python"]
     text = answer_text(doc)
     assert "best: x3.30" in text and "  torch.set_num_threads(1)\n" in text and "num_workers=2" in text
     for t in doc["trials"]:
@@ -129,6 +130,9 @@ def test_the_recommendations_seed_the_search(tmp_path):
     second = doc["trials"][1]
     assert second["why"] == "predicted by the recommendations"
     assert second["change"] == {"loader.num_workers": 3, "train.threads": 1, "loader.prefetch_factor": 2}
+    # PyTorch's default prefetch factor, which the normalized settings write out, is not written in the script
+    assert written(second["change"], doc["base"]["settings"]) == {"loader.num_workers": 3, "train.threads": 1}
+    assert written({"loader.prefetch_factor": 4}, {"loader.prefetch_factor": None}) == {"loader.prefetch_factor": 4}
 
 
 def test_going_to_no_workers_overrides_the_worker_only_settings(tmp_path):

@@ -41,6 +41,7 @@ from pipeprof.analysis.advice_text import script_text
 from pipeprof.analysis.thresholds import TUNE_MIN_GAIN
 from pipeprof.analysis.tune import Settings, Space, search
 from pipeprof.errors import UsageError
+from pipeprof.loader_rules import prefetch_factor
 from pipeprof.measure.environment import usable_cores
 from pipeprof.pipeline.progress import SILENT, Progress
 from pipeprof.pipeline.script_run import launched_name, run_name, split_command
@@ -181,6 +182,16 @@ def changed(settings: Settings, base: Settings) -> Settings:
     return {k: v for k, v in settings.items() if base.get(k) != v}
 
 
+def written(change: Settings, start: Settings) -> Settings:
+    """The change as the script's author writes it: a prefetch factor the script left unset and the change
+    sets to PyTorch's default for its workers is no change to write."""
+    workers = int(change.get("loader.num_workers", start.get("loader.num_workers")) or 0)
+    if start.get("loader.prefetch_factor") is None and "loader.prefetch_factor" in change \
+            and change["loader.prefetch_factor"] == prefetch_factor(workers, None):
+        return {k: v for k, v in change.items() if k != "loader.prefetch_factor"}
+    return change
+
+
 class _Trials:
     """Runs and records the trials: a folder each under ``trials/``, in order."""
 
@@ -285,7 +296,7 @@ def _search_and_confirm(doc: dict[str, Any], trials: _Trials, budget: ScriptBudg
                                 "keep them.")
     base = doc["base"]["samples_per_s"]
     best["speedup"] = best["samples_per_s"] / base if base else None
-    best["python"] = script_text(best["change"], loader) if best["change"] else ""
+    best["python"] = script_text(written(best["change"], start), loader) if best["change"] else ""
     doc["best"] = best
     if result.best is not None:  # the search's fastest trial, before confirmation (may be noise)
         doc["searched_best"] = {"change": changed(result.best["settings"], start),
