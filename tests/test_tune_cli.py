@@ -8,7 +8,7 @@ from tiny import tiny_file, tiny_toml
 
 from pipeprof.analysis.advice_text import dataloader_kwargs
 from pipeprof.cli.main import main
-from pipeprof.pipeline.tune import toml_snippet
+from pipeprof.pipeline.tune import FINALISTS, ROUNDS, toml_snippet
 from pipeprof.scenario import scenario_from_dict
 
 TINY = tiny_toml("tiny-tune", "a tiny <script>alert(1)</script> tuning")
@@ -23,7 +23,7 @@ def scenario_file(tmp_path):
 def test_tune_measures_trials_confirms_the_best_in_a_fresh_process_and_prints_its_settings(tmp_path, scenario_file,
                                                                                           capsys):
     out, cache = tmp_path / "reports", tmp_path / "cache"
-    status = main(["tune", str(scenario_file), "--max-evals", "3", "--window", "1", "--confirm-seconds", "1",
+    status = main(["tune", str(scenario_file), "--max-evals", "3", "--window", "2", "--confirm-seconds", "1",
                    "--out", str(out), "--cache", str(cache), "--quiet"])
     assert status == 0
     (folder,) = [p for p in out.iterdir() if p.is_dir()]
@@ -31,7 +31,16 @@ def test_tune_measures_trials_confirms_the_best_in_a_fresh_process_and_prints_it
     assert doc["kind"] == "tune" and doc["status"] == "complete"
     trials = [p for p in doc["points"] if p["index"] >= 0]
     measured = [p for p in trials if p["status"] in ("complete", "failed")]
-    assert 1 <= len(measured) <= 4  # --max-evals 3, and one more for the compute ceiling when needed
+    final = [p for p in measured if p["why"].startswith("final round")]
+    # --max-evals 3 before the final round, which adds at most 3 finalists x 2 rounds; the compute ceiling is
+    # the first trial's own probe (training steps on one batch on the device), not one more trial
+    assert 1 <= len(measured) - len(final) <= 3 and 1 <= len(final) <= FINALISTS * ROUNDS
+    assert not any(p["why"] == "the compute ceiling" for p in trials)
+    finalists = doc["final_round"]["finalists"]
+    assert [f["settings"] for f in finalists] == _unique([p["change"] for p in final])
+    assert all(len(f["samples_per_s_per_window"]) >= 1 for f in finalists)
+    assert doc["final_round"]["broad_window_s"] == 1.0 and doc["final_round"]["window_s"] == 2.0
+    assert {p["window_s"] for p in measured if p["status"] == "complete"} <= {1.0, 2.0}
     assert trials[0]["why"] == "the scenario as given"
     assert trials[0]["change"]["loader.num_workers"] == 0 and trials[0]["change"]["data.storage"] == "ram"
     confirm = doc["points"][-1]
@@ -48,6 +57,14 @@ def test_tune_measures_trials_confirms_the_best_in_a_fresh_process_and_prints_it
     html = (folder / "tune.html").read_text()
     assert 'id="toml-snippet"' in html and "<script>alert(1)" not in html
     assert capsys.readouterr().out.strip().endswith(f"tune: {folder / 'tune.html'}")
+
+
+def _unique(items):
+    out = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out
 
 
 @pytest.mark.parametrize("extra, match", [(["--max-evals", "0"], "--max-evals 0"),

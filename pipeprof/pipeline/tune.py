@@ -21,7 +21,7 @@ from pipeprof.analysis.advice_text import dataloader_kwargs
 from pipeprof.analysis.recommend import DEVICE_DATA_MAX_BYTES
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.sweep import best_summary, near_best, point_record
-from pipeprof.analysis.tune import Search, Space, ceiling_words, search
+from pipeprof.analysis.tune import Evaluate, Search, Space, ceiling_words, search
 from pipeprof.errors import UsageError
 from pipeprof.format import setting
 from pipeprof.loader_rules import without_worker_only
@@ -37,6 +37,10 @@ from pipeprof.scenario import ON_DISK, SAMPLE_BYTES, Scenario
 from pipeprof.variants import to_toml, vary
 
 SEEDS = 2  # recommendations of the first trial tried before the walk
+FINALISTS = 3  # settings re-measured in the final round
+ROUNDS = 2  # final-round measurements of each at most
+BROAD_SHARE = 0.5  # the broad round's window: this share of --window (the final round's) ...
+BROAD_MIN_S = 1.0  # ... but not below a second (or --window, if shorter): a first step and workers' start fit
 TRIAL_MAX_STEPS = 5000  # a trial runs until steady: its time budget ends it first
 DIMENSIONS_SHOWN = ("loader.num_workers", "train.threads", "loader.prefetch_factor", "loader.persistent_workers",
                     "loader.pin_memory", "data.storage", "loader.batch_size")
@@ -44,11 +48,21 @@ DIMENSIONS_SHOWN = ("loader.num_workers", "train.threads", "loader.prefetch_fact
 
 @dataclass(frozen=True)
 class Budget:
-    """How much the tuner may measure: trials, seconds per trial, seconds of the confirming run."""
+    """How much the tuner may measure: trials, seconds per trial, seconds of the confirming run.
+
+    The broad round's trials run ``window_s * broad_share`` at most (not below
+    ``BROAD_MIN_S``, or ``window_s`` if shorter); the
+    confirmations of a gain and the final round (``finalists`` settings, up to
+    ``rounds`` measurements each, successive halving: ``analysis/tune.py``) run
+    ``window_s``. ``finalists=0``: the plain search, every trial ``window_s``.
+    """
 
     max_evals: int
     window_s: float
     confirm_s: float
+    finalists: int = FINALISTS
+    rounds: int = ROUNDS
+    broad_share: float = BROAD_SHARE
 
 
 def tune(scenario: Scenario, *, scenario_file: Path, overrides: list[str], out: Path, budget: Budget,
@@ -64,15 +78,22 @@ def tune(scenario: Scenario, *, scenario_file: Path, overrides: list[str], out: 
     doc = new_document("tune", scenario, scenario_file=str(scenario_file), overrides=overrides,
                        axes=[(d, []) for d in DIMENSIONS_SHOWN if d in start],
                        measure=Measure(max_seconds=budget.window_s))
-    trials = Trials(scenario, budget.window_s, cache, progress, str(scenario_file), tuple(space.dimensions()))
+    robust = budget.finalists > 0
+    broad_s = max(budget.window_s * budget.broad_share, min(budget.window_s, BROAD_MIN_S)) if robust \
+        else budget.window_s
+    trials = Trials(scenario, broad_s, cache, progress, str(scenario_file), tuple(space.dimensions()))
     status = "complete"
     ceiling: float | None
     try:
-        result = search(start, space, trials.evaluate, trials.seeds, max_evals=budget.max_evals)
+        result = search(start, space, trials.evaluate, trials.seeds, max_evals=budget.max_evals,
+                        confirm_gains=robust, finalists=budget.finalists, rounds=budget.rounds,
+                        remeasure=trials.with_window(budget.window_s))
         ceiling = trials.ceiling(result)
     except KeyboardInterrupt:
         status, result, ceiling = "interrupted", trials.partial(), None
     doc["points"] = trials.records
+    doc["final_round"] = {"finalists": result.finalists, "noise": result.noise, "broad_window_s": broad_s,
+                          "window_s": budget.window_s} if result.finalists else None
     best = result.best
     if best is not None and status == "complete":
         confirm = confirm_best(scenario, best["settings"], folder, scenario_file=scenario_file,
@@ -129,11 +150,16 @@ class Trials:
         self.dimensions = dimensions
         self.records: list[dict[str, Any]] = []
         self.summaries: list[dict[str, Any] | None] = []
+        self.compute_probe: float | None = None  # the first run's compute ceiling probe, samples/s
 
-    def evaluate(self, settings: dict[str, Any], why: str) -> tuple[float | None, str]:
+    def with_window(self, window_s: float) -> Evaluate:
+        """``evaluate`` with trials of ``window_s`` at most (the final round's longer windows)."""
+        return lambda settings, why: self.evaluate(settings, why, window_s=window_s)
+
+    def evaluate(self, settings: dict[str, Any], why: str, *, window_s: float | None = None) -> tuple[float | None, str]:
         index = len(self.records)
         label = settings_label(settings)
-        change = {**settings, "train.steady": True, "train.max_seconds": self.window_s,
+        change = {**settings, "train.steady": True, "train.max_seconds": window_s or self.window_s,
                   "train.steady_window_s": 0.25, "train.steady_windows": 4,
                   "train.steps": max(TRIAL_MAX_STEPS, self.scenario.total_steps())}
         try:
@@ -150,24 +176,30 @@ class Trials:
             work = build_workload(variant.scenario, self.cache, recorder=recorder)
             run = profile_workload(work, recorder=recorder)
         except (OSError, RuntimeError) as e:
-            return self._failed(index, label, settings, f"{type(e).__name__}: {e}")
+            return self._failed(index, label, settings, f"{type(e).__name__}: {e}", why)
         finally:
             work = None  # noqa: F841 - the next trial starts from nothing: no data, model or workers left
             gc.collect()
         if run.meta.get("status") == "interrupted":
             raise KeyboardInterrupt
         if run.meta.get("status") != "complete":
-            return self._failed(index, label, settings, str(run.meta.get("error")))
+            return self._failed(index, label, settings, str(run.meta.get("error")), why)
         summary = summarize(run)
         rate = summary.get("samples_per_s")
+        if rate is None:  # complete, yet no step counted after the warm-up within the window
+            return self._failed(index, label, settings, "no samples/s: no step after the warm-up in the window", why)
+        probe = run.meta.get("compute_ceiling")
+        if self.compute_probe is None and isinstance(probe, dict) and probe.get("samples_per_s"):
+            self.compute_probe = float(probe["samples_per_s"])
         self.records.append(point_record(index, label, settings, "complete", summary=summary))
-        self.records[-1]["why"] = why
+        self.records[-1].update(why=why, window_s=change["train.max_seconds"])
         self.summaries.append(summary)
         self.progress.line(f" {rate:,.0f} samples/s")
         return rate, "complete"
 
-    def _failed(self, index: int, label: str, settings: dict[str, Any], error: str) -> tuple[None, str]:
+    def _failed(self, index: int, label: str, settings: dict[str, Any], error: str, why: str) -> tuple[None, str]:
         self.records.append(point_record(index, label, settings, "failed", reason=" ".join(error.split())))
+        self.records[-1]["why"] = why
         self.summaries.append(None)
         self.progress.line(" failed")
         return None, "failed"
@@ -187,6 +219,8 @@ class Trials:
         for t in result.trials:
             if t["settings"].get("data.storage") == "device" and t["samples_per_s"] is not None:
                 return t["samples_per_s"]
+        if self.compute_probe is not None:  # training steps on one batch on the device: no loading at all
+            return self.compute_probe
         if self.scenario.data.samples * SAMPLE_BYTES > DEVICE_DATA_MAX_BYTES:
             return None
         base = result.trials[0]["settings"] if result.trials else {}
