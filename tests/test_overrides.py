@@ -200,3 +200,14 @@ def test_a_bad_key_exits_2_with_one_line_before_anything_runs(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "'nworkers' is not an argument of torch.utils.data.DataLoader" in lines[0]
     assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.integration
+def test_a_lightning_train_dataloader_gets_it_and_the_sanity_check_loader_does_not(tmp_path):
+    proc, folder = profile(tmp_path, ["--loader", "num_workers=1", "--steps", "20"],
+                           str(FIXTURES / "lightning_mlp.py"))
+    assert proc.returncode == 0, proc.stderr
+    s, meta = _read(folder)
+    assert {(lo["name"], lo["role"], lo["num_workers"]) for lo in s["loaders"]} == {
+        ("train_dataloader", "train", 1), ("val_dataloader", "eval", 0)}  # validation runs under no_grad
+    assert [r["name"] for r in meta["overrides"]["applied"]] == ["train_dataloader"]
