@@ -33,8 +33,9 @@ The method
    does not list it: it predicts it less than ``MIN_GAIN``) counts as no gain: its rate is the resample's
    own measured samples/s. A prediction below that rate is kept as it is: a change that may slow the run.
 
-3. **The bounds.** Ten resamples are too few for their 10th and 90th percentiles to be stable (those are the
-   first and last draws), but enough for a standard error: the spread ``sd`` of ln(predicted samples/s)
+3. **The bounds.** ``RESAMPLES`` (8: each costs an attribution, ~40-60 ms on a busy 2-core machine, and
+   the derive of a run must stay within ~0.5 s) are too few for their 10th and 90th percentiles to be stable
+   (those are the first and last draws), but enough for a standard error: the spread ``sd`` of ln(predicted samples/s)
    over the resamples gives the half-width ``t(0.9, B - 1) · sd`` (Student's t: the sd is itself estimated
    from ``B`` draws). It is widened by the run's own run-to-run noise: the coefficient of variation ``cv`` of
    samples/s between the counted steps' windows (``windows.throughput_windows``, ~1 s each), as
@@ -69,7 +70,7 @@ from pipeprof.numbers import finite
 from pipeprof.run_folder import Run
 
 LEVEL = 0.8  # the 10th to the 90th percentile
-RESAMPLES = 10  # each costs one attribution and recommend (~40 ms on a 2-core machine)
+RESAMPLES = 8  # each costs one resample, attribution and prediction (~40-60 ms on a busy 2-core machine)
 SEED = 17  # fixed: the same run folder gives the same summary.json
 BLOCK_STEPS = 10
 MIN_BLOCKS = 5
@@ -153,15 +154,26 @@ def resample_run(run: Run, rng: np.random.Generator, *, block_steps: int = BLOCK
     drawn = free[circular_blocks(len(free), block_length(len(free), block_steps), rng)]
     source = positions.copy()
     source[~starts] = drawn
-    new_steps = steps.copy()
-    kept = ["step", "epoch", "t_start_s", "warmup"]
-    values = [c for c in steps.columns if c not in kept]
-    new_steps.loc[positions, values] = steps.loc[source, values].to_numpy()
-    step_map = pd.DataFrame({"step": steps.loc[source, "step"].to_numpy(),
-                             "new_step": steps.loc[positions, "step"].to_numpy()})
+    new_steps = _take_rows(steps, positions, source, keep=("step", "epoch", "t_start_s", "warmup"))
+    numbers = pd.to_numeric(steps["step"], errors="coerce").to_numpy(dtype=float)
     return Run(meta=_resample_windows(run.meta, rng), steps=new_steps, samples=_resample_samples(run, rng),
-               processes=run.processes, loading=_follow_steps(run.loading, step_map, steps.loc[positions, "step"]),
+               processes=run.processes,
+               loading=_follow_steps(run.loading, numbers[source], numbers[positions]),
                functions=run.functions, device_memory=run.device_memory, attachments=run.attachments)
+
+
+def _take_rows(table: pd.DataFrame, positions: np.ndarray, source: np.ndarray,
+               keep: Sequence[str] = ()) -> pd.DataFrame:
+    """``table`` with the rows at ``positions`` holding the values of the rows at ``source`` (column by column,
+    each keeping its dtype), but for the ``keep`` columns."""
+    columns = {}
+    for name in table.columns:
+        values = table[name].to_numpy()
+        if name not in keep:
+            values = values.copy()
+            values[positions] = values[source]
+        columns[name] = values
+    return pd.DataFrame(columns, index=table.index)
 
 
 def _epoch_starts(counted: pd.DataFrame) -> np.ndarray:
@@ -172,15 +184,24 @@ def _epoch_starts(counted: pd.DataFrame) -> np.ndarray:
     return np.concatenate(([True], epoch[1:] != epoch[:-1])) if len(epoch) else np.zeros(0, dtype=bool)
 
 
-def _follow_steps(loading: pd.DataFrame, step_map: pd.DataFrame, counted_steps: pd.Series) -> pd.DataFrame:
-    """The loading records with each counted step's batches replaced by those of the step drawn for it."""
+def _follow_steps(loading: pd.DataFrame, drawn: np.ndarray, positions: np.ndarray) -> pd.DataFrame:
+    """The loading records with the batches of each counted step (numbers ``positions``) replaced by those of
+    the step drawn for it (``drawn``, in the same order)."""
     if loading is None or loading.empty or "step" not in loading:
         return loading
-    step = pd.to_numeric(loading["step"], errors="coerce")
-    others = loading.loc[~step.isin(counted_steps)]
-    drawn = step_map.merge(loading.assign(step=step), on="step", how="inner")
-    drawn = drawn.drop(columns="step").rename(columns={"new_step": "step"})[list(loading.columns)]
-    return pd.concat([others, drawn], ignore_index=True)
+    step = pd.to_numeric(loading["step"], errors="coerce").to_numpy(dtype=float)
+    order = np.argsort(step, kind="stable")
+    ordered = step[order]
+    first, last = np.searchsorted(ordered, drawn, "left"), np.searchsorted(ordered, drawn, "right")
+    counts = last - first
+    # the rows of each drawn step, one run after another: first[j], first[j] + 1, ..., last[j] - 1
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    rows = order[np.repeat(first, counts) + offsets]
+    others = np.flatnonzero(~np.isin(step, positions))
+    out = loading.iloc[np.concatenate([others, rows])].reset_index(drop=True)
+    new_step = np.concatenate([step[others], np.repeat(positions, counts)])
+    out["step"] = new_step.astype(np.int64) if np.isfinite(new_step).all() else new_step
+    return out
 
 
 def _resample_samples(run: Run, rng: np.random.Generator) -> pd.DataFrame:
@@ -195,10 +216,7 @@ def _resample_samples(run: Run, rng: np.random.Generator) -> pd.DataFrame:
     if len(inside) < 2:
         return samples
     drawn = inside[circular_blocks(len(inside), block_length(len(inside)), rng)]
-    out = samples.copy()
-    values = [c for c in samples.columns if c != "t_s"]
-    out.loc[inside, values] = samples.loc[drawn, values].to_numpy()
-    return out
+    return _take_rows(samples, inside, drawn, keep=("t_s",))
 
 
 def _resample_windows(value: Any, rng: np.random.Generator) -> Any:
@@ -269,12 +287,17 @@ def _predict(run: Run, probe: dict[str, Any] | None, recs: Sequence[Recommendati
     attr = attribution(run, probe)
     verdict = verdict_from_attribution(attr)
     predict_change = getattr(recommend_module, "predict_change", None)  # contract 3 of issue 17 (helper P1)
+    whole = getattr(recommend_module, "WHOLE_BATCHES", None)  # predict_change's key for that code change
+    whole_code = getattr(recommend_module, "WHOLE_BATCHES_CODE", None)
     listed: list[Recommendation] | None = None
     out: dict[int, float | None] = {}
     for i in wanted:
         rec = recs[i]
-        if rec.change and predict_change is not None:
-            again = predict_change(run, attr, verdict, dict(rec.change))
+        change = dict(rec.change)
+        if whole is not None and rec.code_change is not None and rec.code_change == whole_code:
+            change[whole] = True
+        if change and predict_change is not None:
+            again = predict_change(run, attr, verdict, change)
             out[i] = finite(again.predicted_samples_per_s) if again is not None else None
             continue
         if listed is None:
