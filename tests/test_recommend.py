@@ -409,3 +409,103 @@ def test_advice_code_is_what_the_user_can_write_for_their_framework(framework, t
                         "loader.persistent_workers": True}, _train_loader(0, 1, framework="transformers", num_workers=0))
     assert args == ("TrainingArguments(dataloader_num_workers=2, dataloader_pin_memory=True, "
                     "dataloader_prefetch_factor=4, dataloader_persistent_workers=True)")
+
+
+# -- issue 17, item 1: what-ifs measured after the run, and predict_change -------------------------
+
+from pipeprof.analysis.recommend import WHOLE_BATCHES, predict_change  # noqa: E402
+
+
+def with_what_ifs(run, **rates):
+    """run.json's what_ifs with the given probes' samples/s (three equal windows each)."""
+    run.meta["what_ifs"] = {name: {"samples_per_s": rate, "samples_per_s_per_window": [rate] * 3}
+                            for name, rate in rates.items()}
+    return run
+
+
+def predicted(run, change):
+    attr = attribution(run, None)
+    rec = predict_change(run, attr, verdict_from_attribution(attr), change)
+    return rec if rec is None else rec.to_json()
+
+
+def test_data_on_the_device_is_predicted_as_the_device_resident_loop_measured():
+    run = with_main_cpu(make_run(wait=0.3, h2d=0.01, loading=(0.09, 0.05, 0.01), cores=4, threads=2), 120.0)
+    run.meta["scenario"]["data"]["samples"] = 30000
+    run.meta["compute_ceiling"] = {"samples_per_s": 5000.0}  # one batch repeated: overshoots the real loop
+    with_what_ifs(run, device_loop=3000.0)
+    rec = predicted(run, {"data.storage": "device"})
+    assert rec["predicted_samples_per_s"] == pytest.approx(3000.0)
+    assert rec["predicted_speedup"] == pytest.approx(3000.0 / (BATCH / STEP_S))
+    assert "C_loop" in rec["model"]
+    (top,) = [r for r in recs_of(run) if r["change"].get("data.storage") == "device"]
+    assert top["predicted_samples_per_s"] == pytest.approx(3000.0)  # recommendations take the same number
+
+
+def test_zero_workers_cost_what_the_loader_alone_and_the_device_loop_measured():
+    # A run with 2 workers; after it the 0-worker loader made 20,000 samples/s and the device loop 2,000.
+    run = with_main_cpu(make_run(wait=0.5, h2d=0.01, workers=2, ready=0, loading=(0.02, 0.01, 0.0),
+                                 cores=2, threads=2), 200.0)
+    with_what_ifs(run, device_loop=2000.0, loader_alone=20000.0)
+    rec = predicted(run, {"loader.num_workers": 0})
+    assert rec["predicted_samples_per_s"] == pytest.approx(1 / (1 / 20000.0 + 1 / 2000.0))
+    assert "L0" in rec["model"] and "C_loop" in rec["model"]
+    (workers,) = by_key(recs_of(run), "loader.num_workers")
+    assert workers["change"] == {"loader.num_workers": 0}
+    assert workers["predicted_samples_per_s"] == pytest.approx(rec["predicted_samples_per_s"])
+
+
+def test_decoded_samples_in_ram_cost_what_the_ram_loader_measured_not_nothing():
+    # Images decoded by the training process: fetch 1 ms, decode 20 ms, collate 1 ms per batch.
+    run = make_run(wait=0.5, h2d=0.0, loading=(0.001, 0.02, 0.001), storage="images")
+    analytical = predicted(run, {"data.storage": "ram"})["predicted_samples_per_s"]
+    c = BATCH / (0.5 * STEP_S)
+    assert analytical == pytest.approx(1 / (0.001 / BATCH + 1 / c))  # only collate left (assumed)
+    with_what_ifs(run, device_loop=2000.0, ram_loader=10000.0)
+    rec = predicted(run, {"data.storage": "ram"})
+    assert rec["predicted_samples_per_s"] == pytest.approx(1 / (1 / 10000.0 + 1 / 2000.0))
+    assert "p_ram" in rec["model"]
+
+
+def test_whole_batches_with_no_workers_are_the_device_loop_plus_the_copy():
+    run = make_run(wait=0.5, h2d=0.01, loading=(0.03, 0.0, 0.02))
+    with_what_ifs(run, device_loop=2000.0, loader_alone=5000.0)
+    rec = predicted(run, {WHOLE_BATCHES: True})
+    h2d_per_sample = 0.01 * STEP_S / BATCH
+    assert rec["predicted_samples_per_s"] == pytest.approx(1 / (1 / 2000.0 + h2d_per_sample))
+    assert rec["change"] == {} and "__getitems__" in rec["code_change"]
+    (code,) = [r for r in recs_of(run) if r.get("code_change") and "__getitems__" in r["code_change"]]
+    assert code["predicted_samples_per_s"] == pytest.approx(rec["predicted_samples_per_s"])
+
+
+@pytest.mark.parametrize("change", [
+    {"loader.num_workers": 3}, {"loader.num_workers": 1, "train.threads": 1}, {"train.threads": 1},
+    {"loader.prefetch_factor": 4}, {"loader.persistent_workers": True}, {"loader.pin_memory": True},
+    {"data.storage": "device"},
+])
+def test_any_change_of_the_listed_kinds_is_predicted_whether_or_not_recommended(change):
+    run = with_main_cpu(make_run(wait=0.3, h2d=0.01, workers=2, loading=(0.09, 0.05, 0.01), cores=4, threads=2),
+                        120.0)
+    run.meta["scenario"]["data"]["samples"] = 30000
+    rec = predicted(run, change)
+    assert rec is not None and rec["predicted_samples_per_s"] > 0
+    assert rec["change"] == change and rec["model"]
+
+
+def test_an_unmodelled_change_or_a_run_too_short_is_not_predicted():
+    run = make_run(wait=0.3, loading=(0.09, 0.05, 0.01))
+    assert predicted(run, {"loader.batch_size": 256}) is None  # not a key the model composes
+    assert predicted(run, {"data.storage": "memmap"}) is None  # another storage than RAM or the device
+    assert predicted(run, {"loader.prefetch_factor": 4}) is None  # no workers to prefetch
+    short = make_run(wait=0.3, n=MIN_COUNTED_STEPS - 1, warmup=0, loading=(0.09, 0.05, 0.01))
+    assert predicted(short, {"loader.num_workers": 1}) is None
+
+
+def test_without_probes_the_model_says_it_is_the_analytical_one():
+    run = make_run(wait=0.3, workers=2, loading=(0.09, 0.05, 0.01), cores=4)
+    assert "analytical, no what-if probe" in predicted(run, {"loader.num_workers": 3})["model"]
+    run.meta["kind"] = "script"
+    run.meta["scenario"]["kind"] = "script"
+    assert "no workload for pipeprof to re-run" in predicted(run, {"loader.num_workers": 3})["model"]
+    with_what_ifs(run, device_loop=2000.0)
+    assert "analytical" not in predicted(run, {"loader.num_workers": 3})["model"]

@@ -11,6 +11,51 @@ are listed, never one equal to the run's current settings (``is_no_op``);
 when none is, the list holds one entry with an empty change and
 the reason in words (compute-bound, saturated cores, or nothing in the model).
 
+``predict_change(run, attribution, verdict, change)`` predicts any change of
+the kinds below (``PREDICTABLE_KEYS``; ``{WHOLE_BATCHES: True}`` for the code
+change of taking whole batches), recommended or not; every recommendation's
+number comes from the same arithmetic (``_Model.predict``).
+
+What is measured, what is assumed
+=================================
+
+Measured after a scenario's run (``measure.what_if``, run.json ``what_ifs``,
+each probe's windows kept as ``samples_per_s_per_window``; ~1.2 s in all on
+2 cores, three probes of at most 0.5 s each):
+
+* ``C_loop`` (``device_loop``): the runner's own training loop over the data
+  held on the device, taken by a shuffled index, as ``data.storage = "device"``
+  runs: predicts ``data.storage = "device"`` itself, and is ``C_free``, the
+  compute with nothing loading beside it, wherever the model used ``C_alone``.
+  Why: ``C_alone`` (one batch repeated, ``compute_ceiling``) predicted 17–31k
+  samples/s for device-resident runs measured at 13.4–19.9k (12 of 12
+  predictions of BENCHMARKS.md's first yardstick too high; median |error|
+  29%): the real loop still indexes, shuffles and reads the loss per step.
+* ``L0`` (``loader_alone``): the run's own dataset through a 0-worker
+  DataLoader with no training: ``p0 = 1/L0`` is what each sample costs the
+  training process at ``num_workers = 0`` (indexing, decode, transform,
+  collate and the loader's bookkeeping), so ``X(0) = 1/(p0 + 1/C_free)``.
+  Not for cold data (the cache is warm after the run): the loading records'
+  ``p`` then.
+* ``p_ram = 1/R`` (``ram_loader``): decoded samples in RAM through a 0-worker
+  loader: what ``data.storage = "ram"`` makes per sample (the indexing and
+  collate that remain, which the analytical model dropped: images at 0
+  workers, predicted 31.8k, measured 18.5k). With workers, ``p_ram`` is each
+  worker's CPU time per sample in ``X(k)``.
+* whole batches at 0 workers: one index per batch, as the device loop takes
+  it: ``1/(1/C_loop + h2d per sample)`` (the run's copy to the device added).
+
+Still assumed (the analytical model below, and the ``model`` says so): the
+supply with ``k ≥ 1`` workers, ``W(k)`` and the contention of workers with
+compute (the run's own ``C`` and ``m``: measured under its current
+workers); threads (``C·min(1, threads/m)``); prefetch (``X(k)`` at the
+current ``k``); pinned memory (half the copy); whole batches with workers
+(90% of fetch and 80% of collate gone); persistent workers (the run without
+its re-iterated passes' excess first waits). A script's run has no workload
+pipeprof can re-run: it has no probes, and every ``model`` says
+``[analytical, no what-if probe: ...]``; so does a run recorded before the
+probes, or one whose probe failed (the reason from run.json).
+
 The model
 =========
 
@@ -21,10 +66,11 @@ From counted steps (``n`` samples, step times summed):
   torch's intra-op threads slow compute, on a 2-core machine by up to 5x);
   ``C_alone``: training steps on one batch already on the device right after
   the run with nothing else running (``runner.measure_compute_ceiling``, in
-  run.json as ``compute_ceiling``; ``C`` when absent). ``C_alone`` is used
-  where the loading leaves the cores: data on the device, and the training
-  process making its own batches (``k = 0``, and any ``k`` predicted from a
-  run without workers, whose ``C`` saw no contention to carry over).
+  run.json as ``compute_ceiling``; ``C`` when absent). ``C_free`` (``C_loop``
+  where measured, else ``C_alone``) is used where the loading leaves the
+  cores: data on the device, and the training process making its own
+  batches (``k = 0``, and any ``k`` predicted from a run without workers,
+  whose ``C`` saw no contention to carry over).
 * production per sample ``p = fetch + prep + collate`` (per sample, from the
   loading records); per-worker rate ``r = 1 / p``. ``io`` is the part of ``p``
   that waits on storage rather than a core: ``fetch`` when the data is on disk
@@ -45,7 +91,7 @@ From counted steps (``n`` samples, step times summed):
 
 Throughput with ``k`` workers: ``X(k) = min(C', k / (io + cpu·k/W(k)), S)``;
 with 0 workers the training process makes each batch itself:
-``X(0) = 1 / (p + 1/C)``. Not modelled: the cost of moving batches from the
+``X(0) = 1 / (p0 + 1/C_free)`` (``p0 = 1/L0`` where measured, else ``p``). Not modelled: the cost of moving batches from the
 workers into the training process (pickling, shared memory), which rule R5 of
 the verdict measures when it dominates; ``C`` and ``m`` are measured under the
 run's own contention (its current workers), so changes far from the run's
@@ -71,15 +117,15 @@ Candidates (each only where it applies):
   the risk as its note, predicted without the new loaders' excess.
 * whole batches at once (code change: a Dataset ``__getitems__`` or a batch
   sampler) for in-RAM data when fetch + collate are >= 50% of production:
+  at 0 workers the measured loop of whole batches (above); with workers
   assume 90% of fetch (per-sample indexing) and 80% of collate (stacking
-  one-sample tensors) go away. Measured on a 2-core machine: 46k -> 72–93k
-  samples/s for in-RAM data.
+  one-sample tensors) go away.
 * ``data.storage = "ram"`` (decoded samples cached in RAM) when the data is
   on disk and either prep is >= 50% of production for images (decode;
   assumed all decode unless ``transform = "augment"``) or fetch is >= 50%
   for cold or throttled data: fetch (and decode) removed.
 * ``data.storage = "device"`` for data sets up to ``DEVICE_DATA_MAX_BYTES``:
-  predict ``C``.
+  predict ``C_loop`` (else ``C_alone``).
 * ``loader.pin_memory`` on CUDA runs with h2d >= 5%: assume pinning halves
   the copy time.
 * ``train.threads = N - k`` when workers and torch threads oversubscribe the
