@@ -271,7 +271,7 @@ def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: dic
         if i not in wanted:
             out.append(_no_bounds(rec, "no change is predicted: nothing to bound"))
             continue
-        out.append(_bounds(float(predicted[i] or 0.0), draws[:, i], current, noise, int(found[i])))
+        out.append(_bounds(float(predicted[i] or 0.0), draws[:, i], current, noise, int(found[i]), seed))
     return tuple(out)
 
 
@@ -307,9 +307,10 @@ def _predict(run: Run, probe: dict[str, Any] | None, recs: Sequence[Recommendati
     return out
 
 
-def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None, found: int) -> Interval:
+def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None, found: int,
+            seed: int) -> Interval:
     resamples = len(draws)
-    logs = np.log(draws)
+    logs = np.log(np.clip(draws, 1e-12, None))  # a prediction of no samples at all: very far down, not -inf
     spread = float(logs.std(ddof=1)) if resamples >= 2 else 0.0
     boot = t_90(resamples - 1) * spread if resamples >= 2 else 0.0
     widen = Z_90 * noise if noise is not None else 0.0
@@ -318,7 +319,9 @@ def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None
     low = min(point * math.exp(-half), float(np.quantile(draws, tail)), point)
     high = max(point * math.exp(half), float(np.quantile(draws, 1 - tail)), point)
     method = (f"block bootstrap of the run's steps, loading records, CPU samples and measured what-ifs "
-              f"({resamples} resamples, seed {SEED}; predicted in {found} of them, the others counted as no gain): "
+              f"({resamples} resamples, seed {seed}; "
+              + ("predicted in all" if found == resamples else f"predicted in {found}, the others counted as no gain")
+              + "): "
               f"t(0.9) × sd of ln(prediction) = ±{100 * boot:.1f}%, widened by the run's window-to-window noise "
               + (f"z(0.9) × cv {100 * noise:.1f}% = ±{100 * widen:.1f}%" if noise is not None else
                  "(none: too few counted steps for 2 windows)"))
