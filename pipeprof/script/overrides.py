@@ -389,8 +389,9 @@ def outcome(request: dict[str, Any], records: list[dict[str, Any]], loaders: lis
     to add: one line per applied loader ("overridden: ..."), a name never iterated, an override that reached
     an evaluation loader. ``loaders``: the run's loaders (their roles); ``pid``: the process they are of."""
     applied = [r for r in records if r.get("kind") == "loader"]
-    threads = [r for r in records if r.get("kind") == "threads"]
-    asked = [r.get("asked") for r in records if r.get("kind") == "threads_asked"]
+    threads = [r for r in records if r.get("kind") == "threads"]  # one per process: the first one's is said
+    asked = [r.get("asked") for r in records if r.get("kind") == "threads_asked"
+             and r.get("pid") == (threads[0].get("pid") if threads else None)]
     out = {**request, "applied": applied,
            "threads_applied": ({"set": threads[0].get("set"), "script": threads[0].get("script"),
                                 "script_asked": asked} if threads else None)}
