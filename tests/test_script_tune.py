@@ -211,7 +211,7 @@ def test_tuning_a_real_script_writes_tune_json_and_prints_the_winning_python(tmp
     assert doc["best"]["samples_per_s"] >= doc["base"]["samples_per_s"] > 0
     assert all(t["status"] == "complete" for t in doc["trials"])
     assert f"tune: {folder / 'tune.json'}" in printed
-    for key, value in doc["best"]["change"].items():
+    for key, value in written(doc["best"]["change"], doc["base"]["settings"]).items():
         name = "torch.set_num_threads(" if key == "train.threads" else f"{key.partition('.')[2]}="
         assert f"{name}{value!r}" in printed or f"{name}{value})" in printed
     if not doc["best"]["change"]:
