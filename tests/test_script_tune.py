@@ -216,3 +216,18 @@ def test_tuning_a_real_script_writes_tune_json_and_prints_the_winning_python(tmp
         assert f"{name}{value!r}" in printed or f"{name}{value})" in printed
     if not doc["best"]["change"]:
         assert "keep the script's settings" in printed
+
+
+def test_an_interrupted_tune_keeps_the_trials_so_far(tmp_path):
+    runner = FakeRunner(workers_help)
+
+    def interrupted(change, steps, out):
+        if len(runner.calls) == 3:
+            raise KeyboardInterrupt
+        return runner(change, steps, out)
+
+    doc, folder = tune_script(COMMAND, out=tmp_path, budget=ScriptBudget(20, 60, 12), run_trial=interrupted,
+                              cores=2)
+    saved = json.loads((folder / "tune.json").read_text())
+    assert saved["status"] == "interrupted" and len(saved["trials"]) == 3 and saved["best"] is None
+    assert saved["base"]["samples_per_s"] == 1000.0 and answer_text(saved) == ""
