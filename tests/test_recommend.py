@@ -509,3 +509,20 @@ def test_without_probes_the_model_says_it_is_the_analytical_one():
     assert "no workload for pipeprof to re-run" in predicted(run, {"loader.num_workers": 3})["model"]
     with_what_ifs(run, device_loop=2000.0)
     assert "analytical" not in predicted(run, {"loader.num_workers": 3})["model"]
+
+
+def test_fewer_threads_keep_the_compute_the_loop_measured_at_that_many_threads():
+    # 2 cores, 2 torch threads and 1 worker: oversubscribed. After the run the device loop made 3,000 samples/s
+    # at 2 threads and 2,400 at 1; with 1 thread the worker has its own core: compute as the loop at 1 thread.
+    run = with_main_cpu(make_run(wait=0.3, h2d=0.0, workers=1, loading=(0.001, 0.001, 0.001), cores=2,
+                                 threads=2), 150.0)
+    with_what_ifs(run, device_loop=3000.0, device_loop_threads=2400.0)
+    run.meta["what_ifs"]["device_loop"]["threads"] = 2
+    rec = predicted(run, {"train.threads": 1})
+    assert rec["predicted_samples_per_s"] == pytest.approx(2400.0)  # the supply (1 worker, 3 ms a batch) is ample
+    assert "C_loop(threads)" in rec["model"]
+    # Without the probe at 1 thread: the assumption, C·min(1, 1/m) with m = 1.5 cores.
+    del run.meta["what_ifs"]["device_loop_threads"]
+    assumed = predicted(run, {"train.threads": 1})
+    assert assumed["predicted_samples_per_s"] == pytest.approx(BATCH / (0.7 * STEP_S) / 1.5)
+    assert "assumed" in assumed["model"]

@@ -20,8 +20,9 @@ What is measured, what is assumed
 =================================
 
 Measured after a scenario's run (``measure.what_if``, run.json ``what_ifs``,
-each probe's windows kept as ``samples_per_s_per_window``; ~1.2 s in all on
-2 cores, three probes of at most 0.5 s each):
+each probe's windows kept as ``samples_per_s_per_window``, the model reading
+their median ``samples_per_s``; up to four probes of at most 0.35 s each,
+1.5 s in all; measured 0.4–1.5 s a run on 2 busy cores):
 
 * ``C_loop`` (``device_loop``): the runner's own training loop over the data
   held on the device, taken by a shuffled index, as ``data.storage = "device"``
@@ -44,11 +45,17 @@ each probe's windows kept as ``samples_per_s_per_window``; ~1.2 s in all on
   worker's CPU time per sample in ``X(k)``.
 * whole batches at 0 workers: one index per batch, as the device loop takes
   it: ``1/(1/C_loop + h2d per sample)`` (the run's copy to the device added).
+* ``C_loop(t)`` (``device_loop_threads``: the same loop at 1 torch thread,
+  CPU training with more; linear in the threads between 1 and T): compute at
+  ``train.threads = t`` is ``C_loop(t)`` where the change leaves the workers
+  their own cores (``k + t <= N``) after a run they oversubscribed, or with
+  no workers; else the run's ``C`` times ``C_loop(t)/C_loop(T)``. Without
+  the probe, ``C·min(1, t/m)`` (assumed).
 
 Still assumed (the analytical model below, and the ``model`` says so): the
 supply with ``k ≥ 1`` workers, ``W(k)`` and the contention of workers with
 compute (the run's own ``C`` and ``m``: measured under its current
-workers); threads (``C·min(1, threads/m)``); prefetch (``X(k)`` at the
+workers); prefetch (``X(k)`` at the
 current ``k``); pinned memory (half the copy); whole batches with workers
 (90% of fetch and 80% of collate gone); persistent workers (the run without
 its re-iterated passes' excess first waits). A script's run has no workload
@@ -331,6 +338,9 @@ class _Model:
         self.ram_loader = ram if ram is not None else (self.loader_alone if self.data.storage == "ram" else None)
         # C_free: compute with no loading beside it: the device-resident loop where measured, else C_alone.
         self.ceiling_free = self.loop_ceiling or self.ceiling_alone
+        self.loop_ceiling_1 = _probe_rate(self.what_ifs, "device_loop_threads")  # the same loop with 1 thread
+        probe_threads = as_dict(self.what_ifs.get("device_loop")).get("threads")
+        self.loop_threads = int(probe_threads) if isinstance(probe_threads, (int, float)) else None
         self.bytes_per_sample = _bytes_per_sample(run.loading)
         step, cpu, loading = attr.step, attr.cpu, attr.loading
         self.wait = step.data_wait_fraction or 0.0
@@ -502,15 +512,42 @@ class _Model:
         if k == 0:
             measured = self.loader_alone is not None
             p0 = (1.0 / self.loader_alone, 0.0, 0.0) if self.loader_alone else parts
-            c = self._ceiling_with(threads, self.ceiling_free) if threads is not None else None
+            c, words = self._compute_at(0, threads) if threads is not None else (None, "")
             return self.throughput(0, *p0, ceiling=c), (
                 "X(0) = 1/(p0 + 1/C_free), p0 = 1/L0: the 0-worker loader measured alone after the run"
-                if measured else "X(0) = 1/(p + 1/C_free), p from the run's loading records") + self._c_free_words()
+                if measured else "X(0) = 1/(p + 1/C_free), p from the run's loading records") + \
+                self._c_free_words() + words
         model = "X(k) = min(C', k / (io + cpu·k/W(k)), S)"
         if threads is None:
             return self.throughput(k, *parts), model
-        return self.throughput(k, *parts, ceiling=self._ceiling_with(threads), cores=max(self.cores - threads, 0.0),
-                               threads=threads), model + ", C' = C·min(1, threads/m), W from N − threads"
+        c, words = self._compute_at(k, threads)
+        return self.throughput(k, *parts, ceiling=c, cores=max(self.cores - threads, 0.0),
+                               threads=threads), model + words + ", W from N − threads"
+
+    def _compute_at(self, k: int, threads: int) -> tuple[float, str]:
+        """C' with ``threads`` torch threads and ``k`` workers, and its words for ``model``.
+
+        Measured (``what_ifs.device_loop`` at T threads and ``device_loop_threads`` at 1, in between linear in
+        the threads): where the run's workers oversubscribed the cores and the change gives them their own
+        (k + threads <= N), or with no workers, compute runs as the loop alone at ``threads``; else the run's
+        C scaled by the loop's measured ratio C_loop(threads)/C_loop(T). Without the probes: C·min(1, threads/m).
+        """
+        at = self._loop_at(threads)
+        if at is None or not self.loop_ceiling:
+            base = self.ceiling_free if k == 0 else None
+            return self._ceiling_with(threads, base), ", C' = C·min(1, threads/m) (assumed)"
+        own_cores = k + threads <= self.cores and (self.k == 0 or self.k + self.threads > self.cores)
+        if k == 0 or own_cores:
+            return at, ", C' = C_loop(threads): the device-resident loop at that many threads, measured"
+        return self.ceiling * at / self.loop_ceiling, ", C' = C·C_loop(threads)/C_loop(T), measured"
+
+    def _loop_at(self, threads: int) -> float | None:
+        """The device-resident loop's samples/s at ``threads`` (linear between the probes at 1 and T)."""
+        t_max, c_max, c_1 = self.loop_threads, self.loop_ceiling, self.loop_ceiling_1
+        if t_max is None or c_max is None or c_1 is None or t_max <= 1:
+            return None
+        t = min(max(threads, 1), t_max)
+        return c_1 + (c_max - c_1) * (t - 1) / (t_max - 1)
 
     def _ceiling_with(self, threads: int, base: float | None = None) -> float:
         """C with fewer torch threads: in proportion to the cores the training process really used, at most C."""

@@ -21,10 +21,14 @@ from these where the analytical model was measured wrong (issue 17):
   over random values of the data set's shape, with the scenario's transform):
   what ``data.storage = "ram"`` makes per sample. For a run already in RAM
   the ``loader_alone`` probe is that measurement and this one is not made.
+* ``device_loop_threads``: ``device_loop`` again with 1 torch thread (CPU
+  training with more than one): what compute keeps with fewer threads, for
+  the ``train.threads`` changes (measured, not assumed in proportion).
 
 Each probe runs ``windows`` time-bounded windows of at least ``window_s``
 (a window ends at the first step end after that), after ``warmup`` steps,
-within ``budget_s`` in all; its entry keeps every window's rate
+within ``budget_s`` (all the probes within ``TOTAL_BUDGET_S``: one that
+could not end within it is absent, saying so); its entry keeps every window's rate
 (``samples_per_s_per_window``, contract 4 of issue 17: the intervals
 resample them) and their median as ``samples_per_s``. On CUDA the device is
 synchronized before a window's end is read. Times come from the injected
@@ -48,11 +52,12 @@ from pipeprof.storage.device import DeviceBatches, DeviceDataset
 from pipeprof.storage.ram import RamDataset
 from pipeprof.storage.synthetic import FEATURES
 
-WINDOW_S = 0.12
+WINDOW_S = 0.1
 WINDOWS = 3
 WARMUP_STEPS = 2
-BUDGET_S = 0.5  # per probe: three probes stay within ~1.5 s after a run
-PROBE_MAX_SAMPLES = 50_000  # random stand-in data: enough rows that indexing is not served from one cache line
+BUDGET_S = 0.35  # per probe
+TOTAL_BUDGET_S = 1.5  # all probes after a run: one that could not end within it is not started
+PROBE_MAX_SAMPLES = 20_000  # random stand-in data: enough rows (61 MB) that indexing is not served from a cache
 
 
 class Windows:
@@ -165,20 +170,29 @@ def device_batches(work: Any, max_samples: int = PROBE_MAX_SAMPLES) -> Iterable:
     return DeviceBatches(dataset, work.scenario.loader, spec.seed)
 
 
-def device_loop(work: Any, loop: Callable[..., None], clock: Clock = monotonic_clock, **windows: Any) -> dict[str, Any]:
+def device_loop(work: Any, loop: Callable[..., None], clock: Clock = monotonic_clock, *,
+                batches: Iterable | None = None, threads: int | None = None, **windows: Any) -> dict[str, Any]:
     """Samples/s of ``loop`` (``train_loop``) over on-device batches taken by a shuffled index (module docstring).
 
     ``loop(work, total_steps, timer, stop_after=...)``: the runner's training loop; the probe's workload is
-    ``work`` with its batches replaced by ``device_batches(work)``.
+    ``work`` with its batches replaced by ``batches`` (default ``device_batches(work)``). ``threads``: torch's
+    intra-op threads for the probe (restored after it).
     """
-    batches = device_batches(work)
+    if threads is not None:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return {**device_loop(work, loop, clock, batches=batches, **windows), "threads": threads}
+        finally:
+            torch.set_num_threads(before)
+    batches = device_batches(work) if batches is None else batches
     data = dataclasses.replace(work.data, batches=batches)
     probe = dataclasses.replace(work, data=data)
     sync = torch.cuda.synchronize if work.device.type == "cuda" else None
     win = Windows(clock, sync=sync, **windows)
     with work.rank.solo() if work.rank is not None else contextlib.nullcontext():
         loop(probe, 1_000_000, _LoopTimer(win), stop_after=lambda i, samples: win.step_done(samples))
-    return win.result(batch_size=work.scenario.loader.batch_size)
+    return win.result(batch_size=work.scenario.loader.batch_size, threads=torch.get_num_threads())
 
 
 def loader_alone(dataset: Any, batch_size: int, clock: Clock = monotonic_clock, *, seed: int = 0,
@@ -210,18 +224,35 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
     """run.json's ``what_ifs``: the probes of the module docstring, each an entry or ``{"absent": reason}``."""
     spec, batch = work.scenario.data, work.scenario.loader.batch_size
     start_s = clock()
-    out: dict[str, Any] = {"device_loop": device_loop(work, loop, clock, **windows)}
+    budget_s = float(windows.get("budget_s", BUDGET_S))
+
+    def started(probe: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        if clock() - start_s + budget_s > TOTAL_BUDGET_S:
+            return {"absent": f"not started: the probes after a run take at most {TOTAL_BUDGET_S:g} s"}
+        return probe()
+
+    on_device = device_batches(work)
+    out: dict[str, Any] = {"device_loop": device_loop(work, loop, clock, batches=on_device, **windows)}
+    threads = torch.get_num_threads()
+    if work.device.type != "cpu" or threads <= 1:
+        out["device_loop_threads"] = {"absent": "training on " + (f"{work.device.type}: its compute does not run on "
+                                                                  "the CPU threads" if work.device.type != "cpu"
+                                                                  else "1 thread already")}
+    else:
+        out["device_loop_threads"] = started(lambda: device_loop(work, loop, clock, batches=on_device, threads=1,
+                                                                 **windows))
     if spec.storage == "device":
         out["loader_alone"] = {"absent": "the data is on the device: no loader"}
     elif spec.cache == "cold":
         out["loader_alone"] = {"absent": "the data is read cold: after the run the page cache holds it, so a "
                                          "probe would measure warm storage"}
     else:
-        out["loader_alone"] = loader_alone(work.data.dataset, batch, clock, seed=spec.seed, **windows)
+        out["loader_alone"] = started(lambda: loader_alone(work.data.dataset, batch, clock, seed=spec.seed,
+                                                           **windows))
     if spec.storage in ("ram", "device"):
         out["ram_loader"] = {"absent": f"the data is already {'in RAM' if spec.storage == 'ram' else 'on the device'}"
                                        + (": loader_alone measures it" if spec.storage == "ram" else "")}
     else:
-        out["ram_loader"] = loader_alone(ram_dataset(work), batch, clock, seed=spec.seed, **windows)
+        out["ram_loader"] = started(lambda: loader_alone(ram_dataset(work), batch, clock, seed=spec.seed, **windows))
     out["took_s"] = clock() - start_s
     return out
