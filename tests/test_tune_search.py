@@ -137,12 +137,12 @@ def test_one_lucky_window_fools_the_plain_search_but_not_the_robust_one():
     assert fooled.best["settings"]["loader.num_workers"] == 1  # the lucky 5,500: really 2,500, half the best
     assert two_cores(fooled.best["settings"]) == 2_500.0
     robust, calls = lucky_once(two_cores, LUCKY, 2.2)
-    result = search(START_2, space, robust, max_evals=16, confirm_gains=True, finalists=3, rounds=2)
+    result = search(START_2, space, robust, max_evals=16 + 3 * 2, confirm_gains=True, finalists=3, rounds=2)
     assert result.best["settings"]["loader.num_workers"] == 3 and result.best["settings"]["train.threads"] == 1
     assert result.best["samples_per_s"] == 5_000.0  # the final round's mean, not a broad-round window
     assert [t["why"] for t in result.trials].count("confirming a gain") >= 2
     assert sum(t["why"].startswith("final round") for t in result.trials) <= 3 * 2
-    assert len(calls) <= 16 + 3 * 2
+    assert len(calls) <= 16 + 3 * 2  # max_evals: every measurement, the final round's too
 
 
 def test_the_final_round_interleaves_rotates_drops_the_clearly_slower_and_measures_the_noise():
@@ -155,7 +155,7 @@ def test_the_final_round_interleaves_rotates_drops_the_clearly_slower_and_measur
         jitter = 1.02 if len(order) % 2 else 0.98  # ±2%, alternating
         return two_cores(settings) * (0.75 if other else 1.0) * jitter, "complete"
 
-    result = search(START_2, space, evaluate, max_evals=16, confirm_gains=True, finalists=3, rounds=3)
+    result = search(START_2, space, evaluate, max_evals=16 + 3 * 3, confirm_gains=True, finalists=3, rounds=3)
     final = [o for o in order if o[2].startswith("final round")]
     round_1 = [(k, t) for k, t, why in final if why == "final round 1 of 3"]
     assert round_1 == [(3, 1), (4, 1), (2, 1)]  # the three fastest before the final round, fastest first
@@ -187,7 +187,7 @@ def test_the_scenario_as_given_is_kept_unless_a_change_beats_it_beyond_the_noise
              "loader.persistent_workers": False}
     assert search(start, space, evaluate, max_evals=8).best["settings"]["loader.num_workers"] == 1
     calls.clear()
-    result = search(start, space, evaluate, max_evals=8, finalists=2, rounds=2)
+    result = search(start, space, evaluate, max_evals=8 + 2 * 2, finalists=2, rounds=2)
     assert [f["settings"]["loader.num_workers"] for f in result.finalists] == [1, 0]
     assert result.best["settings"]["loader.num_workers"] == 0
     assert "scenario as given" in result.best["why"]
@@ -202,9 +202,21 @@ def test_the_final_round_uses_remeasure_and_a_failed_final_round_keeps_the_broad
         return None, "failed"
 
     start = {"loader.num_workers": 0, "train.threads": 2}
-    result = search(start, space, fake(lambda s: 1_000.0 + 100 * s["loader.num_workers"], []), max_evals=6,
+    result = search(start, space, fake(lambda s: 1_000.0 + 100 * s["loader.num_workers"], []), max_evals=6 + 4,
                     finalists=2, rounds=2, remeasure=remeasure)
     assert longer == ["final round 1 of 2"] * 2
     broad = [t for t in result.trials if not t["why"].startswith("final round")]
     assert result.best is next(t for t in broad if t["samples_per_s"] == max(b["samples_per_s"] for b in broad))
     assert result.best["samples_per_s"] == 1_100.0 and result.noise == 0.10  # no repeat: the prior
+
+
+def test_max_evals_bounds_the_final_round_too():
+    space = Space(cores=2, max_workers=4)
+    calls = []
+    search(START_2, space, fake(two_cores, calls), max_evals=9, confirm_gains=True, finalists=3, rounds=2)
+    walk = [why for _, why in calls if not why.startswith("final round")]
+    assert len(walk) == 9 - 3 * 2  # the walk leaves finalists x rounds to the final round
+    assert len(calls) <= 9
+    tiny = []
+    search(START_2, space, fake(two_cores, tiny), max_evals=2, finalists=3, rounds=2)
+    assert [why for _, why in tiny] == ["the scenario as given", "final round 1 of 2"]

@@ -22,7 +22,11 @@ The search:
    t+1, 1, cores``; each other setting's other values); a neighbour replaces
    the incumbent only when it beats it by more than ``min_gain`` (3%: less
    is within the noise of a short window); repeat passes until one changes
-   nothing or ``max_evals`` measurements are spent;
+   nothing or ``max_evals`` measurements are spent. With ``confirm_gains``
+   the would-be incumbent is measured a second time (``remeasure``) and
+   replaces the incumbent only when that measurement gains too, at the rate
+   of that second measurement; the walk then goes on along the same setting
+   from the new incumbent;
 4. with ``finalists`` > 0, a final round (successive halving): the
    ``finalists`` fastest settings of steps 1-3 are measured again with
    ``remeasure`` (longer windows), one after the other and interleaved, in
@@ -42,7 +46,8 @@ The search:
 Settings already measured are not measured again in steps 1-3; settings the
 scenario refuses together are skipped (status ``skipped``: no time spent, not
 counted against ``max_evals``); a failed measurement counts. ``max_evals``
-bounds steps 1-3; the final round adds at most ``finalists * rounds``.
+bounds all measurements: with a final round, steps 1-3 leave ``finalists *
+rounds`` of them to it (steps 1-3 get at least one).
 """
 
 from __future__ import annotations
@@ -157,13 +162,14 @@ def search(start: Settings, space: Space, evaluate: Evaluate, seeds: Callable[[]
     result = Search()
     seen: dict[tuple, float | None] = {}
     again = remeasure or evaluate
+    walk_evals = max(1, max_evals - finalists * rounds) if finalists > 0 else max_evals
 
     def measure(settings: Settings, why: str) -> float | None:
         settings = space.normalize(settings)
         key = _key(settings)
         if key in seen:
             return seen[key]
-        if _spent(result) >= max_evals:
+        if _spent(result) >= walk_evals:
             return None
         rate, status = evaluate(dict(settings), why)
         seen[key] = rate
@@ -178,7 +184,7 @@ def search(start: Settings, space: Space, evaluate: Evaluate, seeds: Callable[[]
             return None
         if not confirm_gains or best is None:
             return rate
-        if _spent(result) >= max_evals:
+        if _spent(result) >= walk_evals:
             return None
         second, status = again(dict(candidate), "confirming a gain")
         result.trials.append({"settings": dict(candidate), "why": "confirming a gain", "samples_per_s": second,
@@ -195,7 +201,7 @@ def search(start: Settings, space: Space, evaluate: Evaluate, seeds: Callable[[]
         if rate is not None:
             incumbent, best_rate = candidate, rate
     improved = True
-    while improved and _spent(result) < max_evals:
+    while improved and _spent(result) < walk_evals:
         improved = False
         for dim in space.dimensions():
             values = space.neighbours(dim, incumbent)
@@ -208,19 +214,19 @@ def search(start: Settings, space: Space, evaluate: Evaluate, seeds: Callable[[]
                     incumbent, best_rate, improved = candidate, rate, True
                     if confirm_gains:  # walk on along the setting that gained, from the new incumbent
                         values = space.neighbours(dim, incumbent)
-            if _spent(result) >= max_evals:
+            if _spent(result) >= walk_evals:
                 break
     if confirm_gains and best_rate is not None:  # the walk's incumbent, at its confirmed rate
         result.best = {"settings": dict(incumbent), "why": "the search's incumbent", "samples_per_s": best_rate,
                        "status": "complete"}
     if finalists > 0 and result.best is not None:
-        final_round(result, space.normalize(start), remeasure or evaluate, finalists=finalists, rounds=rounds,
-                    min_gain=min_gain, noise=noise)
+        final_round(result, space.normalize(start), again, finalists=finalists, rounds=rounds,
+                    min_gain=min_gain, noise=noise, max_evals=max_evals)
     return result
 
 
 def final_round(result: Search, start: Settings, measure: Evaluate, *, finalists: int, rounds: int,
-                min_gain: float, noise: float) -> None:
+                min_gain: float, noise: float, max_evals: int | None = None) -> None:
     """Step 4 of the module docstring, on ``result`` in place: its finalists, noise and best."""
     by_setting: dict[tuple, list[dict[str, Any]]] = {}
     for t in result.trials:
@@ -239,6 +245,8 @@ def final_round(result: Search, start: Settings, measure: Evaluate, *, finalists
             break
         shift = r % len(alive)
         for f in alive[shift:] + alive[:shift]:
+            if max_evals is not None and _spent(result) >= max_evals:
+                break
             rate, status = measure(dict(f["settings"]), f"final round {r + 1} of {rounds}")
             result.trials.append({"settings": dict(f["settings"]), "why": f"final round {r + 1} of {rounds}",
                                   "samples_per_s": rate, "status": status})

@@ -1,8 +1,11 @@
 """``pipeprof tune``'s pipeline: search the fastest DataLoader and placement settings, confirm the best.
 
-The search itself is ``pipeprof.analysis.tune.search``; here are its
-trials (short steady-state measurements in this process, a fresh workload
-each, torch threads set explicitly), the compute ceiling, the confirming run
+The search itself is ``pipeprof.analysis.tune.search``, in its robust mode
+by default (``Budget.finalists``): broad-round trials at half the window, a
+gain confirmed at the full window, the fastest few re-measured in a final
+round. Here are its trials (short steady-state measurements in this process,
+a fresh workload each, torch threads set explicitly), the compute ceiling
+(the first trial's probe: training steps on one batch on the device), the confirming run
 of the best setting in a fresh process, and tune.json, points.csv and
 tune.html (the sweep's document and files, ``pipeprof.pipeline.sweep``).
 Nothing here prints: progress goes to the ``Progress`` given.
@@ -37,8 +40,8 @@ from pipeprof.scenario import ON_DISK, SAMPLE_BYTES, Scenario
 from pipeprof.variants import to_toml, vary
 
 SEEDS = 2  # recommendations of the first trial tried before the walk
-FINALISTS = 3  # settings re-measured in the final round
-ROUNDS = 2  # final-round measurements of each at most
+FINALISTS = 2  # settings re-measured in the final round ...
+ROUNDS = 2  # ... up to this many times each: 4 of --max-evals (12) are left to the final round
 BROAD_SHARE = 0.5  # the broad round's window: this share of --window (the final round's) ...
 BROAD_MIN_S = 1.0  # ... but not below a second (or --window, if shorter): a first step and workers' start fit
 TRIAL_MAX_STEPS = 5000  # a trial runs until steady: its time budget ends it first
@@ -50,11 +53,13 @@ DIMENSIONS_SHOWN = ("loader.num_workers", "train.threads", "loader.prefetch_fact
 class Budget:
     """How much the tuner may measure: trials, seconds per trial, seconds of the confirming run.
 
-    The broad round's trials run ``window_s * broad_share`` at most (not below
-    ``BROAD_MIN_S``, or ``window_s`` if shorter); the
-    confirmations of a gain and the final round (``finalists`` settings, up to
-    ``rounds`` measurements each, successive halving: ``analysis/tune.py``) run
-    ``window_s``. ``finalists=0``: the plain search, every trial ``window_s``.
+    ``max_evals`` bounds every trial (the compute ceiling's aside). The broad
+    round's trials run ``window_s * broad_share`` at most (not below
+    ``BROAD_MIN_S``, or ``window_s`` if shorter); the confirmations of a gain
+    and the final round (``finalists`` settings, up to ``rounds`` measurements
+    each, ``finalists * rounds`` of ``max_evals`` kept for it, successive
+    halving: ``analysis/tune.py``) run ``window_s``. ``finalists=0``: the plain
+    search, every trial ``window_s``.
     """
 
     max_evals: int
