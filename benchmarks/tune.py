@@ -29,7 +29,9 @@ setting N times more each, alternately, each a fresh ``pipeprof run`` until
 steady or ``--grid-seconds``: the *setting ratio* (median over median) compares
 the two choices with the same measurement and no winner's curse, and the
 spread of each side's repeats is the noise printed beside it. ``--repeats N``
-runs the whole comparison (grid, tuner, recheck) N times.
+runs the whole comparison (grid, tuner, recheck) N times. ``--plain`` also
+runs the plain search (``Budget(finalists=0)``: no confirmations, no final
+round, the tuner before issue 17) right after the tuner, side by side.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recheck", type=int, default=0, metavar="N",
                         help="re-run the grid's and the tuner's best settings N times each, alternately")
     parser.add_argument("--repeats", type=int, default=1, metavar="N", help="the whole comparison N times")
+    parser.add_argument("--plain", action="store_true",
+                        help="also run the plain search (no confirmations, no final round) beside the tuner")
     args = parser.parse_args(argv)
     plan = [(s, list(args.overrides)) for s in args.scenarios] or [(s, o + args.overrides)
                                                                    for s, o in DEFAULT_SCENARIOS]
@@ -85,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
                                    out / "grid", args.cache, "sweep.json")
             keep = ["--keep-storage"] if args.keep_storage else []
             t_s, t_doc = _pipeprof(["tune", scenario, *sets, *keep], out / "tune", args.cache, "tune.json")
+            if args.plain:
+                p_s, p_doc = _pipeprof_plain(scenario, overrides, args.keep_storage, out / "plain", args.cache)
             g_best = (g_doc.get("best") or {}).get("samples_per_s")
             t_best = (t_doc.get("best") or {}).get("samples_per_s")
             row = {"scenario": Path(scenario).stem, "grid_best": g_best, "grid_best_label": (g_doc.get("best") or {})
@@ -92,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
                    "tune_best": t_best, "tune_best_label": (t_doc.get("best") or {}).get("label"), "tune_s": t_s,
                    "tune_trials": sum(p["index"] >= 0 and p["status"] != "skipped" for p in t_doc.get("points") or []),
                    "best_ratio": t_best / g_best if t_best and g_best else None, "time_ratio": t_s / g_s}
+            if args.plain:
+                p_best = (p_doc.get("best") or {}).get("samples_per_s")
+                row.update(plain_best=p_best, plain_best_label=(p_doc.get("best") or {}).get("label"), plain_s=p_s,
+                           plain_best_ratio=p_best / g_best if p_best and g_best else None,
+                           plain_time_ratio=p_s / g_s)
             if args.recheck and g_doc.get("best") and t_doc.get("best"):
                 row.update(_recheck(scenario, sets, g_doc["best"]["settings"], t_doc["best"]["settings"],
                                     args.recheck, args.grid_seconds, out / "recheck", args.cache))
@@ -104,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                   + (f"; setting ratio {_r(row['setting_ratio'])} (the two choices re-run {args.recheck}x each: "
                      f"grid's {_spread(row['recheck_grid'])}, tuner's {_spread(row['recheck_tune'])})"
                      if args.recheck else ""), flush=True)
+            if args.plain:
+                print(f"  plain search: best {row['plain_best'] or 0:,.0f} ({row['plain_best_label']}) in "
+                      f"{row['plain_s']:.0f} s -> best ratio {_r(row['plain_best_ratio'])}, time ratio "
+                      f"{row['plain_time_ratio']:.2f}", flush=True)
     ok = [r for r in rows if r["best_ratio"] is not None]
     if ok:
         best = statistics.median(r["best_ratio"] for r in ok)
@@ -118,6 +133,31 @@ def main(argv: list[str] | None = None) -> int:
                   f"({' '.join(_r(v) for v in settings)})")
     print(json.dumps(rows, indent=1))
     return 0 if ok else 1
+
+
+PLAIN = """
+import sys
+from pathlib import Path
+from pipeprof.pipeline.tune import Budget, tune
+from pipeprof.scenario import load_scenario
+scenario_file, out, keep, *overrides = sys.argv[1:]
+tune(load_scenario(scenario_file, overrides), scenario_file=Path(scenario_file), overrides=overrides, out=Path(out),
+     budget=Budget(12, 4.0, 10.0, finalists=0), keep_storage=keep == "1")
+"""
+
+
+def _pipeprof_plain(scenario: str, overrides: list[str], keep: bool, out: Path, cache: str | None) -> tuple[float, dict]:
+    """The plain search (``Budget(finalists=0)``: the tuner before the final round) with the CLI's defaults."""
+    env = dict(os.environ, **({"PIPEPROF_CACHE": cache} if cache else {}))
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", PLAIN, scenario, str(out), "1" if keep else "0", *overrides],
+                          capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parent.parent)
+    took = time.monotonic() - start
+    docs = sorted(out.glob("*/tune.json")) if out.exists() else []
+    if not docs:
+        print(f"  plain tune: no tune.json (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
+        return took, {}
+    return took, json.loads(docs[-1].read_text())
 
 
 def _recheck(scenario: str, sets: list[str], grid: dict, tuned: dict, n: int, seconds: float, out: Path,
