@@ -21,7 +21,17 @@ def scenario_file(tmp_path):
 
 @pytest.mark.integration
 def test_tune_measures_trials_confirms_the_best_in_a_fresh_process_and_prints_its_settings(tmp_path, scenario_file,
-                                                                                          capsys):
+                                                                                          capsys, monkeypatch):
+    import pipeprof.pipeline.tune as tune_pipeline
+
+    probes = []
+    real = tune_pipeline.profile_workload
+
+    def profile_workload(work, **kwargs):
+        probes.append(kwargs.get("what_ifs", True))
+        return real(work, **kwargs)
+
+    monkeypatch.setattr(tune_pipeline, "profile_workload", profile_workload)
     out, cache = tmp_path / "reports", tmp_path / "cache"
     status = main(["tune", str(scenario_file), "--max-evals", "3", "--window", "2", "--confirm-seconds", "1",
                    "--out", str(out), "--cache", str(cache), "--quiet"])
@@ -42,6 +52,7 @@ def test_tune_measures_trials_confirms_the_best_in_a_fresh_process_and_prints_it
     assert doc["final_round"]["broad_window_s"] == 1.0 and doc["final_round"]["window_s"] == 2.0
     assert {p["window_s"] for p in measured if p["status"] == "complete"} <= {1.0, 2.0}
     assert trials[0]["why"] == "the scenario as given"
+    assert probes[0] is True and not any(probes[1:])  # what-if probes only where the recommendations seed
     assert trials[0]["change"]["loader.num_workers"] == 0 and trials[0]["change"]["data.storage"] == "ram"
     confirm = doc["points"][-1]
     assert confirm["index"] == -1 and confirm["status"] == "complete" and (folder / confirm["report"]).exists()

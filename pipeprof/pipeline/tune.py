@@ -179,7 +179,8 @@ class Trials:
         work = None
         try:
             work = build_workload(variant.scenario, self.cache, recorder=recorder)
-            run = profile_workload(work, recorder=recorder)
+            # the what-if probes (seconds after each run) feed the recommendations: only the first trial's seed
+            run = profile_workload(work, recorder=recorder, what_ifs=index == 0)
         except (OSError, RuntimeError) as e:
             return self._failed(index, label, settings, f"{type(e).__name__}: {e}", why)
         finally:
