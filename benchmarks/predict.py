@@ -1,19 +1,34 @@
-"""How wrong are pipeprof's predictions? Predicted against measured samples/s over a grid, in one invocation.
+"""How wrong are pipeprof's predictions? Predicted against measured samples/s, over many kinds of change, in one invocation.
 
-    python benchmarks/predict.py [SCENARIO ...] [--workers 0,1,2] [--recs 1] [--steps 150] [--out DIR]
+    python benchmarks/predict.py [SCENARIO ...] [--workers 0,1] [--steps 150] [--scripts | --no-scripts] [--out DIR]
 
-For each scenario and each ``loader.num_workers`` in the grid (the *base*
-setting), the base is run in a fresh process (``pipeprof run``, as
-``--verify`` does); then each of its first ``--recs`` recommendations that
-change a setting is applied and run in a fresh process too. The prediction's
-relative error is ``predicted / measured - 1`` (positive: the model promised
-more than the re-run delivered). The base is also run a second time, last,
-so the run-to-run noise of this machine at this moment is printed beside
-the errors: an error inside the noise is as good as one re-run can tell.
+**Scenarios.** For each scenario and each ``loader.num_workers`` of the grid
+(the *base*), the base runs in a fresh process (``pipeprof run``, as
+``--verify`` does). From its run folder the model predicts every change of
+these kinds that applies (``recommend.predict_change``: recommended or not,
+with its interval, ``intervals.intervals``): one worker more, one fewer,
+``train.threads`` the other way, ``loader.prefetch_factor = 4``,
+``loader.persistent_workers = true``, decoded samples cached in RAM (on-disk
+data), the data on the device. Each predicted change then runs in a fresh
+process too.
 
-Prints one row per prediction, then the median and the worst absolute
-relative error, and the median noise; writes all rows to
-``DIR/predict-<UTC>.json`` (default ``reports/bench``).
+**Scripts** (``tests/fixtures``, unless ``--no-scripts``): the base is
+``pipeprof profile --steps N -- python SCRIPT``; each change of the loader
+and thread kinds is run as ``pipeprof profile --loader KEY=VALUE / --threads
+N`` (the script unedited), and once as ``pipeprof profile --verify``, whose
+``verification`` record is read as the product reports it.
+
+The prediction's relative error is ``predicted / measured - 1`` (positive:
+the model promised more than the re-run delivered); ``inside`` says whether
+the measured samples/s fell within the prediction's 80 % interval. Each base
+also runs a second time, last, so the run-to-run noise of this machine at
+this moment is printed beside the errors: an error inside the noise is as
+good as one re-run can tell. Prints one row per prediction, then the median
+and worst absolute error, the share within the interval, the kinds covered,
+and the noise; writes all rows to ``DIR/predict-<UTC>.json`` (default
+``reports/bench``). Targets (issue 17): median |error| <= 10 %, worst <= 25 %,
+the interval containing the measured value in >= 80 % of cases, >= 16
+predictions of >= 5 kinds.
 """
 
 from __future__ import annotations
@@ -22,80 +37,134 @@ import argparse
 import datetime as dt
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeprof.analysis.advice_text import set_text  # noqa: E402
+from pipeprof.analysis.intervals import intervals  # noqa: E402
+from pipeprof.analysis.recommend import predict_change  # noqa: E402
+from pipeprof.analysis.summary import summary_record  # noqa: E402
 from pipeprof.errors import UsageError  # noqa: E402
 from pipeprof.pipeline.fresh_process import ChildRun, run_child  # noqa: E402
-from pipeprof.scenario import Scenario, load_scenario  # noqa: E402
+from pipeprof.run_folder import load_run  # noqa: E402
+from pipeprof.scenario import ON_DISK, Scenario, load_scenario  # noqa: E402
 from pipeprof.variants import to_toml, vary  # noqa: E402
 
+ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SCENARIOS = ("scenarios/quick.toml", "scenarios/jpeg-decode.toml", "scenarios/memmap-cold-0workers.toml",
                      "scenarios/augment-heavy.toml")
+FIXTURES = ROOT / "tests" / "fixtures"
+SCRIPTS = {  # name -> fixture arguments: a loop whose collate is slow (workers help), a trainer class with workers
+    "plain_loop collate 1 ms": ["plain_loop.py", "--epochs", "4", "--samples", "4096", "--collate-ms", "1"],
+    "trainer_class 1 worker": ["trainer_class.py", "--epochs", "3", "--samples", "4096", "--num-workers", "1",
+                               "--getitem-ms", "0.05", "--no-tqdm"],
+}
+TARGETS = {"median": 0.10, "worst": 0.25, "inside": 0.80, "predictions": 16, "kinds": 5}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenarios", nargs="*", default=list(DEFAULT_SCENARIOS))
-    parser.add_argument("--workers", default="0,1,2", help="base num_workers grid (default 0,1,2)")
-    parser.add_argument("--recs", type=int, default=1, help="recommendations checked per base (default 1)")
-    parser.add_argument("--steps", type=int, default=150, help="steps per run, at most (default 150)")
-    parser.add_argument("--cache", type=Path, default=None, help="data cache folder")
-    parser.add_argument("--out", type=Path, default=Path("reports/bench"))
-    args = parser.parse_args(argv)
-    grid = [int(k) for k in args.workers.split(",")]
-    rows, noise = [], []
-    with tempfile.TemporaryDirectory(prefix="pipeprof-predict-") as tmp:
-        work = Path(tmp)
-        for path in args.scenarios:
-            scenario = load_scenario(path)
-            steps = min(scenario.total_steps(), args.steps)
-            for k in grid:
+def kind_of(change: dict[str, Any], base_workers: int | None) -> str:
+    """The yardstick's name for a kind of change."""
+    if "data.storage" in change:
+        return "device" if change["data.storage"] == "device" else "decoded cache in RAM"
+    if "loader.num_workers" in change:
+        k = change["loader.num_workers"]
+        return "more workers" if base_workers is None or k > base_workers else "fewer workers"
+    if "train.threads" in change:
+        return "threads"
+    if "loader.prefetch_factor" in change:
+        return "prefetch"
+    if "loader.persistent_workers" in change:
+        return "persistent workers"
+    return "other"
+
+
+def candidates(k: int, threads: int | None, on_disk: bool, epochs: int, scenario: bool) -> list[dict[str, Any]]:
+    """The changes tried from a base with ``k`` workers and ``threads`` torch threads."""
+    out: list[dict[str, Any]] = [{"loader.num_workers": k + 1}]
+    if k >= 1:
+        out.append({"loader.num_workers": k - 1})
+        out.append({"loader.prefetch_factor": 4})
+        if epochs > 1:
+            out.append({"loader.persistent_workers": True})
+    if threads is not None:
+        out.append({"train.threads": 1 if threads > 1 else 2})
+    if scenario:
+        if on_disk:
+            out.append({"data.storage": "ram"})
+        out.append({"data.storage": "device", **({"loader.num_workers": 0} if k else {})})  # no loader there
+    return out
+
+
+def predictions(folder: Path, changes: list[dict[str, Any]]) -> list[tuple[dict[str, Any], float, Any]]:
+    """(change, predicted samples/s, interval) for each change the model predicts, from a run folder."""
+    run = load_run(folder)
+    record = summary_record(run)
+    out = []
+    for change in changes:
+        rec = predict_change(run, record.attribution, record.verdict, change)
+        if rec is None or rec.predicted_samples_per_s is None:
+            continue
+        (interval,) = intervals(run, [rec])
+        out.append((change, float(rec.predicted_samples_per_s), interval))
+    return out
+
+
+def row(source: str, base: str, rate: float, change: dict[str, Any], kind: str, predicted: float, interval: Any,
+        measured: float | None, status: str) -> dict[str, Any]:
+    error = predicted / measured - 1 if measured else None
+    bounds = list(interval.samples_per_s) if interval is not None and interval.samples_per_s else None
+    inside = bool(bounds[0] <= measured <= bounds[1]) if bounds and measured else None
+    text = (f"{measured:8,.0f} -> error {100 * error:+4.0f}%" if measured and error is not None else status)
+    shown = f" [{bounds[0]:,.0f}-{bounds[1]:,.0f}]{' in' if inside else ' OUT'}" if bounds and measured else ""
+    print(f"  {base}: {rate:8,.0f}; {kind:20s} {change}: predicted {predicted:8,.0f}{shown}, measured {text}")
+    return {"source": source, "base": base, "base_samples_per_s": rate, "change": change, "kind": kind,
+            "predicted_samples_per_s": predicted, "interval": bounds, "measured_samples_per_s": measured,
+            "relative_error": error, "inside": inside, "status": status}
+
+
+# scenarios
+
+def scenario_rows(paths: list[str], grid: list[int], steps: int, work: Path, cache: Path | None,
+                  noise: list[float]) -> list[dict[str, Any]]:
+    rows = []
+    for path in paths:
+        scenario = load_scenario(path)
+        n = min(scenario.total_steps(), steps)
+        for k in grid:
+            try:
+                base = vary(scenario, {"loader.num_workers": k, "train.steps": n}, f"{path} (num_workers={k})")
+            except UsageError as e:
+                print(f"{scenario.name} k={k}: skipped: {e}")
+                continue
+            first = _run(base.scenario, base.raw, work, cache)
+            if first.status != "complete" or first.folder is None or not first.summary:
+                print(f"{scenario.name} k={k}: base run {first.status}: {first.error}")
+                continue
+            rate = first.summary["samples_per_s"]
+            threads = _threads(first.summary)
+            on_disk = base.scenario.data.storage in ON_DISK
+            epochs = -(-n // base.scenario.steps_per_epoch())  # passes over the data within the steps run
+            tried = candidates(k, threads, on_disk, epochs, scenario=True)
+            name = f"{scenario.name} k={k}"
+            for change, predicted, interval in predictions(first.folder, tried):
                 try:
-                    base = vary(scenario, {"loader.num_workers": k, "train.steps": steps}, f"{path} (num_workers={k})")
+                    variant = vary(base.scenario, change, f"{name} {change}")
                 except UsageError as e:
-                    print(f"{scenario.name} k={k}: skipped: {e}")
+                    print(f"  {name}: {change}: cannot apply: {e}")
                     continue
-                first = _run(base.scenario, base.raw, work, args.cache)
-                if first.status != "complete":
-                    print(f"{scenario.name} k={k}: base run {first.status}: {first.error}")
-                    continue
-                rate = first.summary["samples_per_s"]
-                verdict = (first.summary.get("verdict") or {}).get("class")
-                recs = [r for r in first.summary.get("recommendations") or [] if r.get("change")][: args.recs]
-                if not recs:
-                    print(f"{scenario.name} k={k}: {rate:,.0f} samples/s, {verdict}: no setting to change "
-                          f"({(first.summary['recommendations'] or [{}])[0].get('reason', '')[:80]})")
-                for rec in recs:
-                    rows.append(_check(scenario.name, k, rate, verdict, rec, base.scenario, work, args.cache))
-                again = _run(base.scenario, base.raw, work, args.cache)
-                if again.status == "complete":
-                    noise.append(again.summary["samples_per_s"] / rate - 1)
-                    print(f"    noise: the base again: {again.summary['samples_per_s']:,.0f} samples/s "
-                          f"({100 * noise[-1]:+.0f}%)")
-    return _report(rows, noise, args.out)
-
-
-def _check(name: str, k: int, rate: float, verdict: str, rec: dict, base: Scenario, work: Path,
-           cache: Path | None) -> dict:
-    row = {"scenario": name, "num_workers": k, "base_samples_per_s": rate, "verdict": verdict,
-           "change": rec["change"], "predicted_samples_per_s": rec["predicted_samples_per_s"]}
-    try:
-        variant = vary(base, rec["change"], f"{name} (num_workers={k}, {set_text(rec)})")
-    except UsageError as e:
-        print(f"{name} k={k}: {set_text(rec)}: cannot apply: {e}")
-        return {**row, "status": "invalid", "error": str(e)}
-    child = _run(variant.scenario, variant.raw, work, cache)
-    measured = (child.summary or {}).get("samples_per_s") if child.status == "complete" else None
-    error = rec["predicted_samples_per_s"] / measured - 1 if measured else None
-    print(f"{name} k={k}: {rate:8,.0f} samples/s ({verdict}); {set_text(rec)}: predicted "
-          f"{rec['predicted_samples_per_s']:8,.0f}, measured "
-          + (f"{measured:8,.0f} -> error {100 * error:+.0f}%" if measured else f"{child.status}: {child.error}"))
-    return {**row, "status": child.status, "measured_samples_per_s": measured, "relative_error": error}
+                child = _run(variant.scenario, variant.raw, work, cache)
+                measured = (child.summary or {}).get("samples_per_s") if child.status == "complete" else None
+                rows.append(row("scenario", name, rate, change, kind_of(change, k), predicted, interval, measured,
+                                child.status))
+            again = _run(base.scenario, base.raw, work, cache)
+            if again.status == "complete" and again.summary:
+                noise.append(again.summary["samples_per_s"] / rate - 1)
+                print(f"  noise: {name} again: {again.summary['samples_per_s']:,.0f} ({100 * noise[-1]:+.0f}%)")
+    return rows
 
 
 def _run(scenario: Scenario, raw: dict, work: Path, cache: Path | None) -> ChildRun:
@@ -105,27 +174,133 @@ def _run(scenario: Scenario, raw: dict, work: Path, cache: Path | None) -> Child
     return run_child(path, folder / "runs", cache=cache)
 
 
-def _report(rows: list[dict], noise: list[float], out: Path) -> int:
-    errors = [abs(r["relative_error"]) for r in rows if r.get("relative_error") is not None]
+# scripts
+
+def script_rows(steps: int, work: Path, noise: list[float]) -> list[dict[str, Any]]:
+    rows = []
+    for name, (script, *script_args) in SCRIPTS.items():
+        command = [sys.executable, str(FIXTURES / script), *script_args]
+        base = _profile(command, steps, work, [])
+        if base is None:
+            print(f"{name}: base run failed")
+            continue
+        folder, summary = base
+        rate = summary["samples_per_s"]
+        train = _training_loader(summary)
+        k = train.get("num_workers") if train else None
+        if not isinstance(k, int):
+            print(f"{name}: no training loader in the summary")
+            continue
+        tried = candidates(k, _threads(summary), False, 2, scenario=False)
+        for change, predicted, interval in predictions(folder, tried):
+            child = _profile(command, steps, work, _flags(change))
+            measured = child[1].get("samples_per_s") if child else None
+            rows.append(row("script", name, rate, change, kind_of(change, k), predicted, interval, measured,
+                            "complete" if child else "failed"))
+        verified = _profile(command, steps, work, ["--verify"])
+        record = (verified[1].get("verification") or {}) if verified else {}
+        if record.get("status") == "complete":
+            print(f"  {name} --verify: {record.get('set')}: predicted {record.get('predicted_samples_per_s'):,.0f}, "
+                  f"measured {record.get('measured_samples_per_s'):,.0f}, within interval: "
+                  f"{record.get('within_interval')}")
+        again = _profile(command, steps, work, [])
+        if again is not None and again[1].get("samples_per_s"):
+            noise.append(again[1]["samples_per_s"] / rate - 1)
+            print(f"  noise: {name} again: {again[1]['samples_per_s']:,.0f} ({100 * noise[-1]:+.0f}%)")
+    return rows
+
+
+def _threads(summary: dict[str, Any]) -> int | None:
+    threads = ((summary.get("attribution") or {}).get("cpu") or {}).get("torch_threads")
+    return threads if isinstance(threads, int) else None
+
+
+def _flags(change: dict[str, Any]) -> list[str]:
+    flags = []
+    for key, value in change.items():
+        if key == "train.threads":
+            flags += ["--threads", str(value)]
+        else:
+            flags += ["--loader", f"{key.removeprefix('loader.')}={value!r}"]
+            if key == "loader.num_workers" and value == 0:
+                flags += ["--loader", "prefetch_factor=None", "--loader", "persistent_workers=False"]
+    return flags
+
+
+def _training_loader(summary: dict[str, Any]) -> dict[str, Any] | None:
+    for loader in summary.get("loaders") or []:
+        if isinstance(loader, dict) and loader.get("role") == "train":
+            return loader
+    return None
+
+
+def _profile(command: list[str], steps: int, work: Path, flags: list[str]) -> tuple[Path, dict[str, Any]] | None:
+    out = Path(tempfile.mkdtemp(dir=work))
+    proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--quiet", "--steps", str(steps),
+                           "--out", str(out), *flags, "--", *command], capture_output=True, text=True, cwd=ROOT)
+    folders = [p for p in out.iterdir() if (p / "summary.json").is_file()]
+    if proc.returncode != 0 or not folders:
+        print(f"  pipeprof profile {' '.join(flags)} failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")
+        return None
+    return folders[0], json.loads((folders[0] / "summary.json").read_text(encoding="utf-8"))
+
+
+# the report
+
+def report(rows: list[dict[str, Any]], noise: list[float], out: Path) -> int:
+    checked = [r for r in rows if r.get("relative_error") is not None]
+    errors = [abs(r["relative_error"]) for r in checked]
     print()
-    if errors:
-        worst = max(rows, key=lambda r: abs(r["relative_error"]) if r.get("relative_error") is not None else -1)
-        print(f"predictions checked: {len(errors)}; |relative error| median {100 * statistics.median(errors):.0f}%, "
-              f"worst {100 * max(errors):.0f}% ({worst['scenario']} k={worst['num_workers']}, "
-              f"{worst['change']})")
-        within = sum(e <= 0.15 for e in errors)
-        print(f"within ±15%: {within} of {len(errors)}")
-    else:
+    if not errors:
         print("no prediction could be checked")
+        return 1
+    worst = max(checked, key=lambda r: abs(r["relative_error"]))
+    median = statistics.median(errors)
+    inside = [r["inside"] for r in checked if r["inside"] is not None]
+    share = sum(inside) / len(inside) if inside else float("nan")
+    kinds = sorted({r["kind"] for r in checked})
+    print(f"predictions checked: {len(errors)} ({sum(r['source'] == 'script' for r in checked)} on scripts), "
+          f"{len(kinds)} kinds: {', '.join(kinds)}")
+    print(f"|relative error|: median {100 * median:.1f}%, worst {100 * max(errors):.0f}% "
+          f"({worst['base']}, {worst['change']}); within ±10%: {sum(e <= 0.10 for e in errors)} of {len(errors)}")
+    print(f"measured inside the 80% interval: {sum(inside)} of {len(inside)} ({100 * share:.0f}%)")
+    for kind in kinds:
+        of_kind = [abs(r["relative_error"]) for r in checked if r["kind"] == kind]
+        print(f"  {kind:22s} {len(of_kind):3d}  median |error| {100 * statistics.median(of_kind):5.1f}%  "
+              f"worst {100 * max(of_kind):5.0f}%")
     if noise:
-        print(f"run-to-run noise (the same base twice): median {100 * statistics.median(map(abs, noise)):.0f}%, "
+        print(f"run-to-run noise (the same base twice): median {100 * statistics.median(map(abs, noise)):.1f}%, "
               f"worst {100 * max(map(abs, noise)):.0f}% over {len(noise)} pairs")
+    met = {"median": median <= TARGETS["median"], "worst": max(errors) <= TARGETS["worst"],
+           "inside": share >= TARGETS["inside"], "predictions": len(errors) >= TARGETS["predictions"],
+           "kinds": len(kinds) >= TARGETS["kinds"]}
+    print("targets: " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in met.items()))
     out.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = out / f"predict-{stamp}.json"
-    path.write_text(json.dumps({"rows": rows, "noise": noise}, indent=1), encoding="utf-8")
+    path.write_text(json.dumps({"rows": rows, "noise": noise, "targets_met": met}, indent=1), encoding="utf-8")
     print(f"rows: {path}")
-    return 0 if errors else 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("scenarios", nargs="*", default=list(DEFAULT_SCENARIOS))
+    parser.add_argument("--workers", default="0,1", help="base num_workers grid (default 0,1)")
+    parser.add_argument("--steps", type=int, default=150, help="steps per run, at most (default 150)")
+    parser.add_argument("--scripts", action=argparse.BooleanOptionalAction, default=True,
+                        help="also the fixture scripts, through --loader/--threads and --verify (default: yes)")
+    parser.add_argument("--cache", type=Path, default=None, help="data cache folder")
+    parser.add_argument("--out", type=Path, default=Path("reports/bench"))
+    args = parser.parse_args(argv)
+    grid = [int(k) for k in args.workers.split(",")]
+    noise: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="pipeprof-predict-") as tmp:
+        work = Path(tmp)
+        rows = scenario_rows(args.scenarios, grid, args.steps, work, args.cache, noise)
+        if args.scripts:
+            rows += script_rows(args.steps, work, noise)
+    return report(rows, noise, args.out)
 
 
 if __name__ == "__main__":
