@@ -132,7 +132,7 @@ def test_the_loader_alone_counts_its_samples_per_second():
 ])
 def test_which_probes_run_and_why_the_others_do_not(tmp_path, storage, cache, loader, ram):
     work = build_workload(tiny(storage, cache), tmp_path)
-    out = measure_what_ifs(work, train_loop, window_s=0.02, windows=2, budget_s=0.15)
+    out = measure_what_ifs(work, train_loop, window_s=0.02, windows=2, budget_s=0.3)
     assert len(out["device_loop"]["samples_per_s_per_window"]) >= 1
     if loader is True:
         assert out["loader_alone"]["samples_per_s"] > 0

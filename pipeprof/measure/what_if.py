@@ -233,14 +233,6 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
 
     on_device = device_batches(work)
     out: dict[str, Any] = {"device_loop": device_loop(work, loop, clock, batches=on_device, **windows)}
-    threads = torch.get_num_threads()
-    if work.device.type != "cpu" or threads <= 1:
-        out["device_loop_threads"] = {"absent": "training on " + (f"{work.device.type}: its compute does not run on "
-                                                                  "the CPU threads" if work.device.type != "cpu"
-                                                                  else "1 thread already")}
-    else:
-        out["device_loop_threads"] = started(lambda: device_loop(work, loop, clock, batches=on_device, threads=1,
-                                                                 **windows))
     if spec.storage == "device":
         out["loader_alone"] = {"absent": "the data is on the device: no loader"}
     elif spec.cache == "cold":
@@ -254,5 +246,14 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
                                        + (": loader_alone measures it" if spec.storage == "ram" else "")}
     else:
         out["ram_loader"] = started(lambda: loader_alone(ram_dataset(work), batch, clock, seed=spec.seed, **windows))
+    # Last: only the threads changes need it, and a run's budget goes first to what more changes use.
+    threads = torch.get_num_threads()
+    if work.device.type != "cpu" or threads <= 1:
+        out["device_loop_threads"] = {"absent": "training on " + (f"{work.device.type}: its compute does not run on "
+                                                                  "the CPU threads" if work.device.type != "cpu"
+                                                                  else "1 thread already")}
+    else:
+        out["device_loop_threads"] = started(lambda: device_loop(work, loop, clock, batches=on_device, threads=1,
+                                                                 **windows))
     out["took_s"] = clock() - start_s
     return out
