@@ -41,6 +41,10 @@ Documented changes since the fixtures were recorded (issue 13), re-recorded by r
 * Issue 16 (the device's clock): the summary gains ``timing`` (which clock timed each part: these runs'
   run.json says ``host-clock`` alone, so every part is ``host-clock`` and the reason unknown, null) and
   ``device_memory`` (``{"absent": ...}``: torch.cuda's memory is read on CUDA only). Nothing else moved.
+* Issue 17 (predictions with intervals): every recommendation gains ``interval`` (its 80 % range from a
+  block bootstrap of the run, ``analysis.intervals``); these runs predate the what-if probes, so their
+  predictions are the analytical model's, unchanged in number, and their ``model`` says so.
+  Nothing else moved.
 * Sentences (``verdict.sentence``, recommendations' ``reason``, ...) are worded by
   ``pipeprof.format`` (issue 13, item 6). ``test_only_the_documented_keys_changed`` holds
   the fixtures to exactly these changes against their first recorded version.
@@ -107,10 +111,21 @@ def test_only_the_documented_keys_changed(name):
                                          cwd=path.parent, check=True).stdout)
     now = json.loads(path.read_text())
     assert (recorded["schema_version"], now["schema_version"]) == (1, 2)
-    earlier = _before_issue_15(_before_issue_16(now))
+    earlier = _before_issue_15(_before_issue_16(_before_issue_17(now)))
     as_recorded = _before_issue_14({**earlier, "loading": _as_recorded(now["loading"]), "schema_version": 1},
                                    recorded["verdict"]["class"])
     assert _without_prose(as_recorded) == _without_prose(recorded)
+
+
+def _before_issue_17(summary: dict) -> dict:
+    """summary.json without issue 17's intervals: each recommendation's ``interval`` brackets its prediction."""
+    out = json.loads(json.dumps(summary))
+    for rec in out["recommendations"]:
+        interval = rec.pop("interval")
+        if interval["samples_per_s"] is not None:
+            low, high = interval["samples_per_s"]
+            assert low <= rec["predicted_samples_per_s"] <= high and interval["level"] == 0.8
+    return out
 
 
 def _before_issue_16(summary: dict) -> dict:
