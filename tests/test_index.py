@@ -164,3 +164,13 @@ def test_a_failed_index_is_a_warning_never_a_changed_exit_status(tmp_path, capsy
     assert main(["report", str(folder), "--quiet"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("pipeprof: warning: could not rebuild") and "read-only" in err[0]
+
+
+def test_a_script_tune_counts_its_trials(tmp_path):
+    folder = tmp_path / "20261201T000000Z-tune-train"
+    folder.mkdir()
+    (folder / "tune.json").write_text(json.dumps({
+        "kind": "tune", "status": "complete", "trials": [{"status": "complete"}] * 4,
+        "best": {"samples_per_s": 5000.0, "settings": {"loader.num_workers": 2}}}))
+    (entry,) = index_entries(tmp_path)
+    assert entry["kind"] == "tune" and entry["points"] == 4 and entry["samples_per_s"] == 5000.0

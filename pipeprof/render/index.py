@@ -125,7 +125,8 @@ def describe_folder(path: Path, root: Path) -> dict[str, Any]:
                 return _compare_entry(path, data, link)
             best = as_dict(data.get("best"))
             return _entry(path, kind, data, link, samples_per_s=finite(best.get("samples_per_s")),
-                          best_settings=as_dict(best.get("settings")), points=_count(data.get("points")))
+                          best_settings=as_dict(best.get("settings")),
+                          points=_count(data.get("points") if "points" in data else data.get("trials")))  # script: trials
         except _Unreadable as e:
             return _entry(path, "unreadable", problem=str(e))
     try:
