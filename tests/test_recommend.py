@@ -526,3 +526,35 @@ def test_fewer_threads_keep_the_compute_the_loop_measured_at_that_many_threads()
     assumed = predicted(run, {"train.threads": 1})
     assert assumed["predicted_samples_per_s"] == pytest.approx(BATCH / (0.7 * STEP_S) / 1.5)
     assert "assumed" in assumed["model"]
+
+
+def with_workers_probe(run, entries):
+    """what_ifs.loader_workers: k -> (samples/s, receive CPU s/sample, workers' CPU s/sample)."""
+    run.meta["what_ifs"]["loader_workers"] = {
+        str(k): {"samples_per_s": rate, "samples_per_s_per_window": [rate] * 3, "receive_cpu_s_per_sample": q,
+                 "worker_cpu_s_per_sample": u} for k, (rate, q, u) in entries.items()}
+    return run
+
+
+def test_more_workers_are_predicted_from_the_k_worker_loader_measured_alone():
+    # 2 cores, 2 torch threads, no workers; after the run: the loop 2,000/s, 1 worker alone 10,000/s, receiving
+    # 50 us and working 200 us a sample; 3 workers alone 30,000/s, 50 us, 100 us.
+    run = with_main_cpu(make_run(wait=0.3, h2d=0.01, loading=(0.02, 0.01, 0.0), cores=2, threads=2), 150.0)
+    with_what_ifs(run, device_loop=2000.0, loader_alone=20000.0)
+    with_workers_probe(run, {1: (10000.0, 50e-6, 200e-6), 3: (30000.0, 50e-6, 100e-6)})
+    # k=1: 1 + 2 threads > 2 cores: W = 1·2/3; supply min(10,000, (2/3)/200 us = 3,333); X = the fixed point of
+    # X = min(supply, 1/(1/C_k + q)), C_k = 2,000/(1 + 3.4·√(200 us·X)) (over = min(2 + w − 2, w) = w).
+    def fixed_point(supply, q, u):
+        x = supply
+        for _ in range(200):
+            x = min(supply, 1 / ((1 + 3.4 * (u * x) ** 0.5) / 2000.0 + q))
+        return x
+
+    one = predicted(run, {"loader.num_workers": 1})
+    assert one["predicted_samples_per_s"] == pytest.approx(fixed_point(2 / 3 / 200e-6, 50e-6, 200e-6), rel=1e-6)
+    assert one["predicted_samples_per_s"] < 2000.0  # the stalled compute, not the supply, limits it
+    assert "L_k" in one["model"] and "loader_workers" in one["model"] and "analytical" not in one["model"]
+    three = predicted(run, {"loader.num_workers": 3})  # W = 3·2/5 = 1.2 cores: supply 12,000
+    assert three["predicted_samples_per_s"] == pytest.approx(fixed_point(12000.0, 50e-6, 100e-6), rel=1e-6)
+    two = predicted(run, {"loader.num_workers": 2})  # not probed: the analytical supply model
+    assert "L_k" not in two["model"]

@@ -15,7 +15,9 @@ from pipeprof.measure.what_if import (
     device_batches,
     device_loop,
     loader_alone,
+    loader_workers,
     measure_what_ifs,
+    workers_to_probe,
 )
 from pipeprof.pipeline.train import build_workload, profile_scenario, train_loop
 from pipeprof.scenario import DataSpec, LoaderSpec, ModelSpec, ProfileSpec, Scenario, TrainSpec
@@ -136,8 +138,9 @@ def test_which_probes_run_and_why_the_others_do_not(tmp_path, storage, cache, lo
     assert len(out["device_loop"]["samples_per_s_per_window"]) >= 1
     if loader is True:
         assert out["loader_alone"]["samples_per_s"] > 0
+        assert out["loader_workers"]["1"]["samples_per_s"] > 0  # the run's k + 1 first
     else:
-        assert loader in out["loader_alone"]["absent"]
+        assert loader in out["loader_alone"]["absent"] and loader in out["loader_workers"]["absent"]
     if ram is None:
         assert out["ram_loader"]["samples_per_s"] > 0 and len(out["ram_loader"]["samples_per_s_per_window"]) == 2
     else:
@@ -178,3 +181,40 @@ def test_a_probe_that_could_not_end_within_the_total_budget_is_not_started(tmp_p
     assert out["device_loop"]["samples_per_s"] > 0  # the first always runs
     for name in ("loader_alone", "ram_loader"):
         assert "not started" in out[name]["absent"]
+
+
+class Busy(torch.utils.data.Dataset):
+    """Samples that cost their worker ~0.3 ms of CPU each."""
+
+    def __len__(self):
+        return 4096
+
+    def __getitem__(self, i):
+        end = time.thread_time() + 3e-4
+        while time.thread_time() < end:
+            pass
+        return torch.zeros(16), 0
+
+
+def test_the_k_worker_loader_measures_its_rate_the_receive_cost_and_the_workers_cpu_and_leaves_no_worker():
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    reads = iter(range(10_000))
+    thread_clock = lambda: next(reads) * 1e-3  # noqa: E731 -- each next() is measured as 1 ms of CPU
+    out = loader_workers(Busy(), 32, 1, seed=0, thread_clock=thread_clock, window_s=0.05, windows=2, warmup=2,
+                         budget_s=1.0)
+    assert out["num_workers"] == 1 and out["startup_s"] > 0
+    rates = out["samples_per_s_per_window"]
+    assert len(rates) == 2 and all(0 < r < 1 / 3e-4 * 1.2 for r in rates)  # one worker: at most ~3,300/s
+    assert out["receive_cpu_s_per_sample_per_window"] == pytest.approx([1e-3 / 32] * 2)
+    assert 0.5 * 3e-4 < out["worker_cpu_s_per_sample"] < 3 * 3e-4
+    after = {p.pid for p in psutil.Process().children(recursive=True) if p.is_running()
+             and p.status() != psutil.STATUS_ZOMBIE}
+    assert after <= before  # the worker was shut down
+
+
+def test_the_numbers_of_workers_probed_start_next_to_the_runs():
+    assert workers_to_probe(0, 2) == [1, 2, 3, 4]
+    assert workers_to_probe(2, 2) == [3, 1, 4]
+    assert workers_to_probe(1, 1) == [2]

@@ -176,6 +176,9 @@ from pipeprof.scenario import ON_DISK, SAMPLE_BYTES
 BATCH_FETCH_KEEPS_FETCH = 0.1
 BATCH_FETCH_KEEPS_COLLATE = 0.2
 DEVICE_DATA_MAX_BYTES = 2 * 1024**3
+# Workers beside torch's intra-op threads on full cores: compute slows by 1 + STALL·√(cores taken beyond the
+# free ones) (module docstring, "k workers, measured": the calibration).
+STALL = 3.4
 # predict_change's key for the code change of taking whole batches (its recommendation's change is empty).
 WHOLE_BATCHES = "code.whole_batches"
 WHOLE_BATCHES_CODE = ("give the Dataset a __getitems__(indices) that returns the whole batch, or use a BatchSampler "
@@ -339,6 +342,7 @@ class _Model:
         # C_free: compute with no loading beside it: the device-resident loop where measured, else C_alone.
         self.ceiling_free = self.loop_ceiling or self.ceiling_alone
         self.loop_ceiling_1 = _probe_rate(self.what_ifs, "device_loop_threads")  # the same loop with 1 thread
+        self.loader_k = _workers_probes(self.what_ifs)  # k -> (L_k, receive s/sample, workers' CPU s/sample)
         probe_threads = as_dict(self.what_ifs.get("device_loop")).get("threads")
         self.loop_threads = int(probe_threads) if isinstance(probe_threads, (int, float)) else None
         self.bytes_per_sample = _bytes_per_sample(run.loading)
@@ -517,12 +521,41 @@ class _Model:
                 "X(0) = 1/(p0 + 1/C_free), p0 = 1/L0: the 0-worker loader measured alone after the run"
                 if measured else "X(0) = 1/(p + 1/C_free), p from the run's loading records") + \
                 self._c_free_words() + words
+        if k in self.loader_k and self.ceiling_free and math.isfinite(self.ceiling_free):
+            return self._workers_measured(k, threads)
         model = "X(k) = min(C', k / (io + cpu·k/W(k)), S)"
         if threads is None:
             return self.throughput(k, *parts), model
         c, words = self._compute_at(k, threads)
         return self.throughput(k, *parts, ceiling=c, cores=max(self.cores - threads, 0.0),
                                threads=threads), model + words + ", W from N − threads"
+
+    def _workers_measured(self, k: int, threads: int | None) -> tuple[float, str]:
+        """X(k) from the loader_workers probe at k (module docstring, "k workers, measured"): the fixed point of
+        X = min(L_k, W/u_k, S, 1/(1/C_k(u_k·X) + q_k)), solved by bisection (the right side falls as X
+        grows, so there is one)."""
+        rate, receive, worker_cpu = self.loader_k[k]
+        t = float(threads) if threads is not None else self.threads
+        c0, words = self._compute_at(k, threads) if threads is not None else (self.ceiling_free, "")
+        # W(k): their own cores where k + T fit, else their fair share among the k + T runnable threads.
+        w = float(k) if k + t <= self.cores else k * self.cores / (k + t)
+        supply = min(rate, w / worker_cpu if worker_cpu > 0 else math.inf, self.storage_ceiling)
+
+        def main_rate(x: float) -> float:
+            return 1.0 / (1.0 / workers_compute(c0, worker_cpu * x, t, self.cores) + receive)
+
+        lo, hi = 0.0, supply
+        if main_rate(hi) >= hi:
+            x = hi
+        else:
+            for _ in range(60):
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if main_rate(mid) >= mid else (lo, mid)
+            x = lo
+        return x, ("X(k) = min(L_k, W/u_k, S, 1/(1/C_k + q_k)), W = k or k·N/(k+T), C_k = C_free/(1 + STALL·√over), "
+                   "over = min(max(T + u_k·X − N, 0), u_k·X): the k-worker loader measured alone after the run "
+                   "(what_ifs.loader_workers: L_k, receive q_k and workers' CPU u_k per sample)"
+                   + self._c_free_words() + words)
 
     def _compute_at(self, k: int, threads: int) -> tuple[float, str]:
         """C' with ``threads`` torch threads and ``k`` workers, and its words for ``model``.
@@ -906,6 +939,29 @@ class _Model:
 
 def _negative(current: float | None, reason: str, model: str) -> Recommendation:
     return Recommendation({}, current, 1.0, reason, model)
+
+
+def workers_compute(c_free: float, busy: float, threads: float, cores: float) -> float:
+    """C_k: compute beside workers busy ``busy`` cores (module docstring, "k workers, measured"): ``c_free``
+    while the torch threads and the workers fit the cores; beyond, the intra-op regions wait on the threads
+    whose cores the workers share: ``c_free / (1 + STALL·√over)``, ``over = min(max(threads + busy − cores,
+    0), busy)`` cores."""
+    over = min(max(threads + busy - cores, 0.0), busy)
+    return c_free / (1.0 + STALL * math.sqrt(over))
+
+
+def _workers_probes(what_ifs: dict[str, Any]) -> dict[int, tuple[float, float, float]]:
+    """run.json ``what_ifs.loader_workers``: k -> (samples/s, receive CPU s/sample, workers' CPU s/sample)."""
+    out: dict[int, tuple[float, float, float]] = {}
+    for key, entry in as_dict(what_ifs.get("loader_workers")).items():
+        entry = as_dict(entry)
+        rate = _probe_rate({"e": entry}, "e")
+        receive, cpu = entry.get("receive_cpu_s_per_sample"), entry.get("worker_cpu_s_per_sample")
+        if rate is None or not isinstance(receive, (int, float)) or not isinstance(cpu, (int, float)) \
+                or not str(key).isdigit():
+            continue
+        out[int(key)] = (rate, max(float(receive), 0.0), max(float(cpu), 0.0))
+    return out
 
 
 def _probe_rate(what_ifs: dict[str, Any], name: str) -> float | None:

@@ -21,6 +21,21 @@ from these where the analytical model was measured wrong (issue 17):
   over random values of the data set's shape, with the scenario's transform):
   what ``data.storage = "ram"`` makes per sample. For a run already in RAM
   the ``loader_alone`` probe is that measurement and this one is not made.
+* ``loader_workers``: the run's own dataset through a DataLoader with ``k``
+  workers (the run's batch size, multiprocessing context and prefetch factor;
+  PyTorch's default collate, the run's recording collate left out as the
+  other loader probes do), iterated with no training, for each ``k`` in
+  ``workers_to_probe`` (the run's ``k + 1`` and ``k - 1 >= 1`` first, then
+  the others up to ``2 x cores`` while the budget lasts): per ``k`` the
+  samples/s (``samples_per_s_per_window``), the training process's own CPU
+  seconds per sample spent receiving a batch (``time.thread_time`` of the
+  main thread across ``next()``: unpickling, the shared-memory handover;
+  ``receive_cpu_s_per_sample_per_window``) and the workers' CPU seconds per
+  sample (their processes' user + system time, ``worker_cpu_s_per_sample``),
+  all after the first batches; the workers' start-up (``iter()`` to the
+  first batch) is recorded as ``startup_s``. The workers are shut down before
+  the next ``k`` (none left: the test checks). Absent for cold data, as
+  ``loader_alone``.
 * ``device_loop_threads``: ``device_loop`` again with 1 torch thread (CPU
   training with more than one): what compute keeps with fewer threads, for
   the ``train.threads`` changes (measured, not assumed in proportion).
@@ -40,14 +55,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import statistics
+import time
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 from torch.utils.data import DataLoader
 
 from pipeprof.measure.clock import Clock, monotonic_clock
+from pipeprof.measure.environment import usable_cores
 from pipeprof.storage.device import DeviceBatches, DeviceDataset
 from pipeprof.storage.ram import RamDataset
 from pipeprof.storage.synthetic import FEATURES
@@ -56,7 +75,8 @@ WINDOW_S = 0.1
 WINDOWS = 3
 WARMUP_STEPS = 2
 BUDGET_S = 0.35  # per probe
-TOTAL_BUDGET_S = 1.5  # all probes after a run: one that could not end within it is not started
+TOTAL_BUDGET_S = 2.5  # all probes after a run: one that could not end within it is not started
+WORKERS_BUDGET_S = 0.35  # per number of workers (their start-up included)
 PROBE_MAX_SAMPLES = 20_000  # random stand-in data: enough rows (61 MB) that indexing is not served from a cache
 
 
@@ -210,6 +230,90 @@ def loader_alone(dataset: Any, batch_size: int, clock: Clock = monotonic_clock, 
     return win.result(num_workers=0, batch_size=batch_size)
 
 
+def workers_to_probe(k: int, cores: int) -> list[int]:
+    """The numbers of workers the loader_workers probe measures, in order: k + 1, k - 1 (>= 1), then the rest
+    of 1 .. max(2 x cores, k + 1) nearest the run's k first."""
+    top = max(2 * cores, k + 1)
+    first = [n for n in (k + 1, k - 1) if 1 <= n <= top]
+    rest = sorted((n for n in range(1, top + 1) if n not in first and n != k), key=lambda n: (abs(n - k), n))
+    return first + rest
+
+
+def _cpu_s(processes: list[Any]) -> float:
+    """User + system CPU seconds of these worker processes (0 for one already gone)."""
+    total = 0.0
+    for proc in processes:
+        with contextlib.suppress(psutil.Error, ValueError):
+            times = psutil.Process(proc.pid).cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def loader_workers(dataset: Any, batch_size: int, k: int, clock: Clock = monotonic_clock, *, seed: int = 0,
+                   context: Any = None, prefetch: int | None = None,
+                   thread_clock: Callable[[], float] = time.thread_time, **windows: Any) -> dict[str, Any]:
+    """A DataLoader with ``k`` workers over ``dataset``, iterated with no training (module docstring):
+    samples/s, the main thread's CPU per sample receiving, the workers' CPU per sample, their start-up."""
+    assert k >= 1
+    kwargs: dict[str, Any] = {"multiprocessing_context": context}
+    if prefetch is not None:
+        kwargs["prefetch_factor"] = prefetch
+    start_s = clock()
+    with warnings.catch_warnings():  # more workers than cores is what the probe measures, not a mistake
+        warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+        loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=k,
+                            generator=torch.Generator().manual_seed(seed), **kwargs)
+        it: Any = iter(loader)
+    try:
+        batch = next(it)
+        startup_s = clock() - start_s
+        workers = list(getattr(it, "_workers", []))
+        win = Windows(clock, **{"budget_s": WORKERS_BUDGET_S, **windows})
+        receive: list[float] = []
+        worker_cpu: list[float] = []
+        window_receive_s, window_samples, cpu_at = 0.0, 0, None
+        done = win.step_done(len(batch[1]))  # the first batch is the first warm-up step
+        if win.warmup <= 1:
+            cpu_at = _cpu_s(workers)
+        while not done:
+            before = thread_clock()
+            try:
+                batch = next(it)
+            except StopIteration:
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+                    it = iter(loader)  # another pass (its workers start anew: rare, the probe is short)
+                workers = list(getattr(it, "_workers", []))
+                cpu_at = 0.0 if cpu_at is not None else None  # the new workers' CPU counts from 0
+                continue
+            took = thread_clock() - before
+            closed = len(win.rates)
+            counting = win.steps >= win.warmup  # this batch falls in a window
+            done = win.step_done(len(batch[1]))
+            if counting:
+                window_receive_s += took
+                window_samples += len(batch[1])
+            if cpu_at is None and win.steps >= win.warmup:
+                cpu_at = _cpu_s(workers)  # the windows open now
+                continue
+            if len(win.rates) > closed:  # a window closed with this batch
+                receive.append(window_receive_s / window_samples if window_samples else 0.0)
+                now = _cpu_s(workers)
+                worker_cpu.append((now - (cpu_at or now)) / window_samples if window_samples else 0.0)
+                cpu_at, window_receive_s, window_samples = now, 0.0, 0
+    finally:
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+    out = win.result(num_workers=k, batch_size=batch_size, startup_s=startup_s)
+    if receive:
+        out.update(receive_cpu_s_per_sample=statistics.median(receive),
+                   receive_cpu_s_per_sample_per_window=receive,
+                   worker_cpu_s_per_sample=statistics.median(worker_cpu),
+                   worker_cpu_s_per_sample_per_window=worker_cpu)
+    return out
+
+
 def ram_dataset(work: Any, max_samples: int = PROBE_MAX_SAMPLES) -> RamDataset:
     """Decoded samples in RAM as ``storage.ram`` holds them (random values of the data set's shape)."""
     spec = work.scenario.data
@@ -246,6 +350,24 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
                                        + (": loader_alone measures it" if spec.storage == "ram" else "")}
     else:
         out["ram_loader"] = started(lambda: loader_alone(ram_dataset(work), batch, clock, seed=spec.seed, **windows))
+    workers_probe = None
+    if out["loader_alone"].get("absent") is not None:
+        out["loader_workers"] = {"absent": out["loader_alone"]["absent"]}
+    else:
+        k = int(work.scenario.loader.num_workers or 0)
+        probe_ks = workers_to_probe(k, usable_cores())
+        context = getattr(work.data.batches, "multiprocessing_context", None)
+        prefetch = work.scenario.loader.prefetch_factor
+        wbudget = float(windows.get("budget_s", WORKERS_BUDGET_S))
+
+        def one(n: int) -> dict[str, Any]:
+            if clock() - start_s + wbudget > TOTAL_BUDGET_S:
+                return {"absent": f"not started: the probes after a run take at most {TOTAL_BUDGET_S:g} s"}
+            return loader_workers(work.data.dataset, batch, n, clock, seed=spec.seed, context=context,
+                                  prefetch=prefetch, **{"budget_s": WORKERS_BUDGET_S, **windows})
+
+        workers_probe = {str(n): one(n) for n in probe_ks[:2]}
+        out["loader_workers"] = workers_probe
     # Last: only the threads changes need it, and a run's budget goes first to what more changes use.
     threads = torch.get_num_threads()
     if work.device.type != "cpu" or threads <= 1:
@@ -255,5 +377,11 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
     else:
         out["device_loop_threads"] = started(lambda: device_loop(work, loop, clock, batches=on_device, threads=1,
                                                                  **windows))
+    if workers_probe is not None:  # more numbers of workers while the budget lasts
+        for n in probe_ks[2:]:
+            entry = one(n)
+            if entry.get("absent") is not None:
+                break
+            workers_probe[str(n)] = entry
     out["took_s"] = clock() - start_s
     return out
