@@ -558,3 +558,21 @@ def test_more_workers_are_predicted_from_the_k_worker_loader_measured_alone():
     assert three["predicted_samples_per_s"] == pytest.approx(fixed_point(12000.0, 50e-6, 100e-6), rel=1e-6)
     two = predicted(run, {"loader.num_workers": 2})  # not probed: the analytical supply model
     assert "L_k" not in two["model"]
+
+
+def test_from_a_run_with_workers_compute_is_its_own_c_before_its_workers_stall():
+    # 1 worker, 2 threads, 2 cores: the run's C was measured under its worker's stall (busy u·X cores), so
+    # C_free = C·(1 + 3.4·√(u·X)) with u of the nearest probed k (2 here); then the same fixed point at k = 2.
+    run = with_main_cpu(make_run(wait=0.3, h2d=0.01, workers=1, ready=0, loading=(0.02, 0.01, 0.0),
+                                 cores=2, threads=2), 150.0)
+    with_what_ifs(run, device_loop=5000.0, loader_alone=20000.0)
+    with_workers_probe(run, {2: (30000.0, 50e-6, 300e-6)})
+    m = _Model(run, attribution(run, None))
+    c_free = m.ceiling * (1 + 3.4 * (300e-6 * m.current) ** 0.5)
+    supply = 2 * 2 / 4 / 300e-6  # W = 2·2/(2 + 2) = 1 core
+    x = supply
+    for _ in range(200):
+        x = min(supply, 1 / ((1 + 3.4 * (300e-6 * x) ** 0.5) / c_free + 50e-6))
+    two = predicted(run, {"loader.num_workers": 2})
+    assert two["predicted_samples_per_s"] == pytest.approx(x, rel=1e-6)
+    assert "run's own workers" in two["model"]

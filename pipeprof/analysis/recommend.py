@@ -21,8 +21,9 @@ What is measured, what is assumed
 
 Measured after a scenario's run (``measure.what_if``, run.json ``what_ifs``,
 each probe's windows kept as ``samples_per_s_per_window``, the model reading
-their median ``samples_per_s``; up to four probes of at most 0.35 s each,
-1.5 s in all; measured 0.4–1.5 s a run on 2 busy cores):
+their median ``samples_per_s``; probes of at most 0.35 s each, 2.5 s in all;
+measured 2.4 s a run on 2 busy cores, of which ~1.0 s the k-worker loaders
+(the start-up of 1-3 forked workers 0.05-0.10 s each)):
 
 * ``C_loop`` (``device_loop``): the runner's own training loop over the data
   held on the device, taken by a shuffled index, as ``data.storage = "device"``
@@ -52,10 +53,50 @@ their median ``samples_per_s``; up to four probes of at most 0.35 s each,
   no workers; else the run's ``C`` times ``C_loop(t)/C_loop(T)``. Without
   the probe, ``C·min(1, t/m)`` (assumed).
 
+k workers, measured (``loader_workers``: the run's dataset through a
+``k``-worker DataLoader alone, for the run's ``k ± 1`` first, then more up to
+``2N`` while the budget lasts): per ``k`` the loader's rate ``L_k``, the
+training process's own CPU per sample receiving a batch ``q_k`` (its main
+thread's CPU across ``next()``: unpickling, the shared-memory handover) and
+the workers' CPU per sample ``u_k``. ``num_workers = k`` for a probed ``k``
+(with threads ``T``, those of a ``train.threads`` change where given) is the
+fixed point of
+
+    X = min(L_k, W/u_k, S, 1/(1/C_k + q_k))
+
+* ``W``: the workers' cores, ``k`` where ``k + T <= N``, else their fair
+  share ``k·N/(k + T)`` of the ``k + T`` runnable threads;
+* ``C_k = C_free / (1 + STALL·√over)``, ``over = min(max(T + w − N, 0), w)``
+  the cores the workers (busy ``w = u_k·X``) take beyond those the torch
+  threads leave: intra-op regions wait on the threads whose cores are
+  shared (``C_free``: with ``threads``, ``C'`` of ``_compute_at``). From a
+  run with workers, ``C_free = C·(1 + STALL·√over_run)``: its own ``C``,
+  measured under its workers' stall (``w = u·X_run``, ``u`` of the nearest
+  ``k`` probed), taken back to no stall (the run's ``C`` is measured at the
+  loop's real load; the device-loop probe alone read 24-35k where the runs
+  beside it measured C 13-14k at one worker).
+
+Calibration (issue 17, 2 cores, T = 2, the lead's yardstick runs beside,
+noise floor 20-25% run to run): ``STALL`` fits the compute slow-down
+``C_free/C_k`` measured at k workers, 2.5 at w = 0.2 cores (quick, k = 1:
+C_free 42.7k, measured 13.5-17.8k) and 4.0 at w = 0.8 (jpeg-decode, k = 2:
+C_free 28.8k, measured 6.7k); linear in ``w`` fits one or the other (7.5 vs
+3.8), ``√w`` both (3.4). Checked on runs whose probes were measured:
+jpeg-decode k = 1 -> 2 predicted 6,547 and 7,524 (two runs at k = 1),
+measured 6,747 (the analytical model 7,006); k = 0 -> 1 predicted 4,267,
+measured 4,560 and 5,201 (was 4,992); k = 2 -> 1 predicted 5,430, measured
+4,560-5,201; in-RAM data at k = 1 -> 2 predicted +14% and +21% over the
+run (quick measured +1% for that change). quick k = 0 -> 1:
+the analytical model predicted 36,665, measured 14,715 (+149%), which
+leaving the contention and the receive cost out missed; by hand from its
+probe numbers (q ~ 5 µs, u ~ 13 µs, C_free 42.7k) this composition gives
+~15.6k. A ``k`` not probed (the budget spent, a probe failed, cold data)
+keeps the analytical supply model below.
+
 Still assumed (the analytical model below, and the ``model`` says so): the
-supply with ``k ≥ 1`` workers, ``W(k)`` and the contention of workers with
-compute (the run's own ``C`` and ``m``: measured under its current
-workers); prefetch (``X(k)`` at the
+supply with ``k ≥ 1`` workers where not probed, ``W(k)`` and the contention
+of workers with compute (the run's own ``C`` and ``m``: measured under its
+current workers); prefetch (``X(k)`` at the
 current ``k``); pinned memory (half the copy); whole batches with workers
 (90% of fetch and 80% of collate gone); persistent workers (the run without
 its re-iterated passes' excess first waits). A script's run has no workload
@@ -98,7 +139,8 @@ From counted steps (``n`` samples, step times summed):
 
 Throughput with ``k`` workers: ``X(k) = min(C', k / (io + cpu·k/W(k)), S)``;
 with 0 workers the training process makes each batch itself:
-``X(0) = 1 / (p0 + 1/C_free)`` (``p0 = 1/L0`` where measured, else ``p``). Not modelled: the cost of moving batches from the
+``X(0) = 1 / (p0 + 1/C_free)`` (``p0 = 1/L0`` where measured, else ``p``). Not modelled in this
+analytical form (the probed one above measures it as ``q_k``): the cost of moving batches from the
 workers into the training process (pickling, shared memory), which rule R5 of
 the verdict measures when it dominates; ``C`` and ``m`` are measured under the
 run's own contention (its current workers), so changes far from the run's
@@ -537,6 +579,11 @@ class _Model:
         rate, receive, worker_cpu = self.loader_k[k]
         t = float(threads) if threads is not None else self.threads
         c0, words = self._compute_at(k, threads) if threads is not None else (self.ceiling_free, "")
+        anchored = threads is None and self.k > 0 and math.isfinite(self.ceiling) and self.current is not None
+        if anchored:  # the run's own C, measured under its workers' stall: C_free before that stall
+            near = self.loader_k[min(self.loader_k, key=lambda n: (abs(n - self.k), n))][2]
+            c0 = self.ceiling * (1.0 + STALL * math.sqrt(_over(near * self.current, t, self.cores)))
+            words = "; C_free = C·(1 + STALL·√over) at the run's own workers (u of the nearest k probed)"
         # W(k): their own cores where k + T fit, else their fair share among the k + T runnable threads.
         w = float(k) if k + t <= self.cores else k * self.cores / (k + t)
         supply = min(rate, w / worker_cpu if worker_cpu > 0 else math.inf, self.storage_ceiling)
@@ -946,8 +993,12 @@ def workers_compute(c_free: float, busy: float, threads: float, cores: float) ->
     while the torch threads and the workers fit the cores; beyond, the intra-op regions wait on the threads
     whose cores the workers share: ``c_free / (1 + STALL·√over)``, ``over = min(max(threads + busy − cores,
     0), busy)`` cores."""
-    over = min(max(threads + busy - cores, 0.0), busy)
-    return c_free / (1.0 + STALL * math.sqrt(over))
+    return c_free / (1.0 + STALL * math.sqrt(_over(busy, threads, cores)))
+
+
+def _over(busy: float, threads: float, cores: float) -> float:
+    """The cores workers busy ``busy`` cores take beyond those ``threads`` torch threads leave free."""
+    return min(max(threads + busy - cores, 0.0), busy)
 
 
 def _workers_probes(what_ifs: dict[str, Any]) -> dict[int, tuple[float, float, float]]:
