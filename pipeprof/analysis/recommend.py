@@ -579,8 +579,8 @@ class _Model:
         rate, receive, worker_cpu = self.loader_k[k]
         t = float(threads) if threads is not None else self.threads
         c0, words = self._compute_at(k, threads) if threads is not None else (self.ceiling_free, "")
-        anchored = threads is None and self.k > 0 and math.isfinite(self.ceiling) and self.current is not None
-        if anchored:  # the run's own C, measured under its workers' stall: C_free before that stall
+        if threads is None and self.k > 0 and math.isfinite(self.ceiling) and self.current is not None:
+            # the run's own C, measured under its workers' stall: C_free before that stall
             near = self.loader_k[min(self.loader_k, key=lambda n: (abs(n - self.k), n))][2]
             c0 = self.ceiling * (1.0 + STALL * math.sqrt(_over(near * self.current, t, self.cores)))
             words = "; C_free = C·(1 + STALL·√over) at the run's own workers (u of the nearest k probed)"
