@@ -88,9 +88,11 @@ measured 4,560 and 5,201 (was 4,992); k = 2 -> 1 predicted 5,430, measured
 4,560-5,201; in-RAM data at k = 1 -> 2 predicted +14% and +21% over the
 run (quick measured +1% for that change). quick k = 0 -> 1:
 the analytical model predicted 36,665, measured 14,715 (+149%), which
-leaving the contention and the receive cost out missed; by hand from its
-probe numbers (q ~ 5 µs, u ~ 13 µs, C_free 42.7k) this composition gives
-~15.6k. A ``k`` not probed (the budget spent, a probe failed, cold data)
+leaving the contention and the receive cost out missed; that run (C_free
+42.7k) with the loader_workers probe of a later quick run (L_1 46.7k,
+q_1 6.4 µs, u_1 12.7 µs; L_2 38.6k, 7.1 µs, 18.9 µs) predicts k = 1 at
+15,388 (+5%; the other k = 1 runs 13.5-17.8k) and k = 2 at 13,996
+(measured 17,556: -20%). A ``k`` not probed (the budget spent, a probe failed, cold data)
 keeps the analytical supply model below.
 
 Still assumed (the analytical model below, and the ``model`` says so): the
