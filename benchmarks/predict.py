@@ -10,7 +10,8 @@ with its interval, ``intervals.intervals``): one worker more, one fewer,
 ``train.threads`` the other way, ``loader.prefetch_factor = 4``,
 ``loader.persistent_workers = true``, decoded samples cached in RAM (on-disk
 data), the data on the device. Each predicted change then runs in a fresh
-process too.
+process too, twice (the median of the two is the measured value: one re-run on a
+shared machine can land far off, as a neighbour's burst of work takes the cores).
 
 **Scripts** (``tests/fixtures``, unless ``--no-scripts``): the base is
 ``pipeprof profile --steps N -- python SCRIPT``; each change of the loader
@@ -63,6 +64,7 @@ SCRIPTS = {  # name -> fixture arguments: a loop whose collate is slow (workers 
     "trainer_class 1 worker": ["trainer_class.py", "--epochs", "3", "--samples", "4096", "--num-workers", "1",
                                "--getitem-ms", "0.05", "--no-tqdm"],
 }
+REPEATS = 2  # each changed setting runs twice; its measured samples/s is their median (one re-run's outlier halved)
 TARGETS = {"median": 0.10, "worst": 0.25, "inside": 0.80, "predictions": 16, "kinds": 5}
 
 
@@ -114,16 +116,18 @@ def predictions(folder: Path, changes: list[dict[str, Any]]) -> list[tuple[dict[
 
 
 def row(source: str, base: str, rate: float, change: dict[str, Any], kind: str, predicted: float, interval: Any,
-        measured: float | None, status: str) -> dict[str, Any]:
+        measured: float | None, status: str, rates: list[float]) -> dict[str, Any]:
     error = predicted / measured - 1 if measured else None
     bounds = list(interval.samples_per_s) if interval is not None and interval.samples_per_s else None
     inside = bool(bounds[0] <= measured <= bounds[1]) if bounds and measured else None
-    text = (f"{measured:8,.0f} -> error {100 * error:+4.0f}%" if measured and error is not None else status)
+    text = (f"{measured:8,.0f} ({', '.join(f'{r:,.0f}' for r in rates)}) -> error {100 * error:+4.0f}%"
+            if measured and error is not None else status)
     shown = f" [{bounds[0]:,.0f}-{bounds[1]:,.0f}]{' in' if inside else ' OUT'}" if bounds and measured else ""
     print(f"  {base}: {rate:8,.0f}; {kind:20s} {change}: predicted {predicted:8,.0f}{shown}, measured {text}")
     return {"source": source, "base": base, "base_samples_per_s": rate, "change": change, "kind": kind,
             "predicted_samples_per_s": predicted, "interval": bounds, "measured_samples_per_s": measured,
-            "relative_error": error, "inside": inside, "status": status}
+            "relative_error": error, "inside": inside, "status": status, "measured_per_run": rates,
+            "model": getattr(interval, "method", None)}
 
 
 # scenarios
@@ -156,10 +160,12 @@ def scenario_rows(paths: list[str], grid: list[int], steps: int, work: Path, cac
                 except UsageError as e:
                     print(f"  {name}: {change}: cannot apply: {e}")
                     continue
-                child = _run(variant.scenario, variant.raw, work, cache)
-                measured = (child.summary or {}).get("samples_per_s") if child.status == "complete" else None
+                children = [_run(variant.scenario, variant.raw, work, cache) for _ in range(REPEATS)]
+                rates = [float(c.summary["samples_per_s"]) for c in children
+                         if c.status == "complete" and c.summary and c.summary.get("samples_per_s")]
+                measured = statistics.median(rates) if rates else None
                 rows.append(row("scenario", name, rate, change, kind_of(change, k), predicted, interval, measured,
-                                child.status))
+                                children[-1].status, rates))
             again = _run(base.scenario, base.raw, work, cache)
             if again.status == "complete" and again.summary:
                 noise.append(again.summary["samples_per_s"] / rate - 1)
@@ -193,10 +199,11 @@ def script_rows(steps: int, work: Path, noise: list[float]) -> list[dict[str, An
             continue
         tried = candidates(k, _threads(summary), False, 2, scenario=False)
         for change, predicted, interval in predictions(folder, tried):
-            child = _profile(command, steps, work, _flags(change))
-            measured = child[1].get("samples_per_s") if child else None
+            children = [_profile(command, steps, work, _flags(change)) for _ in range(REPEATS)]
+            rates = [c[1]["samples_per_s"] for c in children if c and c[1].get("samples_per_s")]
+            measured = statistics.median(rates) if rates else None
             rows.append(row("script", name, rate, change, kind_of(change, k), predicted, interval, measured,
-                            "complete" if child else "failed"))
+                            "complete" if rates else "failed", rates))
         verified = _profile(command, steps, work, ["--verify"])
         record = (verified[1].get("verification") or {}) if verified else {}
         if record.get("status") == "complete":

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import numpy as np
 import pytest
 from rich.console import Console
@@ -9,10 +12,14 @@ from test_verdict import make_run
 
 from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.intervals import (
+    MODEL_ERROR,
+    RERUN_CV,
+    Z_90,
     Interval,
     block_length,
     circular_blocks,
     intervals,
+    model_kind,
     ranked,
     resample_run,
     t_90,
@@ -38,10 +45,27 @@ def noisy_run(noise: float, *, seed: int = 0, n: int = 80, block: int = 10):
     return run
 
 
-def recs_and_intervals(run, **kwargs):
+NO_CALIBRATION = {"rerun_cv": 0.0, "model_error": {"measured": 0.0, "analytical": 0.0}}
+
+
+def recs_and_intervals(run, calibrated=False, **kwargs):
+    """The recommendations and their intervals; without the calibrated re-run and model terms unless asked,
+    so the bootstrap's own width is what the tests see."""
     attr = attribution(run)
     recs = recommend(run, attr, verdict_from_attribution(attr))
-    return recs, intervals(run, recs, **kwargs)
+    return recs, intervals(run, recs, **({} if calibrated else NO_CALIBRATION), **kwargs)
+
+
+def test_the_calibrated_terms_widen_an_analytical_prediction_more_than_a_measured_one():
+    (rec,), (bare,) = recs_and_intervals(noisy_run(0.01))
+    _, (calibrated,) = recs_and_intervals(noisy_run(0.01), calibrated=True)
+    assert width(calibrated) > width(bare) + 0.5  # x(1 + ...) -- the model's own error dominates a steady run
+    assert model_kind(rec) == "analytical" and "analytical model's own error" in calibrated.method
+    measured = dataclasses.replace(rec, model="device loop measured after the run (what_ifs.device_loop)")
+    assert model_kind(measured) == "measured"
+    assert model_kind(dataclasses.replace(rec, model="what_ifs.device_loop, C·min(1, t/m) (assumed)")) == "analytical"
+    half = {k: math.sqrt((Z_90 * RERUN_CV) ** 2 + (Z_90 * e) ** 2) for k, e in MODEL_ERROR.items()}
+    assert half["measured"] < half["analytical"]
 
 
 def width(interval: Interval) -> float:

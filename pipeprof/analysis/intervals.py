@@ -40,6 +40,11 @@ The method
    from ``B`` draws). It is widened by the run's own run-to-run noise: the coefficient of variation ``cv`` of
    samples/s between the counted steps' windows (``windows.throughput_windows``, ~1 s each), as
    ``z(0.9) · cv`` added in quadrature — a re-run of the change is one more draw from that machine. The
+   Two calibrated terms are added in quadrature as well (``RERUN_CV``, ``MODEL_ERROR``, measured by the
+   yardstick ``benchmarks/predict.py``): a re-run in a fresh process moves further than windows within one run
+   do, and the model has an error of its own that no resample of its inputs shows -- smaller for a prediction
+   from a what-if probe of the changed setting (``model_kind``: ``measured``) than for an assumed effect
+   (``analytical``). The
    interval is ``point · exp(±half)``, taken wider where the resamples' own 10th / 90th percentiles reach
    further (a change that several resamples predicted no gain for). It always contains the point
    prediction. ``speedup`` is ``samples_per_s`` over the run's measured samples/s.
@@ -60,9 +65,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeprof.analysis import recommend as recommend_module
 from pipeprof.analysis.attribution import attribution
-from pipeprof.analysis.recommend import Recommendation, recommend
+from pipeprof.analysis.recommend import WHOLE_BATCHES, WHOLE_BATCHES_CODE, Recommendation, predict_change, recommend
 from pipeprof.analysis.steps import counted_window_s
 from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.analysis.windows import throughput_windows
@@ -80,6 +84,13 @@ Z_90 = 1.2815515655446004
 _T_90 = (3.0777, 1.8856, 1.6377, 1.5332, 1.4759, 1.4398, 1.4149, 1.3968, 1.3830, 1.3722,
          1.3634, 1.3562, 1.3502, 1.3450, 1.3406, 1.3368, 1.3334, 1.3304, 1.3277, 1.3253)
 NO_STEPS = "no counted steps to resample"
+# Calibrated on the yardstick (benchmarks/predict.py, 2 shared cores, 2026-12-01; BENCHMARKS.md): a re-run in a
+# fresh process is one more draw from the machine, whose samples/s moved by a median 11 % between the same base
+# run twice (8 pairs: sd of ln(ratio) 0.14, so 0.10 a run) -- more than the windows within one run move; and
+# the model's own error, which the bootstrap cannot see: predictions from a measured what-if (the probe ran the
+# changed setting's pieces) missed by a median ~10 %, the analytical ones (assumed effects) by ~25 %.
+RERUN_CV = 0.10
+MODEL_ERROR = {"measured": 0.10, "analytical": 0.25}
 
 
 @dataclass(frozen=True)
@@ -241,10 +252,12 @@ def _resample_windows(value: Any, rng: np.random.Generator) -> Any:
 
 
 def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: dict[str, Any] | None = None,
-              resamples: int = RESAMPLES, seed: int = SEED) -> tuple[Interval, ...]:
+              resamples: int = RESAMPLES, seed: int = SEED, rerun_cv: float = RERUN_CV,
+              model_error: dict[str, float] | None = None) -> tuple[Interval, ...]:
     """One ``Interval`` per recommendation, in order (the module docstring's method).
 
-    ``probe``: the machine probe the recommendations were derived with (default: run.json's). The honest
+    ``probe``: the machine probe the recommendations were derived with (default: run.json's); ``rerun_cv`` and
+    ``model_error`` (by ``model_kind``): the calibrated terms of step 3 (default ``RERUN_CV``, ``MODEL_ERROR``). The honest
     negative (no change, no code change) and a recommendation without a prediction get no bounds.
     """
     if not recommendations:
@@ -271,7 +284,9 @@ def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: dic
         if i not in wanted:
             out.append(_no_bounds(rec, "no change is predicted: nothing to bound"))
             continue
-        out.append(_bounds(float(predicted[i] or 0.0), draws[:, i], current, noise, int(found[i]), seed))
+        errors = MODEL_ERROR if model_error is None else model_error
+        out.append(_bounds(float(predicted[i] or 0.0), draws[:, i], current, noise, int(found[i]), seed,
+                           rerun_cv, model_kind(rec), errors[model_kind(rec)]))
     return tuple(out)
 
 
@@ -286,17 +301,14 @@ def _predict(run: Run, probe: dict[str, Any] | None, recs: Sequence[Recommendati
     """The resample's predicted samples/s for each wanted recommendation (None: no prediction of it)."""
     attr = attribution(run, probe)
     verdict = verdict_from_attribution(attr)
-    predict_change = getattr(recommend_module, "predict_change", None)  # contract 3 of issue 17 (helper P1)
-    whole = getattr(recommend_module, "WHOLE_BATCHES", None)  # predict_change's key for that code change
-    whole_code = getattr(recommend_module, "WHOLE_BATCHES_CODE", None)
     listed: list[Recommendation] | None = None
     out: dict[int, float | None] = {}
     for i in wanted:
         rec = recs[i]
         change = dict(rec.change)
-        if whole is not None and rec.code_change is not None and rec.code_change == whole_code:
-            change[whole] = True
-        if change and predict_change is not None:
+        if rec.code_change is not None and rec.code_change == WHOLE_BATCHES_CODE:
+            change[WHOLE_BATCHES] = True  # predict_change's key for that code change
+        if change:
             again = predict_change(run, attr, verdict, change)
             out[i] = finite(again.predicted_samples_per_s) if again is not None else None
             continue
@@ -307,14 +319,23 @@ def _predict(run: Run, probe: dict[str, Any] | None, recs: Sequence[Recommendati
     return out
 
 
+def model_kind(rec: Recommendation) -> str:
+    """``measured`` when the prediction came from a what-if probe of the changed setting's pieces (its ``model``
+    names ``what_ifs.``, with no assumed part), else ``analytical``."""
+    model = rec.model or ""
+    measured = "what_ifs." in model and "(assumed)" not in model and "[analytical" not in model
+    return "measured" if measured else "analytical"
+
+
 def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None, found: int,
-            seed: int) -> Interval:
+            seed: int, rerun_cv: float, kind: str, model_error: float) -> Interval:
     resamples = len(draws)
     logs = np.log(np.clip(draws, 1e-12, None))  # a prediction of no samples at all: very far down, not -inf
     spread = float(logs.std(ddof=1)) if resamples >= 2 else 0.0
     boot = t_90(resamples - 1) * spread if resamples >= 2 else 0.0
     widen = Z_90 * noise if noise is not None else 0.0
-    half = math.hypot(boot, widen)
+    rerun, model = Z_90 * rerun_cv, Z_90 * model_error
+    half = math.sqrt(boot ** 2 + widen ** 2 + rerun ** 2 + model ** 2)
     tail = (1 - LEVEL) / 2
     low = min(point * math.exp(-half), float(np.quantile(draws, tail)), point)
     high = max(point * math.exp(half), float(np.quantile(draws, 1 - tail)), point)
@@ -324,7 +345,9 @@ def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None
               + "): "
               f"t(0.9) × sd of ln(prediction) = ±{100 * boot:.1f}%, widened by the run's window-to-window noise "
               + (f"z(0.9) × cv {100 * noise:.1f}% = ±{100 * widen:.1f}%" if noise is not None else
-                 "(none: too few counted steps for 2 windows)"))
+                 "(none: too few counted steps for 2 windows)")
+              + f", a re-run's noise z(0.9) × {100 * rerun_cv:.0f}% and the {kind} model's own error z(0.9) × "
+                f"{100 * model_error:.0f}% (calibrated on benchmarks/predict.py): ±{100 * half:.1f}% in all")
     return Interval((low, high), (low / current, high / current), method)
 
 
