@@ -51,8 +51,8 @@ The method
 
 A speed-up interval reaching down to x1.0 (``may_not_help``) is not presented as a gain: ``ranked`` puts
 such recommendations after the certain gains, and the renderers say "may not help". Not modelled: the
-model's own error (what it leaves out), which the yardstick (``benchmarks/predict.py``) measures; and
-drift between runs larger than the drift within this one.
+model's own error case by case (only its typical size by kind, from the yardstick ``benchmarks/predict.py``);
+and drift between runs larger than the yardstick saw.
 """
 
 from __future__ import annotations
