@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeprof import format as fmt
+from pipeprof.cli.arguments import non_negative_int, positive_int
 from pipeprof.cli.output import stdout_closed, stdout_console
 
 if TYPE_CHECKING:
@@ -63,42 +64,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--out", type=Path, metavar="DIR", default=Path("reports"),
                    help="where run folders go (default: reports/)")
     p.add_argument("--name", help="the run's name (default: the script's or module's name)")
-    p.add_argument("--steps", type=_positive_int, metavar="N", help="end the script after N training steps")
-    p.add_argument("--warmup-steps", type=_non_negative_int, default=5, metavar="N",
+    p.add_argument("--steps", type=positive_int, metavar="N", help="end the script after N training steps")
+    p.add_argument("--warmup-steps", type=non_negative_int, default=5, metavar="N",
                    help="steps left out of the statistics (default: 5)")
     p.add_argument("--sample-hz", type=_rate, default=10.0, metavar="HZ",
                    help="system sampling rate (default: 10)")
     p.add_argument("--loader", action="append", metavar="[NAME.]KEY=VALUE", default=[],
                    help="set a DataLoader argument of the training loader (or of the loader named NAME); "
                         "repeatable")
-    p.add_argument("--threads", type=_positive_int, metavar="N", help="torch.set_num_threads(N) for the script")
+    p.add_argument("--threads", type=positive_int, metavar="N", help="torch.set_num_threads(N) for the script")
     p.add_argument("--verify", action="store_true",
                    help="re-run with the top recommendation applied (--loader/--threads) and report predicted "
                         "vs measured samples/s (the re-run goes into the run folder's verify/)")
     p.add_argument("--quiet", action="store_true", help="no summary table")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python SCRIPT [ARGS]",
                    help="the training command: python SCRIPT ARGS, python -m MODULE ARGS, or SCRIPT.py ARGS")
-
-
-def _positive_int(text: str) -> int:
-    value = _int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = _int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
 def _rate(text: str) -> float:

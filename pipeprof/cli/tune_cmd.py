@@ -53,7 +53,7 @@ from pathlib import Path
 from rich.console import Console
 
 from pipeprof import format as fmt
-from pipeprof.cli.arguments import positive_float
+from pipeprof.cli.arguments import non_negative_int, positive_float, positive_int
 from pipeprof.cli.progress import Lines
 from pipeprof.cli.sweep_output import print_table, report_end
 from pipeprof.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError
@@ -98,12 +98,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           help="do not try other placements of the data (RAM, device): only loader and thread "
                                "settings")
     script = p.add_argument_group("a script (after --)")
-    script.add_argument("--steps", type=_positive_int, default=None, metavar="N",
+    script.add_argument("--steps", type=positive_int, default=None, metavar="N",
                         help=f"training steps per trial (default {DEFAULT_STEPS})")
-    script.add_argument("--warmup-steps", type=_non_negative_int, default=None, metavar="N",
+    script.add_argument("--warmup-steps", type=non_negative_int, default=None, metavar="N",
                         help=f"steps of each trial left out of its rate (default {DEFAULT_WARMUP_STEPS}, at most "
                              "a quarter of --steps)")
-    script.add_argument("--confirm-steps", type=_positive_int, default=None, metavar="N",
+    script.add_argument("--confirm-steps", type=positive_int, default=None, metavar="N",
                         help="steps of each confirming run of the best trials and of the script's own "
                              f"settings (default {CONFIRM_STEPS_PER_STEP} x --steps)")
 
@@ -199,27 +199,6 @@ def answer_text(doc: dict) -> str:
         lines.append("write where the training loader is built:")
         lines += [f"  {part}" for part in best["python"].split("; ")]
     return "\n".join(lines) + "\n"
-
-
-def _positive_int(text: str) -> int:
-    value = _int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = _int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
 def _batch_sizes(text: str | None) -> tuple[int, ...]:

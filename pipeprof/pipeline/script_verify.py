@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeprof.pipeline.progress import SILENT, Progress
-from pipeprof.pipeline.verify import VERIFY_FOLDER, first_change
+from pipeprof.pipeline.verify import VERIFY_FOLDER, checked_change
 from pipeprof.script.overrides import ALLOWED, LoaderOverride, Overrides
 
 THREADS_KEY = "train.threads"
@@ -115,19 +115,9 @@ def verify_script(command: list[str], summary: dict[str, Any], folder: Path, *, 
                   progress: Progress = SILENT, runner: Callable[[list[str]], Child] = run_child) -> dict[str, Any]:
     """Re-run the profiled ``command`` with the top applicable recommendation of ``summary`` (the run saved in
     ``folder``); the raw ``verification`` record. ``runner`` runs the re-run's command line (a test's fake)."""
-    rec = first_change(summary.get("recommendations"))
+    rec, record = checked_change(summary)
     if rec is None:
-        recs = summary.get("recommendations") or [{}]
-        top = recs[0] if isinstance(recs[0], dict) else {}
-        why = (f"the top recommendation is a code change ({top['code_change']})" if top.get("code_change")
-               else top.get("reason") or "no recommendation")
-        return {"status": "not applicable", "reason": why, "change": {}}
-    record: dict[str, Any] = {
-        "change": rec["change"],
-        "predicted_samples_per_s": rec.get("predicted_samples_per_s"),
-        "predicted_speedup": rec.get("predicted_speedup"),
-        "recommendation_reason": rec.get("reason"),
-    }
+        return record
     change, why_not = script_flags(rec["change"], training_loader_name(summary))
     if change is None:
         return {**record, "set": None, "status": "not applicable", "reason": why_not}

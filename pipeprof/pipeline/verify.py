@@ -34,26 +34,30 @@ def first_change(recommendations: Any) -> dict[str, Any] | None:
     return None
 
 
-def verify(scenario: Scenario, summary: dict[str, Any], folder: Path, *, cache: Path | None = None,
-           progress: Progress = SILENT) -> dict[str, Any]:
-    """Re-run ``scenario`` with its top applicable recommendation; the raw ``verification`` record.
-
-    ``progress`` shows the wait for the re-run.
-    """
+def checked_change(summary: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The recommendation a re-run checks and the verification record's start (its change and prediction), or
+    None and the whole record when none applies (the top one is a code change, or nothing will help)."""
     rec = first_change(summary.get("recommendations"))
     if rec is None:
         recs = summary.get("recommendations") or [{}]
         top = recs[0] if isinstance(recs[0], dict) else {}
         why = (f"the top recommendation is a code change ({top['code_change']})" if top.get("code_change")
                else top.get("reason") or "no recommendation")
-        return {"status": "not applicable", "reason": why, "change": {}}
-    record: dict[str, Any] = {
-        "change": rec["change"],
-        "set": set_text(rec),
-        "predicted_samples_per_s": rec.get("predicted_samples_per_s"),
-        "predicted_speedup": rec.get("predicted_speedup"),
-        "recommendation_reason": rec.get("reason"),
-    }
+        return None, {"status": "not applicable", "reason": why, "change": {}}
+    return rec, {"change": rec["change"], "predicted_samples_per_s": rec.get("predicted_samples_per_s"),
+                 "predicted_speedup": rec.get("predicted_speedup"), "recommendation_reason": rec.get("reason")}
+
+
+def verify(scenario: Scenario, summary: dict[str, Any], folder: Path, *, cache: Path | None = None,
+           progress: Progress = SILENT) -> dict[str, Any]:
+    """Re-run ``scenario`` with its top applicable recommendation; the raw ``verification`` record.
+
+    ``progress`` shows the wait for the re-run.
+    """
+    rec, record = checked_change(summary)
+    if rec is None:
+        return record
+    record["set"] = set_text(rec)
     try:
         variant = vary(scenario, rec["change"], f"--verify ({set_text(rec)})", name=f"{scenario.name}-verify")
     except UsageError as e:
