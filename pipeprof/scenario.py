@@ -119,6 +119,7 @@ class ProfileSpec:
     loading: bool = True  # time fetch / prep / collate inside the workers (~1 us per sample)
     cprofile_steps: int = 0  # cProfile this many counted steps right after warm-up (and the workers); 0 = off
     pyspy_hz: int = 0  # py-spy samples the process tree at this rate; 0 = off
+    what_ifs: bool = True  # after a complete run, the probes the predictions are measured from (<= 2.5 s)
 
 
 @dataclass(frozen=True)
@@ -243,6 +244,7 @@ SCHEMA: dict[str, dict[str, Rule]] = {
         "loading": BOOL,
         "cprofile_steps": _int(0),
         "pyspy_hz": Rule("int", "0 (off) or a rate in Hz, an integer from 1 to 1000", lambda v: 0 <= v <= 1000),
+        "what_ifs": BOOL,
     },
 }
 

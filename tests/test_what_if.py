@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -158,6 +159,13 @@ def test_a_run_records_its_what_ifs_within_the_time_budget(tmp_path):
     # Every probe within TOTAL_BUDGET_S (a probe's last step can overshoot its budget by one step).
     assert what_ifs["took_s"] < TOTAL_BUDGET_S + 0.3
     assert time.monotonic() - started_s > what_ifs["took_s"]
+
+
+def test_profile_what_ifs_false_leaves_the_probes_out_and_says_so(tmp_path):
+    scenario = tiny("ram", steps=10)
+    off = dataclasses.replace(scenario, profile=dataclasses.replace(scenario.profile, what_ifs=False))
+    run = profile_scenario(off, cache_root=tmp_path)
+    assert run.meta["status"] == "complete" and run.meta["what_ifs"] == {"absent": "off (profile.what_ifs = false)"}
 
 
 def test_the_threads_probe_runs_the_loop_at_one_thread_and_gives_the_threads_back():

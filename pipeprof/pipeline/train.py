@@ -353,8 +353,9 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
         # After training, untimed: py-spy writes its file, the workers exit and dump their profiles.
         finished = {"pyspy": spy.stop() if spy else None, "cprofile": code.finish() if code else None}
     compute_ceiling = None
-    probes = what_ifs
+    probes = what_ifs and work.scenario.profile.what_ifs
     what_ifs_meta: dict[str, Any] = {"absent": f"the run is {status}: no probe after it" if probes else
+                                     "off (profile.what_ifs = false)" if what_ifs else
                                      "not asked for (profile_workload(what_ifs=False))"}
     if status == "complete":
         try:
