@@ -33,7 +33,7 @@ The method
    does not list it: it predicts it less than ``MIN_GAIN``) counts as no gain: its rate is the resample's
    own measured samples/s. A prediction below that rate is kept as it is: a change that may slow the run.
 
-3. **The bounds.** ``RESAMPLES`` (8: each costs an attribution, ~40-60 ms on a busy 2-core machine, and
+3. **The bounds.** ``RESAMPLES`` (4: each costs an attribution, ~30-60 ms on a busy 2-core machine, and
    the derive of a run must stay within ~0.5 s) are too few for their 10th and 90th percentiles to be stable
    (those are the first and last draws), but enough for a standard error: the spread ``sd`` of ln(predicted samples/s)
    over the resamples gives the half-width ``t(0.9, B - 1) · sd`` (Student's t: the sd is itself estimated
@@ -74,7 +74,7 @@ from pipeprof.numbers import finite
 from pipeprof.run_folder import Run
 
 LEVEL = 0.8  # the 10th to the 90th percentile
-RESAMPLES = 8  # each costs one resample, attribution and prediction (~40-60 ms on a busy 2-core machine)
+RESAMPLES = 4  # each costs one resample, attribution and prediction (~30-60 ms on a busy 2-core machine)
 SEED = 17  # fixed: the same run folder gives the same summary.json
 BLOCK_STEPS = 10
 MIN_BLOCKS = 5
