@@ -168,6 +168,18 @@ def test_profile_what_ifs_false_leaves_the_probes_out_and_says_so(tmp_path):
     assert run.meta["status"] == "complete" and run.meta["what_ifs"] == {"absent": "off (profile.what_ifs = false)"}
 
 
+def test_an_interrupt_during_the_probes_keeps_every_step_and_marks_the_run_interrupted(tmp_path, monkeypatch):
+    import pipeprof.pipeline.train as train_module
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_module, "measure_what_ifs", interrupted)
+    run = profile_scenario(tiny("ram", steps=10), cache_root=tmp_path)
+    assert run.meta["status"] == "interrupted" and len(run.steps) == 10
+    assert "interrupted during the probes" in run.meta["what_ifs"]["absent"]
+
+
 def test_the_threads_probe_runs_the_loop_at_one_thread_and_gives_the_threads_back():
     work = build_workload(tiny("ram"))
     before, seen = torch.get_num_threads(), []

@@ -357,16 +357,20 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     what_ifs_meta: dict[str, Any] = {"absent": f"the run is {status}: no probe after it" if probes else
                                      "off (profile.what_ifs = false)" if what_ifs else
                                      "not asked for (profile_workload(what_ifs=False))"}
-    if status == "complete":
-        try:
-            compute_ceiling = measure_compute_ceiling(work, clock)
-        except Exception as e:  # noqa: BLE001 - a missing ceiling is recorded, never a failed run
-            absences["compute_ceiling"] = one_line(e)
-    if status == "complete" and probes:
-        try:  # the pieces a changed setting runs (measure.what_if), for the recommendations' predictions
-            what_ifs_meta = measure_what_ifs(work, train_loop, clock)
-        except Exception as e:  # noqa: BLE001 - a missing probe is recorded, never a failed run
-            what_ifs_meta = {"absent": one_line(e)}
+    try:  # after the training, untimed; an interrupt here keeps every step (the run is then interrupted)
+        if status == "complete":
+            try:
+                compute_ceiling = measure_compute_ceiling(work, clock)
+            except Exception as e:  # noqa: BLE001 - a missing ceiling is recorded, never a failed run
+                absences["compute_ceiling"] = one_line(e)
+        if status == "complete" and probes:
+            try:  # the pieces a changed setting runs (measure.what_if), for the recommendations' predictions
+                what_ifs_meta = measure_what_ifs(work, train_loop, clock)
+            except Exception as e:  # noqa: BLE001 - a missing probe is recorded, never a failed run
+                what_ifs_meta = {"absent": one_line(e)}
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM during the ceiling or the probes
+        status, error = "interrupted", interrupt_reason(e)
+        what_ifs_meta = {"absent": f"interrupted during the probes after the run ({error})"}
     absences.update(sampler.absences)  # includes the GPU monitor's missing metrics
     recorded = {name: r for name, r in finished.items() if r is not None}
     for r in recorded.values():
