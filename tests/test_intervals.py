@@ -215,3 +215,16 @@ def test_t_90_continues_its_table():
     assert t_90(1000) == pytest.approx(1.2816, abs=1e-3)
     with pytest.raises(ValueError):
         t_90(0)
+
+
+def test_the_what_ifs_are_drawn_alike_whatever_their_key_order():
+    """run.json is saved with sorted keys: a summary derived before the save and one derived from the folder
+    must draw the same windows."""
+    from pipeprof.analysis.intervals import _resample_windows
+
+    probe = {"device_loop": {"samples_per_s": 10.0, "samples_per_s_per_window": [8.0, 10.0, 12.0]},
+             "ram_loader": {"samples_per_s": 5.0, "samples_per_s_per_window": [4.0, 5.0, 7.0]}}
+    reordered = {k: dict(reversed(list(v.items()))) for k, v in reversed(list(probe.items()))}
+    first = _resample_windows(probe, np.random.default_rng(1))
+    again = _resample_windows(reordered, np.random.default_rng(1))
+    assert first == again and first != probe

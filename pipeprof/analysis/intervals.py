@@ -236,8 +236,13 @@ def _resample_windows(value: Any, rng: np.random.Generator) -> Any:
         return [_resample_windows(v, rng) for v in value]
     if not isinstance(value, dict):
         return value
-    out = {k: _resample_windows(v, rng) for k, v in value.items()}
-    for key, windows in value.items():
+    # In sorted key order, so the draws do not depend on the dict's order: run.json is written with its keys
+    # sorted, and a summary derived before the save must equal the one derived from the saved folder.
+    keys = sorted(value, key=str)
+    drawn_values = {k: _resample_windows(value[k], rng) for k in keys}
+    out = {k: drawn_values[k] for k in value}
+    for key in keys:
+        windows = value[key]
         scalar = key[: -len(PER_WINDOW)] if key.endswith(PER_WINDOW) else None
         rates = np.array([finite(w) for w in windows] if isinstance(windows, list) else [], dtype=float)
         if scalar is None or len(rates) < 2 or not np.isfinite(rates).all() or finite(value.get(scalar)) is None:
