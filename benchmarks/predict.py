@@ -51,6 +51,7 @@ from pipeprof.analysis.recommend import predict_change  # noqa: E402
 from pipeprof.analysis.summary import summary_record  # noqa: E402
 from pipeprof.errors import UsageError  # noqa: E402
 from pipeprof.pipeline.fresh_process import ChildRun, run_child  # noqa: E402
+from pipeprof.pipeline.script_tune import override_args, train_loader  # noqa: E402
 from pipeprof.run_folder import load_run  # noqa: E402
 from pipeprof.scenario import ON_DISK, Scenario, load_scenario  # noqa: E402
 from pipeprof.variants import to_toml, vary  # noqa: E402
@@ -192,14 +193,14 @@ def script_rows(steps: int, work: Path, noise: list[float]) -> list[dict[str, An
             continue
         folder, summary = base
         rate = summary["samples_per_s"]
-        train = _training_loader(summary)
+        train = train_loader(summary)
         k = train.get("num_workers") if train else None
         if not isinstance(k, int):
             print(f"{name}: no training loader in the summary")
             continue
         tried = candidates(k, _threads(summary), False, 2, scenario=False)
         for change, predicted, interval in predictions(folder, tried):
-            children = [_profile(command, steps, work, _flags(change)) for _ in range(REPEATS)]
+            children = [_profile(command, steps, work, override_args(change)) for _ in range(REPEATS)]
             rates = [c[1]["samples_per_s"] for c in children if c and c[1].get("samples_per_s")]
             measured = statistics.median(rates) if rates else None
             rows.append(row("script", name, rate, change, kind_of(change, k), predicted, interval, measured,
@@ -220,25 +221,6 @@ def script_rows(steps: int, work: Path, noise: list[float]) -> list[dict[str, An
 def _threads(summary: dict[str, Any]) -> int | None:
     threads = ((summary.get("attribution") or {}).get("cpu") or {}).get("torch_threads")
     return threads if isinstance(threads, int) else None
-
-
-def _flags(change: dict[str, Any]) -> list[str]:
-    flags = []
-    for key, value in change.items():
-        if key == "train.threads":
-            flags += ["--threads", str(value)]
-        else:
-            flags += ["--loader", f"{key.removeprefix('loader.')}={value!r}"]
-            if key == "loader.num_workers" and value == 0:
-                flags += ["--loader", "prefetch_factor=None", "--loader", "persistent_workers=False"]
-    return flags
-
-
-def _training_loader(summary: dict[str, Any]) -> dict[str, Any] | None:
-    for loader in summary.get("loaders") or []:
-        if isinstance(loader, dict) and loader.get("role") == "train":
-            return loader
-    return None
 
 
 def _profile(command: list[str], steps: int, work: Path, flags: list[str]) -> tuple[Path, dict[str, Any]] | None:

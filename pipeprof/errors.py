@@ -83,6 +83,14 @@ _HOOKS: list[tuple[Any, SigtermState]] = []
 REDELIVER_AFTER_S = 0.01
 
 
+def raise_if_terminated() -> None:
+    """Raise ``Terminated`` where a SIGTERM of this command was lost: the loop calling this is still going
+    after it came (raised inside something that caught it, not only where ``sys.unraisablehook`` sees it:
+    the run would otherwise go on until whoever sent it kills it, and keep nothing)."""
+    if _HOOKS and _HOOKS[-1][1].received:
+        raise Terminated()
+
+
 def _redeliver_swallowed(unraisable: Any) -> None:
     """Send a swallowed Ctrl-C or SIGTERM again, to be raised where it can propagate; anything else as usual."""
     exc = unraisable.exc_value

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 from tiny import script_stepping, tiny_file
 
 from pipeprof.errors import EXIT_TERMINATED, SigtermState, Terminated, interrupt_reason
@@ -72,8 +73,9 @@ def test_sigterm_to_sweep_reaches_the_point_running_and_keeps_the_sweep(tmp_path
     doc = json.loads((folder / "sweep.json").read_text())
     assert doc["status"] == "interrupted"
     assert [p["status"] for p in doc["points"]] == ["interrupted", "not run"]
-    (point,) = folder.rglob("run.json")
-    assert json.loads(point.read_text())["error"] == "terminated (SIGTERM)"
+    runs = list(folder.rglob("run.json"))
+    assert len(runs) == 1, (doc["points"], err[-2000:])  # the point's child saved its run
+    assert json.loads(runs[0].read_text())["error"] == "terminated (SIGTERM)"
     assert (folder / "sweep.html").is_file()
 
 
@@ -185,3 +187,29 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert time.monotonic() - sent < 20  # no waiting for the report of a run the user asked to leave
+
+
+def test_a_sigterm_lost_where_it_was_raised_ends_the_training_loop_at_its_next_step():
+    """Caught by something it was raised inside (not where the unraisable hook sees it), a SIGTERM would leave the
+    run training until whoever sent it kills it, keeping nothing: the loop raises it again before its next step."""
+    from types import SimpleNamespace
+
+    from pipeprof import errors
+    from pipeprof.pipeline.train import train_loop
+
+    steps = []
+    data = SimpleNamespace(batches=[(torch.zeros(2, 3), torch.zeros(2))] * 4, steps_per_epoch=lambda: 4)
+    work = SimpleNamespace(device="cpu", non_blocking=False, data=data,
+                           step_fn=lambda x, y: steps.append(len(y)) or (0.0, 0))
+    timer = SimpleNamespace(begin=lambda *_: None, waited=lambda: None, copied=lambda: None,
+                            computed=lambda *_: None, finish=lambda: None, pause=lambda: None, resume=lambda: None)
+    state, previous = errors.on_sigterm()
+    try:
+        train_loop(work, 2, timer)  # no SIGTERM: it trains
+        assert steps == [2, 2]
+        state.received = 1  # one came, and whatever it was raised in swallowed it
+        with pytest.raises(Terminated):
+            train_loop(work, 2, timer)
+        assert steps == [2, 2]
+    finally:
+        errors.restore(previous)

@@ -67,7 +67,7 @@ import pandas as pd
 
 from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.recommend import WHOLE_BATCHES, WHOLE_BATCHES_CODE, Recommendation, predict_change, recommend
-from pipeprof.analysis.steps import counted_window_s
+from pipeprof.analysis.steps import counted_steps, counted_window_s
 from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.analysis.windows import throughput_windows
 from pipeprof.numbers import finite
@@ -357,7 +357,8 @@ def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None
 
 
 def _rate(steps: pd.DataFrame) -> float | None:
-    counted = steps.loc[~steps["warmup"].astype(bool)] if len(steps) else steps
+    """Samples/s of the counted steps, None without any."""
+    counted = counted_steps(steps) if len(steps) else steps
     samples = float(pd.to_numeric(counted["samples"], errors="coerce").sum()) if len(counted) else 0.0
     seconds = float(pd.to_numeric(counted["step_s"], errors="coerce").sum()) if len(counted) else 0.0
     return samples / seconds if samples > 0 and seconds > 0 else None

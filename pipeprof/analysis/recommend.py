@@ -1008,7 +1008,7 @@ def _workers_probes(what_ifs: dict[str, Any]) -> dict[int, tuple[float, float, f
     out: dict[int, tuple[float, float, float]] = {}
     for key, entry in as_dict(what_ifs.get("loader_workers")).items():
         entry = as_dict(entry)
-        rate = _probe_rate({"e": entry}, "e")
+        rate = _positive(entry.get("samples_per_s"))
         receive, cpu = entry.get("receive_cpu_s_per_sample"), entry.get("worker_cpu_s_per_sample")
         if rate is None or not isinstance(receive, (int, float)) or not isinstance(cpu, (int, float)) \
                 or not str(key).isdigit():
@@ -1019,10 +1019,14 @@ def _workers_probes(what_ifs: dict[str, Any]) -> dict[int, tuple[float, float, f
 
 def _probe_rate(what_ifs: dict[str, Any], name: str) -> float | None:
     """A what-if probe's samples/s (run.json ``what_ifs``), None where absent or not a positive number."""
-    rate = as_dict(what_ifs.get(name)).get("samples_per_s")
-    if not isinstance(rate, (int, float)) or not math.isfinite(float(rate)) or rate <= 0:
+    return _positive(as_dict(what_ifs.get(name)).get("samples_per_s"))
+
+
+def _positive(value: Any) -> float | None:
+    """``value`` as a finite number > 0, else None."""
+    if not isinstance(value, (int, float)) or not math.isfinite(float(value)) or value <= 0:
         return None
-    return float(rate)
+    return float(value)
 
 
 def _bytes_per_sample(loading: pd.DataFrame | None) -> float:

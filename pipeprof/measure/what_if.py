@@ -57,7 +57,7 @@ import dataclasses
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -67,6 +67,7 @@ from torch.utils.data import DataLoader
 
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import usable_cores
+from pipeprof.measure.steps import ThroughputTimer
 from pipeprof.storage.device import DeviceBatches, DeviceDataset
 from pipeprof.storage.ram import RamDataset
 from pipeprof.storage.synthetic import FEATURES
@@ -148,46 +149,22 @@ class Windows:
                 "cut_short": self.short, **extra}
 
 
-class _LoopTimer:
-    """The StepTimer interface ``train_loop`` drives, reporting each step end to ``Windows``."""
-
-    def __init__(self, windows: Windows) -> None:
-        self.windows = windows
-
-    def begin(self, ready_batches: float = float("nan")) -> None:
-        pass
-
-    def pause(self) -> None:
-        pass
-
-    def resume(self) -> None:
-        pass
-
-    def waited(self) -> None:
-        pass
-
-    def copied(self) -> None:
-        pass
-
-    def computed(self, samples: int, loss: Any, correct: Any, epoch: int = 0) -> None:
-        pass
-
-    def finish(self) -> None:
-        pass
-
-
 def device_batches(work: Any, max_samples: int = PROBE_MAX_SAMPLES) -> Iterable:
     """The batches ``data.storage = "device"`` would give this workload: its own when it has them."""
     batches = work.data.batches
     if isinstance(batches, DeviceBatches):
         return batches
+    x, labels = _stand_in(work, max_samples)
+    dataset = DeviceDataset(x.to(work.device), labels, getattr(work.data.dataset, "transform", None))
+    return DeviceBatches(dataset, work.scenario.loader, work.scenario.data.seed)
+
+
+def _stand_in(work: Any, max_samples: int) -> tuple[torch.Tensor, np.ndarray]:
+    """Random samples and labels of the data set's shape (at most ``max_samples``, at least one batch)."""
     spec = work.scenario.data
     n = max(min(int(spec.samples), max_samples), work.scenario.loader.batch_size)
-    generator = torch.Generator().manual_seed(spec.seed)
-    x = torch.rand(n, FEATURES, generator=generator).to(work.device)
-    labels = np.random.default_rng(spec.seed).integers(0, 10, n)
-    dataset = DeviceDataset(x, labels, getattr(work.data.dataset, "transform", None))
-    return DeviceBatches(dataset, work.scenario.loader, spec.seed)
+    x = torch.rand(n, FEATURES, generator=torch.Generator().manual_seed(spec.seed))
+    return x, np.random.default_rng(spec.seed).integers(0, 10, n)
 
 
 def device_loop(work: Any, loop: Callable[..., None], clock: Clock = monotonic_clock, *,
@@ -211,7 +188,7 @@ def device_loop(work: Any, loop: Callable[..., None], clock: Clock = monotonic_c
     sync = torch.cuda.synchronize if work.device.type == "cuda" else None
     win = Windows(clock, sync=sync, **windows)
     with work.rank.solo() if work.rank is not None else contextlib.nullcontext():
-        loop(probe, 1_000_000, _LoopTimer(win), stop_after=lambda i, samples: win.step_done(samples))
+        loop(probe, 1_000_000, ThroughputTimer(clock), stop_after=lambda i, samples: win.step_done(samples))
     return win.result(batch_size=work.scenario.loader.batch_size, threads=torch.get_num_threads())
 
 
@@ -249,6 +226,14 @@ def _cpu_s(processes: list[Any]) -> float:
     return total
 
 
+@contextlib.contextmanager
+def _many_workers_expected() -> Iterator[None]:
+    """PyTorch's warning of more workers than cores silenced: that is what the probe measures, not a mistake."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+        yield
+
+
 def loader_workers(dataset: Any, batch_size: int, k: int, clock: Clock = monotonic_clock, *, seed: int = 0,
                    context: Any = None, prefetch: int | None = None,
                    thread_clock: Callable[[], float] = time.thread_time, **windows: Any) -> dict[str, Any]:
@@ -259,8 +244,7 @@ def loader_workers(dataset: Any, batch_size: int, k: int, clock: Clock = monoton
     if prefetch is not None:
         kwargs["prefetch_factor"] = prefetch
     start_s = clock()
-    with warnings.catch_warnings():  # more workers than cores is what the probe measures, not a mistake
-        warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+    with _many_workers_expected():
         loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=k,
                             generator=torch.Generator().manual_seed(seed), **kwargs)
         it: Any = iter(loader)
@@ -280,8 +264,7 @@ def loader_workers(dataset: Any, batch_size: int, k: int, clock: Clock = monoton
             try:
                 batch = next(it)
             except StopIteration:
-                with warnings.catch_warnings():
-                    warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+                with _many_workers_expected():
                     it = iter(loader)  # another pass (its workers start anew: rare, the probe is short)
                 workers = list(getattr(it, "_workers", []))
                 cpu_at = 0.0 if cpu_at is not None else None  # the new workers' CPU counts from 0
@@ -316,10 +299,7 @@ def loader_workers(dataset: Any, batch_size: int, k: int, clock: Clock = monoton
 
 def ram_dataset(work: Any, max_samples: int = PROBE_MAX_SAMPLES) -> RamDataset:
     """Decoded samples in RAM as ``storage.ram`` holds them (random values of the data set's shape)."""
-    spec = work.scenario.data
-    n = max(min(int(spec.samples), max_samples), work.scenario.loader.batch_size)
-    x = torch.rand(n, FEATURES, generator=torch.Generator().manual_seed(spec.seed))
-    labels = np.random.default_rng(spec.seed).integers(0, 10, n)
+    x, labels = _stand_in(work, max_samples)
     return RamDataset(x, labels, getattr(work.data.dataset, "transform", None))
 
 

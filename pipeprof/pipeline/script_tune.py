@@ -45,6 +45,7 @@ from pipeprof.loader_rules import prefetch_factor
 from pipeprof.measure.environment import usable_cores
 from pipeprof.pipeline.progress import SILENT, Progress
 from pipeprof.pipeline.script_run import launched_name, run_name, split_command
+from pipeprof.pipeline.script_verify import script_flags
 from pipeprof.pipeline.sweep import create_folder
 from pipeprof.run_folder import write_text
 
@@ -79,17 +80,12 @@ class ScriptBudget:
 
 
 def override_args(change: Settings) -> list[str]:
-    """``--loader KEY=VALUE`` / ``--threads N`` for ``pipeprof profile``: the change as overrides."""
-    args: list[str] = []
-    for key, value in change.items():
-        section, _, name = key.partition(".")
-        if key == "train.threads":
-            args += ["--threads", str(int(value))]
-        elif section == "loader":
-            args += ["--loader", f"{name}={value!r}"]
-        else:
-            raise ValueError(f"{key}: not a script override")
-    return args
+    """``--loader KEY=VALUE`` / ``--threads N`` for ``pipeprof profile``: the change as overrides of the training
+    loader (``script_verify.script_flags``, the one mapping of scenario keys to flags)."""
+    overrides, why_not = script_flags(change, None)
+    if overrides is None:
+        raise ValueError(why_not)
+    return overrides.flags()
 
 
 class ProfileRunner:

@@ -24,7 +24,7 @@ import torch
 
 import pipeprof
 from pipeprof.analysis.loading import core_wait_absence
-from pipeprof.errors import UsageError, interrupt_reason, one_line
+from pipeprof.errors import UsageError, interrupt_reason, one_line, raise_if_terminated
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.codeprofile import CodeProfile
@@ -145,6 +145,7 @@ def train_loop(work: Workload, total_steps: int, timer: StepTimer | ThroughputTi
     fetching = False
     try:
         for i in range(total_steps):
+            raise_if_terminated()  # a SIGTERM lost where it was raised still ends the loop, at the next step
             if before_step is not None:
                 before_step(i)
             timer.begin(ready_batches(iterator) if left else NAN)

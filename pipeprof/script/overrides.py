@@ -61,6 +61,7 @@ import json
 import os
 import re
 import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,8 +101,9 @@ class LoaderOverride:
     key: str
     value: Any
 
-    def flag(self) -> str:
-        return f"--loader {self.loader + '.' if self.loader else ''}{self.key}={self.value!r}"
+    def text(self) -> str:
+        """As ``--loader`` takes it: ``[NAME.]KEY=VALUE``."""
+        return f"{self.loader + '.' if self.loader else ''}{self.key}={self.value!r}"
 
 
 @dataclass(frozen=True)
@@ -129,9 +131,7 @@ class Overrides:
 
     def flags(self) -> list[str]:
         """The same request as ``pipeprof profile`` flags (a child run's command line)."""
-        words: list[str] = []
-        for o in self.loader:
-            words += ["--loader", f"{o.loader + '.' if o.loader else ''}{o.key}={o.value!r}"]
+        words = [word for o in self.loader for word in ("--loader", o.text())]
         if self.threads is not None:
             words += ["--threads", str(self.threads)]
         return words
@@ -234,8 +234,7 @@ class Applier:
         self.overrides = overrides
         self.record = record
         self.pid = os.getpid() if pid is None else pid
-        self.seen: set[int] = set()
-        self._keep: list[Any] = []  # the loaders seen, so id() is not reused
+        self.seen: weakref.WeakSet[Any] = weakref.WeakSet()  # not kept alive: a loader rebuilt per epoch goes
 
     def write(self, entry: dict[str, Any]) -> None:
         if self.record is None or os.getpid() != self.pid:
@@ -245,10 +244,9 @@ class Applier:
 
     def on_first_iter(self, loader: Any) -> None:
         """Apply what is meant for ``loader`` (called at each ``iter()``; acts at the first)."""
-        if id(loader) in self.seen:
+        if loader in self.seen:
             return
-        self.seen.add(id(loader))
-        self._keep.append(loader)
+        self.seen.add(loader)
         from pipeprof.script.loader_names import loader_name
         name = loader_name(loader)
         wanted = self.meant_for(loader, name)
