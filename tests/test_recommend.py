@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -10,15 +11,29 @@ from test_verdict import STEP_S, make_run
 
 from pipeprof.analysis.advice_text import set_text
 from pipeprof.analysis.attribution import attribution
-from pipeprof.analysis.recommend import Recommendation, _Model, is_no_op, recommend
+from pipeprof.analysis.recommend import (
+    RECEIVE_S_PER_BATCH,
+    RECEIVE_S_PER_BYTE,
+    SEND_S_PER_BATCH,
+    SEND_S_PER_BYTE,
+    STALL,
+    Recommendation,
+    _Model,
+    is_no_op,
+    recommend,
+)
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS
 from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
-from pipeprof.scenario import SCHEMA
+from pipeprof.scenario import SAMPLE_BYTES, SCHEMA
 
 BATCH = 128
+# Where no loader_workers probe measured k: the training process's CPU per sample receiving a batch, and the workers'
+# per sample sending one (from a run without workers), as the model estimates them.
+RECEIVE = RECEIVE_S_PER_BATCH / BATCH + RECEIVE_S_PER_BYTE * SAMPLE_BYTES
+SEND = SEND_S_PER_BATCH / BATCH + SEND_S_PER_BYTE * SAMPLE_BYTES
 
 
 def recs_of(run, probe=None):
@@ -50,12 +65,14 @@ def test_num_workers_up_with_free_cores():
     recs = recs_of(run)
     ceiling = BATCH / (0.7 * STEP_S)  # compute + h2d = 70 ms per step
     (rec,) = by_key(recs, "loader.num_workers")
-    # X(2) = 2 x 853.3 = 1,707 < C; X(3) = min(C, 2,560) = C = 1,829: the smallest k reaching the best.
-    # 3 workers + 2 torch threads > 4 cores: 1 thread, compute keeps min(1, 1/0.84) of C.
+    # X(2) = 2 / (p + send) = 1,690 < C; X(3) = min(2,536, 1/(1/C + receive)) = 1,809: the smallest k reaching the
+    # best. 3 workers + 2 torch threads > 4 cores: 1 thread, compute keeps min(1, 1/0.84) of C, the workers their
+    # own 3 cores (no stall); receiving each batch costs the training process RECEIVE a sample.
+    x = 1 / (1 / ceiling + RECEIVE)
     assert rec["change"] == {"loader.num_workers": 3, "train.threads": 1}
-    assert rec["predicted_samples_per_s"] == pytest.approx(ceiling)
-    assert rec["predicted_speedup"] == pytest.approx(ceiling / (BATCH / STEP_S))
-    assert "3 workers" in rec["reason"] and "1,829" in rec["reason"]
+    assert rec["predicted_samples_per_s"] == pytest.approx(x)
+    assert rec["predicted_speedup"] == pytest.approx(x / (BATCH / STEP_S))
+    assert "3 workers" in rec["reason"] and "1,829" in rec["reason"] and "1,809" in rec["reason"]
     assert_valid_keys(recs)
 
 
@@ -67,9 +84,11 @@ def test_num_workers_down_without_free_cores():
     ceiling = BATCH / (0.5 * STEP_S)  # compute + h2d = 50 ms per step: 2,560 samples/s
     (rec,) = by_key(recs, "loader.num_workers")
     # k=1 needs 1 torch thread (1 + 2 > 2 cores): C' = C x min(1, 1/2) = 1,280, no gain; k=2 with 1 thread the same.
-    # k=0: the training process makes the batches itself, X(0) = 1 / (p + 1/C) = 128 / (0.03 + 0.05) = 1,600.
+    # k=0: the training process makes the batches itself, X(0) = 1 / (p + 1/C_free); C was measured beside the
+    # 2 workers busy u·X = 0.3 cores beyond what the torch threads leave: C_free = C·exp(STALL·0.3) = 4,456.
+    c_free = ceiling * math.exp(STALL * 0.03 / BATCH * (BATCH / STEP_S))
     assert rec["change"] == {"loader.num_workers": 0}
-    assert rec["predicted_samples_per_s"] == pytest.approx(1 / (0.03 / BATCH + 1 / ceiling))
+    assert rec["predicted_samples_per_s"] == pytest.approx(1 / (0.03 / BATCH + 1 / c_free))
     assert recs[0] is rec
     assert_valid_keys(recs)
 
@@ -152,13 +171,12 @@ def test_summary_carries_recommendations():
 
 
 def test_workers_beyond_free_cores_take_them_from_training():
-    # 2 cores, 1 torch thread; at 0 workers the training process uses 2 cores and waits 40%: it trains on 1.2,
-    # 0.8 are free. One worker gets its fair share W(1) = max(0.8, 2 x 1/2) = 1 core, 0.2 more than is free,
-    # so compute keeps (2 - 1) / 1.2 of C = 128 / 0.06 s: X(1) = min(C / 1.2, 2,133 per worker) = 1,778.
+    # 2 cores, 1 torch thread; 1 worker + 1 thread fit the cores: the worker has its own, compute does not stall.
+    # It makes a sample in p + send = 480 us: X(1) = min(2,083, 1/(1/C + receive) = 2,107) = 2,083 (C = 128 / 0.06 s).
     run = with_main_cpu(make_run(wait=0.4, h2d=0.0, loading=(0.03, 0.02, 0.01), cores=2, threads=1), 200.0)
     (rec,) = by_key(recs_of(run), "loader.num_workers")
     assert rec["change"] == {"loader.num_workers": 1}
-    assert rec["predicted_samples_per_s"] == pytest.approx(BATCH / 0.06 / 1.2)
+    assert rec["predicted_samples_per_s"] == pytest.approx(1 / (0.06 / BATCH + SEND))
 
 
 def test_num_workers_up_lowers_torch_threads_on_full_cores():
@@ -167,7 +185,7 @@ def test_num_workers_up_lowers_torch_threads_on_full_cores():
     run = with_main_cpu(make_run(wait=0.4, h2d=0.0, loading=(0.03, 0.02, 0.01), cores=2, threads=2), 200.0)
     (rec,) = by_key(recs_of(run), "loader.num_workers")
     assert rec["change"] == {"loader.num_workers": 1, "train.threads": 1}
-    assert rec["predicted_samples_per_s"] == pytest.approx(BATCH / 0.06 / 1.2)
+    assert rec["predicted_samples_per_s"] == pytest.approx(1 / (1.2 * 0.06 / BATCH + RECEIVE))
     assert "1 torch thread" in rec["reason"]
     assert_valid_keys([rec])
 
@@ -519,12 +537,12 @@ def test_fewer_threads_keep_the_compute_the_loop_measured_at_that_many_threads()
     with_what_ifs(run, device_loop=3000.0, device_loop_threads=2400.0)
     run.meta["what_ifs"]["device_loop"]["threads"] = 2
     rec = predicted(run, {"train.threads": 1})
-    assert rec["predicted_samples_per_s"] == pytest.approx(2400.0)  # the supply (1 worker, 3 ms a batch) is ample
+    assert rec["predicted_samples_per_s"] == pytest.approx(1 / (1 / 2400.0 + RECEIVE))  # the supply is ample
     assert "C_loop(threads)" in rec["model"]
     # Without the probe at 1 thread: the assumption, C·min(1, 1/m) with m = 1.5 cores.
     del run.meta["what_ifs"]["device_loop_threads"]
     assumed = predicted(run, {"train.threads": 1})
-    assert assumed["predicted_samples_per_s"] == pytest.approx(BATCH / (0.7 * STEP_S) / 1.5)
+    assert assumed["predicted_samples_per_s"] == pytest.approx(1 / (1.5 * 0.7 * STEP_S / BATCH + RECEIVE))
     assert "assumed" in assumed["model"]
 
 
@@ -543,11 +561,11 @@ def test_more_workers_are_predicted_from_the_k_worker_loader_measured_alone():
     with_what_ifs(run, device_loop=2000.0, loader_alone=20000.0)
     with_workers_probe(run, {1: (10000.0, 50e-6, 200e-6), 3: (30000.0, 50e-6, 100e-6)})
     # k=1: 1 + 2 threads > 2 cores: W = 1·2/3; supply min(10,000, (2/3)/200 us = 3,333); X = the fixed point of
-    # X = min(supply, 1/(1/C_k + q)), C_k = 2,000/(1 + 3.4·√(200 us·X)) (over = min(2 + w − 2, w) = w).
+    # X = min(supply, 1/(1/C_k + q)), C_k = 2,000/exp(STALL·200 us·X) (over = min(2 + w − 2, w) = w).
     def fixed_point(supply, q, u):
         x = supply
         for _ in range(200):
-            x = min(supply, 1 / ((1 + 3.4 * (u * x) ** 0.5) / 2000.0 + q))
+            x = min(supply, 1 / (math.exp(STALL * u * x) / 2000.0 + q))
         return x
 
     one = predicted(run, {"loader.num_workers": 1})
@@ -556,23 +574,62 @@ def test_more_workers_are_predicted_from_the_k_worker_loader_measured_alone():
     assert "L_k" in one["model"] and "loader_workers" in one["model"] and "analytical" not in one["model"]
     three = predicted(run, {"loader.num_workers": 3})  # W = 3·2/5 = 1.2 cores: supply 12,000
     assert three["predicted_samples_per_s"] == pytest.approx(fixed_point(12000.0, 50e-6, 100e-6), rel=1e-6)
-    two = predicted(run, {"loader.num_workers": 2})  # not probed: the analytical supply model
-    assert "L_k" not in two["model"]
+    two = predicted(run, {"loader.num_workers": 2})  # not probed: the same fixed point, its costs estimated
+    assert "estimated" in two["model"] and "loader_workers" not in two["model"]
 
 
 def test_from_a_run_with_workers_compute_is_its_own_c_before_its_workers_stall():
     # 1 worker, 2 threads, 2 cores: the run's C was measured under its worker's stall (busy u·X cores), so
-    # C_free = C·(1 + 3.4·√(u·X)) with u of the nearest probed k (2 here); then the same fixed point at k = 2.
+    # C_free = C·exp(STALL·u·X) with u of the nearest probed k (2 here); then the same fixed point at k = 2.
     run = with_main_cpu(make_run(wait=0.3, h2d=0.01, workers=1, ready=0, loading=(0.02, 0.01, 0.0),
                                  cores=2, threads=2), 150.0)
     with_what_ifs(run, device_loop=5000.0, loader_alone=20000.0)
     with_workers_probe(run, {2: (30000.0, 50e-6, 300e-6)})
     m = _Model(run, attribution(run, None))
-    c_free = m.ceiling * (1 + 3.4 * (300e-6 * m.current) ** 0.5)
+    c_free = m.ceiling * math.exp(STALL * 300e-6 * m.current)
     supply = 2 * 2 / 4 / 300e-6  # W = 2·2/(2 + 2) = 1 core
     x = supply
     for _ in range(200):
-        x = min(supply, 1 / ((1 + 3.4 * (300e-6 * x) ** 0.5) / c_free + 50e-6))
+        x = min(supply, 1 / (math.exp(STALL * 300e-6 * x) / c_free + 50e-6))
     two = predicted(run, {"loader.num_workers": 2})
     assert two["predicted_samples_per_s"] == pytest.approx(x, rel=1e-6)
     assert "run's own workers" in two["model"]
+
+
+def test_a_deeper_queue_saves_the_waits_of_bursts_not_a_steady_shortfall():
+    # 1 worker, every step waits the same 30 ms: the supply is short of the loop, not bursty; more batches queued
+    # change nothing.
+    steady = make_run(wait=0.3, workers=1, loading=(0.02, 0.01, 0.0))
+    rec = predicted(steady, {"loader.prefetch_factor": 4})
+    assert rec["predicted_samples_per_s"] == pytest.approx(BATCH / STEP_S)
+    # Bursts: every 4th counted step waits 30 ms more than the others (5 ms): a deeper queue saves those 30 ms
+    # each, at most up to what the worker makes busy all the time.
+    bursty = make_run(wait=0.05, workers=1, loading=(0.02, 0.01, 0.0))
+    longer = bursty.steps["step"] % 4 == 0
+    bursty.steps.loc[longer, ["data_wait_s", "host_wait_s"]] += 0.03
+    bursty.steps.loc[longer, "step_s"] += 0.03
+    m = _Model(bursty, attribution(bursty, None))
+    saved = 8 * 0.03  # steps 8, 12, ..., 36: step 4, the first counted, begins the pass (a start, not a burst)
+    busy = m.loading.worker_busy_mean_fraction
+    expected = min(m.samples / (m.total_s - saved), m.current / busy)
+    rec = predicted(bursty, {"loader.prefetch_factor": 4})
+    assert rec["predicted_samples_per_s"] == pytest.approx(expected)
+    assert rec["predicted_samples_per_s"] > m.current
+    assert "bursts" in rec["model"]
+
+
+def test_each_pass_start_costs_the_workers_start_up_unless_they_persist():
+    # 0 workers, 4 passes of 10 steps (the first begins in the warm-up): with workers, the 3 counted pass starts
+    # each start them anew (STARTUP_S_PER_WORKER each, estimated); persistent workers start once, in the warm-up.
+    from pipeprof.analysis.recommend import STARTUP_S_PER_WORKER
+
+    run = with_main_cpu(make_run(wait=0.4, h2d=0.0, loading=(0.03, 0.02, 0.01), cores=2, threads=1), 200.0)
+    run.steps["epoch"] = run.steps["step"] // 10
+    steady = 1 / (0.06 / BATCH + SEND)  # as test_workers_beyond_free_cores_take_them_from_training
+    m = _Model(run, attribution(run, None))
+    one = predicted(run, {"loader.num_workers": 1})
+    assert one["predicted_samples_per_s"] == pytest.approx(
+        m.samples / (m.samples / steady + 3 * STARTUP_S_PER_WORKER))
+    assert "3 pass starts" in one["model"]
+    kept = predicted(run, {"loader.num_workers": 1, "loader.persistent_workers": True})
+    assert kept["predicted_samples_per_s"] == pytest.approx(steady)

@@ -684,12 +684,12 @@ def test_html_says_which_clock_timed_the_steps_and_flags_a_host_clock_gpu_run():
 # -- issue 17, item 2: every prediction with its interval ------------------------------------------------------
 
 
-def _predicted_run(noise: float):
-    return noisy_run(noise)  # test_intervals' made-up runs, whose noise is known
+def _predicted_run(noise: float, wait: float = 0.3):
+    return noisy_run(noise, wait=wait)  # test_intervals' made-up runs, whose noise is known
 
 
 def test_console_and_report_show_each_prediction_with_its_interval():
-    run = _predicted_run(0.1)
+    run = _predicted_run(0.1, wait=0.5)  # waiting half of each step: a certain gain
     summary = summarize(run)
     (rec,) = summary["recommendations"]
     low, high = rec["interval"]["speedup"]

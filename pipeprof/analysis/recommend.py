@@ -66,42 +66,64 @@ fixed point of
 
 * ``W``: the workers' cores, ``k`` where ``k + T <= N``, else their fair
   share ``k·N/(k + T)`` of the ``k + T`` runnable threads;
-* ``C_k = C_free / (1 + STALL·√over)``, ``over = min(max(T + w − N, 0), w)``
+* ``C_k = C_free / exp(STALL·over)``, ``over = min(max(T + w − N, 0), w)``
   the cores the workers (busy ``w = u_k·X``) take beyond those the torch
   threads leave: intra-op regions wait on the threads whose cores are
   shared (``C_free``: with ``threads``, ``C'`` of ``_compute_at``). From a
-  run with workers, ``C_free = C·(1 + STALL·√over_run)``: its own ``C``,
+  run with workers, ``C_free = C·exp(STALL·over_run)``: its own ``C``,
   measured under its workers' stall (``w = u·X_run``, ``u`` of the nearest
-  ``k`` probed), taken back to no stall (the run's ``C`` is measured at the
-  loop's real load; the device-loop probe alone read 24-35k where the runs
-  beside it measured C 13-14k at one worker).
+  ``k`` probed, else estimated), taken back to no stall (the run's ``C`` is
+  measured at the loop's real load; the device-loop probe alone read 24-35k
+  where the runs beside it measured C 13-14k at one worker). A script's run
+  with workers (no probe, no compute measured alone) takes its ``C_free``
+  the same way, for every prediction that needs it (``k = 0`` too).
+* then each counted step that begins a pass starting workers (every pass's
+  first, or with ``persistent_workers`` a new loader's first only) adds the
+  workers' start-up: ``X' = n / (n/X + starts·startup_k)`` (``startup_s`` of
+  the probe, else ``STARTUP_S_PER_WORKER·k``).
 
-Calibration (issue 17, 2 cores, T = 2, the lead's yardstick runs beside,
-noise floor 20-25% run to run): ``STALL`` fits the compute slow-down
-``C_free/C_k`` measured at k workers, 2.5 at w = 0.2 cores (quick, k = 1:
-C_free 42.7k, measured 13.5-17.8k) and 4.0 at w = 0.8 (jpeg-decode, k = 2:
-C_free 28.8k, measured 6.7k); linear in ``w`` fits one or the other (7.5 vs
-3.8), ``√w`` both (3.4). Checked on runs whose probes were measured:
-jpeg-decode k = 1 -> 2 predicted 6,547 and 7,524 (two runs at k = 1),
-measured 6,747 (the analytical model 7,006); k = 0 -> 1 predicted 4,267,
-measured 4,560 and 5,201 (was 4,992); k = 2 -> 1 predicted 5,430, measured
-4,560-5,201; in-RAM data at k = 1 -> 2 predicted +14% and +21% over the
-run (quick measured +1% for that change). quick k = 0 -> 1:
-the analytical model predicted 36,665, measured 14,715 (+149%), which
-leaving the contention and the receive cost out missed; that run (C_free
-42.7k) with the loader_workers probe of a later quick run (L_1 46.7k,
-q_1 6.4 µs, u_1 12.7 µs; L_2 38.6k, 7.1 µs, 18.9 µs) predicts k = 1 at
-15,388 (+5%; the other k = 1 runs 13.5-17.8k) and k = 2 at 13,996
-(measured 17,556: -20%). A ``k`` not probed (the budget spent, a probe failed, cold data)
-keeps the analytical supply model below.
+k workers, estimated (a ``k`` not probed: a script's run, the budget spent,
+cold data): the same fixed point, its costs from the run's production per
+sample ``p = io + cpu``: ``u = cpu + send`` (``send`` only from a run without
+workers: with them the measured collate already builds the batch in shared
+memory), ``L_k = k/(io + u)``, ``q = receive``; per sample ``send =
+SEND_S_PER_BATCH/b + SEND_S_PER_BYTE·B`` and ``receive =
+RECEIVE_S_PER_BATCH/b + RECEIVE_S_PER_BYTE·B`` (``b`` the batch size, ``B``
+the bytes of a sample's tensors: a scenario's 784 float32; a script's
+assumed the same).
 
-Still assumed (the analytical model below, and the ``model`` says so): the
-supply with ``k ≥ 1`` workers where not probed, ``W(k)`` and the contention
-of workers with compute (the run's own ``C`` and ``m``: measured under its
-current workers); prefetch (``X(k)`` at the
-current ``k``); pinned memory (half the copy); whole batches with workers
-(90% of fetch and 80% of collate gone); persistent workers (the run without
-its re-iterated passes' excess first waits). A script's run has no workload
+Calibration (issue 17, this machine: 2 cores, T = 2; 20 runs of 5 workloads,
+each setting twice, predictions checked offline against their medians):
+
+* ``STALL = 1.85``: ``ln(C_free/C_k)/over`` measured 1.1-2.4 (median 1.86)
+  across quick, jpeg-decode, augment-heavy, plain_loop and trainer_class at
+  k = 1 and 2 (``C_free`` the median ``C`` of their 0-worker runs, ``w`` from
+  the probes' ``u_k`` or estimated): compute slowed 1.4-5.3x at w = 0.23-0.96
+  cores. The earlier ``1 + 3.4·√w`` (fitted on two points) put 1.8x where
+  quick measured 1.5-1.8x and 4.0x where augment-heavy measured 4.4-5.3x
+  from smaller w; the exponential fits both ends.
+* send and receive: the probes' ``u_k − p0`` and ``q_k`` on quick at batch
+  32, 128 and 512: receive 0.64, 0.70 and 1.38 ms a batch (0.55 ms + 0.5
+  ns/byte), send 1.0, 1.3-1.9 and 3.0 ms (0.9 ms + 1.3 ns/byte); start-up
+  0.046-0.06 s at k = 1, 0.08 at 2, 0.12 at 3 (0.04 s a worker).
+* checked: a script's 0 -> 1 worker (plain_loop, collate 1 ms) predicted
+  +241% by the supply-only model, measured 11,335 from 21,231 (0.53x): the
+  estimated fixed point predicts 12,030 (+6%), k = 2 -3%; trainer_class
+  0 -> 2 +64% before, -8% now; over all 66 predictions of the offline check
+  median |error| 19.2% -> 12.1%, worst 372% -> 50%.
+
+Prefetch (``prefetch_factor``, at the current ``k``): a deeper queue absorbs
+bursts, not a supply short of the loop nor a pass's start: the run without
+its waits beyond the median wait (the steps that do not begin a pass), at
+most the workers' output busy all the time (``X / busy``). The supply-model
+``X(k)`` it used predicted 5 of 5 prefetch changes too high (+11% to +57%;
+measured within the noise of the run, -1% to +14%).
+
+Still assumed (and the ``model`` says so): the supply with ``k ≥ 1`` workers
+where not probed (above), pinned memory (half the copy), whole batches with
+workers (90% of fetch and 80% of collate gone), decoded data in RAM with
+workers (``throughput`` below), persistent workers (the run without its
+re-iterated passes' excess first waits). A script's run has no workload
 pipeprof can re-run: it has no probes, and every ``model`` says
 ``[analytical, no what-if probe: ...]``; so does a run recorded before the
 probes, or one whose probe failed (the reason from run.json).
@@ -139,14 +161,14 @@ From counted steps (``n`` samples, step times summed):
   over bytes per sample, the smaller; not applied otherwise (warm cache, RAM,
   no probe), which the reason says.
 
-Throughput with ``k`` workers: ``X(k) = min(C', k / (io + cpu·k/W(k)), S)``;
-with 0 workers the training process makes each batch itself:
-``X(0) = 1 / (p0 + 1/C_free)`` (``p0 = 1/L0`` where measured, else ``p``). Not modelled in this
-analytical form (the probed one above measures it as ``q_k``): the cost of moving batches from the
-workers into the training process (pickling, shared memory), which rule R5 of
-the verdict measures when it dominates; ``C`` and ``m`` are measured under the
-run's own contention (its current workers), so changes far from the run's
-settings are predicted less well.
+Throughput with ``k ≥ 1`` workers: the fixed point above (measured or
+estimated costs). The supply-only form ``X(k) = min(C', k / (io +
+cpu·k/W(k)), S)`` (no receive cost, no stall, no start-up) remains for
+decoded data in RAM with workers, whole batches with workers, and a run
+without a finite compute ceiling. With 0 workers the training process makes
+each batch itself: ``X(0) = 1 / (p0 + 1/C_free)`` (``p0 = 1/L0`` where
+measured, else ``p``; from a run with workers ``p`` was measured in them,
+under their contention, so ``X(0)`` tends low there).
 
 Candidates (each only where it applies):
 
@@ -155,8 +177,8 @@ Candidates (each only where it applies):
   ``k + T > N`` comes with ``train.threads = max(1, N - k)`` (never an
   oversubscribed recommendation), compute then at ``C·min(1, threads/m)``.
 * ``loader.prefetch_factor`` doubled when supply is bursty: workers, the
-  queue empty on >= 30% of steps, the workers busy < 80%: predict ``X(k)``
-  at the current ``k`` (the queue no longer runs dry).
+  queue empty on >= 30% of steps, the workers busy < 80%: predicted as
+  "Prefetch" above (the bursts' waits saved).
 * ``loader.persistent_workers``: the first counted step of a pass of a
   loader iterated *again* (the same loader object; never a loader's first
   pass, whose workers start whatever the setting) waits more than two median
@@ -220,9 +242,18 @@ from pipeprof.scenario import ON_DISK, SAMPLE_BYTES
 BATCH_FETCH_KEEPS_FETCH = 0.1
 BATCH_FETCH_KEEPS_COLLATE = 0.2
 DEVICE_DATA_MAX_BYTES = 2 * 1024**3
-# Workers beside torch's intra-op threads on full cores: compute slows by 1 + STALL·√(cores taken beyond the
+# Workers beside torch's intra-op threads on full cores: compute slows by exp(STALL·cores taken beyond the
 # free ones) (module docstring, "k workers, measured": the calibration).
-STALL = 3.4
+STALL = 1.85
+# Moving a batch from a worker into the training process where no loader_workers probe measured it (module
+# docstring, "k workers, estimated"): the workers' CPU to send it (from a run whose batches the training
+# process made itself: with workers, the shared-memory collate is in the measured collate already) and the
+# training process's CPU to receive it, per batch and per byte of its tensors; a worker's start-up per pass.
+SEND_S_PER_BATCH = 0.9e-3
+SEND_S_PER_BYTE = 1.3e-9
+RECEIVE_S_PER_BATCH = 0.55e-3
+RECEIVE_S_PER_BYTE = 0.5e-9
+STARTUP_S_PER_WORKER = 0.04
 # predict_change's key for the code change of taking whole batches (its recommendation's change is empty).
 WHOLE_BATCHES = "code.whole_batches"
 WHOLE_BATCHES_CODE = ("give the Dataset a __getitems__(indices) that returns the whole batch, or use a BatchSampler "
@@ -383,10 +414,13 @@ class _Model:
         self.loader_alone = _probe_rate(self.what_ifs, "loader_alone")
         ram = _probe_rate(self.what_ifs, "ram_loader")
         self.ram_loader = ram if ram is not None else (self.loader_alone if self.data.storage == "ram" else None)
-        # C_free: compute with no loading beside it: the device-resident loop where measured, else C_alone.
+        # C_free: compute with no loading beside it: the device-resident loop where measured, else C_alone
+        # (the run's own C from a run with workers and no measurement alone: taken back to no stall, below).
+        self.alone_measured = bool(alone)
         self.ceiling_free = self.loop_ceiling or self.ceiling_alone
         self.loop_ceiling_1 = _probe_rate(self.what_ifs, "device_loop_threads")  # the same loop with 1 thread
-        self.loader_k = _workers_probes(self.what_ifs)  # k -> (L_k, receive s/sample, workers' CPU s/sample)
+        self.loader_k = _workers_probes(self.what_ifs)  # k -> WorkerCosts (L_k, q_k, u_k, start-up) measured
+        self.batch_size = int(settings.loader.batch_size or 1)
         probe_threads = as_dict(self.what_ifs.get("device_loop")).get("threads")
         self.loop_threads = int(probe_threads) if isinstance(probe_threads, (int, float)) else None
         self.bytes_per_sample = _bytes_per_sample(run.loading)
@@ -416,6 +450,14 @@ class _Model:
         self.storage_ceiling, self.storage_words = self._storage_ceiling()
         self.script = settings.kind == "script"  # advice is then Python in the script, not --set
         self.train_loaders = [d for d in meta.get("loaders") or [] if isinstance(d, dict) and d.get("role") == "train"]
+        if self.k and not self.loop_ceiling and not self.alone_measured and self.current is not None \
+                and math.isfinite(self.ceiling) and self._parts() is not None:
+            self.ceiling_free = self._destalled(self._costs(self.k).cpu_s)
+
+    def _destalled(self, worker_cpu_s: float) -> float:
+        """The run's own C (measured beside its workers, busy ``worker_cpu_s`` per sample) before their stall."""
+        assert self.current is not None
+        return self.ceiling * math.exp(STALL * _over(worker_cpu_s * self.current, self.threads, self.cores))
 
     def current_settings(self) -> dict[str, Any]:
         """The run's current value of each key a change can hold, where it is known (for ``is_no_op``)."""
@@ -462,9 +504,7 @@ class _Model:
         p = fetch + prep + collate
         if k == 0:
             return min(1.0 / (p + 1.0 / c), s)
-        # Waiting on storage needs no core; a script's fetch is measured as exactly that (off-CPU time).
-        io = fetch if self.storage == "script" or ((self.cold or self.throttled)
-                                                    and self.storage in ON_DISK + ("ram",)) else 0.0
+        io = self._io(fetch)  # waiting on storage needs no core
         cpu_s = p - io
         free = self.free if cores is None else cores
         w = self.worker_cores(k, free, threads)
@@ -554,7 +594,8 @@ class _Model:
             threads = int(max(1, self.cores - k))
         return self._workers_x(k, threads, parts)[0], threads  # the model at every k, the current one included
 
-    def _workers_x(self, k: int, threads: int | None, parts: tuple[float, float, float]) -> tuple[float, str]:
+    def _workers_x(self, k: int, threads: int | None, parts: tuple[float, float, float],
+                   persistent: bool | None = None) -> tuple[float, str]:
         """X(k) (with ``threads`` torch threads where set); at k = 0 the batches the training process makes
         itself cost what the 0-worker loader measured alone after the run (``what_ifs.loader_alone``)."""
         if k == 0:
@@ -565,27 +606,61 @@ class _Model:
                 "X(0) = 1/(p0 + 1/C_free), p0 = 1/L0: the 0-worker loader measured alone after the run"
                 if measured else "X(0) = 1/(p + 1/C_free), p from the run's loading records") + \
                 self._c_free_words() + words
-        if k in self.loader_k and self.ceiling_free and math.isfinite(self.ceiling_free):
-            return self._workers_measured(k, threads)
-        model = "X(k) = min(C', k / (io + cpu·k/W(k)), S)"
-        if threads is None:
-            return self.throughput(k, *parts), model
-        c, words = self._compute_at(k, threads)
-        return self.throughput(k, *parts, ceiling=c, cores=max(self.cores - threads, 0.0),
-                               threads=threads), model + words + ", W from N − threads"
+        if not (self.ceiling_free and math.isfinite(self.ceiling_free)):
+            return self.throughput(k, *parts), "X(k) = min(C', k / (io + cpu·k/W(k)), S) (no compute ceiling)"
+        return self._workers_fixed_point(k, threads, persistent)
 
-    def _workers_measured(self, k: int, threads: int | None) -> tuple[float, str]:
-        """X(k) from the loader_workers probe at k (module docstring, "k workers, measured"): the fixed point of
+    def _costs(self, k: int) -> WorkerCosts:
+        """L_k, q_k, u_k and the start-up at ``k`` workers: the loader_workers probe's where it measured ``k``,
+        else estimated from the run's production per sample (module docstring, "k workers, estimated")."""
+        if k in self.loader_k:
+            return self.loader_k[k]
+        parts = self._parts()
+        assert parts is not None  # the callers predict workers from the loading records
+        fetch, prep, collate = parts
+        io = self._io(fetch)
+        tensor_bytes = float(SAMPLE_BYTES)  # the batch's tensors (a script's: assumed the same)
+        send = SEND_S_PER_BATCH / self.batch_size + SEND_S_PER_BYTE * tensor_bytes if self.k == 0 else 0.0
+        cpu_s = fetch + prep + collate - io + send
+        receive = RECEIVE_S_PER_BATCH / self.batch_size + RECEIVE_S_PER_BYTE * tensor_bytes
+        rate = k / (io + cpu_s) if io + cpu_s > 0 else math.inf
+        return WorkerCosts(rate, receive, cpu_s, STARTUP_S_PER_WORKER * k, measured=False)
+
+    def _io(self, fetch: float) -> float:
+        """The part of fetch that waits on storage, not a core: a script's fetch is measured as exactly that
+        (off-CPU time); a scenario's where the data is read cold or throttled."""
+        return fetch if self.storage == "script" or ((self.cold or self.throttled)
+                                                     and self.storage in ON_DISK + ("ram",)) else 0.0
+
+    def _pass_starts_with(self, persistent: bool) -> int:
+        """How many counted steps begin a pass that starts workers: every pass's first, or with persistent
+        workers a new loader's first pass only."""
+        steps = self.all_steps
+        if steps.empty or "epoch" not in steps:
+            return 0
+        firsts = steps.loc[steps.groupby("epoch")["step"].idxmin()]
+        firsts = firsts[~firsts["warmup"].astype(bool)]
+        if persistent:
+            firsts = firsts[firsts["epoch"].isin(self._first_pass_epochs())]
+        return len(firsts)
+
+    def _workers_fixed_point(self, k: int, threads: int | None, persistent: bool | None = None) -> tuple[float, str]:
+        """X(k) (module docstring, "k workers, measured" and "estimated"): the fixed point of
         X = min(L_k, W/u_k, S, 1/(1/C_k(u_k·X) + q_k)), solved by bisection (the right side falls as X
-        grows, so there is one)."""
-        rate, receive, worker_cpu = self.loader_k[k]
+        grows, so there is one), then each counted pass start's worker start-up added."""
+        costs = self._costs(k)
+        rate, receive, worker_cpu = costs.samples_per_s, costs.receive_s, costs.cpu_s
         t = float(threads) if threads is not None else self.threads
         c0, words = self._compute_at(k, threads) if threads is not None else (self.ceiling_free, "")
         if threads is None and self.k > 0 and math.isfinite(self.ceiling) and self.current is not None:
             # the run's own C, measured under its workers' stall: C_free before that stall
-            near = self.loader_k[min(self.loader_k, key=lambda n: (abs(n - self.k), n))][2]
-            c0 = self.ceiling * (1.0 + STALL * math.sqrt(_over(near * self.current, t, self.cores)))
-            words = "; C_free = C·(1 + STALL·√over) at the run's own workers (u of the nearest k probed)"
+            if self.loader_k:
+                near = self.loader_k[min(self.loader_k, key=lambda n: (abs(n - self.k), n))]
+            else:
+                near = self._costs(self.k)
+            c0 = self._destalled(near.cpu_s)
+            words = ("; C_free = C·exp(STALL·over) at the run's own workers (u of the nearest k probed)"
+                     if near.measured else "; C_free = C·exp(STALL·over) at the run's own workers (u estimated)")
         # W(k): their own cores where k + T fit, else their fair share among the k + T runnable threads.
         w = float(k) if k + t <= self.cores else k * self.cores / (k + t)
         supply = min(rate, w / worker_cpu if worker_cpu > 0 else math.inf, self.storage_ceiling)
@@ -601,10 +676,17 @@ class _Model:
                 mid = (lo + hi) / 2
                 lo, hi = (mid, hi) if main_rate(mid) >= mid else (lo, mid)
             x = lo
-        return x, ("X(k) = min(L_k, W/u_k, S, 1/(1/C_k + q_k)), W = k or k·N/(k+T), C_k = C_free/(1 + STALL·√over), "
-                   "over = min(max(T + u_k·X − N, 0), u_k·X): the k-worker loader measured alone after the run "
-                   "(what_ifs.loader_workers: L_k, receive q_k and workers' CPU u_k per sample)"
-                   + self._c_free_words() + words)
+        starts = self._pass_starts_with(bool(self.loader.persistent_workers if persistent is None else persistent))
+        if starts and x > 0 and self.samples:
+            x = self.samples / (self.samples / x + starts * costs.startup_s)
+        source = ("the k-worker loader measured alone after the run (what_ifs.loader_workers: L_k, receive q_k, "
+                  "workers' CPU u_k per sample and their start-up)" if costs.measured else
+                  f"L_k, q_k, u_k estimated: u = the run's CPU per sample{' + sending a batch' if self.k == 0 else ''}"
+                  f", q = receiving one ({fmt.duration(costs.receive_s)} a sample), start-up "
+                  f"{fmt.duration(STARTUP_S_PER_WORKER)} a worker (assumed)")
+        return x, ("X(k) = min(L_k, W/u_k, S, 1/(1/C_k + q_k)), W = k or k·N/(k+T), C_k = C_free/exp(STALL·over), "
+                   f"over = min(max(T + u_k·X − N, 0), u_k·X), then n/(n/X + {starts} pass starts × start-up): "
+                   + source + self._c_free_words() + words)
 
     def _compute_at(self, k: int, threads: int) -> tuple[float, str]:
         """C' with ``threads`` torch threads and ``k`` workers, and its words for ``model``.
@@ -680,14 +762,14 @@ class _Model:
                     == bool(self.loader.persistent_workers) and self.current is not None else None
             return self._persistent_x()
         if "loader.prefetch_factor" in change:
-            if not k or k != self.k or parts is None or len(change) > 1:
+            if not k or k != self.k or len(change) > 1:
                 return None
-            return self.throughput(k, *parts), "X(k) at the current k: the queue no longer runs dry"
+            return self._prefetch_x()
         if parts is None or self.storage == "device":
             return None
         if k == self.k and threads is None:
             return (self.current, "the run as measured") if self.current is not None else None
-        return self._workers_x(k, threads, parts)
+        return self._workers_x(k, threads, parts, change.get("loader.persistent_workers"))
 
     def _predict_or_fail(self, change: dict[str, Any]) -> tuple[float, str]:
         predicted = self.predict(change)
@@ -738,6 +820,24 @@ class _Model:
         return self.ceiling_alone, ("C_alone: training steps on one batch on the device after the run, nothing else "
                                     "running (else C = n / Σ(compute + h2d)); no device-loop probe")
 
+    def _prefetch_x(self) -> tuple[float, str] | None:
+        """A deeper queue absorbs bursts, not a supply short of the loop nor a pass's start: it saves the waits
+        beyond the median wait of the steps that do not begin a pass (``Σ max(wait − median, 0)``), and gives at
+        most what the workers make busy all the time (the run's samples/s over their busy share, measured)."""
+        if self.current is None:
+            return None
+        steps = self.counted
+        if "epoch" in steps and len(steps):
+            steps = steps[steps["step"] != steps.groupby("epoch")["step"].transform("min")]
+        waits = steps["data_wait_s"].astype(float)
+        saved = float((waits - float(waits.median())).clip(lower=0.0).sum()) if len(waits) else 0.0
+        busy = self.loading.worker_busy_mean_fraction
+        cap = self.current / min(busy, 1.0) if busy and busy > 0 else math.inf
+        x = max(self.current, min(self.samples / max(self.total_s - saved, 1e-12), cap))
+        return x, ("min(n / (counted time − Σ max(wait − median wait, 0)), X / busy): the bursts' waits saved, "
+                   "at most the workers' output busy all the time"
+                   + (f" (busy {fmt.pct(min(busy, 1.0))})" if busy else " (their busy share not measured)"))
+
     def _c_free_words(self) -> str:
         if self.loop_ceiling:
             return "; C_free = C_loop: the device-resident training loop measured after the run"
@@ -755,8 +855,8 @@ class _Model:
         return self._rec({"loader.prefetch_factor": 2 * factor}, x,
                          f"supply is bursty: {fmt.pct(empty)} of steps found the queue empty while the workers "
                          f"were busy only {fmt.pct(busy or 0)} of the time; a deeper queue "
-                         f"({self.k} × {2 * factor} batches) lets them run ahead: predicted {fmt.rate(x)}, "
-                         f"the supply model at {self.k} workers ({self._now()})", model)
+                         f"({self.k} × {2 * factor} batches) lets them run ahead: predicted {fmt.rate(x)} with "
+                         f"the bursts' waits saved ({self._now()})", model)
 
     def persistent(self) -> Recommendation | None:
         """Persistent workers save the start of a *re-iterated* loader's pass (its workers are kept), never a new
@@ -993,9 +1093,9 @@ def _negative(current: float | None, reason: str, model: str) -> Recommendation:
 def workers_compute(c_free: float, busy: float, threads: float, cores: float) -> float:
     """C_k: compute beside workers busy ``busy`` cores (module docstring, "k workers, measured"): ``c_free``
     while the torch threads and the workers fit the cores; beyond, the intra-op regions wait on the threads
-    whose cores the workers share: ``c_free / (1 + STALL·√over)``, ``over = min(max(threads + busy − cores,
+    whose cores the workers share: ``c_free / exp(STALL·over)``, ``over = min(max(threads + busy − cores,
     0), busy)`` cores."""
-    return c_free / (1.0 + STALL * math.sqrt(_over(busy, threads, cores)))
+    return c_free / math.exp(STALL * _over(busy, threads, cores))
 
 
 def _over(busy: float, threads: float, cores: float) -> float:
@@ -1003,9 +1103,21 @@ def _over(busy: float, threads: float, cores: float) -> float:
     return min(max(threads + busy - cores, 0.0), busy)
 
 
-def _workers_probes(what_ifs: dict[str, Any]) -> dict[int, tuple[float, float, float]]:
-    """run.json ``what_ifs.loader_workers``: k -> (samples/s, receive CPU s/sample, workers' CPU s/sample)."""
-    out: dict[int, tuple[float, float, float]] = {}
+@dataclass(frozen=True)
+class WorkerCosts:
+    """What ``k`` workers cost: the loader's samples/s alone, the training process's CPU per sample receiving
+    (``q_k``), the workers' CPU per sample (``u_k``) and their start-up per pass; measured or estimated."""
+
+    samples_per_s: float
+    receive_s: float
+    cpu_s: float
+    startup_s: float
+    measured: bool = True
+
+
+def _workers_probes(what_ifs: dict[str, Any]) -> dict[int, WorkerCosts]:
+    """run.json ``what_ifs.loader_workers``: k -> its measured ``WorkerCosts``."""
+    out: dict[int, WorkerCosts] = {}
     for key, entry in as_dict(what_ifs.get("loader_workers")).items():
         entry = as_dict(entry)
         rate = _positive(entry.get("samples_per_s"))
@@ -1013,7 +1125,9 @@ def _workers_probes(what_ifs: dict[str, Any]) -> dict[int, tuple[float, float, f
         if rate is None or not isinstance(receive, (int, float)) or not isinstance(cpu, (int, float)) \
                 or not str(key).isdigit():
             continue
-        out[int(key)] = (rate, max(float(receive), 0.0), max(float(cpu), 0.0))
+        startup = _positive(entry.get("startup_s"))
+        out[int(key)] = WorkerCosts(rate, max(float(receive), 0.0), max(float(cpu), 0.0),
+                                    startup if startup is not None else STARTUP_S_PER_WORKER * int(key))
     return out
 
 
