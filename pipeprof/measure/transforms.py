@@ -1,0 +1,193 @@
+"""Per-transform timing inside a sample (issue 18, item 1): each transform of a pipeline timed where it runs.
+
+``TransformTimer.install(transform)`` walks a transform pipeline and times
+every *leaf* transform in it, in place, without changing what it computes:
+
+* ``torchvision.transforms.Compose`` (v1) and anything shaped like it (a
+  ``transforms`` list of callables: ``RandomApply``, ``RandomChoice``,
+  ``RandomOrder``): each entry of the list is replaced by a ``Timed`` wrapper
+  (containers nested inside are walked, not timed: their children are);
+* ``torch.nn.Module`` transforms (``torchvision.transforms.v2``: ``Compose``,
+  ``RandomApply``, ... hold their children in a ``ModuleList``, which takes
+  modules only): leaf modules get a forward pre-hook and hook, containers are
+  walked through their ``transforms``;
+* any other callable given directly (a user's own function): wrapped.
+
+A transform that a random container skips is not called, so its ``calls``
+say how often it ran. Times are read from two injected clocks: ``clock``
+(wall, ``time.perf_counter``) and ``cpu_clock`` (the calling thread's CPU,
+``time.thread_time``: what the transform computed rather than waited).
+Each process that makes samples (a DataLoader worker, or the training
+process with ``num_workers = 0``) holds its own timer; ``take()`` returns
+and clears what was measured since the last call (one batch's worth, for
+the loading records), and ``rank`` turns the totals into summary rows.
+
+Names are the class name, with the ``repr`` where it is short
+(``RandomResizedCrop(size=224)``-like, at most ``NAME_REPR_MAX`` characters),
+a function's ``__name__`` for plain functions and ``Lambda``; equal names
+in one pipeline are told apart by their position (``Normalize #2``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pipeprof.measure.clock import Clock, monotonic_clock
+
+NAME_REPR_MAX = 40
+cpu_thread_clock: Clock = time.thread_time
+
+
+@dataclasses.dataclass
+class TransformTimes:
+    """One transform's totals since the last ``take()``: calls, wall seconds, on-CPU seconds."""
+
+    calls: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+
+    def add(self, wall_s: float, cpu_s: float) -> None:
+        self.calls += 1
+        self.wall_s += wall_s
+        self.cpu_s += cpu_s
+
+
+class Timed:
+    """A callable transform, timed: calls ``inner`` and adds its wall and CPU time to ``times``."""
+
+    def __init__(self, inner: Callable[..., Any], times: TransformTimes, clock: Clock, cpu_clock: Clock) -> None:
+        self.inner = inner
+        self.times = times
+        self._clock, self._cpu = clock, cpu_clock
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        t0, c0 = self._clock(), self._cpu()
+        try:
+            return self.inner(*args, **kwargs)
+        finally:
+            self.times.add(self._clock() - t0, self._cpu() - c0)
+
+    def __repr__(self) -> str:  # the pipeline prints as it did
+        return repr(self.inner)
+
+    def __getattr__(self, name: str) -> Any:  # the transform's own attributes stay readable
+        if name == "inner" or name.startswith("__"):  # unpickling (a spawned worker) looks these up first
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+class _ModuleTimes:
+    """Forward pre-hook and hook of a timed module: picklable (a spawned worker gets the module with them)."""
+
+    def __init__(self, times: TransformTimes, clock: Clock, cpu_clock: Clock) -> None:
+        self.times, self.clock, self.cpu_clock = times, clock, cpu_clock
+        self.started: list[tuple[float, float]] = []
+
+    def before(self, module: Any, args: Any) -> None:
+        self.started.append((self.clock(), self.cpu_clock()))
+
+    def after(self, module: Any, args: Any, out: Any) -> None:
+        if self.started:
+            t0, c0 = self.started.pop()
+            self.times.add(self.clock() - t0, self.cpu_clock() - c0)
+
+
+def transform_name(transform: Any) -> str:
+    """``ClassName`` or its short ``repr``; a function's ``__name__`` (``Lambda``'s too)."""
+    if callable(getattr(transform, "lambd", None)):
+        return f"Lambda({getattr(transform.lambd, '__name__', 'lambda')})"
+    if not isinstance(transform, type) and hasattr(transform, "__name__") and not hasattr(transform, "forward"):
+        return str(transform.__name__)
+    text = " ".join(repr(transform).split())
+    name = type(transform).__name__
+    return text if text.startswith(name) and len(text) <= NAME_REPR_MAX else name
+
+
+def _children(transform: Any) -> list[Any] | None:
+    """A container's transforms (``Compose``, ``RandomApply``, ...), else None (a leaf)."""
+    inner = getattr(transform, "transforms", None)
+    if inner is None or isinstance(inner, (str, bytes)) or not isinstance(inner, Iterable):
+        return None
+    return list(inner)
+
+
+class TransformTimer:
+    """Times the leaf transforms of pipelines installed into it; ``take()`` gives and clears their totals."""
+
+    def __init__(self, clock: Clock = monotonic_clock, cpu_clock: Clock = cpu_thread_clock) -> None:
+        self.clock, self.cpu_clock = clock, cpu_clock
+        self.times: dict[str, TransformTimes] = {}
+        self._undo: list[Callable[[], None]] = []
+
+    def install(self, transform: Any) -> Any:
+        """Time every leaf of ``transform`` in place; returns what to call instead (``transform`` itself for a
+        container or a module, a ``Timed`` wrapper for a bare callable)."""
+        if _children(transform) is not None:
+            self._walk(transform)
+            return transform
+        return self._leaf(transform)
+
+    def _walk(self, container: Any) -> None:
+        inner = container.transforms
+        if not hasattr(inner, "__setitem__"):  # a tuple: a list in its place while timed
+            original, inner = inner, list(inner)
+            container.transforms = inner
+            self._undo.append(lambda: setattr(container, "transforms", original))
+        for i, child in enumerate(list(inner)):
+            if _children(child) is not None:
+                self._walk(child)
+                continue
+            timed = self._leaf(child)
+            if timed is not child:  # a plain callable: replaced in the list (a module is hooked instead)
+                inner[i] = timed
+                self._undo.append(_put_back(inner, i, child))
+
+    def _leaf(self, transform: Any) -> Any:
+        times = self._times_for(transform_name(transform))
+        if hasattr(transform, "register_forward_pre_hook") and hasattr(transform, "register_forward_hook"):
+            hook = _ModuleTimes(times, self.clock, self.cpu_clock)
+            handles = [transform.register_forward_pre_hook(hook.before), transform.register_forward_hook(hook.after)]
+            self._undo.extend(h.remove for h in handles)
+            return transform
+        return Timed(transform, times, self.clock, self.cpu_clock)
+
+    def _times_for(self, name: str) -> TransformTimes:
+        unique, n = name, 1
+        while unique in self.times:
+            n += 1
+            unique = f"{name} #{n}"
+        self.times[unique] = TransformTimes()
+        return self.times[unique]
+
+    def take(self) -> dict[str, TransformTimes]:
+        """The totals since the last call (in installation order), then zeroed."""
+        out = {name: dataclasses.replace(t) for name, t in self.times.items()}
+        for t in self.times.values():
+            t.calls, t.wall_s, t.cpu_s = 0, 0.0, 0.0
+        return out
+
+    def uninstall(self) -> None:
+        """Put every pipeline back as it was (wrappers out of the lists, hooks removed)."""
+        while self._undo:
+            self._undo.pop()()
+
+
+def _put_back(items: Any, index: int, value: Any) -> Callable[[], None]:
+    def undo() -> None:
+        items[index] = value
+    return undo
+
+
+def rank(totals: dict[str, TransformTimes], samples: int, prep_s: float | None) -> list[dict[str, Any]]:
+    """summary rows, costliest first: ``{"name", "per_sample_s", "cpu_per_sample_s", "calls", "share_of_prep"}``
+    over ``samples`` samples; ``share_of_prep`` the transform's wall time over the prep time those samples took
+    (None where that is unknown or zero)."""
+    if samples <= 0:
+        return []
+    rows = [{"name": name, "per_sample_s": t.wall_s / samples, "cpu_per_sample_s": t.cpu_s / samples,
+             "calls": t.calls, "share_of_prep": t.wall_s / prep_s if prep_s else None}
+            for name, t in totals.items() if t.calls]
+    return sorted(rows, key=lambda r: (-r["per_sample_s"], r["name"]))
