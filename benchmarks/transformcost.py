@@ -23,13 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipeprof.measure.transforms import TransformTimer  # noqa: E402
 
 
-def pipeline(module):  # type: ignore[no-untyped-def]
-    t = module
+def pipeline(t):  # type: ignore[no-untyped-def]
     return t.Compose([t.RandomHorizontalFlip(p=0.5), t.CenterCrop(24), t.Normalize(mean=[0.5] * 3, std=[0.25] * 3),
                       t.Lambda(lambda x: x * 2)])
 
 
-def measure(name: str, plain, timed, image: torch.Tensor, number: int, repeats: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def measure(name: str, plain, timed, image: torch.Tensor, number: int, repeats: int) -> None:  # type: ignore[no-untyped-def]
     sides: dict[str, list[float]] = {"plain": [], "timed": []}
     for _ in range(repeats):
         for side, call in (("plain", plain), ("timed", timed)):
@@ -40,7 +39,6 @@ def measure(name: str, plain, timed, image: torch.Tensor, number: int, repeats: 
            "ratio": timed_s / plain_s}
     print(f"{name}: {row['plain_us']:.1f} µs a sample plain, {row['timed_us']:.1f} timed: "
           f"+{row['per_call_us']:.2f} µs a transform call, timed/plain {row['ratio']:.3f}")
-    return row
 
 
 def main(argv: list[str] | None = None) -> int:

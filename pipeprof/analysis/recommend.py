@@ -211,6 +211,7 @@ Candidates (each only where it applies):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -416,7 +417,6 @@ class _Model:
         self.ram_loader = ram if ram is not None else (self.loader_alone if self.data.storage == "ram" else None)
         # C_free: compute with no loading beside it: the device-resident loop where measured, else C_alone
         # (the run's own C from a run with workers and no measurement alone: taken back to no stall, below).
-        self.alone_measured = bool(alone)
         self.ceiling_free = self.loop_ceiling or self.ceiling_alone
         self.loop_ceiling_1 = _probe_rate(self.what_ifs, "device_loop_threads")  # the same loop with 1 thread
         self.loader_k = _workers_probes(self.what_ifs)  # k -> WorkerCosts (L_k, q_k, u_k, start-up) measured
@@ -450,7 +450,7 @@ class _Model:
         self.storage_ceiling, self.storage_words = self._storage_ceiling()
         self.script = settings.kind == "script"  # advice is then Python in the script, not --set
         self.train_loaders = [d for d in meta.get("loaders") or [] if isinstance(d, dict) and d.get("role") == "train"]
-        if self.k and not self.loop_ceiling and not self.alone_measured and self.current is not None \
+        if self.k and not self.loop_ceiling and not alone and self.current is not None \
                 and math.isfinite(self.ceiling) and self._parts() is not None:
             self.ceiling_free = self._destalled(self._costs(self.k).cpu_s)
 
@@ -632,17 +632,22 @@ class _Model:
         return fetch if self.storage == "script" or ((self.cold or self.throttled)
                                                      and self.storage in ON_DISK + ("ram",)) else 0.0
 
+    @functools.cached_property
+    def _pass_firsts(self) -> pd.DataFrame | None:
+        """Each pass's first step where it is counted (not warm-up); None without epochs to tell passes by."""
+        steps = self.all_steps
+        if steps.empty or "epoch" not in steps:
+            return None
+        firsts = steps.loc[steps.groupby("epoch")["step"].idxmin()]
+        return firsts[~firsts["warmup"].astype(bool)]
+
     def _pass_starts_with(self, persistent: bool) -> int:
         """How many counted steps begin a pass that starts workers: every pass's first, or with persistent
         workers a new loader's first pass only."""
-        steps = self.all_steps
-        if steps.empty or "epoch" not in steps:
+        firsts = self._pass_firsts
+        if firsts is None:
             return 0
-        firsts = steps.loc[steps.groupby("epoch")["step"].idxmin()]
-        firsts = firsts[~firsts["warmup"].astype(bool)]
-        if persistent:
-            firsts = firsts[firsts["epoch"].isin(self._first_pass_epochs())]
-        return len(firsts)
+        return int(firsts["epoch"].isin(self._first_pass_epochs()).sum()) if persistent else len(firsts)
 
     def _workers_fixed_point(self, k: int, threads: int | None, persistent: bool | None = None) -> tuple[float, str]:
         """X(k) (module docstring, "k workers, measured" and "estimated"): the fixed point of
@@ -865,12 +870,8 @@ class _Model:
             return None
         if self.cold and self.storage == "memmap":
             return None  # refused by the scenario: mapped pages cannot be dropped
-        steps = self.all_steps
-        if steps.empty or "epoch" not in steps:
-            return None
-        firsts = steps.loc[steps.groupby("epoch")["step"].idxmin()]
-        firsts = firsts[~firsts["warmup"].astype(bool)]
-        if firsts.empty:
+        firsts = self._pass_firsts
+        if firsts is None or firsts.empty:
             return None
         median_wait = float(self.counted["data_wait_s"].median())
         median_step = float(self.counted["step_s"].median())
@@ -913,12 +914,10 @@ class _Model:
     def _persistent_x(self) -> tuple[float, str] | None:
         """Persistent workers: the run without the excess wait of re-iterated passes' first steps (none: the
         run as measured); None without workers or epochs to tell passes by."""
-        steps = self.all_steps
-        if not self.k or steps.empty or "epoch" not in steps:
+        firsts = self._pass_firsts
+        if not self.k or firsts is None:
             return None
         assert self.current is not None
-        firsts = steps.loc[steps.groupby("epoch")["step"].idxmin()]
-        firsts = firsts[~firsts["warmup"].astype(bool)]
         model = "n / (counted time − excess wait of re-iterated passes' first steps)"
         if firsts.empty:
             return self.current, model + ": no counted pass start, nothing to save"

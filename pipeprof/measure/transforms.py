@@ -106,12 +106,10 @@ def transform_name(transform: Any) -> str:
     return text if text.startswith(name) and len(text) <= NAME_REPR_MAX else name
 
 
-def _children(transform: Any) -> list[Any] | None:
-    """A container's transforms (``Compose``, ``RandomApply``, ...), else None (a leaf)."""
+def _is_container(transform: Any) -> bool:
+    """Whether ``transform`` holds others in its ``transforms`` (``Compose``, ``RandomApply``, ...)."""
     inner = getattr(transform, "transforms", None)
-    if inner is None or isinstance(inner, (str, bytes)) or not isinstance(inner, Iterable):
-        return None
-    return list(inner)
+    return inner is not None and not isinstance(inner, (str, bytes)) and isinstance(inner, Iterable)
 
 
 class TransformTimer:
@@ -125,7 +123,7 @@ class TransformTimer:
     def install(self, transform: Any) -> Any:
         """Time every leaf of ``transform`` in place; returns what to call instead (``transform`` itself for a
         container or a module, a ``Timed`` wrapper for a bare callable)."""
-        if _children(transform) is not None:
+        if _is_container(transform):
             self._walk(transform)
             return transform
         return self._leaf(transform)
@@ -137,7 +135,7 @@ class TransformTimer:
             container.transforms = inner
             self._undo.append(lambda: setattr(container, "transforms", original))
         for i, child in enumerate(list(inner)):
-            if _children(child) is not None:
+            if _is_container(child):
                 self._walk(child)
                 continue
             timed = self._leaf(child)
