@@ -28,6 +28,13 @@ Tables (CSV, one header line, times in seconds since the run started):
   torch.cuda's caching allocator held at the end of each window of about
   0.5 s, and its peaks during the window. Absent (an empty table) on the CPU
   and in older folders.
+* ``transforms.csv`` — issue 18: per batch consumed by a training step,
+  the time its samples spent in each leaf transform of the loader's
+  pipeline and in the common decode calls, as the process that made it
+  timed them (``TRANSFORM_COLUMNS``; ``kind`` says which). Only when
+  something was timed; older folders load with an empty table. The
+  pipelines themselves (their leaves in call order, random or not) are in
+  run.json ``transform_pipelines``.
 * ``functions.csv`` — the code-level view (``profile.cprofile_steps``): what
   cProfile recorded in the training process (``process`` "main", the
   profiled window of steps) and in the DataLoader workers ("workers", their
@@ -150,6 +157,20 @@ LOADING_COLUMNS = [
     "fetch_max_s",  # the slowest single sample's fetch
 ]
 
+TRANSFORM_COLUMNS = [  # transforms.csv (issue 18): what each batch's samples spent in each transform and decode call
+    "step",  # the training step that consumed the batch (joins steps.csv and loading.csv's step)
+    "loader",  # loader number (a script's, as in run.json's loaders; 0 for a scenario's one loader)
+    "worker",  # DataLoader worker id; -1 = made in the training process (num_workers = 0)
+    "kind",  # "transform" (one leaf transform of the pipeline), "decode" (PIL / torchvision.io / numpy reads), or
+    #          "batch": the batch's whole __getitem__ (every sample's fetch and prep, collate excluded): calls = its
+    #          samples, the denominators of a loader's per-sample costs (one such row per batch timed)
+    "name",  # a transform's name, unique in its loader's pipeline ("RandomResizedCrop(size=224)", "Normalize #2");
+    #          a decode's how ("PIL.Image.open+convert", "torchvision.io.decode_jpeg", "numpy.load"); "" for "batch"
+    "calls",  # calls over the batch's samples (a randomly skipped transform: fewer than the samples)
+    "wall_s",  # wall seconds in those calls, summed
+    "cpu_s",  # the calling thread's CPU seconds in those calls, summed
+]
+
 FUNCTION_COLUMNS = [
     "process",  # "main" (the training process, the profiled window) or "workers" (all workers, their whole life)
     "file",  # source file; "~" for built-in (C) functions
@@ -165,7 +186,8 @@ FUNCTION_COLUMNS = [
 ]
 
 TABLES = {"steps": STEP_COLUMNS, "samples": SAMPLE_COLUMNS, "processes": PROCESS_COLUMNS,
-          "loading": LOADING_COLUMNS, "functions": FUNCTION_COLUMNS, "device_memory": DEVICE_MEMORY_COLUMNS}
+          "loading": LOADING_COLUMNS, "functions": FUNCTION_COLUMNS, "device_memory": DEVICE_MEMORY_COLUMNS,
+          "transforms": TRANSFORM_COLUMNS}
 _SAVED_WHEN_EMPTY = {"steps", "samples", "processes", "loading", "functions"}  # the others only when recorded
 
 # Recorded files stored in the run folder as they are (bytes), when a run made them.
@@ -184,6 +206,8 @@ class Run:
     functions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=FUNCTION_COLUMNS))
     # torch.cuda memory per window (CUDA runs); empty on the CPU and in older folders.
     device_memory: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DEVICE_MEMORY_COLUMNS))
+    # per batch, per transform and decode call (issue 18); empty where none was timed and in older folders.
+    transforms: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TRANSFORM_COLUMNS))
     attachments: dict[str, bytes] = field(default_factory=dict)  # file name (one of ATTACHMENTS) -> content
     # A multi-process job's ranks, each a whole run of its own (meta["rank"] says which), in rank order;
     # saved as ``ranks/rank-<N>/`` beside the job's own records. Empty for one process.
