@@ -5,16 +5,50 @@ per batch consumed by a step, the wall and CPU time of each leaf
 transform, of the decode calls, and of the batch's whole ``__getitem__``)
 and run.json ``transform_pipelines`` (each loader's leaves in call order,
 ``{"name", "random"}``). The records of warm-up steps are left out, like
-every other statistic.
+every other statistic (a row whose step is not a warm-up step is kept: a
+loader whose batches no step consumed still counts its own).
+
+Per loader, over its counted rows (``samples`` = the "batch" rows' calls,
+else the loading table's samples for the training loader):
+
+* a transform's ``per_sample_s`` = its wall seconds / samples (a call a random
+  container skipped costs 0), ``cpu_per_sample_s`` likewise; ``share_of_prep``
+  = its wall seconds / the samples' prep time, where prep is, for a scenario,
+  loading.csv's ``prep_s`` (decode + transform, waiting for a core excluded)
+  and, for a script (whose loading.csv ``prep_s`` is ``__getitem__``'s on-CPU
+  time and ``fetch_s`` its off-CPU time), the whole ``__getitem__`` wall (the
+  "batch" rows' ``wall_s``). ``random`` and ``order`` come from the pipeline
+  (call order, not name order); the list is costliest first.
+* ``decode``: the "decode" rows together; ``how`` their names, costliest first,
+  joined by " + ".
+* ``split`` (seconds per sample), parts summing to the ``__getitem__`` wall:
+
+  - scenario: ``fetch`` and ``core_wait`` from loading.csv, ``decode`` and
+    ``transform`` measured, ``other = prep - decode - transform`` (>= 0);
+  - script: ``fetch`` = the off-CPU time outside decode and transforms,
+    ``(W - C) - (Dw - Dc) - (Tw - Tc) - core_wait`` (>= 0) with ``W``/``C``
+    the ``__getitem__`` wall/CPU, ``D`` the decode's and ``T`` the
+    transforms'; ``core_wait`` from loading.csv for the training loader where
+    known (else None, and fetch keeps it); ``other`` = the rest of ``W``
+    (>= 0).
 
 The typed records below are what summary.json, the verdict, the
 recommendations and the renderers read; ``to_json`` belongs to the
-summary writer only.
+summary writer only (``transforms_json``, ``decode_json``, ``split_json``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from pipeprof.analysis.loading import counted_batches
+from pipeprof.run_folder import TRANSFORM_COLUMNS, Run, as_dict
+
+TRANSFORM, DECODE, BATCH = "transform", "decode", "batch"  # transforms.csv's kinds
 
 
 @dataclass(frozen=True)
@@ -61,3 +95,181 @@ class LoaderTransforms:
     transforms: tuple[TransformCost, ...]  # costliest first
     decode: DecodeCost | None  # None: no decode call seen
     split: PrepSplit | None  # None: neither a transform nor a decode call timed
+
+
+def training_loader(run: Run) -> int | None:
+    """The loader whose batches feed the training steps: a scenario's one loader (0); a script's first loader
+    with role "train" in run.json ``loaders`` (else its first loader); None where a script recorded none."""
+    if run.meta.get("kind") != "script":
+        return 0
+    loaders = [d for d in run.meta.get("loaders") or [] if isinstance(d, dict)]
+    chosen = next((d for d in loaders if d.get("role") == "train"), loaders[0] if loaders else None)
+    number = as_dict(chosen).get("number")
+    return int(number) if isinstance(number, (int, float)) and not isinstance(number, bool) else None
+
+
+def training_transforms(run: Run) -> LoaderTransforms | None:
+    """The training loader's ``LoaderTransforms``; None when nothing was timed for it."""
+    loader = training_loader(run)
+    return loader_transforms(run).get(loader) if loader is not None else None
+
+
+def loader_transforms(run: Run) -> dict[int, LoaderTransforms]:
+    """Per loader number, what its samples spent inside ``__getitem__`` over the counted batches (module
+    docstring); a loader with no counted transform, decode or batch row is left out."""
+    rows = _counted_rows(run)
+    if rows.empty:
+        return {}
+    pipelines = as_dict(run.meta.get("transform_pipelines"))
+    train = training_loader(run)
+    script = run.meta.get("kind") == "script"
+    out: dict[int, LoaderTransforms] = {}
+    for loader, own in rows.groupby("loader", sort=True):
+        number = int(float(str(loader)))
+        loading = counted_batches(run.loading, run.steps) if number == train else None
+        made = _loader(number, own, pipelines.get(str(number)), loading, script)
+        if made is not None:
+            out[number] = made
+    return out
+
+
+def _counted_rows(run: Run) -> pd.DataFrame:
+    """transforms.csv without the rows of warm-up steps, its numbers as numbers."""
+    df = run.transforms
+    if df is None or df.empty:
+        return pd.DataFrame(columns=TRANSFORM_COLUMNS)
+    df = df.copy()
+    for column in ("step", "loader", "worker", "calls", "wall_s", "cpu_s"):
+        df[column] = pd.to_numeric(df[column], errors="coerce")
+    df["name"] = df["name"].fillna("").astype(str)
+    df = df.dropna(subset=["loader"])
+    steps = run.steps
+    if not steps.empty and "warmup" in steps:
+        warm = pd.to_numeric(steps.loc[steps["warmup"].astype(bool), "step"], errors="coerce")
+        df = df.loc[~df["step"].isin(warm)]
+    return df
+
+
+def _loader(number: int, rows: pd.DataFrame, pipeline: Any, loading: pd.DataFrame | None,
+            script: bool) -> LoaderTransforms | None:
+    batches = rows.loc[rows["kind"] == BATCH]
+    timed = rows.loc[rows["kind"] == TRANSFORM]
+    decoded = rows.loc[rows["kind"] == DECODE]
+    has_loading = loading is not None and not loading.empty
+    samples = int(batches["calls"].sum()) if not batches.empty else (
+        int(loading["samples"].sum()) if loading is not None and has_loading else 0)
+    if samples <= 0 or (timed.empty and decoded.empty):
+        return None
+    if not batches.empty:
+        getitem_wall_s, getitem_cpu_s = _total(batches["wall_s"]), _total(batches["cpu_s"])
+    elif loading is not None and has_loading:  # no batch rows: the loading table's own __getitem__ time
+        getitem_wall_s = float(loading[["fetch_s", "core_wait_s", "prep_s"]].sum().sum())
+        getitem_cpu_s = float(loading["prep_s"].sum()) if script else math.nan
+    else:
+        getitem_wall_s = getitem_cpu_s = math.nan
+    if script:
+        prep_s = getitem_wall_s
+    else:
+        prep_s = float(loading["prep_s"].sum()) if loading is not None and has_loading else math.nan
+    costs = _transform_costs(timed, pipeline, samples, prep_s)
+    decode = _decode_cost(decoded, samples)
+    split = _split(timed, decoded, samples, loading if has_loading else None, script,
+                   prep_s, getitem_wall_s, getitem_cpu_s)
+    return LoaderTransforms(loader=number, samples=samples, transforms=costs, decode=decode, split=split)
+
+
+def _total(values: pd.Series) -> float:
+    """The sum of a column, NaN when any value is missing (unknown, never a partial sum)."""
+    numbers = pd.to_numeric(values, errors="coerce")
+    return math.nan if numbers.isna().any() else float(numbers.sum())
+
+
+def _pipeline_leaves(pipeline: Any) -> dict[str, tuple[int, bool | None]]:
+    """name -> (call order, random) from run.json ``transform_pipelines``' list for one loader."""
+    leaves: dict[str, tuple[int, bool | None]] = {}
+    for i, leaf in enumerate(pipeline if isinstance(pipeline, list) else []):
+        leaf = as_dict(leaf)
+        name, random = leaf.get("name"), leaf.get("random")
+        if isinstance(name, str) and name not in leaves:
+            leaves[name] = (i, random if isinstance(random, bool) else None)
+    return leaves
+
+
+def _transform_costs(timed: pd.DataFrame, pipeline: Any, samples: int, prep_s: float) -> tuple[TransformCost, ...]:
+    leaves = _pipeline_leaves(pipeline)
+    if timed.empty:
+        return ()
+    sums = timed.groupby("name", sort=False)[["calls", "wall_s", "cpu_s"]].sum()
+    unknown = len(leaves)  # a name the pipeline does not list goes after its leaves, as first seen
+    costs = []
+    for name, row in sums.iterrows():
+        order, random = leaves.get(str(name), (None, None))
+        if order is None:
+            order, unknown = unknown, unknown + 1
+        wall_s = float(row["wall_s"])
+        costs.append(TransformCost(
+            name=str(name), order=order, per_sample_s=wall_s / samples,
+            cpu_per_sample_s=float(row["cpu_s"]) / samples, calls=int(row["calls"]),
+            share_of_prep=wall_s / prep_s if math.isfinite(prep_s) and prep_s > 0 else None, random=random))
+    return tuple(sorted(costs, key=lambda c: (-c.per_sample_s, c.order)))
+
+
+def _decode_cost(decoded: pd.DataFrame, samples: int) -> DecodeCost | None:
+    if decoded.empty:
+        return None
+    sums = decoded.groupby("name", sort=False)[["calls", "wall_s", "cpu_s"]].sum()
+    ranked = sums.sort_values("wall_s", ascending=False, kind="stable")
+    return DecodeCost(per_sample_s=float(sums["wall_s"].sum()) / samples,
+                      cpu_per_sample_s=float(sums["cpu_s"].sum()) / samples, calls=int(sums["calls"].sum()),
+                      how=" + ".join(str(n) for n in ranked.index))
+
+
+def _split(timed: pd.DataFrame, decoded: pd.DataFrame, samples: int, loading: pd.DataFrame | None, script: bool,
+           prep_s: float, getitem_wall_s: float, getitem_cpu_s: float) -> PrepSplit | None:
+    decode_wall_s, decode_cpu_s = float(decoded["wall_s"].sum()), float(decoded["cpu_s"].sum())
+    transform_wall_s, transform_cpu_s = float(timed["wall_s"].sum()), float(timed["cpu_s"].sum())
+    core_wait_s = _total(loading["core_wait_s"]) if loading is not None else math.nan
+    core = core_wait_s if math.isfinite(core_wait_s) else None
+    if not script:
+        if loading is None or not math.isfinite(prep_s):
+            return None  # no loading records: fetch and prep unknown
+        fetch_s = float(loading["fetch_s"].sum())
+        other_s = max(0.0, prep_s - decode_wall_s - transform_wall_s)
+    else:
+        if not (math.isfinite(getitem_wall_s) and math.isfinite(getitem_cpu_s)):
+            return None
+        off_cpu_s = (getitem_wall_s - getitem_cpu_s) - (decode_wall_s - decode_cpu_s) \
+            - (transform_wall_s - transform_cpu_s)
+        fetch_s = max(0.0, off_cpu_s - (core or 0.0))
+        other_s = max(0.0, getitem_wall_s - fetch_s - (core or 0.0) - decode_wall_s - transform_wall_s)
+    return PrepSplit(fetch_s=fetch_s / samples, core_wait_s=core / samples if core is not None else None,
+                     decode_s=decode_wall_s / samples, transform_s=transform_wall_s / samples,
+                     other_s=other_s / samples)
+
+
+# -- summary.json -------------------------------------------------------------------------------------------------
+
+def transforms_json(lt: LoaderTransforms | None) -> list[dict[str, Any]] | None:
+    """summary.json ``transforms``: ``[{"name", "per_sample_s", "cpu_per_sample_s", "calls", "share_of_prep",
+    "random"}]`` costliest first; None when nothing was timed."""
+    if lt is None:
+        return None
+    return [{"name": c.name, "per_sample_s": c.per_sample_s, "cpu_per_sample_s": c.cpu_per_sample_s,
+             "calls": c.calls, "share_of_prep": c.share_of_prep, "random": c.random} for c in lt.transforms]
+
+
+def decode_json(decode: DecodeCost | None) -> dict[str, Any] | None:
+    """summary.json ``decode``: ``{"per_sample_s", "cpu_per_sample_s", "calls", "how"}``; None: no decode seen."""
+    if decode is None:
+        return None
+    return {"per_sample_s": decode.per_sample_s, "cpu_per_sample_s": decode.cpu_per_sample_s,
+            "calls": decode.calls, "how": decode.how}
+
+
+def split_json(split: PrepSplit | None) -> dict[str, Any] | None:
+    """summary.json ``loading.split``: seconds per sample of fetch / core_wait / decode / transform / other."""
+    if split is None:
+        return None
+    return {"fetch_per_sample_s": split.fetch_s, "core_wait_per_sample_s": split.core_wait_s,
+            "decode_per_sample_s": split.decode_s, "transform_per_sample_s": split.transform_s,
+            "other_per_sample_s": split.other_s}
