@@ -3,9 +3,12 @@ hand-built records with known numbers (warm-up batches left out, the pipeline's 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
+from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.transforms import (
     decode_json,
     loader_transforms,
@@ -14,7 +17,7 @@ from pipeprof.analysis.transforms import (
     training_transforms,
     transforms_json,
 )
-from pipeprof.run_folder import LOADING_COLUMNS, STEP_COLUMNS, TRANSFORM_COLUMNS, Run
+from pipeprof.run_folder import LOADING_COLUMNS, STEP_COLUMNS, TRANSFORM_COLUMNS, Run, load_run
 
 
 def steps(n: int, warmup: int) -> pd.DataFrame:
@@ -138,3 +141,36 @@ def test_nothing_timed_is_none_and_a_batch_less_scenario_counts_loading_samples(
     # only warm-up rows: nothing counted
     run.transforms = pd.DataFrame([r for r in scenario_records() if r["step"] == 0], columns=TRANSFORM_COLUMNS)
     assert training_transforms(run) is None
+
+
+RUNS = Path(__file__).parent / "fixtures" / "runs"
+
+
+def with_transforms(folder: str, loader: int) -> Run:
+    """A committed run folder with transforms.csv rows added for every batch: Normalize at a tenth of the batch's
+    prep time, Crop at a half; a decode at a fifth."""
+    run = load_run(RUNS / folder)
+    rows = []
+    for b in run.loading.itertuples():
+        rows += [row(b.step, "batch", "", b.samples, b.fetch_s + b.prep_s, b.prep_s, loader),
+                 row(b.step, "transform", "Normalize", b.samples, b.prep_s / 10, b.prep_s / 10, loader),
+                 row(b.step, "transform", "Crop", b.samples, b.prep_s / 2, b.prep_s / 2, loader),
+                 row(b.step, "decode", "numpy.load", b.samples, b.prep_s / 5, b.prep_s / 5, loader)]
+    run.transforms = pd.DataFrame(rows, columns=TRANSFORM_COLUMNS)
+    run.meta["transform_pipelines"] = {str(loader): [{"name": "Normalize", "random": False},
+                                                     {"name": "Crop", "random": True}]}
+    return run
+
+
+@pytest.mark.parametrize("folder", ["scenario-ram", "script-plain-loop"])
+def test_summary_json_carries_the_training_loaders_transforms_decode_and_split(folder):
+    run = with_transforms(folder, 0)
+    summary = summarize(run)  # validated against the schema (conftest)
+    assert [t["name"] for t in summary["transforms"]] == ["Crop", "Normalize"]
+    assert summary["transforms"][0]["share_of_prep"] == pytest.approx(0.5, rel=0.01)  # of prep (a script's: getitem)
+    assert summary["decode"]["how"] == "numpy.load"
+    split = summary["loading"]["split"]
+    assert split["transform_per_sample_s"] == pytest.approx(summary["transforms"][0]["per_sample_s"] * 1.2)
+    if folder.startswith("script"):
+        assert summary["loaders"][0]["transforms"] == summary["transforms"]
+        assert summary["loaders"][0]["decode"] == summary["decode"]

@@ -42,6 +42,14 @@ from pipeprof.analysis.thresholds import (
     INPUT_BOUND_FRACTION,
     MIN_COUNTED_STEPS,
 )
+from pipeprof.analysis.transforms import (
+    LoaderTransforms,
+    decode_json,
+    loader_transforms,
+    split_json,
+    training_loader,
+    transforms_json,
+)
 from pipeprof.analysis.verdict import Verdict, verdict_from_attribution, with_memory_note
 from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
@@ -102,7 +110,7 @@ class Summary:
     ``to_json()`` is summary.json (the README's table; ``pipeprof/schemas/summary.schema.json``).
     ``bottleneck`` and ``bottleneck_reason`` are the verdict's coarse class and its words;
     ``sections`` holds the rest of summary.json's keys (``cpu``, ``memory``, ``disk``,
-    ``gpu``, ``device_memory``, ``loading``, ``cache``, ``final_loss``, ``accuracy``, ``absences``,
+    ``gpu``, ``device_memory``, ``loading``, ``transforms``, ``decode``, ``cache``, ``final_loss``, ``accuracy``, ``absences``,
     ``steady``, ``status``, ``error``, ``verification``, ``throughput``,
     ``code_profile``, and a script's ``script``, ``loaders``, ``step_source``).
     """
@@ -187,6 +195,11 @@ def summary_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
       else null.
     * ``code_profile``: ``{"cprofile", "pyspy"}``, the code-level view
       (``hotspots.code_profile``), each ``{"absent": reason}`` when off.
+    * ``transforms``: the training loader's leaf transforms, costliest first, ``[{"name", "per_sample_s",
+      "cpu_per_sample_s", "calls", "share_of_prep", "random"}]``; ``decode``: ``{"per_sample_s",
+      "cpu_per_sample_s", "calls", "how"}``; ``loading.split``: fetch / core wait / decode / transform / other
+      per sample (``analysis.transforms``). Null where nothing was timed (the reason in ``absences.transforms``
+      where the run recorded one); a script's ``loaders`` each carry their own ``transforms`` and ``decode``.
     * ``ranks`` and ``straggler``: a distributed job's (``run.ranks``; ``job_record``);
       ``[]`` and null for one process.
     """
@@ -250,6 +263,7 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
     processes = run.processes
 
     samples_per_s = samples / duration_s if duration_s > 0 else None
+    inside, train = loader_transforms(run), training_loader(run)
     sections: dict[str, Any] = {
         "cpu": {
             "cores": run.meta.get("environment", {}).get("cpu_cores"),
@@ -272,7 +286,10 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
         },
         "gpu": _gpu_summary(during) if run.meta.get("gpu", {}).get("available") else None,
         "device_memory": memory.to_json(),  # torch.cuda's peaks and the creep check (analysis.device_memory)
-        "loading": attr.loading_summary,
+        "loading": _with_split(attr.loading_summary, inside.get(train) if train is not None else None),
+        # inside the sample (analysis.transforms): the training loader's transforms, costliest first, and decode
+        "transforms": transforms_json(inside.get(train) if train is not None else None),
+        "decode": decode_json(_decode(inside, train)),
         "cache": attr.cache_check,
         "final_loss": float(tail["loss"].mean()) if n else None,
         "accuracy": _accuracy(tail["correct"], tail_samples),
@@ -286,6 +303,7 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
     }
     if run.meta.get("kind") == "script":  # pipeprof profile / pipeprof.profile(): what ran, and its loaders
         sections.update({k: run.meta.get(k) for k in ("script", "loaders", "step_source")})
+        sections["loaders"] = _loaders_inside(sections["loaders"], inside)
         if isinstance(sections["script"], dict):  # the script's own wall time, beside the counted steps' duration_s
             sections["script"] = {**sections["script"], "wall_s": script_wall_s(run)}
             if run.meta.get("overrides"):  # pipeprof profile --loader / --threads: what was set from outside
@@ -305,6 +323,34 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
                      "mean": float(step_s.mean()) if n else None},
         fractions=frac, attribution=attr, verdict=judged,
         recommendations=recs, intervals=bounds, sections=sections)
+
+
+def _decode(inside: dict[int, LoaderTransforms], loader: int | None) -> Any:
+    lt = inside.get(loader) if loader is not None else None
+    return lt.decode if lt is not None else None
+
+
+def _with_split(loading: dict[str, Any] | None, lt: LoaderTransforms | None) -> dict[str, Any] | None:
+    """summary.json ``loading`` with ``split``: fetch / core_wait / decode / transform / other per sample
+    (``analysis.transforms``), null where neither a transform nor a decode call was timed."""
+    if loading is None:
+        return None
+    return {**loading, "split": split_json(lt.split if lt is not None else None)}
+
+
+def _loaders_inside(loaders: Any, inside: dict[int, LoaderTransforms]) -> Any:
+    """A script's ``loaders``, each with its ``transforms`` and ``decode`` (null where none was timed)."""
+    if not isinstance(loaders, list):
+        return loaders
+    out = []
+    for d in loaders:
+        if not isinstance(d, dict):
+            out.append(d)
+            continue
+        number = d.get("number")
+        lt = inside.get(number) if isinstance(number, int) and not isinstance(number, bool) else None
+        out.append({**d, "transforms": transforms_json(lt), "decode": decode_json(lt.decode if lt else None)})
+    return out
 
 
 def checked_interval(record: Any, recommendations: tuple[Recommendation, ...],
