@@ -19,7 +19,8 @@ The method
      counted step stays in place: it carries the evidence of a slow start (persistent workers) once per epoch,
      which a resample would otherwise drop or repeat. A position keeps its step number, epoch and start time
      (so the run's window and epochs are the original's); its values are the drawn step's;
-   * the loading records follow their step (a batch's fetch / prep / collate goes wherever its step went);
+   * the loading records follow their step (a batch's fetch / prep / collate goes wherever its step went), and
+     so do the transforms' (``transforms.csv``: the per-transform and decode costs behind issue 18's advice);
    * the system samples inside the counted window (CPU %) by the same block rule, on their own timeline;
    * every measured what-if that run.json keeps with its repeated windows (a list under a key ending
      ``_per_window``, beside the scalar of the same name without the suffix: contract 4 of issue 17) has its
@@ -170,6 +171,7 @@ def resample_run(run: Run, rng: np.random.Generator, *, block_steps: int = BLOCK
     return Run(meta=_resample_windows(run.meta, rng), steps=new_steps, samples=_resample_samples(run, rng),
                processes=run.processes,
                loading=_follow_steps(run.loading, numbers[source], numbers[positions]),
+               transforms=_follow_steps(run.transforms, numbers[source], numbers[positions]),
                functions=run.functions, device_memory=run.device_memory, attachments=run.attachments)
 
 

@@ -196,7 +196,15 @@ Candidates (each only where it applies):
 * ``data.storage = "ram"`` (decoded samples cached in RAM) when the data is
   on disk and either prep is >= 50% of production for images (decode;
   assumed all decode unless ``transform = "augment"``) or fetch is >= 50%
-  for cold or throttled data: fetch (and decode) removed.
+  for cold or throttled data: fetch (and decode) removed. Where the decode calls were timed
+  (``transforms.csv``, issue 18) their measured share of a sample's making decides, the reason cites it, and
+  only the measured decode leaves prep (the transforms stay).
+* issue 18's code changes from the training loader's measured transforms and decode
+  (``transform_advice``: caching the samples after a dominant deterministic prefix followed by random
+  transforms, decoding once into RAM, ``torchvision.io.decode_jpeg`` instead of PIL): each saves measured
+  seconds per sample (decode_jpeg's an estimate, marked assumed), predicted as the measured rate times
+  ``X(k; p − saved) / X(k; p)`` (``throughput`` at the run's ``k``): only the change's own effect moves the
+  measured rate. Code changes: ``--verify`` cannot re-run them.
 * ``data.storage = "device"`` for data sets up to ``DEVICE_DATA_MAX_BYTES``:
   predict ``C_loop`` (else ``C_alone``).
 * ``loader.pin_memory`` on CUDA runs with h2d >= 5%: assume pinning halves
@@ -234,6 +242,8 @@ from pipeprof.analysis.thresholds import (
     SLOW_EPOCH_START_STEPS,
     WORKERS_BUSY,
 )
+from pipeprof.analysis.transform_advice import DECODE_IN_RAM, PrepSaving, decode_share, decode_words, prep_savings
+from pipeprof.analysis.transforms import LoaderTransforms, training_transforms
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.loader_rules import pins_memory, prefetch_factor, worker_only_conflicts
 from pipeprof.run_folder import Run, as_dict
@@ -309,7 +319,7 @@ def recommend(run: Run, attribution: Attribution, verdict: Verdict) -> list[Reco
     if m.current is None or len(m.counted) < MIN_COUNTED_STEPS:
         return []  # too few counted steps to predict from (the verdict, R0, says how many)
     recs = [r for r in (m.workers(), m.prefetch(), m.persistent(), m.batch_fetch(), m.cache_in_ram(),
-                        m.on_device(), m.pin_memory(), m.fewer_threads()) if r is not None]
+                        m.on_device(), m.pin_memory(), m.fewer_threads(), *m.transform_changes()) if r is not None]
     current = m.current_settings()
     recs = [r for r in recs if (r.predicted_speedup or 0.0) >= MIN_GAIN and not is_no_op(r.change, current)]
     recs.sort(key=lambda r: -(r.predicted_speedup or 0.0))
@@ -450,6 +460,8 @@ class _Model:
         self.storage_ceiling, self.storage_words = self._storage_ceiling()
         self.script = settings.kind == "script"  # advice is then Python in the script, not --set
         self.train_loaders = [d for d in meta.get("loaders") or [] if isinstance(d, dict) and d.get("role") == "train"]
+        # issue 18: the training loader's measured transforms and decode calls (None where none were timed)
+        self.transforms: LoaderTransforms | None = training_transforms(run)
         if self.k and not self.loop_ceiling and not alone and self.current is not None \
                 and math.isfinite(self.ceiling) and self._parts() is not None:
             self.ceiling_free = self._destalled(self._costs(self.k).cpu_s)
@@ -812,6 +824,10 @@ class _Model:
         if parts is None:
             return None
         _, prep, collate = parts
+        decode = self.transforms.decode if self.transforms is not None else None
+        if decode is not None:  # the decode measured (transforms.csv): only it goes, the transforms stay
+            return (self.throughput(k, 0.0, max(prep - decode.per_sample_s, 0.0), collate, storage=math.inf),
+                    f"X(k) with fetch = 0 and prep − {fmt.duration(decode.per_sample_s)} (the decode measured)")
         keep_prep = prep if (self.storage != "images" or self.data.transform == "augment") else 0.0
         return (self.throughput(k, 0.0, keep_prep, collate, storage=math.inf),
                 "X(k) with fetch = 0" + (" and prep = 0 (decode)" if not keep_prep and prep else "") + " (assumed)")
@@ -982,7 +998,11 @@ class _Model:
             return None
         fetch, prep, collate = parts
         p = fetch + prep + collate
-        decode = self.storage == "images" and p > 0 and prep / p >= SHARE_DOMINATES
+        measured = decode_share(self.transforms) if self.transforms is not None else None
+        if measured is not None:  # the decode calls timed (transforms.csv) decide, not prep as a whole
+            decode = measured >= SHARE_DOMINATES
+        else:
+            decode = self.storage == "images" and p > 0 and prep / p >= SHARE_DOMINATES
         stored = (self.cold or self.throttled or self.storage in ("files",)) and p > 0 and fetch / p >= SHARE_DOMINATES
         if not (decode or stored) or self.wait < COMPUTE_BOUND_FRACTION:
             return None
@@ -991,9 +1011,12 @@ class _Model:
             change["data.cache"] = "warm"
         x, model = self._predict_or_fail(change)
         how = "cold" if self.cold else "throttled" if self.throttled else "one file per sample"
-        what = (f"decoding is {fmt.pct(prep / p)} of making a batch ({fmt.duration(prep)} per sample)" if decode
-                else f"fetching from {self.storage} ({how}) is {fmt.pct(fetch / p)} of making a batch "
-                     f"({fmt.duration(fetch)} per sample)")
+        if decode:  # the measured decode's share where it was timed
+            what = (decode_words(self.transforms) if self.transforms is not None and measured is not None else None) \
+                or f"decoding is {fmt.pct(prep / p)} of making a batch ({fmt.duration(prep)} per sample)"
+        else:
+            what = (f"fetching from {self.storage} ({how}) is {fmt.pct(fetch / p)} of making a batch "
+                    f"({fmt.duration(fetch)} per sample)")
         extra = {}
         if self.storage == "images":
             extra["note"] = "remove data.format / data.quality from the scenario: they apply to images only"
@@ -1002,6 +1025,50 @@ class _Model:
         return self._rec(change, x,
                          f"{what}; with decoded samples cached in RAM fetch{' and decode' if decode else ''} go "
                          f"away: predicted {fmt.rate(x)} ({self._now()}, {self._ceiling_words()})", model, **extra)
+
+    def transform_changes(self) -> list[Recommendation]:
+        """Issue 18's changes to the training loader's transforms and decode (``transform_advice``), each
+        predicted from the measured per-sample costs it saves (``saved_x``). A scenario's images on disk get the
+        decoded cache in RAM as ``data.storage = "ram"`` (``cache_in_ram``), not as a code change."""
+        if self.wait < COMPUTE_BOUND_FRACTION:
+            return []
+        out = []
+        for saving in prep_savings(self.transforms):
+            if saving.kind == DECODE_IN_RAM and not self.script and self.storage in ON_DISK:
+                continue
+            predicted = self.saved_x(saving)
+            if predicted is None:
+                continue
+            x, model = predicted
+            note = saving.note
+            if not self.script:
+                note = f"{note}; a code change: no scenario setting expresses it, so --verify cannot re-run it"
+            out.append(self._rec({}, x, f"{saving.why}: predicted {fmt.rate(x)} ({self._now()}), from the measured "
+                                        "per-transform costs", model, code_change=saving.code_change, note=note))
+        return out
+
+    def saved_x(self, saving: PrepSaving) -> tuple[float, str] | None:
+        """The run's samples/s with ``saving``'s seconds per sample taken out of prep (and fetch): the measured
+        rate times the model's X(k) after over X(k) before (``throughput``: the supply model at the run's
+        workers, at 0 workers 1/(p + 1/C_free)), so only the change's own effect moves the measured rate. None
+        without loading records."""
+        parts = self._parts()
+        if parts is None or self.current is None:
+            return None
+        fetch, prep, collate = parts
+        prep_saved, fetch_saved = min(saving.prep_saved_s, prep), min(saving.fetch_saved_s, fetch)
+        before = self.throughput(self.k, fetch, prep, collate)
+        after = self.throughput(self.k, fetch - fetch_saved, prep - prep_saved, collate,
+                                storage=math.inf if fetch_saved else None)
+        if not (before > 0 and math.isfinite(before) and math.isfinite(after)):
+            return None
+        fetched = f" and fetch − {fmt.duration(fetch_saved)}" if fetch_saved else ""
+        model = (f"X_now · X(k; prep − {fmt.duration(prep_saved)}{fetched}) / X(k; prep), X(k) = min(C', "
+                 f"k/(io + cpu·k/W(k)), S) at k = {self.k} (X(0) = 1/(p + 1/C_free)); the saving from the measured "
+                 "per-transform and decode costs (transforms.csv)")
+        if saving.assumed:
+            model += f"; {saving.assumed}"
+        return self.current * after / before, model
 
     def on_device(self) -> Recommendation | None:
         n = self.data.samples
