@@ -369,9 +369,9 @@ def code_profile(run: Run) -> dict[str, Any]:
 
 def _off(run: Run, tool: str) -> str:
     """Why the code-level view of ``tool`` (``"cprofile"``, ``"pyspy"``) is absent, in words for the command that
-    made the run: ``pipeprof profile`` has no such option, a scenario run has one."""
-    name = "cProfile" if tool == "cprofile" else "py-spy"
+    made the run: ``pipeprof profile --cprofile`` for a script, the scenario key for a scenario run."""
     if run.settings.kind == "script":
-        return f"not recorded: pipeprof profile does not run {name} (a profiled script has no code-level view yet)"
+        flag = "--cprofile [STEPS]" if tool == "cprofile" else "--pyspy [HZ]"
+        return f"off (pipeprof profile {flag} -- python train.py turns it on)"
     key = "profile.cprofile_steps" if tool == "cprofile" else "profile.pyspy_hz"
     return f"off ({key} = 0; pipeprof run --{tool} turns it on)"

@@ -6,6 +6,7 @@ Examples:
   pipeprof profile --out runs --name resnet -- python train.py
   pipeprof profile --loader num_workers=4 --loader pin_memory=True --threads 2 -- python train.py
   pipeprof profile --loader val_loader.batch_size=512 -- python train.py
+  pipeprof profile --cprofile --pyspy -- python train.py
 
 The script runs in its own process, as `python train.py` would run it, with
 every torch DataLoader's iteration timed, steps cut at optimizer steps (at
@@ -40,6 +41,18 @@ predicted against measured samples/s as summary.json's verification. A
 recommendation that is not a loader or thread setting (where the data is
 held, a code change) is not verified, and the run says why.
 
+--cprofile [STEPS] adds the code-level view of a scenario run: cProfile in
+the training process over STEPS steps (default 50) right after warm-up,
+started and stopped at the step ends the hooks see, and in every DataLoader
+worker (forked or spawned) for its whole life; functions.csv, the pstats
+dumps cprofile-main.prof / cprofile-workers.prof, and summary.json's
+code_profile (self time grouped into loading / transfer / compute / waiting
+/ other). In a job of several ranks, the process whose steps the run shows
+(the median rank) is the one kept. --pyspy [HZ] samples the script's process
+and its subprocesses from outside with py-spy (default 20 Hz) into
+pyspy.speedscope.json; py-spy missing or refused (no ptrace permission) is
+recorded as absent with the reason.
+
 Exit status: the script's own (128 + N when signal N killed it); 2 for
 pipeprof's own usage errors. The run folder is written in every case.
 """
@@ -54,6 +67,8 @@ from typing import TYPE_CHECKING, Any
 from pipeprof import format as fmt
 from pipeprof.cli.arguments import non_negative_int, positive_int
 from pipeprof.cli.output import stdout_closed, stdout_console
+
+MAX_PYSPY_HZ = 1000  # as a scenario's profile.pyspy_hz
 
 if TYPE_CHECKING:
     from pipeprof.run_folder import Run
@@ -76,6 +91,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", action="store_true",
                    help="re-run with the top recommendation applied (--loader/--threads) and report predicted "
                         "vs measured samples/s (the re-run goes into the run folder's verify/)")
+    p.add_argument("--cprofile", type=positive_int, nargs="?", const=50, default=0, metavar="STEPS",
+                   help="cProfile STEPS steps after warm-up (default 50) in the training process, and every "
+                        "DataLoader worker for its whole life: the code-level view, as pipeprof run --cprofile")
+    p.add_argument("--pyspy", type=_pyspy_rate, nargs="?", const=20, default=0, metavar="HZ",
+                   help="sample the script's process and its subprocesses with py-spy at HZ (default 20, "
+                        "non-blocking) into pyspy.speedscope.json")
     p.add_argument("--quiet", action="store_true", help="no summary table")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python SCRIPT [ARGS]",
                    help="the training command: python SCRIPT ARGS, python -m MODULE ARGS, or SCRIPT.py ARGS")
@@ -91,6 +112,13 @@ def _rate(text: str) -> float:
     return value
 
 
+def _pyspy_rate(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_PYSPY_HZ:
+        raise argparse.ArgumentTypeError(f"expected a rate in Hz, a whole number from 1 to {MAX_PYSPY_HZ}, got {text!r}")
+    return value
+
+
 def execute(args: argparse.Namespace) -> int:
     # torch, pandas and the analysis load here, not when the parser is built (pipeprof --help stays fast)
     from pipeprof.pipeline.script_run import profile_script
@@ -99,7 +127,8 @@ def execute(args: argparse.Namespace) -> int:
 
     overrides = parse(args.loader, args.threads)  # checked before the script starts: a bad one exits 2
     saved = profile_script(args.command, out=args.out, name=args.name, steps=args.steps,
-                           warmup_steps=args.warmup_steps, sample_hz=args.sample_hz, overrides=overrides)
+                           warmup_steps=args.warmup_steps, sample_hz=args.sample_hz, overrides=overrides,
+                           cprofile_steps=args.cprofile, pyspy_hz=args.pyspy)
     run, folder = saved.run, saved.folder
     summary = saved.summary
     if args.verify and run.meta["status"] == "complete" and not run.steps.empty:

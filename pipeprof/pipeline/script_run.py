@@ -29,7 +29,14 @@ from pipeprof.pipeline.fresh_process import stop_process
 from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
 from pipeprof.script import overrides as overrides_mod
 from pipeprof.script.overrides import Overrides
-from pipeprof.script.protocol import EVENTS_DIR_ENV, EVENTS_ENV, OVERRIDES_ENV, STARTUP_PACKAGE, STEPS_ENV
+from pipeprof.script.protocol import (
+    CPROFILE_ENV,
+    EVENTS_DIR_ENV,
+    EVENTS_ENV,
+    OVERRIDES_ENV,
+    STARTUP_PACKAGE,
+    STEPS_ENV,
+)
 from pipeprof.script.session import Session
 
 _PYTHON = re.compile(r"python[0-9.]*(\.exe)?$")
@@ -180,10 +187,12 @@ def outcome(returncode: int, ended: dict[str, Any] | None, received: list[int]) 
 
 
 def profile_script(command: list[str], *, out: Path, name: str | None = None, steps: int | None = None,
-                   warmup_steps: int = 5, sample_hz: float = 10.0, overrides: Overrides | None = None) -> ScriptRun:
+                   warmup_steps: int = 5, sample_hz: float = 10.0, overrides: Overrides | None = None,
+                   cprofile_steps: int = 0, pyspy_hz: int = 0) -> ScriptRun:
     """Run ``command`` (``python SCRIPT ARGS``, ``python -m MODULE ARGS`` or ``SCRIPT.py ARGS``) under the
     hooks, sampling its process tree at ``sample_hz``; ``steps``: end it after that many training steps;
-    ``overrides``: loader settings and threads changed from outside (``script.overrides``).
+    ``overrides``: loader settings and threads changed from outside (``script.overrides``);
+    ``cprofile_steps`` / ``pyspy_hz``: the code-level view (``pipeline.script_code_profile``; 0: off).
     The run folder is saved under ``out`` however the script ended."""
     words = command[1:] if command and command[0] == "--" else list(command)
     launched = launcher_command(command)
@@ -207,6 +216,12 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
         env.pop(OVERRIDES_ENV, None)  # a profiled script's own pipeprof profile child: not the parent's
         if overrides:
             env[OVERRIDES_ENV] = json.dumps(overrides.to_json())
+        env.pop(CPROFILE_ENV, None)  # likewise
+        code = None
+        if cprofile_steps or pyspy_hz:  # loads torch: only when asked (the script starts without waiting for it)
+            from pipeprof.pipeline.script_code_profile import ScriptCodeProfile
+            code = ScriptCodeProfile(cprofile_steps, pyspy_hz, warmup_steps, Path(tmp) / "cprofile")
+            env.update(code.environment())
         root = Path(pipeprof.__file__).resolve().parent
         # the start-up hook first: every Python process the command starts arms the hooks (rank_boot)
         env["PYTHONPATH"] = os.pathsep.join([str(root / "script" / STARTUP_PACKAGE), str(root.parent),
@@ -223,11 +238,15 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
             except BaseException:  # the sampler could not start: the script must not go on unwatched
                 stop_process(process, signal.SIGTERM, wait_s=5.0)
                 raise
+            if code is not None:
+                code.start(process.pid)
             # The report's modules (matplotlib, jinja2: half a second) load while the script runs, not
             # before it starts.
             from pipeprof.pipeline.derive import derived_files
             returncode = _wait(process)
             wall_s = time.monotonic() - started_s
+            if code is not None:
+                code.stop()  # py-spy writes its file now the script has ended
         status, error = outcome(returncode, session.records().end, signals.received)
         script = {"command": recorded, "command_line": shown, "cwd": os.getcwd(),
                   "returncode": returncode, "exit_status": exit_status(returncode), "wall_s": wall_s,
@@ -235,6 +254,8 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
                   "ended": {"how": "signal" if returncode < 0 else status, "detail": error,
                             "recorded_by": "pipeprof profile"}}
         run = session.finish(status, error, script)
+        if code is not None:
+            code.attach(run)
         if overrides:
             _record_overrides(run, overrides, Path(tmp))
         if steps and run.meta["step_source"] is None:

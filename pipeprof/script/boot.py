@@ -20,7 +20,7 @@ from types import TracebackType
 
 import torch
 
-from pipeprof.script import overrides
+from pipeprof.script import code_profile, overrides
 from pipeprof.script.hooks import EventLog, Hooks, clock
 from pipeprof.script.protocol import EVENTS_DIR_ENV, EVENTS_ENV, OVERRIDES_ENV, STEPS_ENV
 
@@ -47,6 +47,7 @@ def main(argv: list[str]) -> None:
         run = lambda: runpy.run_path(target, run_name="__main__")  # noqa: E731
     hooks.install()
     _arm_overrides(hooks)
+    code_profile.arm(hooks)  # --cprofile (PIPEPROF_CPROFILE): the window and the DataLoader workers
     try:
         try:
             run()

@@ -81,6 +81,7 @@ from pipeprof.script.frameworks import OuterPass
 from pipeprof.script.loader_names import note_built
 from pipeprof.script.loaders import batch_samples, describe_loader, tensors
 from pipeprof.script.patches import Patches, wraps
+from pipeprof.script.transform_hooks import TransformHooks
 
 FLUSH_EVERY_S = 0.5
 NO_RECORD = (None,) * 9  # a batch without its maker's record: N events keep one width (the reader's fast path)
@@ -157,6 +158,7 @@ _FORMATS = {
     "M": '["M", %.9f]\n',
     "G": '["G", %.9f, %.9f]\n',
     "Y": '["Y", %.9f, %d, %d, %d, %d]\n',
+    "P": '["P", %d, %.9f, %d, %d, %.9f, %.9f]\n',  # per batch, a transform's or decode call's part (transform_hooks)
 }
 _FLOAT_TYPES = (float, int)
 
@@ -210,12 +212,15 @@ class Hooks:
         self.threads_ended = False  # ... and at the end
         self.batches: dict[int, int] = {}  # loader number -> batches (stops a script without an optimizer)
         self.stopping = False
+        # called with the steps ended so far at each step end, by whatever the steps are counted by (code_profile)
+        self.step_listeners: list[Callable[[int], None]] = []
         self.ended = False  # the end (X) is written (a rank's excepthook: pipeprof.script.rank_boot)
         self.rank_read = False  # the process group read (R) at the first step end
         self._collective_depth = 0  # inside a timed torch.distributed call (one that calls another is one)
         self.outer: OuterPass | None = None  # the look-ahead loader pass whose next() is running (frameworks.py)
         self.live = False  # True from the end of a successful install() to uninstall(): the wrappers' switch
         self.patches = Patches()
+        self.transforms = TransformHooks(self.patches, self.log, self.clock, str(id(self)))  # issue 18
 
     # DataLoader.__iter__
     def loader_number(self, loader: DataLoader) -> int:
@@ -227,6 +232,7 @@ class Hooks:
             if not isinstance(loader.collate_fn, TimedCollate):
                 self.patches.apply(loader, "collate_fn", TimedCollate)
             self.log.add(("L", number, describe_loader(loader, number)), self.clock())
+            self.transforms.on_loader(loader, number, loader.collate_fn)  # its dataset's transforms, timed
             self.read_rank()
         return number
 
@@ -273,7 +279,9 @@ class Hooks:
             self._bracket(start, t0, t1)
         record = None
         if type(data) is Tagged:
-            data, record = data.batch, data.record
+            data, record, parts = data.batch, data.record, data.parts
+            if parts:  # what its samples spent in transforms and decode calls
+                self.transforms.on_batch(number, record, parts, t1)
         self._remember(data)
         if outer is not None:  # taken ahead by a framework's loader: written when the loop's next() yields it
             outer.taken(batch_samples(data, record), record, None if ready != ready else ready)
@@ -303,7 +311,8 @@ class Hooks:
         """``N``: the loop waited ``t0``..``t1`` for a batch of loader ``number``."""
         self.log.add(("N", number, t0, t1, samples, NO_RECORD if record is None else record,
                       None if ready is None or ready != ready else ready), t1)  # NaN (no queue) as null
-        if self.stop_after_steps is not None and not (self.optimizer_steps or self.marks or self.backwards):
+        if (self.stop_after_steps is not None or self.step_listeners) and \
+                not (self.optimizer_steps or self.marks or self.backwards):
             batches = self.batches[number] = self.batches.get(number, 0) + 1
             self._maybe_stop(batches)  # no optimizer (yet): a step is a batch
 
@@ -417,6 +426,8 @@ class Hooks:
         self._maybe_stop(self.marks)
 
     def _maybe_stop(self, steps: int) -> None:
+        for listener in self.step_listeners:
+            listener(steps)
         # Stop at the next next(): the step's own bookkeeping after optimizer.step() still runs.
         if self.stop_after_steps is not None and steps >= self.stop_after_steps:
             self.stopping = True

@@ -14,3 +14,6 @@ EVENTS_DIR_ENV = "PIPEPROF_EVENTS_DIR"
 # The folder put in front of PYTHONPATH whose ``sitecustomize`` arms the hooks in every Python process started
 # with this environment (torchrun's ranks, torch.multiprocessing.spawn's, subprocesses): ``pipeprof.script.startup``.
 STARTUP_PACKAGE = "startup"
+# Optional: cProfile in the script's processes (``pipeprof profile --cprofile [STEPS]``), as JSON:
+# ``{"first_step": N, "steps": N, "folder": PATH}`` (``pipeprof.script.code_profile``).
+CPROFILE_ENV = "PIPEPROF_CPROFILE"

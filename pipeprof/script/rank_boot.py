@@ -101,7 +101,7 @@ def _start() -> None:
 def _install() -> None:
     import torch
 
-    from pipeprof.script import overrides  # --loader / --threads: in every rank too
+    from pipeprof.script import code_profile, overrides  # --loader / --threads, --cprofile: in every rank too
     from pipeprof.script.hooks import EventLog, Hooks, clock
 
     steps = os.environ.get(STEPS_ENV)
@@ -115,6 +115,7 @@ def _install() -> None:
     _armed.append(hooks)
     overrides.arm(hooks, overrides.from_environment(os.environ.get(OVERRIDES_ENV)),
                   overrides.record_path(os.environ[EVENTS_DIR_ENV], os.getpid()))
+    code_profile.arm(hooks)
     _record_spawned_failures(hooks, clock)
     previous_hook = sys.excepthook
 
