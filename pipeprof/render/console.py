@@ -21,6 +21,7 @@ from pipeprof.numbers import scaled
 from pipeprof.render.interval_text import may_not_help, speedup_text
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import straggler_line
+from pipeprof.render.transform_view import transforms_line
 from pipeprof.run_folder import as_dict
 
 # summary.json's bottleneck is the verdict's class in coarse form (input:* -> input): one style for both.
@@ -91,6 +92,9 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
                   if isinstance(d, dict) and d.get("role") == "train" and d.get("wait_by_position_s")), None)
     if burst:  # steps of several batches (gradient accumulation): where in the step the waits fall
         add("wait by batch in the step", " / ".join(fmt.duration(w) for w in burst))
+    transforms = transforms_line(s)
+    if transforms:  # issue 18: the training loader's costliest transforms and its decode, measured
+        add("transforms", transforms)
     if loading:  # unknown where schedstat cannot be read (fetch holds it then), never a silent 0
         add("waiting for a core per sample",
             fmt.duration(loading.get("core_wait_per_sample_s"), missing="unknown (counted in fetch)"))

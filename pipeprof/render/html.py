@@ -27,6 +27,8 @@ from pipeprof.render.gpu_view import gpu_telemetry_rows
 from pipeprof.render.interval_text import may_not_help, speedup_text
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import rank_label, rank_rows, straggler_view
+from pipeprof.render.transform_plot import bars_svg
+from pipeprof.render.transform_view import loader_views, split_text, table_rows
 from pipeprof.run_folder import Run, as_dict
 
 _BOTTLENECK_TITLES: dict[str | None, str] = {  # looked up with summary.json's value, None when missing
@@ -121,6 +123,7 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         ranks=_ranks(run, summary),
         loading=_loading(run, meta, excluded),
         code_profile=_code_profile(summary),
+        transforms=_transforms(summary),
         scenario_sections=_scenario_sections(meta.get("scenario")),
         script=_script(meta),
         environment_rows=_rows(meta.get("environment")),
@@ -407,6 +410,17 @@ def _loading(run: Run, meta: dict[str, Any], excluded: list[tuple[float, float, 
 _GROUP_COLORS: dict[str | None, str] = {"loading": "#d62728", "transfer": "#ff7f0e", "compute": "#1f77b4", "waiting": "#c5b0d5",
                  "other": "#9e9e9e"}
 _PROCESS_TITLES = {"main": "training process", "workers": "DataLoader workers"}
+
+
+def _transforms(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The "Inside the sample" section: per loader its title, chart, table rows and split line; [] (nothing
+    rendered) when no transform or decode call was timed (``transform_view``)."""
+    out = []
+    for i, view in enumerate(loader_views(summary)):
+        svg = bars_svg(view, f"transforms-{i}")
+        out.append({"title": view.title, "svg": Markup(svg) if svg else None, "rows": table_rows(view),
+                    "split": split_text(view.split)})
+    return out
 
 
 def _code_profile(summary: dict[str, Any]) -> dict[str, Any] | None:

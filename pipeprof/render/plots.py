@@ -555,3 +555,8 @@ def _svg(fig: Figure, prefix: str) -> str:
 # For the other pages' plots (sweep, tune): the same figure geometry and SVG inlining.
 new_figure = _figure
 svg_element = _svg
+
+
+def style() -> Any:
+    """The plots' matplotlib settings, as a context (for the other modules' plots)."""
+    return rc_context(_RC)

@@ -1,0 +1,138 @@
+"""Inside the sample (issue 18) for the reader: per loader, its transforms and decode calls ranked by time per
+sample — a bar chart (wall, with the CPU marked), a small table, the fetch / decode / transform / other split —
+and one terminal line of the top ones.
+
+Formats what summary.json holds (``transforms``, ``decode``, ``loading.split``; a script's ``loaders`` each with
+their own ``transforms`` and ``decode``), computing nothing: the order is summary.json's (costliest first), the
+decode calls placed among the transforms by their time per sample. No loader with nothing timed is shown; a run
+with none renders nothing at all. No matplotlib here (the console imports it): the chart is ``transform_plot``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pipeprof import format as fmt
+from pipeprof.numbers import finite
+from pipeprof.run_folder import as_dict
+
+TOP_IN_LINE = 3  # transforms named on the terminal's line
+
+
+@dataclass(frozen=True)
+class Part:
+    """One bar: a transform, or the decode calls (``decode``)."""
+
+    name: str
+    per_sample_s: float
+    cpu_per_sample_s: float | None
+    calls: int | None
+    share_of_prep: float | None
+    random: bool | None
+    decode: bool = False
+
+
+@dataclass(frozen=True)
+class LoaderView:
+    """What the report shows for one loader: its title, its parts ranked (as summary.json orders them), and
+    the split of a sample's making where known (the training loader's)."""
+
+    title: str
+    parts: tuple[Part, ...]
+    split: dict[str, Any] | None
+
+
+def _part(entry: dict[str, Any], decode: bool = False) -> Part | None:
+    per_sample = finite(entry.get("per_sample_s"))
+    if per_sample is None:
+        return None
+    calls = finite(entry.get("calls"))
+    name = (f"decode ({entry['how']})" if entry.get("how") else "decode") if decode else str(entry.get("name"))
+    random = entry.get("random")
+    return Part(name, per_sample, finite(entry.get("cpu_per_sample_s")), int(calls) if calls is not None else None,
+                finite(entry.get("share_of_prep")), random if isinstance(random, bool) else None, decode)
+
+
+def ranked_parts(transforms: Any, decode: Any) -> tuple[Part, ...]:
+    """summary.json's ``transforms`` (costliest first) with ``decode`` placed before the first transform that
+    costs less per sample."""
+    parts = [p for p in (_part(as_dict(t)) for t in transforms or []) if p is not None]
+    decoded = _part(as_dict(decode), decode=True) if decode else None
+    if decoded is not None:
+        at = next((i for i, p in enumerate(parts) if p.per_sample_s < decoded.per_sample_s), len(parts))
+        parts.insert(at, decoded)
+    return tuple(parts)
+
+
+def loader_views(summary: dict[str, Any]) -> list[LoaderView]:
+    """One view per loader with transforms or decode timed: a script's ``loaders`` (loaders re-created with the
+    same name and role: the first that has any), else the run's training loader; [] when none."""
+    views: list[LoaderView] = []
+    seen: set[tuple[str, str]] = set()
+    loaders = [as_dict(d) for d in summary.get("loaders") or [] if isinstance(d, dict)]
+    train_split = as_dict(as_dict(summary.get("loading")).get("split")) or None
+    first_train = next((d for d in loaders if d.get("role") == "train"), None)
+    for loader in loaders:
+        parts = ranked_parts(loader.get("transforms"), loader.get("decode"))
+        key = (str(loader.get("name")), str(loader.get("role")))
+        if not parts or key in seen:
+            continue
+        seen.add(key)
+        same = sum(1 for d in loaders if (str(d.get("name")), str(d.get("role"))) == key)
+        title = f"{loader.get('name') or 'loader'} ({loader.get('role') or 'role unknown'}"
+        title += f", the first of {same} loaders of that name)" if same > 1 else ")"
+        views.append(LoaderView(title, parts, train_split if loader is first_train else None))
+    if not views:
+        parts = ranked_parts(summary.get("transforms"), summary.get("decode"))
+        if parts:
+            views.append(LoaderView("training loader", parts, train_split))
+    return views
+
+
+# -- the terminal ---------------------------------------------------------------------------------------------------
+
+
+def transforms_line(summary: dict[str, Any]) -> str | None:
+    """"RandomAffine 1.20 ms/sample (78% of prep), Normalize 50.0 µs; decode (PIL.Image.open+convert) 2.10 ms/sample"
+    for the training loader; None when nothing was timed."""
+    parts = ranked_parts(summary.get("transforms"), summary.get("decode"))
+    if not parts:
+        return None
+    shown = [p for p in parts if not p.decode][:TOP_IN_LINE]
+    words = []
+    for i, p in enumerate(shown):
+        share = f" ({fmt.pct(p.share_of_prep)} of prep)" if p.share_of_prep is not None else ""
+        words.append(f"{p.name} {fmt.duration(p.per_sample_s)}{'/sample' if i == 0 else ''}{share if i == 0 else ''}")
+    rest = len([p for p in parts if not p.decode]) - len(shown)
+    line = ", ".join(words) + (f" (+{rest} more)" if rest > 0 else "")
+    decode = next((p for p in parts if p.decode), None)
+    if decode is not None:
+        line = (line + "; " if line else "") + f"{decode.name} {fmt.duration(decode.per_sample_s)}/sample"
+    return line
+
+
+# -- the report ------------------------------------------------------------------------------------------------------
+
+
+def table_rows(view: LoaderView) -> list[dict[str, str]]:
+    """The view's table: name, per sample, CPU per sample, calls, share of prep, random; formatted."""
+    return [{"name": p.name, "per_sample": fmt.duration(p.per_sample_s), "cpu_per_sample": fmt.duration(p.cpu_per_sample_s),
+             "calls": fmt.number(p.calls, 0), "share_of_prep": fmt.pct(p.share_of_prep, missing="—"),
+             "random": "decode" if p.decode else {True: "yes", False: "no", None: "unknown"}[p.random]}
+            for p in view.parts]
+
+
+SPLIT_PARTS = (("fetch_per_sample_s", "fetch"), ("core_wait_per_sample_s", "waiting for a core"),
+               ("decode_per_sample_s", "decode"), ("transform_per_sample_s", "transform"),
+               ("other_per_sample_s", "other"))
+
+
+def split_text(split: dict[str, Any] | None) -> str | None:
+    """"fetch 20.0 µs · decode 150 µs · transform 30.0 µs · other 15.0 µs per sample" (waiting for a core where
+    known); None without a split."""
+    if not split:
+        return None
+    words = [f"{label} {fmt.duration(split.get(key))}" for key, label in SPLIT_PARTS
+             if finite(split.get(key)) is not None]
+    return " · ".join(words) + " per sample" if words else None
