@@ -174,3 +174,17 @@ def test_summary_json_carries_the_training_loaders_transforms_decode_and_split(f
     if folder.startswith("script"):
         assert summary["loaders"][0]["transforms"] == summary["transforms"]
         assert summary["loaders"][0]["decode"] == summary["decode"]
+
+
+def test_a_scenarios_prep_takes_back_the_core_wait_taken_out_of_it():
+    """A batch whose fetch kept nothing gave the rest of its wait from prep: the transforms' walls include it,
+    so the share's denominator does too, and the split's core wait is the rest (the wait outside prep)."""
+    run = scenario_run()
+    run.loading.loc[1, "fetch_s"] = 0.0  # batch 1 (counted): its 0.004 s wait came out of prep (fetch was less)
+    lt = training_transforms(run)
+    assert lt.transforms[0].share_of_prep == pytest.approx(0.080 / 0.164)
+    split = lt.split
+    assert split.core_wait_s == pytest.approx(0.004 / 8)
+    assert split.other_s == pytest.approx((0.164 - 0.044 - 0.096) / 8)
+    total = split.fetch_s + split.core_wait_s + split.decode_s + split.transform_s + split.other_s
+    assert total == pytest.approx((0.020 + 0.008 + 0.160) / 8)  # still the __getitem__ wall

@@ -14,8 +14,9 @@ else the loading table's samples for the training loader):
 * a transform's ``per_sample_s`` = its wall seconds / samples (a call a random
   container skipped costs 0), ``cpu_per_sample_s`` likewise; ``share_of_prep``
   = its wall seconds / the samples' prep time, where prep is, for a scenario,
-  loading.csv's ``prep_s`` (decode + transform, waiting for a core excluded)
-  and, for a script (whose loading.csv ``prep_s`` is ``__getitem__``'s on-CPU
+  loading.csv's ``prep_s`` (decode + transform) with the wait for a core taken
+  out of it put back (``scenario_prep_s``: a transform's wall includes the
+  waits during it) and, for a script (whose loading.csv ``prep_s`` is ``__getitem__``'s on-CPU
   time and ``fetch_s`` its off-CPU time), the whole ``__getitem__`` wall (the
   "batch" rows' ``wall_s``). ``random`` and ``order`` come from the pipeline
   (call order, not name order); the list is costliest first.
@@ -23,8 +24,10 @@ else the loading table's samples for the training loader):
   joined by " + ".
 * ``split`` (seconds per sample), parts summing to the ``__getitem__`` wall:
 
-  - scenario: ``fetch`` and ``core_wait`` from loading.csv, ``decode`` and
-    ``transform`` measured, ``other = prep - decode - transform`` (>= 0);
+  - scenario: ``fetch`` from loading.csv, ``core_wait`` its wait outside
+    prep (the rest is inside decode / transform / other, where it was
+    measured), ``decode`` and ``transform`` measured, ``other = prep -
+    decode - transform`` (>= 0) with prep as for the shares;
   - script: ``fetch`` = the off-CPU time outside decode and transforms,
     ``(W - C) - (Dw - Dc) - (Tw - Tc) - core_wait`` (>= 0) with ``W``/``C``
     the ``__getitem__`` wall/CPU, ``D`` the decode's and ``T`` the
@@ -170,12 +173,25 @@ def _loader(number: int, rows: pd.DataFrame, pipeline: Any, loading: pd.DataFram
     if script:
         prep_s = getitem_wall_s
     else:
-        prep_s = float(loading["prep_s"].sum()) if loading is not None and has_loading else math.nan
+        prep_s = scenario_prep_s(loading) if loading is not None and has_loading else math.nan
     costs = _transform_costs(timed, pipeline, samples, prep_s)
     decode = _decode_cost(decoded, samples)
     split = _split(timed, decoded, samples, loading if has_loading else None, script,
                    prep_s, getitem_wall_s, getitem_cpu_s)
     return LoaderTransforms(loader=number, samples=samples, transforms=costs, decode=decode, split=split)
+
+
+def scenario_prep_s(loading: pd.DataFrame) -> float:
+    """A scenario's prep seconds over ``loading``'s batches with the wait for a core taken out of prep put back.
+
+    The recorder takes a batch's core wait out of fetch first (``measure.loading``): where a batch's fetch kept
+    time, none came out of prep; where it kept none, the rest of the wait did: counted whole, over by at most
+    that batch's own fetch time (unknown once taken out), which is small beside a wait that swallowed it.
+    """
+    core = pd.to_numeric(loading["core_wait_s"], errors="coerce").fillna(0.0)
+    fetch = pd.to_numeric(loading["fetch_s"], errors="coerce")
+    prep = pd.to_numeric(loading["prep_s"], errors="coerce")
+    return float((prep + core.where(fetch <= 0, 0.0)).sum())
 
 
 def _total(values: pd.Series) -> float:
@@ -234,6 +250,8 @@ def _split(timed: pd.DataFrame, decoded: pd.DataFrame, samples: int, loading: pd
         if loading is None or not math.isfinite(prep_s):
             return None  # no loading records: fetch and prep unknown
         fetch_s = float(loading["fetch_s"].sum())
+        if core is not None:  # the wait during prep is in prep_s (and in decode / transform / other) now
+            core = max(0.0, core - (prep_s - float(loading["prep_s"].sum())))
         other_s = max(0.0, prep_s - decode_wall_s - transform_wall_s)
     else:
         if not (math.isfinite(getitem_wall_s) and math.isfinite(getitem_cpu_s)):

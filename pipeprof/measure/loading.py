@@ -24,6 +24,19 @@ lower bound on the storage's time, never contention called storage. Where
 the wait cannot be read it is unknown (None, NaN in the table) and fetch and
 prep keep it, as they did before.
 
+Inside the sample (issue 18): ``wrap_dataset`` installs a keyed
+``measure.transforms.TransformTimer`` on the dataset's transform (its
+totals pickle by key, so a forked or spawned worker adds into its own
+process's table), and where the storage kind names a ``decoder`` the
+``__getitem__`` wrapper times the decode apart from the transform (two more
+clock reads and two thread-CPU reads a sample). The collate takes the
+process's totals for the batch (``take_table``) and they ride with its
+``LoadRecord`` as a tuple of ``(kind, name, calls, wall_s, cpu_s)``: the
+transforms that ran, the decode, and the batch's whole ``__getitem__``
+("batch": calls = samples, wall = fetch + prep, CPU not read: NaN). The
+recorder turns them into transforms.csv rows (``run_folder.TRANSFORM_COLUMNS``)
+and keeps the pipeline's leaves (``pipeline``) for run.json.
+
 The training loop hands each record to ``LoadingRecorder.record`` with the
 step that consumed the batch. Nothing is locked, written or sent per sample.
 
@@ -51,7 +64,8 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.schedstat import RunQueueClock, core_wait_s, run_queue_wait
 from pipeprof.measure.spool import Spool
-from pipeprof.run_folder import LOADING_COLUMNS
+from pipeprof.measure.transforms import TransformTimer, cpu_thread_clock, take_table
+from pipeprof.run_folder import LOADING_COLUMNS, TRANSFORM_COLUMNS
 
 if TYPE_CHECKING:
     from pipeprof.storage.base import SampleDataset
@@ -60,6 +74,8 @@ Collate = Callable[[list[Any]], Any]
 
 MAIN_PROCESS = -1  # ``LoadRecord.worker`` of a batch made in the training process
 NAN = float("nan")
+SCENARIO_LOADER = 0  # transforms.csv's loader number of a scenario's one loader
+Inside = tuple[tuple[str, str, int, float, float], ...]  # (kind, name, calls, wall_s, cpu_s) rows of one batch
 
 
 @dataclass(frozen=True)
@@ -77,21 +93,26 @@ class LoadRecord:
     nbytes: int  # bytes read from storage, summed over samples
     fetch_max_s: float  # the slowest sample's fetch
     core_wait_s: float | None = None  # runnable but waiting for a core during fetch and prep; None: unknown
+    inside: Inside = ()  # transforms.csv's rows for the batch (module docstring); empty: nothing timed inside
 
 
 class _OpenBatch:
     """Running sums for the batch being assembled in this process."""
 
-    __slots__ = ("t_start", "fetch_s", "prep_s", "samples", "nbytes", "fetch_max_s", "queue_start_s")
+    __slots__ = ("t_start", "fetch_s", "prep_s", "samples", "nbytes", "fetch_max_s", "queue_start_s",
+                 "decode_s", "decode_cpu_s", "decoder")
 
-    def __init__(self, t_start: float, queue_start_s: float | None = None) -> None:
+    def __init__(self, t_start: float, queue_start_s: float | None = None, decoder: str | None = None) -> None:
         self.t_start = t_start
+        self.decoder = decoder  # the dataset's decode call, when timed apart (its name for transforms.csv)
         self.queue_start_s = queue_start_s  # the thread's run-queue wait when the batch began (None: unknown)
         self.fetch_s = 0.0
         self.prep_s = 0.0
         self.samples = 0
         self.nbytes = 0
         self.fetch_max_s = 0.0
+        self.decode_s = 0.0
+        self.decode_cpu_s = 0.0
 
 
 # Per process: recorder key -> the batch this process is assembling for it.
@@ -105,11 +126,14 @@ class TimedDataset(Dataset):
     """A ``SampleDataset`` whose ``__getitem__`` times ``fetch`` and ``prep`` (see module docstring)."""
 
     def __init__(self, dataset: SampleDataset, clock: Clock, key: str,
-                 run_queue: RunQueueClock = run_queue_wait) -> None:
+                 run_queue: RunQueueClock = run_queue_wait, cpu_clock: Clock = cpu_thread_clock) -> None:
         self.dataset = dataset
         self.clock = clock
         self.key = key
         self.run_queue = run_queue
+        self.cpu_clock = cpu_clock
+        self.decoder: str | None = getattr(dataset, "decoder", None)
+        self.timed_decode = self.decoder is not None
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -121,10 +145,19 @@ class TimedDataset(Dataset):
         t0 = clock()
         fetched = self.dataset.fetch(index)
         t1 = clock()
-        item = self.dataset.prep(fetched)
+        if self.timed_decode:  # prep's two halves, the decode timed (wall and CPU) on its own
+            c1 = self.cpu_clock()
+            x = self.dataset.decode(fetched.payload)
+            decoded, c2 = clock(), self.cpu_clock()
+            item = self.dataset.transformed(x), fetched.label
+        else:
+            item = self.dataset.prep(fetched)
         t2 = clock()
         if batch is None:
-            batch = _OPEN[self.key] = _OpenBatch(t0, queue_s)
+            batch = _OPEN[self.key] = _OpenBatch(t0, queue_s, self.decoder)
+        if self.timed_decode:
+            batch.decode_s += decoded - t1
+            batch.decode_cpu_s += c2 - c1
         fetch_s = t1 - t0
         batch.fetch_s += fetch_s
         batch.prep_s += t2 - t1
@@ -175,8 +208,20 @@ class TimedCollate:
             nbytes=batch.nbytes,
             fetch_max_s=min(batch.fetch_max_s, batch.fetch_s - from_fetch_s),
             core_wait_s=core_s,
+            inside=self._inside(batch),
         )
         return x, y, record
+
+    def _inside(self, batch: _OpenBatch) -> Inside:
+        """The batch's transforms.csv rows: the transforms that ran, the decode, the whole ``__getitem__``."""
+        rows = [("transform", name, calls, wall_s, cpu_s) for name, calls, wall_s, cpu_s in take_table(self.key)
+                if calls]
+        if batch.decoder is not None and batch.samples:
+            rows.append(("decode", batch.decoder, batch.samples, batch.decode_s, batch.decode_cpu_s))
+        if not rows:
+            return ()
+        rows.append(("batch", "", batch.samples, batch.fetch_s + batch.prep_s, NAN))
+        return tuple(rows)
 
 
 class LoadingRecorder:
@@ -188,21 +233,31 @@ class LoadingRecorder:
     """
 
     def __init__(self, clock: Clock = monotonic_clock, t0_s: float = 0.0,
-                 run_queue: RunQueueClock = run_queue_wait) -> None:
+                 run_queue: RunQueueClock = run_queue_wait, cpu_clock: Clock = cpu_thread_clock) -> None:
         self.clock = clock
         self.t0_s = t0_s
         self.run_queue = run_queue
-        self.key = uuid.uuid4().hex  # names this recorder's open batches in every process
+        self.cpu_clock = cpu_clock
+        self.key = uuid.uuid4().hex  # names this recorder's open batches (and transform totals) in every process
         self._rows = Spool(LOADING_COLUMNS)
+        self._inside = Spool(TRANSFORM_COLUMNS)
+        # run.json's transform_pipelines entry for the loader: its timed leaves in call order
+        self.pipeline: list[dict[str, Any]] = []
 
     def spool_to(self, folder: Path) -> None:
         """Stream the records to a file in ``folder`` from now on (before the first record: a long run)."""
         if len(self._rows):
             raise RuntimeError("spool_to() must come before the first record")
         self._rows = Spool(LOADING_COLUMNS, folder, "loading")
+        self._inside = Spool(TRANSFORM_COLUMNS, folder, "transforms")
 
     def wrap_dataset(self, dataset: SampleDataset) -> Dataset:
-        return TimedDataset(dataset, self.clock, self.key, self.run_queue)
+        """The timed dataset; its transform's leaves are timed from now on (in place, keyed by this recorder)."""
+        if dataset.transform is not None:
+            timer = TransformTimer(self.clock, self.cpu_clock, key=self.key)
+            dataset.transform = timer.install(dataset.transform)
+            self.pipeline = [{"name": name, "random": random} for name, random in timer.leaves]
+        return TimedDataset(dataset, self.clock, self.key, self.run_queue, self.cpu_clock)
 
     def collate_fn(self, collate: Collate = default_collate) -> TimedCollate:
         return TimedCollate(collate, self.clock, self.t0_s, self.key, self.run_queue)
@@ -214,6 +269,10 @@ class LoadingRecorder:
                            "t_start_s": r.t_start_s, "t_end_s": r.t_end_s, "fetch_s": r.fetch_s,
                            "core_wait_s": NAN if r.core_wait_s is None else r.core_wait_s, "prep_s": r.prep_s,
                            "collate_s": r.collate_s, "samples": r.samples, "nbytes": r.nbytes, "fetch_max_s": r.fetch_max_s})
+        worker = r.worker
+        for kind, name, calls, wall_s, cpu_s in r.inside:
+            self._inside.append({"step": step, "loader": SCENARIO_LOADER, "worker": worker, "kind": kind, "name": name,
+                                 "calls": calls, "wall_s": wall_s, "cpu_s": cpu_s})
 
     @property
     def batches(self) -> int:
@@ -225,3 +284,7 @@ class LoadingRecorder:
     def frame(self) -> Any:
         """The loading table (a DataFrame), times as recorded (raw clock readings minus ``t0_s``)."""
         return self._rows.frame()
+
+    def transforms_frame(self) -> Any:
+        """transforms.csv's table (a DataFrame, ``TRANSFORM_COLUMNS``): empty when nothing was timed inside."""
+        return self._inside.frame()

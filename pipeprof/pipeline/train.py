@@ -30,7 +30,7 @@ from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.codeprofile import CodeProfile
 from pipeprof.measure.cuda_memory import CudaMemoryWindows
 from pipeprof.measure.environment import describe_environment
-from pipeprof.measure.loading import LoadingRecorder
+from pipeprof.measure.loading import SCENARIO_LOADER, LoadingRecorder
 from pipeprof.measure.prefetch import NAN, ready_batches
 from pipeprof.measure.pyspy import PySpy
 from pipeprof.measure.sampler import SystemSampler
@@ -43,6 +43,7 @@ from pipeprof.run_folder import (
     FUNCTION_COLUMNS,
     LOADING_COLUMNS,
     STEP_COLUMNS,
+    TRANSFORM_COLUMNS,
     Run,
     sample_tables,
 )
@@ -416,11 +417,29 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     no_core_wait = core_wait_absence(loading)
     if no_core_wait:
         absences["core_wait"] = no_core_wait
+    transforms = recorder.transforms_frame() if recorder else pd.DataFrame(columns=TRANSFORM_COLUMNS)
+    if recorder is not None and recorder.pipeline:
+        meta["transform_pipelines"] = {str(SCENARIO_LOADER): recorder.pipeline}
+    if transforms.empty:
+        absences["transforms"] = nothing_timed_inside(scenario, recorder.batches if recorder else None)
     spool.cleanup()
     functions = pd.DataFrame([row for r in recorded.values() for row in r.rows], columns=FUNCTION_COLUMNS)
     attachments = {name: content for r in recorded.values() for name, content in r.files.items()}
     return Run(meta=meta, steps=steps, samples=samples, processes=processes, loading=loading,
-               functions=functions, attachments=attachments, device_memory=device_memory)
+               functions=functions, attachments=attachments, device_memory=device_memory, transforms=transforms)
+
+
+def nothing_timed_inside(scenario: Scenario, batches: int | None) -> str:
+    """Why a scenario run has no transforms.csv (run.json ``absences.transforms``); ``batches``: the loading
+    records kept (None: loading not recorded)."""
+    if scenario.data.storage == "device":
+        return "data.storage = 'device': batches are taken on the device by index, no sample is prepared alone"
+    if batches is None:
+        return "profile.loading = false: nothing was timed where the samples were made"
+    if batches == 0:
+        return "no batch reached a training step"
+    return (f"nothing inside the samples to time: data.transform = {scenario.data.transform!r} and the "
+            f"{scenario.data.storage} storage uses its values as stored (no decode call)")
 
 
 COMPUTE_PROBE_STEPS = 20

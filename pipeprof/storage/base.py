@@ -9,7 +9,11 @@ time each part (inside DataLoader workers too):
   map, a tensor) and returns ``Fetched`` — the raw payload, its label, and
   how many bytes were read. An emulated slow storage (``throttle``) waits here.
 * ``prep(fetched)`` decodes the payload into 784 float32 values and applies
-  the transform; it returns ``(x, y)``.
+  the transform; it returns ``(x, y)``. A kind whose ``decode`` runs a real
+  decoder names it in ``decoder`` (``torchvision.io.decode_png``): the
+  loading recorder then times the decode apart from the transform
+  (transforms.csv's "decode" rows); kinds that hand over values as stored
+  (RAM, a memory map) leave it None.
 
 ``__getitem__(i)`` is ``prep(fetch(i))``, so a plain DataLoader works as is.
 Register a new kind in ``pipeprof/storage/__init__.py``.
@@ -48,6 +52,8 @@ class Fetched:
 class SampleDataset(Dataset):
     """Base of every storage kind's dataset; subclasses implement ``read`` and ``decode``."""
 
+    decoder: str | None = None  # the decode call, as transforms.csv names it; None: values used as stored
+
     def __init__(self, labels: np.ndarray, transform: Transform | None = None,
                  throttle: Throttle | None = None) -> None:
         self.labels = labels
@@ -83,10 +89,11 @@ class SampleDataset(Dataset):
         return Fetched(payload, int(self.labels[index]), nbytes)
 
     def prep(self, fetched: Fetched) -> tuple[torch.Tensor, int]:
-        x = self.decode(fetched.payload)
-        if self.transform is not None:
-            x = self.transform(x)
-        return x, fetched.label
+        return self.transformed(self.decode(fetched.payload)), fetched.label
+
+    def transformed(self, x: torch.Tensor) -> torch.Tensor:
+        """The decoded values through the transform (as they are without one): prep's second half."""
+        return self.transform(x) if self.transform is not None else x
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         return self.prep(self.fetch(index))

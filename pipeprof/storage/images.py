@@ -54,6 +54,7 @@ class ImagesDataset(SampleDataset):
         super().__init__(labels, transform, throttle)
         self.folder = Path(folder)
         self.format = fmt
+        self.decoder = f"torchvision.io.decode_{'png' if fmt == 'png' else 'jpeg'}"
         self._prefix = str(self.folder) + "/"  # plain string joins: Path arithmetic costs µs per sample
 
     def read(self, index: int) -> tuple[bytes, int]:

@@ -2,12 +2,16 @@
 
 * ``none``: the decoded values as they are.
 * ``normalize``: standardize with FashionMNIST's mean and std (cheap).
-* ``augment``: ``augment_passes`` random affine warps (rotation, shift, scale)
-  of the 28x28 image, then normalize — CPU-heavy preprocessing, like the
-  augmentation of real image pipelines; the pass count is the cost knob.
+* ``augment``: a ``torchvision.transforms.v2.Compose`` of named leaves, as a
+  real image pipeline is: ``ToImage28`` (784 values to a 1x28x28 image),
+  ``augment_passes`` ``RandomAffine`` warps (rotation, shift, scale; one
+  leaf per pass), ``Flatten784`` and ``Normalize`` — CPU-heavy
+  preprocessing whose leaves the per-transform timing tells apart (the
+  warps cost nearly all of it); the pass count is the cost knob.
 
 Transforms are module-level classes, so they pickle to worker processes. They
-also accept a batch (``B x 784``), which the ``device`` storage uses.
+also accept a batch (``B x 784``), which the ``device`` storage uses (one
+draw of each warp for the whole batch).
 """
 
 from __future__ import annotations
@@ -28,20 +32,27 @@ class Normalize:
         return (x - MEAN) / STD
 
 
-class Augment:
-    """Random affine warps of the image (degrees 15, shift 10%, scale 0.9-1.1), then normalize."""
-
-    def __init__(self, passes: int = 1) -> None:
-        from torchvision.transforms import v2  # importing torchvision costs seconds: only when augmenting
-
-        self.passes = passes
-        self.affine = v2.RandomAffine(degrees=15.0, translate=(0.1, 0.1), scale=(0.9, 1.1))
+class ToImage28:
+    """784 values (or ``B x 784``) as a 1x28x28 image (``B x 1 x 28 x 28``)."""
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        image = x.reshape(-1, 1, SIDE, SIDE)
-        for _ in range(self.passes):
-            image = self.affine(image)
-        return Normalize()(image.reshape(*x.shape[:-1], FEATURES))
+        return x.reshape(*x.shape[:-1], 1, SIDE, SIDE)
+
+
+class Flatten784:
+    """A 1x28x28 image (``B x 1 x 28 x 28``) back to 784 values (``B x 784``)."""
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        return image.reshape(*image.shape[:-3], FEATURES)
+
+
+def augment(passes: int = 1) -> Transform:
+    """Random affine warps of the image (degrees 15, shift 10%, scale 0.9-1.1), ``passes`` times, then normalize:
+    a ``v2.Compose`` of named leaves (module docstring)."""
+    from torchvision.transforms import v2  # importing torchvision costs seconds: only when augmenting
+
+    warps = [v2.RandomAffine(degrees=15.0, translate=(0.1, 0.1), scale=(0.9, 1.1)) for _ in range(passes)]
+    return v2.Compose([ToImage28(), *warps, Flatten784(), Normalize()])
 
 
 def build_transform(spec: DataSpec) -> Transform | None:
@@ -51,5 +62,5 @@ def build_transform(spec: DataSpec) -> Transform | None:
     if spec.transform == "normalize":
         return Normalize()
     if spec.transform == "augment":
-        return Augment(spec.augment_passes)
+        return augment(spec.augment_passes)
     raise ValueError(f"unknown transform {spec.transform!r}")  # scenario validation prevents this
