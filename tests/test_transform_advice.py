@@ -171,3 +171,54 @@ def test_no_transform_advice_for_a_compute_bound_run(monkeypatch):
     attr = attribution(run)
     recs = recommend(run, attr, verdict_from_attribution(attr))
     assert code(recs, "cache the samples") == []
+
+
+# -- end to end: transforms.csv rows through summarize, the intervals and the report ----------------------------------
+
+PIPELINE = [{"name": "Resize(size=256)", "random": False}, {"name": "RandomHorizontalFlip(p=0.5)", "random": True},
+            {"name": "Normalize", "random": False}]
+
+
+def run_with_transforms_csv(per_sample: dict[str, float], decode_s: float, *, wait: float, loading):
+    """make_run with transforms.csv rows: each batch of 128 samples spends ``per_sample[name]`` seconds a sample in
+    each transform and ``decode_s`` in PIL's decode, and its __getitem__ the batch's fetch + prep."""
+    import pandas as pd
+
+    from pipeprof.run_folder import TRANSFORM_COLUMNS
+
+    run = make_run(wait=wait, loading=loading)
+    run.meta["transform_pipelines"] = {"0": PIPELINE}
+    rows = []
+    for step in run.steps["step"]:
+        rows.append({"step": step, "loader": 0, "worker": -1, "kind": "batch", "name": "", "calls": BATCH,
+                     "wall_s": loading[0] + loading[1], "cpu_s": loading[1]})
+        rows.append({"step": step, "loader": 0, "worker": -1, "kind": "decode", "name": "PIL.Image.open+convert",
+                     "calls": BATCH, "wall_s": decode_s * BATCH, "cpu_s": decode_s * BATCH})
+        for name, seconds in per_sample.items():
+            rows.append({"step": step, "loader": 0, "worker": -1, "kind": "transform", "name": name, "calls": BATCH,
+                         "wall_s": seconds * BATCH, "cpu_s": seconds * BATCH})
+    run.transforms = pd.DataFrame(rows, columns=TRANSFORM_COLUMNS)
+    return run
+
+
+def test_from_transforms_csv_to_the_verdict_a_certain_gain_and_the_report():
+    from pipeprof.analysis.summary import summarize
+    from pipeprof.render.html import render_html
+
+    # 0 workers; per batch fetch 3 ms, prep 50 ms, collate 2 ms; compute + h2d 40 ms a step of 100 ms
+    loading = (0.003, 0.050, 0.002)
+    run = run_with_transforms_csv({"Resize(size=256)": 350e-6, "RandomHorizontalFlip(p=0.5)": 5e-6, "Normalize": 5e-6},
+                                  30e-6, wait=0.6, loading=loading)
+    summary = summarize(run)
+    prep = loading[1] / BATCH
+    assert summary["verdict"]["class"] == "input:prep"
+    assert summary["verdict"]["sentence"].endswith(
+        f"; Resize(size=256) takes {round(100 * 350e-6 / prep)}% of preparation, 350 µs per sample.")
+    (rec,) = [r for r in summary["recommendations"] if (r.get("code_change") or "").startswith("cache the samples")]
+    p, c = sum(loading) / BATCH, BATCH / (0.4 * STEP_S)
+    x = NOW * (p + 1 / c) / (p - 380e-6 + 1 / c)  # Resize 350 µs + decode 30 µs saved a sample: x2.05
+    assert rec["predicted_samples_per_s"] == pytest.approx(x)
+    low, high = rec["interval"]["speedup"]
+    assert 1.0 < low < x / NOW < high and rec["interval"]["may_not_help"] is False  # the resamples kept the rows
+    html = render_html(run, summary)
+    assert 'id="transforms"' in html and "cache the samples after Resize(size=256)" in html

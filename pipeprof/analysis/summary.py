@@ -50,7 +50,7 @@ from pipeprof.analysis.transforms import (
     training_loader,
     transforms_json,
 )
-from pipeprof.analysis.verdict import Verdict, verdict_from_attribution, with_memory_note
+from pipeprof.analysis.verdict import Verdict, verdict_from_attribution, with_memory_note, with_transforms
 from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
 from pipeprof.numbers import finite
@@ -253,7 +253,10 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
     attr = attribution(run, probe if probe is not None else run.meta.get("probe"))
     frac = attr.fractions
     memory = device_memory(run)
-    judged = with_memory_note(verdict_from_attribution(attr), memory)
+    inside, train = loader_transforms(run), training_loader(run)
+    # the verdict names the costliest transform or decode where CPU preprocessing sets the pace (issue 18)
+    judged = with_transforms(with_memory_note(verdict_from_attribution(attr), memory),
+                             inside.get(train) if train is not None else None)
 
     tail = counted.tail(max(1, math.ceil(TAIL_FRACTION * n))) if n else counted
     tail_samples = float(tail["samples"].sum())
@@ -263,7 +266,6 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
     processes = run.processes
 
     samples_per_s = samples / duration_s if duration_s > 0 else None
-    inside, train = loader_transforms(run), training_loader(run)
     sections: dict[str, Any] = {
         "cpu": {
             "cores": run.meta.get("environment", {}).get("cpu_cores"),
