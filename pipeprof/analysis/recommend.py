@@ -460,11 +460,16 @@ class _Model:
         self.storage_ceiling, self.storage_words = self._storage_ceiling()
         self.script = settings.kind == "script"  # advice is then Python in the script, not --set
         self.train_loaders = [d for d in meta.get("loaders") or [] if isinstance(d, dict) and d.get("role") == "train"]
-        # issue 18: the training loader's measured transforms and decode calls (None where none were timed)
-        self.transforms: LoaderTransforms | None = training_transforms(run)
+        self.run = run
         if self.k and not self.loop_ceiling and not alone and self.current is not None \
                 and math.isfinite(self.ceiling) and self._parts() is not None:
             self.ceiling_free = self._destalled(self._costs(self.k).cpu_s)
+
+    @functools.cached_property
+    def transforms(self) -> LoaderTransforms | None:
+        """Issue 18: the training loader's measured transforms and decode calls (None where none were timed);
+        read when a candidate asks (predict_change's resamples seldom do)."""
+        return training_transforms(self.run)
 
     def _destalled(self, worker_cpu_s: float) -> float:
         """The run's own C (measured beside its workers, busy ``worker_cpu_s`` per sample) before their stall."""
