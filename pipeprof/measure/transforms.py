@@ -22,6 +22,20 @@ process with ``num_workers = 0``) holds its own timer; ``take()`` returns
 and clears what was measured since the last call (one batch's worth, for
 the loading records), and ``rank`` turns the totals into summary rows.
 
+**Where the timings are read** (a profiled script, ``pipeprof.script.transform_hooks``):
+a timer made with a ``key`` keeps its totals in this process's table for
+that key (``take_table(key)``), and its totals pickle *by key*: a spawned
+worker that unpickles the timed pipeline (with the dataset, apart from
+whatever reads the totals) adds into its own process's table for the key,
+and a forked worker starts from zeroed copies. ``DEPTH.n`` counts the timed
+calls running in this thread's process (transforms and the decode calls of
+``pipeprof.script.decode_hooks``): a call inside another is not timed twice.
+
+``leaves`` keeps each timed leaf's name and whether it is random (``True``:
+a ``Random*`` class, a known random one like ``ColorJitter``, or anything
+inside a random container; ``False``: another torchvision transform; ``None``:
+a user's own callable), in call order.
+
 Names are the class name, with the ``repr`` where it is short
 (``RandomResizedCrop(size=224)``-like, at most ``NAME_REPR_MAX`` characters),
 a function's ``__name__`` for plain functions and ``Lambda``; equal names
@@ -31,6 +45,7 @@ in one pipeline are told apart by their position (``Normalize #2``).
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -55,6 +70,69 @@ class TransformTimes:
         self.cpu_s += cpu_s
 
 
+class KeyedTimes(TransformTimes):
+    """Totals kept in this process's table for ``key``: they pickle by key and name, so a spawned worker's
+    copy of a pipeline adds into that worker's own table (``take_table``)."""
+
+    def __init__(self, key: str, name: str) -> None:
+        super().__init__()
+        self.key, self.name = key, name
+
+    def __reduce__(self) -> tuple:
+        return keyed_times, (self.key, self.name)
+
+
+# Per process: key -> name -> totals, in the order they were made (installed, or unpickled in a spawned worker).
+_TABLES: dict[str, dict[str, KeyedTimes]] = {}
+
+
+def keyed_times(key: str, name: str) -> KeyedTimes:
+    """This process's totals for ``name`` under ``key`` (made on first use)."""
+    table = _TABLES.setdefault(key, {})
+    times = table.get(name)
+    if times is None:
+        times = table[name] = KeyedTimes(key, name)
+    return times
+
+
+def take_table(key: str) -> list[tuple[str, int, float, float]]:
+    """``(name, calls, wall_s, cpu_s)`` of every transform under ``key`` in this process since the last call
+    (zero calls included: a transform a random container skipped), then zeroed; [] for an unknown key."""
+    table = _TABLES.get(key)
+    if not table:
+        return []
+    out = []
+    for name, t in table.items():
+        out.append((name, t.calls, t.wall_s, t.cpu_s))
+        t.calls, t.wall_s, t.cpu_s = 0, 0.0, 0.0
+    return out
+
+
+def drop_table(key: str) -> None:
+    _TABLES.pop(key, None)
+
+
+def _zero_tables() -> None:  # a forked child: what the parent had measured is not its own
+    for table in _TABLES.values():
+        for t in table.values():
+            t.calls, t.wall_s, t.cpu_s = 0, 0.0, 0.0
+
+
+os.register_at_fork(after_in_child=_zero_tables)
+
+
+class _Depth:
+    """Timed calls running now in this process (a transform, a decode call): one inside another is not timed."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+DEPTH = _Depth()
+
+
 class Timed:
     """A callable transform, timed: calls ``inner`` and adds its wall and CPU time to ``times``."""
 
@@ -64,11 +142,14 @@ class Timed:
         self._clock, self._cpu = clock, cpu_clock
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        depth = DEPTH
+        depth.n += 1
         t0, c0 = self._clock(), self._cpu()
         try:
             return self.inner(*args, **kwargs)
         finally:
             self.times.add(self._clock() - t0, self._cpu() - c0)
+            depth.n -= 1
 
     def __repr__(self) -> str:  # the pipeline prints as it did
         return repr(self.inner)
@@ -87,12 +168,14 @@ class _ModuleTimes:
         self.started: list[tuple[float, float]] = []
 
     def before(self, module: Any, args: Any) -> None:
+        DEPTH.n += 1
         self.started.append((self.clock(), self.cpu_clock()))
 
     def after(self, module: Any, args: Any, out: Any) -> None:
         if self.started:
             t0, c0 = self.started.pop()
             self.times.add(self.clock() - t0, self.cpu_clock() - c0)
+            DEPTH.n = max(DEPTH.n - 1, 0)
 
 
 def transform_name(transform: Any) -> str:
@@ -112,23 +195,43 @@ def _is_container(transform: Any) -> bool:
     return inner is not None and not isinstance(inner, (str, bytes)) and isinstance(inner, Iterable)
 
 
-class TransformTimer:
-    """Times the leaf transforms of pipelines installed into it; ``take()`` gives and clears their totals."""
+# Random transforms whose class name does not start with "Random" (torchvision v1 and v2)
+KNOWN_RANDOM = frozenset({"ColorJitter", "AutoAugment", "RandAugment", "TrivialAugmentWide", "AugMix",
+                          "ElasticTransform", "GaussianBlur", "GaussianNoise", "ScaleJitter", "MixUp", "CutMix"})
 
-    def __init__(self, clock: Clock = monotonic_clock, cpu_clock: Clock = cpu_thread_clock) -> None:
+
+def is_random(transform: Any) -> bool | None:
+    """Whether ``transform`` draws at random: a ``Random*`` class or a known random one; False for another
+    torchvision transform; None for anything else (a user's own callable: not known)."""
+    name = type(transform).__name__
+    if name.startswith("Random") or name in KNOWN_RANDOM:
+        return True
+    return False if type(transform).__module__.startswith("torchvision.") else None
+
+
+class TransformTimer:
+    """Times the leaf transforms of pipelines installed into it; ``take()`` gives and clears their totals.
+
+    ``key``: keep the totals in this process's table for that key (``take_table``), where a spawned worker's
+    unpickled copy of the pipeline adds too."""
+
+    def __init__(self, clock: Clock = monotonic_clock, cpu_clock: Clock = cpu_thread_clock,
+                 key: str | None = None) -> None:
         self.clock, self.cpu_clock = clock, cpu_clock
+        self.key = key
         self.times: dict[str, TransformTimes] = {}
+        self.leaves: list[tuple[str, bool | None]] = []  # (name, random) of each timed leaf, in call order
         self._undo: list[Callable[[], None]] = []
 
     def install(self, transform: Any) -> Any:
         """Time every leaf of ``transform`` in place; returns what to call instead (``transform`` itself for a
         container or a module, a ``Timed`` wrapper for a bare callable)."""
         if _is_container(transform):
-            self._walk(transform)
+            self._walk(transform, bool(is_random(transform)))
             return transform
-        return self._leaf(transform)
+        return self._leaf(transform, False)
 
-    def _walk(self, container: Any) -> None:
+    def _walk(self, container: Any, random: bool) -> None:
         inner = container.transforms
         if not hasattr(inner, "__setitem__"):  # a tuple: a list in its place while timed
             original, inner = inner, list(inner)
@@ -136,15 +239,18 @@ class TransformTimer:
             self._undo.append(lambda: setattr(container, "transforms", original))
         for i, child in enumerate(list(inner)):
             if _is_container(child):
-                self._walk(child)
+                self._walk(child, random or bool(is_random(child)))
                 continue
-            timed = self._leaf(child)
+            timed = self._leaf(child, random)
             if timed is not child:  # a plain callable: replaced in the list (a module is hooked instead)
                 inner[i] = timed
                 self._undo.append(_put_back(inner, i, child))
 
-    def _leaf(self, transform: Any) -> Any:
-        times = self._times_for(transform_name(transform))
+    def _leaf(self, transform: Any, random: bool) -> Any:
+        """``random``: inside a random container."""
+        name = self._new_times(transform_name(transform))
+        times = self.times[name]
+        self.leaves.append((name, True if random else is_random(transform)))
         if hasattr(transform, "register_forward_pre_hook") and hasattr(transform, "register_forward_hook"):
             hook = _ModuleTimes(times, self.clock, self.cpu_clock)
             handles = [transform.register_forward_pre_hook(hook.before), transform.register_forward_hook(hook.after)]
@@ -152,17 +258,18 @@ class TransformTimer:
             return transform
         return Timed(transform, times, self.clock, self.cpu_clock)
 
-    def _times_for(self, name: str) -> TransformTimes:
+    def _new_times(self, name: str) -> str:
+        """Totals for a new leaf named ``name`` (``name #2``... when taken); returns the name given."""
         unique, n = name, 1
         while unique in self.times:
             n += 1
             unique = f"{name} #{n}"
-        self.times[unique] = TransformTimes()
-        return self.times[unique]
+        self.times[unique] = TransformTimes() if self.key is None else keyed_times(self.key, unique)
+        return unique
 
     def take(self) -> dict[str, TransformTimes]:
         """The totals since the last call (in installation order), then zeroed."""
-        out = {name: dataclasses.replace(t) for name, t in self.times.items()}
+        out = {name: TransformTimes(t.calls, t.wall_s, t.cpu_s) for name, t in self.times.items()}
         for t in self.times.values():
             t.calls, t.wall_s, t.cpu_s = 0, 0.0, 0.0
         return out

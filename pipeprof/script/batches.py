@@ -9,6 +9,12 @@ and the collate (``TimedCollate``), and returns the batch as
 the script never sees it. The pin-memory thread pins a ``Tagged`` through its
 ``pin_memory()``. A spawned or forkserver worker imports this module when it
 unpickles the ``TimedCollate``, which installs the fetch patch there too.
+
+Inside the fetch (issue 18): the decode calls are timed while it runs
+(``pipeprof.script.decode_hooks``), and what the batch's samples spent in
+each timed transform (under the collate's ``transform_keys``,
+``pipeprof.script.transform_hooks``) and decode call rides back in
+``Tagged.parts``.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from torch.utils.data._utils import fetch as _fetch
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 
 from pipeprof.measure.schedstat import core_wait_s, run_queue_wait
+from pipeprof.script import decode_hooks
 from pipeprof.script.patches import Patches
+from pipeprof.script.transform_hooks import batch_parts
 
 clock = time.perf_counter  # CLOCK_MONOTONIC on Linux: one time axis for the script, its workers and pipeprof
 cpu_clock = time.thread_time
@@ -33,19 +41,21 @@ run_queue = run_queue_wait  # this thread's cumulative wait for a core, s (None:
 class Tagged:
     """A batch and the record of how it was made; the training process unwraps it in ``next()``."""
 
-    __slots__ = ("batch", "record")
+    __slots__ = ("batch", "record", "parts")
 
-    def __init__(self, batch: Any, record: list) -> None:
+    def __init__(self, batch: Any, record: list, parts: list | None = None) -> None:
         self.batch = batch
         # [worker, pid, t_start_s, t_end_s, fetch_s, prep_s, collate_s, samples, core_wait_s]: __getitem__'s
         # off-CPU time split into fetch (storage, sleep) and core_wait_s (runnable, no core; None: unknown)
         self.record = record
+        # what the samples spent in timed transforms and decode calls: [(kind, name, calls, wall_s, cpu_s)]
+        self.parts = parts
 
     def pin_memory(self) -> Tagged:  # the pin-memory thread calls this instead of passing us through
-        return Tagged(_pin_memory(self.batch), self.record)
+        return Tagged(_pin_memory(self.batch), self.record, self.parts)
 
     def __reduce__(self) -> tuple:
-        return Tagged, (self.batch, self.record)
+        return Tagged, (self.batch, self.record, self.parts)
 
 
 class TimedCollate:
@@ -54,6 +64,7 @@ class TimedCollate:
 
     def __init__(self, collate: Callable[[Any], Any]) -> None:
         self.collate = collate
+        self.transform_keys: tuple[str, ...] = ()  # where the loader's timed transforms add up (transform_hooks)
         # w0, c0, w1, c1, samples, q0 (the thread's run-queue wait at the start, None: unknown)
         self.last: tuple[float, float, float, float, int, float | None] | None = None
 
@@ -65,12 +76,13 @@ class TimedCollate:
         return batch
 
     def __getstate__(self) -> dict:
-        return {"collate": self.collate, "pid": _pid()}
+        return {"collate": self.collate, "pid": _pid(), "transform_keys": self.transform_keys}
 
     def __setstate__(self, state: dict) -> None:
         if state.get("pid") != os.getpid():  # a spawned worker (not a deepcopy in the training process)
             _install_fetch_in_worker()
         self.collate = state["collate"]
+        self.transform_keys = state.get("transform_keys", ())
         self.last = None
 
 
@@ -83,8 +95,12 @@ def _timed_fetch(original: Callable, session: Any = None) -> Callable:
             return original(self, possibly_batched_index)
         collate.last = None
         q0 = run_queue()
+        decode_hooks.begin()
         w0, c0 = clock(), cpu_clock()
-        batch = original(self, possibly_batched_index)
+        try:
+            batch = original(self, possibly_batched_index)
+        finally:
+            decode_hooks.end()
         # torch's fetchers call the collate last: __getitem__ ran from w0 to the collate's start. Its clocks
         # end the record (one pair of clock reads fewer per batch than reading them again here).
         timed = collate.last or (clock(), cpu_clock(), clock(), cpu_clock(), 1, run_queue())  # no collate call
@@ -95,7 +111,7 @@ def _timed_fetch(original: Callable, session: Any = None) -> Callable:
         info = get_worker_info()
         return Tagged(batch, [-1 if info is None else info.id, _pid(), w0, timed[2],
                               off_cpu_s if core_s is None else off_cpu_s - core_s, prep_s, timed[2] - timed[0],
-                              timed[4], core_s])
+                              timed[4], core_s], batch_parts(collate.transform_keys))
     fetch.__wrapped__ = original  # type: ignore[attr-defined]
     fetch._pipeprof = True  # type: ignore[attr-defined]
     return fetch
@@ -119,10 +135,11 @@ _WORKER_PATCHES = Patches()  # a spawned worker's own fetch patches: for the wor
 
 def _install_fetch_in_worker() -> None:
     """A spawned or forkserver worker unpickling a ``TimedCollate``: patch its fetchers, once (not where they
-    are pipeprof's already)."""
+    are pipeprof's already), and its decode calls."""
     for cls in FETCHERS:
         if not getattr(cls.fetch, "_pipeprof", False):
             _WORKER_PATCHES.apply(cls, "fetch", _timed_fetch)
+    decode_hooks.install(_WORKER_PATCHES)  # the decode calls of what this worker imported (where not yet)
 
 
 def install_fetch(patches: Patches, session: Any) -> None:

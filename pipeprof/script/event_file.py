@@ -32,6 +32,8 @@ BATCH_COLUMNS = ["loader", "t0_s", "t1_s", "samples",  # N, in the order written
                  "worker", "pid", "made_t0_s", "made_t1_s", "fetch_s", "prep_s", "collate_s", "made_samples",
                  "core_wait_s", "ready"]
 COPY_COLUMNS = ["t0_s", "t1_s", "nbytes", "device_s"]  # C; device_s nan when timed on the host
+# P: per batch, what its samples spent in one timed transform or decode call (its name: the Q event of index)
+PART_COLUMNS = ["loader", "made_t0_s", "index", "calls", "wall_s", "cpu_s"]
 NO_RECORD = [None] * 9  # a batch that came without its maker's record (the hooks write it so: fixed width)
 _OLD_RECORD = 8  # a record from before core_wait_s (issue 14): its core wait is unknown
 # The columns of each numeric kind, the ones that must be numbers, and how an event becomes a row.
@@ -40,6 +42,7 @@ ROWS = {
     "E": (SPAN_COLUMNS, 3, lambda e: e[1:4]),
     "N": (BATCH_COLUMNS, 4, lambda e: [*e[1:5], *_record(e[5]), e[6] if len(e) > 6 else None]),
     "C": (COPY_COLUMNS, 3, lambda e: e[1:5]),
+    "P": (PART_COLUMNS, 6, lambda e: e[1:7]),
     "O": (["t_s"], 1, lambda e: e[1:2]),
     "M": (["t_s"], 1, lambda e: e[1:2]),
     "B": (["t0_s", "t1_s"], 2, lambda e: e[1:3]),
@@ -68,6 +71,8 @@ class Events:
     end: dict[str, Any] | None = None  # X: {"how", "detail"}
     threads: list[dict[str, Any]] = field(default_factory=list)  # T: {"t_s", "at", "torch_threads"}, in order
     rank: dict[str, Any] | None = None  # R: the process group as the process last saw it {rank, world_size, backend}
+    part_names: dict[int, tuple[str, str]] = field(default_factory=dict)  # Q: index -> (kind, name) of P rows
+    pipelines: dict[int, Any] = field(default_factory=dict)  # F: loader -> [{"name", "random"}] or {"absent"}
     unreadable: int = 0  # lines or events that could not be read
 
     @classmethod
@@ -153,6 +158,10 @@ class EventReader:
                     ev.end = {"how": e[2], "detail": e[3]}  # the last one
                 elif kind == "R":
                     ev.rank = dict(e[2])  # the last one
+                elif kind == "Q":
+                    ev.part_names[int(e[1])] = (str(e[2]), str(e[3]))
+                elif kind == "F":
+                    ev.pipelines[int(e[1])] = e[2] if isinstance(e[2], (list, dict)) else []
                 elif kind == "T":
                     ev.threads.append({"t_s": float(e[1]), "at": str(e[2]["at"]),
                                        "torch_threads": int(e[2]["torch_threads"])})

@@ -29,6 +29,10 @@ R     t, {rank, world_size, backend}             the process group, at a loader'
                                                  step end and the end
 T     t, {at, torch_threads}                     torch's thread count, at the first step end / the end
 W     loader                                     ``prof.wrap(loader)``: the training loader
+F     loader, [{name, random}] | {absent}        its transform pipelines' leaves, in call order
+Q     index, kind, name                          a timed transform / decode call first seen
+P     loader, made_t0, index, calls, wall_s,     per batch and part: what the batch's samples spent
+      cpu_s                                      in it (``made_t0``: its record's t_start)
 S     t, {pid, argv, ...}                        the script started
 X     t, how, detail                             the script ended (exit code / exception)
 ====  =========================================  ==========================================
@@ -98,7 +102,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeprof.run_folder import LOADING_COLUMNS, STEP_COLUMNS
+from pipeprof.run_folder import LOADING_COLUMNS, STEP_COLUMNS, TRANSFORM_COLUMNS
 from pipeprof.script.event_file import Events, read_events
 
 __all__ = ["EVAL", "TRAIN", "ScriptSteps", "read_events", "script_steps"]
@@ -123,6 +127,9 @@ class ScriptSteps:
     rank: dict[str, Any] | None = None  # R: the process group as the process last saw it
     timing: dict[str, Any] = field(default_factory=lambda: step_timing(0, 0, 0, 0, False))  # run.json's timing
     device_memory: pd.DataFrame = field(default_factory=pd.DataFrame)  # Y: torch.cuda's memory, per window
+    # issue 18: per batch taken in a step, its parts (run_folder.TRANSFORM_COLUMNS), and each loader's pipeline
+    transforms: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TRANSFORM_COLUMNS))
+    transform_pipelines: dict[str, Any] = field(default_factory=dict)  # run.json's: "<loader>" -> leaves
 
 
 def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int = 0) -> ScriptSteps:
@@ -155,8 +162,42 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
         loader["wait_by_position_s"] = by_position if loader["role"] == TRAIN else None
     cuda_copies = int(tables["C"]["device_s"].notna().sum())
     memory = tables["Y"].assign(t_s=tables["Y"]["t_s"] - t0_s)
+    transforms = transform_rows(tables["P"], ev.part_names, nexts, begins, ends)
+    pipelines = {str(n): leaves for n, leaves in sorted(ev.pipelines.items()) if leaves}
     return ScriptSteps(steps, loading, summary, source, ev.start, ev.end, cuda_copies, ev.threads, ev.rank,
-                       timing, memory)
+                       timing, memory, transforms, pipelines)
+
+
+def transform_rows(parts: pd.DataFrame, names: dict[int, tuple[str, str]], nexts: pd.DataFrame,
+                   begins: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
+    """``transforms.csv`` rows (``TRANSFORM_COLUMNS``): each ``P`` part of a batch taken in a step (any loader),
+    joined to its ``N`` by loader and maker's start, and one "batch" row per such batch: its samples, its
+    ``__getitem__`` wall time (fetch + waiting for a core + prep) and CPU time (prep)."""
+    made = nexts[nexts["made_t0_s"].notna()]
+    made = made.assign(step=_which_step(made["t0_s"].to_numpy(), begins, ends))
+    made = made[made["step"] >= 0].drop_duplicates(["loader", "made_t0_s"])
+    joined = parts.merge(made, on=["loader", "made_t0_s"], how="inner", suffixes=("", "_batch"))
+    joined = joined[joined["index"].isin(list(names))]
+    if joined.empty:
+        return pd.DataFrame(columns=TRANSFORM_COLUMNS)
+    kinds = joined["index"].map(lambda i: names[int(i)][0])
+    rows = pd.DataFrame({
+        "step": joined["step"].astype(int), "loader": joined["loader"].astype(int),
+        "worker": joined["worker"].astype(int), "kind": kinds, "name": joined["index"].map(lambda i: names[int(i)][1]),
+        "calls": joined["calls"].astype(int), "wall_s": joined["wall_s"],
+        "cpu_s": joined["cpu_s"],
+    })
+    batches = made[made.set_index(["loader", "made_t0_s"]).index.isin(
+        joined.set_index(["loader", "made_t0_s"]).index)]
+    batch_rows = pd.DataFrame({
+        "step": batches["step"].astype(int), "loader": batches["loader"].astype(int),
+        "worker": batches["worker"].astype(int), "kind": "batch", "name": "",
+        "calls": batches["made_samples"].astype(int),
+        "wall_s": batches["fetch_s"] + batches["core_wait_s"].fillna(0.0) + batches["prep_s"],
+        "cpu_s": batches["prep_s"],
+    })
+    out = pd.concat([rows, batch_rows], ignore_index=True)
+    return out.sort_values(["step", "loader", "kind"], kind="stable", ignore_index=True)[TRANSFORM_COLUMNS]
 
 
 def _by_start(frame: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,154 @@
+"""A profiled script's transform pipelines, timed where its samples are made (issue 18, items 1-3).
+
+Part of the hooks (``pipeprof.script.hooks``); standard library and torch
+only. At a loader's first ``iter()`` (``TransformHooks.on_loader``) its
+dataset is searched for transform pipelines: through wrappers (an object's
+``dataset``, ``ConcatDataset.datasets``) to the attributes datasets call
+(``transform``, ``target_transform``, ``transforms``; an object holding
+those itself, like torchvision's ``StandardTransform``, is searched in
+turn). Each pipeline found is timed once, whichever attribute reaches it
+(``measure.transforms.TransformTimer``, keyed by the loader: the totals
+land in the table of the process that made the sample), and the decode
+calls are patched (``pipeprof.script.decode_hooks``). The loader's
+``TimedCollate`` carries the keys, so the timed fetch of any process
+(the training process, a forked or a spawned worker) reads what the batch
+spent (``batch_parts``) and sends it back with the batch (``Tagged.parts``).
+
+Events written in the training process:
+
+* ``("F", loader, leaves)``: the loader's timed leaves in call order,
+  ``[{"name", "random"}]`` (or ``{"absent": reason}`` when timing could not
+  be installed);
+* ``("Q", index, kind, name)``: the first time a part is seen;
+* ``("P", loader, made_t0_s, index, calls, wall_s, cpu_s)``: per batch and
+  part, joined to the batch's ``N`` by loader and ``made_t0_s`` (the
+  maker's start time in its record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pipeprof.measure.transforms import TransformTimer, _is_container, drop_table, take_table
+from pipeprof.script import decode_hooks
+from pipeprof.script.patches import Patches
+
+PIPELINE_ATTRS = ("transform", "target_transform", "transforms")
+TRANSFORM, DECODE = "transform", "decode"
+SEARCH_MAX = 1000  # objects looked at in one dataset (a deep chain of wrappers)
+
+
+def batch_parts(keys: tuple[str, ...]) -> list[tuple[str, str, int, float, float]] | None:
+    """What this process's timed transforms (under ``keys``) and decode calls spent since the last call:
+    ``(kind, name, calls, wall_s, cpu_s)``, or None when nothing is timed."""
+    parts = [(TRANSFORM, *row) for key in keys for row in take_table(key)]
+    parts.extend((DECODE, *row) for row in decode_hooks.take())
+    return parts or None
+
+
+def find_pipelines(dataset: Any) -> list[tuple[Any, str, Any]]:
+    """``(holder, attribute, pipeline)`` of every transform pipeline reachable from ``dataset``, in the order
+    found (a pipeline held under two names appears twice, with its two holders)."""
+    found: list[tuple[Any, str, Any]] = []
+    seen: set[int] = set()
+    queue = [dataset]
+    while queue and len(seen) < SEARCH_MAX:
+        obj = queue.pop(0)
+        attrs = getattr(obj, "__dict__", None)
+        if id(obj) in seen or not isinstance(attrs, dict):
+            continue
+        seen.add(id(obj))
+        for attr in PIPELINE_ATTRS:
+            value = attrs.get(attr)
+            if value is None or not callable(value):
+                continue
+            if _holds_pipelines(value):  # torchvision's StandardTransform(transform, target_transform)
+                queue.append(value)
+            else:
+                found.append((obj, attr, value))
+        inner = attrs.get("dataset")
+        if inner is not None:
+            queue.append(inner)
+        many = attrs.get("datasets")
+        if isinstance(many, (list, tuple)):
+            queue.extend(many)
+    return found
+
+
+def _holds_pipelines(value: Any) -> bool:
+    attrs = getattr(value, "__dict__", None)
+    return isinstance(attrs, dict) and not _is_container(value) and \
+        any(callable(attrs.get(a)) for a in ("transform", "target_transform"))
+
+
+class TransformHooks:
+    """One session's transform and decode timing: each loader's pipelines, the names of the parts logged."""
+
+    def __init__(self, patches: Patches, log: Any, clock: Callable[[], float], session: str) -> None:
+        self.patches, self.log, self.clock = patches, log, clock
+        self.session = session  # tells this session's tables from another's in the same process
+        self.installed: dict[int, tuple[str, list[dict[str, Any]]]] = {}  # id(pipeline) -> (key, its leaves)
+        self.indexes: dict[tuple[str, str], int] = {}  # (kind, name) -> index in P events
+
+    def on_loader(self, loader: Any, number: int, collate: Any) -> None:
+        """Time the pipelines of ``loader``'s dataset and the decode calls; ``collate`` (the loader's
+        ``TimedCollate``) is given the keys its batches' parts are read under; one ``F`` event."""
+        try:
+            decode_hooks.install(self.patches)
+            keys, leaves = self._install(loader.dataset, number)
+        except (AttributeError, TypeError, ValueError, RuntimeError) as e:  # an object we could not time
+            self.log.add(("F", number, {"absent": f"transforms not timed: {type(e).__name__}: {e}"}), self.clock())
+            return
+        collate.transform_keys = tuple(keys)
+        self.log.add(("F", number, leaves), self.clock())
+
+    def _install(self, dataset: Any, number: int) -> tuple[list[str], list[dict[str, Any]]]:
+        key = f"{self.session}:{number}"
+        timer = TransformTimer(key=key)
+        keys: list[str] = []
+        leaves: list[dict[str, Any]] = []
+        wrapped: dict[int, Any] = {}  # id(pipeline) -> what its holders call now
+        for holder, attr, pipeline in find_pipelines(dataset):
+            if id(pipeline) in wrapped:  # the same pipeline under another name (StandardTransform's)
+                self._replace(holder, attr, pipeline, wrapped[id(pipeline)])
+                continue
+            if id(pipeline) in self.installed:  # timed for another loader: its table holds the times
+                other, its_leaves = self.installed[id(pipeline)]
+                keys.append(other)
+                leaves.extend(its_leaves)
+                wrapped[id(pipeline)] = pipeline
+                continue
+            first = len(timer.leaves)
+            timed = wrapped[id(pipeline)] = timer.install(pipeline)
+            mine = [{"name": name, "random": random} for name, random in timer.leaves[first:]]
+            self.installed[id(pipeline)] = (key, mine)
+            leaves.extend(mine)
+            self._replace(holder, attr, pipeline, timed)
+        if timer.leaves:
+            keys.append(key)
+            self.patches.on_undo(lambda: drop_table(key))
+            self.patches.on_undo(timer.uninstall)
+        return keys, leaves
+
+    def _replace(self, holder: Any, attr: str, pipeline: Any, timed: Any) -> None:
+        if timed is pipeline:  # timed in place (a container's entries, a module's hooks)
+            return
+        setattr(holder, attr, timed)
+
+        def undo() -> None:
+            if getattr(holder, attr, None) is timed:
+                setattr(holder, attr, pipeline)
+        self.patches.on_undo(undo)
+
+    def on_batch(self, number: int, record: list, parts: list[tuple[str, str, int, float, float]],
+                 now_s: float) -> None:
+        """``P`` events for a batch of loader ``number`` (``record``: its maker's; ``Q`` for a new part)."""
+        made_t0_s = record[2]
+        add, indexes = self.log.add, self.indexes
+        for kind, name, calls, wall_s, cpu_s in parts:
+            index = indexes.get((kind, name))
+            if index is None:
+                index = indexes[(kind, name)] = len(indexes)
+                add(("Q", index, kind, name), now_s)
+            add(("P", number, made_t0_s, index, calls, wall_s, cpu_s), now_s)
