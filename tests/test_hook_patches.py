@@ -31,7 +31,7 @@ from torch.utils.data._utils import fetch as torch_fetch
 
 import pipeprof
 from pipeprof.measure.sampler import SystemSampler
-from pipeprof.script import hooks, patches
+from pipeprof.script import decode_hooks, hooks, patches
 from pipeprof.script.batches import Tagged, TimedCollate
 
 pytestmark = pytest.mark.integration
@@ -165,6 +165,7 @@ def test_every_patched_attribute_is_the_original_after_the_block(tmp_path, monke
     instance_targets = [(loader, "collate_fn") for loader in loaders.values()]
     before, world = _state(targets + instance_targets), _world()
     seen = _watch(monkeypatch)
+    decodes = {(owner, name) for owner, name, _ in decode_hooks.targets()}  # patched at a loader's first pass
     exc = {"normal": None, "exception": ValueError, "interrupt": KeyboardInterrupt}[ending]
     try:
         with pipeprof.profile(name=ending, out=tmp_path, warmup_steps=0, quiet=True) as prof:
@@ -176,7 +177,7 @@ def test_every_patched_attribute_is_the_original_after_the_block(tmp_path, monke
         assert exc is None
     # Everything the registry saw patched during the block, the collate_fn of the loaders iterated included, is back.
     iterated = instance_targets if exc is None else instance_targets[:2]  # batch 9 is the stream's
-    assert {(owner, name) for owner, name, _o, _v in seen} == set(targets) | set(iterated)
+    assert {(owner, name) for owner, name, _o, _v in seen} == set(targets) | set(iterated) | decodes
     _assert_restored(seen)
     _assert_restored(before)
     _assert_world(world)

@@ -361,9 +361,10 @@ class Session:
             "status": status,
             "error": error,
             "compute_ceiling": None,
+            "transform_pipelines": cut.transform_pipelines,  # issue 18: each loader's timed leaves, in call order
         }
         if cut.step_source is None and not processes.empty and "role" in processes:
             # No DataLoader in the profiled process: what it started are not its DataLoader workers.
             processes.loc[processes["role"] == WORKER, "role"] = CHILD
         return Run(meta=meta, steps=cut.steps, samples=samples, processes=processes, loading=cut.loading,
-                   device_memory=cut.device_memory)
+                   device_memory=cut.device_memory, transforms=cut.transforms)
