@@ -1,0 +1,134 @@
+"""A profiled script's transforms and decode calls (script.transform_hooks, script.decode_hooks): which pipelines are
+found and timed once, which decode calls count, and how the per-batch parts become transforms.csv rows."""
+
+from __future__ import annotations
+
+import io
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch.utils.data import ConcatDataset, Subset
+from torchvision import transforms
+from torchvision.datasets.vision import StandardTransform
+from torchvision.transforms import v2
+
+from pipeprof.measure.transforms import DEPTH, TransformTimer, take_table
+from pipeprof.script import decode_hooks
+from pipeprof.script.batches import Tagged
+from pipeprof.script.event_file import Events
+from pipeprof.script.event_steps import script_steps
+from pipeprof.script.patches import Patches
+from pipeprof.script.transform_hooks import TransformHooks, batch_parts, find_pipelines
+
+
+class Add:
+    def __init__(self, n):
+        self.n = n
+
+    def __call__(self, x):
+        return x + self.n
+
+
+class Folder(torch.utils.data.Dataset):  # shaped like torchvision's VisionDataset: transforms = StandardTransform
+    def __init__(self, transform, target_transform=None):
+        self.transform, self.target_transform = transform, target_transform
+        self.transforms = StandardTransform(transform, target_transform)
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return self.transforms(torch.tensor(float(i)), i)
+
+
+class Log:
+    def __init__(self):
+        self.events = []
+
+    def add(self, event, now_s):
+        self.events.append(event)
+
+
+class Collate:
+    transform_keys: tuple = ()
+
+
+def test_pipelines_are_found_through_wrappers_and_a_shared_one_is_timed_once():
+    pipeline = transforms.Compose([Add(1), transforms.RandomApply([Add(10)], p=1.0), Add(100)])
+    bare = Add(1000)  # a bare target transform: wrapped, in both holders (the dataset and its StandardTransform)
+    data = ConcatDataset([Subset(Folder(pipeline, bare), [0, 1]), Folder(pipeline)])
+    found = find_pipelines(data)
+    assert {id(p) for _, _, p in found} == {id(pipeline), id(bare)}
+    patches, log, collate = Patches(), Log(), Collate()
+    hooks = TransformHooks(patches, log, lambda: 0.0, "t")
+    hooks.on_loader(type("L", (), {"dataset": data})(), 0, collate)
+    assert log.events == [("F", 0, [{"name": "Add", "random": None}, {"name": "Add #2", "random": True},
+                                    {"name": "Add #3", "random": None}, {"name": "Add #4", "random": None}])]
+    x, y = data[0]
+    assert (float(x), y) == (111.0, 1000)  # unchanged
+    parts = {name: calls for _, name, calls, _, _ in batch_parts(collate.transform_keys)}
+    assert parts == {"Add": 1, "Add #2": 1, "Add #3": 1, "Add #4": 1}  # each once, though reachable twice
+    patches.undo()
+    assert type(pipeline.transforms[0]) is Add and data.datasets[1].target_transform is None
+    assert data.datasets[0].dataset.target_transform is bare and data.datasets[0].dataset.transforms.target_transform is bare
+    assert take_table("t:0") == []
+
+
+def test_a_v2_pipeline_pickled_to_a_spawned_worker_adds_into_that_process_table():
+    pipeline = v2.Compose([v2.RandomHorizontalFlip(p=1.0), v2.Lambda(lambda t: t * 2)])
+    timer = TransformTimer(key="spawn-test")
+    timer.install(pipeline)
+    copy = pickle.loads(pickle.dumps(pipeline.transforms[0]))  # what a spawned worker unpickles (its own table)
+    copy(torch.zeros(1, 2, 2))
+    pipeline(torch.zeros(1, 2, 2))
+    calls = {name: c for name, c, _, _ in take_table("spawn-test")}
+    assert calls["RandomHorizontalFlip(p=1.0)"] == 2  # here, the copy adds into the same key's table
+    assert timer.leaves[0] == ("RandomHorizontalFlip(p=1.0)", True)
+    timer.uninstall()
+
+
+def _png() -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_decode_calls_count_once_inside_a_fetch_and_not_in_a_transform_or_outside():
+    patches = Patches()
+    decode_hooks.install(patches)
+    try:
+        data = _png()
+        Image.open(io.BytesIO(data)).convert("L")  # outside a fetch: not timed
+        decode_hooks.begin()
+        Image.open(io.BytesIO(data)).convert("L")  # convert calls load: counted as convert only
+        DEPTH.n += 1  # inside a timed transform: its time is the transform's
+        Image.open(io.BytesIO(data)).convert("L")
+        DEPTH.n -= 1
+        decode_hooks.end()
+        calls = {name: c for name, c, _, _ in decode_hooks.take()}
+        assert calls == {"PIL.Image.open": 1, "PIL.Image.convert": 1}
+        assert decode_hooks.take() == []
+    finally:
+        patches.undo()
+    assert not getattr(Image.open, "_pipeprof_decode", False)
+
+
+def test_parts_become_rows_of_the_step_that_took_the_batch_and_old_tagged_records_still_read():
+    record = [1, 99, 10.0, 10.5, 0.1, 0.3, 0.01, 4, 0.0]
+    events = [["L", 0, {"number": 0, "name": "train"}], ["I", 0, 9.0, 9.1],
+              ["N", 0, 10.0, 10.6, 4, record, None], ["O", 11.0],
+              ["Q", 0, "transform", "Add"], ["Q", 1, "decode", "PIL.Image.open"], ["F", 0, [{"name": "Add", "random": None}]],
+              ["P", 0, 10.0, 0, 4, 0.2, 0.1], ["P", 0, 10.0, 1, 4, 0.05, 0.01]]
+    cut = script_steps(Events.of(events), 0.0)
+    rows = cut.transforms
+    assert rows[["step", "loader", "worker", "kind", "name", "calls"]].values.tolist() == [
+        [0, 0, 1, "batch", "", 4], [0, 0, 1, "decode", "PIL.Image.open", 4], [0, 0, 1, "transform", "Add", 4]]
+    batch = rows[rows["kind"] == "batch"].iloc[0]
+    assert (batch["wall_s"], batch["cpu_s"]) == (pytest.approx(0.4), pytest.approx(0.3))  # fetch + core + prep; prep
+    assert cut.transform_pipelines == {"0": [{"name": "Add", "random": None}]}
+    old = pickle.loads(pickle.dumps(Tagged("b", record)))
+    assert old.parts is None and old.record == record
+    assert script_steps(Events.of(events[:4]), 0.0).transforms.empty  # an old event log: no rows
