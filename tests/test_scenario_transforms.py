@@ -34,8 +34,11 @@ def test_random_affine_is_the_costliest_transform_and_the_transforms_make_most_o
     assert [r["name"] for r in rows][0] == "RandomAffine" and rows[0]["random"] is True
     assert sorted(r["name"] for r in rows) == sorted(LEAVES) and all(r["calls"] == counted for r in rows)
     shares = sum(r["share_of_prep"] for r in rows)
-    assert 0.5 < shares <= 1.0 + 1e-9  # timed inside prep; the warps dominate this pipeline
+    assert 0.0 < shares <= 1.0 + 1e-9  # timed inside prep (its waits for a core included: the leaves' walls have theirs)
     assert rows[0]["share_of_prep"] > 0.5 * shares
+    # Most of prep's own work is the transforms': their CPU over prep without waiting for a core (on 2 shared cores
+    # the wait can exceed the work, and lands between leaves too, so the walls' share is no fixed bound).
+    assert sum(r["cpu_per_sample_s"] for r in rows) > 0.5 * summary["loading"]["prep_per_sample_s"]
     assert summary["decode"] is None  # RAM: values used as stored, no decode call
     split = summary["loading"]["split"]
     assert split["transform_per_sample_s"] == pytest.approx(sum(r["per_sample_s"] for r in rows))
