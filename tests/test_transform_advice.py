@@ -88,6 +88,25 @@ def test_the_verdict_is_unchanged_without_transforms_or_when_prep_does_not_set_t
     assert verdict(run).sentence == prep_bound.sentence
 
 
+def test_a_scripts_off_cpu_fetch_spent_inside_the_transforms_is_said_and_the_transform_named():
+    fetch_bound = verdict_from_attribution(attribution(make_run(wait=0.3, loading=(0.025, 0.003, 0.002))))
+    assert fetch_bound.klass == "input:fetch"
+    # a transform that sleeps 2 ms a sample (10 µs on the CPU): the off-CPU "fetch" is inside it
+    sleepy = TransformCost("Expensive", 1, 2e-3, 10e-6, 4096, 0.8, None)
+    quick = TransformCost("Cheap", 0, 200e-6, 190e-6, 4096, 0.08, None)
+    inside = lt((sleepy, quick), decode=None, split=PrepSplit(100e-6, None, 0.0, 2.2e-3, 50e-6))
+    said = with_transforms(fetch_bound, inside, fetch_off_cpu=True)
+    assert said.sentence == fetch_bound.sentence[:-1] + (
+        "; most of that time off the CPU is spent inside the transforms, not outside them reading: Expensive takes "
+        "2.00 ms per sample, 1.99 ms of it off the CPU.")
+    assert said.evidence["fetch_in_transforms_per_sample_s"] == pytest.approx(2e-3 - 10e-6 + 10e-6)
+    assert said.evidence["fetch_in_transforms_costliest"] == "Expensive"
+    # a scenario's fetch is its storage's (not off-CPU time): unchanged; and where reading outside them dominates
+    assert with_transforms(fetch_bound, inside) == fetch_bound
+    reading = lt((sleepy, quick), decode=None, split=PrepSplit(3e-3, None, 0.0, 2.2e-3, 50e-6))
+    assert with_transforms(fetch_bound, reading, fetch_off_cpu=True) == fetch_bound
+
+
 # -- the rules -----------------------------------------------------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution
-from pipeprof.analysis.evidence import PARTS, DataEvidence, LoadingEvidence
+from pipeprof.analysis.evidence import OFF_CPU_SPLIT, PARTS, DataEvidence, LoadingEvidence
 from pipeprof.analysis.thresholds import (
     CORE_WAIT_WORTH_SAYING,
     DISK_READ_FLOOR_BYTES_PER_S,
@@ -366,7 +366,7 @@ def _storage_words(data: DataEvidence) -> str | None:
 
 def _part_words(part: str, loading: LoadingEvidence, storage: str | None) -> str:
     where = f", storage: {storage}" if storage else ""
-    if loading.split == "thread-cpu-time" and part in ("fetch", "prep"):  # a script's __getitem__
+    if loading.split == OFF_CPU_SPLIT and part in ("fetch", "prep"):  # a script's __getitem__
         if part == "fetch":
             what = ("reading storage, the network or sleeping" if _core_wait_fraction(loading) is not None else
                     "reading storage, the network, sleeping or waiting for a core (not told apart in this run)")

@@ -72,6 +72,10 @@ PARTS = ("fetch", "prep", "collate")
 CORE_WAIT = "core_wait"  # not a part of making a batch the verdict can change: the maker waited for a core
 
 
+# LoadingEvidence.split of a script's loading: __getitem__'s time off the CPU as fetch, on the CPU as prep
+OFF_CPU_SPLIT = "thread-cpu-time"
+
+
 @dataclass(frozen=True)
 class LoadingEvidence(_Section):
     """``loading``: how the batches were made, measured in the process that made each one.

@@ -23,6 +23,7 @@ import pandas as pd
 from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution, attribution
 from pipeprof.analysis.device_memory import device_memory
+from pipeprof.analysis.evidence import OFF_CPU_SPLIT
 from pipeprof.analysis.hotspots import code_profile
 from pipeprof.analysis.intervals import Interval, intervals, none, ranked
 from pipeprof.analysis.ranks import (
@@ -50,7 +51,12 @@ from pipeprof.analysis.transforms import (
     training_loader,
     transforms_json,
 )
-from pipeprof.analysis.verdict import Verdict, verdict_from_attribution, with_memory_note, with_transforms
+from pipeprof.analysis.verdict import (
+    Verdict,
+    verdict_from_attribution,
+    with_memory_note,
+    with_transforms,
+)
 from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
 from pipeprof.numbers import finite
@@ -256,7 +262,8 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
     inside, train = loader_transforms(run), training_loader(run)
     # the verdict names the costliest transform or decode where CPU preprocessing sets the pace (issue 18)
     judged = with_transforms(with_memory_note(verdict_from_attribution(attr), memory),
-                             inside.get(train) if train is not None else None)
+                             inside.get(train) if train is not None else None,
+                             fetch_off_cpu=attr.loading.split == OFF_CPU_SPLIT)
 
     tail = counted.tail(max(1, math.ceil(TAIL_FRACTION * n))) if n else counted
     tail_samples = float(tail["samples"].sum())

@@ -107,7 +107,7 @@ from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution, attribution
 from pipeprof.analysis.causes import input_cause, rate_text, share_text, side
 from pipeprof.analysis.device_memory import DeviceMemory, device_memory
-from pipeprof.analysis.evidence import DiskCeiling, DiskEvidence
+from pipeprof.analysis.evidence import OFF_CPU_SPLIT, DiskCeiling, DiskEvidence
 from pipeprof.analysis.thresholds import (
     COMPUTE_BOUND_BAND,
     COMPUTE_BOUND_FRACTION,
@@ -190,15 +190,20 @@ class Verdict:
 
 def verdict(run: Run, probe: dict | None = None) -> Verdict:
     """The verdict of ``run`` (see the module's decision table and ``Verdict``)."""
-    judged = with_memory_note(verdict_from_attribution(attribution(run, probe)), device_memory(run))
-    return with_transforms(judged, training_transforms(run))
+    attr = attribution(run, probe)
+    judged = with_memory_note(verdict_from_attribution(attr), device_memory(run))
+    return with_transforms(judged, training_transforms(run), fetch_off_cpu=attr.loading.split == OFF_CPU_SPLIT)
 
 
-def with_transforms(judged: Verdict, transforms: LoaderTransforms | None) -> Verdict:
+def with_transforms(judged: Verdict, transforms: LoaderTransforms | None, *, fetch_off_cpu: bool = False) -> Verdict:
     """``judged`` naming the costliest part of preparation where CPU preprocessing sets the pace
     (``input:prep``) and the training loader's transforms or decode calls were timed (issue 18): "...;
     RandomResizedCrop(size=224) takes 61% of preparation, 1.30 ms per sample." (decoding instead where it costs
-    more than any transform), with the numbers in the evidence; otherwise ``judged`` as it is."""
+    more than any transform), with the numbers in the evidence. Where fetching sets the pace and fetch is
+    ``__getitem__``'s time off the CPU (``fetch_off_cpu``: a script's), the sentence says how much of it was
+    inside the transforms. Otherwise ``judged`` as it is."""
+    if judged.klass == "input:fetch" and fetch_off_cpu:
+        return _off_cpu_in_transforms(judged, transforms)
     part = costliest(transforms)
     if judged.klass != "input:prep" or part is None:
         return judged
@@ -207,6 +212,27 @@ def with_transforms(judged: Verdict, transforms: LoaderTransforms | None) -> Ver
         evidence["prep_costliest_fraction"] = part.share_of_prep
     sentence = judged.sentence.rstrip()
     sentence = (sentence[:-1] if sentence.endswith(".") else sentence) + f"; {costliest_words(part)}."
+    return dataclasses.replace(judged, sentence=sentence, evidence=evidence)
+
+
+def _off_cpu_in_transforms(judged: Verdict, lt: LoaderTransforms | None) -> Verdict:
+    """A script's "fetch" is ``__getitem__``'s time off the CPU: where that time was spent mostly inside its
+    transforms (waiting in them: a sleep, a lock, a GPU call, a file a transform opens) rather than outside
+    them reading, the sentence says so and names the transform that waited most."""
+    if lt is None or lt.split is None or not lt.transforms:
+        return judged
+    waits = sorted(((c.per_sample_s - c.cpu_per_sample_s, c) for c in lt.transforms), key=lambda w: -w[0])
+    in_transforms_s = sum(max(w, 0.0) for w, _ in waits)
+    if in_transforms_s <= lt.split.fetch_s + lt.split.decode_s:
+        return judged
+    waited_s, top = waits[0]
+    evidence = {**judged.evidence, "fetch_in_transforms_per_sample_s": in_transforms_s,
+                "fetch_in_transforms_costliest": top.name}
+    sentence = judged.sentence.rstrip()
+    sentence = ((sentence[:-1] if sentence.endswith(".") else sentence) +
+                "; most of that time off the CPU is spent inside the transforms, not outside them reading: "
+                f"{top.name} takes {fmt.duration(top.per_sample_s)} per sample, "
+                f"{fmt.duration(waited_s)} of it off the CPU.")
     return dataclasses.replace(judged, sentence=sentence, evidence=evidence)
 
 
