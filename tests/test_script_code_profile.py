@@ -122,6 +122,29 @@ def test_spawned_workers_are_profiled_too(tmp_path):
 
 
 @pytest.mark.integration
+def test_every_rank_of_a_spawned_job_has_its_own_window_and_workers(tmp_path):
+    command = ["python", str(FIXTURES / "ddp_gloo.py"), "--world-size", "2", "--num-workers", "1",
+               "--samples", "640", "--batch-size", "16"]
+    proc, folder = profile(tmp_path, "--cprofile", "5", command=command)
+    assert proc.returncode == 0, proc.stderr
+    assert folder is not None
+    summary, meta, functions = read(folder)
+    cprofile = summary["code_profile"]["cprofile"]  # the job's: its median rank's
+    assert meta["code_profile"]["cprofile"]["process"] == {"pid": meta["script"]["started"]["pid"],
+                                                           "rank": meta["job"]["median_rank"]}
+    assert set(functions["process"]) == {"main", "workers"} and cprofile["window"]["profiled_steps"] == 5
+    ranks = [json.loads(p.read_text()) for p in sorted((folder / "ranks").glob("*/run.json"))]
+    assert sorted(r["code_profile"]["cprofile"]["process"]["rank"] for r in ranks) == [0, 1]
+    for rank in ranks:
+        assert rank["code_profile"]["cprofile"]["process"]["pid"] == rank["rank"]["pid"]
+        assert rank["code_profile"]["cprofile"]["workers"]["processes_profiled"] == 1
+    for rank_folder in (folder / "ranks").iterdir():  # each rank's own dumps, beside its own tables
+        names = {p.name for p in rank_folder.iterdir()}
+        assert {"cprofile-main.prof", "cprofile-workers.prof", "functions.csv"} <= names
+        assert pd.read_csv(rank_folder / "functions.csv")["process"].nunique() == 2
+
+
+@pytest.mark.integration
 def test_no_workers_is_said_and_pyspy_refused_is_an_absence_with_its_reason(tmp_path):
     proc, folder = profile(tmp_path, "--cprofile", "5", "--pyspy", "50", "--steps", "15",
                            env=fake_pyspy(tmp_path, REFUSED))

@@ -5,8 +5,8 @@
 folder), where ``pipeprof.script.code_profile`` profiles the window of
 steps in each process that trains and every DataLoader worker's whole
 life. After the script, ``attach(run)`` reads what the process whose steps
-the run shows left (a job's median rank: the same process as ``run.steps``)
-and its workers' dumps, and puts it where a scenario run has it: the
+the run shows left (a job's median rank: the same process as ``run.steps``;
+each rank's run of a job gets its own) and its workers' dumps, and puts it where a scenario run has it: the
 ``functions`` table (``run_folder.FUNCTION_COLUMNS``, processes ``main`` and
 ``workers``), ``cprofile-main.prof`` / ``cprofile-workers.prof`` and run.json's
 ``code_profile.cprofile`` (``window``, ``files``, ``workers``, and
@@ -73,31 +73,46 @@ class ScriptCodeProfile:
             self.pyspy, self.spy = self.spy.stop(), None
 
     def attach(self, run: Run) -> None:
-        """The code-level view's raw records put into ``run`` (see module docstring)."""
+        """The code-level view's raw records put into ``run`` (see module docstring); in a job, each rank's run
+        gets its own window and workers, and the job's run (its median rank's records) the median rank's."""
         self.stop()
-        recorded: dict[str, Recorded] = {}
-        if self.pyspy is not None:
-            recorded["pyspy"] = self.pyspy
-        if self.cprofile_steps:
-            started = (run.meta.get("script") or {}).get("started") or {}
-            pid = started.get("pid")
-            rank = (run.meta.get("job") or {}).get("median_rank")
-            recorded["cprofile"] = collect(self.folder, int(pid) if pid is not None else None,
-                                           self.first_step, self.cprofile_steps, rank)
-            others = other_profiles(self.folder, pid)
-            if others:
-                run.meta["notes"].append(
-                    f"cProfile: the run's steps are pid {pid}'s{f' (rank {rank})' if rank is not None else ''}, and "
-                    f"so is its code-level view; {len(others)} other process(es) of the command profiled their "
-                    f"own window too (pids {', '.join(str(p) for p in others)}), not kept")
-        if not recorded:
+        if not (self.cprofile_steps or self.pyspy is not None):
             return
-        rows = [row for r in recorded.values() for row in r.rows]
-        run.functions = pd.DataFrame(rows, columns=FUNCTION_COLUMNS)
-        for r in recorded.values():
+        pid = ((run.meta.get("script") or {}).get("started") or {}).get("pid")
+        for rank_run in run.ranks:
+            rank = rank_run.meta.get("rank") or {}
+            # py-spy recorded the whole process tree: every rank is in its one file, kept in the job's folder
+            _put(rank_run, self._recorded(rank.get("pid"), rank.get("rank"), self.pyspy), files_of=("cprofile",))
+        median = (run.meta.get("job") or {}).get("median_rank")
+        _put(run, self._recorded(pid, median, self.pyspy), files_of=("cprofile", "pyspy"))
+        others = [p for p in other_profiles(self.folder, pid)
+                  if p not in {(r.meta.get("rank") or {}).get("pid") for r in run.ranks}]
+        if self.cprofile_steps and others:
+            run.meta["notes"].append(
+                f"cProfile: the run's steps are pid {pid}'s, and so is its code-level view; {len(others)} other "
+                f"process(es) of the command profiled a window too (pids {', '.join(map(str, others))}), not kept")
+
+    def _recorded(self, pid: Any, rank: Any, pyspy: Recorded | None) -> dict[str, Recorded]:
+        recorded: dict[str, Recorded] = {}
+        if pyspy is not None:
+            recorded["pyspy"] = pyspy
+        if self.cprofile_steps:
+            recorded["cprofile"] = collect(self.folder, int(pid) if pid is not None else None, self.first_step,
+                                           self.cprofile_steps, rank)
+        return recorded
+
+
+def _put(run: Run, recorded: dict[str, Recorded], *, files_of: tuple[str, ...]) -> None:
+    """``recorded`` as a scenario run holds it: the functions table, run.json's code_profile, absences, and the
+    files of the tools in ``files_of`` (a rank's run: its own dumps; py-spy's one file stays the job's)."""
+    if not recorded:
+        return
+    run.functions = pd.DataFrame([row for r in recorded.values() for row in r.rows], columns=FUNCTION_COLUMNS)
+    for name, r in recorded.items():
+        if name in files_of:
             run.attachments.update(r.files)
-            run.meta["absences"].update(r.absences)
-        run.meta["code_profile"] = {name: r.meta for name, r in recorded.items()}
+        run.meta["absences"].update(r.absences)
+    run.meta["code_profile"] = {name: r.meta for name, r in recorded.items()}
 
 
 def other_profiles(folder: Path, pid: Any) -> list[int]:
