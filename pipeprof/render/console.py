@@ -86,8 +86,15 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
             text += f"\nnote: {top['note']}"
         certain = bool(as_dict(top.get("change")) or top.get("code_change")) and not may_not_help(top)
         add("top recommendation", text, "bold" if certain else "")
-    add("fetch/prep/collate per sample",
-        _several(fmt.duration, *(loading.get(k) for k in ("fetch_per_sample_s", "prep_per_sample_s", "collate_per_sample_s"))))
+    split = as_dict(loading.get("split"))
+    if split:  # issue 18: decode and transforms timed inside __getitem__
+        add("fetch/decode/transform/other per sample",
+            _several(fmt.duration, *(split.get(f"{k}_per_sample_s") for k in ("fetch", "decode", "transform", "other"))))
+        add("collate per sample", fmt.duration(loading.get("collate_per_sample_s")))
+    else:
+        add("fetch/prep/collate per sample",
+            _several(fmt.duration, *(loading.get(k) for k in ("fetch_per_sample_s", "prep_per_sample_s",
+                                                               "collate_per_sample_s"))))
     burst = next((d.get("wait_by_position_s") for d in s.get("loaders") or []
                   if isinstance(d, dict) and d.get("role") == "train" and d.get("wait_by_position_s")), None)
     if burst:  # steps of several batches (gradient accumulation): where in the step the waits fall
