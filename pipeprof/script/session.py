@@ -270,7 +270,8 @@ class Session:
 
     def _job(self, procs: list[Proc], status: str, error: str | None, script: dict[str, Any],
              samples: pd.DataFrame, processes: pd.DataFrame, gpu_meta: dict[str, Any]) -> Run:
-        """The job's run: a rank run per process that trained, the median rank's records at the top."""
+        """The job's run: a rank run per process that trained (each with its own transforms.csv rows and run.json
+        ``transform_pipelines``, as ``_process_run`` makes them), the median rank's records at the top."""
         parents = self._parents()
         for p in procs:  # the sampler may have missed a short-lived process: the hooks' own record
             parents.setdefault(p.pid, p.ppid)
@@ -311,7 +312,7 @@ class Session:
         rank_pids = {p.pid for _, p in ranked}
         return Run(meta=meta, steps=middle.steps, samples=samples,
                    processes=job_processes(processes, rank_pids, worker_pids, self.root_pid, CHILD),
-                   loading=middle.loading, ranks=rank_runs)
+                   loading=middle.loading, transforms=middle.transforms, ranks=rank_runs)
 
     def _process_run(self, cut: ScriptSteps, unreadable: int, status: str, error: str | None,
                      script: dict[str, Any], samples: pd.DataFrame, processes: pd.DataFrame,
