@@ -47,8 +47,8 @@ started and stopped at the step ends the hooks see, and in every DataLoader
 worker (forked or spawned) for its whole life; functions.csv, the pstats
 dumps cprofile-main.prof / cprofile-workers.prof, and summary.json's
 code_profile (self time grouped into loading / transfer / compute / waiting
-/ other). In a job of several ranks, the process whose steps the run shows
-(the median rank) is the one kept. --pyspy [HZ] samples the script's process
+/ other). In a job of several ranks, each rank's run has its own, and the
+job's shows its median rank's. --pyspy [HZ] samples the script's process
 and its subprocesses from outside with py-spy (default 20 Hz) into
 pyspy.speedscope.json; py-spy missing or refused (no ptrace permission) is
 recorded as absent with the reason.
