@@ -66,7 +66,7 @@ def test_the_report_shows_the_chart_and_the_table_in_rank_order(plain):
                                              "Normalize")]
     assert all(p >= 0 for p in positions) and positions == sorted(positions)
     assert "fetch 20.0 µs · decode 300 µs · transform 1.45 ms · other 15.0 µs per sample" in part
-    assert "waiting for a core" not in part.split("Per sample:")[1].split("</p>")[0]  # unknown: not shown as 0
+    assert "waiting for a core" not in part.split("A sample's making:")[1].split("</p>")[0]  # unknown: not shown as 0
 
 
 def test_the_page_with_transforms_stays_self_contained(plain):
