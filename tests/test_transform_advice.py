@@ -88,6 +88,15 @@ def test_the_verdict_is_unchanged_without_transforms_or_when_prep_does_not_set_t
     assert verdict(run).sentence == prep_bound.sentence
 
 
+def test_a_costliest_transform_that_waited_says_its_time_on_the_cpu_beside_its_wall_time():
+    judged = verdict_from_attribution(attribution(make_run(wait=0.3, loading=LOADING)))
+    # under contention: 120 µs of wall, 60 µs on the CPU (the rest waited for a core)
+    waited = TransformCost("Resize(size=256)", 0, 120e-6, 60e-6, 4096, 120e-6 / PREP, False)
+    named = with_transforms(judged, lt((waited, NORMALIZE, FLIP)))
+    assert named.sentence.endswith("; Resize(size=256) takes 61% of preparation, 120 µs per sample (60.0 µs of it on "
+                                   "the CPU).")
+
+
 def test_a_scripts_off_cpu_fetch_spent_inside_the_transforms_is_said_and_the_transform_named():
     fetch_bound = verdict_from_attribution(attribution(make_run(wait=0.3, loading=(0.025, 0.003, 0.002))))
     assert fetch_bound.klass == "input:fetch"

@@ -34,6 +34,10 @@ DECODE_JPEG_KEEPS = 0.65
 DECODE_JPEG_BASIS = ("decode_jpeg took 0.48-0.66 of PIL's open + convert on 64-500 px JPEGs (measured once on "
                      "pipeprof's 2-core machine, not in this run)")
 
+# A part's time on the CPU this far below its wall time is said beside it ("... 988 µs per sample (580 µs of it on
+# the CPU)"): under contention a transform's wall time holds its waits for a core, which prep's does not.
+WAITED_NOTABLE = 0.2
+
 CACHE_AFTER = "cache_after"
 DECODE_IN_RAM = "decode_in_ram"
 DECODE_JPEG = "decode_jpeg"
@@ -48,6 +52,7 @@ class Costliest:
     per_sample_s: float
     share_of_prep: float | None
     decode: bool
+    cpu_per_sample_s: float | None = None  # its time on the CPU (the rest: waiting, for a core among others)
 
 
 @dataclass(frozen=True)
@@ -87,17 +92,21 @@ def costliest(lt: LoaderTransforms | None) -> Costliest | None:
     if decode is not None and decode.per_sample_s > 0 and (top is None or decode.per_sample_s > top.per_sample_s):
         prep = prep_per_sample_s(lt)
         return Costliest(f"decoding ({decode.how})" if decode.how else "decoding", decode.per_sample_s,
-                         decode.per_sample_s / prep if prep else None, True)
+                         decode.per_sample_s / prep if prep else None, True, decode.cpu_per_sample_s)
     if top is None or top.per_sample_s <= 0:
         return None
-    return Costliest(top.name, top.per_sample_s, top.share_of_prep, False)
+    return Costliest(top.name, top.per_sample_s, top.share_of_prep, False, top.cpu_per_sample_s)
 
 
 def costliest_words(part: Costliest) -> str:
     """"RandomResizedCrop(size=224) takes 61% of preparation, 1.30 ms per sample" (no share: the time only)."""
+    time = f"{fmt.duration(part.per_sample_s)} per sample"
+    cpu = part.cpu_per_sample_s
+    if cpu is not None and cpu == cpu and cpu < (1 - WAITED_NOTABLE) * part.per_sample_s:
+        time += f" ({fmt.duration(cpu)} of it on the CPU)"  # the rest waited: for a core (contention), I/O, a lock
     if part.share_of_prep is None:
-        return f"{part.name} takes {fmt.duration(part.per_sample_s)} per sample"
-    return f"{part.name} takes {fmt.pct(part.share_of_prep)} of preparation, {fmt.duration(part.per_sample_s)} per sample"
+        return f"{part.name} takes {time}"
+    return f"{part.name} takes {fmt.pct(part.share_of_prep)} of preparation, {time}"
 
 
 def cache_point(lt: LoaderTransforms) -> tuple[TransformCost, tuple[TransformCost, ...]] | None:
