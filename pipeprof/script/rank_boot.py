@@ -134,13 +134,41 @@ def _install() -> None:
         if not hooks.ended:
             how, detail = ("stopped", hooks.stop_after_steps) if hooks.stopping else ("exit", None)
             hooks.log.add(("X", clock(), how, detail), clock())
+        grouped = hooks.stopping and _in_process_group()
         try:
             hooks.uninstall()
         except Exception as e:  # noqa: BLE001 - the process's own exit goes on
             print(f"pipeprof: warning: could not take the hooks back: {type(e).__name__}: {e}", file=sys.stderr)
+        if grouped:
+            _exit_stopped_rank()
 
     atexit.register(at_exit)  # after the hooks' own flush: runs before it (last registered, first run)
     _flush_on_sigterm(hooks)
+
+
+def _in_process_group() -> bool:
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return bool(dist is not None and dist.is_available() and dist.is_initialized())
+    except Exception:  # noqa: BLE001 - a torch without c10d: no group
+        return False
+
+
+def _exit_stopped_rank() -> None:
+    """End a rank that ``--steps`` stopped now, its records written and its streams flushed, with status 0:
+    the interpreter's teardown of a rank that was in a gloo group can abort it (SIGABRT, "terminate called
+    without an active exception": the group's C++ threads outlive the objects they use, pytorch#190489),
+    even after ``destroy_process_group`` (CI aborted a stopped rank so once; the model's DDP reducer may still
+    hold the group). Measured here on a minimal 2-rank ``mp.spawn`` DDP job ending with SystemExit after 9
+    steps, 30 interleaved rounds of each: left to teardown, 2 aborted; group destroyed at exit, 1; this
+    way, 0. Runs last of the atexit handlers the script and its libraries registered after the hooks
+    (those ran already); what torch registered on import, before the hooks, is skipped with the teardown."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001, S110 - a closed stream: nothing left to write
+            pass
+    os._exit(0)
 
 
 def _flush_on_sigterm(hooks: Any) -> None:
