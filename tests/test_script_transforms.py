@@ -132,3 +132,27 @@ def test_parts_become_rows_of_the_step_that_took_the_batch_and_old_tagged_record
     old = pickle.loads(pickle.dumps(Tagged("b", record)))
     assert old.parts is None and old.record == record
     assert script_steps(Events.of(events[:4]), 0.0).transforms.empty  # an old event log: no rows
+
+
+def test_a_scripts_training_loader_without_timed_transforms_says_why():
+    import pandas as pd
+
+    from pipeprof.run_folder import TRANSFORM_COLUMNS
+    from pipeprof.script.session import _timed_pipelines
+
+    train = {"number": 1, "dataset": "TensorDataset", "role": "train"}
+    none = pd.DataFrame(columns=TRANSFORM_COLUMNS)
+    leaves = [{"name": "Normalize", "random": False}]
+    # nothing found on the dataset
+    timed, why = _timed_pipelines({}, none, train)
+    assert timed == {} and why.startswith("the training loader's dataset (TensorDataset) has no transform pipeline")
+    # timing could not be installed: the hooks' reason; the failure is kept out of transform_pipelines
+    timed, why = _timed_pipelines({"1": {"absent": "transforms not timed: TypeError: x"}, "0": leaves}, none, train)
+    assert timed == {"0": leaves} and why == "transforms not timed: TypeError: x"
+    # a pipeline, but no row for the training loader (another loader's rows do not count)
+    other = pd.DataFrame([[3, 0, -1, "transform", "Normalize", 8, 0.1, 0.1]], columns=TRANSFORM_COLUMNS)
+    assert _timed_pipelines({"1": leaves}, other, train)[1].startswith("no batch of the training loader")
+    # rows for it: nothing absent; no training loader: nothing said
+    mine = other.assign(loader=1)
+    assert _timed_pipelines({"1": leaves}, mine, train) == ({"1": leaves}, None)
+    assert _timed_pipelines({}, none, None) == ({}, None)

@@ -332,6 +332,9 @@ class Session:
         if no_core_wait:
             absences["core_wait"] = no_core_wait
         train = next((loader for loader in cut.loaders if loader["role"] == TRAIN), None)
+        pipelines, no_transforms = _timed_pipelines(cut.transform_pipelines, cut.transforms, train)
+        if no_transforms:
+            absences["transforms"] = no_transforms
         if self.sampler is not None:
             absences.update(self.sampler.absences)
         threads = {"start": cut.start.get("torch_threads"), **{t["at"]: t["torch_threads"] for t in cut.threads}}
@@ -362,10 +365,30 @@ class Session:
             "status": status,
             "error": error,
             "compute_ceiling": None,
-            "transform_pipelines": cut.transform_pipelines,  # issue 18: each loader's timed leaves, in call order
+            "transform_pipelines": pipelines,  # issue 18: each loader's timed leaves, in call order
         }
         if cut.step_source is None and not processes.empty and "role" in processes:
             # No DataLoader in the profiled process: what it started are not its DataLoader workers.
             processes.loc[processes["role"] == WORKER, "role"] = CHILD
         return Run(meta=meta, steps=cut.steps, samples=samples, processes=processes, loading=cut.loading,
                    device_memory=cut.device_memory, transforms=cut.transforms)
+
+
+def _timed_pipelines(pipelines: dict[str, Any], transforms: pd.DataFrame,
+                     train: dict[str, Any] | None) -> tuple[dict[str, Any], str | None]:
+    """run.json ``transform_pipelines`` (the loaders whose leaves were timed) and why the training loader has
+    no transforms.csv rows (``absences.transforms``; None when it has some, or trained no loader)."""
+    timed = {n: leaves for n, leaves in pipelines.items() if isinstance(leaves, list)}
+    if train is None:
+        return timed, None
+    number = str(train.get("number"))
+    if not transforms.empty and (transforms["loader"].astype(int).astype(str) == number).any():
+        return timed, None
+    failed = pipelines.get(number)
+    if isinstance(failed, dict) and failed.get("absent"):
+        return timed, str(failed["absent"])
+    if number not in timed:
+        return timed, (f"the training loader's dataset ({train.get('dataset')}) has no transform pipeline pipeprof "
+                       "could find: no transform, target_transform or transforms attribute on it or on the "
+                       "datasets it wraps")
+    return timed, "no batch of the training loader with its transforms timed reached a counted step"
