@@ -39,7 +39,9 @@ BENCHMARKS = {
     "predict": ("How wrong the recommendations' predictions are", [], ["--workers", "0,2"]),
     "tune": ("Tuner efficiency against a full grid", [], ["--grid-seconds", "6"]),
     "startup": ("Start-up of the CLI and the end of a profiled run", [], ["--repeats", "3", "--script-repeats", "1"]),
-    "transformcost": ("What per-transform timing adds to a transform call", [], ["--repeats", "5"]),
+    "transformcost": ("What timing inside the sample adds: transform calls, decode calls, a script's batches", [],
+                      ["--repeats", "5"]),
+    "insidecost": ("What timing inside the sample costs a scenario run", [], ["--repeats", "3"]),
 }
 SECTION = re.compile(r"^## (?P<name>[a-z]+): ", re.MULTILINE)
 GPU_CHECK = ROOT / "reports" / "gpu-check.json"  # make gpu-check's last result on this machine

@@ -9,7 +9,7 @@ above 1 = the timing slows training) and the cost per sample in µs. Fast
 scenarios are where it weighs most: RAM with ``normalize`` (one cheap leaf),
 RAM with ``augment`` and images with ``augment`` (decode timed too).
 
-    .venv/bin/python benchmarks/scenario_inside_cost.py --repeats 5
+    .venv/bin/python benchmarks/insidecost.py --repeats 5
 """
 
 from __future__ import annotations
