@@ -19,6 +19,9 @@ rotating), medians over the repeats with the spread of the per-repeat ratios:
    transform and decode timing on (the default) and off (the hooks'
    ``TransformHooks`` replaced by one that times nothing), and without the
    hooks: µs a sample, and on / off as a ratio of samples/s.
+4. A real pipeline: an ImageNet-style v1 Compose (RandomResizedCrop(224),
+   RandomHorizontalFlip, ToTensor, Normalize) on a 256x256 PIL image, plain
+   and timed: what the timing weighs where a sample takes a millisecond.
 """
 
 from __future__ import annotations
@@ -93,6 +96,25 @@ def transform_calls(number: int, repeats: int) -> None:
         calls = len(plain.transforms)
         print(f"  {name}: {_us(times, 'plain')} µs a sample plain, {_us(times, 'timed')} timed: "
               f"+{added_us(times, 'timed', 'plain', calls):.2f} µs a transform call; {ratio_line(times, 'timed', 'plain')}")
+
+
+def real_pipeline(number: int, repeats: int) -> None:
+    """An ImageNet-style v1 training pipeline on a 256x256 PIL image (a millisecond or so a sample): what the
+    timing weighs where real pipelines spend their time."""
+    from torchvision import transforms as v1
+
+    def make() -> Any:
+        return v1.Compose([v1.RandomResizedCrop(224), v1.RandomHorizontalFlip(), v1.ToTensor(),
+                           v1.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (256, 256, 3), dtype=np.uint8))
+    plain, timed = make(), make()
+    TransformTimer().install(timed)
+    times = interleaved({"timed": per_sample(partial(timed, image), number),
+                         "plain": per_sample(partial(plain, image), number)}, repeats)
+    print(f"  {_us(times, 'plain')} µs a sample plain, {_us(times, 'timed')} timed: "
+          f"+{added_us(times, 'timed', 'plain', len(plain.transforms)):.2f} µs a transform call; "
+          f"{ratio_line(times, 'timed', 'plain')}")
 
 
 def decode_calls(folder: Path, number: int, repeats: int) -> None:
@@ -199,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"3. a script's batches: DataLoader, batch 32, 0 workers, 4-transform v1 Compose, {args.passes} passes "
               f"of {args.samples} samples a repeat:")
         script_batches(Path(tmp), args.samples, args.passes, args.repeats)
+    print(f"4. a real pipeline: RandomResizedCrop(224), RandomHorizontalFlip, ToTensor, Normalize on a 256x256 "
+          f"PIL image ({max(args.number // 10, 1)} calls a repeat):")
+    real_pipeline(max(args.number // 10, 1), args.repeats)
     return 0
 
 
