@@ -134,6 +134,25 @@ def test_the_cache_point_is_the_dominant_deterministic_transform_before_a_random
     assert cache_point(lt((RESIZE, cost("RandomResizedCrop", 1, 130e-6, True)))) is None
 
 
+def test_the_cache_point_takes_the_deterministic_transforms_after_the_dominant_one_up_to_the_first_random():
+    """torchvision's classic order: Resize, CenterCrop (deterministic), then a random flip, then ToTensor and
+    Normalize: the samples are cached after CenterCrop (smaller, and its time saved too), and everything from
+    the flip on stays per sample."""
+    resize, crop = cost("Resize(size=64)", 0, 600e-6, False), cost("CenterCrop(size=56)", 1, 40e-6, False)
+    flip, to_tensor = cost("RandomHorizontalFlip(p=0.5)", 2, 20e-6, True), cost("ToTensor()", 3, 100e-6, False)
+    normalize = cost("Normalize", 4, 80e-6, False)
+    record = lt((resize, crop, flip, to_tensor, normalize), decode=None)
+    top, prefix = cache_point(record)
+    assert top is resize and prefix == (resize, crop)
+    (saving,) = [s for s in prep_savings(record) if s.kind == "cache_after"]
+    assert saving.prep_saved_s == pytest.approx(640e-6) and saving.fetch_saved_s == 0
+    assert saving.code_change == ("cache the samples after CenterCrop(size=56): apply Resize(size=64) → "
+                                  "CenterCrop(size=56) once (e.g. in a first pass into a tensor held in RAM or saved "
+                                  "to disk) and keep RandomHorizontalFlip(p=0.5) → ToTensor() → Normalize in the "
+                                  "per-sample transform")
+    assert "(the first random transform is RandomHorizontalFlip(p=0.5))" in saving.why
+
+
 def test_no_advice_without_measured_transforms():
     assert prep_savings(None) == []
     assert costliest(None) is None

@@ -110,8 +110,10 @@ def costliest_words(part: Costliest) -> str:
 
 
 def cache_point(lt: LoaderTransforms) -> tuple[TransformCost, tuple[TransformCost, ...]] | None:
-    """The dominant deterministic transform and the deterministic prefix that ends with it (call order), where
-    a random transform follows; None where the module docstring's rule does not hold."""
+    """The dominant deterministic transform and the deterministic prefix that holds it (call order: every
+    transform up to the first one not known to be deterministic, so the cheap deterministic ones after the
+    dominant one, a crop, are cached too), where a random transform follows; None where the module
+    docstring's rule does not hold."""
     total = sum(c.per_sample_s for c in lt.transforms)
     if total <= 0:
         return None
@@ -119,9 +121,9 @@ def cache_point(lt: LoaderTransforms) -> tuple[TransformCost, tuple[TransformCos
     if top.random is not False or top.per_sample_s / total < SHARE_DOMINATES:
         return None
     in_order = sorted(lt.transforms, key=lambda c: c.order)
-    prefix = tuple(c for c in in_order if c.order <= top.order)
-    after = [c for c in in_order if c.order > top.order]
-    if any(c.random is not False for c in prefix) or not any(c.random is True for c in after):
+    first = next((i for i, c in enumerate(in_order) if c.random is not False), len(in_order))
+    prefix, after = tuple(in_order[:first]), in_order[first:]
+    if top not in prefix or not any(c.random is True for c in after):
         return None
     return top, prefix
 
@@ -168,21 +170,24 @@ def _cache_after(lt: LoaderTransforms) -> PrepSaving | None:
     if point is None:
         return None
     top, prefix = point
+    last = prefix[-1]
     total = sum(c.per_sample_s for c in lt.transforms)
     prefix_s = sum(c.per_sample_s for c in prefix)
     decode_s = lt.decode.per_sample_s if lt.decode is not None else 0.0
-    randoms = [c.name for c in sorted(lt.transforms, key=lambda c: c.order) if c.order > top.order and c.random]
+    rest = [c for c in sorted(lt.transforms, key=lambda c: c.order) if c.order > last.order]
+    first_random = next(c for c in rest if c.random)
     names = " → ".join(c.name for c in prefix)
     why = (f"{top.name} is deterministic and takes {fmt.pct(top.per_sample_s / total)} of the transforms' time "
-           f"({fmt.duration(top.per_sample_s)} per sample); it and everything before it ({names}) give the same "
-           f"output every epoch, and only {', '.join(randoms)} after it {'is' if len(randoms) == 1 else 'are'} "
-           f"random: caching the samples after it saves {fmt.duration(prefix_s)} of transforms"
+           f"({fmt.duration(top.per_sample_s)} per sample); {names} give{'s' if len(prefix) == 1 else ''} the same "
+           f"output every epoch (the first random transform is {first_random.name}): caching the samples after "
+           f"{last.name} saves {fmt.duration(prefix_s)} of transforms"
            + (f" and {fmt.duration(decode_s)} of decoding" if decode_s else "") + " per sample")
     return PrepSaving(CACHE_AFTER, prefix_s + decode_s, 0.0,
-                      f"cache the samples after {top.name}: apply {names} once (e.g. in a first pass into a tensor "
-                      f"held in RAM or saved to disk) and keep only {', '.join(randoms)} in the per-sample transform",
+                      f"cache the samples after {last.name}: apply {names} once (e.g. in a first pass into a tensor "
+                      f"held in RAM or saved to disk) and keep {' → '.join(c.name for c in rest)} in the per-sample "
+                      "transform",
                       why, note=("the cached samples take memory (or disk) at their size after "
-                                 f"{top.name}; read from a disk instead of RAM they can cost more than they save"))
+                                 f"{last.name}; read from a disk instead of RAM they can cost more than they save"))
 
 
 def decode_saving(lt: LoaderTransforms) -> PrepSaving | None:
