@@ -260,9 +260,10 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
     frac = attr.fractions
     memory = device_memory(run)
     inside, train = loader_transforms(run), training_loader(run)
+    trained = inside.get(train) if train is not None else None  # the training loader's, None: nothing timed
     # the verdict names the costliest transform or decode where CPU preprocessing sets the pace (issue 18)
     judged = with_transforms(with_memory_note(verdict_from_attribution(attr), memory),
-                             inside.get(train) if train is not None else None,
+                             trained,
                              fetch_off_cpu=attr.loading.split == OFF_CPU_SPLIT)
 
     tail = counted.tail(max(1, math.ceil(TAIL_FRACTION * n))) if n else counted
@@ -295,10 +296,10 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
         },
         "gpu": _gpu_summary(during) if run.meta.get("gpu", {}).get("available") else None,
         "device_memory": memory.to_json(),  # torch.cuda's peaks and the creep check (analysis.device_memory)
-        "loading": _with_split(attr.loading_summary, inside.get(train) if train is not None else None),
+        "loading": _with_split(attr.loading_summary, trained),
         # inside the sample (analysis.transforms): the training loader's transforms, costliest first, and decode
-        "transforms": transforms_json(inside.get(train) if train is not None else None),
-        "decode": decode_json(_decode(inside, train)),
+        "transforms": transforms_json(trained),
+        "decode": decode_json(trained.decode if trained is not None else None),
         "cache": attr.cache_check,
         "final_loss": float(tail["loss"].mean()) if n else None,
         "accuracy": _accuracy(tail["correct"], tail_samples),
@@ -332,11 +333,6 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
                      "mean": float(step_s.mean()) if n else None},
         fractions=frac, attribution=attr, verdict=judged,
         recommendations=recs, intervals=bounds, sections=sections)
-
-
-def _decode(inside: dict[int, LoaderTransforms], loader: int | None) -> Any:
-    lt = inside.get(loader) if loader is not None else None
-    return lt.decode if lt is not None else None
 
 
 def _with_split(loading: dict[str, Any] | None, lt: LoaderTransforms | None) -> dict[str, Any] | None:

@@ -132,8 +132,7 @@ class TimedDataset(Dataset):
         self.key = key
         self.run_queue = run_queue
         self.cpu_clock = cpu_clock
-        self.decoder: str | None = getattr(dataset, "decoder", None)
-        self.timed_decode = self.decoder is not None
+        self.decoder: str | None = getattr(dataset, "decoder", None)  # None: no decode timed apart
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -145,7 +144,7 @@ class TimedDataset(Dataset):
         t0 = clock()
         fetched = self.dataset.fetch(index)
         t1 = clock()
-        if self.timed_decode:  # prep's two halves, the decode timed (wall and CPU) on its own
+        if self.decoder is not None:  # prep's two halves, the decode timed (wall and CPU) on its own
             c1 = self.cpu_clock()
             x = self.dataset.decode(fetched.payload)
             decoded, c2 = clock(), self.cpu_clock()
@@ -155,7 +154,7 @@ class TimedDataset(Dataset):
         t2 = clock()
         if batch is None:
             batch = _OPEN[self.key] = _OpenBatch(t0, queue_s, self.decoder)
-        if self.timed_decode:
+        if self.decoder is not None:
             batch.decode_s += decoded - t1
             batch.decode_cpu_s += c2 - c1
         fetch_s = t1 - t0

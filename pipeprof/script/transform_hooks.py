@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pipeprof.measure.transforms import TransformTimer, _is_container, drop_table, take_table
+from pipeprof.measure.transforms import TransformTimer, drop_table, is_container, take_table
 from pipeprof.script import decode_hooks
 from pipeprof.script.patches import Patches
 
@@ -78,7 +78,7 @@ def find_pipelines(dataset: Any) -> list[tuple[Any, str, Any]]:
 
 def _holds_pipelines(value: Any) -> bool:
     attrs = getattr(value, "__dict__", None)
-    return isinstance(attrs, dict) and not _is_container(value) and \
+    return isinstance(attrs, dict) and not is_container(value) and \
         any(callable(attrs.get(a)) for a in ("transform", "target_transform"))
 
 
@@ -132,7 +132,7 @@ class TransformHooks:
         return keys, leaves
 
     def _replace(self, holder: Any, attr: str, pipeline: Any, timed: Any) -> None:
-        if timed is pipeline:  # timed in place (a container's entries, a module's hooks)
+        if timed is pipeline:  # timed in place (a container's entries)
             return
         setattr(holder, attr, timed)
 
