@@ -1,6 +1,8 @@
 """How wrong are pipeprof's predictions? Predicted against measured samples/s, over many kinds of change, in one invocation.
 
     python benchmarks/predict.py [SCENARIO ...] [--workers 0,1] [--steps 150] [--scripts | --no-scripts] [--out DIR]
+                                 [--keep DIR]
+    python benchmarks/predict.py --again ROWS.json   (re-predict offline from a --keep invocation's base folders)
 
 **Scenarios.** For each scenario and each ``loader.num_workers`` of the grid
 (the *base*), the base runs in a fresh process (``pipeprof run``, as
@@ -117,7 +119,7 @@ def predictions(folder: Path, changes: list[dict[str, Any]]) -> list[tuple[dict[
 
 
 def row(source: str, base: str, rate: float, change: dict[str, Any], kind: str, predicted: float, interval: Any,
-        measured: float | None, status: str, rates: list[float]) -> dict[str, Any]:
+        measured: float | None, status: str, rates: list[float], folder: Path) -> dict[str, Any]:
     error = predicted / measured - 1 if measured else None
     bounds = list(interval.samples_per_s) if interval is not None and interval.samples_per_s else None
     inside = bool(bounds[0] <= measured <= bounds[1]) if bounds and measured else None
@@ -128,7 +130,7 @@ def row(source: str, base: str, rate: float, change: dict[str, Any], kind: str, 
     return {"source": source, "base": base, "base_samples_per_s": rate, "change": change, "kind": kind,
             "predicted_samples_per_s": predicted, "interval": bounds, "measured_samples_per_s": measured,
             "relative_error": error, "inside": inside, "status": status, "measured_per_run": rates,
-            "model": getattr(interval, "method", None)}
+            "model": getattr(interval, "method", None), "base_folder": str(folder)}
 
 
 # scenarios
@@ -166,7 +168,7 @@ def scenario_rows(paths: list[str], grid: list[int], steps: int, work: Path, cac
                          if c.status == "complete" and c.summary and c.summary.get("samples_per_s")]
                 measured = statistics.median(rates) if rates else None
                 rows.append(row("scenario", name, rate, change, kind_of(change, k), predicted, interval, measured,
-                                children[-1].status, rates))
+                                children[-1].status, rates, first.folder))
             again = _run(base.scenario, base.raw, work, cache)
             if again.status == "complete" and again.summary:
                 noise.append(again.summary["samples_per_s"] / rate - 1)
@@ -204,7 +206,7 @@ def script_rows(steps: int, work: Path, noise: list[float]) -> list[dict[str, An
             rates = [c[1]["samples_per_s"] for c in children if c and c[1].get("samples_per_s")]
             measured = statistics.median(rates) if rates else None
             rows.append(row("script", name, rate, change, kind_of(change, k), predicted, interval, measured,
-                            "complete" if rates else "failed", rates))
+                            "complete" if rates else "failed", rates, folder))
         verified = _profile(command, steps, work, ["--verify"])
         record = (verified[1].get("verification") or {}) if verified else {}
         if record.get("status") == "complete":
@@ -272,6 +274,28 @@ def report(rows: list[dict[str, Any]], noise: list[float], out: Path) -> int:
     return 0
 
 
+def again(path: Path, out: Path) -> int:
+    """Re-predict every row of an earlier invocation (run with ``--keep``) from its kept base folder with the
+    model as it is now, against the same measured values: how a change to the model moves the errors, with
+    the machine's noise held fixed. One invocation's noise is in those measured values, so a model fitted to
+    them alone is fitted to that noise too: check a change on a second invocation before believing it."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    rows = []
+    for old in data["rows"]:
+        folder = Path(old.get("base_folder") or "")
+        if not (folder / "run.json").is_file():
+            print(f"  {old['base']}: {old['change']}: base folder {folder} not kept")
+            continue
+        got = predictions(folder, [old["change"]])
+        if not got:
+            print(f"  {old['base']}: {old['change']}: no longer predicted")
+            continue
+        (change, predicted, interval), = got
+        rows.append(row(old["source"], old["base"], old["base_samples_per_s"], change, old["kind"], predicted,
+                        interval, old["measured_samples_per_s"], old["status"], old["measured_per_run"], folder))
+    return report(rows, data.get("noise") or [], out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenarios", nargs="*", default=list(DEFAULT_SCENARIOS))
@@ -281,11 +305,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="also the fixture scripts, through --loader/--threads and --verify (default: yes)")
     parser.add_argument("--cache", type=Path, default=None, help="data cache folder")
     parser.add_argument("--out", type=Path, default=Path("reports/bench"))
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="keep every run folder under DIR (rows name their base's): to re-predict offline")
+    parser.add_argument("--again", type=Path, default=None, metavar="ROWS",
+                        help="re-predict a --keep invocation's rows (its predict-*.json) offline; runs nothing")
     args = parser.parse_args(argv)
+    if args.again is not None:
+        return again(args.again, args.out)
     grid = [int(k) for k in args.workers.split(",")]
     noise: list[float] = []
     with tempfile.TemporaryDirectory(prefix="pipeprof-predict-") as tmp:
         work = Path(tmp)
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            work = args.keep.resolve()
         rows = scenario_rows(args.scenarios, grid, args.steps, work, args.cache, noise)
         if args.scripts:
             rows += script_rows(args.steps, work, noise)

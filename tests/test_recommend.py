@@ -485,6 +485,25 @@ def test_decoded_samples_in_ram_cost_what_the_ram_loader_measured_not_nothing():
     assert "p_ram" in rec["model"]
 
 
+def test_decoded_samples_in_ram_with_workers_free_the_compute_the_decoding_workers_stalled():
+    # 1 worker decoding images (fetch 1 ms, decode 60 ms, collate 1 ms per batch of 128) beside 2 torch threads
+    # on 2 cores: compute measured under that worker's stall. Cached in RAM, the worker only indexes and sends
+    # (the RAM loader probe: 40,000 samples/s), so compute gets most of its speed back: the fixed point with the
+    # RAM costs, not the run's stalled C (which the supply-only form kept: "min(C, supply)").
+    run = with_main_cpu(make_run(wait=0.2, h2d=0.0, workers=1, loading=(0.001, 0.06, 0.001), cores=2,
+                                 threads=2, storage="images"), 150.0)
+    with_what_ifs(run, device_loop=6000.0, ram_loader=40000.0)
+    rec = predicted(run, {"data.storage": "ram"})
+    x = rec["predicted_samples_per_s"]
+    c_run = BATCH / (0.8 * STEP_S)  # the run's own compute ceiling, stalled
+    assert "p_ram" in rec["model"] and "u_k = p_ram + sending a batch" in rec["model"]
+    assert x > 1.5 * c_run  # the stall the decoding worker caused is gone
+    # the fixed point: the training process receives each batch and computes beside a worker busy u·X cores
+    u = 1 / 40000.0 + SEND
+    assert x < 1 / (1 / 6000.0 + RECEIVE) * 1.001  # never above the loop alone with the receive cost
+    assert x * u < 1.0  # the worker is not the limit: it would make 1/u > X samples/s on its core
+
+
 def test_whole_batches_with_no_workers_are_the_device_loop_plus_the_copy():
     run = make_run(wait=0.5, h2d=0.01, loading=(0.03, 0.0, 0.02))
     with_what_ifs(run, device_loop=2000.0, loader_alone=5000.0)

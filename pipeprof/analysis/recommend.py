@@ -643,6 +643,18 @@ class _Model:
         rate = k / (io + cpu_s) if io + cpu_s > 0 else math.inf
         return WorkerCosts(rate, receive, cpu_s, STARTUP_S_PER_WORKER * k, measured=False)
 
+    def _ram_costs(self, k: int, p_ram: float) -> WorkerCosts:
+        """What ``k`` workers cost making decoded samples from RAM (``p_ram`` s a sample in a 0-worker loader):
+        each sends its batches too; the training process receives them as the probed (else estimated) ``q_k``
+        (the same batches' bytes), and the workers start as probed (else estimated)."""
+        send = SEND_S_PER_BATCH / self.batch_size + SEND_S_PER_BYTE * float(SAMPLE_BYTES)
+        probed = self.loader_k.get(k)
+        receive = probed.receive_s if probed is not None else \
+            RECEIVE_S_PER_BATCH / self.batch_size + RECEIVE_S_PER_BYTE * float(SAMPLE_BYTES)
+        startup = probed.startup_s if probed is not None else STARTUP_S_PER_WORKER * k
+        u = p_ram + send
+        return WorkerCosts(k / u, receive, u, startup, measured=False)
+
     def _io(self, fetch: float) -> float:
         """The part of fetch that waits on storage, not a core: a script's fetch is measured as exactly that
         (off-CPU time); a scenario's where the data is read cold or throttled."""
@@ -666,11 +678,15 @@ class _Model:
             return 0
         return int(firsts["epoch"].isin(self._first_pass_epochs()).sum()) if persistent else len(firsts)
 
-    def _workers_fixed_point(self, k: int, threads: int | None, persistent: bool | None = None) -> tuple[float, str]:
+    def _workers_fixed_point(self, k: int, threads: int | None, persistent: bool | None = None, *,
+                             costs: WorkerCosts | None = None, storage: float | None = None,
+                             source: str | None = None) -> tuple[float, str]:
         """X(k) (module docstring, "k workers, measured" and "estimated"): the fixed point of
         X = min(L_k, W/u_k, S, 1/(1/C_k(u_k·X) + q_k)), solved by bisection (the right side falls as X
-        grows, so there is one), then each counted pass start's worker start-up added."""
-        costs = self._costs(k)
+        grows, so there is one), then each counted pass start's worker start-up added. ``costs``, ``storage``
+        (S) and ``source`` (their words) for another data placement (decoded samples in RAM: ``_ram_x``)."""
+        costs = self._costs(k) if costs is None else costs
+        storage_ceiling = self.storage_ceiling if storage is None else storage
         rate, receive, worker_cpu = costs.samples_per_s, costs.receive_s, costs.cpu_s
         t = float(threads) if threads is not None else self.threads
         c0, words = self._compute_at(k, threads) if threads is not None else (self.ceiling_free, "")
@@ -685,7 +701,7 @@ class _Model:
                      if near.measured else "; C_free = C·exp(STALL·over) at the run's own workers (u estimated)")
         # W(k): their own cores where k + T fit, else their fair share among the k + T runnable threads.
         w = float(k) if k + t <= self.cores else k * self.cores / (k + t)
-        supply = min(rate, w / worker_cpu if worker_cpu > 0 else math.inf, self.storage_ceiling)
+        supply = min(rate, w / worker_cpu if worker_cpu > 0 else math.inf, storage_ceiling)
 
         def main_rate(x: float) -> float:
             return 1.0 / (1.0 / workers_compute(c0, worker_cpu * x, t, self.cores) + receive)
@@ -701,8 +717,8 @@ class _Model:
         starts = self._pass_starts_with(bool(self.loader.persistent_workers if persistent is None else persistent))
         if starts and x > 0 and self.samples:
             x = self.samples / (self.samples / x + starts * costs.startup_s)
-        source = ("the k-worker loader measured alone after the run (what_ifs.loader_workers: L_k, receive q_k, "
-                  "workers' CPU u_k per sample and their start-up)" if costs.measured else
+        source = source or ("the k-worker loader measured alone after the run (what_ifs.loader_workers: L_k, "
+                  "receive q_k, workers' CPU u_k per sample and their start-up)" if costs.measured else
                   f"L_k, q_k, u_k estimated: u = the run's CPU per sample{' + sending a batch' if self.k == 0 else ''}"
                   f", q = receiving one ({fmt.duration(costs.receive_s)} a sample), start-up "
                   f"{fmt.duration(STARTUP_S_PER_WORKER)} a worker (assumed)")
@@ -822,9 +838,15 @@ class _Model:
         the run (what_ifs.ram_loader), else the run's own with fetch (and a plain decode) removed."""
         if self.ram_loader:
             p = 1.0 / self.ram_loader
-            model = ("X(0) = 1/(p_ram + 1/C_free)" if k == 0 else "X(k) = min(C', k/(p_ram·k/W(k)))") + \
-                ", p_ram = 1/R: decoded samples in RAM through a 0-worker loader, measured after the run"
-            return self.throughput(k, 0.0, p, 0.0, storage=math.inf), model + (self._c_free_words() if k == 0 else "")
+            words = ", p_ram = 1/R: decoded samples in RAM through a 0-worker loader, measured after the run"
+            if k == 0:
+                return (self.throughput(0, 0.0, p, 0.0, storage=math.inf),
+                        "X(0) = 1/(p_ram + 1/C_free)" + words + self._c_free_words())
+            if self.ceiling_free and math.isfinite(self.ceiling_free):
+                return self._workers_fixed_point(k, None, costs=self._ram_costs(k, p), storage=math.inf,
+                                                 source="u_k = p_ram + sending a batch, L_k = k/u_k" + words)
+            return (self.throughput(k, 0.0, p, 0.0, storage=math.inf),
+                    "X(k) = min(C', k/(p_ram·k/W(k)))" + words)
         parts = self._parts()
         if parts is None:
             return None
