@@ -42,8 +42,13 @@ measured 2.4 s a run on 2 busy cores, of which ~1.0 s the k-worker loaders
 * ``p_ram = 1/R`` (``ram_loader``): decoded samples in RAM through a 0-worker
   loader: what ``data.storage = "ram"`` makes per sample (the indexing and
   collate that remain, which the analytical model dropped: images at 0
-  workers, predicted 31.8k, measured 18.5k). With workers, ``p_ram`` is each
-  worker's CPU time per sample in ``X(k)``.
+  workers, predicted 31.8k, measured 18.5k). With workers, the k-worker fixed
+  point below with ``u = p_ram + send``, ``L_k = k/u``, ``S`` none, ``q`` and
+  the start-up as probed for the run's data (the same batches' bytes), else
+  estimated: the workers no longer decode, so compute gets back what their
+  stall took (the supply-only ``min(C, k/p_ram)`` kept the run's stalled
+  ``C``: jpeg-decode at 1 worker predicted 8,480, measured 13,106; the fixed
+  point 13,009).
 * whole batches at 0 workers: one index per batch, as the device loop takes
   it: ``1/(1/C_loop + h2d per sample)`` (the run's copy to the device added).
 * ``C_loop(t)`` (``device_loop_threads``: the same loop at 1 torch thread,
@@ -122,7 +127,7 @@ measured within the noise of the run, -1% to +14%).
 Still assumed (and the ``model`` says so): the supply with ``k ≥ 1`` workers
 where not probed (above), pinned memory (half the copy), whole batches with
 workers (90% of fetch and 80% of collate gone), decoded data in RAM with
-workers (``throughput`` below), persistent workers (the run without its
+workers without the RAM loader probe (``throughput`` below), persistent workers (the run without its
 re-iterated passes' excess first waits). A script's run has no workload
 pipeprof can re-run: it has no probes, and every ``model`` says
 ``[analytical, no what-if probe: ...]``; so does a run recorded before the
@@ -164,7 +169,8 @@ From counted steps (``n`` samples, step times summed):
 Throughput with ``k ≥ 1`` workers: the fixed point above (measured or
 estimated costs). The supply-only form ``X(k) = min(C', k / (io +
 cpu·k/W(k)), S)`` (no receive cost, no stall, no start-up) remains for
-decoded data in RAM with workers, whole batches with workers, and a run
+decoded data in RAM with workers where the RAM loader was not probed, whole
+batches with workers, and a run
 without a finite compute ceiling. With 0 workers the training process makes
 each batch itself: ``X(0) = 1 / (p0 + 1/C_free)`` (``p0 = 1/L0`` where
 measured, else ``p``; from a run with workers ``p`` was measured in them,
