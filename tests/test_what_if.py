@@ -23,6 +23,7 @@ from pipeprof.measure.what_if import (
 from pipeprof.pipeline.train import build_workload, profile_scenario, train_loop
 from pipeprof.scenario import DataSpec, LoaderSpec, ModelSpec, ProfileSpec, Scenario, TrainSpec
 from pipeprof.storage.device import DeviceBatches
+from pipeprof.storage.pagecache import DropResult
 
 
 def tiny(storage: str = "ram", cache: str = "warm", samples: int = 512, steps: int = 12) -> Scenario:
@@ -130,7 +131,7 @@ def test_the_loader_alone_counts_its_samples_per_second():
 @pytest.mark.parametrize("storage, cache, loader, ram", [
     ("ram", "warm", True, "already in RAM"),
     ("memmap", "warm", True, None),
-    ("memmap", "cold", "read cold", None),
+    ("memmap", "cold", True, None),
     ("device", "warm", "on the device", "already on the device"),
 ])
 def test_which_probes_run_and_why_the_others_do_not(tmp_path, storage, cache, loader, ram):
@@ -146,6 +147,45 @@ def test_which_probes_run_and_why_the_others_do_not(tmp_path, storage, cache, lo
         assert out["ram_loader"]["samples_per_s"] > 0 and len(out["ram_loader"]["samples_per_s_per_window"]) == 2
     else:
         assert ram in out["ram_loader"]["absent"]
+
+
+class FakeDrop:
+    """pagecache.drop as the probes call it: records each call and whether the dataset's own map was closed."""
+
+    def __init__(self, dataset, dropped: bool = True, reason: str | None = None) -> None:
+        self.dataset, self.dropped, self.reason = dataset, dropped, reason
+        self.calls: list[tuple[list, bool]] = []
+
+    def __call__(self, paths):
+        self.calls.append((list(paths), self.dataset._x is None))
+        return DropResult(files=len(paths), bytes_total=1, resident_before_bytes=1, resident_after_bytes=0,
+                          dropped=self.dropped, reason=self.reason)
+
+
+def test_data_read_cold_is_probed_cold_each_loader_after_its_files_are_dropped(tmp_path, monkeypatch):
+    import pipeprof.measure.what_if as what_if
+
+    work = build_workload(tiny("memmap", "cold"), tmp_path)
+    fake = FakeDrop(work.data.dataset)
+    monkeypatch.setattr(what_if, "drop", fake)
+    out = measure_what_ifs(work, train_loop, window_s=0.02, windows=2, budget_s=0.3)
+    probed = [out["loader_alone"], *[v for v in out["loader_workers"].values() if isinstance(v, dict)]]
+    assert all(entry["cold"] is True and entry["samples_per_s"] > 0 for entry in probed)
+    assert len(fake.calls) == len(probed)  # one drop before each loader probe of the run's storage
+    assert all(paths == work.data.dataset.paths() and closed for paths, closed in fake.calls)
+    assert work.data.dataset._x is None  # nothing stays mapped after the probes
+    assert out["drops_s"] == pytest.approx(sum(entry["drop_s"] for entry in probed))
+    assert "cold" not in out["ram_loader"]  # decoded samples in RAM are not read from the disk
+
+
+def test_data_read_cold_whose_page_cache_cannot_be_dropped_is_not_probed_warm(tmp_path, monkeypatch):
+    import pipeprof.measure.what_if as what_if
+
+    work = build_workload(tiny("memmap", "cold"), tmp_path)
+    monkeypatch.setattr(what_if, "drop", FakeDrop(work.data.dataset, dropped=False, reason="on tmpfs"))
+    out = measure_what_ifs(work, train_loop, window_s=0.02, windows=2, budget_s=0.3)
+    assert "page cache could not be dropped: on tmpfs" in out["loader_alone"]["absent"]
+    assert out["loader_workers"]["absent"] == out["loader_alone"]["absent"]
 
 
 def test_a_run_records_its_what_ifs_within_the_time_budget(tmp_path):

@@ -37,8 +37,9 @@ measured 2.4 s a run on 2 busy cores, of which ~1.0 s the k-worker loaders
   DataLoader with no training: ``p0 = 1/L0`` is what each sample costs the
   training process at ``num_workers = 0`` (indexing, decode, transform,
   collate and the loader's bookkeeping), so ``X(0) = 1/(p0 + 1/C_free)``.
-  Not for cold data (the cache is warm after the run): the loading records'
-  ``p`` then.
+  For data read cold the probe reads it cold too (its files dropped from the
+  page cache first: ``what_ifs`` entries with ``cold: true``); where it could
+  not, the loading records' ``p``.
 * ``p_ram = 1/R`` (``ram_loader``): decoded samples in RAM through a 0-worker
   loader: what ``data.storage = "ram"`` makes per sample (the indexing and
   collate that remain, which the analytical model dropped: images at 0
@@ -53,10 +54,15 @@ measured 2.4 s a run on 2 busy cores, of which ~1.0 s the k-worker loaders
   it: ``1/(1/C_loop + h2d per sample)`` (the run's copy to the device added).
 * ``C_loop(t)`` (``device_loop_threads``: the same loop at 1 torch thread,
   CPU training with more; linear in the threads between 1 and T): compute at
-  ``train.threads = t`` is ``C_loop(t)`` where the change leaves the workers
-  their own cores (``k + t <= N``) after a run they oversubscribed, or with
-  no workers; else the run's ``C`` times ``C_loop(t)/C_loop(T)``. Without
-  the probe, ``C·min(1, t/m)`` (assumed).
+  ``train.threads = t`` is ``C_loop(t)`` from a run without workers or going
+  to none; from a run with workers, the run's ``C`` (measured beside them)
+  times ``C_loop(t)/C_loop(T)``, even where the change leaves the workers a
+  core of their own (``k + t <= N``): there the loop alone at ``t`` predicted
+  +43%, +39% and +34% for quick at 1 worker and 1 thread in three yardstick
+  invocations (measured 14.3-14.8k, as fast as at 2 threads: the worker slows
+  compute on this machine even on "its own" core), +27% for jpeg-decode and
+  +20% for memmap-cold; the scaled ``C`` predicted -9%, -7% and +12% from
+  the same runs. Without the probe, ``C·min(1, t/m)`` (assumed).
 
 k workers, measured (``loader_workers``: the run's dataset through a
 ``k``-worker DataLoader alone, for the run's ``k ± 1`` first, then more up to
@@ -88,7 +94,7 @@ fixed point of
   the probe, else ``STARTUP_S_PER_WORKER·k``).
 
 k workers, estimated (a ``k`` not probed: a script's run, the budget spent,
-cold data): the same fixed point, its costs from the run's production per
+a cold page cache that could not be dropped): the same fixed point, its costs from the run's production per
 sample ``p = io + cpu``: ``u = cpu + send`` (``send`` only from a run without
 workers: with them the measured collate already builds the batch in shared
 memory), ``L_k = k/(io + u)``, ``q = receive``; per sample ``send =
@@ -736,16 +742,17 @@ class _Model:
         """C' with ``threads`` torch threads and ``k`` workers, and its words for ``model``.
 
         Measured (``what_ifs.device_loop`` at T threads and ``device_loop_threads`` at 1, in between linear in
-        the threads): where the run's workers oversubscribed the cores and the change gives them their own
-        (k + threads <= N), or with no workers, compute runs as the loop alone at ``threads``; else the run's
-        C scaled by the loop's measured ratio C_loop(threads)/C_loop(T). Without the probes: C·min(1, threads/m).
+        the threads): from a run without workers, or to none, compute runs as the loop alone at ``threads``;
+        from a run with workers, the run's C (measured beside them) scaled by the loop's measured ratio
+        C_loop(threads)/C_loop(T), even where the change leaves the workers a core of their own (module
+        docstring: the workers slow compute on this machine however the threads are counted). Without the
+        probes: C·min(1, threads/m).
         """
         at = self._loop_at(threads)
         if at is None or not self.loop_ceiling:
             base = self.ceiling_free if k == 0 else None
             return self._ceiling_with(threads, base), ", C' = C·min(1, threads/m) (assumed)"
-        own_cores = k + threads <= self.cores and (self.k == 0 or self.k + self.threads > self.cores)
-        if k == 0 or own_cores:
+        if k == 0 or self.k == 0:
             return at, ", C' = C_loop(threads): the device-resident loop at that many threads, measured"
         return self.ceiling * at / self.loop_ceiling, ", C' = C·C_loop(threads)/C_loop(T), measured"
 
