@@ -485,6 +485,21 @@ def test_decoded_samples_in_ram_cost_what_the_ram_loader_measured_not_nothing():
     assert "p_ram" in rec["model"]
 
 
+def test_a_cold_run_at_zero_workers_predicts_from_its_own_pass_not_the_cold_probe():
+    # Memmap read cold by the training process: fetch 20 ms, prep 1 ms, collate 1 ms a batch over its pass. The
+    # 0-worker loader probed after the run read every page cold right after the drop (2,000 samples/s: slower
+    # than the pass, whose pages warm as it goes): a 0-worker prediction takes the run's own p.
+    run = make_run(wait=0.5, h2d=0.0, loading=(0.02, 0.001, 0.001), storage="memmap")
+    run.meta["scenario"]["data"]["cache"] = "cold"
+    with_what_ifs(run, device_loop=3000.0, device_loop_threads=2000.0, loader_alone=2000.0)
+    run.meta["what_ifs"]["device_loop"]["threads"] = 2
+    rec = predicted(run, {"train.threads": 1})
+    assert rec["predicted_samples_per_s"] == pytest.approx(1 / (0.022 / BATCH + 1 / 2000.0))
+    assert "p from the run's loading records" in rec["model"]
+    run.meta["scenario"]["data"]["cache"] = "warm"  # warm: the probe measured what the run reads
+    assert predicted(run, {"train.threads": 1})["predicted_samples_per_s"] == pytest.approx(1 / (1 / 2000.0 + 1 / 2000.0))
+
+
 def test_decoded_samples_in_ram_with_workers_free_the_compute_the_decoding_workers_stalled():
     # 1 worker decoding images (fetch 1 ms, decode 60 ms, collate 1 ms per batch of 128) beside 2 torch threads
     # on 2 cores: compute measured under that worker's stall. Cached in RAM, the worker only indexes and sends

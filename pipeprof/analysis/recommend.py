@@ -39,7 +39,11 @@ measured 2.4 s a run on 2 busy cores, of which ~1.0 s the k-worker loaders
   collate and the loader's bookkeeping), so ``X(0) = 1/(p0 + 1/C_free)``.
   For data read cold the probe reads it cold too (its files dropped from the
   page cache first: ``what_ifs`` entries with ``cold: true``); where it could
-  not, the loading records' ``p``.
+  not, the loading records' ``p``. From a cold run at 0 workers, its own
+  loading records' ``p`` all the same: they measured a whole pass, whose
+  pages warm as it goes (1.3 samples a page here), where the probe's short
+  windows right after the drop read every page cold (memmap-cold 0 workers
+  -> 1 thread from the probe: -24% and -27% in two yardstick invocations).
 * ``p_ram = 1/R`` (``ram_loader``): decoded samples in RAM through a 0-worker
   loader: what ``data.storage = "ram"`` makes per sample (the indexing and
   collate that remain, which the analytical model dropped: images at 0
@@ -628,8 +632,10 @@ class _Model:
         """X(k) (with ``threads`` torch threads where set); at k = 0 the batches the training process makes
         itself cost what the 0-worker loader measured alone after the run (``what_ifs.loader_alone``)."""
         if k == 0:
-            measured = self.loader_alone is not None
-            p0 = (1.0 / self.loader_alone, 0.0, 0.0) if self.loader_alone else parts
+            # A cold run made its own batches: its records measured p0 over a whole pass, whose pages warm as it
+            # goes; the probe's short windows right after a drop read every page cold (module docstring, L0).
+            measured = self.loader_alone is not None and not (self.cold and self.k == 0)
+            p0 = (1.0 / self.loader_alone, 0.0, 0.0) if measured and self.loader_alone else parts
             c, words = self._compute_at(0, threads) if threads is not None else (None, "")
             return self.throughput(0, *p0, ceiling=c), (
                 "X(0) = 1/(p0 + 1/C_free), p0 = 1/L0: the 0-worker loader measured alone after the run"
