@@ -565,17 +565,27 @@ def test_without_probes_the_model_says_it_is_the_analytical_one():
 
 def test_fewer_threads_keep_the_compute_the_loop_measured_at_that_many_threads():
     # 2 cores, 2 torch threads and 1 worker: oversubscribed. After the run the device loop made 3,000 samples/s
-    # at 2 threads and 2,400 at 1. With 1 thread the worker has a core of its own, yet compute keeps what it
-    # measured beside the worker (C = 1,828.6/s), scaled by the loop's thread ratio 2,400/3,000: not the loop
-    # alone at 1 thread (2,400/s), which predicted 1 thread 27-43% too high on the yardstick.
-    run = with_main_cpu(make_run(wait=0.3, h2d=0.0, workers=1, loading=(0.001, 0.001, 0.001), cores=2,
-                                 threads=2), 150.0)
-    with_what_ifs(run, device_loop=3000.0, device_loop_threads=2400.0)
-    run.meta["what_ifs"]["device_loop"]["threads"] = 2
-    rec = predicted(run, {"train.threads": 1})
-    c_run = BATCH / (0.7 * STEP_S)
-    assert rec["predicted_samples_per_s"] == pytest.approx(1 / (1 / (c_run * 2400.0 / 3000.0) + RECEIVE))
-    assert "C·C_loop(threads)/C_loop(T)" in rec["model"]
+    # at 2 threads and 2,400 at 1. With 1 thread the worker has a core of its own: compute keeps what it measured
+    # beside the worker, scaled by the loop's thread ratio, and gets back the worker's modelled stall in
+    # proportion to the worker's busy cores b (not the loop alone at 1 thread: 27-43% too high on the yardstick).
+    def one_thread(loading):
+        run = with_main_cpu(make_run(wait=0.3, h2d=0.0, workers=1, loading=loading, cores=2, threads=2), 150.0)
+        with_what_ifs(run, device_loop=3000.0, device_loop_threads=2400.0)
+        run.meta["what_ifs"]["device_loop"]["threads"] = 2
+        return predicted(run, {"train.threads": 1})
+
+    c_run, x_run = BATCH / (0.7 * STEP_S), BATCH / STEP_S
+    # A worker nearly idle (3 ms a batch of 128: b = 0.03 cores): the run's C, all but unchanged.
+    idle = one_thread((0.001, 0.001, 0.001))
+    b = 0.003 / BATCH * x_run
+    c = c_run * math.exp(STALL * b * b)  # C^(1-b) · (C·exp(STALL·b))^b, the stall's over = b here
+    assert idle["predicted_samples_per_s"] == pytest.approx(1 / (1 / (c * 2400.0 / 3000.0) + RECEIVE))
+    assert "C_loop(threads)/C_loop(T)" in idle["model"] and "busy cores" in idle["model"]
+    # A worker busy half a core (50 ms a batch: b = 0.5): half its modelled stall, on a log scale, goes with a
+    # core of its own (its stall exp(STALL·0.5) on the run's C; C^(1/2)·C_free^(1/2) = C·exp(STALL·0.25)).
+    half = one_thread((0.0, 0.05, 0.0))
+    c = c_run * math.exp(STALL * 0.5 * 0.5)
+    assert half["predicted_samples_per_s"] == pytest.approx(1 / (1 / (c * 2400.0 / 3000.0) + RECEIVE))
     # From a run without workers the loop alone at 1 thread is the compute (nothing beside it to carry over).
     alone = with_main_cpu(make_run(wait=0.3, h2d=0.0, loading=(0.001, 0.001, 0.001), cores=2, threads=2), 150.0)
     with_what_ifs(alone, device_loop=3000.0, device_loop_threads=2400.0, loader_alone=1e9)
@@ -583,6 +593,10 @@ def test_fewer_threads_keep_the_compute_the_loop_measured_at_that_many_threads()
     rec0 = predicted(alone, {"train.threads": 1})
     assert rec0["predicted_samples_per_s"] == pytest.approx(1 / (1e-9 + 1 / 2400.0))
     assert "C_loop(threads)" in rec0["model"]
+    run = with_main_cpu(make_run(wait=0.3, h2d=0.0, workers=1, loading=(0.001, 0.001, 0.001), cores=2,
+                                 threads=2), 150.0)
+    with_what_ifs(run, device_loop=3000.0, device_loop_threads=2400.0)
+    run.meta["what_ifs"]["device_loop"]["threads"] = 2
     # Without the probe at 1 thread: the assumption, C·min(1, 1/m) with m = 1.5 cores.
     del run.meta["what_ifs"]["device_loop_threads"]
     assumed = predicted(run, {"train.threads": 1})

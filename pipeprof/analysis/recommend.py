@@ -61,12 +61,20 @@ measured 2.4 s a run on 2 busy cores, of which ~1.0 s the k-worker loaders
   ``train.threads = t`` is ``C_loop(t)`` from a run without workers or going
   to none; from a run with workers, the run's ``C`` (measured beside them)
   times ``C_loop(t)/C_loop(T)``, even where the change leaves the workers a
-  core of their own (``k + t <= N``): there the loop alone at ``t`` predicted
-  +43%, +39% and +34% for quick at 1 worker and 1 thread in three yardstick
-  invocations (measured 14.3-14.8k, as fast as at 2 threads: the worker slows
-  compute on this machine even on "its own" core), +27% for jpeg-decode and
-  +20% for memmap-cold; the scaled ``C`` predicted -9%, -7% and +12% from
-  the same runs. Without the probe, ``C·min(1, t/m)`` (assumed).
+  core of their own (``k + t <= N``), with the run's ``C`` taken back from
+  its workers' modelled stall in proportion to how busy they were:
+  ``C^(1−b)·C_free^b``, ``b = u·X`` the workers' busy cores, at most 1
+  (``C_free`` as below). The loop alone at ``t`` predicted +43%, +39% and
+  +34% for quick at 1 worker and 1 thread in three yardstick invocations
+  (measured 14.3-18.0k, about as fast as at 2 threads: a worker busy 0.2 of
+  a core slows compute on this machine even on "its own" core); the run's
+  ``C`` scaled alone predicted -9%, -3%, -14% there but -53% for jpeg-decode
+  (a worker decoding a full core beside 2 threads: its stall does go with a
+  core of its own); ``C_free`` scaled alone +33%, +41%, +29% for quick. The
+  geometric blend by ``b`` (no fitted constant) gave over the 12 rows of
+  quick, jpeg-decode, memmap-cold and augment-heavy at 1 worker -> 1 thread
+  in the three invocations median |error| 5.5%, worst 30% (the run's ``C``
+  alone: 8%, 53%). Without the probe, ``C·min(1, t/m)`` (assumed).
 
 k workers, measured (``loader_workers``: the run's dataset through a
 ``k``-worker DataLoader alone, for the run's ``k ± 1`` first, then more up to
@@ -760,7 +768,20 @@ class _Model:
             return self._ceiling_with(threads, base), ", C' = C·min(1, threads/m) (assumed)"
         if k == 0 or self.k == 0:
             return at, ", C' = C_loop(threads): the device-resident loop at that many threads, measured"
-        return self.ceiling * at / self.loop_ceiling, ", C' = C·C_loop(threads)/C_loop(T), measured"
+        return self._run_compute() * at / self.loop_ceiling, (
+            ", C' = C^(1−b)·C_free^b·C_loop(threads)/C_loop(T), b = the run's workers' busy cores (at most 1), "
+            "measured")
+
+    def _run_compute(self) -> float:
+        """The run's compute to carry to other threads: its own C (measured beside its workers) where they were
+        idle, C before their modelled stall where they kept a core busy, in between geometrically by their busy
+        cores ``b = u·X`` (at most 1; u of the nearest k probed, else estimated): module docstring, C_loop(t)."""
+        if self.current is None or not math.isfinite(self.ceiling):
+            return self.ceiling
+        near = self.loader_k[min(self.loader_k, key=lambda n: (abs(n - self.k), n))] if self.loader_k \
+            else self._costs(self.k)
+        busy = min(max(near.cpu_s * self.current, 0.0), 1.0)
+        return self.ceiling ** (1 - busy) * self._destalled(near.cpu_s) ** busy
 
     def _loop_at(self, threads: int) -> float | None:
         """The device-resident loop's samples/s at ``threads`` (linear between the probes at 1 and T)."""
