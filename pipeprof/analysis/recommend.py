@@ -681,6 +681,13 @@ class _Model:
         u = p_ram + send
         return WorkerCosts(k / u, receive, u, startup, measured=False)
 
+    def _run_workers_costs(self) -> WorkerCosts:
+        """What the run's own workers cost: the probe of the nearest k (the run's own k is never probed), else
+        estimated from the run's loading records."""
+        if self.loader_k:
+            return self.loader_k[min(self.loader_k, key=lambda n: (abs(n - self.k), n))]
+        return self._costs(self.k)
+
     def _io(self, fetch: float) -> float:
         """The part of fetch that waits on storage, not a core: a script's fetch is measured as exactly that
         (off-CPU time); a scenario's where the data is read cold or throttled."""
@@ -718,10 +725,7 @@ class _Model:
         c0, words = self._compute_at(k, threads) if threads is not None else (self.ceiling_free, "")
         if threads is None and self.k > 0 and math.isfinite(self.ceiling) and self.current is not None:
             # the run's own C, measured under its workers' stall: C_free before that stall
-            if self.loader_k:
-                near = self.loader_k[min(self.loader_k, key=lambda n: (abs(n - self.k), n))]
-            else:
-                near = self._costs(self.k)
+            near = self._run_workers_costs()
             c0 = self._destalled(near.cpu_s)
             words = ("; C_free = C·exp(STALL·over) at the run's own workers (u of the nearest k probed)"
                      if near.measured else "; C_free = C·exp(STALL·over) at the run's own workers (u estimated)")
@@ -778,8 +782,7 @@ class _Model:
         cores ``b = u·X`` (at most 1; u of the nearest k probed, else estimated): module docstring, C_loop(t)."""
         if self.current is None or not math.isfinite(self.ceiling):
             return self.ceiling
-        near = self.loader_k[min(self.loader_k, key=lambda n: (abs(n - self.k), n))] if self.loader_k \
-            else self._costs(self.k)
+        near = self._run_workers_costs()
         busy = min(max(near.cpu_s * self.current, 0.0), 1.0)
         return self.ceiling ** (1 - busy) * self._destalled(near.cpu_s) ** busy
 
