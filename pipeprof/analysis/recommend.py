@@ -761,10 +761,10 @@ class _Model:
 
         Measured (``what_ifs.device_loop`` at T threads and ``device_loop_threads`` at 1, in between linear in
         the threads): from a run without workers, or to none, compute runs as the loop alone at ``threads``;
-        from a run with workers, the run's C (measured beside them) scaled by the loop's measured ratio
-        C_loop(threads)/C_loop(T), even where the change leaves the workers a core of their own (module
-        docstring: the workers slow compute on this machine however the threads are counted). Without the
-        probes: C·min(1, threads/m).
+        from a run with workers, the run's compute (``_run_compute``: its C taken back from the workers' stall
+        by their busy cores) scaled by the loop's measured ratio C_loop(threads)/C_loop(T), even where the
+        change leaves the workers a core of their own (module docstring, C_loop(t)). Without the probes:
+        C·min(1, threads/m).
         """
         at = self._loop_at(threads)
         if at is None or not self.loop_ceiling:
