@@ -1,7 +1,7 @@
 """How wrong are pipeprof's predictions? Predicted against measured samples/s, over many kinds of change, in one invocation.
 
-    python benchmarks/predict.py [SCENARIO ...] [--workers 0,1] [--steps 150] [--scripts | --no-scripts] [--out DIR]
-                                 [--base-runs 3] [--repeats 3] [--keep DIR]
+    python benchmarks/predict.py [SCENARIO ...] [--workers 0,1] [--threads N] [--steps 150] [--scripts | --no-scripts]
+                                 [--out DIR] [--base-runs 3] [--repeats 3] [--keep DIR]
     python benchmarks/predict.py --again ROWS.json   (re-predict offline from a --keep invocation's base folders)
 
 **Scenarios.** For each scenario and each ``loader.num_workers`` of the grid
@@ -18,6 +18,14 @@ with its interval, ``intervals.intervals``): one worker more, one fewer,
 data), the data on the device. Each predicted change then runs in a fresh
 process too, three times (their median is the measured value: one re-run on a
 shared machine can land far off, as a neighbour's burst of work takes the cores).
+
+**Threads.** ``--threads N`` runs every base (scenarios: ``train.threads``;
+scripts: ``pipeprof profile --threads N``) and every change but the threads
+one with ``N`` torch threads; by default torch's own (the cores). On 2 shared
+cores a process with 2 intra-op threads lands anywhere within about ±25 %
+(a parallel op waits for its slower thread, and a neighbour's work takes
+either core), with 1 thread within about ±6 %: ``--threads 1`` reads the
+model's error with less of the machine's noise in it.
 
 **Scripts** (``tests/fixtures``, unless ``--no-scripts``): the base is
 ``pipeprof profile --steps N -- python SCRIPT`` (three runs, the median one); each change of the loader
@@ -157,18 +165,20 @@ def typical(runs: list[Any], rate_of: Any, name: str, noise: list[float]) -> Any
 
 
 def scenario_rows(paths: list[str], grid: list[int], steps: int, work: Path, cache: Path | None,
-                  noise: list[float], base_runs: int, repeats: int) -> list[dict[str, Any]]:
+                  noise: list[float], base_runs: int, repeats: int, threads: int | None) -> list[dict[str, Any]]:
     rows = []
     for path in paths:
         scenario = load_scenario(path)
         n = min(scenario.total_steps(), steps)
         for k in grid:
             try:
-                base = vary(scenario, {"loader.num_workers": k, "train.steps": n}, f"{path} (num_workers={k})")
+                base = vary(scenario, {"loader.num_workers": k, "train.steps": n,
+                                       **({"train.threads": threads} if threads else {})},
+                            f"{path} (num_workers={k})")
             except UsageError as e:
                 print(f"{scenario.name} k={k}: skipped: {e}")
                 continue
-            name = f"{scenario.name} k={k}"
+            name = f"{scenario.name} k={k}" + (f" t={threads}" if threads else "")
             runs = [_run(base.scenario, base.raw, work, cache) for _ in range(base_runs)]
             first = typical([r for r in runs if r.status == "complete" and r.folder is not None and r.summary],
                             lambda r: r.summary.get("samples_per_s"), name, noise)
@@ -176,10 +186,10 @@ def scenario_rows(paths: list[str], grid: list[int], steps: int, work: Path, cac
                 print(f"{name}: base runs {', '.join(f'{r.status}: {r.error}' for r in runs)}")
                 continue
             rate = first.summary["samples_per_s"]
-            threads = _threads(first.summary)
+            ran_threads = _threads(first.summary)
             on_disk = base.scenario.data.storage in ON_DISK
             epochs = -(-n // base.scenario.steps_per_epoch())  # passes over the data within the steps run
-            tried = candidates(k, threads, on_disk, epochs, scenario=True)
+            tried = candidates(k, ran_threads, on_disk, epochs, scenario=True)
             for change, predicted, interval in predictions(first.folder, tried):
                 try:
                     variant = vary(base.scenario, change, f"{name} {change}")
@@ -204,11 +214,15 @@ def _run(scenario: Scenario, raw: dict, work: Path, cache: Path | None) -> Child
 
 # scripts
 
-def script_rows(steps: int, work: Path, noise: list[float], base_runs: int, repeats: int) -> list[dict[str, Any]]:
+def script_rows(steps: int, work: Path, noise: list[float], base_runs: int, repeats: int,
+                threads: int | None) -> list[dict[str, Any]]:
     rows = []
+    pinned: dict[str, Any] = {"train.threads": threads} if threads else {}  # the base's, unless a change sets them
     for name, (script, *script_args) in SCRIPTS.items():
         command = [sys.executable, str(FIXTURES / script), *script_args]
-        base = typical([_profile(command, steps, work, []) for _ in range(base_runs)],
+        name += f" t={threads}" if threads else ""
+        base_flags = override_args(pinned) if pinned else []
+        base = typical([_profile(command, steps, work, base_flags) for _ in range(base_runs)],
                        lambda r: r[1].get("samples_per_s"), name, noise)
         if base is None:
             print(f"{name}: base runs failed")
@@ -222,12 +236,12 @@ def script_rows(steps: int, work: Path, noise: list[float], base_runs: int, repe
             continue
         tried = candidates(k, _threads(summary), False, 2, scenario=False)
         for change, predicted, interval in predictions(folder, tried):
-            children = [_profile(command, steps, work, override_args(change)) for _ in range(repeats)]
+            children = [_profile(command, steps, work, override_args({**pinned, **change})) for _ in range(repeats)]
             rates = [c[1]["samples_per_s"] for c in children if c and c[1].get("samples_per_s")]
             measured = statistics.median(rates) if rates else None
             rows.append(row("script", name, rate, change, kind_of(change, k), predicted, interval, measured,
                             "complete" if rates else "failed", rates, folder))
-        verified = _profile(command, steps, work, ["--verify"])
+        verified = _profile(command, steps, work, [*base_flags, "--verify"])
         record = (verified[1].get("verification") or {}) if verified else {}
         if record.get("status") == "complete":
             print(f"  {name} --verify: {record.get('set')}: predicted {record.get('predicted_samples_per_s'):,.0f}, "
@@ -317,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenarios", nargs="*", default=list(DEFAULT_SCENARIOS))
     parser.add_argument("--workers", default="0,1", help="base num_workers grid (default 0,1)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads of every base and change but the threads one (default: torch's own)")
     parser.add_argument("--steps", type=int, default=150, help="steps per run, at most (default 150)")
     parser.add_argument("--scripts", action=argparse.BooleanOptionalAction, default=True,
                         help="also the fixture scripts, through --loader/--threads and --verify (default: yes)")
@@ -341,9 +357,9 @@ def main(argv: list[str] | None = None) -> int:
             args.keep.mkdir(parents=True, exist_ok=True)
             work = args.keep.resolve()
         rows = scenario_rows(args.scenarios, grid, args.steps, work, args.cache, noise, args.base_runs,
-                             args.repeats)
+                             args.repeats, args.threads)
         if args.scripts:
-            rows += script_rows(args.steps, work, noise, args.base_runs, args.repeats)
+            rows += script_rows(args.steps, work, noise, args.base_runs, args.repeats, args.threads)
     return report(rows, noise, args.out)
 
 
