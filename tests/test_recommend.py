@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 
+import pandas as pd
 import pytest
 from rich.console import Console
 from test_verdict import STEP_S, make_run
@@ -20,7 +21,9 @@ from pipeprof.analysis.recommend import (
     Recommendation,
     _Model,
     is_no_op,
+    receive_when_ready,
     recommend,
+    worker_share,
 )
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS
@@ -604,6 +607,25 @@ def test_fewer_threads_keep_the_compute_the_loop_measured_at_that_many_threads()
     assert "assumed" in assumed["model"]
 
 
+def test_more_threads_from_a_run_at_one_gain_what_the_loop_measured_at_the_cores():
+    # 2 cores, 1 torch thread, no workers: after the run the loop made 2,400 samples/s at 1 thread and 3,000 at
+    # the 2 cores (the threads probe from a run at 1 goes up, not down).
+    run = with_main_cpu(make_run(wait=0.3, h2d=0.0, loading=(0.001, 0.001, 0.001), cores=2, threads=1), 100.0)
+    with_what_ifs(run, device_loop=2400.0, device_loop_threads=3000.0, loader_alone=1e9)
+    run.meta["what_ifs"]["device_loop"]["threads"] = 1
+    run.meta["what_ifs"]["device_loop_threads"]["threads"] = 2
+    two = predicted(run, {"train.threads": 2})
+    assert two["predicted_samples_per_s"] == pytest.approx(1 / (1e-9 + 1 / 3000.0))
+    assert "C_loop(threads)" in two["model"] and "assumed" not in two["model"]
+    # Beyond the probes the loop is held at the nearer one: no gain is invented past what was measured.
+    four = predicted(run, {"train.threads": 4})
+    assert four["predicted_samples_per_s"] == pytest.approx(two["predicted_samples_per_s"])
+    # An entry from before the probe went both ways (no threads key) was at 1 thread: with the run at 1 too,
+    # there is nothing to interpolate and the assumption speaks.
+    del run.meta["what_ifs"]["device_loop_threads"]["threads"]
+    assert "assumed" in predicted(run, {"train.threads": 2})["model"]
+
+
 def with_workers_probe(run, entries):
     """what_ifs.loader_workers: k -> (samples/s, receive CPU s/sample, workers' CPU s/sample)."""
     run.meta["what_ifs"]["loader_workers"] = {
@@ -612,26 +634,39 @@ def with_workers_probe(run, entries):
     return run
 
 
+def time_shared_fixed_point(k, threads, cores, rate, q, u, c_free):
+    """The X where the workers' supply (their cores time-shared: the fair share k·N/(k + T) while the training
+    process computes, a share X/C_k of the time, and min(k, N) while it waits) and the training process's
+    rate 1/(1/C_k + q), C_k = C_free/exp(STALL·over), meet (g falls as x grows: one crossing)."""
+    def g(x):
+        c_k = c_free / math.exp(STALL * min(max(threads + u * x - cores, 0.0), u * x))
+        f = min(x / c_k, 1.0)
+        w = k if k + threads <= cores else f * k * cores / (k + threads) + (1 - f) * min(k, cores)
+        return min(rate, w / u, 1 / (1 / c_k + q))
+
+    lo, hi = 0.0, 1 / (1 / c_free + q)
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if g(mid) >= mid else (lo, mid)
+    return lo
+
+
 def test_more_workers_are_predicted_from_the_k_worker_loader_measured_alone():
     # 2 cores, 2 torch threads, no workers; after the run: the loop 2,000/s, 1 worker alone 10,000/s, receiving
     # 50 us and working 200 us a sample; 3 workers alone 30,000/s, 50 us, 100 us.
     run = with_main_cpu(make_run(wait=0.3, h2d=0.01, loading=(0.02, 0.01, 0.0), cores=2, threads=2), 150.0)
     with_what_ifs(run, device_loop=2000.0, loader_alone=20000.0)
     with_workers_probe(run, {1: (10000.0, 50e-6, 200e-6), 3: (30000.0, 50e-6, 100e-6)})
-    # k=1: 1 + 2 threads > 2 cores: W = 1·2/3; supply min(10,000, (2/3)/200 us = 3,333); X = the fixed point of
-    # X = min(supply, 1/(1/C_k + q)), C_k = 2,000/exp(STALL·200 us·X) (over = min(2 + w − 2, w) = w).
-    def fixed_point(supply, q, u):
-        x = supply
-        for _ in range(200):
-            x = min(supply, 1 / (math.exp(STALL * u * x) / 2000.0 + q))
-        return x
-
+    # k=1: 1 + 2 threads > 2 cores: W time-shared; X = the fixed point of X = min(L_k, W/u, 1/(1/C_k + q)),
+    # C_k = 2,000/exp(STALL·200 us·X) (over = min(2 + w − 2, w) = w).
     one = predicted(run, {"loader.num_workers": 1})
-    assert one["predicted_samples_per_s"] == pytest.approx(fixed_point(2 / 3 / 200e-6, 50e-6, 200e-6), rel=1e-6)
+    assert one["predicted_samples_per_s"] == pytest.approx(
+        time_shared_fixed_point(1, 2, 2, 10000.0, 50e-6, 200e-6, 2000.0), rel=1e-6)
     assert one["predicted_samples_per_s"] < 2000.0  # the stalled compute, not the supply, limits it
     assert "L_k" in one["model"] and "loader_workers" in one["model"] and "analytical" not in one["model"]
-    three = predicted(run, {"loader.num_workers": 3})  # W = 3·2/5 = 1.2 cores: supply 12,000
-    assert three["predicted_samples_per_s"] == pytest.approx(fixed_point(12000.0, 50e-6, 100e-6), rel=1e-6)
+    three = predicted(run, {"loader.num_workers": 3})
+    assert three["predicted_samples_per_s"] == pytest.approx(
+        time_shared_fixed_point(3, 2, 2, 30000.0, 50e-6, 100e-6, 2000.0), rel=1e-6)
     two = predicted(run, {"loader.num_workers": 2})  # not probed: the same fixed point, its costs estimated
     assert "estimated" in two["model"] and "loader_workers" not in two["model"]
 
@@ -645,13 +680,58 @@ def test_from_a_run_with_workers_compute_is_its_own_c_before_its_workers_stall()
     with_workers_probe(run, {2: (30000.0, 50e-6, 300e-6)})
     m = _Model(run, attribution(run, None))
     c_free = m.ceiling * math.exp(STALL * 300e-6 * m.current)
-    supply = 2 * 2 / 4 / 300e-6  # W = 2·2/(2 + 2) = 1 core
-    x = supply
-    for _ in range(200):
-        x = min(supply, 1 / (math.exp(STALL * 300e-6 * x) / c_free + 50e-6))
     two = predicted(run, {"loader.num_workers": 2})
-    assert two["predicted_samples_per_s"] == pytest.approx(x, rel=1e-6)
+    assert two["predicted_samples_per_s"] == pytest.approx(
+        time_shared_fixed_point(2, 2, 2, 30000.0, 50e-6, 300e-6, c_free), rel=1e-6)
     assert "run's own workers" in two["model"]
+
+
+def test_from_a_run_with_workers_a_batch_is_received_in_the_time_its_ready_steps_took():
+    # 1 worker, 1 thread on 4 cores; every step found a batch waiting and still waited 10 ms for it: receiving
+    # takes 10 ms a batch (78 us a sample) of wall time, where the probe's CPU read 8 us. More workers then
+    # change nothing: the run's own rate, not the probe's handover.
+    def run_with(ready):
+        run = with_main_cpu(make_run(wait=0.1, h2d=0.0, workers=1, ready=ready, loading=(0.001, 0.001, 0.001),
+                                     cores=4, threads=1), 100.0)
+        with_what_ifs(run, device_loop=5000.0, loader_alone=1e6)
+        return with_workers_probe(run, {2: (30000.0, 8e-6, 20e-6)})
+
+    c = BATCH / (0.9 * STEP_S)
+    waiting = predicted(run_with(4), {"loader.num_workers": 2})["predicted_samples_per_s"]
+    assert waiting == pytest.approx(1 / (1 / c + 0.1 * STEP_S / BATCH))
+    assert waiting == pytest.approx(BATCH / STEP_S)  # the run's own rate: its k reproduced
+    assert predicted(run_with(0), {"loader.num_workers": 2})["predicted_samples_per_s"] == pytest.approx(
+        1 / (1 / c + 8e-6))  # no step found a batch waiting: its waits were the worker's; the probe's q
+
+
+@pytest.mark.parametrize("ready, expected", [
+    ([1] * 40, 0.01 / 128), ([0] * 20 + [2] * 20, 0.01 / 128), ([0] * 35 + [1] * 5, None), ([float("nan")] * 40, None)])
+def test_the_receive_time_comes_from_enough_steps_that_found_a_batch_waiting(ready, expected):
+    steps = pd.DataFrame({"ready_batches": ready, "data_wait_s": 0.01, "samples": 128})
+    got = receive_when_ready(steps)
+    assert got == (None if expected is None else pytest.approx(expected))
+
+
+def test_workers_get_their_fair_share_of_the_cores_only_while_the_training_process_computes():
+    # own cores where the workers and the threads fit; the fair share k·N/(k + T) while computing; min(k, N)
+    # while the training process waits for a batch; in proportion in between.
+    assert worker_share(1, 1, 2, computing=0.9) == 1.0
+    assert worker_share(1, 2, 2, computing=1.0) == pytest.approx(2 / 3)
+    assert worker_share(1, 2, 2, computing=0.0) == 1.0
+    assert worker_share(3, 2, 2, computing=0.0) == 2.0
+    assert worker_share(2, 2, 2, computing=0.25) == pytest.approx(0.25 * 1.0 + 0.75 * 2.0)
+
+
+def test_a_worker_beside_a_waiting_training_process_gets_more_than_its_fair_share():
+    # Augmenting in a worker costs 400 us a sample; the loop alone runs 20,000/s with 2 threads on 2 cores. The
+    # fair share alone gives the worker 2/3 of a core (1,667/s); the training process computes a small share of
+    # the time and waits for batches the rest, when the worker has its whole core.
+    run = with_main_cpu(make_run(wait=0.8, h2d=0.01, loading=(0.0, 0.4e-3 * BATCH, 0.0), cores=2, threads=2), 120.0)
+    with_what_ifs(run, device_loop=20000.0, loader_alone=2400.0)
+    with_workers_probe(run, {1: (2450.0, 20e-6, 400e-6)})
+    one = predicted(run, {"loader.num_workers": 1})["predicted_samples_per_s"]
+    assert one > (2 / 3) / 400e-6 * 1.05
+    assert one == pytest.approx(time_shared_fixed_point(1, 2, 2, 2450.0, 20e-6, 400e-6, 20000.0), rel=1e-6)
 
 
 def test_a_deeper_queue_saves_the_waits_of_bursts_not_a_steady_shortfall():

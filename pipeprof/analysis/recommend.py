@@ -21,9 +21,10 @@ What is measured, what is assumed
 
 Measured after a scenario's run (``measure.what_if``, run.json ``what_ifs``,
 each probe's windows kept as ``samples_per_s_per_window``, the model reading
-their median ``samples_per_s``; probes of at most 0.35 s each, 2.5 s in all;
-measured 2.4 s a run on 2 busy cores, of which ~1.0 s the k-worker loaders
-(the start-up of 1-3 forked workers 0.05-0.10 s each)):
+their median ``samples_per_s``; probes of at most 0.35 s each, 3 s in all;
+2.0-2.6 s a run on 2 busy cores before the device loop ran twice, of which
+~1.0 s the k-worker loaders (the start-up of 1-3 forked workers 0.05-0.10 s
+each)):
 
 * ``C_loop`` (``device_loop``): the runner's own training loop over the data
   held on the device, taken by a shuffled index, as ``data.storage = "device"``
@@ -57,7 +58,8 @@ measured 2.4 s a run on 2 busy cores, of which ~1.0 s the k-worker loaders
 * whole batches at 0 workers: one index per batch, as the device loop takes
   it: ``1/(1/C_loop + h2d per sample)`` (the run's copy to the device added).
 * ``C_loop(t)`` (``device_loop_threads``: the same loop at 1 torch thread,
-  CPU training with more; linear in the threads between 1 and T): compute at
+  CPU training with more, or at the cores from a run at 1; linear in the
+  threads between the two probes, held beyond them): compute at
   ``train.threads = t`` is ``C_loop(t)`` from a run without workers or going
   to none; from a run with workers, the run's ``C`` (measured beside them)
   times ``C_loop(t)/C_loop(T)``, even where the change leaves the workers a
@@ -87,8 +89,25 @@ fixed point of
 
     X = min(L_k, W/u_k, S, 1/(1/C_k + q_k))
 
-* ``W``: the workers' cores, ``k`` where ``k + T <= N``, else their fair
-  share ``k·N/(k + T)`` of the ``k + T`` runnable threads;
+* ``q``: from a run with workers, its own wall time receiving a batch that
+  was already waiting (the median ``data_wait_s`` per sample of its steps
+  with ``ready_batches >= 1``, where at least 10 and a quarter of them had
+  one: ``receive_when_ready``); else the probe's ``q_k``. The probe reads
+  the main thread's CPU (its own waits for the workers are in its wall
+  time), but receiving a batch also waits off the CPU (page faults on the
+  batch's shared memory): quick's runs at 1-2 workers took 12.3-15.2 µs a
+  sample on steps whose batch was ready, where the probe's CPU read 5-10;
+  with the CPU alone, 1 -> 2 workers at 1 thread predicted +28% and the
+  run's own k was not reproduced;
+* ``W``: the workers' cores, ``k`` where ``k + T <= N``; else time-shared
+  (``worker_share``): while the training process computes, a share
+  ``X/C_k`` of the time, their fair share ``k·N/(k + T)`` of the ``k + T``
+  runnable threads, and while it waits for a batch (its threads idle)
+  ``min(k, N)``. The fair share alone, as if the training process never
+  waited, put augment-heavy at 0 -> 1 worker (2 threads) at 0.67 of a core
+  for a worker measured busy a whole one: too low in four yardstick
+  invocations (-40%, -14%, -26%, -22%), as were 1 -> 2 workers there
+  (-24%) and for jpeg-decode (-11%);
 * ``C_k = C_free / exp(STALL·over)``, ``over = min(max(T + w − N, 0), w)``
   the cores the workers (busy ``w = u_k·X``) take beyond those the torch
   threads leave: intra-op regions wait on the threads whose cores are
@@ -289,6 +308,9 @@ SEND_S_PER_BYTE = 1.3e-9
 RECEIVE_S_PER_BATCH = 0.55e-3
 RECEIVE_S_PER_BYTE = 0.5e-9
 STARTUP_S_PER_WORKER = 0.04
+# The run's own receive time is read from its steps that found a batch waiting, where there are enough of them.
+MIN_READY_STEPS = 10
+MIN_READY_SHARE = 0.25
 # predict_change's key for the code change of taking whole batches (its recommendation's change is empty).
 WHOLE_BATCHES = "code.whole_batches"
 WHOLE_BATCHES_CODE = ("give the Dataset a __getitems__(indices) that returns the whole batch, or use a BatchSampler "
@@ -452,8 +474,14 @@ class _Model:
         # C_free: compute with no loading beside it: the device-resident loop where measured, else C_alone
         # (the run's own C from a run with workers and no measurement alone: taken back to no stall, below).
         self.ceiling_free = self.loop_ceiling or self.ceiling_alone
-        self.loop_ceiling_1 = _probe_rate(self.what_ifs, "device_loop_threads")  # the same loop with 1 thread
+        # the same loop at the threads a train.threads change goes to: 1, or the cores from a run at 1
+        other = as_dict(self.what_ifs.get("device_loop_threads"))
+        self.loop_other = _probe_rate(self.what_ifs, "device_loop_threads")
+        self.loop_other_threads = int(other.get("threads", 1)) if isinstance(other.get("threads", 1),
+                                                                             (int, float)) else 1
         self.loader_k = _workers_probes(self.what_ifs)  # k -> WorkerCosts (L_k, q_k, u_k, start-up) measured
+        # q from a run with workers: its own wall time taking a batch already waiting (module docstring)
+        self.run_receive_s = receive_when_ready(steps) if int(attr.cpu.num_workers or 0) else None
         self.batch_size = int(settings.loader.batch_size or 1)
         probe_threads = as_dict(self.what_ifs.get("device_loop")).get("threads")
         self.loop_threads = int(probe_threads) if isinstance(probe_threads, (int, float)) else None
@@ -720,7 +748,8 @@ class _Model:
         (S) and ``source`` (their words) for another data placement (decoded samples in RAM: ``_ram_x``)."""
         costs = self._costs(k) if costs is None else costs
         storage_ceiling = self.storage_ceiling if storage is None else storage
-        rate, receive, worker_cpu = costs.samples_per_s, costs.receive_s, costs.cpu_s
+        rate, worker_cpu = costs.samples_per_s, costs.cpu_s
+        receive = costs.receive_s if self.run_receive_s is None else self.run_receive_s
         t = float(threads) if threads is not None else self.threads
         c0, words = self._compute_at(k, threads) if threads is not None else (self.ceiling_free, "")
         if threads is None and self.k > 0 and math.isfinite(self.ceiling) and self.current is not None:
@@ -729,20 +758,22 @@ class _Model:
             c0 = self._destalled(near.cpu_s)
             words = ("; C_free = C·exp(STALL·over) at the run's own workers (u of the nearest k probed)"
                      if near.measured else "; C_free = C·exp(STALL·over) at the run's own workers (u estimated)")
-        # W(k): their own cores where k + T fit, else their fair share among the k + T runnable threads.
-        w = float(k) if k + t <= self.cores else k * self.cores / (k + t)
-        supply = min(rate, w / worker_cpu if worker_cpu > 0 else math.inf, storage_ceiling)
+        def rate_at(x: float) -> float:
+            """The lower of what the workers supply and what the training process takes, at rate x."""
+            compute = workers_compute(c0, worker_cpu * x, t, self.cores)
+            w = worker_share(k, t, self.cores, x / compute)
+            supply = min(rate, w / worker_cpu if worker_cpu > 0 else math.inf, storage_ceiling)
+            return min(supply, 1.0 / (1.0 / compute + receive))
 
-        def main_rate(x: float) -> float:
-            return 1.0 / (1.0 / workers_compute(c0, worker_cpu * x, t, self.cores) + receive)
-
-        lo, hi = 0.0, supply
-        if main_rate(hi) >= hi:
+        # rate_at falls as x grows (more compute time, more stall): one fixed point, found by bisection
+        lo, hi = 0.0, min(rate, min(k, self.cores) / worker_cpu if worker_cpu > 0 else math.inf, storage_ceiling,
+                          1.0 / (1.0 / c0 + receive))  # at most what the workers or the training process could
+        if rate_at(hi) >= hi:
             x = hi
         else:
             for _ in range(60):
                 mid = (lo + hi) / 2
-                lo, hi = (mid, hi) if main_rate(mid) >= mid else (lo, mid)
+                lo, hi = (mid, hi) if rate_at(mid) >= mid else (lo, mid)
             x = lo
         starts = self._pass_starts_with(bool(self.loader.persistent_workers if persistent is None else persistent))
         if starts and x > 0 and self.samples:
@@ -752,19 +783,20 @@ class _Model:
                   f"L_k, q_k, u_k estimated: u = the run's CPU per sample{' + sending a batch' if self.k == 0 else ''}"
                   f", q = receiving one ({fmt.duration(costs.receive_s)} a sample), start-up "
                   f"{fmt.duration(STARTUP_S_PER_WORKER)} a worker (assumed)")
-        return x, ("X(k) = min(L_k, W/u_k, S, 1/(1/C_k + q_k)), W = k or k·N/(k+T), C_k = C_free/exp(STALL·over), "
+        return x, ("X(k) = min(L_k, W/u_k, S, 1/(1/C_k + q_k)), W = k or k·N/(k+T) while computing and min(k, N) "
+                   "while waiting, C_k = C_free/exp(STALL·over), "
                    f"over = min(max(T + u_k·X − N, 0), u_k·X), then n/(n/X + {starts} pass starts × start-up): "
                    + source + self._c_free_words() + words)
 
     def _compute_at(self, k: int, threads: int) -> tuple[float, str]:
         """C' with ``threads`` torch threads and ``k`` workers, and its words for ``model``.
 
-        Measured (``what_ifs.device_loop`` at T threads and ``device_loop_threads`` at 1, in between linear in
-        the threads): from a run without workers, or to none, compute runs as the loop alone at ``threads``;
-        from a run with workers, the run's compute (``_run_compute``: its C taken back from the workers' stall
-        by their busy cores) scaled by the loop's measured ratio C_loop(threads)/C_loop(T), even where the
-        change leaves the workers a core of their own (module docstring, C_loop(t)). Without the probes:
-        C·min(1, threads/m).
+        Measured (``what_ifs.device_loop`` at T threads and ``device_loop_threads`` at the other number: 1, or
+        the cores from a run at 1; in between linear in the threads): from a run without workers, or to none,
+        compute runs as the loop alone at ``threads``; from a run with workers, the run's compute
+        (``_run_compute``: its C taken back from the workers' stall by their busy cores) scaled by the loop's
+        measured ratio C_loop(threads)/C_loop(T), even where the change leaves the workers a core of their own
+        (module docstring, C_loop(t)). Without the probes: C·min(1, threads/m).
         """
         at = self._loop_at(threads)
         if at is None or not self.loop_ceiling:
@@ -787,12 +819,15 @@ class _Model:
         return self.ceiling ** (1 - busy) * self._destalled(near.cpu_s) ** busy
 
     def _loop_at(self, threads: int) -> float | None:
-        """The device-resident loop's samples/s at ``threads`` (linear between the probes at 1 and T)."""
-        t_max, c_max, c_1 = self.loop_threads, self.loop_ceiling, self.loop_ceiling_1
-        if t_max is None or c_max is None or c_1 is None or t_max <= 1:
+        """The device-resident loop's samples/s at ``threads``: linear between the two probes (the run's T and
+        the other: 1, or the cores from a run at 1), held at the nearer one beyond them."""
+        if self.loop_threads is None or self.loop_ceiling is None or self.loop_other is None \
+                or self.loop_other_threads == self.loop_threads:
             return None
-        t = min(max(threads, 1), t_max)
-        return c_1 + (c_max - c_1) * (t - 1) / (t_max - 1)
+        (t_a, c_a), (t_b, c_b) = sorted([(self.loop_threads, self.loop_ceiling),
+                                         (self.loop_other_threads, self.loop_other)])
+        t = min(max(threads, t_a), t_b)
+        return c_a + (c_b - c_a) * (t - t_a) / (t_b - t_a)
 
     def _ceiling_with(self, threads: int, base: float | None = None) -> float:
         """C with fewer torch threads: in proportion to the cores the training process really used, at most C."""
@@ -1232,6 +1267,33 @@ def workers_compute(c_free: float, busy: float, threads: float, cores: float) ->
     whose cores the workers share: ``c_free / exp(STALL·over)``, ``over = min(max(threads + busy − cores,
     0), busy)`` cores."""
     return c_free / math.exp(STALL * _over(busy, threads, cores))
+
+
+def worker_share(k: int, threads: float, cores: float, computing: float) -> float:
+    """W: the cores ``k`` workers get beside ``threads`` torch threads on ``cores`` (module docstring): their own
+    ``k`` where all fit; else, while the training process computes (a share ``computing`` of the time), their
+    fair share ``k·N/(k + T)`` of the ``k + T`` runnable threads, and the rest of the time (it waits for a
+    batch, its threads idle) ``min(k, N)``."""
+    if k + threads <= cores:
+        return float(k)
+    busy = min(max(computing, 0.0), 1.0)
+    return busy * k * cores / (k + threads) + (1.0 - busy) * min(float(k), cores)
+
+
+def receive_when_ready(steps: pd.DataFrame) -> float | None:
+    """Seconds a sample the training process takes to receive a batch that was already waiting: the median
+    ``data_wait_s`` per sample of the counted steps with ``ready_batches >= 1`` (module docstring, ``q``); None
+    where fewer than ``MIN_READY_STEPS`` or ``MIN_READY_SHARE`` of them found one (the waits are then the
+    workers', not the handover's) or readiness was not observed."""
+    if steps.empty or "ready_batches" not in steps or "data_wait_s" not in steps:
+        return None
+    ready = steps[pd.to_numeric(steps["ready_batches"], errors="coerce") >= 1]
+    if len(ready) < max(MIN_READY_STEPS, MIN_READY_SHARE * len(steps)):
+        return None
+    per_sample = pd.to_numeric(ready["data_wait_s"], errors="coerce") / pd.to_numeric(ready["samples"],
+                                                                                       errors="coerce")
+    value = per_sample.median()
+    return float(value) if math.isfinite(value) and value >= 0 else None
 
 
 def _over(busy: float, threads: float, cores: float) -> float:
