@@ -13,6 +13,7 @@ from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.what_if import (
     TOTAL_BUDGET_S,
     Windows,
+    both_parts,
     device_batches,
     device_loop,
     loader_alone,
@@ -137,7 +138,9 @@ def test_the_loader_alone_counts_its_samples_per_second():
 def test_which_probes_run_and_why_the_others_do_not(tmp_path, storage, cache, loader, ram):
     work = build_workload(tiny(storage, cache), tmp_path)
     out = measure_what_ifs(work, train_loop, window_s=0.02, windows=2, budget_s=0.3)
-    assert len(out["device_loop"]["samples_per_s_per_window"]) >= 1
+    loop = out["device_loop"]  # run twice, before and after the loader probes: both parts' windows kept
+    assert loop["parts"] == 2 and len(loop["samples_per_s_per_window"]) == len(loop["steps_per_window"]) >= 2
+    assert loop["samples_per_s"] == pytest.approx(np.median(loop["samples_per_s_per_window"]))
     if loader is True:
         assert out["loader_alone"]["samples_per_s"] > 0
         assert out["loader_workers"]["1"]["samples_per_s"] > 0  # the run's k + 1 first
@@ -147,6 +150,19 @@ def test_which_probes_run_and_why_the_others_do_not(tmp_path, storage, cache, lo
         assert out["ram_loader"]["samples_per_s"] > 0 and len(out["ram_loader"]["samples_per_s_per_window"]) == 2
     else:
         assert ram in out["ram_loader"]["absent"]
+
+
+def test_a_probe_in_two_parts_keeps_every_window_and_their_median():
+    first = {"samples_per_s": 20.0, "samples_per_s_per_window": [10.0, 20.0, 30.0], "steps_per_window": [1, 2, 3],
+             "took_s": 0.3, "cut_short": False, "threads": 2}
+    second = {**first, "samples_per_s_per_window": [40.0, 50.0], "steps_per_window": [4, 5], "took_s": 0.2,
+              "cut_short": True}
+    both = both_parts(first, second)
+    assert both["samples_per_s"] == 30.0 and both["samples_per_s_per_window"] == [10.0, 20.0, 30.0, 40.0, 50.0]
+    assert both["steps_per_window"] == [1, 2, 3, 4, 5] and both["took_s"] == pytest.approx(0.5)
+    assert both["cut_short"] is True and both["parts"] == 2 and both["threads"] == 2
+    absent = {"absent": "not started: the probes after a run take at most 3 s"}
+    assert both_parts(first, absent) == first and both_parts(absent, second) == second
 
 
 class FakeDrop:
@@ -234,6 +250,26 @@ def test_the_threads_probe_runs_the_loop_at_one_thread_and_gives_the_threads_bac
     out = device_loop(work, train_loop, threads=1, window_s=0.01, windows=2, budget_s=0.3)
     assert out["threads"] == 1 and set(seen) == {1} and len(out["samples_per_s_per_window"]) == 2
     assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("threads, cores, probed", [(2, 2, 1), (1, 2, 2), (1, 4, 4), (1, 1, None)])
+def test_the_threads_probe_measures_the_threads_a_change_goes_to(monkeypatch, threads, cores, probed):
+    # From more than one thread: the loop at 1. From 1: at the usable cores (what a change up would give).
+    import pipeprof.measure.what_if as what_if
+
+    monkeypatch.setattr(what_if, "usable_cores", lambda: cores)
+    work = build_workload(tiny("ram"))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out = measure_what_ifs(work, train_loop, window_s=0.01, windows=1, budget_s=0.2)
+    finally:
+        torch.set_num_threads(before)
+    if probed is None:
+        assert "no other number of threads" in out["device_loop_threads"]["absent"]
+    else:
+        assert out["device_loop_threads"]["threads"] == probed and out["device_loop_threads"]["samples_per_s"] > 0
+    assert out["device_loop"]["threads"] == threads
 
 
 def test_a_probe_that_could_not_end_within_the_total_budget_is_not_started(tmp_path):

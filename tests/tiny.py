@@ -23,7 +23,7 @@ steps = {steps}
 warmup_steps = 5
 device = "cpu"
 [profile]
-what_ifs = false  # the post-run probes (up to 2.5 s a run) are tested in test_what_if
+what_ifs = false  # the post-run probes (up to 3 s a run) are tested in test_what_if
 '''
 
 

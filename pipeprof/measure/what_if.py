@@ -42,9 +42,20 @@ from these where the analytical model was measured wrong (issue 17):
   the storage serves ``k`` concurrent readers is measured, not assumed to
   scale with ``k`` (memmap-cold at 2 workers from 1: predicted +91% when the
   cold reads were scaled with the workers, measured +40%).
-* ``device_loop_threads``: ``device_loop`` again with 1 torch thread (CPU
-  training with more than one): what compute keeps with fewer threads, for
-  the ``train.threads`` changes (measured, not assumed in proportion).
+* ``device_loop_threads``: ``device_loop`` again at the number of torch
+  threads a ``train.threads`` change goes to (CPU training): 1 where the run
+  had more, the usable cores where it had 1 (the entry's ``threads``): what
+  compute keeps with fewer threads or gains with more (measured, not
+  assumed in proportion: from 1 thread the loop at 2 measured 1.1-1.3x on
+  these 2 shared cores, not 2x).
+
+``device_loop`` runs twice: first, and again after the loader probes, just
+before the threads probe; its entry holds both parts' windows
+(``parts: 2``), their median its ``samples_per_s``. On these 2 shared cores
+the loop's rate drifts by ±15-20% over a second or two within one process
+(a neighbour's work takes a core), and one part's 0.3 s read 23,085 where
+the runs measured 17-18k: windows spread over the probes' 2-3 s weigh
+that drift as a run of a few seconds does.
 
 Each probe runs ``windows`` time-bounded windows of at least ``window_s``
 (a window ends at the first step end after that), after ``warmup`` steps,
@@ -85,7 +96,7 @@ WINDOW_S = 0.1
 WINDOWS = 3
 WARMUP_STEPS = 2
 BUDGET_S = 0.35  # per probe
-TOTAL_BUDGET_S = 2.5  # all probes after a run: one that could not end within it is not started
+TOTAL_BUDGET_S = 3.0  # all probes after a run: one that could not end within it is not started
 WORKERS_BUDGET_S = 0.35  # per number of workers (their start-up included)
 PROBE_MAX_SAMPLES = 20_000  # random stand-in data: enough rows (61 MB) that indexing is not served from a cache
 
@@ -306,6 +317,18 @@ def loader_workers(dataset: Any, batch_size: int, k: int, clock: Clock = monoton
     return out
 
 
+def both_parts(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """One probe's entry from its two parts (``device_loop`` before and after the loader probes): every window of
+    both, their median, the seconds of both; the first alone where the second is absent."""
+    if second.get("absent") is not None or first.get("absent") is not None:
+        return first if first.get("absent") is None else second
+    rates = [*first["samples_per_s_per_window"], *second["samples_per_s_per_window"]]
+    return {**first, "samples_per_s": statistics.median(rates), "samples_per_s_per_window": rates,
+            "steps_per_window": [*first["steps_per_window"], *second["steps_per_window"]],
+            "took_s": first["took_s"] + second["took_s"], "cut_short": first["cut_short"] or second["cut_short"],
+            "parts": 2}
+
+
 def ram_dataset(work: Any, max_samples: int = PROBE_MAX_SAMPLES) -> RamDataset:
     """Decoded samples in RAM as ``storage.ram`` holds them (random values of the data set's shape)."""
     x, labels = _stand_in(work, max_samples)
@@ -390,15 +413,20 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
 
         workers_probe = {str(n): one(n) for n in probe_ks[:2]}
         out["loader_workers"] = workers_probe
+    # The device loop again, its windows spread over the probes' time (module docstring).
+    again = started(lambda: device_loop(work, loop, clock, batches=on_device, **windows))
+    out["device_loop"] = both_parts(out["device_loop"], again)
     # Last: only the threads changes need it, and a run's budget goes first to what more changes use.
     threads = torch.get_num_threads()
-    if work.device.type != "cpu" or threads <= 1:
-        out["device_loop_threads"] = {"absent": "training on " + (f"{work.device.type}: its compute does not run on "
-                                                                  "the CPU threads" if work.device.type != "cpu"
-                                                                  else "1 thread already")}
+    other = 1 if threads > 1 else usable_cores()  # the threads a train.threads change goes to
+    if work.device.type != "cpu":
+        out["device_loop_threads"] = {"absent": f"training on {work.device.type}: its compute does not run on the "
+                                                "CPU threads"}
+    elif other == threads:
+        out["device_loop_threads"] = {"absent": "1 torch thread on 1 usable core: no other number of threads"}
     else:
-        out["device_loop_threads"] = started(lambda: device_loop(work, loop, clock, batches=on_device, threads=1,
-                                                                 **windows))
+        out["device_loop_threads"] = started(lambda: device_loop(work, loop, clock, batches=on_device,
+                                                                 threads=other, **windows))
     if workers_probe is not None:  # more numbers of workers while the budget lasts
         for n in probe_ks[2:]:
             entry = one(n)
