@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from pipeprof.measure.clock import FakeClock
+from pipeprof.measure.loading import LoadingRecorder, TimedDataset
 from pipeprof.measure.what_if import (
     TOTAL_BUDGET_S,
     Windows,
+    as_the_run_reads,
     both_parts,
     device_batches,
     device_loop,
@@ -150,6 +152,22 @@ def test_which_probes_run_and_why_the_others_do_not(tmp_path, storage, cache, lo
         assert out["ram_loader"]["samples_per_s"] > 0 and len(out["ram_loader"]["samples_per_s_per_window"]) == 2
     else:
         assert ram in out["ram_loader"]["absent"]
+
+
+def test_the_loader_probes_read_samples_as_the_runs_timed_loader_does_and_record_nothing(tmp_path):
+    # A run that records its loading times every sample (TimedDataset) and batch (TimedCollate): the probes pay
+    # the same per sample, and their batches' records go nowhere.
+    recorder = LoadingRecorder()
+    work = build_workload(tiny("memmap"), tmp_path, recorder=recorder)
+    read, collate = as_the_run_reads(work, work.data.dataset)
+    assert isinstance(read, TimedDataset) and read.dataset is work.data.dataset
+    assert collate is work.data.batches.collate_fn
+    out = measure_what_ifs(work, train_loop, window_s=0.02, windows=2, budget_s=0.3)
+    assert out["loader_alone"]["samples_per_s"] > 0 and out["loader_workers"]["1"]["samples_per_s"] > 0
+    assert out["ram_loader"]["samples_per_s"] > 0
+    assert recorder.batches == 0
+    plain = build_workload(tiny("memmap"), tmp_path)  # a run that does not record its loading: as it is
+    assert as_the_run_reads(plain, plain.data.dataset) == (plain.data.dataset, None)
 
 
 def test_a_probe_in_two_parts_keeps_every_window_and_their_median():

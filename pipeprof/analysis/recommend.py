@@ -475,10 +475,9 @@ class _Model:
         # (the run's own C from a run with workers and no measurement alone: taken back to no stall, below).
         self.ceiling_free = self.loop_ceiling or self.ceiling_alone
         # the same loop at the threads a train.threads change goes to: 1, or the cores from a run at 1
-        other = as_dict(self.what_ifs.get("device_loop_threads"))
         self.loop_other = _probe_rate(self.what_ifs, "device_loop_threads")
-        self.loop_other_threads = int(other.get("threads", 1)) if isinstance(other.get("threads", 1),
-                                                                             (int, float)) else 1
+        other_threads = as_dict(self.what_ifs.get("device_loop_threads")).get("threads", 1)  # older entries: 1
+        self.loop_other_threads = int(other_threads) if isinstance(other_threads, (int, float)) else 1
         self.loader_k = _workers_probes(self.what_ifs)  # k -> WorkerCosts (L_k, q_k, u_k, start-up) measured
         # q from a run with workers: its own wall time taking a batch already waiting (module docstring)
         self.run_receive_s = receive_when_ready(steps) if int(attr.cpu.num_workers or 0) else None

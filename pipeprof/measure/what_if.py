@@ -25,9 +25,8 @@ from these where the analytical model was measured wrong (issue 17):
   what ``data.storage = "ram"`` makes per sample. For a run already in RAM
   the ``loader_alone`` probe is that measurement and this one is not made.
 * ``loader_workers``: the run's own dataset through a DataLoader with ``k``
-  workers (the run's batch size, multiprocessing context and prefetch factor;
-  PyTorch's default collate, the run's recording collate left out as the
-  other loader probes do), iterated with no training, for each ``k`` in
+  workers (the run's batch size, multiprocessing context and prefetch factor),
+  iterated with no training, for each ``k`` in
   ``workers_to_probe`` (the run's ``k + 1`` and ``k - 1 >= 1`` first, then
   the others up to ``2 x cores`` while the budget lasts): per ``k`` the
   samples/s (``samples_per_s_per_window``), the training process's own CPU
@@ -56,6 +55,15 @@ the loop's rate drifts by ±15-20% over a second or two within one process
 (a neighbour's work takes a core), and one part's 0.3 s read 23,085 where
 the runs measured 17-18k: windows spread over the probes' 2-3 s weigh
 that drift as a run of a few seconds does.
+
+The loader probes read their samples as the run's loader does
+(``as_the_run_reads``): through the run's own timed dataset and collate
+where it recorded its loading (``profile.loading``; the probes' records are
+dropped with their batches), so a sample costs them what it cost the run.
+With PyTorch's plain dataset and collate the 0-worker probe read quick at
+3.8-6.2 µs a sample where the runs' own 0-worker waits were 7.4-9.2 µs, and
+the predictions to 0 workers from a run with workers were that much high
+(quick: +24%).
 
 Each probe runs ``windows`` time-bounded windows of at least ``window_s``
 (a window ends at the first step end after that), after ``warmup`` steps,
@@ -86,6 +94,7 @@ from torch.utils.data import DataLoader
 
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import usable_cores
+from pipeprof.measure.loading import TimedCollate, TimedDataset
 from pipeprof.measure.steps import ThroughputTimer
 from pipeprof.storage.device import DeviceBatches, DeviceDataset
 from pipeprof.storage.pagecache import drop
@@ -213,9 +222,10 @@ def device_loop(work: Any, loop: Callable[..., None], clock: Clock = monotonic_c
 
 
 def loader_alone(dataset: Any, batch_size: int, clock: Clock = monotonic_clock, *, seed: int = 0,
-                 **windows: Any) -> dict[str, Any]:
-    """Samples/s of a DataLoader with 0 workers over ``dataset``, iterated with no training (module docstring)."""
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=0,
+                 collate: Any = None, **windows: Any) -> dict[str, Any]:
+    """Samples/s of a DataLoader with 0 workers over ``dataset``, iterated with no training (module docstring);
+    ``collate``: its collate_fn (default PyTorch's)."""
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=0, collate_fn=collate,
                         generator=torch.Generator().manual_seed(seed))
     win = Windows(clock, **windows)
     done = False
@@ -255,12 +265,12 @@ def _many_workers_expected() -> Iterator[None]:
 
 
 def loader_workers(dataset: Any, batch_size: int, k: int, clock: Clock = monotonic_clock, *, seed: int = 0,
-                   context: Any = None, prefetch: int | None = None,
+                   context: Any = None, prefetch: int | None = None, collate: Any = None,
                    thread_clock: Callable[[], float] = time.thread_time, **windows: Any) -> dict[str, Any]:
     """A DataLoader with ``k`` workers over ``dataset``, iterated with no training (module docstring):
     samples/s, the main thread's CPU per sample receiving, the workers' CPU per sample, their start-up."""
     assert k >= 1
-    kwargs: dict[str, Any] = {"multiprocessing_context": context}
+    kwargs: dict[str, Any] = {"multiprocessing_context": context, "collate_fn": collate}
     if prefetch is not None:
         kwargs["prefetch_factor"] = prefetch
     start_s = clock()
@@ -315,6 +325,18 @@ def loader_workers(dataset: Any, batch_size: int, k: int, clock: Clock = monoton
                    worker_cpu_s_per_sample=statistics.median(worker_cpu),
                    worker_cpu_s_per_sample_per_window=worker_cpu)
     return out
+
+
+def as_the_run_reads(work: Any, dataset: Any) -> tuple[Any, Any]:
+    """(dataset, collate_fn) for a loader probe over ``dataset``: timed as the run's loader timed its samples
+    (its ``TimedDataset``'s clocks and key, its ``TimedCollate``) where it recorded its loading, so a sample
+    costs the probe what it cost the run (module docstring); as given, with PyTorch's collate, where not."""
+    batches = work.data.batches
+    timed = getattr(batches, "dataset", None)
+    collate = getattr(batches, "collate_fn", None)
+    if not isinstance(timed, TimedDataset) or not isinstance(collate, TimedCollate):
+        return dataset, None
+    return TimedDataset(dataset, timed.clock, timed.key, timed.run_queue, timed.cpu_clock), collate
 
 
 def both_parts(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
@@ -385,16 +407,18 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
 
         return cold
 
+    read, collate = as_the_run_reads(work, dataset)
     if spec.storage == "device":
         out["loader_alone"] = {"absent": "the data is on the device: no loader"}
     else:
-        out["loader_alone"] = started(storage(lambda: loader_alone(dataset, batch, clock, seed=spec.seed,
-                                                                   **windows)))
+        out["loader_alone"] = started(storage(lambda: loader_alone(read, batch, clock, seed=spec.seed,
+                                                                   collate=collate, **windows)))
     if spec.storage in ("ram", "device"):
         out["ram_loader"] = {"absent": f"the data is already {'in RAM' if spec.storage == 'ram' else 'on the device'}"
                                        + (": loader_alone measures it" if spec.storage == "ram" else "")}
     else:
-        out["ram_loader"] = started(lambda: loader_alone(ram_dataset(work), batch, clock, seed=spec.seed, **windows))
+        out["ram_loader"] = started(lambda: loader_alone(as_the_run_reads(work, ram_dataset(work))[0], batch, clock,
+                                                         seed=spec.seed, collate=collate, **windows))
     workers_probe = None
     if out["loader_alone"].get("absent") is not None:
         out["loader_workers"] = {"absent": out["loader_alone"]["absent"]}
@@ -408,8 +432,9 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
         def one(n: int) -> dict[str, Any]:
             if spent_s() + wbudget > TOTAL_BUDGET_S:
                 return {"absent": f"not started: the probes after a run take at most {TOTAL_BUDGET_S:g} s"}
-            return storage(lambda: loader_workers(dataset, batch, n, clock, seed=spec.seed, context=context,
-                                                  prefetch=prefetch, **{"budget_s": WORKERS_BUDGET_S, **windows}))()
+            return storage(lambda: loader_workers(read, batch, n, clock, seed=spec.seed, context=context,
+                                                  prefetch=prefetch, collate=collate,
+                                                  **{"budget_s": WORKERS_BUDGET_S, **windows}))()
 
         workers_probe = {str(n): one(n) for n in probe_ks[:2]}
         out["loader_workers"] = workers_probe
