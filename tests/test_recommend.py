@@ -697,7 +697,9 @@ def test_from_a_run_with_workers_a_batch_is_received_in_the_time_its_ready_steps
         return with_workers_probe(run, {2: (30000.0, 8e-6, 20e-6)})
 
     c = BATCH / (0.9 * STEP_S)
-    waiting = predicted(run_with(4), {"loader.num_workers": 2})["predicted_samples_per_s"]
+    rec = predicted(run_with(4), {"loader.num_workers": 2})
+    waiting = rec["predicted_samples_per_s"]
+    assert "the run's own wall time taking a batch that was already waiting" in rec["model"]
     assert waiting == pytest.approx(1 / (1 / c + 0.1 * STEP_S / BATCH))
     assert waiting == pytest.approx(BATCH / STEP_S)  # the run's own rate: its k reproduced
     assert predicted(run_with(0), {"loader.num_workers": 2})["predicted_samples_per_s"] == pytest.approx(

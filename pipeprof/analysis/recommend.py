@@ -97,8 +97,9 @@ fixed point of
   time), but receiving a batch also waits off the CPU (page faults on the
   batch's shared memory): quick's runs at 1-2 workers took 12.3-15.2 µs a
   sample on steps whose batch was ready, where the probe's CPU read 5-10;
-  with the CPU alone, 1 -> 2 workers at 1 thread predicted +28% and the
-  run's own k was not reproduced;
+  with the CPU alone, 1 -> 2 workers at 1 thread predicted +28% (+14%
+  with the wall time on the same rows) and the run's own k was not
+  reproduced; at 2 threads in the two invocations after it +11%, +8%;
 * ``W``: the workers' cores, ``k`` where ``k + T <= N``; else time-shared
   (``worker_share``): while the training process computes, a share
   ``X/C_k`` of the time, their fair share ``k·N/(k + T)`` of the ``k + T``
@@ -107,7 +108,11 @@ fixed point of
   waited, put augment-heavy at 0 -> 1 worker (2 threads) at 0.67 of a core
   for a worker measured busy a whole one: too low in four yardstick
   invocations (-40%, -14%, -26%, -22%), as were 1 -> 2 workers there
-  (-24%) and for jpeg-decode (-11%);
+  (-24%) and for jpeg-decode (-11%). With the time-shared W: augment-heavy
+  1 -> 2 workers at 1 thread -21% -> -7% (re-predicted on the same rows);
+  in the two invocations after it, at 2 threads, 0 -> 1 worker -28% and
+  +15%, 1 -> 2 workers -22% and -24% (still low: the stall beside a worker
+  busy a whole core is the rest);
 * ``C_k = C_free / exp(STALL·over)``, ``over = min(max(T + w − N, 0), w)``
   the cores the workers (busy ``w = u_k·X``) take beyond those the torch
   threads leave: intra-op regions wait on the threads whose cores are
@@ -782,6 +787,9 @@ class _Model:
                   f"L_k, q_k, u_k estimated: u = the run's CPU per sample{' + sending a batch' if self.k == 0 else ''}"
                   f", q = receiving one ({fmt.duration(costs.receive_s)} a sample), start-up "
                   f"{fmt.duration(STARTUP_S_PER_WORKER)} a worker (assumed)")
+        if self.run_receive_s is not None:
+            source += (f"; q = the run's own wall time taking a batch that was already waiting "
+                       f"({fmt.duration(self.run_receive_s)} a sample)")
         return x, ("X(k) = min(L_k, W/u_k, S, 1/(1/C_k + q_k)), W = k or k·N/(k+T) while computing and min(k, N) "
                    "while waiting, C_k = C_free/exp(STALL·over), "
                    f"over = min(max(T + u_k·X − N, 0), u_k·X), then n/(n/X + {starts} pass starts × start-up): "
