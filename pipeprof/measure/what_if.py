@@ -63,7 +63,8 @@ dropped with their batches), so a sample costs them what it cost the run.
 With PyTorch's plain dataset and collate the 0-worker probe read quick at
 3.8-6.2 µs a sample where the runs' own 0-worker waits were 7.4-9.2 µs, and
 the predictions to 0 workers from a run with workers were that much high
-(quick: +24%).
+(quick 1 -> 0 workers: +24%, then -3% in the next yardstick invocation with
+the timed probes).
 
 Each probe runs ``windows`` time-bounded windows of at least ``window_s``
 (a window ends at the first step end after that), after ``warmup`` steps,
