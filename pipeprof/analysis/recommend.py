@@ -484,8 +484,6 @@ class _Model:
         other_threads = as_dict(self.what_ifs.get("device_loop_threads")).get("threads", 1)  # older entries: 1
         self.loop_other_threads = int(other_threads) if isinstance(other_threads, (int, float)) else 1
         self.loader_k = _workers_probes(self.what_ifs)  # k -> WorkerCosts (L_k, q_k, u_k, start-up) measured
-        # q from a run with workers: its own wall time taking a batch already waiting (module docstring)
-        self.run_receive_s = receive_when_ready(steps) if int(attr.cpu.num_workers or 0) else None
         self.batch_size = int(settings.loader.batch_size or 1)
         probe_threads = as_dict(self.what_ifs.get("device_loop")).get("threads")
         self.loop_threads = int(probe_threads) if isinstance(probe_threads, (int, float)) else None
@@ -494,6 +492,8 @@ class _Model:
         self.wait = step.data_wait_fraction or 0.0
         self.h2d = step.h2d_fraction or 0.0
         self.k = int(cpu.num_workers or 0)  # the attribution's: as set, else who made the batches
+        # q from a run with workers: its own wall time taking a batch already waiting (module docstring)
+        self.run_receive_s = receive_when_ready(steps) if self.k else None
         self.cores = float(cpu.cores_usable or 1)
         self.threads = float(cpu.torch_threads or self.cores)
         main = (cpu.main_cpu_mean_pct or 0.0) / 100
@@ -769,9 +769,9 @@ class _Model:
             supply = min(rate, w / worker_cpu if worker_cpu > 0 else math.inf, storage_ceiling)
             return min(supply, 1.0 / (1.0 / compute + receive))
 
-        # rate_at falls as x grows (more compute time, more stall): one fixed point, found by bisection
-        lo, hi = 0.0, min(rate, min(k, self.cores) / worker_cpu if worker_cpu > 0 else math.inf, storage_ceiling,
-                          1.0 / (1.0 / c0 + receive))  # at most what the workers or the training process could
+        # rate_at falls as x grows (more compute time, more stall): one fixed point, found by bisection, at most
+        # rate_at(0) (the training process never computing: the workers' whole cores, compute with no stall)
+        lo, hi = 0.0, rate_at(0.0)
         if rate_at(hi) >= hi:
             x = hi
         else:
