@@ -10,16 +10,30 @@ The contract is ``pipeprof/schemas/summary.schema.json``. Two nets:
   the end of the session every ``summary.json`` under pytest's temporary folders is
   validated. Files a test wrote by hand as a fake (for the index, the run folder's
   round trip) carry no ``schema_version`` and are not pipeprof's summaries.
+
+Two guards keep one test's trouble its own:
+
+* Ctrl-C reaches the runs the tests start however the suite was launched: a shell
+  without job control starts a background command with SIGINT ignored, which its
+  children inherit (a Python child then never raises KeyboardInterrupt, a shell's
+  ``trap ... INT`` never fires); here the handler is Python's own again, and a
+  handled signal is default again in every child.
+* A ``pipeprof`` process a test started and left running (a failed test of a run of
+  200,000 steps that Ctrl-C was to stop) is killed when the test ends: it would
+  take the cores from every later test, whose timings then fail too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
 import jsonschema
+import psutil
 import pytest
 
 import pipeprof
@@ -67,3 +81,27 @@ def written_summaries_match_the_schema(tmp_path_factory):
         if isinstance(summary, dict) and "schema_version" in summary:
             bad += [f"{path}: {error}" for error in schema_errors(summary)]
     assert not bad, "summary.json files that break summary.schema.json:\n  " + "\n  ".join(bad[:50])
+
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _pipeprof_descendants() -> dict[int, psutil.Process]:
+    found = {}
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if any("pipeprof" in part for part in proc.cmdline()):
+                found[proc.pid] = proc
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_run_outlives_its_test():
+    before = _pipeprof_descendants()
+    yield
+    left = [proc for pid, proc in _pipeprof_descendants().items() if pid not in before]
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(left, timeout=5)

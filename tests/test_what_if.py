@@ -76,6 +76,24 @@ def test_the_budget_cuts_the_open_window_short():
     assert out["cut_short"] is True
 
 
+def test_a_window_holds_at_least_min_steps_however_long_they_take():
+    clock = FakeClock()
+    win = Windows(clock, window_s=0.1, windows=2, warmup=0, budget_s=10.0, min_steps=3)
+    # Steps of 0.2 s pass window_s at the first, but a window waits for its third: 3 x 32 samples in 0.6 s.
+    assert run_steps(win, clock, 0.2) == 6
+    out = win.result()
+    assert out["steps_per_window"] == [3, 3] and out["samples_per_s_per_window"] == pytest.approx([160.0, 160.0])
+    assert out["cut_short"] is False
+
+
+def test_a_window_short_of_min_steps_when_the_budget_ends_is_cut_short():
+    clock = FakeClock()
+    win = Windows(clock, window_s=0.1, windows=3, warmup=0, budget_s=0.5, min_steps=4)
+    assert run_steps(win, clock, 0.2) == 3  # 0.6 s: spent with 3 steps in the only window
+    out = win.result()
+    assert out["steps_per_window"] == [3] and out["cut_short"] is True
+
+
 def test_steps_slower_than_the_budget_leave_the_probe_absent_with_the_reason():
     clock = FakeClock()
     win = Windows(clock, window_s=0.1, windows=3, warmup=2, budget_s=0.5)
@@ -322,6 +340,7 @@ def test_the_k_worker_loader_measures_its_rate_the_receive_cost_and_the_workers_
     assert out["num_workers"] == 1 and out["startup_s"] > 0
     rates = out["samples_per_s_per_window"]
     assert len(rates) == 2 and all(0 < r < 1 / 3e-4 * 1.2 for r in rates)  # one worker: at most ~3,300/s
+    assert all(n >= 2 for n in out["steps_per_window"])  # k + 1 batches at least: not one worker's burst
     assert out["receive_cpu_s_per_sample_per_window"] == pytest.approx([1e-3 / 32] * 2)
     assert 0.5 * 3e-4 < out["worker_cpu_s_per_sample"] < 3 * 3e-4
     after = {p.pid for p in psutil.Process().children(recursive=True) if p.is_running()

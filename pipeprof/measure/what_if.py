@@ -117,14 +117,16 @@ class Windows:
     ``step_done(samples)`` after each step; True when enough windows are measured or the
     budget is spent (then the open window, if it has a step, is closed short: ``cut_short``;
     steps slower than the budget leave no window, and the probe is absent with that reason).
-    ``sync`` (CUDA) runs before a window's end is read.
+    A window closes at the first step end after ``window_s`` that is at least its ``min_steps``-th
+    (k workers hand batches over in bursts: a window of fewer than k + 1 batches reads a burst or a gap,
+    not the rate). ``sync`` (CUDA) runs before a window's end is read.
     """
 
     def __init__(self, clock: Clock, *, window_s: float = WINDOW_S, windows: int = WINDOWS,
-                 warmup: int = WARMUP_STEPS, budget_s: float = BUDGET_S,
+                 warmup: int = WARMUP_STEPS, budget_s: float = BUDGET_S, min_steps: int = 1,
                  sync: Callable[[], None] | None = None) -> None:
         self.clock, self.window_s, self.windows, self.warmup = clock, window_s, windows, warmup
-        self.budget_s, self.sync = budget_s, sync
+        self.budget_s, self.min_steps, self.sync = budget_s, min_steps, sync
         self.start_s = clock()
         self.steps = 0
         self.rates: list[float] = []
@@ -147,14 +149,15 @@ class Windows:
         self._window_steps += 1
         now_s = self.clock()
         spent = self._spent()
-        if now_s - self._window_start_s >= self.window_s or spent:  # the budget spent: the open window is the last
+        full = now_s - self._window_start_s >= self.window_s and self._window_steps >= self.min_steps
+        if full or spent:  # the budget spent: the open window is the last
             if self.sync is not None:
                 self.sync()
                 now_s = self.clock()
             took_s = now_s - self._window_start_s
             self.rates.append(self._samples / took_s if took_s > 0 else float("inf"))
             self.steps_per_window.append(self._window_steps)
-            self.short = self.short or took_s < self.window_s
+            self.short = self.short or not full
             if len(self.rates) >= self.windows or spent:
                 return True
             self._open()
@@ -283,7 +286,7 @@ def loader_workers(dataset: Any, batch_size: int, k: int, clock: Clock = monoton
         batch = next(it)
         startup_s = clock() - start_s
         workers = list(getattr(it, "_workers", []))
-        win = Windows(clock, **{"budget_s": WORKERS_BUDGET_S, **windows})
+        win = Windows(clock, **{"budget_s": WORKERS_BUDGET_S, "min_steps": k + 1, **windows})
         receive: list[float] = []
         worker_cpu: list[float] = []
         window_receive_s, window_samples, cpu_at = 0.0, 0, None
