@@ -69,7 +69,8 @@ class Profile:
             hooks.log.add(("S", clock(), {"pid": os.getpid(), "argv": list(sys.argv), "cwd": os.getcwd(),
                                           "python": sys.executable, "torch": torch.__version__,
                                           "torch_threads": torch.get_num_threads(),
-                                          "cuda_available": torch.cuda.is_available()}), clock())
+                                          "cuda_available": torch.cuda.is_available(),
+                                          "cuda_version": torch.version.cuda}), clock())
             self._session = Session(self.name, events, warmup_steps=self.warmup_steps, sample_hz=self.sample_hz,
                                     clock=clock)
             hooks.install()  # all or nothing

@@ -59,17 +59,26 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def describe_environment(torch_threads: int) -> dict[str, Any]:
-    """Versions and machine facts for run.json, with every GPU NVML sees (or why none)."""
-    import torch
+def describe_environment(torch_threads: int, started: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Versions and machine facts for run.json, with every GPU NVML sees (or why none).
 
+    ``started``: a profiled script's own start record (its ``torch`` version, ``cuda_available``,
+    ``cuda_version``): the torch the script ran, which may not be pipeprof's, read without importing
+    torch here (seconds of a core, at a script's start and end); pipeprof's own torch where absent.
+    """
     from pipeprof.measure.gpu import Absent, gpu_inventory
 
     gpus = gpu_inventory()
+    if started and started.get("torch"):
+        version, cuda, cuda_version = started["torch"], bool(started.get("cuda_available")), \
+            started.get("cuda_version")
+    else:
+        import torch
 
+        version, cuda, cuda_version = torch.__version__, torch.cuda.is_available(), torch.version.cuda
     return {
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": version,
         "torchvision": _version("torchvision"),  # importing it costs seconds
         "pipeprof": __version__,
         "platform": platform.platform(),
@@ -78,7 +87,7 @@ def describe_environment(torch_threads: int) -> dict[str, Any]:
         "cpu_count_logical": os.cpu_count(),
         "ram_bytes": psutil.virtual_memory().total,
         "torch_threads": torch_threads,
-        "cuda_available": torch.cuda.is_available(),
-        "cuda_version": torch.version.cuda,
+        "cuda_available": cuda,
+        "cuda_version": cuda_version,
         "gpus": {"absent": gpus.reason} if isinstance(gpus, Absent) else gpus,
     }

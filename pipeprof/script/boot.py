@@ -31,7 +31,7 @@ def main(argv: list[str]) -> None:
     log = hooks.log
     log.add(("S", clock(), {"pid": os.getpid(), "argv": argv, "cwd": os.getcwd(), "python": sys.executable,
                             "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-                            "cuda_available": torch.cuda.is_available()}), clock())
+                            "cuda_available": torch.cuda.is_available(), "cuda_version": torch.version.cuda}), clock())
     if argv[0] == "-m":
         target, run = argv[1], lambda: runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         sys.argv = [argv[1], *argv[2:]]  # run_module puts the module's file name in argv[0]

@@ -110,7 +110,8 @@ def _install() -> None:
                                   "orig_argv": list(getattr(sys, "orig_argv", [])), "cwd": os.getcwd(),
                                   "python": sys.executable, "torch": torch.__version__,
                                   "torch_threads": torch.get_num_threads(),
-                                  "cuda_available": torch.cuda.is_available(), "env": rank_environment()}), clock())
+                                  "cuda_available": torch.cuda.is_available(), "cuda_version": torch.version.cuda,
+                                  "env": rank_environment()}), clock())
     hooks.install()
     _armed.append(hooks)
     overrides.arm(hooks, overrides.from_environment(os.environ.get(OVERRIDES_ENV)),

@@ -171,9 +171,9 @@ class Session:
         """Start sampling ``pid`` and its descendants (a process already gone is recorded, not raised)."""
         self.t0_s = self.clock()
         self.root_pid = pid
-        if self.cuda_available is None:
-            import torch
-            self.cuda_available = torch.cuda.is_available()
+        if self.cuda_available is None:  # the driver's devices: importing torch here would take a core for
+            inventory = gpu_mod.gpu_inventory()  # seconds while the script starts (its own torch says at start)
+            self.cuda_available = not isinstance(inventory, gpu_mod.Absent) and len(inventory) > 0
         gpu = gpu_mod.open_gpu(0 if self.cuda_available else None)
         if isinstance(gpu, gpu_mod.Absent):
             reason = gpu.reason if self.cuda_available else "no CUDA device on this machine"
@@ -357,7 +357,7 @@ class Session:
             "loading_split": "thread-cpu-time",
             "device": "cuda" if cut.cuda_copies else "cpu",  # where its batches went
             "timing": cut.timing,  # which clock timed each part: the device's on CUDA (script.device_clock)
-            "environment": describe_environment(training_threads(threads)),
+            "environment": describe_environment(training_threads(threads), cut.start),
             "gpu": dict(gpu_meta),
             "absences": absences,
             "notes": notes,
