@@ -28,12 +28,24 @@ def start(args: list[str]) -> subprocess.Popen:
                             text=True, start_new_session=True)
 
 
+def _is_python(proc: psutil.Process) -> bool:
+    try:
+        return "python" in proc.name().lower() or any("pipeprof" in part for part in proc.cmdline()[:3])
+    except psutil.Error:
+        return False
+
+
 def wait_for_descendants(proc: subprocess.Popen, count: int, timeout_s: float = 120.0) -> None:
-    """Until ``proc`` has ``count`` descendants (a DataLoader worker, a child run) — training has begun."""
+    """Until ``proc`` has ``count`` Python descendants (a DataLoader worker, a child run) — training has begun.
+
+    Only Python processes count: importing torch may run a short-lived ``ldconfig`` or ``gcc`` (ctypes'
+    find_library), and a signal sent 3 s after one of those lands while pipeprof is still importing (a
+    diagnose interrupted before its folder existed, once on a loaded machine).
+    """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:
         try:
-            if len(psutil.Process(proc.pid).children(recursive=True)) >= count:
+            if len([c for c in psutil.Process(proc.pid).children(recursive=True) if _is_python(c)]) >= count:
                 return
         except psutil.Error:
             pass

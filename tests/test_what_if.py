@@ -94,6 +94,16 @@ def test_a_window_short_of_min_steps_when_the_budget_ends_is_cut_short():
     assert out["steps_per_window"] == [3] and out["cut_short"] is True
 
 
+def test_a_window_the_budget_ends_short_of_min_steps_is_dropped_beside_a_full_one():
+    clock = FakeClock()
+    win = Windows(clock, window_s=0.1, windows=3, warmup=0, budget_s=0.7, min_steps=3)
+    # One full window of 3 steps (0.6 s), then the budget ends after 1 step of the next: that one is dropped.
+    assert run_steps(win, clock, 0.2) == 4
+    out = win.result()
+    assert out["steps_per_window"] == [3] and out["samples_per_s_per_window"] == pytest.approx([160.0])
+    assert out["cut_short"] is True
+
+
 def test_steps_slower_than_the_budget_leave_the_probe_absent_with_the_reason():
     clock = FakeClock()
     win = Windows(clock, window_s=0.1, windows=3, warmup=2, budget_s=0.5)

@@ -67,7 +67,10 @@ the predictions to 0 workers from a run with workers were that much high
 the timed probes).
 
 Each probe runs ``windows`` time-bounded windows of at least ``window_s``
-(a window ends at the first step end after that), after ``warmup`` steps,
+(a window ends at the first step end after that; a k-worker probe's window
+also holds at least k + 1 batches: k workers hand batches over in bursts,
+and augment-heavy's windows of 0.1 s had held 1-3 batches of 128, a burst or
+a gap rather than the rate), after ``warmup`` steps,
 within ``budget_s`` (all the probes within ``TOTAL_BUDGET_S``: one that
 could not end within it is absent, saying so; the page-cache drops before
 cold probes are left out of that budget, as the cold run's own cost, and kept
@@ -119,7 +122,8 @@ class Windows:
     steps slower than the budget leave no window, and the probe is absent with that reason).
     A window closes at the first step end after ``window_s`` that is at least its ``min_steps``-th
     (k workers hand batches over in bursts: a window of fewer than k + 1 batches reads a burst or a gap,
-    not the rate). ``sync`` (CUDA) runs before a window's end is read.
+    not the rate); one the budget ends short of ``min_steps`` steps is dropped where a full one was
+    measured. ``sync`` (CUDA) runs before a window's end is read.
     """
 
     def __init__(self, clock: Clock, *, window_s: float = WINDOW_S, windows: int = WINDOWS,
@@ -150,6 +154,9 @@ class Windows:
         now_s = self.clock()
         spent = self._spent()
         full = now_s - self._window_start_s >= self.window_s and self._window_steps >= self.min_steps
+        if spent and not full and self.rates and self._window_steps < self.min_steps:
+            self.short = True  # a window short of its batches reads a burst or a gap: the full ones stand
+            return True
         if full or spent:  # the budget spent: the open window is the last
             if self.sync is not None:
                 self.sync()
