@@ -31,19 +31,19 @@ def test_without_a_start_record_the_environment_is_pipeprofs_own_torch():
     assert describe_environment(2, {"pid": 1})["torch"] == torch.__version__  # a start record with no torch
 
 
+def started(tmp_path) -> Session:
+    """A session started on this process and stopped again: what it decided at start."""
+    session = Session("s", tmp_path / "events.jsonl", sample_hz=5)
+    session.start(os.getpid())
+    session.stop_sampling()
+    return session
+
+
 def test_a_session_asks_the_driver_for_a_gpu_not_torch(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_mod, "gpu_inventory", lambda nvml=None: gpu_mod.Absent("no NVML here"))
-    session = Session("s", tmp_path / "events.jsonl", sample_hz=5)
-    session.start(os.getpid())
-    try:
-        assert session.cuda_available is False and session.absences["gpu"] == "no CUDA device on this machine"
-    finally:
-        session.stop_sampling()
+    session = started(tmp_path)
+    assert session.cuda_available is False and session.absences["gpu"] == "no CUDA device on this machine"
     monkeypatch.setattr(gpu_mod, "gpu_inventory", lambda nvml=None: [{"index": 0, "name": "fake"}])
     monkeypatch.setattr(gpu_mod, "open_gpu", lambda index, nvml=None, env=None: gpu_mod.Absent(f"NVML: gpu {index}"))
-    session = Session("s", tmp_path / "events.jsonl", sample_hz=5)
-    session.start(os.getpid())
-    try:
-        assert session.cuda_available is True and session.absences["gpu"] == "NVML: gpu 0"
-    finally:
-        session.stop_sampling()
+    session = started(tmp_path)
+    assert session.cuda_available is True and session.absences["gpu"] == "NVML: gpu 0"
