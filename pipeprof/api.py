@@ -53,10 +53,8 @@ class Profile:
         self._clock, self._device = clock, device
 
     def __enter__(self) -> Profile:
-        import torch
-
         from pipeprof.run_folder import ensure_out_folder
-        from pipeprof.script.hooks import EventLog, Hooks
+        from pipeprof.script.hooks import EventLog, Hooks, started_facts
         from pipeprof.script.hooks import clock as host_clock
         from pipeprof.script.session import Session
 
@@ -66,11 +64,7 @@ class Profile:
             events = Path(self._tmp.name) / "events.jsonl"
             clock = self._clock or host_clock
             hooks = Hooks(EventLog(str(events), clock=clock), clock=clock, device=self._device)
-            hooks.log.add(("S", clock(), {"pid": os.getpid(), "argv": list(sys.argv), "cwd": os.getcwd(),
-                                          "python": sys.executable, "torch": torch.__version__,
-                                          "torch_threads": torch.get_num_threads(),
-                                          "cuda_available": torch.cuda.is_available(),
-                                          "cuda_version": torch.version.cuda}), clock())
+            hooks.log.add(("S", clock(), {**started_facts(), "argv": list(sys.argv)}), clock())
             self._session = Session(self.name, events, warmup_steps=self.warmup_steps, sample_hz=self.sample_hz,
                                     clock=clock)
             hooks.install()  # all or nothing

@@ -62,16 +62,15 @@ def cpu_model() -> str:
 def describe_environment(torch_threads: int, started: dict[str, Any] | None = None) -> dict[str, Any]:
     """Versions and machine facts for run.json, with every GPU NVML sees (or why none).
 
-    ``started``: a profiled script's own start record (its ``torch`` version, ``cuda_available``,
-    ``cuda_version``): the torch the script ran, which may not be pipeprof's, read without importing
+    ``started``: a profiled script's own start record (``script.hooks.started_facts``: its ``torch``
+    version, ``cuda_available``, ``cuda_version``): the torch the script ran, which may not be pipeprof's, read without importing
     torch here (seconds of a core, at a script's start and end); pipeprof's own torch where absent.
     """
     from pipeprof.measure.gpu import Absent, gpu_inventory
 
     gpus = gpu_inventory()
     if started and started.get("torch"):
-        version, cuda, cuda_version = started["torch"], bool(started.get("cuda_available")), \
-            started.get("cuda_version")
+        version, cuda, cuda_version = started["torch"], bool(started.get("cuda_available")), started.get("cuda_version")
     else:
         import torch
 

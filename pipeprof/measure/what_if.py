@@ -154,7 +154,7 @@ class Windows:
         now_s = self.clock()
         spent = self._spent()
         full = now_s - self._window_start_s >= self.window_s and self._window_steps >= self.min_steps
-        if spent and not full and self.rates and self._window_steps < self.min_steps:
+        if spent and self.rates and self._window_steps < self.min_steps:
             self.short = True  # a window short of its batches reads a burst or a gap: the full ones stand
             return True
         if full or spent:  # the budget spent: the open window is the last

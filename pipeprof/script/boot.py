@@ -18,10 +18,8 @@ import runpy
 import sys
 from types import TracebackType
 
-import torch
-
 from pipeprof.script import code_profile, overrides
-from pipeprof.script.hooks import EventLog, Hooks, clock
+from pipeprof.script.hooks import EventLog, Hooks, clock, started_facts
 from pipeprof.script.protocol import EVENTS_DIR_ENV, EVENTS_ENV, OVERRIDES_ENV, STEPS_ENV
 
 
@@ -29,9 +27,7 @@ def main(argv: list[str]) -> None:
     steps = os.environ.get(STEPS_ENV)
     hooks = Hooks(EventLog(os.environ[EVENTS_ENV]), int(steps) if steps else None)
     log = hooks.log
-    log.add(("S", clock(), {"pid": os.getpid(), "argv": argv, "cwd": os.getcwd(), "python": sys.executable,
-                            "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-                            "cuda_available": torch.cuda.is_available(), "cuda_version": torch.version.cuda}), clock())
+    log.add(("S", clock(), {**started_facts(), "argv": argv}), clock())
     if argv[0] == "-m":
         target, run = argv[1], lambda: runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         sys.argv = [argv[1], *argv[2:]]  # run_module puts the module's file name in argv[0]

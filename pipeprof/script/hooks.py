@@ -92,6 +92,14 @@ def _host_clock() -> Callable[[], float]:
     return clock
 
 
+def started_facts() -> dict[str, Any]:
+    """A process's start record ("S"): who it is and the torch it runs (``measure.environment`` reads the
+    torch facts back for run.json, so pipeprof's own process need not import torch)."""
+    return {"pid": os.getpid(), "cwd": os.getcwd(), "python": sys.executable, "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(), "cuda_available": torch.cuda.is_available(),
+            "cuda_version": torch.version.cuda}
+
+
 class EventLog:
     """Appends event tuples in memory and writes them to ``path`` as JSON lines, in bulk."""
 

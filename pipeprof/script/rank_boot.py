@@ -99,19 +99,14 @@ def _start() -> None:
 
 
 def _install() -> None:
-    import torch
-
     from pipeprof.script import code_profile, overrides  # --loader / --threads, --cprofile: in every rank too
-    from pipeprof.script.hooks import EventLog, Hooks, clock
+    from pipeprof.script.hooks import EventLog, Hooks, clock, started_facts
 
     steps = os.environ.get(STEPS_ENV)
     hooks = Hooks(EventLog(events_path(os.environ[EVENTS_DIR_ENV], os.getpid())), int(steps) if steps else None)
-    hooks.log.add(("S", clock(), {"pid": os.getpid(), "ppid": os.getppid(), "argv": list(sys.argv),
-                                  "orig_argv": list(getattr(sys, "orig_argv", [])), "cwd": os.getcwd(),
-                                  "python": sys.executable, "torch": torch.__version__,
-                                  "torch_threads": torch.get_num_threads(),
-                                  "cuda_available": torch.cuda.is_available(), "cuda_version": torch.version.cuda,
-                                  "env": rank_environment()}), clock())
+    hooks.log.add(("S", clock(), {**started_facts(), "ppid": os.getppid(), "argv": list(sys.argv),
+                                  "orig_argv": list(getattr(sys, "orig_argv", [])), "env": rank_environment()}),
+                  clock())
     hooks.install()
     _armed.append(hooks)
     overrides.arm(hooks, overrides.from_environment(os.environ.get(OVERRIDES_ENV)),
