@@ -50,13 +50,6 @@ def with_main_cpu(run, pct: float):
     return run
 
 
-def with_workers_busy_as_loaded(run, loading):
-    """The sampler's workers' CPU as busy as their loading records (``loading`` s a batch, one batch a step),
-    where make_run's fixed 50% of a core would not be."""
-    run.samples["workers_cpu_pct"] = 100.0 * sum(loading) / STEP_S
-    return run
-
-
 def by_key(recs, key):
     return [r for r in recs if key in r["change"]]
 
@@ -95,9 +88,8 @@ def test_num_workers_down_without_free_cores():
     (rec,) = by_key(recs, "loader.num_workers")
     # k=1 needs 1 torch thread (1 + 2 > 2 cores): C' = C x min(1, 1/2) = 1,280, no gain; k=2 with 1 thread the same.
     # k=0: the training process makes the batches itself, X(0) = 1 / (p + 1/C_free); C was measured beside the
-    # 2 workers the sampler read busy 0.5 of a core (u·X; their loading records alone would say 0.3), all beyond
-    # what the torch threads leave: C_free = C·exp(STALL·0.5) = 6,457.
-    c_free = ceiling * math.exp(STALL * 0.5)
+    # 2 workers busy u·X = 0.3 cores beyond what the torch threads leave: C_free = C·exp(STALL·0.3) = 4,456.
+    c_free = ceiling * math.exp(STALL * 0.03 / BATCH * (BATCH / STEP_S))
     assert rec["change"] == {"loader.num_workers": 0}
     assert rec["predicted_samples_per_s"] == pytest.approx(1 / (0.03 / BATCH + 1 / c_free))
     assert recs[0] is rec
@@ -379,11 +371,10 @@ def test_a_scenarios_first_pass_is_never_saved_by_persistent_workers():
 
 def test_a_scripts_compute_bound_advice_names_no_scenario_flag_and_no_other_run():
     run = _script_run([_train_loader(0, 1)], wait=0.02, loading=(0.001, 0.0, 0.0005), threads=2, cores=2)
-    (rec,) = recs_of(with_workers_busy_as_loaded(run, (0.001, 0.0, 0.0005)))
+    (rec,) = recs_of(run)
     assert "try torch.set_num_threads(1) in the script" in rec["reason"]
     assert "--set" not in rec["reason"] and "quick" not in rec["reason"] and "~5x" not in rec["reason"]
-    scenario = recs_of(with_workers_busy_as_loaded(make_run(wait=0.02, workers=2, loading=(0.001, 0.0, 0.0005)),
-                                                   (0.001, 0.0, 0.0005)))
+    scenario = recs_of(make_run(wait=0.02, workers=2, loading=(0.001, 0.0, 0.0005)))
     assert "measure --set train.threads=1" in scenario[0]["reason"] and "quick" not in scenario[0]["reason"]
 
 
@@ -582,7 +573,6 @@ def test_fewer_threads_keep_the_compute_the_loop_measured_at_that_many_threads()
     # proportion to the worker's busy cores b (not the loop alone at 1 thread: 27-43% too high on the yardstick).
     def one_thread(loading):
         run = with_main_cpu(make_run(wait=0.3, h2d=0.0, workers=1, loading=loading, cores=2, threads=2), 150.0)
-        with_workers_busy_as_loaded(run, loading)  # b = u·X: the sampler's workers' CPU
         with_what_ifs(run, device_loop=3000.0, device_loop_threads=2400.0)
         run.meta["what_ifs"]["device_loop"]["threads"] = 2
         return predicted(run, {"train.threads": 1})
@@ -681,28 +671,19 @@ def test_more_workers_are_predicted_from_the_k_worker_loader_measured_alone():
     assert "estimated" in two["model"] and "loader_workers" not in two["model"]
 
 
-@pytest.mark.parametrize("workers_pct", [50.0, float("nan")])
-def test_from_a_run_with_workers_compute_is_its_own_c_before_its_workers_stall(workers_pct):
+def test_from_a_run_with_workers_compute_is_its_own_c_before_its_workers_stall():
     # 1 worker, 2 threads, 2 cores: the run's C was measured under its worker's stall (busy u·X cores), so
-    # C_free = C·exp(STALL·u·X), then the same fixed point at k = 2 with the same u. u is the run's own
-    # workers' CPU per sample (the sampler read them busy half a core: u = 0.5/X), not the 2-worker probe's
-    # 300 us a sample; where the sampler did not read them, the probe's u of the nearest k.
+    # C_free = C·exp(STALL·u·X) with u of the nearest probed k (2 here); then the same fixed point at k = 2.
     run = with_main_cpu(make_run(wait=0.3, h2d=0.01, workers=1, ready=0, loading=(0.02, 0.01, 0.0),
                                  cores=2, threads=2), 150.0)
-    run.samples["workers_cpu_pct"] = workers_pct
     with_what_ifs(run, device_loop=5000.0, loader_alone=20000.0)
     with_workers_probe(run, {2: (30000.0, 50e-6, 300e-6)})
     m = _Model(run, attribution(run, None))
-    measured = not math.isnan(workers_pct)
-    u = 0.5 / m.current if measured else 300e-6
-    c_free = m.ceiling * math.exp(STALL * u * m.current)  # over = u·X: T + u·X − N = u·X here
+    c_free = m.ceiling * math.exp(STALL * 300e-6 * m.current)
     two = predicted(run, {"loader.num_workers": 2})
     assert two["predicted_samples_per_s"] == pytest.approx(
-        time_shared_fixed_point(2, 2, 2, 30000.0, 50e-6, u, c_free), rel=1e-6)
+        time_shared_fixed_point(2, 2, 2, 30000.0, 50e-6, 300e-6, c_free), rel=1e-6)
     assert "run's own workers" in two["model"]
-    own = "the run's own workers' CPU per sample"
-    assert (own in two["model"]) == measured
-    assert ("u of the nearest k probed" in two["model"]) != measured
 
 
 def test_from_a_run_with_workers_a_batch_is_received_in_the_time_its_ready_steps_took():

@@ -501,10 +501,6 @@ class _Model:
         self.free = max(self.cores - self.train_cores, 0.0)
         self.busy_over_usable = cpu.busy_over_usable_fraction
         self.cpu = cpu
-        # u from a run with workers: their own CPU per sample, all of them over the counted steps (module docstring)
-        workers_pct = cpu.workers_cpu_mean_pct
-        self.run_worker_cpu_s = (workers_pct / 100 / self.current
-                                 if self.k and workers_pct and workers_pct > 0 and self.current else None)
         self.fetch: float | None = None
         self.prep: float | None = None
         self.collate: float | None = None
@@ -523,7 +519,7 @@ class _Model:
         self.run = run
         if self.k and not self.loop_ceiling and not alone and self.current is not None \
                 and math.isfinite(self.ceiling) and self._parts() is not None:
-            self.ceiling_free = self._destalled(self._run_worker_cpu()[0])
+            self.ceiling_free = self._destalled(self._costs(self.k).cpu_s)
 
     @functools.cached_property
     def transforms(self) -> LoaderTransforms | None:
@@ -717,16 +713,12 @@ class _Model:
         u = p_ram + send
         return WorkerCosts(k / u, receive, u, startup, measured=False)
 
-    def _run_worker_cpu(self) -> tuple[float, str]:
-        """u of the run's own workers, and its words: their CPU per sample as the run measured it (the sampler's
-        workers' CPU over the counted steps, over X); else the probe of the nearest k (the run's own k is never
-        probed); else estimated from the run's loading records."""
-        if self.run_worker_cpu_s is not None:
-            return self.run_worker_cpu_s, "u = the run's own workers' CPU per sample"
+    def _run_workers_costs(self) -> WorkerCosts:
+        """What the run's own workers cost: the probe of the nearest k (the run's own k is never probed), else
+        estimated from the run's loading records."""
         if self.loader_k:
-            near = self.loader_k[min(self.loader_k, key=lambda n: (abs(n - self.k), n))]
-            return near.cpu_s, "u of the nearest k probed"
-        return self._costs(self.k).cpu_s, "u estimated"
+            return self.loader_k[min(self.loader_k, key=lambda n: (abs(n - self.k), n))]
+        return self._costs(self.k)
 
     def _io(self, fetch: float) -> float:
         """The part of fetch that waits on storage, not a core: a script's fetch is measured as exactly that
@@ -758,20 +750,18 @@ class _Model:
         X = min(L_k, W/u_k, S, 1/(1/C_k(u_k·X) + q_k)), solved by bisection (the right side falls as X
         grows, so there is one), then each counted pass start's worker start-up added. ``costs``, ``storage``
         (S) and ``source`` (their words) for another data placement (decoded samples in RAM: ``_ram_x``)."""
-        own_data = costs is None
         costs = self._costs(k) if costs is None else costs
         storage_ceiling = self.storage_ceiling if storage is None else storage
         rate, worker_cpu = costs.samples_per_s, costs.cpu_s
-        if own_data and self.run_worker_cpu_s is not None:
-            worker_cpu = self.run_worker_cpu_s  # the run's workers measured it over the whole run, not a window
         receive = costs.receive_s if self.run_receive_s is None else self.run_receive_s
         t = float(threads) if threads is not None else self.threads
         c0, words = self._compute_at(k, threads) if threads is not None else (self.ceiling_free, "")
         if threads is None and self.k > 0 and math.isfinite(self.ceiling) and self.current is not None:
             # the run's own C, measured under its workers' stall: C_free before that stall
-            u_run, u_words = self._run_worker_cpu()
-            c0 = self._destalled(u_run)
-            words = f"; C_free = C·exp(STALL·over) at the run's own workers ({u_words})"
+            near = self._run_workers_costs()
+            c0 = self._destalled(near.cpu_s)
+            words = ("; C_free = C·exp(STALL·over) at the run's own workers (u of the nearest k probed)"
+                     if near.measured else "; C_free = C·exp(STALL·over) at the run's own workers (u estimated)")
         def rate_at(x: float) -> float:
             """The lower of what the workers supply and what the training process takes, at rate x."""
             compute = workers_compute(c0, worker_cpu * x, t, self.cores)
@@ -797,8 +787,6 @@ class _Model:
                   f"L_k, q_k, u_k estimated: u = the run's CPU per sample{' + sending a batch' if self.k == 0 else ''}"
                   f", q = receiving one ({fmt.duration(costs.receive_s)} a sample), start-up "
                   f"{fmt.duration(STARTUP_S_PER_WORKER)} a worker (assumed)")
-        if own_data and self.run_worker_cpu_s is not None:
-            source += f"; u = the run's own workers' CPU per sample ({fmt.duration(self.run_worker_cpu_s)})"
         if self.run_receive_s is not None:
             source += (f"; q = the run's own wall time taking a batch that was already waiting "
                        f"({fmt.duration(self.run_receive_s)} a sample)")
@@ -833,9 +821,9 @@ class _Model:
         cores ``b = u·X`` (at most 1; u of the nearest k probed, else estimated): module docstring, C_loop(t)."""
         if self.current is None or not math.isfinite(self.ceiling):
             return self.ceiling
-        u_run = self._run_worker_cpu()[0]
-        busy = min(max(u_run * self.current, 0.0), 1.0)
-        return self.ceiling ** (1 - busy) * self._destalled(u_run) ** busy
+        near = self._run_workers_costs()
+        busy = min(max(near.cpu_s * self.current, 0.0), 1.0)
+        return self.ceiling ** (1 - busy) * self._destalled(near.cpu_s) ** busy
 
     def _loop_at(self, threads: int) -> float | None:
         """The device-resident loop's samples/s at ``threads``: linear between the two probes (the run's T and
