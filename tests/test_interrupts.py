@@ -53,6 +53,16 @@ def wait_for_descendants(proc: subprocess.Popen, count: int, timeout_s: float = 
     raise AssertionError(f"no {count} descendant(s) of {proc.pid} within {timeout_s} s")
 
 
+def wait_for_path(proc: subprocess.Popen, folder: Path, pattern: str, timeout_s: float = 120.0) -> None:
+    """Until something matching ``pattern`` exists in ``folder`` (``proc`` has got that far)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if folder.is_dir() and any(folder.glob(pattern)):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no {pattern} in {folder} from {proc.pid} within {timeout_s} s")
+
+
 @pytest.mark.integration
 def test_sigterm_to_run_saves_the_steps_and_exits_143(tmp_path):
     scenario = tiny_file(tmp_path, steps=200000, workers=1)
@@ -138,7 +148,10 @@ def test_tune_and_diagnose_keep_what_they_measured(tmp_path, command, sig, statu
     # diagnosis could end within the 3 s below)
     extra = ["--window", "600", "--max-evals", "3"] if command == "tune" else ["--steps", "20000"]
     proc = start([command, str(scenario), "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet", *extra])
-    wait_for_descendants(proc, 1)  # the first trial's (run's) DataLoader worker: it is training
+    if command == "tune":
+        wait_for_descendants(proc, 1)  # the first trial's (run's) DataLoader worker: it is training
+    else:  # its first run (compute: on the device, 0 workers) has no worker to wait for: its folder, staged
+        wait_for_path(proc, out, ".staged.*")
     time.sleep(3)
     if sig == signal.SIGINT:
         os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole process group
@@ -156,6 +169,9 @@ def test_tune_and_diagnose_keep_what_they_measured(tmp_path, command, sig, statu
     document = json.loads((folder / f"{command}.json" if command == "tune" else folder / "diagnosis.json").read_text())
     assert document["status"] == "interrupted"
     assert (folder / ("tune.html" if command == "tune" else "diagnosis.html")).is_file()
+    if command == "diagnose":  # the run interrupted is recorded so; the ones after it never started
+        assert {role: run["status"] for role, run in document["runs"].items()} == {
+            "compute": "interrupted", "prep": "skipped", "real": "skipped"}
 
 
 def test_an_interrupt_python_swallowed_is_sent_again(monkeypatch):

@@ -63,11 +63,11 @@ def _positive_int(text: str) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
+    scenario = load_scenario(args.scenario, args.overrides)  # bad input refused before torch loads
     # torch and the analysis load here, not when the parser is built (pipeprof --help stays fast)
     from pipeprof.pipeline.diagnose import diagnose
     from pipeprof.render.diagnosis import diagnosis_table
 
-    scenario = load_scenario(args.scenario, args.overrides)
     progress = SILENT if args.quiet else Bars(Console(stderr=True), columns(remaining=False))
     diagnosis, folder = diagnose(scenario, scenario_file=str(args.scenario), overrides=args.overrides,
                                  out=args.out, max_steps=args.steps or DEFAULT_MAX_STEPS, cache=args.cache, progress=progress)

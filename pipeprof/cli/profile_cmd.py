@@ -120,12 +120,13 @@ def _pyspy_rate(text: str) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
-    # torch, pandas and the analysis load here, not when the parser is built (pipeprof --help stays fast)
-    from pipeprof.pipeline.script_run import profile_script
-    from pipeprof.render.console import print_summary
     from pipeprof.script.overrides import parse
 
-    overrides = parse(args.loader, args.threads)  # checked before the script starts: a bad one exits 2
+    overrides = parse(args.loader, args.threads)  # checked before the script starts (and pandas loads): exits 2
+    # pandas and the analysis load here, not when the parser is built (pipeprof --help stays fast)
+    from pipeprof.pipeline.script_run import profile_script
+    from pipeprof.render.console import print_summary
+
     saved = profile_script(args.command, out=args.out, name=args.name, steps=args.steps,
                            warmup_steps=args.warmup_steps, sample_hz=args.sample_hz, overrides=overrides,
                            cprofile_steps=args.cprofile, pyspy_hz=args.pyspy)

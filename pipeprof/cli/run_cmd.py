@@ -37,11 +37,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    # the scenario is checked first: bad input is refused before torch loads (2-5 s on 2 busy cores)
+    scenario = load_scenario(args.scenario, args.overrides)
     # torch, pandas and the analysis load here, not when the parser is built (pipeprof --help stays fast)
     from pipeprof.pipeline.scenario_run import PreparationFailed, run_scenario, verify_run
     from pipeprof.render.console import print_summary
 
-    scenario = load_scenario(args.scenario, args.overrides)
     progress = SILENT if args.quiet else Bars(Console(stderr=True), columns())
     try:
         saved = run_scenario(scenario, scenario_file=str(args.scenario), overrides=args.overrides, out=args.out,

@@ -52,9 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    scenario = load_scenario(args.scenario, args.overrides)  # bad input refused before torch loads
     from pipeprof.pipeline.sweep import Measure, run_sweep  # pandas and torch load here, not for --help
 
-    scenario = load_scenario(args.scenario, args.overrides)
     console = Console(stderr=True)
     progress = SILENT if args.quiet else Bars(console, columns(eta_label=True))
     doc, folder = run_sweep(scenario, scenario_file=args.scenario, overrides=args.overrides, grid=args.grid,

@@ -113,12 +113,11 @@ def execute(args: argparse.Namespace) -> int:
     if command is not None:
         return _execute_script(args, command)
     _refuse(args, SCRIPT_ONLY, "a scenario")
-    from pipeprof.pipeline.tune import Budget, tune  # torch and the analysis load here, not for --help
-
     overrides = args.overrides or []
     window = DEFAULT_WINDOW_S if args.window is None else args.window
     confirm = DEFAULT_CONFIRM_S if args.confirm_seconds is None else args.confirm_seconds
-    scenario = load_scenario(args.scenario, overrides)
+    scenario = load_scenario(args.scenario, overrides)  # bad input refused before torch loads
+    from pipeprof.pipeline.tune import Budget, tune  # torch and the analysis load here, not for --help
     console = Console(stderr=True)
     doc, folder = tune(scenario, scenario_file=args.scenario, overrides=overrides, out=args.out,
                        budget=Budget(args.max_evals, window, confirm),
