@@ -141,6 +141,27 @@ def test_bad_input_is_one_line_and_exit_status_2(args, needle):
     assert needle in lines[0] and "Traceback" not in result.stderr
 
 
+REFUSED_BEFORE_TORCH = """
+import json, sys
+from pipeprof.cli.main import main
+out = []
+for command in ("run", "sweep", "tune", "diagnose"):
+    for args in (["missing.toml"], ["scenarios/quick.toml", "--set", "loader.num_workers=-1"]):
+        out.append([command, main([command, *args]), "torch" in sys.modules])
+print(json.dumps(out))
+"""
+
+
+def test_bad_input_is_refused_before_torch_loads():
+    """A missing scenario or a bad --set exits 2 without importing torch (seconds on a busy machine)."""
+    from pathlib import Path
+
+    result = subprocess.run([sys.executable, "-c", REFUSED_BEFORE_TORCH], capture_output=True, text=True,
+                            cwd=Path(__file__).parent.parent, timeout=120)
+    seen = json.loads(result.stdout)
+    assert len(seen) == 8 and all(status == 2 and not torch for _, status, torch in seen), seen
+
+
 @pytest.mark.parametrize("storage", ["device", "files", "images"])
 def test_every_storage_kind_trains_end_to_end(tmp_path, cache, storage):
     status, folder = run_tiny(tmp_path, cache, storage=storage)
