@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -42,25 +43,28 @@ def wait_for_descendants(proc: subprocess.Popen, count: int, timeout_s: float = 
     find_library), and a signal sent 3 s after one of those lands while pipeprof is still importing (a
     diagnose interrupted before its folder existed, once on a loaded machine).
     """
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and proc.poll() is None:
+    def enough() -> bool:
         try:
-            if len([c for c in psutil.Process(proc.pid).children(recursive=True) if _is_python(c)]) >= count:
-                return
+            return len([c for c in psutil.Process(proc.pid).children(recursive=True) if _is_python(c)]) >= count
         except psutil.Error:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"no {count} descendant(s) of {proc.pid} within {timeout_s} s")
+            return False
+
+    wait_until(proc, enough, f"{count} descendant(s)", timeout_s)
 
 
 def wait_for_path(proc: subprocess.Popen, folder: Path, pattern: str, timeout_s: float = 120.0) -> None:
     """Until something matching ``pattern`` exists in ``folder`` (``proc`` has got that far)."""
+    wait_until(proc, lambda: folder.is_dir() and any(folder.glob(pattern)), f"{pattern} in {folder}", timeout_s)
+
+
+def wait_until(proc: subprocess.Popen, done: Callable[[], bool], what: str, timeout_s: float) -> None:
+    """Poll ``done`` every 0.2 s while ``proc`` runs; fail naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:
-        if folder.is_dir() and any(folder.glob(pattern)):
+        if done():
             return
         time.sleep(0.2)
-    raise AssertionError(f"no {pattern} in {folder} from {proc.pid} within {timeout_s} s")
+    raise AssertionError(f"no {what} of {proc.pid} within {timeout_s} s")
 
 
 @pytest.mark.integration

@@ -63,8 +63,9 @@ def describe_environment(torch_threads: int, started: dict[str, Any] | None = No
     """Versions and machine facts for run.json, with every GPU NVML sees (or why none).
 
     ``started``: a profiled script's own start record (``script.hooks.started_facts``: its ``torch``
-    version, ``cuda_available``, ``cuda_version``): the torch the script ran, which may not be pipeprof's, read without importing
-    torch here (seconds of a core, at a script's start and end); pipeprof's own torch where absent.
+    version, ``cuda_available``, ``cuda_version``): the torch the script ran, which may not be pipeprof's,
+    read without importing torch here (seconds of a core, at a script's start and end); pipeprof's own
+    torch where absent.
     """
     from pipeprof.measure.gpu import Absent, gpu_inventory
 
