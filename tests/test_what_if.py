@@ -231,7 +231,8 @@ def test_data_read_cold_is_probed_cold_each_loader_after_its_files_are_dropped(t
     fake = FakeDrop(work.data.dataset)
     monkeypatch.setattr(what_if, "drop", fake)
     out = measure_what_ifs(work, train_loop, window_s=0.02, windows=2, budget_s=0.3)
-    probed = [out["loader_alone"], *[v for v in out["loader_workers"].values() if isinstance(v, dict)]]
+    probed = [out["loader_alone"], *[v for v in out["loader_workers"].values() if isinstance(v, dict)],
+              *[v for v in out["train_workers"].values() if isinstance(v, dict)]]
     assert all(entry["cold"] is True and entry["samples_per_s"] > 0 for entry in probed)
     assert len(fake.calls) == len(probed)  # one drop before each loader probe of the run's storage
     assert all(paths == work.data.dataset.paths() and closed for paths, closed in fake.calls)

@@ -484,6 +484,8 @@ class _Model:
         other_threads = as_dict(self.what_ifs.get("device_loop_threads")).get("threads", 1)  # older entries: 1
         self.loop_other_threads = int(other_threads) if isinstance(other_threads, (int, float)) else 1
         self.loader_k = _workers_probes(self.what_ifs)  # k -> WorkerCosts (L_k, q_k, u_k, start-up) measured
+        self.trained_k = _trained_probes(self.what_ifs)  # k -> the training loop fed by k workers, measured
+        self.trained_ram_k = _trained_probes(self.what_ifs, "train_ram_workers")  # the same over RAM
         self.batch_size = int(settings.loader.batch_size or 1)
         probe_threads = as_dict(self.what_ifs.get("device_loop")).get("threads")
         self.loop_threads = int(probe_threads) if isinstance(probe_threads, (int, float)) else None
@@ -681,9 +683,29 @@ class _Model:
                 "X(0) = 1/(p0 + 1/C_free), p0 = 1/L0: the 0-worker loader measured alone after the run"
                 if measured else "X(0) = 1/(p + 1/C_free), p from the run's loading records") + \
                 self._c_free_words() + words
+        trained = self._trained_x(k, threads, persistent)
+        if trained is not None:
+            return trained
         if not (self.ceiling_free and math.isfinite(self.ceiling_free)):
             return self.throughput(k, *parts), "X(k) = min(C', k / (io + cpu·k/W(k)), S) (no compute ceiling)"
         return self._workers_fixed_point(k, threads, persistent)
+
+    def _trained_x(self, k: int, threads: int | None, persistent: bool | None, *,
+                   ram: bool = False) -> tuple[float, str] | None:
+        """X(k) where the training loop fed by ``k`` workers was measured after the run at these threads
+        (``what_ifs.train_workers``, or ``train_ram_workers`` over decoded samples in RAM: module docstring,
+        "k workers, trained"): its samples/s, each counted pass start's worker start-up added; None where not
+        measured."""
+        probe = (self.trained_ram_k if ram else self.trained_k).get(k)
+        if probe is None or probe.threads != (threads if threads is not None else self.threads):
+            return None
+        x = probe.samples_per_s
+        starts = self._pass_starts_with(bool(self.loader.persistent_workers if persistent is None else persistent))
+        if starts and self.samples:
+            x = self.samples / (self.samples / x + starts * probe.startup_s)
+        name = "train_ram_workers: over decoded samples in RAM" if ram else "train_workers"
+        return x, (f"X_k: the training loop fed by k workers, measured after the run (what_ifs.{name}), "
+                   "each counted pass start's worker start-up added")
 
     def _costs(self, k: int) -> WorkerCosts:
         """L_k, q_k, u_k and the start-up at ``k`` workers: the loader_workers probe's where it measured ``k``,
@@ -921,6 +943,9 @@ class _Model:
     def _ram_x(self, k: int) -> tuple[float, str] | None:
         """Decoded samples cached in RAM: production per sample as the 0-worker loader over them measured after
         the run (what_ifs.ram_loader), else the run's own with fetch (and a plain decode) removed."""
+        trained = self._trained_x(k, None, None, ram=True) if k else None
+        if trained is not None:
+            return trained
         if self.ram_loader:
             p = 1.0 / self.ram_loader
             words = ", p_ram = 1/R: decoded samples in RAM through a 0-worker loader, measured after the run"
@@ -1333,6 +1358,30 @@ def _workers_probes(what_ifs: dict[str, Any]) -> dict[int, WorkerCosts]:
         startup = _positive(entry.get("startup_s"))
         out[int(key)] = WorkerCosts(rate, max(float(receive), 0.0), max(float(cpu), 0.0),
                                     startup if startup is not None else STARTUP_S_PER_WORKER * int(key))
+    return out
+
+
+@dataclass(frozen=True)
+class TrainedProbe:
+    """The training loop fed by ``k`` workers (``what_ifs.train_workers``): samples/s, at ``threads`` torch
+    threads, the workers' start-up per pass."""
+
+    samples_per_s: float
+    threads: float
+    startup_s: float
+
+
+def _trained_probes(what_ifs: dict[str, Any], name: str = "train_workers") -> dict[int, TrainedProbe]:
+    """run.json ``what_ifs.train_workers`` (or ``train_ram_workers``): k -> its ``TrainedProbe`` (entries absent
+    or malformed left out)."""
+    out: dict[int, TrainedProbe] = {}
+    for key, entry in as_dict(what_ifs.get(name)).items():
+        entry = as_dict(entry)
+        rate, threads = _positive(entry.get("samples_per_s")), _positive(entry.get("threads"))
+        if rate is None or threads is None or not str(key).isdigit():
+            continue
+        startup = _positive(entry.get("startup_s"))
+        out[int(key)] = TrainedProbe(rate, threads, startup if startup is not None else STARTUP_S_PER_WORKER * int(key))
     return out
 
 

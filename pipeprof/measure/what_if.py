@@ -109,7 +109,7 @@ WINDOW_S = 0.1
 WINDOWS = 3
 WARMUP_STEPS = 2
 BUDGET_S = 0.35  # per probe
-TOTAL_BUDGET_S = 3.0  # all probes after a run: one that could not end within it is not started
+TOTAL_BUDGET_S = 4.5  # all probes after a run: one that could not end within it is not started
 WORKERS_BUDGET_S = 0.35  # per number of workers (their start-up included)
 PROBE_MAX_SAMPLES = 20_000  # random stand-in data: enough rows (61 MB) that indexing is not served from a cache
 
@@ -338,6 +338,102 @@ def loader_workers(dataset: Any, batch_size: int, k: int, clock: Clock = monoton
     return out
 
 
+class ComputeTimer:
+    """The training loop's marks (``StepTimer``'s interface) summing what ``C = n / Σ(compute + h2d)`` needs:
+    seconds from a batch's arrival (``waited``) to its step's end (``computed``) and their samples, read and
+    zeroed per window by ``take``. ``sync`` (CUDA) runs before a step's end is read."""
+
+    def __init__(self, clock: Clock, sync: Callable[[], None] | None = None) -> None:
+        self.clock, self.sync = clock, sync
+        self.busy_s, self.samples = 0.0, 0
+        self._arrived_s = 0.0
+
+    def begin(self, ready_batches: float = float("nan")) -> None:
+        pass
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+    def waited(self) -> None:
+        self._arrived_s = self.clock()
+
+    def copied(self) -> None:
+        pass
+
+    def computed(self, samples: int, loss: Any, correct: Any, epoch: int = 0) -> None:
+        if self.sync is not None:
+            self.sync()
+        self.busy_s += self.clock() - self._arrived_s
+        self.samples += samples
+
+    def finish(self) -> None:
+        pass
+
+    def take(self) -> float | None:
+        """Samples/s of compute since the last ``take`` (None where no step was timed), then zeroed."""
+        rate = self.samples / self.busy_s if self.busy_s > 0 and self.samples else None
+        self.busy_s, self.samples = 0.0, 0
+        return rate
+
+
+def train_workers(work: Any, loop: Callable[..., None], dataset: Any, k: int, clock: Clock = monotonic_clock, *,
+                  context: Any = None, prefetch: int | None = None, collate: Any = None,
+                  **windows: Any) -> dict[str, Any]:
+    """The real training loop (``loop``, as ``device_loop`` runs it) fed by a ``k``-worker DataLoader over
+    ``dataset`` (module docstring, ``train_workers``): per window its samples/s and its compute's samples/s
+    (``n / Σ(compute + h2d)``: the compute ceiling *beside* k workers handing batches over), after the
+    first steps (the workers' start-up, kept as ``startup_s``, and warm-up); the workers shut down after."""
+    assert k >= 1
+    kwargs: dict[str, Any] = {"multiprocessing_context": context, "collate_fn": collate,
+                              "pin_memory": work.data.pin_memory}
+    if prefetch is not None:
+        kwargs["prefetch_factor"] = prefetch
+    with _many_workers_expected():
+        loader = DataLoader(dataset, batch_size=work.scenario.loader.batch_size, shuffle=True, num_workers=k,
+                            generator=torch.Generator().manual_seed(work.scenario.data.seed), **kwargs)
+    sync = torch.cuda.synchronize if work.device.type == "cuda" else None
+    timer = ComputeTimer(clock, sync)
+    start_s = clock()
+    found: dict[str, Any] = {}
+    compute: list[float] = []
+
+    def stop_after(i: int, samples: int) -> bool:
+        if "win" not in found:  # the first step: the workers' start-up
+            found["startup_s"] = clock() - start_s
+            found["win"] = Windows(clock, sync=sync, **{"budget_s": WORKERS_BUDGET_S, "min_steps": k + 1,
+                                                         **windows, "warmup": max(int(windows.get(
+                                                             "warmup", WARMUP_STEPS)) - 1, 0)})
+            timer.take()
+            return False
+        win = found["win"]
+        closed = len(win.rates)
+        counting = win.steps >= win.warmup
+        done = bool(win.step_done(samples))
+        if not counting:
+            timer.take()  # the warm-up's steps are not the window's
+        elif len(win.rates) > closed:
+            rate = timer.take()
+            if rate is not None:
+                compute.append(rate)
+        return done
+
+    data = dataclasses.replace(work.data, batches=loader)
+    probe = dataclasses.replace(work, data=data)
+    with _many_workers_expected(), work.rank.solo() if work.rank is not None else contextlib.nullcontext():
+        loop(probe, 1_000_000, timer, stop_after=stop_after)
+    win = found.get("win")
+    if win is None:
+        return {"absent": "the loader gave no batch", "num_workers": k, "took_s": clock() - start_s}
+    out = win.result(num_workers=k, batch_size=work.scenario.loader.batch_size, threads=torch.get_num_threads(),
+                     startup_s=found["startup_s"])
+    if compute and out.get("absent") is None:
+        out.update(compute_samples_per_s=statistics.median(compute), compute_samples_per_s_per_window=compute)
+    return out
+
+
 def as_the_run_reads(work: Any, dataset: Any) -> tuple[Any, Any]:
     """(dataset, collate_fn) for a loader probe over ``dataset``: timed as the run's loader timed its samples
     (its ``TimedDataset``'s clocks and key, its ``TimedCollate``) where it recorded its loading, so a sample
@@ -449,6 +545,19 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
 
         workers_probe = {str(n): one(n) for n in probe_ks[:2]}
         out["loader_workers"] = workers_probe
+
+        def trained(n: int) -> dict[str, Any]:
+            if spent_s() + wbudget > TOTAL_BUDGET_S:
+                return {"absent": f"not started: the probes after a run take at most {TOTAL_BUDGET_S:g} s"}
+            return storage(lambda: train_workers(work, loop, read, n, clock, context=context, prefetch=prefetch,
+                                                 collate=collate, **windows))()
+
+        out["train_workers"] = {str(n): trained(n) for n in probe_ks[:2]}
+        if k >= 1 and spec.storage not in ("ram", "device"):
+            ram_read = as_the_run_reads(work, ram_dataset(work))[0]
+            out["train_ram_workers"] = {str(k): started(lambda: train_workers(
+                work, loop, ram_read, k, clock, context=context, prefetch=prefetch, collate=collate,
+                **{"budget_s": WORKERS_BUDGET_S, **windows}))}
     # The device loop again, its windows spread over the probes' time (module docstring).
     again = started(lambda: device_loop(work, loop, clock, batches=on_device, **windows))
     out["device_loop"] = both_parts(out["device_loop"], again)
