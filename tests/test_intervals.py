@@ -196,6 +196,20 @@ def test_verification_says_whether_the_measured_rate_fell_in_the_interval():
     assert verification({**record, "status": "failed"}, 1000.0, interval)["within_interval"] is None
 
 
+def test_verifying_a_change_that_may_not_help_says_it_was_not_offered_as_a_gain():
+    # plain_loop's only recommendation: x1.22 in x0.85-x1.75, measured x0.67 (stop 26).
+    interval = Interval((850.0, 1750.0), (0.85, 1.75), "m")
+    assert interval.may_not_help
+    record = {"status": "complete", "change": {"loader.num_workers": 1}, "predicted_samples_per_s": 1220.0,
+              "predicted_speedup": 1.22, "measured_samples_per_s": 670.0}
+    words = verification(record, 1000.0, interval)["verdict_words"]
+    assert "predicted ×1.22, measured ×0.67" in words
+    assert words.endswith("the change was presented as one that may not help (its interval reaches ×1.0), "
+                          "not as a gain")
+    gain = Interval((1100.0, 1750.0), (1.1, 1.75), "m")
+    assert "may not help" not in verification(record, 1000.0, gain)["verdict_words"]
+
+
 def test_a_verified_run_records_within_interval_for_the_checked_recommendation():
     run = noisy_run(0.1)
     (rec,) = summarize(run)["recommendations"]

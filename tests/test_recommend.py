@@ -773,3 +773,60 @@ def test_each_pass_start_costs_the_workers_start_up_unless_they_persist():
     assert "3 pass starts" in one["model"]
     kept = predicted(run, {"loader.num_workers": 1, "loader.persistent_workers": True})
     assert kept["predicted_samples_per_s"] == pytest.approx(steady)
+
+
+def with_trained(run, name="train_workers", **by_k):
+    """what_ifs.train_workers (or train_ram_workers): "k" -> (the loop's samples/s fed by k workers, threads)."""
+    run.meta["what_ifs"][name] = {
+        k.lstrip("k"): {"samples_per_s": rate, "samples_per_s_per_window": [rate] * 3, "threads": threads,
+                        "startup_s": 0.05} for k, (rate, threads) in by_k.items()}
+    return run
+
+
+def test_a_number_of_workers_trained_beside_after_the_run_is_predicted_as_that_loop_measured():
+    # 2 cores, 2 torch threads, no workers. After the run the loop fed by 1 worker made 1,500 samples/s at 2
+    # threads: the fixed point from the loader alone and the device loop would say otherwise, the measurement
+    # of the changed loop is the prediction (each counted pass start's worker start-up added).
+    run = with_main_cpu(make_run(wait=0.3, h2d=0.01, loading=(0.02, 0.01, 0.0), cores=2, threads=2), 150.0)
+    with_what_ifs(run, device_loop=2000.0, loader_alone=20000.0)
+    with_workers_probe(run, {1: (10000.0, 50e-6, 200e-6)})
+    fixed_point = predicted(run, {"loader.num_workers": 1})["predicted_samples_per_s"]
+    with_trained(run, k1=(1500.0, 2))
+    m = _Model(run, attribution(run, None))
+    starts = m._pass_starts_with(False)
+    one = predicted(run, {"loader.num_workers": 1})
+    assert one["predicted_samples_per_s"] == pytest.approx(m.samples / (m.samples / 1500.0 + starts * 0.05))
+    assert one["predicted_samples_per_s"] != pytest.approx(fixed_point)
+    assert "train_workers" in one["model"] and "start-up" in one["model"]
+    # At other threads the probe did not measure it: the fixed point as before.
+    other = predicted(run, {"loader.num_workers": 1, "train.threads": 1})
+    assert "train_workers" not in other["model"] and "L_k" in other["model"]
+    with_trained(run, k1=(1500.0, 1))  # a probe at 1 thread says nothing of 1 worker beside 2
+    assert predicted(run, {"loader.num_workers": 1})["predicted_samples_per_s"] == pytest.approx(fixed_point)
+
+
+def test_decoded_samples_in_ram_at_the_runs_workers_are_predicted_as_the_loop_trained_on_them():
+    run = with_main_cpu(make_run(wait=0.5, h2d=0.01, workers=1, loading=(0.08, 0.002, 0.003), storage="memmap",
+                                 read_bytes_per_s=5e7, cores=2, threads=1), 150.0)
+    with_what_ifs(run, device_loop=9000.0, loader_alone=2000.0, ram_loader=50000.0)
+    with_trained(run, "train_ram_workers", k1=(4000.0, 1))
+    m = _Model(run, attribution(run, None))
+    starts = m._pass_starts_with(False)
+    ram = predicted(run, {"data.storage": "ram"})
+    assert ram["predicted_samples_per_s"] == pytest.approx(m.samples / (m.samples / 4000.0 + starts * 0.05))
+    assert "train_ram_workers" in ram["model"]
+    two = predicted(run, {"data.storage": "ram", "loader.num_workers": 2})  # not the k it trained at
+    assert "train_ram_workers" not in two["model"]
+
+
+def test_no_workers_trained_after_the_run_is_predicted_as_measured_with_no_start_up():
+    # 1 worker, 2 threads: the loop making its own batches after the run made 900 samples/s; no worker starts.
+    run = with_main_cpu(make_run(wait=0.5, h2d=0.01, workers=1, ready=0, loading=(0.02, 0.01, 0.0), cores=2,
+                                 threads=2), 200.0)
+    with_what_ifs(run, device_loop=2000.0, loader_alone=20000.0)
+    from_loader = predicted(run, {"loader.num_workers": 0})
+    assert "L0" in from_loader["model"]
+    with_trained(run, k0=(900.0, 2))
+    zero = predicted(run, {"loader.num_workers": 0})
+    assert zero["predicted_samples_per_s"] == pytest.approx(900.0)
+    assert "X(0)" in zero["model"] and "train_workers" in zero["model"] and "start-up" not in zero["model"]

@@ -21,6 +21,8 @@ from pipeprof.measure.what_if import (
     loader_alone,
     loader_workers,
     measure_what_ifs,
+    train_workers,
+    trained_ks,
     workers_to_probe,
 )
 from pipeprof.pipeline.train import build_workload, profile_scenario, train_loop
@@ -357,6 +359,54 @@ def test_the_k_worker_loader_measures_its_rate_the_receive_cost_and_the_workers_
     after = {p.pid for p in psutil.Process().children(recursive=True) if p.is_running()
              and p.status() != psutil.STATUS_ZOMBIE}
     assert after <= before  # the worker was shut down
+
+
+def test_the_trained_probe_times_the_real_loop_fed_by_k_workers_and_leaves_no_worker(tmp_path):
+    # The real training loop over a 2-worker DataLoader of the run's dataset; each training step takes 10 ms of
+    # the fake clock (the batch's wait takes none): 32 samples / 10 ms, in the loop's rate and its compute's.
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    work = build_workload(tiny("memmap", samples=2048), tmp_path)
+    clock = FakeClock()
+    step = work.step_fn
+
+    def ten_ms(x, y):
+        clock.advance(0.01)
+        return step(x, y)
+
+    work.step_fn = ten_ms
+    out = train_workers(work, train_loop, work.data.dataset, 2, clock, window_s=0.045, windows=2, warmup=2,
+                        budget_s=10.0)
+    assert out["num_workers"] == 2 and out["threads"] == torch.get_num_threads() and out["batch_size"] == 32
+    assert out["samples_per_s_per_window"] == pytest.approx([3200.0] * 2)
+    assert out["compute_samples_per_s_per_window"] == pytest.approx([3200.0] * 2)
+    assert out["steps_per_window"] == [5, 5]  # 45 ms: 5 steps of 10 ms (at least k + 1 = 3)
+    assert out["startup_s"] == pytest.approx(0.01)  # the first step (its wait for the workers took no fake time)
+    after = {p.pid for p in psutil.Process().children(recursive=True) if p.is_running()
+             and p.status() != psutil.STATUS_ZOMBIE}
+    assert after <= before  # the workers were shut down
+
+
+def test_a_run_with_workers_on_disk_also_trains_on_decoded_samples_from_ram_at_its_own_k(tmp_path):
+    scenario = tiny("memmap")
+    one = dataclasses.replace(scenario, loader=dataclasses.replace(scenario.loader, num_workers=1))
+    out = measure_what_ifs(build_workload(one, tmp_path), train_loop, window_s=0.02, windows=2, budget_s=0.3)
+    assert list(out["train_workers"]) == ["2", "0"]  # k + 1, k - 1: the training process making its own
+    assert set(out["train_ram_workers"]) == {"1"}
+    for entry in (out["train_workers"]["2"], out["train_ram_workers"]["1"]):
+        assert entry["samples_per_s"] > 0 and entry["compute_samples_per_s"] >= entry["samples_per_s"] * 0.99
+    zero = measure_what_ifs(build_workload(scenario, tmp_path), train_loop, window_s=0.02, windows=2,
+                            budget_s=0.3)
+    assert list(zero["train_workers"]) == ["1", "2"]
+    assert "train_ram_workers" not in zero  # no workers of its own to keep with decoded samples in RAM
+
+
+def test_the_trained_probes_go_one_worker_each_way_but_not_to_zero_for_data_read_cold():
+    assert trained_ks(1, workers_to_probe(1, 2), cold=False) == [2, 0]
+    assert trained_ks(1, workers_to_probe(1, 2), cold=True) == [2, 3]
+    assert trained_ks(0, workers_to_probe(0, 2), cold=False) == [1, 2]
+    assert trained_ks(3, workers_to_probe(3, 2), cold=True) == [4, 2]
 
 
 def test_the_numbers_of_workers_probed_start_next_to_the_runs():

@@ -78,6 +78,24 @@ each)):
   in the three invocations median |error| 5.5%, worst 30% (the run's ``C``
   alone: 8%, 53%). Without the probe, ``C·min(1, t/m)`` (assumed).
 
+k workers, trained (``train_workers``: the runner's training loop fed by a
+``k``-worker DataLoader over the run's dataset, for the run's ``k ± 1``, 0
+too but for data read cold, at its torch threads): ``num_workers = k`` at
+the run's threads is that loop's samples/s, then each counted pass start's
+worker start-up added (as below; none at ``k = 0``);
+``data.storage = "ram"`` at the run's ``k`` likewise from
+``train_ram_workers`` (the loop fed by ``k`` workers over decoded samples in
+RAM). A measurement of the changed loop itself, where the fixed point below
+composes the loader alone with a stall modelled on the workers' CPU: compute
+beside a worker slows where that stall is 0 (a worker with a core of its own:
+jpeg-decode 1 worker -> decoded in RAM at 1 thread predicted 9,884, measured
+4,826-5,464, the runs computing at 5,750-6,470 where the loop alone made
+7,882-8,425). On 4 scenarios at 1 thread, 0-2 workers, one run each (16
+changes of ``num_workers`` between them, the measured value one fresh run):
+median |error| 5.5%, worst 12% trained; 8%, 31% the fixed point. Changes it
+did not measure (other threads, other ``k``, a script's run) take the fixed
+point.
+
 k workers, measured (``loader_workers``: the run's dataset through a
 ``k``-worker DataLoader alone, for the run's ``k ± 1`` first, then more up to
 ``2N`` while the budget lasts): per ``k`` the loader's rate ``L_k``, the
@@ -673,6 +691,9 @@ class _Model:
                    persistent: bool | None = None) -> tuple[float, str]:
         """X(k) (with ``threads`` torch threads where set); at k = 0 the batches the training process makes
         itself cost what the 0-worker loader measured alone after the run (``what_ifs.loader_alone``)."""
+        trained = self._trained_x(k, threads, persistent)
+        if trained is not None:
+            return trained
         if k == 0:
             # A cold run made its own batches: its records measured p0 over a whole pass, whose pages warm as it
             # goes; the probe's short windows right after a drop read every page cold (module docstring, L0).
@@ -683,9 +704,6 @@ class _Model:
                 "X(0) = 1/(p0 + 1/C_free), p0 = 1/L0: the 0-worker loader measured alone after the run"
                 if measured else "X(0) = 1/(p + 1/C_free), p from the run's loading records") + \
                 self._c_free_words() + words
-        trained = self._trained_x(k, threads, persistent)
-        if trained is not None:
-            return trained
         if not (self.ceiling_free and math.isfinite(self.ceiling_free)):
             return self.throughput(k, *parts), "X(k) = min(C', k / (io + cpu·k/W(k)), S) (no compute ceiling)"
         return self._workers_fixed_point(k, threads, persistent)
@@ -701,9 +719,11 @@ class _Model:
             return None
         x = probe.samples_per_s
         starts = self._pass_starts_with(bool(self.loader.persistent_workers if persistent is None else persistent))
-        if starts and self.samples:
+        if k and starts and self.samples:
             x = self.samples / (self.samples / x + starts * probe.startup_s)
         name = "train_ram_workers: over decoded samples in RAM" if ram else "train_workers"
+        if not k:
+            return x, f"X(0): the training loop making its own batches, measured after the run (what_ifs.{name})"
         return x, (f"X_k: the training loop fed by k workers, measured after the run (what_ifs.{name}), "
                    "each counted pass start's worker start-up added")
 

@@ -13,7 +13,10 @@ summary.json's ``verification`` from it and the run's own samples/s:
 * ``within_interval``: whether the measured samples/s fell inside the checked
   recommendation's interval (``analysis.intervals``; ``interval`` holds its
   bounds), null when it has none or nothing was measured;
-* ``verdict_words``: the comparison in one sentence.
+* ``verdict_words``: the comparison in one sentence; for a change whose
+  interval reached x1.0 it also says the change was presented as one that
+  may not help, not as a gain (``--verify`` checks the top recommendation
+  all the same: plain_loop's only one, x1.22 in x0.85-x1.75, measured x0.67).
 
 Both runs are single measurements on whatever else the machine was doing:
 the same run repeats within about ±15% on a busy 2-core machine, so an
@@ -70,6 +73,9 @@ def _words(v: dict[str, Any]) -> str:
         where = "inside" if v["within_interval"] else "outside"
         parts.append(f"measured {where} the predicted interval {fmt.significant(bounds[0])}–"
                      f"{fmt.significant(bounds[1])} samples/s")
+    if (v.get("interval") or {}).get("may_not_help"):
+        parts.append("the change was presented as one that may not help (its interval reaches ×1.0), "
+                     "not as a gain")
     return "; ".join(parts) or "measured, but nothing to compare with"
 
 

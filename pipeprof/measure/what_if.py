@@ -41,6 +41,25 @@ from these where the analytical model was measured wrong (issue 17):
   the storage serves ``k`` concurrent readers is measured, not assumed to
   scale with ``k`` (memmap-cold at 2 workers from 1: predicted +91% when the
   cold reads were scaled with the workers, measured +40%).
+* ``train_workers``: the real training loop (as ``device_loop`` runs it)
+  fed by a DataLoader with ``k`` workers over the run's own dataset (the
+  run's batch size, context, prefetch factor and pinned memory), for the
+  run's ``k + 1`` and ``k - 1`` (0 too, but for data read cold:
+  ``trained_ks``), at the run's torch threads: per
+  window the loop's samples/s and its compute's (``compute_samples_per_s``:
+  ``n / Σ(compute + h2d)``, the seconds from a batch's arrival to its step's
+  end), after the first step (the workers' start-up, ``startup_s``) and
+  warm-up. It measures what the k-worker loader alone cannot: what compute
+  keeps beside workers handing batches over. Compute beside a worker slows
+  even where the worker has a core of its own: jpeg-decode at 1 thread and 1
+  worker computed at 5,750-6,470 samples/s where the loop alone made
+  7,882-8,425, and plain_loop's compute fell from 28k to 18-20k beside a
+  worker busy at most 0.22 of a core; a stall formula on the workers' CPU
+  (``exp(STALL·over)``) cannot see it, with ``over = 0`` there. Cold data
+  is read cold, as ``loader_workers`` reads it.
+* ``train_ram_workers``: the same loop fed by the run's own ``k`` workers
+  over decoded samples in RAM (``ram_loader``'s data set), for a run with
+  workers whose data is on disk: what ``data.storage = "ram"`` runs.
 * ``device_loop_threads``: ``device_loop`` again at the number of torch
   threads a ``train.threads`` change goes to (CPU training): 1 where the run
   had more, the usable cores where it had 1 (the entry's ``threads``): what
@@ -257,6 +276,15 @@ def workers_to_probe(k: int, cores: int) -> list[int]:
     return first + rest
 
 
+def trained_ks(k: int, probe_ks: list[int], cold: bool) -> list[int]:
+    """The numbers of workers ``train_workers`` runs: the run's k + 1 and k - 1, 0 included (the training
+    process making its batches itself) but for data read cold (a short probe right after the page cache is
+    dropped reads every page cold, where a pass at 0 workers warms them as it goes: module docstring of
+    ``analysis.recommend``, L0), then ``probe_ks``' next, two in all."""
+    first = [n for n in (k + 1, k - 1) if n >= (1 if cold else 0)]
+    return (first + [n for n in probe_ks if n not in first])[:2]
+
+
 def _cpu_s(processes: list[Any]) -> float:
     """User + system CPU seconds of these worker processes (0 for one already gone)."""
     total = 0.0
@@ -341,10 +369,12 @@ def loader_workers(dataset: Any, batch_size: int, k: int, clock: Clock = monoton
 class ComputeTimer:
     """The training loop's marks (``StepTimer``'s interface) summing what ``C = n / Σ(compute + h2d)`` needs:
     seconds from a batch's arrival (``waited``) to its step's end (``computed``) and their samples, read and
-    zeroed per window by ``take``. ``sync`` (CUDA) runs before a step's end is read."""
+    zeroed per window by ``take``. Host time: on CUDA the step's end is queued, not done (``train_workers``
+    keeps no compute rate there rather than synchronize every step, which would stop the loop fetching the
+    next batch while the device computes)."""
 
-    def __init__(self, clock: Clock, sync: Callable[[], None] | None = None) -> None:
-        self.clock, self.sync = clock, sync
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
         self.busy_s, self.samples = 0.0, 0
         self._arrived_s = 0.0
 
@@ -364,8 +394,6 @@ class ComputeTimer:
         pass
 
     def computed(self, samples: int, loss: Any, correct: Any, epoch: int = 0) -> None:
-        if self.sync is not None:
-            self.sync()
         self.busy_s += self.clock() - self._arrived_s
         self.samples += samples
 
@@ -384,18 +412,22 @@ def train_workers(work: Any, loop: Callable[..., None], dataset: Any, k: int, cl
                   **windows: Any) -> dict[str, Any]:
     """The real training loop (``loop``, as ``device_loop`` runs it) fed by a ``k``-worker DataLoader over
     ``dataset`` (module docstring, ``train_workers``): per window its samples/s and its compute's samples/s
-    (``n / Σ(compute + h2d)``: the compute ceiling *beside* k workers handing batches over), after the
-    first steps (the workers' start-up, kept as ``startup_s``, and warm-up); the workers shut down after."""
-    assert k >= 1
-    kwargs: dict[str, Any] = {"multiprocessing_context": context, "collate_fn": collate,
-                              "pin_memory": work.data.pin_memory}
-    if prefetch is not None:
-        kwargs["prefetch_factor"] = prefetch
+    (``n / Σ(compute + h2d)``: the compute ceiling *beside* k workers handing batches over; CPU training
+    only, ``ComputeTimer``), after the first steps (the workers' start-up, kept as ``startup_s``, and
+    warm-up); the workers shut down after. ``k = 0``: the training process makes its batches itself (no
+    context, no prefetch)."""
+    kwargs: dict[str, Any] = {"collate_fn": collate, "pin_memory": work.data.pin_memory}
+    if k:
+        kwargs["multiprocessing_context"] = context
+        if prefetch is not None:
+            kwargs["prefetch_factor"] = prefetch
     with _many_workers_expected():
         loader = DataLoader(dataset, batch_size=work.scenario.loader.batch_size, shuffle=True, num_workers=k,
                             generator=torch.Generator().manual_seed(work.scenario.data.seed), **kwargs)
     sync = torch.cuda.synchronize if work.device.type == "cuda" else None
-    timer = ComputeTimer(clock, sync)
+    timer = ComputeTimer(clock)
+    settings: dict[str, Any] = {"budget_s": WORKERS_BUDGET_S, "min_steps": k + 1, **windows}
+    settings["warmup"] = max(int(settings.get("warmup", WARMUP_STEPS)) - 1, 0)  # the first step is one
     start_s = clock()
     found: dict[str, Any] = {}
     compute: list[float] = []
@@ -403,9 +435,7 @@ def train_workers(work: Any, loop: Callable[..., None], dataset: Any, k: int, cl
     def stop_after(i: int, samples: int) -> bool:
         if "win" not in found:  # the first step: the workers' start-up
             found["startup_s"] = clock() - start_s
-            found["win"] = Windows(clock, sync=sync, **{"budget_s": WORKERS_BUDGET_S, "min_steps": k + 1,
-                                                         **windows, "warmup": max(int(windows.get(
-                                                             "warmup", WARMUP_STEPS)) - 1, 0)})
+            found["win"] = Windows(clock, sync=sync, **settings)
             timer.take()
             return False
         win = found["win"]
@@ -429,7 +459,7 @@ def train_workers(work: Any, loop: Callable[..., None], dataset: Any, k: int, cl
         return {"absent": "the loader gave no batch", "num_workers": k, "took_s": clock() - start_s}
     out = win.result(num_workers=k, batch_size=work.scenario.loader.batch_size, threads=torch.get_num_threads(),
                      startup_s=found["startup_s"])
-    if compute and out.get("absent") is None:
+    if compute and sync is None and out.get("absent") is None:
         out.update(compute_samples_per_s=statistics.median(compute), compute_samples_per_s_per_window=compute)
     return out
 
@@ -552,12 +582,11 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
             return storage(lambda: train_workers(work, loop, read, n, clock, context=context, prefetch=prefetch,
                                                  collate=collate, **windows))()
 
-        out["train_workers"] = {str(n): trained(n) for n in probe_ks[:2]}
+        out["train_workers"] = {str(n): trained(n) for n in trained_ks(k, probe_ks, spec.cache == "cold")}
         if k >= 1 and spec.storage not in ("ram", "device"):
             ram_read = as_the_run_reads(work, ram_dataset(work))[0]
             out["train_ram_workers"] = {str(k): started(lambda: train_workers(
-                work, loop, ram_read, k, clock, context=context, prefetch=prefetch, collate=collate,
-                **{"budget_s": WORKERS_BUDGET_S, **windows}))}
+                work, loop, ram_read, k, clock, context=context, prefetch=prefetch, collate=collate, **windows))}
     # The device loop again, its windows spread over the probes' time (module docstring).
     again = started(lambda: device_loop(work, loop, clock, batches=on_device, **windows))
     out["device_loop"] = both_parts(out["device_loop"], again)
