@@ -805,6 +805,25 @@ def test_a_number_of_workers_trained_beside_after_the_run_is_predicted_as_that_l
     assert predicted(run, {"loader.num_workers": 1})["predicted_samples_per_s"] == pytest.approx(fixed_point)
 
 
+def test_a_threads_change_beside_the_runs_workers_is_predicted_as_the_loop_trained_at_those_threads():
+    # 1 worker at 1 thread on 2 cores; after the run the loop fed by its 1 worker made 2,600 samples/s at 2
+    # threads (train_threads), where the device loop's ratio would carry the run's compute up.
+    run = with_main_cpu(make_run(wait=0.3, h2d=0.0, workers=1, loading=(0.001, 0.001, 0.001), cores=2,
+                                 threads=1), 100.0)
+    with_what_ifs(run, device_loop=2400.0, device_loop_threads=3000.0, loader_alone=1e9)
+    run.meta["what_ifs"]["device_loop"]["threads"] = 1
+    run.meta["what_ifs"]["device_loop_threads"]["threads"] = 2
+    scaled = predicted(run, {"train.threads": 2})
+    assert "train_threads" not in scaled["model"]
+    with_trained(run, "train_threads", k1=(2600.0, 2))
+    m = _Model(run, attribution(run, None))
+    two = predicted(run, {"train.threads": 2})
+    assert two["predicted_samples_per_s"] == pytest.approx(
+        m.samples / (m.samples / 2600.0 + m._pass_starts_with(False) * 0.05))
+    assert "train_threads" in two["model"]
+    assert "train_threads" not in predicted(run, {"train.threads": 2, "loader.num_workers": 2})["model"]
+
+
 def test_decoded_samples_in_ram_at_the_runs_workers_are_predicted_as_the_loop_trained_on_them():
     run = with_main_cpu(make_run(wait=0.5, h2d=0.01, workers=1, loading=(0.08, 0.002, 0.003), storage="memmap",
                                  read_bytes_per_s=5e7, cores=2, threads=1), 150.0)

@@ -394,6 +394,12 @@ def test_a_run_with_workers_on_disk_also_trains_on_decoded_samples_from_ram_at_i
     out = measure_what_ifs(build_workload(one, tmp_path), train_loop, window_s=0.02, windows=2, budget_s=0.3)
     assert list(out["train_workers"]) == ["2", "0"]  # k + 1, k - 1: the training process making its own
     assert set(out["train_ram_workers"]) == {"1"}
+    other = out["device_loop_threads"]
+    if other.get("absent") is None:  # the run's worker beside the other number of threads
+        assert set(out["train_threads"]) == {"1"} and out["train_threads"]["1"]["threads"] == other["threads"]
+        assert torch.get_num_threads() != other["threads"]  # given back
+    else:
+        assert "train_threads" not in out
     for entry in (out["train_workers"]["2"], out["train_ram_workers"]["1"]):
         assert entry["samples_per_s"] > 0 and entry["compute_samples_per_s"] >= entry["samples_per_s"] * 0.99
     zero = measure_what_ifs(build_workload(scenario, tmp_path), train_loop, window_s=0.02, windows=2,

@@ -85,7 +85,9 @@ the run's threads is that loop's samples/s, then each counted pass start's
 worker start-up added (as below; none at ``k = 0``);
 ``data.storage = "ram"`` at the run's ``k`` likewise from
 ``train_ram_workers`` (the loop fed by ``k`` workers over decoded samples in
-RAM). A measurement of the changed loop itself, where the fixed point below
+RAM), and ``train.threads`` at the run's ``k`` from ``train_threads`` (the
+loop fed by the run's ``k`` workers at the other number of threads). A
+measurement of the changed loop itself, where the fixed point below
 composes the loader alone with a stall modelled on the workers' CPU: compute
 beside a worker slows where that stall is 0 (a worker with a core of its own:
 jpeg-decode 1 worker -> decoded in RAM at 1 thread predicted 9,884, measured
@@ -502,8 +504,11 @@ class _Model:
         other_threads = as_dict(self.what_ifs.get("device_loop_threads")).get("threads", 1)  # older entries: 1
         self.loop_other_threads = int(other_threads) if isinstance(other_threads, (int, float)) else 1
         self.loader_k = _workers_probes(self.what_ifs)  # k -> WorkerCosts (L_k, q_k, u_k, start-up) measured
-        self.trained_k = _trained_probes(self.what_ifs)  # k -> the training loop fed by k workers, measured
-        self.trained_ram_k = _trained_probes(self.what_ifs, "train_ram_workers")  # the same over RAM
+        # (k, torch threads) -> the training loop fed by k workers, measured; the same over decoded samples in RAM
+        self.trained = {(k, probe.threads): probe for name in ("train_workers", "train_threads")
+                        for k, probe in _trained_probes(self.what_ifs, name).items()}
+        self.trained_ram = {(k, probe.threads): probe
+                            for k, probe in _trained_probes(self.what_ifs, "train_ram_workers").items()}
         self.batch_size = int(settings.loader.batch_size or 1)
         probe_threads = as_dict(self.what_ifs.get("device_loop")).get("threads")
         self.loop_threads = int(probe_threads) if isinstance(probe_threads, (int, float)) else None
@@ -714,14 +719,15 @@ class _Model:
         (``what_ifs.train_workers``, or ``train_ram_workers`` over decoded samples in RAM: module docstring,
         "k workers, trained"): its samples/s, each counted pass start's worker start-up added; None where not
         measured."""
-        probe = (self.trained_ram_k if ram else self.trained_k).get(k)
-        if probe is None or probe.threads != (threads if threads is not None else self.threads):
+        probe = (self.trained_ram if ram else self.trained).get((k, threads if threads is not None else self.threads))
+        if probe is None:
             return None
         x = probe.samples_per_s
         starts = self._pass_starts_with(bool(self.loader.persistent_workers if persistent is None else persistent))
         if k and starts and self.samples:
             x = self.samples / (self.samples / x + starts * probe.startup_s)
-        name = "train_ram_workers: over decoded samples in RAM" if ram else "train_workers"
+        name = "train_ram_workers: over decoded samples in RAM" if ram else \
+            "train_workers" if threads is None else "train_threads"
         if not k:
             return x, f"X(0): the training loop making its own batches, measured after the run (what_ifs.{name})"
         return x, (f"X_k: the training loop fed by k workers, measured after the run (what_ifs.{name}), "
@@ -1392,8 +1398,8 @@ class TrainedProbe:
 
 
 def _trained_probes(what_ifs: dict[str, Any], name: str = "train_workers") -> dict[int, TrainedProbe]:
-    """run.json ``what_ifs.train_workers`` (or ``train_ram_workers``): k -> its ``TrainedProbe`` (entries absent
-    or malformed left out)."""
+    """run.json ``what_ifs.train_workers`` (or ``train_threads``, ``train_ram_workers``): k -> its
+    ``TrainedProbe`` (entries absent or malformed left out)."""
     out: dict[int, TrainedProbe] = {}
     for key, entry in as_dict(what_ifs.get(name)).items():
         entry = as_dict(entry)

@@ -60,6 +60,9 @@ from these where the analytical model was measured wrong (issue 17):
 * ``train_ram_workers``: the same loop fed by the run's own ``k`` workers
   over decoded samples in RAM (``ram_loader``'s data set), for a run with
   workers whose data is on disk: what ``data.storage = "ram"`` runs.
+* ``train_threads``: the same loop fed by the run's own ``k`` workers at
+  the other number of torch threads (``device_loop_threads``' ``threads``),
+  for a run with workers training on the CPU: what ``train.threads`` runs.
 * ``device_loop_threads``: ``device_loop`` again at the number of torch
   threads a ``train.threads`` change goes to (CPU training): 1 where the run
   had more, the usable cores where it had 1 (the entry's ``threads``): what
@@ -128,7 +131,7 @@ WINDOW_S = 0.1
 WINDOWS = 3
 WARMUP_STEPS = 2
 BUDGET_S = 0.35  # per probe
-TOTAL_BUDGET_S = 4.5  # all probes after a run: one that could not end within it is not started
+TOTAL_BUDGET_S = 5.0  # all probes after a run: one that could not end within it is not started
 WORKERS_BUDGET_S = 0.35  # per number of workers (their start-up included)
 PROBE_MAX_SAMPLES = 20_000  # random stand-in data: enough rows (61 MB) that indexing is not served from a cache
 
@@ -408,14 +411,22 @@ class ComputeTimer:
 
 
 def train_workers(work: Any, loop: Callable[..., None], dataset: Any, k: int, clock: Clock = monotonic_clock, *,
-                  context: Any = None, prefetch: int | None = None, collate: Any = None,
+                  context: Any = None, prefetch: int | None = None, collate: Any = None, threads: int | None = None,
                   **windows: Any) -> dict[str, Any]:
     """The real training loop (``loop``, as ``device_loop`` runs it) fed by a ``k``-worker DataLoader over
     ``dataset`` (module docstring, ``train_workers``): per window its samples/s and its compute's samples/s
     (``n / Σ(compute + h2d)``: the compute ceiling *beside* k workers handing batches over; CPU training
     only, ``ComputeTimer``), after the first steps (the workers' start-up, kept as ``startup_s``, and
     warm-up); the workers shut down after. ``k = 0``: the training process makes its batches itself (no
-    context, no prefetch)."""
+    context, no prefetch). ``threads``: torch's intra-op threads for the probe (restored after it)."""
+    if threads is not None:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return train_workers(work, loop, dataset, k, clock, context=context, prefetch=prefetch,
+                                 collate=collate, **windows)
+        finally:
+            torch.set_num_threads(before)
     kwargs: dict[str, Any] = {"collate_fn": collate, "pin_memory": work.data.pin_memory}
     if k:
         kwargs["multiprocessing_context"] = context
@@ -601,6 +612,11 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
     else:
         out["device_loop_threads"] = started(lambda: device_loop(work, loop, clock, batches=on_device,
                                                                  threads=other, **windows))
+    if workers_probe is not None and k >= 1 and out["device_loop_threads"].get("absent") is None:
+        # the run's own workers beside the other number of threads: what a train.threads change runs
+        out["train_threads"] = {str(k): started(storage(lambda: train_workers(
+            work, loop, read, k, clock, context=context, prefetch=prefetch, collate=collate, threads=other,
+            **windows)))}
     if workers_probe is not None:  # more numbers of workers while the budget lasts
         for n in probe_ks[2:]:
             entry = one(n)
