@@ -21,10 +21,9 @@ What is measured, what is assumed
 
 Measured after a scenario's run (``measure.what_if``, run.json ``what_ifs``,
 each probe's windows kept as ``samples_per_s_per_window``, the model reading
-their median ``samples_per_s``; probes of at most 0.35 s each, 3 s in all;
-2.0-2.6 s a run on 2 busy cores before the device loop ran twice, of which
-~1.0 s the k-worker loaders (the start-up of 1-3 forked workers 0.05-0.10 s
-each)):
+their median ``samples_per_s``; probes of at most 0.35 s each, 5 s in all;
+3.5-4.3 s a run on 2 busy cores with the trained probes, 2.0-2.6 s before
+them, the start-up of 1-3 forked workers 0.05-0.25 s each):
 
 * ``C_loop`` (``device_loop``): the runner's own training loop over the data
   held on the device, taken by a shuffled index, as ``data.storage = "device"``
