@@ -776,7 +776,8 @@ def test_each_pass_start_costs_the_workers_start_up_unless_they_persist():
 
 
 def with_trained(run, name="train_workers", **by_k):
-    """what_ifs.train_workers (or train_ram_workers): "k" -> (the loop's samples/s fed by k workers, threads)."""
+    """what_ifs.train_workers (or train_threads, train_ram_workers): "k" -> (the loop's samples/s fed by k
+    workers, its torch threads)."""
     run.meta["what_ifs"][name] = {
         k.lstrip("k"): {"samples_per_s": rate, "samples_per_s_per_window": [rate] * 3, "threads": threads,
                         "startup_s": 0.05} for k, (rate, threads) in by_k.items()}

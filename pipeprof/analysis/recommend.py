@@ -21,9 +21,10 @@ What is measured, what is assumed
 
 Measured after a scenario's run (``measure.what_if``, run.json ``what_ifs``,
 each probe's windows kept as ``samples_per_s_per_window``, the model reading
-their median ``samples_per_s``; probes of at most 0.35 s each, 5 s in all;
-3.5-4.3 s a run on 2 busy cores with the trained probes, 2.0-2.6 s before
-them, the start-up of 1-3 forked workers 0.05-0.25 s each):
+their median ``samples_per_s``; probes of at most 0.35 s each, 5 s in all:
+a median 4.6 s a run on 2 cores with the trained probes (at most 5.5 s: the
+last probe started can overrun), 2.8 s before them; the start-up of 1-3
+forked workers 0.05-0.25 s each):
 
 * ``C_loop`` (``device_loop``): the runner's own training loop over the data
   held on the device, taken by a shuffled index, as ``data.storage = "device"``
@@ -1388,8 +1389,8 @@ def _workers_probes(what_ifs: dict[str, Any]) -> dict[int, WorkerCosts]:
 
 @dataclass(frozen=True)
 class TrainedProbe:
-    """The training loop fed by ``k`` workers (``what_ifs.train_workers``): samples/s, at ``threads`` torch
-    threads, the workers' start-up per pass."""
+    """The training loop fed by ``k`` workers (``what_ifs.train_workers``, ``train_threads`` or
+    ``train_ram_workers``): its samples/s, at ``threads`` torch threads, the workers' start-up per pass."""
 
     samples_per_s: float
     threads: float
