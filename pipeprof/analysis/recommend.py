@@ -726,8 +726,7 @@ class _Model:
         starts = self._pass_starts_with(bool(self.loader.persistent_workers if persistent is None else persistent))
         if k and starts and self.samples:
             x = self.samples / (self.samples / x + starts * probe.startup_s)
-        name = "train_ram_workers: over decoded samples in RAM" if ram else \
-            "train_workers" if threads is None else "train_threads"
+        name = probe.source + (": over decoded samples in RAM" if ram else "")
         if not k:
             return x, f"X(0): the training loop making its own batches, measured after the run (what_ifs.{name})"
         return x, (f"X_k: the training loop fed by k workers, measured after the run (what_ifs.{name}), "
@@ -1395,6 +1394,7 @@ class TrainedProbe:
     samples_per_s: float
     threads: float
     startup_s: float
+    source: str  # the what_ifs entry it came from
 
 
 def _trained_probes(what_ifs: dict[str, Any], name: str = "train_workers") -> dict[int, TrainedProbe]:
@@ -1407,7 +1407,8 @@ def _trained_probes(what_ifs: dict[str, Any], name: str = "train_workers") -> di
         if rate is None or threads is None or not str(key).isdigit():
             continue
         startup = _positive(entry.get("startup_s"))
-        out[int(key)] = TrainedProbe(rate, threads, startup if startup is not None else STARTUP_S_PER_WORKER * int(key))
+        out[int(key)] = TrainedProbe(rate, threads, startup if startup is not None else STARTUP_S_PER_WORKER * int(key),
+                                     name)
     return out
 
 

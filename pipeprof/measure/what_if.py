@@ -107,6 +107,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import statistics
 import time
 import warnings
@@ -229,6 +230,17 @@ def _stand_in(work: Any, max_samples: int) -> tuple[torch.Tensor, np.ndarray]:
     return x, np.random.default_rng(spec.seed).integers(0, 10, n)
 
 
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``threads`` for a probe, given back after it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def device_loop(work: Any, loop: Callable[..., None], clock: Clock = monotonic_clock, *,
                 batches: Iterable | None = None, threads: int | None = None, **windows: Any) -> dict[str, Any]:
     """Samples/s of ``loop`` (``train_loop``) over on-device batches taken by a shuffled index (module docstring).
@@ -238,12 +250,8 @@ def device_loop(work: Any, loop: Callable[..., None], clock: Clock = monotonic_c
     intra-op threads for the probe (restored after it).
     """
     if threads is not None:
-        before = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with torch_threads(threads):
             return {**device_loop(work, loop, clock, batches=batches, **windows), "threads": threads}
-        finally:
-            torch.set_num_threads(before)
     batches = device_batches(work) if batches is None else batches
     data = dataclasses.replace(work.data, batches=batches)
     probe = dataclasses.replace(work, data=data)
@@ -420,13 +428,9 @@ def train_workers(work: Any, loop: Callable[..., None], dataset: Any, k: int, cl
     warm-up); the workers shut down after. ``k = 0``: the training process makes its batches itself (no
     context, no prefetch). ``threads``: torch's intra-op threads for the probe (restored after it)."""
     if threads is not None:
-        before = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with torch_threads(threads):
             return train_workers(work, loop, dataset, k, clock, context=context, prefetch=prefetch,
                                  collate=collate, **windows)
-        finally:
-            torch.set_num_threads(before)
     kwargs: dict[str, Any] = {"collate_fn": collate, "pin_memory": work.data.pin_memory}
     if k:
         kwargs["multiprocessing_context"] = context
@@ -534,8 +538,9 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
     def spent_s() -> float:
         return clock() - start_s - sum(dropping_s)
 
-    def started(probe: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        if spent_s() + budget_s > TOTAL_BUDGET_S:
+    def started(probe: Callable[[], dict[str, Any]], need_s: float = budget_s) -> dict[str, Any]:
+        """``probe()``, or absent where ``need_s`` more would overrun the probes' total budget."""
+        if spent_s() + need_s > TOTAL_BUDGET_S:
             return {"absent": f"not started: the probes after a run take at most {TOTAL_BUDGET_S:g} s"}
         return probe()
 
@@ -556,6 +561,12 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
         return cold
 
     read, collate = as_the_run_reads(work, dataset)
+
+    @functools.cache
+    def ram_read() -> Any:
+        """Decoded samples in RAM, read as the run reads (made once: the RAM loader and the loop trained on it)."""
+        return as_the_run_reads(work, ram_dataset(work))[0]
+
     if spec.storage == "device":
         out["loader_alone"] = {"absent": "the data is on the device: no loader"}
     else:
@@ -565,8 +576,8 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
         out["ram_loader"] = {"absent": f"the data is already {'in RAM' if spec.storage == 'ram' else 'on the device'}"
                                        + (": loader_alone measures it" if spec.storage == "ram" else "")}
     else:
-        out["ram_loader"] = started(lambda: loader_alone(as_the_run_reads(work, ram_dataset(work))[0], batch, clock,
-                                                         seed=spec.seed, collate=collate, **windows))
+        out["ram_loader"] = started(lambda: loader_alone(ram_read(), batch, clock, seed=spec.seed, collate=collate,
+                                                         **windows))
     workers_probe = None
     if out["loader_alone"].get("absent") is not None:
         out["loader_workers"] = {"absent": out["loader_alone"]["absent"]}
@@ -578,26 +589,22 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
         wbudget = float(windows.get("budget_s", WORKERS_BUDGET_S))
 
         def one(n: int) -> dict[str, Any]:
-            if spent_s() + wbudget > TOTAL_BUDGET_S:
-                return {"absent": f"not started: the probes after a run take at most {TOTAL_BUDGET_S:g} s"}
-            return storage(lambda: loader_workers(read, batch, n, clock, seed=spec.seed, context=context,
-                                                  prefetch=prefetch, collate=collate,
-                                                  **{"budget_s": WORKERS_BUDGET_S, **windows}))()
+            return started(storage(lambda: loader_workers(read, batch, n, clock, seed=spec.seed, context=context,
+                                                          prefetch=prefetch, collate=collate,
+                                                          **{"budget_s": WORKERS_BUDGET_S, **windows})), wbudget)
 
         workers_probe = {str(n): one(n) for n in probe_ks[:2]}
         out["loader_workers"] = workers_probe
 
         def trained(n: int) -> dict[str, Any]:
-            if spent_s() + wbudget > TOTAL_BUDGET_S:
-                return {"absent": f"not started: the probes after a run take at most {TOTAL_BUDGET_S:g} s"}
-            return storage(lambda: train_workers(work, loop, read, n, clock, context=context, prefetch=prefetch,
-                                                 collate=collate, **windows))()
+            return started(storage(lambda: train_workers(work, loop, read, n, clock, context=context,
+                                                         prefetch=prefetch, collate=collate, **windows)), wbudget)
 
         out["train_workers"] = {str(n): trained(n) for n in trained_ks(k, probe_ks, spec.cache == "cold")}
         if k >= 1 and spec.storage not in ("ram", "device"):
-            ram_read = as_the_run_reads(work, ram_dataset(work))[0]
             out["train_ram_workers"] = {str(k): started(lambda: train_workers(
-                work, loop, ram_read, k, clock, context=context, prefetch=prefetch, collate=collate, **windows))}
+                work, loop, ram_read(), k, clock, context=context, prefetch=prefetch, collate=collate, **windows),
+                wbudget)}
     # The device loop again, its windows spread over the probes' time (module docstring).
     again = started(lambda: device_loop(work, loop, clock, batches=on_device, **windows))
     out["device_loop"] = both_parts(out["device_loop"], again)
@@ -616,7 +623,7 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
         # the run's own workers beside the other number of threads: what a train.threads change runs
         out["train_threads"] = {str(k): started(storage(lambda: train_workers(
             work, loop, read, k, clock, context=context, prefetch=prefetch, collate=collate, threads=other,
-            **windows)))}
+            **windows)), wbudget)}
     if workers_probe is not None:  # more numbers of workers while the budget lasts
         for n in probe_ks[2:]:
             entry = one(n)
