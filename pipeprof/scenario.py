@@ -119,7 +119,7 @@ class ProfileSpec:
     loading: bool = True  # time fetch / prep / collate inside the workers (~1 us per sample)
     cprofile_steps: int = 0  # cProfile this many counted steps right after warm-up (and the workers); 0 = off
     pyspy_hz: int = 0  # py-spy samples the process tree at this rate; 0 = off
-    what_ifs: bool = True  # after a complete run, the probes the predictions are measured from (<= 5 s)
+    what_ifs: bool = True  # after a complete run, the probes the predictions are measured from (<= 5.5 s)
 
 
 @dataclass(frozen=True)

@@ -850,3 +850,30 @@ def test_no_workers_trained_after_the_run_is_predicted_as_measured_with_no_start
     zero = predicted(run, {"loader.num_workers": 0})
     assert zero["predicted_samples_per_s"] == pytest.approx(900.0)
     assert "X(0)" in zero["model"] and "train_workers" in zero["model"] and "start-up" not in zero["model"]
+
+
+def test_a_run_whose_probes_ran_slow_is_predicted_at_its_own_pace():
+    # 0 workers from RAM. After the run its own loop measured again (train_as_run) made 0.8 of the run's
+    # samples/s: a slow stretch of seconds every probe shared. Each probe is read at the run's pace, so a
+    # prediction from them is the run's own rate times what the probes measured the change to do against it.
+    run = with_main_cpu(make_run(wait=0.3, h2d=0.0, loading=(0.001, 0.001, 0.001), cores=2, threads=2), 100.0)
+    current = _Model(run, attribution(run, None)).current
+    with_what_ifs(run, device_loop=2000.0, loader_alone=20000.0)
+    with_trained(run, k1=(1500.0, 2))
+    before_device = predicted(run, {"data.storage": "device"})
+    before_one = predicted(run, {"loader.num_workers": 1})
+    assert "pace" not in before_device["model"]  # no train_as_run: the probes as recorded
+    with_what_ifs_entry(run, "train_as_run", 0.8 * current)
+    device = predicted(run, {"data.storage": "device"})
+    assert device["predicted_samples_per_s"] == pytest.approx(before_device["predicted_samples_per_s"] / 0.8)
+    one = predicted(run, {"loader.num_workers": 1})
+    assert one["predicted_samples_per_s"] == pytest.approx(before_one["predicted_samples_per_s"] / 0.8, rel=0.01)
+    assert "the run's pace" in device["model"] and "x0.800" in device["model"]
+    # An analytical prediction (no probe in it) is not read at the probes' pace.
+    assert "pace" not in (predicted(run, {"loader.pin_memory": True}) or {"model": ""})["model"]
+
+
+def with_what_ifs_entry(run, name, rate):
+    run.meta["what_ifs"][name] = {"samples_per_s": rate, "samples_per_s_per_window": [rate] * 3, "threads": 2,
+                                  "num_workers": 0}
+    return run

@@ -14,6 +14,7 @@ from pipeprof.measure.loading import LoadingRecorder, TimedDataset
 from pipeprof.measure.what_if import (
     TOTAL_BUDGET_S,
     Windows,
+    as_run_probe,
     as_the_run_reads,
     both_parts,
     device_batches,
@@ -161,15 +162,20 @@ def test_the_loader_alone_counts_its_samples_per_second():
     assert out["num_workers"] == 0
 
 
-@pytest.mark.parametrize("storage, cache, loader, ram", [
-    ("ram", "warm", True, "already in RAM"),
-    ("memmap", "warm", True, None),
-    ("memmap", "cold", True, None),
-    ("device", "warm", "on the device", "already on the device"),
+@pytest.mark.parametrize("storage, cache, loader, ram, as_run", [
+    ("ram", "warm", True, "already in RAM", True),
+    ("memmap", "warm", True, None, True),
+    ("memmap", "cold", True, None, "read cold"),
+    ("device", "warm", "on the device", "already on the device", "device_loop is the run's own loop"),
 ])
-def test_which_probes_run_and_why_the_others_do_not(tmp_path, storage, cache, loader, ram):
+def test_which_probes_run_and_why_the_others_do_not(tmp_path, storage, cache, loader, ram, as_run):
     work = build_workload(tiny(storage, cache), tmp_path)
     out = measure_what_ifs(work, train_loop, window_s=0.02, windows=2, budget_s=0.3)
+    if as_run is True:  # the run's own loop again (0 workers: its own batches), at its threads: the probes' pace
+        assert out["train_as_run"]["samples_per_s"] > 0 and out["train_as_run"]["num_workers"] == 0
+        assert out["train_as_run"]["threads"] == torch.get_num_threads()
+    else:
+        assert as_run in out["train_as_run"]["absent"]
     loop = out["device_loop"]  # run twice, before and after the loader probes: both parts' windows kept
     assert loop["parts"] == 2 and len(loop["samples_per_s_per_window"]) == len(loop["steps_per_window"]) >= 2
     assert loop["samples_per_s"] == pytest.approx(np.median(loop["samples_per_s_per_window"]))
@@ -419,3 +425,12 @@ def test_the_numbers_of_workers_probed_start_next_to_the_runs():
     assert workers_to_probe(0, 2) == [1, 2, 3, 4]
     assert workers_to_probe(2, 2) == [3, 1, 4]
     assert workers_to_probe(1, 1) == [2]
+
+
+@pytest.mark.parametrize("k, cold, words", [(1, False, "bursts"), (2, False, "2 workers"), (0, True, "read cold")])
+def test_the_runs_own_loop_is_measured_again_only_where_its_batches_come_steadily(k, cold, words):
+    def probe():
+        raise AssertionError("not to be measured")
+
+    assert words in as_run_probe(k, cold, probe)["absent"]
+    assert as_run_probe(0, False, lambda: {"samples_per_s": 1.0}) == {"samples_per_s": 1.0}

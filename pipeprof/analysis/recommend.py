@@ -21,7 +21,9 @@ What is measured, what is assumed
 
 Measured after a scenario's run (``measure.what_if``, run.json ``what_ifs``,
 each probe's windows kept as ``samples_per_s_per_window``, the model reading
-their median ``samples_per_s``; probes of at most 0.35 s each, 5 s in all:
+their median ``samples_per_s``, each read at the run's pace where measured
+(``analysis.pace``: the run's own loop measured again among them);
+probes of at most 0.35 s each, 5.5 s in all:
 a median 4.6 s a run on 2 cores with the trained probes (at most 5.5 s: the
 last probe started can overrun), 2.8 s before them; the start-up of 1-3
 forked workers 0.05-0.25 s each):
@@ -297,6 +299,7 @@ import pandas as pd
 from pipeprof import format as fmt
 from pipeprof.analysis.advice_text import script_text
 from pipeprof.analysis.attribution import Attribution
+from pipeprof.analysis.pace import paced, probes_pace
 from pipeprof.analysis.steps import counted_steps
 from pipeprof.analysis.thresholds import (
     BURSTY_EMPTY_FRACTION,
@@ -491,7 +494,10 @@ class _Model:
         alone = as_dict(meta.get("compute_ceiling")).get("samples_per_s")
         self.ceiling_alone = float(alone) if alone and math.isfinite(float(alone)) and alone > 0 else self.ceiling
         # Measured after the run in loops shaped like the changed ones (measure.what_if); None where absent.
-        self.what_ifs = as_dict(meta.get("what_ifs"))
+        # every probe read at the run's pace where the run's own loop was measured again beside them (analysis.pace)
+        recorded = as_dict(meta.get("what_ifs"))
+        self.pace = probes_pace(recorded, settings.data.storage, self.current)
+        self.what_ifs = paced(recorded, self.pace.factor) if self.pace is not None else recorded
         self.loop_ceiling = _probe_rate(self.what_ifs, "device_loop")
         self.loader_alone = _probe_rate(self.what_ifs, "loader_alone")
         ram = _probe_rate(self.what_ifs, "ram_loader")
@@ -896,6 +902,8 @@ class _Model:
         Without the what-if probes (a script's run, a run from before them, a probe that failed) the model
         says it is the analytical one, and why."""
         predicted = self._predict(change)
+        if predicted is not None and self.pace is not None and "what_ifs." in predicted[1]:
+            predicted = predicted[0], f"{predicted[1]}; {self.pace.words()}"
         if predicted is None or self.what_ifs.get("device_loop") is not None:
             return predicted
         why = ("a script's run has no workload for pipeprof to re-run" if self.script else

@@ -57,6 +57,18 @@ from these where the analytical model was measured wrong (issue 17):
   worker busy at most 0.22 of a core; a stall formula on the workers' CPU
   (``exp(STALL·over)``) cannot see it, with ``over = 0`` there. Cold data
   is read cold, as ``loader_workers`` reads it.
+* ``train_as_run``: the same loop at the run's own settings (0 workers: the
+  training process makes its batches itself, at the run's torch threads),
+  for a run with 0 workers whose data is not read cold: the *pace* of the
+  probes' seconds against the run's own (``analysis.pace``). A neighbour's
+  burst of work or the process's state after the run can slow every probe
+  of a run alike: quick's probes all read 13-21% below the fresh runs of
+  the changes they measured (its device loop 10,070 samples/s where three
+  runs on the device made 12,505-12,756, and slower than the 0-worker run
+  itself, 10,525). With workers it is not measured (their batches come in
+  bursts: jpeg-decode's 0.1 s windows at 1 worker read 4,791, 2,337 and
+  2,536 around runs of 3,385-3,516); for data on the device ``device_loop``
+  is the run's own loop already.
 * ``train_ram_workers``: the same loop fed by the run's own ``k`` workers
   over decoded samples in RAM (``ram_loader``'s data set), for a run with
   workers whose data is on disk: what ``data.storage = "ram"`` runs.
@@ -132,7 +144,7 @@ WINDOW_S = 0.1
 WINDOWS = 3
 WARMUP_STEPS = 2
 BUDGET_S = 0.35  # per probe
-TOTAL_BUDGET_S = 5.0  # all probes after a run: one that could not end within it is not started
+TOTAL_BUDGET_S = 5.5  # all probes after a run: one that could not end within it is not started
 WORKERS_BUDGET_S = 0.35  # per number of workers (their start-up included)
 PROBE_MAX_SAMPLES = 20_000  # random stand-in data: enough rows (61 MB) that indexing is not served from a cache
 
@@ -294,6 +306,19 @@ def trained_ks(k: int, probe_ks: list[int], cold: bool) -> list[int]:
     ``analysis.recommend``, L0), then ``probe_ks``' next, two in all."""
     first = [n for n in (k + 1, k - 1) if n >= (1 if cold else 0)]
     return (first + [n for n in probe_ks if n not in first])[:2]
+
+
+def as_run_probe(k: int, cold: bool, probe: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``train_as_run``: the run's own loop at its own settings, the probes' pace (module docstring), where its
+    batches come steadily: a run with 0 workers whose data is not read cold (``probe()``), else absent with
+    the reason."""
+    if k:
+        return {"absent": f"the run had {k} worker{'s' if k > 1 else ''}: their batches come in bursts, which a "
+                          "probe of a third of a second reads as a burst or a gap, not the run's pace"}
+    if cold:
+        return {"absent": "the data is read cold: a short probe right after the page-cache drop reads every page "
+                          "cold, where the run's pass warmed them as it went"}
+    return probe()
 
 
 def _cpu_s(processes: list[Any]) -> float:
@@ -581,6 +606,8 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
     workers_probe = None
     if out["loader_alone"].get("absent") is not None:
         out["loader_workers"] = {"absent": out["loader_alone"]["absent"]}
+        out["train_as_run"] = {"absent": "the data is on the device: device_loop is the run's own loop"
+                               if spec.storage == "device" else out["loader_alone"]["absent"]}
     else:
         k = int(work.scenario.loader.num_workers or 0)
         probe_ks = workers_to_probe(k, usable_cores())
@@ -601,6 +628,8 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
                                                          prefetch=prefetch, collate=collate, **windows)), wbudget)
 
         out["train_workers"] = {str(n): trained(n) for n in trained_ks(k, probe_ks, spec.cache == "cold")}
+        out["train_as_run"] = as_run_probe(k, spec.cache == "cold", lambda: started(
+            lambda: train_workers(work, loop, read, 0, clock, collate=collate, **windows), wbudget))
         if k >= 1 and spec.storage not in ("ram", "device"):
             out["train_ram_workers"] = {str(k): started(lambda: train_workers(
                 work, loop, ram_read(), k, clock, context=context, prefetch=prefetch, collate=collate, **windows),
