@@ -389,6 +389,7 @@ def test_the_trained_probe_times_the_real_loop_fed_by_k_workers_and_leaves_no_wo
     assert out["compute_samples_per_s_per_window"] == pytest.approx([3200.0] * 2)
     assert out["steps_per_window"] == [5, 5]  # 45 ms: 5 steps of 10 ms (at least k + 1 = 3)
     assert out["startup_s"] == pytest.approx(0.01)  # the first step (its wait for the workers took no fake time)
+    assert out["warmup_steps"] == 2 * 2 + 1  # the first, then the k x prefetch_factor batches asked for at iter()
     after = {p.pid for p in psutil.Process().children(recursive=True) if p.is_running()
              and p.status() != psutil.STATUS_ZOMBIE}
     assert after <= before  # the workers were shut down
@@ -434,3 +435,19 @@ def test_the_runs_own_loop_is_measured_again_only_where_its_batches_come_steadil
 
     assert words in as_run_probe(k, cold, probe)["absent"]
     assert as_run_probe(0, False, lambda: {"samples_per_s": 1.0}) == {"samples_per_s": 1.0}
+
+
+def test_a_stretched_budget_waits_for_the_windows_batches_up_to_its_limit():
+    # Steps of 0.15 s, a budget of 0.35 s: plain, the budget ends in the first window (one step, cut short);
+    # stretched, the warm-up and both windows' 2 batches run (0.9 s); steps of 0.5 s stop at the limit, 1.2 s.
+    plain = Windows(FakeClock(), windows=2, warmup=2, budget_s=0.35, min_steps=2)
+    clock = FakeClock()
+    assert run_steps(plain, plain.clock, 0.15) == 3 and plain.short and plain.steps_per_window == [1]
+    stretched = Windows(clock, windows=2, warmup=2, budget_s=0.35, min_steps=2, full_budget_s=1.2)
+    assert run_steps(stretched, clock, 0.15) == 6
+    assert stretched.steps_per_window == [2, 2] and not stretched.short
+    assert stretched.rates == pytest.approx([32 * 2 / 0.3] * 2)
+    slow_clock = FakeClock()
+    slow = Windows(slow_clock, windows=2, warmup=2, budget_s=0.35, min_steps=2, full_budget_s=1.2)
+    assert run_steps(slow, slow_clock, 0.5) == 3  # 1.5 s >= 1.2 s: spent, the open window closed short
+    assert slow.short

@@ -56,7 +56,14 @@ from these where the analytical model was measured wrong (issue 17):
   7,882-8,425, and plain_loop's compute fell from 28k to 18-20k beside a
   worker busy at most 0.22 of a core; a stall formula on the workers' CPU
   (``exp(STALL·over)``) cannot see it, with ``over = 0`` there. Cold data
-  is read cold, as ``loader_workers`` reads it.
+  is read cold, as ``loader_workers`` reads it. Its warm-up also takes the
+  ``k × prefetch_factor`` batches the loader asks for at ``iter()`` (they
+  may wait ready while the loop's first steps run slow), and its budget
+  stretches for slow batches, up to ``TRAINED_FULL_BUDGET_S``, until the
+  warm-up and every window have their batches: with 0.35 s and one warm-up
+  step, augment-heavy's loop fed by 1 worker at 2 threads kept a single
+  window of 3 batches at 3,342 samples/s, a queue drained, where three runs
+  made 1,608-1,677 (its prediction +107%).
 * ``train_as_run``: the same loop at the run's own settings (0 workers: the
   training process makes its batches itself, at the run's torch threads),
   for a run with 0 workers whose data is not read cold: the *pace* of the
@@ -146,6 +153,9 @@ WARMUP_STEPS = 2
 BUDGET_S = 0.35  # per probe
 TOTAL_BUDGET_S = 5.5  # all probes after a run: one that could not end within it is not started
 WORKERS_BUDGET_S = 0.35  # per number of workers (their start-up included)
+# a trained probe's budget stretches up to this for slow batches, until its warm-up and windows have their batches
+TRAINED_FULL_BUDGET_S = 1.2
+DEFAULT_PREFETCH = 2  # DataLoader's prefetch_factor with workers when not set
 PROBE_MAX_SAMPLES = 20_000  # random stand-in data: enough rows (61 MB) that indexing is not served from a cache
 
 
@@ -158,14 +168,17 @@ class Windows:
     A window closes at the first step end after ``window_s`` that is at least its ``min_steps``-th
     (k workers hand batches over in bursts: a window of fewer than k + 1 batches reads a burst or a gap,
     not the rate); one the budget ends short of ``min_steps`` steps is dropped where a full one was
-    measured. ``sync`` (CUDA) runs before a window's end is read.
+    measured. ``sync`` (CUDA) runs before a window's end is read. With ``full_budget_s`` the budget is not
+    spent until the warm-up and ``windows × min_steps`` steps have run (slow batches), or ``full_budget_s``.
     """
 
     def __init__(self, clock: Clock, *, window_s: float = WINDOW_S, windows: int = WINDOWS,
                  warmup: int = WARMUP_STEPS, budget_s: float = BUDGET_S, min_steps: int = 1,
-                 sync: Callable[[], None] | None = None) -> None:
+                 sync: Callable[[], None] | None = None, full_budget_s: float | None = None) -> None:
         self.clock, self.window_s, self.windows, self.warmup = clock, window_s, windows, warmup
         self.budget_s, self.min_steps, self.sync = budget_s, min_steps, sync
+        # with full_budget_s: the budget is not spent before the warm-up and every window's min_steps have run
+        self.full_budget_s = full_budget_s
         self.start_s = clock()
         self.steps = 0
         self.rates: list[float] = []
@@ -211,7 +224,11 @@ class Windows:
         self._window_start_s, self._samples, self._window_steps = self.clock(), 0, 0
 
     def _spent(self) -> bool:
-        return self.clock() - self.start_s >= self.budget_s
+        took_s = self.clock() - self.start_s
+        if self.full_budget_s is not None and took_s < self.full_budget_s \
+                and self.steps < self.warmup + self.windows * self.min_steps:
+            return False  # slow batches: the budget stretches (to full_budget_s) for the windows' batches
+        return took_s >= self.budget_s
 
     def result(self, **extra: Any) -> dict[str, Any]:
         """The probe's run.json entry (``absent`` with the reason when no window closed)."""
@@ -466,8 +483,13 @@ def train_workers(work: Any, loop: Callable[..., None], dataset: Any, k: int, cl
                             generator=torch.Generator().manual_seed(work.scenario.data.seed), **kwargs)
     sync = torch.cuda.synchronize if work.device.type == "cuda" else None
     timer = ComputeTimer(clock)
-    settings: dict[str, Any] = {"budget_s": WORKERS_BUDGET_S, "min_steps": k + 1, **windows}
-    settings["warmup"] = max(int(settings.get("warmup", WARMUP_STEPS)) - 1, 0)  # the first step is one
+    settings: dict[str, Any] = {"budget_s": WORKERS_BUDGET_S, "min_steps": k + 1,
+                                "full_budget_s": TRAINED_FULL_BUDGET_S, **windows}
+    # The first step is one of the warm-up; with workers the warm-up also takes the batches asked for at iter()
+    # (k x prefetch_factor), which may wait ready while the loop's first steps run slow: a window over them reads
+    # the queue, not the workers' rate (module docstring, train_workers).
+    settings["warmup"] = max(int(settings.get("warmup", WARMUP_STEPS)) - 1, 0,
+                             k * (prefetch if prefetch is not None else DEFAULT_PREFETCH) if k else 0)
     start_s = clock()
     found: dict[str, Any] = {}
     compute: list[float] = []
@@ -498,7 +520,7 @@ def train_workers(work: Any, loop: Callable[..., None], dataset: Any, k: int, cl
     if win is None:
         return {"absent": "the loader gave no batch", "num_workers": k, "took_s": clock() - start_s}
     out = win.result(num_workers=k, batch_size=work.scenario.loader.batch_size, threads=torch.get_num_threads(),
-                     startup_s=found["startup_s"])
+                     startup_s=found["startup_s"], warmup_steps=win.warmup + 1)
     if compute and sync is None and out.get("absent") is None:
         out.update(compute_samples_per_s=statistics.median(compute), compute_samples_per_s_per_window=compute)
     return out
