@@ -24,8 +24,9 @@ each probe's windows kept as ``samples_per_s_per_window``, the model reading
 their median ``samples_per_s``, each read at the run's pace where measured
 (``analysis.pace``: the run's own loop measured again among them);
 probes of at most 0.35 s each, 5.5 s in all:
-a median 4.6 s a run on 2 cores with the trained probes (at most 5.5 s: the
-last probe started can overrun), 2.8 s before them; the start-up of 1-3
+a median 5.3 s a run on 2 cores with the pace probe and the trained probes
+(3.8-5.7 s; the last probe started can overrun, and a trained probe of slow
+batches stretches to 1.2 s), 2.8 s before them; the start-up of 1-3
 forked workers 0.05-0.25 s each):
 
 * ``C_loop`` (``device_loop``): the runner's own training loop over the data
