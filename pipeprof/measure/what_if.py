@@ -142,103 +142,18 @@ from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import usable_cores
 from pipeprof.measure.loading import TimedCollate, TimedDataset
 from pipeprof.measure.steps import ThroughputTimer
+from pipeprof.measure.windows import BUDGET_S, WARMUP_STEPS, WINDOW_S, WINDOWS, Windows  # noqa: F401 (re-exported)
 from pipeprof.storage.device import DeviceBatches, DeviceDataset
 from pipeprof.storage.pagecache import drop
 from pipeprof.storage.ram import RamDataset
 from pipeprof.storage.synthetic import FEATURES
 
-WINDOW_S = 0.1
-WINDOWS = 3
-WARMUP_STEPS = 2
-BUDGET_S = 0.35  # per probe
 TOTAL_BUDGET_S = 5.5  # all probes after a run: one that could not end within it is not started
 WORKERS_BUDGET_S = 0.35  # per number of workers (their start-up included)
 # a trained probe's budget stretches up to this for slow batches, until its warm-up and windows have their batches
 TRAINED_FULL_BUDGET_S = 1.2
 DEFAULT_PREFETCH = 2  # DataLoader's prefetch_factor with workers when not set
 PROBE_MAX_SAMPLES = 20_000  # random stand-in data: enough rows (61 MB) that indexing is not served from a cache
-
-
-class Windows:
-    """Step ends grouped into time-bounded windows: the rate of each, and when to stop.
-
-    ``step_done(samples)`` after each step; True when enough windows are measured or the
-    budget is spent (then the open window, if it has a step, is closed short: ``cut_short``;
-    steps slower than the budget leave no window, and the probe is absent with that reason).
-    A window closes at the first step end after ``window_s`` that is at least its ``min_steps``-th
-    (k workers hand batches over in bursts: a window of fewer than k + 1 batches reads a burst or a gap,
-    not the rate); one the budget ends short of ``min_steps`` steps is dropped where a full one was
-    measured. ``sync`` (CUDA) runs before a window's end is read. With ``full_budget_s`` the budget is not
-    spent until the warm-up and ``windows × min_steps`` steps have run (slow batches), or ``full_budget_s``.
-    """
-
-    def __init__(self, clock: Clock, *, window_s: float = WINDOW_S, windows: int = WINDOWS,
-                 warmup: int = WARMUP_STEPS, budget_s: float = BUDGET_S, min_steps: int = 1,
-                 sync: Callable[[], None] | None = None, full_budget_s: float | None = None) -> None:
-        self.clock, self.window_s, self.windows, self.warmup = clock, window_s, windows, warmup
-        self.budget_s, self.min_steps, self.sync = budget_s, min_steps, sync
-        # with full_budget_s: the budget is not spent before the warm-up and every window's min_steps have run
-        self.full_budget_s = full_budget_s
-        self.start_s = clock()
-        self.steps = 0
-        self.rates: list[float] = []
-        self.steps_per_window: list[int] = []
-        self._window_start_s: float | None = None
-        self._samples = 0
-        self._window_steps = 0
-        self.short = False  # a window cut short by the budget
-        if warmup == 0:
-            self._open()
-
-    def step_done(self, samples: int) -> bool:
-        self.steps += 1
-        if self.steps <= self.warmup:
-            if self.steps == self.warmup:
-                self._open()
-            return self._spent()
-        assert self._window_start_s is not None  # opened when the warm-up ended
-        self._samples += samples
-        self._window_steps += 1
-        now_s = self.clock()
-        spent = self._spent()
-        full = now_s - self._window_start_s >= self.window_s and self._window_steps >= self.min_steps
-        if spent and self.rates and self._window_steps < self.min_steps:
-            self.short = True  # a window short of its batches reads a burst or a gap: the full ones stand
-            return True
-        if full or spent:  # the budget spent: the open window is the last
-            if self.sync is not None:
-                self.sync()
-                now_s = self.clock()
-            took_s = now_s - self._window_start_s
-            self.rates.append(self._samples / took_s if took_s > 0 else float("inf"))
-            self.steps_per_window.append(self._window_steps)
-            self.short = self.short or not full
-            if len(self.rates) >= self.windows or spent:
-                return True
-            self._open()
-        return False
-
-    def _open(self) -> None:
-        if self.sync is not None:
-            self.sync()
-        self._window_start_s, self._samples, self._window_steps = self.clock(), 0, 0
-
-    def _spent(self) -> bool:
-        took_s = self.clock() - self.start_s
-        if self.full_budget_s is not None and took_s < self.full_budget_s \
-                and self.steps < self.warmup + self.windows * self.min_steps:
-            return False  # slow batches: the budget stretches (to full_budget_s) for the windows' batches
-        return took_s >= self.budget_s
-
-    def result(self, **extra: Any) -> dict[str, Any]:
-        """The probe's run.json entry (``absent`` with the reason when no window closed)."""
-        took_s = self.clock() - self.start_s
-        if not self.rates:
-            return {"absent": f"no window of {self.window_s:g} s closed within the budget of {self.budget_s:g} s "
-                              f"({self.steps} steps)", "took_s": took_s, **extra}
-        return {"samples_per_s": statistics.median(self.rates), "samples_per_s_per_window": list(self.rates),
-                "steps_per_window": list(self.steps_per_window), "window_s": self.window_s, "took_s": took_s,
-                "cut_short": self.short, **extra}
 
 
 def device_batches(work: Any, max_samples: int = PROBE_MAX_SAMPLES) -> Iterable:
