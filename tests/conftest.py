@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,11 @@ import pytest
 import pipeprof
 from pipeprof.analysis import summary as summary_module
 from pipeprof.run_folder import to_json
+from pipeprof.script.protocol import WHAT_IFS_ENV
+
+# The what-if segments add a second or more to every `pipeprof profile --steps` run: off for the suite, on in
+# the tests of them (tests/test_segments.py sets PIPEPROF_WHAT_IFS=1 or passes what_ifs=True).
+os.environ.setdefault(WHAT_IFS_ENV, "0")
 
 SCHEMA_PATH = Path(pipeprof.__file__).parent / "schemas" / "summary.schema.json"
 VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))

@@ -561,7 +561,17 @@ def test_without_probes_the_model_says_it_is_the_analytical_one():
     assert "analytical, no what-if probe" in predicted(run, {"loader.num_workers": 3})["model"]
     run.meta["kind"] = "script"
     run.meta["scenario"]["kind"] = "script"
-    assert "no workload for pipeprof to re-run" in predicted(run, {"loader.num_workers": 3})["model"]
+    run.meta["what_ifs"] = {"absent": "no --steps: the what-if segments run in the script's own loop"}
+    assert "[analytical, no what-if probe: no --steps: the what-if" in predicted(run, {"loader.num_workers": 3})["model"]
+    # the segments measured 1 and 3 workers at the run's threads (script.segments): 3 is read from them
+    trained = {"samples_per_s": 1500.0, "samples_per_s_per_window": [1500.0] * 3, "startup_s": 0.05,
+               "threads": attribution(run, None).cpu.torch_threads}
+    run.meta["what_ifs"] = {"train_workers": {"1": trained, "3": trained}}
+    model = predicted(run, {"loader.num_workers": 3})["model"]
+    assert "what_ifs.train_workers" in model and "analytical" not in model
+    # a setting the segments did not measure says so
+    assert "the what-if segments of the script's own loop did not measure this setting" in \
+        predicted(run, {"loader.num_workers": 4})["model"]
     with_what_ifs(run, device_loop=2000.0)
     assert "analytical" not in predicted(run, {"loader.num_workers": 3})["model"]
 

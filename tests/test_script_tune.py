@@ -161,7 +161,7 @@ def test_a_trials_run_folder_is_read_back(tmp_path):
     assert failed.status == "failed" and "boom" in failed.error
     assert read_trial(tmp_path / "none", 2, "pipeprof: error: no such script\n").error.endswith("no such script")
     argv = ProfileRunner(COMMAND, warmup_steps=3).argv({"loader.num_workers": 2}, 40, tmp_path)
-    assert argv[1:] == ["-m", "pipeprof", "profile", "--quiet", "--steps", "40", "--warmup-steps", "3",
+    assert argv[1:] == ["-m", "pipeprof", "profile", "--quiet", "--no-what-ifs", "--steps", "40", "--warmup-steps", "3",
                         "--out", str(tmp_path), "--loader", "num_workers=2", "--", *COMMAND]
 
 

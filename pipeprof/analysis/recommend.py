@@ -193,10 +193,21 @@ Still assumed (and the ``model`` says so): the supply with ``k ≥ 1`` workers
 where not probed (above), pinned memory (half the copy), whole batches with
 workers (90% of fetch and 80% of collate gone), decoded data in RAM with
 workers without the RAM loader probe (``throughput`` below), persistent workers (the run without its
-re-iterated passes' excess first waits). A script's run has no workload
-pipeprof can re-run: it has no probes, and every ``model`` says
-``[analytical, no what-if probe: ...]``; so does a run recorded before the
-probes, or one whose probe failed (the reason from run.json).
+re-iterated passes' excess first waits). A prediction that used no what-if
+measurement says ``[analytical, no what-if probe: ...]`` in its ``model``,
+with the reason from run.json: a run recorded before the probes, a probe
+that failed, a script run without ``--steps``.
+
+A script's run (issue 17): pipeprof cannot call a script's training step, so
+its what-ifs are measured in the script's own loop after ``--steps`` ended
+the run (``script.segments``, run.json ``what_ifs``): the loop fed by
+variants of its training loader at ``k ± 1`` workers (``train_workers``),
+at the other number of threads (``train_threads``) and, at ``k = 0``, at its
+own settings (``train_as_run``, the pace). The model reads them exactly as a
+scenario's trained probes. On the yardstick's two fixture scripts at 1
+thread (stop 28, before them, the fixed point): plain_loop 0 -> 1 worker
++35% and +25% in two invocations, trainer_class 1 worker -> 2 threads +26%
+and +24%, 1 -> 2 workers +21% and +13%.
 
 The model
 =========
@@ -905,10 +916,12 @@ class _Model:
         predicted = self._predict(change)
         if predicted is not None and self.pace is not None and "what_ifs." in predicted[1]:
             predicted = predicted[0], f"{predicted[1]}; {self.pace.words()}"
-        if predicted is None or self.what_ifs.get("device_loop") is not None:
+        if predicted is None or self.what_ifs.get("device_loop") is not None or "what_ifs." in predicted[1]:
             return predicted
-        why = ("a script's run has no workload for pipeprof to re-run" if self.script else
-               str(self.what_ifs.get("absent") or "the run has no what_ifs (recorded before them)"))
+        absent = self.what_ifs.get("absent")
+        why = (str(absent) if absent else
+               "the what-if segments of the script's own loop did not measure this setting" if self.script else
+               "the run has no what_ifs (recorded before them)")
         return predicted[0], f"{predicted[1]} [analytical, no what-if probe: {why}]"
 
     def _predict(self, change: dict[str, Any]) -> tuple[float, str] | None:

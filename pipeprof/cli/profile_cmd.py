@@ -16,7 +16,13 @@ script's whole process tree sampled. Training and evaluation loaders are
 told apart; evaluation passes are reported per loader and kept out of the
 training steps.
 
---steps N ends the script after N steps (SystemExit(0) at its next next()).
+--steps N ends the run after N steps. The script's loop then goes on for a
+few seconds (at most 5.5 s), fed by variants of its training loader (one
+worker more, one fewer, the other number of torch threads): the what-if
+segments, from which the recommendations predict what those settings do
+(run.json what_ifs); then it ends with SystemExit(0) at its next next().
+--no-what-ifs (or PIPEPROF_WHAT_IFS=0) ends it at once. Without --steps the script runs to its end,
+and the predictions are the analytical model's.
 Ctrl-C reaches the script as usual; what was measured is saved. A bare
 `python` means the interpreter pipeprof runs in; give a path
 (`-- ./venv/bin/python train.py`) to use another one that can import pipeprof.
@@ -97,6 +103,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pyspy", type=_pyspy_rate, nargs="?", const=20, default=0, metavar="HZ",
                    help="sample the script's process and its subprocesses with py-spy at HZ (default 20, "
                         "non-blocking) into pyspy.speedscope.json")
+    p.add_argument("--no-what-ifs", dest="what_ifs", action="store_false", default=None,
+                   help="end the script at --steps at once: no what-if segments of its loop after the run "
+                        "(also: PIPEPROF_WHAT_IFS=0 in the environment)")
     p.add_argument("--quiet", action="store_true", help="no summary table")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python SCRIPT [ARGS]",
                    help="the training command: python SCRIPT ARGS, python -m MODULE ARGS, or SCRIPT.py ARGS")
@@ -129,7 +138,7 @@ def execute(args: argparse.Namespace) -> int:
 
     saved = profile_script(args.command, out=args.out, name=args.name, steps=args.steps,
                            warmup_steps=args.warmup_steps, sample_hz=args.sample_hz, overrides=overrides,
-                           cprofile_steps=args.cprofile, pyspy_hz=args.pyspy)
+                           cprofile_steps=args.cprofile, pyspy_hz=args.pyspy, what_ifs=args.what_ifs)
     run, folder = saved.run, saved.folder
     summary = saved.summary
     if args.verify and run.meta["status"] == "complete" and not run.steps.empty:

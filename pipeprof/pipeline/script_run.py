@@ -36,8 +36,9 @@ from pipeprof.script.protocol import (
     OVERRIDES_ENV,
     STARTUP_PACKAGE,
     STEPS_ENV,
+    WHAT_IFS_ENV,
 )
-from pipeprof.script.session import Session
+from pipeprof.script.session import NO_STEPS, WHAT_IFS_OFF, Session
 
 _PYTHON = re.compile(r"python[0-9.]*(\.exe)?$")
 _OPTIONS_WITH_VALUE = {"-W", "-X", "-Q"}  # python's own options that take the next word
@@ -188,11 +189,13 @@ def outcome(returncode: int, ended: dict[str, Any] | None, received: list[int]) 
 
 def profile_script(command: list[str], *, out: Path, name: str | None = None, steps: int | None = None,
                    warmup_steps: int = 5, sample_hz: float = 10.0, overrides: Overrides | None = None,
-                   cprofile_steps: int = 0, pyspy_hz: int = 0) -> ScriptRun:
+                   cprofile_steps: int = 0, pyspy_hz: int = 0, what_ifs: bool | None = None) -> ScriptRun:
     """Run ``command`` (``python SCRIPT ARGS``, ``python -m MODULE ARGS`` or ``SCRIPT.py ARGS``) under the
     hooks, sampling its process tree at ``sample_hz``; ``steps``: end it after that many training steps;
     ``overrides``: loader settings and threads changed from outside (``script.overrides``);
-    ``cprofile_steps`` / ``pyspy_hz``: the code-level view (``pipeline.script_code_profile``; 0: off).
+    ``cprofile_steps`` / ``pyspy_hz``: the code-level view (``pipeline.script_code_profile``; 0: off);
+    ``what_ifs``: after ``steps``, the script's loop fed by variants of its training loader (``script.segments``;
+    None: unless ``PIPEPROF_WHAT_IFS=0`` in the environment).
     The run folder is saved under ``out`` however the script ended."""
     words = command[1:] if command and command[0] == "--" else list(command)
     launched = launcher_command(command)
@@ -213,6 +216,9 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
         env = dict(os.environ, **{EVENTS_ENV: str(events), EVENTS_DIR_ENV: tmp})
         if steps:
             env[STEPS_ENV] = str(steps)
+        if what_ifs is None:
+            what_ifs = os.environ.get(WHAT_IFS_ENV, "1") != "0"
+        env[WHAT_IFS_ENV] = "1" if what_ifs else "0"
         env.pop(OVERRIDES_ENV, None)  # a profiled script's own pipeprof profile child: not the parent's
         if overrides:
             env[OVERRIDES_ENV] = json.dumps(overrides.to_json())
@@ -226,7 +232,8 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
         # the start-up hook first: every Python process the command starts arms the hooks (rank_boot)
         env["PYTHONPATH"] = os.pathsep.join([str(root / "script" / STARTUP_PACKAGE), str(root.parent),
                                              *filter(None, [os.environ.get("PYTHONPATH")])])
-        session = Session(name, events, warmup_steps=warmup_steps, sample_hz=sample_hz, events_dir=Path(tmp))
+        session = Session(name, events, warmup_steps=warmup_steps, sample_hz=sample_hz, events_dir=Path(tmp),
+                          what_ifs_absent=None if what_ifs and steps else NO_STEPS if what_ifs else WHAT_IFS_OFF)
         try:
             process = subprocess.Popen(argv, env=env)
             started_s = time.monotonic()

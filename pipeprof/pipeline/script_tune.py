@@ -95,7 +95,7 @@ class ProfileRunner:
         self.command, self.warmup_steps, self.python = command, warmup_steps, python
 
     def argv(self, change: Settings, steps: int, out: Path) -> list[str]:
-        return [self.python, "-m", "pipeprof", "profile", "--quiet", "--steps", str(steps),
+        return [self.python, "-m", "pipeprof", "profile", "--quiet", "--no-what-ifs", "--steps", str(steps),
                 "--warmup-steps", str(self.warmup_steps), "--out", str(out), *override_args(change),
                 "--", *self.command]
 

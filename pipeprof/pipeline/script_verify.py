@@ -88,7 +88,7 @@ def child_command(command: list[str], out: Path, name: str, overrides: Overrides
                   warmup_steps: int, sample_hz: float) -> list[str]:
     """The re-run as a ``pipeprof profile`` command line."""
     words = command[1:] if command and command[0] == "--" else list(command)
-    argv = [sys.executable, "-m", "pipeprof", "profile", "--quiet", "--out", str(out), "--name", name,
+    argv = [sys.executable, "-m", "pipeprof", "profile", "--quiet", "--no-what-ifs", "--out", str(out), "--name", name,
             "--warmup-steps", str(warmup_steps), "--sample-hz", str(sample_hz)]
     if steps:
         argv += ["--steps", str(steps)]

@@ -20,12 +20,15 @@ from types import TracebackType
 
 from pipeprof.script import code_profile, overrides
 from pipeprof.script.hooks import EventLog, Hooks, clock, started_facts
-from pipeprof.script.protocol import EVENTS_DIR_ENV, EVENTS_ENV, OVERRIDES_ENV, STEPS_ENV
+from pipeprof.script.protocol import EVENTS_DIR_ENV, EVENTS_ENV, OVERRIDES_ENV, STEPS_ENV, WHAT_IFS_ENV
+from pipeprof.script.segments import WhatIfSegments
 
 
 def main(argv: list[str]) -> None:
     steps = os.environ.get(STEPS_ENV)
     hooks = Hooks(EventLog(os.environ[EVENTS_ENV]), int(steps) if steps else None)
+    if steps and os.environ.get(WHAT_IFS_ENV, "1") != "0":  # after --steps, the loop fed by variants
+        hooks.segments = WhatIfSegments(hooks.log, hooks.clock)
     log = hooks.log
     log.add(("S", clock(), {**started_facts(), "argv": argv}), clock())
     if argv[0] == "-m":
@@ -48,6 +51,7 @@ def main(argv: list[str]) -> None:
         try:
             run()
         finally:
+            hooks.end_segments("the script ended during the what-if segments")
             hooks.read_threads("end")  # what the script trained with, written before its end (X)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) or e.code is None else 1

@@ -73,6 +73,7 @@ class Events:
     rank: dict[str, Any] | None = None  # R: the process group as the process last saw it {rank, world_size, backend}
     part_names: dict[int, tuple[str, str]] = field(default_factory=dict)  # Q: index -> (kind, name) of P rows
     pipelines: dict[int, Any] = field(default_factory=dict)  # F: loader -> [{"name", "random"}] or {"absent"}
+    what_ifs: dict[str, Any] | None = None  # A: the what-if segments after --steps (script.segments)
     unreadable: int = 0  # lines or events that could not be read
 
     @classmethod
@@ -162,6 +163,8 @@ class EventReader:
                     ev.part_names[int(e[1])] = (str(e[2]), str(e[3]))
                 elif kind == "F":
                     ev.pipelines[int(e[1])] = e[2] if isinstance(e[2], (list, dict)) else []
+                elif kind == "A":
+                    ev.what_ifs = dict(e[2])  # the last one
                 elif kind == "T":
                     ev.threads.append({"t_s": float(e[1]), "at": str(e[2]["at"]),
                                        "torch_threads": int(e[2]["torch_threads"])})

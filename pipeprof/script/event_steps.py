@@ -130,6 +130,7 @@ class ScriptSteps:
     # issue 18: per batch taken in a step, its parts (run_folder.TRANSFORM_COLUMNS), and each loader's pipeline
     transforms: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TRANSFORM_COLUMNS))
     transform_pipelines: dict[str, Any] = field(default_factory=dict)  # run.json's: "<loader>" -> leaves
+    what_ifs: dict[str, Any] | None = None  # A: the what-if segments after --steps (script.segments)
 
 
 def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int = 0) -> ScriptSteps:
@@ -165,7 +166,7 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
     transforms = transform_rows(tables["P"], ev.part_names, nexts, begins, ends)
     pipelines = {str(n): leaves for n, leaves in sorted(ev.pipelines.items()) if leaves}
     return ScriptSteps(steps, loading, summary, source, ev.start, ev.end, cuda_copies, ev.threads, ev.rank,
-                       timing, memory, transforms, pipelines)
+                       timing, memory, transforms, pipelines, ev.what_ifs)
 
 
 def transform_rows(parts: pd.DataFrame, names: dict[int, tuple[str, str]], nexts: pd.DataFrame,

@@ -82,7 +82,9 @@ class OuterHooks(Protocol):
     """What the wrapper needs of the session (``pipeprof.script.hooks.Hooks``)."""
 
     live: bool
-    stopping: bool
+
+    @property
+    def stop_now(self) -> bool: ...  # --steps reached and no what-if segments to run: SystemExit at next()
     outer: OuterPass | None
 
     def on_outer_batch(self, state: OuterPass, t0_s: float, t1_s: float, batch: Any) -> None: ...
@@ -95,7 +97,7 @@ def timed_pass(inner: Iterator[Any], hooks: OuterHooks, clock: Callable[[], floa
     state = OuterPass()
     try:
         while hooks.live:  # a pass that outlives its session goes on untimed
-            if hooks.stopping:
+            if hooks.stop_now:
                 raise SystemExit(0)
             previous, hooks.outer = hooks.outer, state
             t0 = clock()

@@ -81,6 +81,7 @@ from pipeprof.script.frameworks import OuterPass
 from pipeprof.script.loader_names import note_built
 from pipeprof.script.loaders import batch_samples, describe_loader, tensors
 from pipeprof.script.patches import Patches, wraps
+from pipeprof.script.segments import WhatIfSegments
 from pipeprof.script.transform_hooks import TransformHooks
 
 FLUSH_EVERY_S = 0.5
@@ -111,6 +112,7 @@ class EventLog:
         self._last_flush_s = self.clock()
         self._lock = threading.Lock()  # flush() runs from the training thread and at exit
         self.device = DeviceMarks()  # device events not yet resolved
+        self.muted = False  # while the what-if segments run (script.segments): none of their events is the run's
 
     def open(self) -> None:
         """Create the file now and write what is pending: an unwritable path fails at the start, not later."""
@@ -119,15 +121,19 @@ class EventLog:
         self.flush()
 
     def add(self, event: tuple, now_s: float) -> None:
+        if self.muted:
+            return
         self._events.append(event)
         if now_s - self._last_flush_s >= FLUSH_EVERY_S:
             self.flush(now_s)
 
     def add_device_copy(self, t0_s: float, t1_s: float, nbytes: int, start: Any, end: Any) -> None:
-        self.device.copy(t0_s, t1_s, nbytes, start, end)
+        if not self.muted:
+            self.device.copy(t0_s, t1_s, nbytes, start, end)
 
     def add_device_mark(self, t_s: float, event: Any) -> None:
-        self.device.mark(t_s, event)
+        if not self.muted:
+            self.device.mark(t_s, event)
 
     def flush(self, now_s: float | None = None, final: bool = False, wait: bool = True) -> None:
         """Write what is pending (``final``: resolving every device event); ``wait`` False: not if a flush is
@@ -220,6 +226,9 @@ class Hooks:
         self.threads_ended = False  # ... and at the end
         self.batches: dict[int, int] = {}  # loader number -> batches (stops a script without an optimizer)
         self.stopping = False
+        # after --steps: the script's loop goes on fed by variants of its training loader (script.segments)
+        self.segments: WhatIfSegments | None = None
+        self.last_batch_loader: int | None = None  # the loader of the last batch a step was timed waiting for
         # called with the steps ended so far at each step end, by whatever the steps are counted by (code_profile)
         self.step_listeners: list[Callable[[int], None]] = []
         self.ended = False  # the end (X) is written (a rank's excepthook: pipeprof.script.rank_boot)
@@ -266,7 +275,7 @@ class Hooks:
         if number is None:  # an iterator made before install()
             return original(iterator)
         if self.stopping:
-            raise SystemExit(0)
+            return self._after_stop(iterator, number, original)
         outer = getattr(iterator, "_pipeprof_outer", None)  # a framework's look-ahead pass it runs in, if any
         ready = ready_batches(iterator)  # before the clock: the step timer does the same
         start = self.device.mark()  # the GPU reaches it when done with what is queued: the wait starts then
@@ -297,6 +306,30 @@ class Hooks:
         self._batch(number, t0, t1, batch_samples(data, record), record, ready)
         return data
 
+    def _after_stop(self, iterator: Any, number: int, original: Callable) -> Any:
+        """A ``next()`` after ``--steps`` ended the run: the what-if segments' batch (another loader's own batch,
+        untimed), else ``SystemExit(0)``."""
+        segments = self.segments
+        if segments is None:
+            raise SystemExit(0)
+        if not segments.begun:
+            loader = self._keep[number] if 0 <= number < len(self._keep) else None
+            segments.begin(loader, number if number == self.last_batch_loader else None, iterator)
+        if segments.serves(number, iterator):
+            return segments.next_batch()
+        data = original(iterator)  # another loader's batch (a validation pass): the script's own, untimed
+        return data.batch if type(data) is Tagged else data
+
+    @property
+    def stop_now(self) -> bool:
+        """``--steps`` reached, and no what-if segments run after it: the script ends at its next ``next()``."""
+        return self.stopping and self.segments is None
+
+    def end_segments(self, why: str) -> None:
+        """The script ends: the what-if segments' event written if they began (``why`` a running one was cut)."""
+        if self.segments is not None:
+            self.segments.finish(why)
+
     def _step_end(self, t_s: float) -> None:
         """A step ended at host time ``t_s``: its device event, and torch.cuda's memory once a window."""
         self._mark(t_s)
@@ -317,6 +350,7 @@ class Hooks:
 
     def _batch(self, number: int, t0: float, t1: float, samples: int, record: Any, ready: float | None) -> None:
         """``N``: the loop waited ``t0``..``t1`` for a batch of loader ``number``."""
+        self.last_batch_loader = number
         self.log.add(("N", number, t0, t1, samples, NO_RECORD if record is None else record,
                       None if ready is None or ready != ready else ready), t1)  # NaN (no queue) as null
         if (self.stop_after_steps is not None or self.step_listeners) and \
@@ -434,6 +468,8 @@ class Hooks:
         self._maybe_stop(self.marks)
 
     def _maybe_stop(self, steps: int) -> None:
+        if self.segments is not None and self.segments.begun:
+            return  # the what-if segments' steps are not the run's
         for listener in self.step_listeners:
             listener(steps)
         # Stop at the next next(): the step's own bookkeeping after optimizer.step() still runs.
@@ -473,6 +509,7 @@ class Hooks:
         """Take back every patch, last first (those someone patched over stay, their wrappers pass through);
         the loaders work as before: their own collate, no persistent workers left tagging batches."""
         global _ACTIVE
+        self.end_segments("the script ended during the what-if segments")
         if self.live and not self.threads_ended:
             self.read_threads("end")
         if self.live:

@@ -17,3 +17,6 @@ STARTUP_PACKAGE = "startup"
 # Optional: cProfile in the script's processes (``pipeprof profile --cprofile [STEPS]``), as JSON:
 # ``{"first_step": N, "steps": N, "folder": PATH}`` (``pipeprof.script.code_profile``).
 CPROFILE_ENV = "PIPEPROF_CPROFILE"
+# Optional: "0" turns off the what-if segments after --steps (``pipeprof profile --no-what-ifs``; verify and
+# tune trials): ``pipeprof.script.segments``.
+WHAT_IFS_ENV = "PIPEPROF_WHAT_IFS"

@@ -43,6 +43,13 @@ from pipeprof.version import __version__
 
 LOADER_KEYS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 NO_LOADER = "the script never iterated a torch.utils.data.DataLoader: there are no steps to attribute"
+NOT_ARMED = "not measured: the what-if segments run in a script's own loop under `pipeprof profile --steps N` only"
+RAN_TO_END = ("the script ran to its end before --steps ended it: the what-if segments run in the script's own "
+              "loop after --steps N steps (give N below the script's own number of steps)")
+NO_STEPS = ("no --steps: the what-if segments run in the script's own loop after --steps N ends the run; "
+            "without them the predictions are the analytical model's")
+WHAT_IFS_OFF = "not measured: turned off (--no-what-ifs or PIPEPROF_WHAT_IFS=0; verify and tune trials run without them)"
+CUT = "the script ended before the what-if segments were written (killed during them?)"
 CHILD = "child"  # a process the script started that is not a DataLoader worker of the profiled process
 _SHOWN_CHILDREN = 3
 
@@ -151,8 +158,9 @@ class Session:
 
     def __init__(self, name: str, events_path: Path, *, warmup_steps: int = 5, sample_hz: float = 10.0,
                  clock: Clock = monotonic_clock, cuda_available: bool | None = None,
-                 events_dir: Path | None = None) -> None:
+                 events_dir: Path | None = None, what_ifs_absent: str | None = NOT_ARMED) -> None:
         self.name = name
+        self.what_ifs_absent = what_ifs_absent  # why no what-if segments were asked for (None: they were)
         self.events_path = Path(events_path)
         self.events_dir = events_dir  # where the other processes of the command wrote theirs (rank_boot)
         self.root_pid: int | None = None
@@ -254,6 +262,9 @@ class Session:
         run.meta["notes"].append(f"the training ran in pid {main.pid}, a process the command started "
                                  f"({' '.join(main.argv)[:80] or '?'}): its steps are the run's")
         return run
+
+    def _what_ifs(self, cut: ScriptSteps) -> dict[str, Any]:
+        return script_what_ifs(cut, self.what_ifs_absent)
 
     def _parents(self) -> dict[int, int | None]:
         return {int(d["pid"]): d.get("ppid") for d in (self.sampler.descendants() if self.sampler else [])}
@@ -365,6 +376,7 @@ class Session:
             "status": status,
             "error": error,
             "compute_ceiling": None,
+            "what_ifs": self._what_ifs(cut),
             "transform_pipelines": pipelines,  # issue 18: each loader's timed leaves, in call order
         }
         if cut.step_source is None and not processes.empty and "role" in processes:
@@ -372,6 +384,15 @@ class Session:
             processes.loc[processes["role"] == WORKER, "role"] = CHILD
         return Run(meta=meta, steps=cut.steps, samples=samples, processes=processes, loading=cut.loading,
                    device_memory=cut.device_memory, transforms=cut.transforms)
+
+
+def script_what_ifs(cut: ScriptSteps, absent: str | None) -> dict[str, Any]:
+    """run.json ``what_ifs`` of a script's run: the what-if segments' (``script.segments``), else why none."""
+    if cut.what_ifs is not None:
+        return cut.what_ifs
+    if absent is not None:
+        return {"absent": absent}
+    return {"absent": CUT if (cut.end or {}).get("how") == "stopped" else RAN_TO_END}
 
 
 def _timed_pipelines(pipelines: dict[str, Any], transforms: pd.DataFrame,

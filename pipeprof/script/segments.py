@@ -1,0 +1,358 @@
+"""What-if segments: after ``--steps``, a profiled script's own training loop goes on for a few seconds, fed by
+variants of its training loader (issue 17).
+
+A scenario's changes are measured after its run by probes that re-run its workload (``measure.what_if``). A
+script's workload is its own code: pipeprof cannot call its training step. But the script's loop is still
+there when ``--steps N`` ends the run: instead of ending it at the next ``next()`` on the training loader, the
+hooks hand that ``next()``, and those after it, batches from a *variant* of the loader (the same dataset,
+batch sampler, collate function, pinned memory, worker start-up function and multiprocessing context, with
+another ``num_workers``) or the same loader's settings at another number of torch threads; the script trains
+on them as on its own, and its loop's seconds per batch are timed in windows (``measure.windows``), exactly as
+a trained probe times the scenario's loop. What each segment measures is the script's own loop at a changed
+setting: its compute beside the workers handing batches over, the receiving, the contention for the cores.
+The analytical model cannot see that compute slows beside a worker even where the worker has a core of its
+own: plain_loop (collate 1 ms) with 1 worker was predicted 19,284 samples/s and made 14,313; trainer_class at
+2 threads beside its worker was predicted 7,329 and made 5,797.
+
+The segments, in order, for a run with ``k`` workers at ``T`` torch threads on ``N`` usable cores
+(``plan``), each recorded under the run.json ``what_ifs`` key the model reads for a scenario's probes:
+
+* ``train_as_run`` (``k = 0`` only): the run's own settings, the *pace* (``analysis.pace``) of the seconds
+  after the run against the run's own; with workers it is not measured (their batches come in bursts);
+* ``train_workers["k+1"]`` and ``train_workers["k-1"]`` (``k >= 1``) at ``T`` threads;
+* ``train_threads["k"]``: ``k`` workers at the other number of threads (1, or ``N`` from 1).
+
+Each variant's batch sampler goes round without end (``Endless``): the script's epoch does not end inside a
+segment, and the variant's workers start once (their start-up, the first batch's wait and step, is kept as
+``startup_s``); its warm-up takes the first steps (and the ``k × prefetch_factor`` batches asked for at
+``iter()``), then up to ``WINDOWS`` windows of at least ``k + 1`` batches within ``SEGMENT_BUDGET_S`` (stretched
+to ``TRAINED_FULL_BUDGET_S`` for slow batches). A segment that would overrun ``TOTAL_BUDGET_S`` is not started.
+The variant's workers are shut down and the threads restored before the next segment; after the last one the
+script ends as ``--steps`` ends it (``SystemExit(0)``).
+
+The script's own time away from its loop (another loader's ``next()``: a validation pass, its batches the
+script's own, untimed) is neither a window's nor the budget's: the step spanning it is not measured, nor, with
+workers, the ``k × prefetch_factor`` steps after it (they drain the queue filled meanwhile); a new pass of the
+training loader (a framework that ends its epoch by counting batches, as Lightning does) goes on with the
+same variant. The segments end by ``HARD_LIMIT_S`` whatever the time away.
+
+The event log is muted while the segments run: none of their steps, batches or copies is the run's. Their
+results are one ``A`` event (``{"train_workers": {...}, ...}``, or ``{"absent": reason}``), written when they end,
+or when the script ends during them (what was measured so far). Not run (``absent``, with the reason): a rank
+of a multi-rank job (its steps wait on the other ranks' collectives, and one rank cannot change its loader
+alone), a script whose first ``next()`` after the stop is on another loader than the training one, and an
+iterable dataset whose variant ends (what was measured stands). Standard library and torch only: this runs in
+the user's process.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from pipeprof.measure.clock import Clock
+from pipeprof.measure.windows import WARMUP_STEPS, Windows
+from pipeprof.script.batches import Tagged
+from pipeprof.script.loaders import batch_samples
+
+SEGMENT_BUDGET_S = 0.35  # a segment's windows, as a trained probe's
+TRAINED_FULL_BUDGET_S = 1.2  # ... stretched for slow batches until the warm-up and every window have theirs
+TOTAL_BUDGET_S = 5.5  # all the segments after a run: one that could not end within it is not started
+HARD_LIMIT_S = 3 * TOTAL_BUDGET_S  # the segments end by then whatever the script's time away from its loop
+DEFAULT_PREFETCH = 2  # DataLoader's prefetch_factor with workers when not set
+KEYS = ("train_as_run", "train_workers", "train_threads")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One variant of the run: its ``what_ifs`` entry (``key``, under ``num_workers`` but for
+    ``train_as_run``), the loader's ``num_workers`` and torch's threads."""
+
+    key: str
+    num_workers: int
+    threads: int
+
+
+def plan(k: int, threads: int, cores: int) -> list[Segment]:
+    """The segments after a run with ``k`` workers at ``threads`` torch threads on ``cores`` usable cores
+    (module docstring)."""
+    out = [Segment("train_as_run", 0, threads)] if k == 0 else []
+    out.append(Segment("train_workers", k + 1, threads))
+    if k >= 1:
+        out.append(Segment("train_workers", k - 1, threads))
+    other = 1 if threads > 1 else cores
+    if other != threads:
+        out.append(Segment("train_threads", k, other))
+    return out
+
+
+class Endless:
+    """A (batch) sampler that goes round again when it ends: a variant's epoch never ends in a segment."""
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            empty = True
+            for item in self.sampler:
+                empty = False
+                yield item
+            if empty:
+                return
+
+
+def variant_loader(loader: DataLoader, k: int) -> DataLoader:
+    """``loader`` with ``k`` workers: the same dataset, sampling, collate function (the hooks' timed one: the
+    run's per-batch cost stays), pinned memory, worker start-up function and context; its sampler endless."""
+    kwargs: dict[str, Any] = {"num_workers": k, "collate_fn": loader.collate_fn, "pin_memory": loader.pin_memory,
+                              "timeout": loader.timeout, "worker_init_fn": loader.worker_init_fn,
+                              "generator": loader.generator}
+    device = getattr(loader, "pin_memory_device", "")
+    if device:
+        kwargs["pin_memory_device"] = device
+    if k:
+        kwargs["multiprocessing_context"] = loader.multiprocessing_context
+        kwargs["prefetch_factor"] = loader.prefetch_factor if loader.num_workers else DEFAULT_PREFETCH
+    if isinstance(loader.dataset, IterableDataset):
+        return DataLoader(loader.dataset, batch_size=loader.batch_size, drop_last=loader.drop_last, **kwargs)
+    if loader.batch_sampler is not None:
+        return DataLoader(loader.dataset, batch_sampler=Endless(loader.batch_sampler), **kwargs)
+    return DataLoader(loader.dataset, batch_size=None, sampler=Endless(loader.sampler), **kwargs)
+
+
+class _Running:
+    """The segment being measured: its loader's iterator, the windows, the batch handed out last."""
+
+    def __init__(self, segment: Segment, iterator: Any, start_s: float, prefetch: int) -> None:
+        self.segment, self.iterator, self.start_s, self.prefetch = segment, iterator, start_s, prefetch
+        self.windows: Windows | None = None  # made at the first step's end (the workers' start-up before it)
+        self.startup_s: float | None = 0.0  # None: the first step spanned the script's time away from the loop
+        self.gapped = False
+        self.refill = 0  # steps after the script's time away not measured: they drain the queue filled meanwhile
+        self.handed: int | None = None  # samples of the batch the loop is training on
+
+
+class WhatIfSegments:
+    """The segments of one profiled process (module docstring). ``next_batch`` is the training loader's
+    ``next()`` once ``--steps`` has stopped the run; ``SystemExit(0)`` when they are done."""
+
+    def __init__(self, log: Any, clock: Clock, *, cores: int | None = None,
+                 make_loader: Callable[[DataLoader, int], DataLoader] = variant_loader,
+                 total_budget_s: float = TOTAL_BUDGET_S,
+                 **windows: Any) -> None:
+        self.log, self.clock, self.make_loader = log, clock, make_loader
+        self.cores = cores if cores is not None else _usable_cores()
+        self.total_budget_s = total_budget_s
+        self.windows = windows  # Windows' settings (tests: shorter)
+        self.results: dict[str, Any] = {}
+        self.plan: list[Segment] = []
+        self.loader: DataLoader | None = None
+        self.number: int | None = None  # the training loader's number (the hooks')
+        self.iterator: Any = None  # the script's own iterator of its training loader
+        self.gap = False  # the script took another loader's batch since the last segment batch
+        self.last_s = 0.0  # the last next() that got a segment's batch
+        self.away_s = 0.0  # the script's time away from its loop (validation passes): not the budget's
+        self.running: _Running | None = None
+        self.start_s: float | None = None
+        self.threads = 0  # the run's torch threads, restored after each segment
+        self.written = False
+
+    @property
+    def begun(self) -> bool:
+        return self.start_s is not None
+
+    def begin(self, loader: DataLoader | None, number: int | None, iterator: Any) -> None:
+        """The first ``next()`` after the stop, on ``iterator``; ``number``: the training loader's number when
+        ``loader`` is the one whose batch the last step trained on, else None (the segments do not run)."""
+        self.start_s = self.clock()
+        self.loader, self.number, self.iterator = loader, number, iterator
+        self.threads = torch.get_num_threads()
+        self.log.muted = True
+        why = None
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            why = ("a rank of a multi-rank job: its steps wait on the other ranks' collectives, and one rank "
+                   "cannot change its loader alone")
+        elif loader is None or number is None:
+            why = ("the script's first next() after --steps was on another loader than the one its last step "
+                   "trained on")
+        if why is not None:
+            self.results = {"absent": why}
+            return
+        assert loader is not None
+        self.plan = plan(int(loader.num_workers or 0), self.threads, self.cores)
+
+    def serves(self, number: int, iterator: Any) -> bool:
+        """Whether this ``next()`` (on ``iterator`` of loader ``number``) gets a segment's batch. Another
+        loader's (a validation pass) is the script's own: its time is not measured (module docstring). The end
+        (``SystemExit(0)``): the segments did not run, or took their whole budget and more."""
+        assert self.start_s is not None
+        took_s = self.clock() - self.start_s
+        if "absent" in self.results or took_s - self.away_s > self.total_budget_s + TRAINED_FULL_BUDGET_S \
+                or took_s > HARD_LIMIT_S:
+            self.finish("the script left the training loop for too long")
+            raise SystemExit(0)
+        if number != self.number:
+            self.gap = True
+            return False
+        if iterator is not self.iterator:  # a new pass of the training loader (an epoch counted by its length)
+            self.iterator, self.gap = iterator, True
+        return True
+
+    def next_batch(self) -> Any:
+        """The batch for the script's ``next()`` on its training loader (module docstring); ``SystemExit(0)``
+        when the segments are done."""
+        now_s = self.clock()
+        running = self.running
+        if running is not None and running.handed is not None:
+            span_s = now_s - self.last_s
+            if self.gap:  # that step spans the script's time away from the loop: not the segment's
+                self.away_s += span_s
+                # the variant's workers filled their queue meanwhile: the steps that drain it are not measured
+                running.refill = running.segment.num_workers * running.prefetch
+                self._skip(running, span_s)
+            elif running.refill and running.windows is not None:
+                running.refill -= 1
+                self._skip(running, span_s)
+            elif self._step_done(running, now_s):
+                self._close(running)
+        self.gap = False
+        self.last_s = now_s
+        while True:
+            if self.running is None and not self._open_next():
+                self.finish()
+                raise SystemExit(0)
+            running = self.running
+            assert running is not None
+            try:
+                batch = next(running.iterator)
+            except StopIteration:  # an iterable dataset's variant ended: what it measured stands
+                self._close(running, ended=True)
+                continue
+            if type(batch) is Tagged:  # made by the hooks' timed fetch, as the run's batches were
+                batch, record = batch.batch, batch.record
+            else:
+                record = None
+            running.handed = batch_samples(batch, record)
+            return batch
+
+    @staticmethod
+    def _skip(running: _Running, span_s: float) -> None:
+        """The step that just ended is not measured: neither its samples nor its seconds."""
+        running.handed = None
+        if running.windows is None:  # the start-up spans it: unknown
+            running.gapped = True
+        else:
+            running.windows.skip(span_s)
+
+    def _step_done(self, running: _Running, now_s: float) -> bool:
+        """The step on the batch handed out ended at ``now_s``: True when the segment is measured."""
+        samples, running.handed = running.handed or 0, None
+        if running.windows is None:  # the first step: the workers' start-up
+            running.startup_s = None if running.gapped else now_s - running.start_s
+            k = running.segment.num_workers
+            settings: dict[str, Any] = {"budget_s": SEGMENT_BUDGET_S, "min_steps": k + 1,
+                                        "full_budget_s": TRAINED_FULL_BUDGET_S, **self.windows}
+            settings["warmup"] = max(int(settings.get("warmup", WARMUP_STEPS)) - 1, k * running.prefetch if k else 0)
+            running.windows = Windows(self.clock, sync=_sync(), **settings)
+            return False
+        return bool(running.windows.step_done(samples))
+
+    def _open_next(self) -> bool:
+        """Start the next segment that fits in the budget; False when none is left."""
+        while self.plan:
+            segment = self.plan.pop(0)
+            assert self.start_s is not None and self.loader is not None
+            if self.clock() - self.start_s - self.away_s + SEGMENT_BUDGET_S > self.total_budget_s:
+                self._record(segment, {"absent": f"not started: the segments after a run take at most "
+                                                 f"{self.total_budget_s:g} s"})
+                continue
+            start_s = self.clock()
+            try:
+                if segment.threads != torch.get_num_threads():
+                    _set_threads(segment.threads)
+                variant = self.make_loader(self.loader, segment.num_workers)
+                iterator = variant._get_iterator()  # not iter(): untagged, the hooks pass its next() through
+            except Exception as e:  # noqa: BLE001 - a variant that cannot be made: said, the run unharmed
+                self._restore_threads()
+                self._record(segment, {"absent": f"the variant could not be made: {type(e).__name__}: {e}"})
+                continue
+            prefetch = int(getattr(variant, "prefetch_factor", None) or DEFAULT_PREFETCH)
+            self.running = _Running(segment, iterator, start_s, prefetch)
+            return True
+        return False
+
+    def _close(self, running: _Running, ended: bool = False) -> None:
+        """Record the segment, shut its workers down and restore the threads."""
+        self.running = None
+        extra: dict[str, Any] = {"num_workers": running.segment.num_workers, "threads": torch.get_num_threads(),
+                                 "source": "segment of the script's own loop"}
+        if running.startup_s is not None:
+            extra["startup_s"] = running.startup_s
+        if running.windows is None:
+            entry = {"absent": "the variant gave no batch" if ended else "no step ended", **extra}
+        else:
+            entry = running.windows.result(**extra, warmup_steps=running.windows.warmup + 1,
+                                           **({"ended": True} if ended else {}))
+        self._record(running.segment, entry)
+        shutdown = getattr(running.iterator, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        self._restore_threads()
+
+    def _record(self, segment: Segment, entry: dict[str, Any]) -> None:
+        if segment.key == "train_as_run":
+            self.results[segment.key] = entry
+        else:
+            self.results.setdefault(segment.key, {})[str(segment.num_workers)] = entry
+
+    def _restore_threads(self) -> None:
+        if self.threads and torch.get_num_threads() != self.threads:
+            _set_threads(self.threads)
+
+    def finish(self, why: str | None = None) -> None:
+        """Write the ``A`` event once: the segments measured (the one running, cut where the script left it:
+        ``why``), the log unmuted."""
+        if self.written or not self.begun:
+            return
+        self.written = True
+        running = self.running
+        if running is not None:
+            self._close(running)
+            if why is not None:
+                entry = self.results.get(running.segment.key)
+                if isinstance(entry, dict) and running.segment.key != "train_as_run":
+                    entry = entry.get(str(running.segment.num_workers))
+                if isinstance(entry, dict):
+                    entry["cut"] = why
+        for segment in self.plan:
+            self._record(segment, {"absent": why or "not started"})
+        self.plan = []
+        assert self.start_s is not None
+        self.results["took_s"] = self.clock() - self.start_s
+        self.log.muted = False
+        now_s = self.clock()
+        self.log.add(("A", now_s, self.results), now_s)
+
+
+def _set_threads(n: int) -> None:
+    """``torch.set_num_threads(n)`` itself: through the wrapper ``--threads`` holds the script's calls with."""
+    inspect.unwrap(torch.set_num_threads)(n)
+
+
+def _sync() -> Callable[[], None] | None:
+    """CUDA: the device synchronized before a window's end is read (the host runs ahead of it)."""
+    return torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1

@@ -1,0 +1,299 @@
+"""The what-if segments after --steps (pipeprof.script.segments): the plan, the variant loader, the windows on a
+fake clock, the script's time away from its loop, the budget, and whole runs of fixture scripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+from pipeprof.measure.clock import FakeClock
+from pipeprof.measure.windows import Windows
+from pipeprof.script.event_steps import ScriptSteps
+from pipeprof.script.protocol import WHAT_IFS_ENV
+from pipeprof.script.segments import Endless, Segment, WhatIfSegments, plan, variant_loader
+from pipeprof.script.session import CUT, NO_STEPS, RAN_TO_END, script_what_ifs
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_the_plan_measures_the_run_itself_one_worker_either_side_and_the_other_threads():
+    assert plan(0, 1, 2) == [Segment("train_as_run", 0, 1), Segment("train_workers", 1, 1),
+                             Segment("train_threads", 0, 2)]
+    assert plan(1, 2, 2) == [Segment("train_workers", 2, 2), Segment("train_workers", 0, 2),
+                             Segment("train_threads", 1, 1)]
+    # one core and one thread: no other number of threads
+    assert plan(2, 1, 1) == [Segment("train_workers", 3, 1), Segment("train_workers", 1, 1)]
+
+
+def test_endless_goes_round_and_an_empty_sampler_ends():
+    taken = []
+    for i, item in enumerate(Endless([1, 2, 3])):
+        taken.append(item)
+        if i == 7:
+            break
+    assert taken == [1, 2, 3, 1, 2, 3, 1, 2]
+    assert list(Endless([])) == []
+
+
+def _dataset(n: int = 40) -> TensorDataset:
+    return TensorDataset(torch.arange(n, dtype=torch.float32).reshape(n, 1), torch.zeros(n, dtype=torch.long))
+
+
+def test_a_variant_keeps_the_loader_but_its_workers_and_never_ends_its_epoch():
+    def collate(batch: list) -> Any:
+        return torch.utils.data.default_collate(batch)
+
+    loader = DataLoader(_dataset(), batch_size=8, shuffle=True, collate_fn=collate, drop_last=True)
+    variant = variant_loader(loader, 0)
+    assert variant.dataset is loader.dataset and variant.collate_fn is collate and variant.num_workers == 0
+    assert variant.prefetch_factor is None and variant.pin_memory == loader.pin_memory
+    batches = iter(variant)
+    seen = [next(batches)[0].flatten().tolist() for _ in range(12)]  # 12 batches from an epoch of 5
+    assert all(len(b) == 8 for b in seen)
+    assert sorted(sum(seen[:5], [])) == sorted(sum(seen[5:10], []))  # each round the same sampler's epoch
+    more = variant_loader(loader, 2)
+    assert more.num_workers == 2 and more.prefetch_factor == 2  # torch's default where the run had none
+    with_prefetch = variant_loader(DataLoader(_dataset(), batch_size=8, num_workers=1, prefetch_factor=5), 2)
+    assert with_prefetch.prefetch_factor == 5
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        return iter(torch.arange(10, dtype=torch.float32))
+
+
+def test_an_iterable_datasets_variant_is_batched_as_the_loader_was():
+    variant = variant_loader(DataLoader(Stream(), batch_size=4), 0)
+    assert [len(b) for b in variant] == [4, 4, 2]
+
+
+class Log:
+    def __init__(self) -> None:
+        self.muted = False
+        self.events: list[tuple] = []
+
+    def add(self, event: tuple, now_s: float) -> None:
+        if not self.muted:
+            self.events.append(event)
+
+
+# seconds a step takes in the fake loop, per (num_workers, torch threads) of the segment running
+STEP_S = {(0, 1): 0.004, (1, 1): 0.002, (0, 2): 0.003}
+
+
+def _loop(segments: WhatIfSegments, clock: FakeClock, iterator: Any, steps: int = 10_000,
+          away: dict[int, float] | None = None) -> int:
+    """The script's loop after the stop: next() on its training iterator, then a step whose length depends on
+    the segment running; ``away``: at step i, seconds in another loader's pass first. Returns the steps run."""
+    for i in range(steps):
+        if away and i in away:
+            assert segments.serves(1, object()) is False  # a validation loader's next()
+            clock.advance(away[i])
+        try:
+            assert segments.serves(0, iterator)
+            segments.next_batch()
+        except SystemExit as e:
+            assert e.code == 0
+            return i
+        running = segments.running
+        assert running is not None
+        clock.advance(STEP_S[(running.segment.num_workers, torch.get_num_threads())])
+    return steps
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _segments(clock: FakeClock, log: Log, **kwargs: Any) -> WhatIfSegments:
+    # every variant has 0 workers here (the fake clock times the steps): the plan and the bookkeeping are tested
+    return WhatIfSegments(log, clock, cores=2, make_loader=lambda loader, k: variant_loader(loader, 0), **kwargs)
+
+
+def test_each_segment_measures_its_own_loop_and_the_results_are_one_event_written_at_the_end(one_thread):
+    clock, log = FakeClock(), Log()
+    loader = DataLoader(_dataset(), batch_size=8)
+    segments = _segments(clock, log)
+    iterator = object()
+    segments.begin(loader, 0, iterator)
+    assert log.muted
+    _loop(segments, clock, iterator)
+    assert not log.muted and torch.get_num_threads() == 1  # the threads restored
+    (event,) = log.events
+    assert event[0] == "A"
+    found = event[2]
+    assert found["train_as_run"]["samples_per_s"] == pytest.approx(8 / 0.004)
+    assert found["train_workers"]["1"]["samples_per_s"] == pytest.approx(8 / 0.002)
+    assert found["train_threads"]["0"]["samples_per_s"] == pytest.approx(8 / 0.003)
+    assert found["train_threads"]["0"]["threads"] == 2 and found["train_workers"]["1"]["threads"] == 1
+    assert found["train_workers"]["1"]["num_workers"] == 1
+    assert found["train_as_run"]["startup_s"] == pytest.approx(0.004)  # the first step's, with the workers' start
+    assert len(found["train_as_run"]["samples_per_s_per_window"]) == 3
+    assert found["took_s"] == pytest.approx(clock() - 0.0)
+
+
+def test_the_steps_away_from_the_loop_are_not_measured_and_a_new_pass_is_followed(one_thread):
+    clock, log = FakeClock(), Log()
+    segments = _segments(clock, log)
+    iterator = object()
+    segments.begin(DataLoader(_dataset(), batch_size=8), 0, iterator)
+    _loop(segments, clock, iterator, away={10: 0.5, 40: 0.5})  # two validation passes of half a second
+    found = log.events[0][2]
+    assert found["train_as_run"]["samples_per_s_per_window"] == pytest.approx([8 / 0.004] * 3)
+    assert found["train_workers"]["1"]["samples_per_s"] == pytest.approx(8 / 0.002)
+    # a new iterator of the training loader (an epoch counted by its length) is the loop's from then on
+    clock2, log2 = FakeClock(), Log()
+    segments2 = _segments(clock2, log2)
+    first, second = object(), object()
+    segments2.begin(DataLoader(_dataset(), batch_size=8), 0, first)
+    assert segments2.serves(0, first)
+    segments2.next_batch()
+    clock2.advance(0.004)
+    assert segments2.serves(0, second) and segments2.iterator is second
+
+
+def test_a_segment_that_would_overrun_the_budget_is_not_started(one_thread):
+    clock, log = FakeClock(), Log()
+    segments = _segments(clock, log, total_budget_s=0.8)
+    iterator = object()
+    segments.begin(DataLoader(_dataset(), batch_size=8), 0, iterator)
+    _loop(segments, clock, iterator)
+    found = log.events[0][2]
+    assert found["train_as_run"]["samples_per_s"] == pytest.approx(8 / 0.004)
+    assert "samples_per_s" in found["train_workers"]["1"]
+    assert found["train_threads"]["0"]["absent"].startswith("not started: the segments after a run take at most")
+
+
+def test_another_loader_first_after_the_stop_runs_no_segment():
+    clock, log = FakeClock(), Log()
+    segments = _segments(clock, log)
+    segments.begin(DataLoader(_dataset(), batch_size=8), None, object())
+    with pytest.raises(SystemExit):
+        segments.serves(1, object())
+    (event,) = log.events
+    assert "another loader" in event[2]["absent"] and not log.muted
+
+
+def test_a_script_that_ends_during_a_segment_keeps_what_was_measured(one_thread):
+    clock, log = FakeClock(), Log()
+    segments = _segments(clock, log)
+    iterator = object()
+    segments.begin(DataLoader(_dataset(), batch_size=8), 0, iterator)
+    ran = _loop(segments, clock, iterator, steps=100)  # the script's own steps end in the second segment
+    assert ran == 100
+    segments.finish("the script ended during the what-if segments")
+    segments.finish("twice")  # written once
+    (event,) = log.events
+    found = event[2]
+    assert found["train_as_run"]["samples_per_s"] == pytest.approx(8 / 0.004)
+    assert found["train_workers"]["1"]["cut"] == "the script ended during the what-if segments"
+    assert found["train_threads"]["0"] == {"absent": "the script ended during the what-if segments"}
+    assert torch.get_num_threads() == 1
+
+
+def test_a_span_away_from_the_loop_is_neither_the_windows_time_nor_the_budgets():
+    clock = FakeClock()
+    win = Windows(clock, window_s=0.095, windows=2, warmup=1, budget_s=0.5)
+    clock.advance(0.01)
+    win.step_done(10)  # the warm-up
+    for _ in range(5):
+        clock.advance(0.01)
+        win.step_done(10)  # half the first window
+    clock.advance(5.0)  # a step spanning a validation pass: not counted
+    win.skip(5.0)
+    done = False
+    while not done:
+        clock.advance(0.01)
+        done = win.step_done(10)
+    assert win.rates == pytest.approx([1000.0, 1000.0]) and win.steps_per_window == [10, 10]
+
+
+def test_why_a_script_run_has_no_what_ifs():
+    def cut(how: str | None) -> ScriptSteps:
+        steps = ScriptSteps(*(None,) * 4)  # type: ignore[arg-type]
+        steps.end = {"how": how} if how else None
+        return steps
+
+    assert script_what_ifs(cut("stopped"), None) == {"absent": CUT}
+    assert script_what_ifs(cut("exit"), None) == {"absent": RAN_TO_END}
+    assert script_what_ifs(cut("exit"), NO_STEPS) == {"absent": NO_STEPS}
+    measured = cut("stopped")
+    measured.what_ifs = {"train_workers": {}}
+    assert script_what_ifs(measured, None) == {"train_workers": {}}
+
+
+def _profile(tmp_path: Path, script: str, *args: str, steps: int = 30, flags: tuple[str, ...] = ()) -> Path:
+    out = tmp_path / script
+    proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--quiet", "--steps", str(steps), *flags,
+                           "--out", str(out), "--", sys.executable, str(FIXTURES / f"{script}.py"), *args],
+                          capture_output=True, text=True, env={**os.environ, WHAT_IFS_ENV: "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (folder,) = [p for p in out.iterdir() if (p / "run.json").is_file() and not p.is_symlink()]
+    return folder
+
+
+def test_a_scripts_loop_goes_on_after_steps_and_its_predictions_read_the_segments(tmp_path):
+    folder = _profile(tmp_path, "plain_loop", "--epochs", "3", "--samples", "2048", "--collate-ms", "1",
+                      flags=("--threads", "1"))
+    meta = json.loads((folder / "run.json").read_text())
+    found = meta["what_ifs"]
+    assert meta["script"]["ended"]["how"] == "stopped"
+    assert found["train_as_run"]["samples_per_s"] > 0 and found["train_as_run"]["num_workers"] == 0
+    assert found["train_workers"]["1"]["samples_per_s"] > 0 and found["train_workers"]["1"]["startup_s"] > 0
+    assert found["train_threads"]["0"]["threads"] == 2 and found["train_threads"]["0"]["samples_per_s"] > 0
+    steps = (folder / "steps.csv").read_text().strip().splitlines()
+    assert len(steps) == 1 + 30  # the segments' steps are not the run's
+    assert meta["script"]["torch_threads"]["end"] == 1  # restored after the 2-thread segment
+
+    from pipeprof.analysis.recommend import predict_change
+    from pipeprof.analysis.summary import summary_record
+    from pipeprof.run_folder import load_run
+
+    run = load_run(folder)
+    record = summary_record(run)
+    rec = predict_change(run, record.attribution, record.verdict, {"loader.num_workers": 1})
+    assert rec is not None and "what_ifs.train_workers" in rec.model and "[analytical" not in rec.model
+    assert "at the run's pace" in rec.model
+
+
+@pytest.mark.parametrize("script, args", [
+    ("accelerate_loop", ("--epochs", "3")),  # a look-ahead loader: the segment batch is taken one next() early
+    ("trainer_class", ("--epochs", "2", "--samples", "2048", "--num-workers", "1", "--no-tqdm")),
+])
+def test_segments_in_framework_and_trainer_class_loops(tmp_path, script, args):
+    folder = _profile(tmp_path, script, *args, steps=25)
+    meta = json.loads((folder / "run.json").read_text())
+    found = meta["what_ifs"]
+    assert meta["status"] == "complete"
+    assert found["train_workers"]["2"]["samples_per_s"] > 0 and found["train_workers"]["0"]["samples_per_s"] > 0
+    assert len((folder / "steps.csv").read_text().strip().splitlines()) == 1 + 25
+
+
+def test_no_what_ifs_ends_the_script_at_steps(tmp_path):
+    folder = _profile(tmp_path, "plain_loop", "--epochs", "2", "--samples", "1024", steps=10,
+                      flags=("--no-what-ifs",))
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["what_ifs"]["absent"].startswith("not measured: turned off")
+    rec = json.loads((folder / "summary.json").read_text())["recommendations"][0]
+    assert "predicted_samples_per_s" in rec
+
+
+def test_lightning_ends_each_epoch_by_its_own_count_and_validates_between_yet_every_window_is_whole(tmp_path):
+    # 24 batches an epoch (limit_train_batches) and a validation pass after each: a 0.1 s window holds more
+    folder = _profile(tmp_path, "lightning_mlp", "--epochs", "40", steps=30)
+    found = json.loads((folder / "run.json").read_text())["what_ifs"]
+    for entry in (found["train_as_run"], found["train_workers"]["1"], found["train_threads"]["0"]):
+        assert len(entry["samples_per_s_per_window"]) == 3 and entry["cut_short"] is False
+        assert min(entry["steps_per_window"]) > 24  # windows span the epochs' ends
