@@ -1,6 +1,6 @@
 """How wrong are pipeprof's predictions? Predicted against measured samples/s, over many kinds of change, in one invocation.
 
-    python benchmarks/predict.py [SCENARIO ...] [--workers 0,1] [--threads N] [--steps 150] [--scripts | --no-scripts]
+    python benchmarks/predict.py [SCENARIO ...] [--workers 0,1] [--threads N] [--steps 150] [--scripts | --no-scripts] [--no-scenarios]
                                  [--out DIR] [--base-runs 3] [--repeats 3] [--keep DIR]
     python benchmarks/predict.py --again ROWS.json   (re-predict offline from a --keep invocation's base folders)
 
@@ -236,7 +236,8 @@ def script_rows(steps: int, work: Path, noise: list[float], base_runs: int, repe
             continue
         tried = candidates(k, _threads(summary), False, 2, scenario=False)
         for change, predicted, interval in predictions(folder, tried):
-            children = [_profile(command, steps, work, override_args({**pinned, **change})) for _ in range(repeats)]
+            children = [_profile(command, steps, work, ["--no-what-ifs", *override_args({**pinned, **change})])
+                        for _ in range(repeats)]  # a change's run is measured, not predicted from
             rates = [c[1]["samples_per_s"] for c in children if c and c[1].get("samples_per_s")]
             measured = statistics.median(rates) if rates else None
             rows.append(row("script", name, rate, change, kind_of(change, k), predicted, interval, measured,
@@ -334,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads of every base and change but the threads one (default: torch's own)")
     parser.add_argument("--steps", type=int, default=150, help="steps per run, at most (default 150)")
+    parser.add_argument("--scenarios", dest="with_scenarios", action=argparse.BooleanOptionalAction, default=True,
+                        help="the scenarios (default: yes; --no-scenarios: the fixture scripts only)")
     parser.add_argument("--scripts", action=argparse.BooleanOptionalAction, default=True,
                         help="also the fixture scripts, through --loader/--threads and --verify (default: yes)")
     parser.add_argument("--cache", type=Path, default=None, help="data cache folder")
@@ -357,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
             args.keep.mkdir(parents=True, exist_ok=True)
             work = args.keep.resolve()
         rows = scenario_rows(args.scenarios, grid, args.steps, work, args.cache, noise, args.base_runs,
-                             args.repeats, args.threads)
+                             args.repeats, args.threads) if args.with_scenarios else []
         if args.scripts:
             rows += script_rows(args.steps, work, noise, args.base_runs, args.repeats, args.threads)
     return report(rows, noise, args.out)
