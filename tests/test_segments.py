@@ -176,6 +176,35 @@ def test_a_segment_that_would_overrun_the_budget_is_not_started(one_thread):
     assert found["train_threads"]["0"]["absent"].startswith("not started: the segments after a run take at most")
 
 
+class Broken(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> Any:
+        raise OSError("the disk went away")
+
+
+def test_a_variant_that_fails_is_said_and_the_script_goes_on_with_the_next(one_thread):
+    clock, log = FakeClock(), Log()
+    loader = DataLoader(_dataset(), batch_size=8)
+
+    def make(run_loader: DataLoader, k: int) -> DataLoader:
+        if k == 1:
+            raise ValueError("no such context")
+        return variant_loader(DataLoader(Broken(), batch_size=8) if run_loader.num_workers == 0 and
+                              torch.get_num_threads() == 2 else run_loader, 0)
+
+    segments = WhatIfSegments(log, clock, cores=2, make_loader=make)
+    iterator = object()
+    segments.begin(loader, 0, iterator)
+    _loop(segments, clock, iterator)
+    found = log.events[0][2]
+    assert found["train_as_run"]["samples_per_s"] == pytest.approx(8 / 0.004)
+    assert found["train_workers"]["1"]["absent"] == "the variant could not be made: ValueError: no such context"
+    assert found["train_threads"]["0"]["absent"] == "the variant failed: OSError: the disk went away"
+    assert torch.get_num_threads() == 1
+
+
 def test_another_loader_first_after_the_stop_runs_no_segment():
     clock, log = FakeClock(), Log()
     segments = _segments(clock, log)

@@ -66,7 +66,6 @@ TRAINED_FULL_BUDGET_S = 1.2  # ... stretched for slow batches until the warm-up 
 TOTAL_BUDGET_S = 5.5  # all the segments after a run: one that could not end within it is not started
 HARD_LIMIT_S = 3 * TOTAL_BUDGET_S  # the segments end by then whatever the script's time away from its loop
 DEFAULT_PREFETCH = 2  # DataLoader's prefetch_factor with workers when not set
-KEYS = ("train_as_run", "train_workers", "train_threads")
 
 
 @dataclass(frozen=True)
@@ -235,6 +234,9 @@ class WhatIfSegments:
             except StopIteration:  # an iterable dataset's variant ended: what it measured stands
                 self._close(running, ended=True)
                 continue
+            except Exception as e:  # noqa: BLE001 - a variant that fails (a worker died): said, the script unharmed
+                self._close(running, failed=f"{type(e).__name__}: {' '.join(str(e).split())[:200]}")
+                continue
             if type(batch) is Tagged:  # made by the hooks' timed fetch, as the run's batches were
                 batch, record = batch.batch, batch.record
             else:
@@ -288,14 +290,16 @@ class WhatIfSegments:
             return True
         return False
 
-    def _close(self, running: _Running, ended: bool = False) -> None:
+    def _close(self, running: _Running, ended: bool = False, failed: str | None = None) -> None:
         """Record the segment, shut its workers down and restore the threads."""
         self.running = None
         extra: dict[str, Any] = {"num_workers": running.segment.num_workers, "threads": torch.get_num_threads(),
                                  "source": "segment of the script's own loop"}
         if running.startup_s is not None:
             extra["startup_s"] = running.startup_s
-        if running.windows is None:
+        if failed is not None:
+            entry = {"absent": f"the variant failed: {failed}", **extra}
+        elif running.windows is None:
             entry = {"absent": "the variant gave no batch" if ended else "no step ended", **extra}
         else:
             entry = running.windows.result(**extra, warmup_steps=running.windows.warmup + 1,
@@ -303,7 +307,10 @@ class WhatIfSegments:
         self._record(running.segment, entry)
         shutdown = getattr(running.iterator, "_shutdown_workers", None)
         if shutdown is not None:
-            shutdown()
+            try:
+                shutdown()
+            except Exception:  # noqa: BLE001,S110 - workers already gone: nothing left to shut down
+                pass
         self._restore_threads()
 
     def _record(self, segment: Segment, entry: dict[str, Any]) -> None:

@@ -263,9 +263,6 @@ class Session:
                                  f"({' '.join(main.argv)[:80] or '?'}): its steps are the run's")
         return run
 
-    def _what_ifs(self, cut: ScriptSteps) -> dict[str, Any]:
-        return script_what_ifs(cut, self.what_ifs_absent)
-
     def _parents(self) -> dict[int, int | None]:
         return {int(d["pid"]): d.get("ppid") for d in (self.sampler.descendants() if self.sampler else [])}
 
@@ -376,7 +373,7 @@ class Session:
             "status": status,
             "error": error,
             "compute_ceiling": None,
-            "what_ifs": self._what_ifs(cut),
+            "what_ifs": script_what_ifs(cut, self.what_ifs_absent),
             "transform_pipelines": pipelines,  # issue 18: each loader's timed leaves, in call order
         }
         if cut.step_source is None and not processes.empty and "role" in processes:
