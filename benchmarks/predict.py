@@ -1,7 +1,7 @@
 """How wrong are pipeprof's predictions? Predicted against measured samples/s, over many kinds of change, in one invocation.
 
-    python benchmarks/predict.py [SCENARIO ...] [--workers 0,1] [--threads N] [--steps 150] [--scripts | --no-scripts] [--no-scenarios]
-                                 [--out DIR] [--base-runs 3] [--repeats 3] [--keep DIR]
+    python benchmarks/predict.py [SCENARIO ...] [--workers 0,1] [--threads N] [--steps 150] [--scripts | --no-scripts]
+                                 [--no-scenarios] [--out DIR] [--base-runs 3] [--repeats 3] [--keep DIR]
     python benchmarks/predict.py --again ROWS.json   (re-predict offline from a --keep invocation's base folders)
 
 **Scenarios.** For each scenario and each ``loader.num_workers`` of the grid

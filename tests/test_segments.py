@@ -24,11 +24,13 @@ from pipeprof.script.session import CUT, NO_STEPS, RAN_TO_END, script_what_ifs
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def test_the_plan_measures_the_run_itself_one_worker_either_side_and_the_other_threads():
+def test_the_plan_measures_the_run_itself_one_worker_either_side_the_other_threads_then_more_workers():
     assert plan(0, 1, 2) == [Segment("train_as_run", 0, 1), Segment("train_workers", 1, 1),
-                             Segment("train_threads", 0, 2)]
+                             Segment("train_threads", 0, 2), *(Segment("train_workers", n, 1, extra=True)
+                                                               for n in (2, 3, 4))]
     assert plan(1, 2, 2) == [Segment("train_workers", 2, 2), Segment("train_workers", 0, 2),
-                             Segment("train_threads", 1, 1)]
+                             Segment("train_threads", 1, 1), *(Segment("train_workers", n, 2, extra=True)
+                                                               for n in (3, 4))]
     # one core and one thread: no other number of threads
     assert plan(2, 1, 1) == [Segment("train_workers", 3, 1), Segment("train_workers", 1, 1)]
 
@@ -86,7 +88,7 @@ class Log:
 
 
 # seconds a step takes in the fake loop, per (num_workers, torch threads) of the segment running
-STEP_S = {(0, 1): 0.004, (1, 1): 0.002, (0, 2): 0.003}
+STEP_S = {(0, 1): 0.004, (1, 1): 0.002, (0, 2): 0.003, (2, 1): 0.0015, (3, 1): 0.0015, (4, 1): 0.0016}
 
 
 def _loop(segments: WhatIfSegments, clock: FakeClock, iterator: Any, steps: int = 10_000,
@@ -138,6 +140,9 @@ def test_each_segment_measures_its_own_loop_and_the_results_are_one_event_writte
     assert found["train_workers"]["1"]["samples_per_s"] == pytest.approx(8 / 0.002)
     assert found["train_threads"]["0"]["samples_per_s"] == pytest.approx(8 / 0.003)
     assert found["train_threads"]["0"]["threads"] == 2 and found["train_workers"]["1"]["threads"] == 1
+    # then more workers while the budget lasts
+    assert found["train_workers"]["2"]["samples_per_s"] == pytest.approx(8 / 0.0015)
+    assert found["train_workers"]["4"]["samples_per_s"] == pytest.approx(8 / 0.0016)
     assert found["train_workers"]["1"]["num_workers"] == 1
     assert found["train_as_run"]["startup_s"] == pytest.approx(0.004)  # the first step's, with the workers' start
     assert len(found["train_as_run"]["samples_per_s_per_window"]) == 3
@@ -174,6 +179,7 @@ def test_a_segment_that_would_overrun_the_budget_is_not_started(one_thread):
     assert found["train_as_run"]["samples_per_s"] == pytest.approx(8 / 0.004)
     assert "samples_per_s" in found["train_workers"]["1"]
     assert found["train_threads"]["0"]["absent"].startswith("not started: the segments after a run take at most")
+    assert set(found["train_workers"]) == {"1"}  # the extra ones the budget left out are not recorded
 
 
 class Broken(torch.utils.data.Dataset):

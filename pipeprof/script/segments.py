@@ -20,7 +20,9 @@ The segments, in order, for a run with ``k`` workers at ``T`` torch threads on `
 * ``train_as_run`` (``k = 0`` only): the run's own settings, the *pace* (``analysis.pace``) of the seconds
   after the run against the run's own; with workers it is not measured (their batches come in bursts);
 * ``train_workers["k+1"]`` and ``train_workers["k-1"]`` (``k >= 1``) at ``T`` threads;
-* ``train_threads["k"]``: ``k`` workers at the other number of threads (1, or ``N`` from 1).
+* ``train_threads["k"]``: ``k`` workers at the other number of threads (1, or ``N`` from 1);
+* then ``train_workers`` at ``k + 2`` up to ``2 × N`` workers while the budget lasts (a recommendation
+  of more workers is then measured too; one the budget leaves out is not recorded).
 
 Each variant's batch sampler goes round without end (``Endless``): the script's epoch does not end inside a
 segment, and the variant's workers start once (their start-up, the first batch's wait and step, is kept as
@@ -76,6 +78,7 @@ class Segment:
     key: str
     num_workers: int
     threads: int
+    extra: bool = False  # run while the budget lasts, not recorded where it does not
 
 
 def plan(k: int, threads: int, cores: int) -> list[Segment]:
@@ -88,6 +91,7 @@ def plan(k: int, threads: int, cores: int) -> list[Segment]:
     other = 1 if threads > 1 else cores
     if other != threads:
         out.append(Segment("train_threads", k, other))
+    out += [Segment("train_workers", n, threads, extra=True) for n in range(k + 2, 2 * cores + 1)]
     return out
 
 
@@ -272,8 +276,9 @@ class WhatIfSegments:
             segment = self.plan.pop(0)
             assert self.start_s is not None and self.loader is not None
             if self.clock() - self.start_s - self.away_s + SEGMENT_BUDGET_S > self.total_budget_s:
-                self._record(segment, {"absent": f"not started: the segments after a run take at most "
-                                                 f"{self.total_budget_s:g} s"})
+                if not segment.extra:
+                    self._record(segment, {"absent": f"not started: the segments after a run take at most "
+                                                     f"{self.total_budget_s:g} s"})
                 continue
             start_s = self.clock()
             try:
@@ -339,7 +344,8 @@ class WhatIfSegments:
                 if isinstance(entry, dict):
                     entry["cut"] = why
         for segment in self.plan:
-            self._record(segment, {"absent": why or "not started"})
+            if not segment.extra:
+                self._record(segment, {"absent": why or "not started"})
         self.plan = []
         assert self.start_s is not None
         self.results["took_s"] = self.clock() - self.start_s
