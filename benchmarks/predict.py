@@ -28,9 +28,10 @@ either core), with 1 thread within about ±6 %: ``--threads 1`` reads the
 model's error with less of the machine's noise in it.
 
 **Scripts** (``tests/fixtures``, unless ``--no-scripts``): the base is
-``pipeprof profile --steps N -- python SCRIPT`` (three runs, the median one); each change of the loader
-and thread kinds is run as ``pipeprof profile --loader KEY=VALUE / --threads
-N`` (the script unedited), and once as ``pipeprof profile --verify``, whose
+``pipeprof profile --steps N -- python SCRIPT`` (three runs, the median one; its what-if segments,
+the script's own loop fed by variants of its loader after the N steps, are what its predictions read);
+each change of the loader and thread kinds is run as ``pipeprof profile --no-what-ifs --loader
+KEY=VALUE / --threads N`` (the script unedited), and once as ``pipeprof profile --verify``, whose
 ``verification`` record is read as the product reports it.
 
 The prediction's relative error is ``predicted / measured - 1`` (positive:
