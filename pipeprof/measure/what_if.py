@@ -142,17 +142,23 @@ from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import usable_cores
 from pipeprof.measure.loading import TimedCollate, TimedDataset
 from pipeprof.measure.steps import ThroughputTimer
-from pipeprof.measure.windows import BUDGET_S, WARMUP_STEPS, WINDOW_S, WINDOWS, Windows  # noqa: F401 (re-exported)
+from pipeprof.measure.windows import (  # noqa: F401 (re-exported)
+    BUDGET_S,
+    DEFAULT_PREFETCH,
+    TOTAL_BUDGET_S,
+    TRAINED_FULL_BUDGET_S,
+    WARMUP_STEPS,
+    WINDOW_S,
+    WINDOWS,
+    WORKERS_BUDGET_S,
+    Windows,
+    trained_windows,
+)
 from pipeprof.storage.device import DeviceBatches, DeviceDataset
 from pipeprof.storage.pagecache import drop
 from pipeprof.storage.ram import RamDataset
 from pipeprof.storage.synthetic import FEATURES
 
-TOTAL_BUDGET_S = 5.5  # all probes after a run: one that could not end within it is not started
-WORKERS_BUDGET_S = 0.35  # per number of workers (their start-up included)
-# a trained probe's budget stretches up to this for slow batches, until its warm-up and windows have their batches
-TRAINED_FULL_BUDGET_S = 1.2
-DEFAULT_PREFETCH = 2  # DataLoader's prefetch_factor with workers when not set
 PROBE_MAX_SAMPLES = 20_000  # random stand-in data: enough rows (61 MB) that indexing is not served from a cache
 
 
@@ -398,13 +404,6 @@ def train_workers(work: Any, loop: Callable[..., None], dataset: Any, k: int, cl
                             generator=torch.Generator().manual_seed(work.scenario.data.seed), **kwargs)
     sync = torch.cuda.synchronize if work.device.type == "cuda" else None
     timer = ComputeTimer(clock)
-    settings: dict[str, Any] = {"budget_s": WORKERS_BUDGET_S, "min_steps": k + 1,
-                                "full_budget_s": TRAINED_FULL_BUDGET_S, **windows}
-    # The first step is one of the warm-up; with workers the warm-up also takes the batches asked for at iter()
-    # (k x prefetch_factor), which may wait ready while the loop's first steps run slow: a window over them reads
-    # the queue, not the workers' rate (module docstring, train_workers).
-    settings["warmup"] = max(int(settings.get("warmup", WARMUP_STEPS)) - 1, 0,
-                             k * (prefetch if prefetch is not None else DEFAULT_PREFETCH) if k else 0)
     start_s = clock()
     found: dict[str, Any] = {}
     compute: list[float] = []
@@ -412,7 +411,7 @@ def train_workers(work: Any, loop: Callable[..., None], dataset: Any, k: int, cl
     def stop_after(i: int, samples: int) -> bool:
         if "win" not in found:  # the first step: the workers' start-up
             found["startup_s"] = clock() - start_s
-            found["win"] = Windows(clock, sync=sync, **settings)
+            found["win"] = trained_windows(clock, k, prefetch, sync=sync, **windows)
             timer.take()
             return False
         win = found["win"]

@@ -17,6 +17,11 @@ WINDOW_S = 0.1
 WINDOWS = 3
 WARMUP_STEPS = 2
 BUDGET_S = 0.35  # per probe
+TOTAL_BUDGET_S = 5.5  # all probes (or segments) after a run: one that could not end within it is not started
+WORKERS_BUDGET_S = 0.35  # per number of workers (their start-up included)
+# a trained probe's budget stretches up to this for slow batches, until its warm-up and windows have their batches
+TRAINED_FULL_BUDGET_S = 1.2
+DEFAULT_PREFETCH = 2  # DataLoader's prefetch_factor with workers when not set
 
 
 class Windows:
@@ -106,3 +111,18 @@ class Windows:
         return {"samples_per_s": statistics.median(self.rates), "samples_per_s_per_window": list(self.rates),
                 "steps_per_window": list(self.steps_per_window), "window_s": self.window_s, "took_s": took_s,
                 "cut_short": self.short, **extra}
+
+
+def trained_windows(clock: Clock, k: int, prefetch: int | None, *, sync: Callable[[], None] | None = None,
+                    **windows: Any) -> Windows:
+    """The windows of a training loop fed by ``k`` workers, opened at its first step's end (a trained probe,
+    ``measure.what_if``, or a script's what-if segment, ``script.segments``): windows of at least ``k + 1``
+    batches within ``WORKERS_BUDGET_S``, stretched up to ``TRAINED_FULL_BUDGET_S`` for slow batches. The first
+    step is one of the warm-up; with workers the warm-up also takes the ``k × prefetch_factor`` batches asked
+    for at ``iter()``, which may wait ready while the loop's first steps run slow: a window over them reads the
+    queue, not the workers' rate. ``windows``: settings that override these (tests: shorter)."""
+    settings: dict[str, Any] = {"budget_s": WORKERS_BUDGET_S, "min_steps": k + 1,
+                                "full_budget_s": TRAINED_FULL_BUDGET_S, **windows}
+    settings["warmup"] = max(int(settings.get("warmup", WARMUP_STEPS)) - 1, 0,
+                             k * (prefetch if prefetch is not None else DEFAULT_PREFETCH) if k else 0)
+    return Windows(clock, sync=sync, **settings)

@@ -468,8 +468,8 @@ class Hooks:
         self._maybe_stop(self.marks)
 
     def _maybe_stop(self, steps: int) -> None:
-        if self.segments is not None and self.segments.begun:
-            return  # the what-if segments' steps are not the run's
+        if self.stopping and self.segments is not None and self.segments.begun:
+            return  # the what-if segments' steps are not the run's (stopping first: every step reads it)
         for listener in self.step_listeners:
             listener(steps)
         # Stop at the next next(): the step's own bookkeeping after optimizer.step() still runs.

@@ -27,8 +27,9 @@ The segments, in order, for a run with ``k`` workers at ``T`` torch threads on `
 Each variant's batch sampler goes round without end (``Endless``): the script's epoch does not end inside a
 segment, and the variant's workers start once (their start-up, the first batch's wait and step, is kept as
 ``startup_s``); its warm-up takes the first steps (and the ``k × prefetch_factor`` batches asked for at
-``iter()``), then up to ``WINDOWS`` windows of at least ``k + 1`` batches within ``SEGMENT_BUDGET_S`` (stretched
-to ``TRAINED_FULL_BUDGET_S`` for slow batches). A segment that would overrun ``TOTAL_BUDGET_S`` is not started.
+``iter()``), then up to ``WINDOWS`` windows of at least ``k + 1`` batches within ``WORKERS_BUDGET_S`` (stretched
+to ``TRAINED_FULL_BUDGET_S`` for slow batches: ``measure.windows.trained_windows``, as a trained probe's). A
+segment that would overrun ``TOTAL_BUDGET_S`` is not started.
 The variant's workers are shut down and the threads restored before the next segment; after the last one the
 script ends as ``--steps`` ends it (``SystemExit(0)``).
 
@@ -43,14 +44,13 @@ results are one ``A`` event (``{"train_workers": {...}, ...}``, or ``{"absent": 
 or when the script ends during them (what was measured so far). Not run (``absent``, with the reason): a rank
 of a multi-rank job (its steps wait on the other ranks' collectives, and one rank cannot change its loader
 alone), a script whose first ``next()`` after the stop is on another loader than the training one, and an
-iterable dataset whose variant ends (what was measured stands). Standard library and torch only: this runs in
-the user's process.
+iterable dataset whose variant ends (what was measured stands). Standard library and torch only at import:
+this runs in the user's process (the usable cores, ``measure.environment``, are read when the segments begin).
 """
 
 from __future__ import annotations
 
 import inspect
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -59,15 +59,18 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from pipeprof.measure.clock import Clock
-from pipeprof.measure.windows import WARMUP_STEPS, Windows
+from pipeprof.measure.windows import (
+    DEFAULT_PREFETCH,
+    TOTAL_BUDGET_S,
+    TRAINED_FULL_BUDGET_S,
+    WORKERS_BUDGET_S,
+    Windows,
+    trained_windows,
+)
 from pipeprof.script.batches import Tagged
 from pipeprof.script.loaders import batch_samples
 
-SEGMENT_BUDGET_S = 0.35  # a segment's windows, as a trained probe's
-TRAINED_FULL_BUDGET_S = 1.2  # ... stretched for slow batches until the warm-up and every window have theirs
-TOTAL_BUDGET_S = 5.5  # all the segments after a run: one that could not end within it is not started
 HARD_LIMIT_S = 3 * TOTAL_BUDGET_S  # the segments end by then whatever the script's time away from its loop
-DEFAULT_PREFETCH = 2  # DataLoader's prefetch_factor with workers when not set
 
 
 @dataclass(frozen=True)
@@ -151,7 +154,7 @@ class WhatIfSegments:
                  total_budget_s: float = TOTAL_BUDGET_S,
                  **windows: Any) -> None:
         self.log, self.clock, self.make_loader = log, clock, make_loader
-        self.cores = cores if cores is not None else _usable_cores()
+        self.cores = cores  # usable cores (None: read when the segments begin)
         self.total_budget_s = total_budget_s
         self.windows = windows  # Windows' settings (tests: shorter)
         self.results: dict[str, Any] = {}
@@ -189,6 +192,10 @@ class WhatIfSegments:
             self.results = {"absent": why}
             return
         assert loader is not None
+        if self.cores is None:
+            from pipeprof.measure.environment import usable_cores  # psutil: loaded after the run, not at start
+
+            self.cores = usable_cores()
         self.plan = plan(int(loader.num_workers or 0), self.threads, self.cores)
 
     def serves(self, number: int, iterator: Any) -> bool:
@@ -262,11 +269,8 @@ class WhatIfSegments:
         samples, running.handed = running.handed or 0, None
         if running.windows is None:  # the first step: the workers' start-up
             running.startup_s = None if running.gapped else now_s - running.start_s
-            k = running.segment.num_workers
-            settings: dict[str, Any] = {"budget_s": SEGMENT_BUDGET_S, "min_steps": k + 1,
-                                        "full_budget_s": TRAINED_FULL_BUDGET_S, **self.windows}
-            settings["warmup"] = max(int(settings.get("warmup", WARMUP_STEPS)) - 1, k * running.prefetch if k else 0)
-            running.windows = Windows(self.clock, sync=_sync(), **settings)
+            running.windows = trained_windows(self.clock, running.segment.num_workers, running.prefetch,
+                                              sync=_sync(), **self.windows)
             return False
         return bool(running.windows.step_done(samples))
 
@@ -275,7 +279,7 @@ class WhatIfSegments:
         while self.plan:
             segment = self.plan.pop(0)
             assert self.start_s is not None and self.loader is not None
-            if self.clock() - self.start_s - self.away_s + SEGMENT_BUDGET_S > self.total_budget_s:
+            if self.clock() - self.start_s - self.away_s + WORKERS_BUDGET_S > self.total_budget_s:
                 if not segment.extra:
                     self._record(segment, {"absent": f"not started: the segments after a run take at most "
                                                      f"{self.total_budget_s:g} s"})
@@ -295,8 +299,9 @@ class WhatIfSegments:
             return True
         return False
 
-    def _close(self, running: _Running, ended: bool = False, failed: str | None = None) -> None:
-        """Record the segment, shut its workers down and restore the threads."""
+    def _close(self, running: _Running, ended: bool = False, failed: str | None = None,
+               cut: str | None = None) -> None:
+        """Record the segment (``cut``: why the script ended it), shut its workers down and restore the threads."""
         self.running = None
         extra: dict[str, Any] = {"num_workers": running.segment.num_workers, "threads": torch.get_num_threads(),
                                  "source": "segment of the script's own loop"}
@@ -309,6 +314,8 @@ class WhatIfSegments:
         else:
             entry = running.windows.result(**extra, warmup_steps=running.windows.warmup + 1,
                                            **({"ended": True} if ended else {}))
+        if cut is not None:
+            entry["cut"] = cut
         self._record(running.segment, entry)
         shutdown = getattr(running.iterator, "_shutdown_workers", None)
         if shutdown is not None:
@@ -334,15 +341,8 @@ class WhatIfSegments:
         if self.written or not self.begun:
             return
         self.written = True
-        running = self.running
-        if running is not None:
-            self._close(running)
-            if why is not None:
-                entry = self.results.get(running.segment.key)
-                if isinstance(entry, dict) and running.segment.key != "train_as_run":
-                    entry = entry.get(str(running.segment.num_workers))
-                if isinstance(entry, dict):
-                    entry["cut"] = why
+        if self.running is not None:
+            self._close(self.running, cut=why)
         for segment in self.plan:
             if not segment.extra:
                 self._record(segment, {"absent": why or "not started"})
@@ -363,9 +363,3 @@ def _sync() -> Callable[[], None] | None:
     """CUDA: the device synchronized before a window's end is read (the host runs ahead of it)."""
     return torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() else None
 
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
