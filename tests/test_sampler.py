@@ -391,10 +391,16 @@ def test_gpu_processes_never_of_the_tree_are_named_as_unknown():
     sampler.tick()
     assert "another PID namespace" in sampler.absences["gpu_proc_mem_bytes"]
     assert "another PID namespace" in sampler.absences["gpu_proc_util_pct"]
+    samples, processes = sampler.frames()
+    assert samples["gpu_proc_util_pct"].isna().all() and samples["gpu_proc_mem_bytes"].isna().all()  # not 0
+    assert processes["gpu_util_pct"].isna().all() and processes["gpu_mem_bytes"].isna().all()
+    assert samples["gpu_util_pct"].tolist() == [90.0]  # the whole GPU's readings stand
     gpu.on_gpu = ProcessGpu(util_pct={}, mem_bytes={31337: 2**30, 100: 2**20})  # the tree's context appears
     clock.advance(0.1)
     sampler.tick()
     assert "gpu_proc_mem_bytes" not in sampler.absences
+    samples, processes = sampler.frames()
+    assert samples["gpu_proc_mem_bytes"].tolist() == [0.0, 2**20]  # matched: before its context, a true 0
 
 
 def test_row_keys_follow_the_contract():

@@ -166,15 +166,32 @@ class SystemSampler:
         return self._process_rows.rows()
 
     def frames(self) -> tuple[Any, Any]:
-        """``(samples, processes)`` as DataFrames (after ``stop()``; read back from the spool files)."""
-        return self._samples.frame(), self._process_rows.frame()
+        """``(samples, processes)`` as DataFrames (after ``stop()``; read back from the spool files).
+
+        When NVML listed processes on the GPU but never one of the tree (its pids are another PID
+        namespace's: a container's host), the per-process GPU columns are NaN, never the 0 an
+        unmatched pid would read: the readings are unknown (``absences`` says why).
+        """
+        samples, processes = self._samples.frame(), self._process_rows.frame()
+        if self.gpu_pids_unmatched:
+            for frame, columns in ((samples, ("gpu_proc_util_pct", "gpu_proc_mem_bytes")),
+                                   (processes, GPU_PROCESS_COLUMNS)):
+                for column in columns:
+                    if column in frame:
+                        frame[column] = NAN
+        return samples, processes
+
+    @property
+    def gpu_pids_unmatched(self) -> bool:
+        """NVML listed processes on the GPU, never one of this tree."""
+        return self._gpu_listed_others and not self._gpu_listed_tree
 
     @property
     def absences(self) -> dict[str, str]:
         """Capability name -> why it was missing: ``io_counters``, ``uss``, plus the GPU monitor's."""
         merged = dict(getattr(self._gpu, "absences", None) or {})
         merged.update(self._absences)
-        if self._gpu_listed_others and not self._gpu_listed_tree:
+        if self.gpu_pids_unmatched:
             merged.setdefault(PROC_MEM, "NVML listed processes on the GPU but never one of the training process "
                                         "tree (their pids are from another PID namespace, e.g. a container's "
                                         "host): per-process GPU readings are unknown")
