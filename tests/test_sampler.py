@@ -336,7 +336,7 @@ class FakeGpu:
                 "pcie_rx_bytes_per_s": 1024.0, "pcie_tx_bytes_per_s": float("nan"),
                 "gpu_sm_clock_mhz": 1400.0, "gpu_power_w": 250.0}
 
-    def process_sample(self):
+    def process_sample(self, tree_pids=()):
         return self.on_gpu
 
 

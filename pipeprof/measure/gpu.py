@@ -13,7 +13,7 @@ names, so tests run without a GPU.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,7 +160,7 @@ class GpuMonitor:
             self.memory_info_version = 1
         return int(nv.nvmlDeviceGetMemoryInfo(h).used)
 
-    def process_sample(self) -> ProcessGpu:
+    def process_sample(self, tree_pids: Collection[int] = ()) -> ProcessGpu:
         """Per-process SM utilization and device memory now (``ProcessGpu``).
 
         Utilization comes from NVML's per-process sample buffer
@@ -169,7 +169,8 @@ class GpuMonitor:
         (NVMLError_NotFound, or pynvml's NVMLError(NVML_SUCCESS): nothing ran
         since) is no reading this tick, not a missing capability. Memory is
         usedGpuMemory of the compute and graphics processes (the larger where a
-        pid is both). The pids are NVML's: the host's PID namespace.
+        pid is both). The pids are NVML's: the host's PID namespace. ``tree_pids``
+        (the profiled tree's) matter only to a set of GPUs (``gpu_set``).
         """
         return ProcessGpu(util_pct=self._process_util(), mem_bytes=self._process_mem())
 

@@ -232,7 +232,7 @@ class SystemSampler:
         read_delta_bytes, read_known = 0.0, 0
         prev, self._prev = self._prev, {}
         # Read before the processes, whose rows carry their share; one NVML reading per tick.
-        on_gpu = self._gpu.process_sample() if self._gpu is not None else None
+        on_gpu = self._gpu.process_sample(tree_pids=self._procs.keys()) if self._gpu is not None else None
         tree_gpu_util: list[float] = []
         tree_gpu_mem: list[float] = []
         for pid, proc in list(self._procs.items()):
