@@ -23,16 +23,17 @@ def two_gpus(**kw):
 
 def test_each_gpu_is_kept_under_its_cuda_number_and_only_the_trees_are_read_once_it_is_seen():
     nvml, devices, gpu_set = two_gpus()
-    first = gpu_set.sample()  # the tree holds no memory yet: every GPU is read
+    first = gpu_set.sample()  # the tree holds no memory yet: every GPU is read, without its PCIe
     assert first[device_column(0, "gpu_util_pct")] == 5.0 and first[device_column(1, "gpu_util_pct")] == 93.0
+    assert math.isnan(first[device_column(1, "pcie_rx_bytes_per_s")]) and "nvmlDeviceGetPcieThroughput" not in nvml.calls
     devices[1].compute = [(100, 2 * GiB)]
     devices[0].compute = [(555, GiB)]  # another user's job
     reading = gpu_set.process_sample(tree_pids={100, 101})
     assert reading.mem_bytes == {100: 2 * GiB, 555: GiB}
-    calls = nvml.calls["nvmlDeviceGetPcieThroughput"]
     row = gpu_set.sample()
     assert row[device_column(1, "gpu_util_pct")] == 93.0 and math.isnan(row[device_column(0, "gpu_util_pct")])
-    assert nvml.calls["nvmlDeviceGetPcieThroughput"] == calls + 2  # cuda1's two PCIe readings only
+    assert row[device_column(1, "pcie_rx_bytes_per_s")] == 2000 * 1024
+    assert nvml.calls["nvmlDeviceGetPcieThroughput"] == 2  # cuda1's two PCIe readings only
     assert gpu_set.training_gpu([100, 101]) == 1
     gpu_set.close()
     assert nvml.live_inits == 0

@@ -114,8 +114,8 @@ class GpuMonitor:
         self._answered.add(name)
         self._failing.pop(name, None)
 
-    def sample(self) -> dict[str, float]:
-        """One reading, keys GPU_SAMPLE_COLUMNS.
+    def sample(self, *, pcie: bool = True) -> dict[str, float]:
+        """One reading, keys GPU_SAMPLE_COLUMNS (``pcie`` False: the PCIe ones NaN, not read).
 
         ``gpu_util_pct``: % of the last sample period (driver-defined, 1/6 s to
         1 s) during which a kernel ran. ``gpu_mem_used_bytes``: device memory in
@@ -133,11 +133,11 @@ class GpuMonitor:
             "pcie_rx_bytes_per_s": self._metric(
                 "pcie_rx_bytes_per_s",
                 lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES) * _BYTES_PER_KIB,
-            ),
+            ) if pcie else NAN,
             "pcie_tx_bytes_per_s": self._metric(
                 "pcie_tx_bytes_per_s",
                 lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES) * _BYTES_PER_KIB,
-            ),
+            ) if pcie else NAN,
             "gpu_sm_clock_mhz": self._metric(
                 "gpu_sm_clock_mhz", lambda: float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))),
             "gpu_power_w": self._metric("gpu_power_w", lambda: nv.nvmlDeviceGetPowerUsage(h) * W_PER_MW),

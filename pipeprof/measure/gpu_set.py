@@ -7,8 +7,9 @@ GPU through NVML (``gpu.open_visible_gpus``) and keeps each one's device reading
 memory on which GPU, in NVML's pids. After the run, ``training_gpu`` says which GPU a process trained on (the
 one where it held the most memory), and ``on_gpu`` puts that GPU's series in the run's ``gpu_*`` columns.
 
-A GPU's PCIe readings block ~40 ms, so once the tree is seen on a GPU only the GPUs it holds memory on are read
-in full; until then (and when NVML's pids are another namespace's) every visible GPU is.
+A GPU's two PCIe readings block ~40 ms together, so with several GPUs they are read only on the GPUs the tree
+holds memory on; until the tree is seen on one (and when NVML's pids are another namespace's) every visible
+GPU's other readings are taken, and once it is seen, only its GPUs' are.
 """
 
 from __future__ import annotations
@@ -71,12 +72,17 @@ class GpuSet:
         return ProcessGpu(util_pct=_summed(utils) if utils else None, mem_bytes=_summed(mems) if mems else None)
 
     def sample(self) -> dict[str, float]:
-        """``cuda<N>_<column>`` for the GPUs read in full this tick (NaN for the others)."""
+        """``cuda<N>_<column>`` for every visible GPU: in full for the GPUs the tree holds memory on (and the only
+        one, if one); without PCIe for all of them until the tree is seen on one; NaN for the others."""
         row: dict[str, float] = {}
         for m in self.monitors:
             index = m.cuda_index or 0
-            full = len(self.monitors) == 1 or not self._tree_seen or index in self._tree_on
-            values = m.sample() if full else dict.fromkeys(GPU_DEVICE_COLUMNS, NAN)
+            if len(self.monitors) == 1 or index in self._tree_on:
+                values = m.sample()
+            elif not self._tree_seen:
+                values = m.sample(pcie=False)
+            else:
+                values = dict.fromkeys(GPU_DEVICE_COLUMNS, NAN)
             row.update({device_column(index, c): v for c, v in values.items()})
         return row
 
