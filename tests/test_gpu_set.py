@@ -113,6 +113,7 @@ def test_a_script_training_on_the_cpu_of_a_gpu_machine_shows_no_gpu_evidence(tmp
     assert run.meta["device"] == "cpu" and not run.meta["gpu"]["available"]
     assert run.meta["absences"]["gpu"] == run.meta["gpu"]["reason"] == "the run trained on the CPU"
     assert run.samples["gpu_util_pct"].isna().all()  # not cuda0's 42 %
+    assert "gpu_proc_mem_bytes" not in run.meta["absences"]  # the other job's pids are not a namespace question
     assert fake.live_inits == 0
 
 

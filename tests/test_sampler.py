@@ -403,6 +403,16 @@ def test_gpu_processes_never_of_the_tree_are_named_as_unknown():
     assert samples["gpu_proc_mem_bytes"].tolist() == [0.0, 2**20]  # matched: before its context, a true 0
 
 
+def test_utilization_samples_of_host_pids_alone_also_make_the_trees_readings_unknown():
+    """No memory list (usedGpuMemory not available): the utilization buffer's pids still tell the namespace."""
+    gpu = FakeGpu(ProcessGpu(util_pct={31337: 80.0}, mem_bytes=None))
+    sampler, _, _, _ = make(gpu=gpu)
+    sampler.tick()
+    samples, processes = sampler.frames()
+    assert samples["gpu_proc_util_pct"].isna().all() and processes["gpu_util_pct"].isna().all()  # not 0 %
+    assert "another PID namespace" in sampler.absences["gpu_proc_util_pct"]
+
+
 def test_row_keys_follow_the_contract():
     root = FakeProcess(100)
     root.kids = [FakeProcess(201)]

@@ -295,8 +295,11 @@ class SystemSampler:
             row.update(self._gpu.sample())
             row["gpu_proc_util_pct"] = _tree_total(tree_gpu_util)
             row["gpu_proc_mem_bytes"] = _tree_total(tree_gpu_mem)
-            if on_gpu is not None and on_gpu.mem_bytes:
-                listed_tree = any(pid in on_gpu.mem_bytes for pid in self._procs)
+            # Any pid NVML names (memory lists, or utilization samples where no memory list answers) says
+            # whether its pids are this tree's namespace's.
+            listed = set(on_gpu.mem_bytes or ()) | set(on_gpu.util_pct or ()) if on_gpu is not None else set()
+            if listed:
+                listed_tree = any(pid in listed for pid in self._procs)
                 self._gpu_listed_tree |= listed_tree
                 self._gpu_listed_others |= not listed_tree
         self._samples.append(row)

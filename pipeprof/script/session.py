@@ -363,6 +363,8 @@ class Session:
             absences["transforms"] = no_transforms
         if self.sampler is not None:
             absences.update(self.sampler.absences)
+        if not gpu_meta["available"]:  # no GPU is the run's: its GPU readings' own absences say nothing more
+            absences = {k: v for k, v in absences.items() if k not in (gpu_mod.PROC_UTIL, gpu_mod.PROC_MEM)}
         threads = {"start": cut.start.get("torch_threads"), **{t["at"]: t["torch_threads"] for t in cut.threads}}
         # How it ended: the hooks' record, else (killed by a signal: no record) what the caller saw.
         script = {**script, "started": cut.start, "ended": cut.end or script.get("ended"), "torch_threads": threads}
