@@ -44,6 +44,6 @@ def test_a_session_asks_the_driver_for_a_gpu_not_torch(tmp_path, monkeypatch):
     session = started(tmp_path)
     assert session.cuda_available is False and session.absences["gpu"] == "no CUDA device on this machine"
     monkeypatch.setattr(gpu_mod, "gpu_inventory", lambda nvml=None: [{"index": 0, "name": "fake"}])
-    monkeypatch.setattr(gpu_mod, "open_gpu", lambda index, nvml=None, env=None: gpu_mod.Absent(f"NVML: gpu {index}"))
+    monkeypatch.setattr(gpu_mod, "open_visible_gpus", lambda nvml=None, env=None: gpu_mod.Absent("NVML: no GPU"))
     session = started(tmp_path)
-    assert session.cuda_available is True and session.absences["gpu"] == "NVML: gpu 0"
+    assert session.cuda_available is True and session.absences["gpu"] == "NVML: no GPU"

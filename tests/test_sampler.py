@@ -336,7 +336,7 @@ class FakeGpu:
                 "pcie_rx_bytes_per_s": 1024.0, "pcie_tx_bytes_per_s": float("nan"),
                 "gpu_sm_clock_mhz": 1400.0, "gpu_power_w": 250.0}
 
-    def process_sample(self):
+    def process_sample(self, tree_pids=()):
         return self.on_gpu
 
 
@@ -391,10 +391,26 @@ def test_gpu_processes_never_of_the_tree_are_named_as_unknown():
     sampler.tick()
     assert "another PID namespace" in sampler.absences["gpu_proc_mem_bytes"]
     assert "another PID namespace" in sampler.absences["gpu_proc_util_pct"]
+    samples, processes = sampler.frames()
+    assert samples["gpu_proc_util_pct"].isna().all() and samples["gpu_proc_mem_bytes"].isna().all()  # not 0
+    assert processes["gpu_util_pct"].isna().all() and processes["gpu_mem_bytes"].isna().all()
+    assert samples["gpu_util_pct"].tolist() == [90.0]  # the whole GPU's readings stand
     gpu.on_gpu = ProcessGpu(util_pct={}, mem_bytes={31337: 2**30, 100: 2**20})  # the tree's context appears
     clock.advance(0.1)
     sampler.tick()
     assert "gpu_proc_mem_bytes" not in sampler.absences
+    samples, processes = sampler.frames()
+    assert samples["gpu_proc_mem_bytes"].tolist() == [0.0, 2**20]  # matched: before its context, a true 0
+
+
+def test_utilization_samples_of_host_pids_alone_also_make_the_trees_readings_unknown():
+    """No memory list (usedGpuMemory not available): the utilization buffer's pids still tell the namespace."""
+    gpu = FakeGpu(ProcessGpu(util_pct={31337: 80.0}, mem_bytes=None))
+    sampler, _, _, _ = make(gpu=gpu)
+    sampler.tick()
+    samples, processes = sampler.frames()
+    assert samples["gpu_proc_util_pct"].isna().all() and processes["gpu_util_pct"].isna().all()  # not 0 %
+    assert "another PID namespace" in sampler.absences["gpu_proc_util_pct"]
 
 
 def test_row_keys_follow_the_contract():

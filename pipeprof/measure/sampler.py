@@ -166,15 +166,32 @@ class SystemSampler:
         return self._process_rows.rows()
 
     def frames(self) -> tuple[Any, Any]:
-        """``(samples, processes)`` as DataFrames (after ``stop()``; read back from the spool files)."""
-        return self._samples.frame(), self._process_rows.frame()
+        """``(samples, processes)`` as DataFrames (after ``stop()``; read back from the spool files).
+
+        When NVML listed processes on the GPU but never one of the tree (its pids are another PID
+        namespace's: a container's host), the per-process GPU columns are NaN, never the 0 an
+        unmatched pid would read: the readings are unknown (``absences`` says why).
+        """
+        samples, processes = self._samples.frame(), self._process_rows.frame()
+        if self.gpu_pids_unmatched:
+            for frame, columns in ((samples, ("gpu_proc_util_pct", "gpu_proc_mem_bytes")),
+                                   (processes, GPU_PROCESS_COLUMNS)):
+                for column in columns:
+                    if column in frame:
+                        frame[column] = NAN
+        return samples, processes
+
+    @property
+    def gpu_pids_unmatched(self) -> bool:
+        """NVML listed processes on the GPU, never one of this tree."""
+        return self._gpu_listed_others and not self._gpu_listed_tree
 
     @property
     def absences(self) -> dict[str, str]:
         """Capability name -> why it was missing: ``io_counters``, ``uss``, plus the GPU monitor's."""
         merged = dict(getattr(self._gpu, "absences", None) or {})
         merged.update(self._absences)
-        if self._gpu_listed_others and not self._gpu_listed_tree:
+        if self.gpu_pids_unmatched:
             merged.setdefault(PROC_MEM, "NVML listed processes on the GPU but never one of the training process "
                                         "tree (their pids are from another PID namespace, e.g. a container's "
                                         "host): per-process GPU readings are unknown")
@@ -215,7 +232,7 @@ class SystemSampler:
         read_delta_bytes, read_known = 0.0, 0
         prev, self._prev = self._prev, {}
         # Read before the processes, whose rows carry their share; one NVML reading per tick.
-        on_gpu = self._gpu.process_sample() if self._gpu is not None else None
+        on_gpu = self._gpu.process_sample(tree_pids=self._procs.keys()) if self._gpu is not None else None
         tree_gpu_util: list[float] = []
         tree_gpu_mem: list[float] = []
         for pid, proc in list(self._procs.items()):
@@ -278,8 +295,11 @@ class SystemSampler:
             row.update(self._gpu.sample())
             row["gpu_proc_util_pct"] = _tree_total(tree_gpu_util)
             row["gpu_proc_mem_bytes"] = _tree_total(tree_gpu_mem)
-            if on_gpu is not None and on_gpu.mem_bytes:
-                listed_tree = any(pid in on_gpu.mem_bytes for pid in self._procs)
+            # Any pid NVML names (memory lists, or utilization samples where no memory list answers) says
+            # whether its pids are this tree's namespace's.
+            listed = set(on_gpu.mem_bytes or ()) | set(on_gpu.util_pct or ()) if on_gpu is not None else set()
+            if listed:
+                listed_tree = any(pid in listed for pid in self._procs)
                 self._gpu_listed_tree |= listed_tree
                 self._gpu_listed_others |= not listed_tree
         self._samples.append(row)

@@ -40,6 +40,7 @@ from pipeprof.analysis.ranks import median_rank
 from pipeprof.errors import interrupt_reason, one_line
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import monotonic_clock
+from pipeprof.measure.gpu_set import GpuSet, on_gpu
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.measure.sampler import SystemSampler
 from pipeprof.pipeline.progress import SILENT, Progress
@@ -165,8 +166,10 @@ def run_ranks(scenario: Scenario, *, context: dict[str, Any], cache: Path | None
         spool = root / "spool"
         spool.mkdir()
         t0_s = monotonic_clock()
-        gpu = gpu_mod.open_gpu(device.index or 0) if device.type == "cuda" else None
-        monitor = None if gpu is None or isinstance(gpu, gpu_mod.Absent) else gpu
+        # The ranks train on several GPUs (rank_device): every visible one is sampled, the job shows its
+        # median rank's (each rank's own run reads its own GPU).
+        gpus = gpu_mod.open_visible_gpus() if device.type == "cuda" else None
+        monitor = GpuSet(gpus) if isinstance(gpus, list) else None
         profile = scenario.profile
         sampler = SystemSampler(os.getpid(), profile.sample_hz, t0_s=t0_s, gpu=monitor,
                                 tree_refresh_s=profile.tree_refresh_s, uss_interval_s=profile.uss_interval_s,
@@ -198,15 +201,31 @@ def run_ranks(scenario: Scenario, *, context: dict[str, Any], cache: Path | None
                     p.terminate()
                 p.join()
         samples, processes = sample_tables(*sampler.frames(), monitor is not None)
-        absences = dict(sampler.absences)
-        if monitor is not None:
-            monitor.close()
-        runs = _rank_runs(tasks, procs)
+        try:
+            runs = _rank_runs(tasks, procs)
+            if monitor is not None:
+                index = median_gpu(runs)
+                monitor.select(index)
+                samples = on_gpu(samples, index)
+            absences = dict(sampler.absences)
+        finally:
+            if monitor is not None:
+                monitor.close()
         shutil.rmtree(spool, ignore_errors=True)
     job = job_run(runs, samples, processes, job_id=f"127.0.0.1:{port}", absences=absences)
     if interrupted is not None:
         job.meta.update(status="interrupted", error=interrupt_reason(interrupted))
     return job
+
+
+def median_gpu(runs: list[Run]) -> int | None:
+    """The CUDA number of the GPU the job's median rank trained on (its run.json ``device``), None on the CPU."""
+    ranked = sorted(runs, key=_rank_of)
+    median = next(r for r in ranked if _rank_of(r) == median_rank(ranked))
+    device = str(median.meta.get("device") or "cpu")
+    if not device.startswith("cuda"):
+        return None
+    return int(device.partition(":")[2] or 0)
 
 
 def _interrupt(proc: Any) -> None:

@@ -24,6 +24,7 @@ from pipeprof.analysis.ranks import median_index
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import describe_environment
+from pipeprof.measure.gpu_set import GpuSet, NoGpu, on_gpu
 from pipeprof.measure.sampler import WORKER, SystemSampler
 from pipeprof.run_folder import Run, sample_tables
 from pipeprof.script.event_steps import TRAIN, ScriptSteps, read_events, script_steps
@@ -170,7 +171,7 @@ class Session:
         self.cuda_available = cuda_available
         self.t0_s = 0.0
         self.sampler: SystemSampler | None = None
-        self.monitor: Any = None
+        self.monitor: GpuSet | None = None  # every GPU the command can see (the script picks its own)
         self.absences: dict[str, str] = {}
         self._cut: ScriptSteps | None = None
         self._unreadable = 0
@@ -182,12 +183,12 @@ class Session:
         if self.cuda_available is None:  # the driver's devices: importing torch here would take a core for
             inventory = gpu_mod.gpu_inventory()  # seconds while the script starts (its own torch says at start)
             self.cuda_available = not isinstance(inventory, gpu_mod.Absent) and len(inventory) > 0
-        gpu = gpu_mod.open_gpu(0 if self.cuda_available else None)
-        if isinstance(gpu, gpu_mod.Absent):
-            reason = gpu.reason if self.cuda_available else "no CUDA device on this machine"
-            self.absences["gpu"] = reason
+        # Which GPU the script trains on is its own choice: sample every one it can see, pick after (gpu_set).
+        gpus = gpu_mod.open_visible_gpus() if self.cuda_available else gpu_mod.Absent("no CUDA device on this machine")
+        if isinstance(gpus, gpu_mod.Absent):
+            self.absences["gpu"] = gpus.reason
         else:
-            self.monitor = gpu
+            self.monitor = GpuSet(gpus)
         try:
             sampler = SystemSampler(pid, self.sample_hz, clock=self.clock, t0_s=self.t0_s, gpu=self.monitor)
         except Exception as e:  # noqa: BLE001 - psutil.NoSuchProcess: the script ended before sampling began
@@ -237,28 +238,33 @@ class Session:
         empty = pd.DataFrame()
         samples, processes = sample_tables(*(self.sampler.frames() if self.sampler else (empty, empty)),
                                            self.monitor is not None)
-        gpu_meta = self._gpu_meta()
-        run = self._sorted_run(procs, status, error, script, samples, processes, gpu_meta)
+        try:
+            run = self._sorted_run(procs, status, error, script, samples, processes)
+        finally:
+            if self.monitor is not None:
+                self.monitor.close()
+                self.monitor = None
         if len(procs) > 1:  # which processes of the command pipeprof instrumented, and what each did
             run.meta["notes"].append(instrumented_note(procs))
         return run
 
     def _sorted_run(self, procs: list[Proc], status: str, error: str | None, script: dict[str, Any],
-                    samples: pd.DataFrame, processes: pd.DataFrame, gpu_meta: dict[str, Any]) -> Run:
+                    samples: pd.DataFrame, processes: pd.DataFrame) -> Run:
         if is_job(procs):
-            return self._job(procs, status, error, script, samples, processes, gpu_meta)
+            return self._job(procs, status, error, script, samples, processes)
         trained = [p for p in procs if p.trained]
         root = next((p for p in procs if p.root), None)
         main = trained[0] if trained else root
         if main is None or main.root:
             cut, unreadable = (main.cut, main.unreadable) if main is not None else (self.records(), self._unreadable)
-            return self._process_run(cut, unreadable, status, error, script, samples, processes, gpu_meta,
-                                     children=True)
+            tree = processes["pid"].dropna().astype(int).tolist() if "pid" in processes else []
+            return self._process_run(cut, unreadable, status, error, script, samples, processes,
+                                     [*tree, *([self.root_pid] if self.root_pid else [])], children=True)
         # one process trained, started by the command (multiprocessing.Process, a subprocess): its own view
         workers = tree_of(main.pid, self._parents())[1:]
         run = self._process_run(main.cut, main.unreadable, status, error, script,
                                 rank_samples(samples, processes, main.pid, workers),
-                                rank_processes(processes, main.pid, workers), gpu_meta, children=False)
+                                rank_processes(processes, main.pid, workers), [main.pid, *workers], children=False)
         run.meta["notes"].append(f"the training ran in pid {main.pid}, a process the command started "
                                  f"({' '.join(main.argv)[:80] or '?'}): its steps are the run's")
         return run
@@ -266,18 +272,22 @@ class Session:
     def _parents(self) -> dict[int, int | None]:
         return {int(d["pid"]): d.get("ppid") for d in (self.sampler.descendants() if self.sampler else [])}
 
-    def _gpu_meta(self) -> dict[str, Any]:
-        gpu_meta: dict[str, Any] = {"available": self.monitor is not None}
-        if self.monitor is not None:  # pragma: no cover - needs a GPU
-            gpu_meta.update(self.monitor.info())
-            self.monitor.close()
-            self.monitor = None
-        else:
-            gpu_meta["reason"] = self.absences.get("gpu")
-        return gpu_meta
+    def _training_gpu(self, samples: pd.DataFrame, pids: list[int],
+                      recorded: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+        """``samples`` with the series of the GPU these pids trained on as the run's ``gpu_*`` columns, and
+        run.json's ``gpu`` (``available`` false with the ``reason`` when none was theirs)."""
+        if self.monitor is None:
+            return samples, {"available": False, "reason": self.absences.get("gpu")}
+        chosen = self.monitor.training_gpu(pids, recorded)
+        index = None if isinstance(chosen, NoGpu) else chosen
+        self.monitor.select(index)  # its absences and info are the run's
+        gpu_meta: dict[str, Any] = {"available": index is not None, **self.monitor.info()}
+        if isinstance(chosen, NoGpu):
+            gpu_meta["reason"] = chosen.reason
+        return on_gpu(samples, index), gpu_meta
 
     def _job(self, procs: list[Proc], status: str, error: str | None, script: dict[str, Any],
-             samples: pd.DataFrame, processes: pd.DataFrame, gpu_meta: dict[str, Any]) -> Run:
+             samples: pd.DataFrame, processes: pd.DataFrame) -> Run:
         """The job's run: a rank run per process that trained (each with its own transforms.csv rows and run.json
         ``transform_pipelines``, as ``_process_run`` makes them), the median rank's records at the top."""
         parents = self._parents()
@@ -293,7 +303,7 @@ class Session:
             run = self._process_run(p.cut, p.unreadable, rank_status, rank_error,
                                     {**script, "pid": p.pid, "argv": p.argv},
                                     rank_samples(samples, processes, p.pid, workers),
-                                    rank_processes(processes, p.pid, workers), gpu_meta, children=False)
+                                    rank_processes(processes, p.pid, workers), [p.pid, *workers], children=False)
             run.meta["rank"] = {**{k: ident.get(k) for k in ("rank", "local_rank", "world_size", "node",
                                                                "node_rank", "pid", "backend")},
                                 "job_id": ident.get("job_id"), "status": rank_status, "error": rank_error}
@@ -318,15 +328,23 @@ class Session:
             "untraced": untraced(procs, world, idents),
         }
         rank_pids = {p.pid for _, p in ranked}
+        if self.monitor is not None:  # the job's GPU series: the median rank's GPU, as its other records
+            samples = on_gpu(samples, middle.meta["gpu"].get("cuda_index") if middle.meta["gpu"]["available"]
+                             else None)
         return Run(meta=meta, steps=middle.steps, samples=samples,
                    processes=job_processes(processes, rank_pids, worker_pids, self.root_pid, CHILD),
                    loading=middle.loading, transforms=middle.transforms, ranks=rank_runs)
 
     def _process_run(self, cut: ScriptSteps, unreadable: int, status: str, error: str | None,
                      script: dict[str, Any], samples: pd.DataFrame, processes: pd.DataFrame,
-                     gpu_meta: dict[str, Any], *, children: bool) -> Run:
-        """The run of one process's events, with these samples and processes tables."""
+                     pids: list[int], *, children: bool) -> Run:
+        """The run of one process's events, with these samples and processes tables; its GPU series are those
+        of the GPU ``pids`` (the process and its workers) trained on."""
+        device = "cuda" if cut.cuda_copies else "cpu"  # where its batches went
+        samples, gpu_meta = self._training_gpu(samples, pids, device)
         absences = dict(self.absences)
+        if not gpu_meta["available"] and gpu_meta.get("reason"):
+            absences["gpu"] = gpu_meta["reason"]
         notes = []
         if unreadable:
             notes.append(f"{unreadable} event line(s) could not be read (cut short when the script was killed?)")
@@ -345,6 +363,8 @@ class Session:
             absences["transforms"] = no_transforms
         if self.sampler is not None:
             absences.update(self.sampler.absences)
+        if not gpu_meta["available"]:  # no GPU is the run's: its GPU readings' own absences say nothing more
+            absences = {k: v for k, v in absences.items() if k not in (gpu_mod.PROC_UTIL, gpu_mod.PROC_MEM)}
         threads = {"start": cut.start.get("torch_threads"), **{t["at"]: t["torch_threads"] for t in cut.threads}}
         # How it ended: the hooks' record, else (killed by a signal: no record) what the caller saw.
         script = {**script, "started": cut.start, "ended": cut.end or script.get("ended"), "torch_threads": threads}
@@ -363,7 +383,7 @@ class Session:
             "step_source": cut.step_source,
             # prep = __getitem__ on the CPU; off it: waiting for a core (run-queue wait) and fetch (the rest)
             "loading_split": "thread-cpu-time",
-            "device": "cuda" if cut.cuda_copies else "cpu",  # where its batches went
+            "device": device,
             "timing": cut.timing,  # which clock timed each part: the device's on CUDA (script.device_clock)
             "environment": describe_environment(training_threads(threads), cut.start),
             "gpu": dict(gpu_meta),
