@@ -84,6 +84,8 @@ def read_table(path: Path, name: str, columns: Sequence[str]) -> tuple[pd.DataFr
     if len(lines) > 1 and not lines[-1].endswith("\n"):
         bad.add(len(lines) - 1)
         damage.append(Damage(path.name, len(lines), "cut off (the file ends inside this row)"))
+    elif not lines[0].endswith("\n"):  # the writer ends every line, the header of an empty table too
+        damage.append(Damage(path.name, 1, "cut off (the file ends inside its header)"))
     seen: dict[tuple[str, ...], int] = {}
     keys = [header.index(k) for k in ROW_KEYS.get(name, ()) if k in header]
     checked = [(i, c) for i, c in enumerate(header) if c in columns or c.startswith("cpu_core")]

@@ -483,7 +483,8 @@ def load_run(folder: Path) -> Run:
         if df is None:
             if name == "steps":
                 raise UsageError(f"{folder}: not a run folder ({path.name} is missing)")
-            if name in _ALWAYS_WRITTEN or (name == "loading" and "ready_batches" in tables["steps"].columns):
+            if name in _ALWAYS_WRITTEN or (name == "loading" and "ready_batches" in tables["steps"].columns) or (
+                    name == "functions" and any((folder / f).is_file() for f in ATTACHMENTS if f.endswith(".prof"))):
                 damage.append(Damage(path.name, None, "missing (every run of this format writes it)"))
             df = pd.DataFrame(columns=columns)  # older or partial runs: empty table
         missing = [c for c in columns if c not in df.columns and c not in _ADDED_LATER]
@@ -502,6 +503,9 @@ def load_run(folder: Path) -> Run:
                          f"{len(damage)} damaged in all)")
     attachments = {name: (folder / name).read_bytes() for name in ATTACHMENTS if (folder / name).is_file()}
     damage += [d for d in (check_attachment(n, c) for n, c in attachments.items()) if d is not None]
+    profiled = set(tables["functions"]["process"].dropna().astype(str))  # each process's dump is kept beside it
+    damage += [Damage(f"cprofile-{p}.prof", None, f"missing (functions.csv has the {p!r} rows it was read from)")
+               for p in sorted(profiled & {"main", "workers"}) if f"cprofile-{p}.prof" not in attachments]
     ranks_folder = folder / RANKS_FOLDER
     ranks = [load_run(f) for f in sorted(ranks_folder.iterdir(), key=_rank_order)
              if f.is_dir() and not f.name.startswith(".")] if ranks_folder.is_dir() else []
