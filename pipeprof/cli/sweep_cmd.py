@@ -55,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     if args.fixed_steps and args.max_seconds is not None:
-        raise UsageError(f"pipeprof sweep: --max-seconds {args.max_seconds:g} is not used with --fixed-steps (each "
+        raise UsageError(f"--max-seconds {args.max_seconds:g} is not used with --fixed-steps (each "
                          "point runs the scenario's own steps or epochs): give one of them")
     max_seconds = DEFAULT_MAX_SECONDS if args.max_seconds is None else args.max_seconds
     scenario = load_scenario(args.scenario, args.overrides)  # bad input refused before torch loads
