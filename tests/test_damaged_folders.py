@@ -188,7 +188,7 @@ def test_report_writes_a_damaged_summary_and_exits_2_naming_the_rows(plain, caps
     assert "Damaged run folder" in (plain / "report.html").read_text()
 
 
-def test_export_and_compare_refuse_a_damaged_folder(plain, tmp_path, capsys):
+def test_export_compare_and_merge_refuse_a_damaged_folder(plain, tmp_path, capsys):
     _edit_steps(plain, 20, step_s="-1")
     assert main(["export", str(plain), "--format", "chrome-trace"]) == 2
     assert not (plain / "trace.json").exists()
@@ -196,6 +196,9 @@ def test_export_and_compare_refuse_a_damaged_folder(plain, tmp_path, capsys):
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and all("steps.csv line 22: step_s -1 is negative" in line for line in err)
     assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
+    assert main(["merge", str(plain), str(RUNS / "script-plain-loop"), "-o", str(tmp_path / "m")]) == 2
+    assert "a merge needs a sound one" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists() or not any((tmp_path / "m").iterdir())
 
 
 @pytest.mark.parametrize(("edit", "message"), [
