@@ -28,9 +28,14 @@ from pipeprof.errors import UsageError
 
 TEXT_COLUMNS = {"role", "process", "file", "function", "caller_file", "caller_function", "kind", "name"}
 BOOL_VALUES = {"True": True, "False": False, "true": True, "false": False, "1": True, "0": False}
-# Numbers that may be below 0 (a worker id of -1: made in the training process) or not finite (a diverged loss).
-MAY_BE_NEGATIVE = {"worker", "loss"}
+# Numbers that may be below 0 (a worker id of -1, a loss, an instant read on another process's clock) or not
+# finite (a diverged loss).
+MAY_BE_NEGATIVE = {"worker", "loss", "t_s", "t_start_s", "t_end_s"}
 MAY_BE_INFINITE = {"loss"}
+# The tables whose numbers are all measured times and counts (the analysis divides by them): a NaN, an infinity
+# or a negative there is impossible. The sampler's and cProfile's tables hold what those tools reported, read
+# as numbers only.
+STRICT = {"steps", "loading", "transforms", "device_memory"}
 # Cells a row cannot do without (an empty cell elsewhere is "not measured", as the writer leaves it).
 REQUIRED = {"steps": ("step", "warmup", "t_start_s", "step_s", "samples"), "loading": ("batch", "step")}
 # What makes a row the same record twice: a second row with these values repeats the first.
@@ -94,7 +99,7 @@ def read_table(path: Path, name: str, columns: Sequence[str]) -> tuple[pd.DataFr
         if index in bad or not lines[index].strip():
             continue
         row = next(csv.reader([lines[index]]), [])
-        reason = _row_problem(row, header, checked, required)
+        reason = _row_problem(row, header, checked, required, strict=name in STRICT)
         if reason is None and (keys or name not in ROW_KEYS):
             key = tuple(row[k] for k in keys) if keys else tuple(row)
             if key in seen:
@@ -113,7 +118,8 @@ def read_table(path: Path, name: str, columns: Sequence[str]) -> tuple[pd.DataFr
     return df, damage
 
 
-def _row_problem(row: list[str], header: list[str], checked: list[tuple[int, str]], required: set[int]) -> str | None:
+def _row_problem(row: list[str], header: list[str], checked: list[tuple[int, str]], required: set[int], *,
+                 strict: bool) -> str | None:
     if len(row) != len(header):
         return f"{len(row)} cells where the header has {len(header)}"
     for i, column in checked:
@@ -132,9 +138,11 @@ def _row_problem(row: list[str], header: list[str], checked: list[tuple[int, str
             value = float(cell)
         except ValueError:
             return f"{column} {cell!r} is not a number"
+        if not strict:
+            continue
         if math.isnan(value) or (math.isinf(value) and column not in MAY_BE_INFINITE):
             return f"{column} {cell} is not a finite number"
-        if value < 0 and column not in MAY_BE_NEGATIVE and not (column == "worker" and value == -1):
+        if value < 0 and column not in MAY_BE_NEGATIVE:
             return f"{column} {cell} is negative"
     return None
 
