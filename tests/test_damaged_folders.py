@@ -37,9 +37,11 @@ def damaged_copy(tmp_path: Path, folder: str, file: str, op: str) -> Path:
     data = path.read_bytes()
     if op == "delete":
         path.unlink()
-    elif op == "truncate":  # as a crash or a full disk leaves it: the last line cut in its middle
+    elif op == "truncate" and file.endswith(".csv"):  # as a crash or a full disk leaves it: the last row cut
         last = data.rstrip(b"\n").rfind(b"\n") + 1
         path.write_bytes(data[: last + max(1, (len(data) - 1 - last) // 2)])
+    elif op == "truncate":  # a JSON document or a binary dump: cut in its middle
+        path.write_bytes(data[: len(data) // 2])
     elif file.endswith(".csv"):
         path.write_text(_bad_cell(data.decode()))
     else:  # a run of garbage bytes in the middle
@@ -107,6 +109,21 @@ def test_a_damaged_folder_summary_says_damaged(tmp_path, file, op):
         assert {d["file"] for d in summary["damage"]} == {d.file for d in run.damage}
     else:
         assert summary["status"] == "complete" and "damage" not in summary
+
+
+# Through the command, one of each outcome (refused, analysed as damaged): each render costs seconds.
+REPORTED = [("run.json", "truncate"), ("steps.csv", "delete"), ("loading.csv", "truncate")]
+
+
+@pytest.mark.parametrize(("file", "op"), REPORTED, ids=[f"{n}/{o}" for n, o in REPORTED])
+def test_report_on_a_damaged_folder_never_writes_a_healthy_summary_over_it(tmp_path, capsys, file, op):
+    copy = damaged_copy(tmp_path, "script-plain-loop", file, op)
+    before = (copy / "summary.json").read_bytes()
+    assert main(["report", "--quiet", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and file.split(".")[0] in err
+    after = (copy / "summary.json").read_bytes()
+    assert after == before or json.loads(after)["status"] == "damaged"
 
 
 def _steps(folder: Path) -> pd.DataFrame:
