@@ -174,17 +174,15 @@ def check_meta(meta: dict[str, Any], newest_format: int, where: Path) -> list[Da
 
 
 def missing_ranks(meta: dict[str, Any], found: Sequence[int | None]) -> list[Damage]:
-    """A job's ranks that run.json's ``job`` names (its ``ranks`` and ``world_size``) with no folder."""
+    """The ranks run.json's ``job.ranks`` says this folder holds (the ranks recorded here: a part of a job of
+    several nodes holds its node's) that have no folder."""
     job = meta.get("job")
-    if not isinstance(job, dict):
+    if not isinstance(job, dict) or not isinstance(job.get("ranks"), list):
         return []
-    expected = {r for r in job.get("ranks") or [] if isinstance(r, int) and not isinstance(r, bool)}
-    size = job.get("world_size")
-    if isinstance(size, int) and not isinstance(size, bool) and size >= 1:
-        expected |= set(range(size))
-    whole = f"one of the job's {size} ranks" if isinstance(size, int) and size >= 1 else "named in run.json's job"
-    return [Damage(f"ranks/rank-{r}", None, f"missing ({whole}): the job's figures lack this rank")
-            for r in sorted(expected - set(found))]
+    listed = [r for r in job["ranks"] if isinstance(r, int) and not isinstance(r, bool)]
+    return [Damage(f"ranks/rank-{r}", None, f"missing (run.json's job lists it among the {len(listed)} ranks "
+                                            "recorded here): the job's figures lack this rank")
+            for r in sorted(set(listed) - set(found))]
 
 
 def check_attachment(name: str, content: bytes) -> Damage | None:

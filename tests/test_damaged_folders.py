@@ -257,7 +257,8 @@ def test_a_job_with_a_rank_deleted_is_damaged_not_complete(tmp_path):
     shutil.rmtree(job / "ranks" / "rank-1")
     run = load_run(job)
     assert [d.text() for d in run.damage] == [
-        "ranks/rank-1: missing (one of the job's 2 ranks): the job's figures lack this rank"]
+        "ranks/rank-1: missing (run.json's job lists it among the 2 ranks recorded here): the job's figures lack "
+        "this rank"]
     assert summarize(run)["status"] == "damaged"
 
 
