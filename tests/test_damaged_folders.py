@@ -176,6 +176,18 @@ def test_an_impossible_cell_sets_its_row_aside_named(plain, cells, reason):
     assert summary["steps"] == counted - 1 and summary["status"] == "damaged"
 
 
+def test_a_row_with_a_cell_too_many_is_set_aside_and_lines_keep_their_numbers(plain):
+    lines = (plain / "steps.csv").read_text().splitlines(keepends=True)
+    width = len(lines[0].split(","))
+    lines[10] = lines[10].rstrip("\n") + ",7\n"
+    lines[20:20] = ["\n"]  # a blank line before line 21: the lines after it keep their numbers
+    lines[30] = lines[30].replace("False", "maybe", 1)
+    (plain / "steps.csv").write_text("".join(lines))
+    assert [d.text() for d in load_run(plain).damage] == [
+        f"steps.csv line 11: {width + 1} cells where the header has {width}",
+        "steps.csv line 31: warmup 'maybe' is not True or False"]
+
+
 def test_a_duplicated_row_is_counted_once(plain):
     lines = (plain / "steps.csv").read_text().splitlines(keepends=True)
     (plain / "steps.csv").write_text("".join(lines[:31] + [lines[30]] + lines[31:]))
