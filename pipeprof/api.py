@@ -27,6 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
+from pipeprof.errors import UsageError
 from pipeprof.run_folder import Run
 
 __all__ = ["Profile", "profile"]
@@ -58,7 +59,11 @@ class Profile:
         from pipeprof.script.hooks import clock as host_clock
         from pipeprof.script.session import Session
 
-        ensure_out_folder(self.out)
+        try:
+            ensure_out_folder(self.out)
+        except UsageError as e:  # worded for the command line's --out: said here as this call's argument
+            why = str(e).removeprefix(f"--out {self.out}: ")
+            raise ValueError(f"pipeprof.profile(out={str(self.out)!r}): {why}") from None
         self._tmp = tempfile.TemporaryDirectory(prefix="pipeprof-")
         try:  # a start that fails leaves nothing behind: no patch, no sampler, no temporary folder
             events = Path(self._tmp.name) / "events.jsonl"

@@ -67,6 +67,7 @@ from typing import Any
 import pandas as pd
 
 from pipeprof.errors import UsageError, one_line
+from pipeprof.run_check import BOOL_VALUES, Damage, check_attachment, check_meta, missing_ranks, read_table
 from pipeprof.scenario import DataSpec
 
 RUN_FORMAT_VERSION = 1
@@ -189,6 +190,7 @@ TABLES = {"steps": STEP_COLUMNS, "samples": SAMPLE_COLUMNS, "processes": PROCESS
           "loading": LOADING_COLUMNS, "functions": FUNCTION_COLUMNS, "device_memory": DEVICE_MEMORY_COLUMNS,
           "transforms": TRANSFORM_COLUMNS}
 _SAVED_WHEN_EMPTY = {"steps", "samples", "processes", "loading", "functions"}  # the others only when recorded
+_ALWAYS_WRITTEN = {"samples", "processes"}  # since format 1: missing means lost (loading.csv: since ready_batches)
 
 # Recorded files stored in the run folder as they are (bytes), when a run made them.
 ATTACHMENTS = ("cprofile-main.prof", "cprofile-workers.prof", "pyspy.speedscope.json")
@@ -212,6 +214,8 @@ class Run:
     # A multi-process job's ranks, each a whole run of its own (meta["rank"] says which), in rank order;
     # saved as ``ranks/rank-<N>/`` beside the job's own records. Empty for one process.
     ranks: list[Run] = field(default_factory=list)
+    # What load_run found damaged and set aside (rows, files, run.json keys, a job's missing ranks); empty: sound.
+    damage: tuple[Damage, ...] = ()
 
     @property
     def name(self) -> str:
@@ -448,8 +452,15 @@ def save_run(run: Run, folder: Path, extra_files: dict[str, str] | None = None) 
 
 
 def load_run(folder: Path) -> Run:
-    """Read a run folder; a missing or corrupt one raises UsageError (one line)."""
+    """Read a run folder; a missing, unreadable or unsound one raises UsageError (one line).
+
+    Damaged rows and files (``run_check``) are set aside and listed in
+    ``Run.damage``; the rest is analysed only while it is still sound: a
+    steps.csv with no counted step left after its damaged rows is refused.
+    """
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{folder}: not a run folder (it is a file; give the folder that holds run.json)")
     if not folder.is_dir():
         raise UsageError(f"{folder}: not a run folder (no such directory)")
     meta_path = folder / "run.json"
@@ -457,21 +468,25 @@ def load_run(folder: Path) -> Run:
         meta = json.loads(meta_path.read_text())
     except FileNotFoundError:
         raise UsageError(f"{folder}: not a run folder (run.json is missing)") from None
+    except PermissionError as e:
+        raise UsageError(f"{meta_path}: cannot read it ({e.strerror or e})") from None
     except (OSError, ValueError) as e:
         raise UsageError(f"{meta_path}: corrupt run metadata ({one_line(e)})") from None
     if not isinstance(meta, dict):
         raise UsageError(f"{meta_path}: corrupt run metadata (expected a JSON object)")
-    tables = {}
+    damage = check_meta(meta, RUN_FORMAT_VERSION, meta_path)
+    tables: dict[str, pd.DataFrame] = {}
     for name, columns in TABLES.items():
         path = folder / f"{name}.csv"
-        try:
-            df = pd.read_csv(path)
-        except FileNotFoundError:
+        df, found = read_table(path, name, columns)
+        damage += found
+        if df is None:
             if name == "steps":
-                raise UsageError(f"{folder}: not a run folder ({path.name} is missing)") from None
+                raise UsageError(f"{folder}: not a run folder ({path.name} is missing)")
+            if name in _ALWAYS_WRITTEN or (name == "loading" and "ready_batches" in tables["steps"].columns) or (
+                    name == "functions" and any((folder / f).is_file() for f in ATTACHMENTS if f.endswith(".prof"))):
+                damage.append(Damage(path.name, None, "missing (every run of this format writes it)"))
             df = pd.DataFrame(columns=columns)  # older or partial runs: empty table
-        except (OSError, ValueError) as e:
-            raise UsageError(f"{path}: corrupt table ({one_line(e)})") from None
         missing = [c for c in columns if c not in df.columns and c not in _ADDED_LATER]
         if missing and not df.empty:
             raise UsageError(f"{path}: corrupt table (missing columns: {', '.join(missing)})")
@@ -480,12 +495,24 @@ def load_run(folder: Path) -> Run:
                 df[c] = _LOADED_AS[c] if c in _LOADED_AS and not df.empty else pd.Series(dtype="float64")
         tables[name] = df
     if "warmup" in tables["steps"]:
-        tables["steps"]["warmup"] = tables["steps"]["warmup"].astype(bool)
+        tables["steps"]["warmup"] = tables["steps"]["warmup"].map(
+            lambda v: BOOL_VALUES.get(str(v), bool(v))).astype(bool)
+    if any(d.file == "steps.csv" for d in damage) and not (~tables["steps"]["warmup"]).any():
+        first = next((d for d in damage if d.file == "steps.csv"), damage[0])
+        raise UsageError(f"{folder}: damaged beyond analysis: no counted step is left ({first.text()}; "
+                         f"{len(damage)} damaged in all)")
     attachments = {name: (folder / name).read_bytes() for name in ATTACHMENTS if (folder / name).is_file()}
+    damage += [d for d in (check_attachment(n, c) for n, c in attachments.items()) if d is not None]
+    profiled = set(tables["functions"]["process"].dropna().astype(str))  # each process's dump is kept beside it
+    damage += [Damage(f"cprofile-{p}.prof", None, f"missing (functions.csv has the {p!r} rows it was read from)")
+               for p in sorted(profiled & {"main", "workers"}) if f"cprofile-{p}.prof" not in attachments]
     ranks_folder = folder / RANKS_FOLDER
     ranks = [load_run(f) for f in sorted(ranks_folder.iterdir(), key=_rank_order)
              if f.is_dir() and not f.name.startswith(".")] if ranks_folder.is_dir() else []
-    return Run(meta=meta, attachments=attachments, ranks=ranks, **tables)
+    for rank_run in ranks:
+        damage += [d.under(f"{RANKS_FOLDER}/{rank_folder_name(rank_run.meta)}") for d in rank_run.damage]
+    damage += missing_ranks(meta, [as_dict(r.meta.get("rank")).get("rank") for r in ranks])
+    return Run(meta=meta, attachments=attachments, ranks=ranks, damage=tuple(damage), **tables)
 
 
 RANKS_FOLDER = "ranks"

@@ -20,12 +20,14 @@ from typing import Any
 
 import tomllib
 
+from pipeprof import machine_limits
 from pipeprof.errors import UsageError
 from pipeprof.format import printable, setting_literal
 from pipeprof.loader_rules import worker_only_conflicts
 
 STORAGE_KINDS = ("device", "ram", "memmap", "files", "images")
 ON_DISK = ("memmap", "files", "images")
+IN_MEMORY = ("ram", "device")  # held whole in memory (the host's, or the device's copied from it)
 # Every generated sample: 28 x 28 float32 values (``storage/synthetic.py`` makes them; the model and the
 # recommendations size the data set by them). Here, not in storage/, so the analysis reads it without torch.
 SAMPLE_FEATURES = 784
@@ -214,8 +216,8 @@ SCHEMA: dict[str, dict[str, Rule]] = {
         "drop_last": BOOL,
     },
     "model": {
-        "hidden": Rule("int-list", "a list of layer widths, each an integer >= 1, e.g. [256, 128]",
-                       lambda v: all(w >= 1 for w in v)),
+        "hidden": Rule("int-list", "a non-empty list of layer widths, each an integer >= 1, e.g. [256, 128]",
+                       lambda v: len(v) >= 1 and all(w >= 1 for w in v)),
         "lr": _positive_float(),
         "momentum": Rule("float", "a number in [0, 1)", lambda v: 0 <= v < 1),
         "seed": _int(0),
@@ -457,12 +459,39 @@ def _build(values: dict[str, dict[str, Any]], where: str) -> Scenario:
                          f"(steps = {train.steps}, epochs = {train.epochs})")
     scenario = Scenario(name=values[""].get("name", "scenario"),
                         description=values[""].get("description", ""), **sections)
+    _check_machine(where, scenario, machine_limits.current())
+    if scenario.steps_per_epoch() == 0:
+        raise UsageError(f"{where}: loader.drop_last = true is not allowed with data.samples = {data.samples} "
+                         f"{f'over {train.ranks} ranks ' if train.ranks > 1 else ''}and loader.batch_size = {loader.batch_size}: "
+                         f"every batch would be dropped (expected at least {loader.batch_size * train.ranks} "
+                         f"samples, or drop_last = false)")
     total = scenario.total_steps()
     if train.warmup_steps >= total:
         raise UsageError(f"{where}: train.warmup_steps = {train.warmup_steps} is not allowed: expected fewer "
                          f"than the {total} steps of the run, so some steps are counted")
     _check_ranks(where, scenario)
     return scenario
+
+
+def _check_machine(where: str, scenario: Scenario, limits: machine_limits.MachineLimits) -> None:
+    """The counts this machine can start and hold (``machine_limits``): workers (over the job's ranks),
+    torch threads, and a data set held in memory."""
+    loader, train, data = scenario.loader, scenario.train, scenario.data
+    most = limits.most_workers()
+    per_rank = max(1, most // train.ranks)
+    if loader.num_workers > per_rank:
+        ranks = f" a rank of {train.ranks}" if train.ranks > 1 else ""
+        raise UsageError(f"{where}: loader.num_workers = {loader.num_workers} is not allowed: expected 0 to "
+                         f"{per_rank}{ranks} on this machine ({limits.where()})")
+    if train.threads > most:
+        raise UsageError(f"{where}: train.threads = {train.threads} is not allowed: expected 0 to {most} on this "
+                         f"machine ({limits.where()}; 0 keeps torch's default)")
+    if data.storage in IN_MEMORY and limits.memory_bytes is not None and \
+            data.samples * SAMPLE_BYTES > limits.memory_bytes:
+        fits = limits.memory_bytes // SAMPLE_BYTES
+        raise UsageError(f"{where}: data.samples = {data.samples} is not allowed with data.storage = "
+                         f"{data.storage!r}: expected 1 to {fits}, what this machine's "
+                         f"{limits.memory_bytes / 2**30:.1f} GiB of memory holds at {SAMPLE_BYTES} bytes a sample")
 
 
 def _check_ranks(where: str, scenario: Scenario) -> None:

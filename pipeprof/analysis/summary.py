@@ -206,12 +206,22 @@ def summary_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
       "cpu_per_sample_s", "calls", "how"}``; ``loading.split``: fetch / core wait / decode / transform / other
       per sample (``analysis.transforms``). Null where nothing was timed (the reason in ``absences.transforms``
       where the run recorded one); a script's ``loaders`` each carry their own ``transforms`` and ``decode``.
+    * ``status`` ``damaged`` and ``damage`` (``[{"file", "line", "reason"}]``, only then): rows, files or
+      run.json keys that load_run set aside (``run_check``); the rest is what was analysed.
     * ``ranks`` and ``straggler``: a distributed job's (``run.ranks``; ``job_record``);
       ``[]`` and null for one process.
     """
-    if run.ranks:
-        return job_record(run, probe)
-    return _one_process(run, probe)
+    record = job_record(run, probe) if run.ranks else _one_process(run, probe)
+    return marked_damaged(record, run)
+
+
+def marked_damaged(record: Summary, run: Run) -> Summary:
+    """``record`` with status ``damaged`` and its ``damage`` list where load_run set something aside: a damaged
+    folder's summary never looks healthy (what was recorded as its status stays in run.json)."""
+    if not run.damage:
+        return record
+    sections = dict(record.sections, status="damaged", damage=[d.to_json() for d in run.damage])
+    return dataclasses.replace(record, sections=sections)
 
 
 def job_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:

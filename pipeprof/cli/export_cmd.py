@@ -24,10 +24,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     from pipeprof.render.trace import chrome_trace  # pandas loads here, not for --help
+    from pipeprof.run_check import refuse_damaged
     from pipeprof.run_folder import load_run, write_text
 
     folder = Path(args.run)
     run = load_run(folder)
+    refuse_damaged(folder, run.damage, "a trace")
     output = args.output if args.output is not None else folder / "trace.json"
     if output.is_dir():
         raise UsageError(f"--output {output}: is a folder (give a file name, e.g. {output / 'trace.json'})")

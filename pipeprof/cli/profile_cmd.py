@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any
 from pipeprof import format as fmt
 from pipeprof.cli.arguments import non_negative_int, positive_int
 from pipeprof.cli.output import stdout_closed, stdout_console
+from pipeprof.errors import UsageError
 
 MAX_PYSPY_HZ = 1000  # as a scenario's profile.pyspy_hz
 
@@ -131,6 +132,10 @@ def _pyspy_rate(text: str) -> int:
 def execute(args: argparse.Namespace) -> int:
     from pipeprof.script.overrides import parse
 
+    if args.steps is not None and args.steps <= args.warmup_steps:
+        raise UsageError(f"pipeprof profile: --steps {args.steps} is not allowed with --warmup-steps "
+                         f"{args.warmup_steps}: expected more than the {args.warmup_steps} warm-up steps, so some "
+                         f"steps are counted")
     overrides = parse(args.loader, args.threads)  # checked before the script starts (and pandas loads): exits 2
     # pandas and the analysis load here, not when the parser is built (pipeprof --help stays fast)
     from pipeprof.pipeline.script_run import profile_script

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from pipeprof.cli.output import stdout_console
 
+EXIT_DAMAGED = 2  # a folder was damaged: its report was written, marked damaged, from what remains
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN", help="run folder(s), e.g. reports/20261129T120000Z-quick")
@@ -15,6 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     # pandas, matplotlib and the analysis load here, not when the parser is built (--help stays fast)
+    from pipeprof.cli.damaged import say_damaged
     from pipeprof.pipeline.derive import rederive
     from pipeprof.render.console import print_summary
     from pipeprof.run_folder import load_run
@@ -22,8 +25,10 @@ def execute(args: argparse.Namespace) -> int:
     console = stdout_console()
     runs = [(Path(f), load_run(Path(f))) for f in args.runs]  # validate all before writing any
     for folder, run in runs:
-        summary = rederive(run, folder)
+        summary = rederive(run, folder)  # a damaged run's: status "damaged", its damage listed
         if not args.quiet:
             print_summary(summary, folder, console)
         print(f"report: {folder / 'report.html'}")
-    return 0
+        if run.damage:
+            say_damaged(folder, run.damage)
+    return EXIT_DAMAGED if any(run.damage for _, run in runs) else 0

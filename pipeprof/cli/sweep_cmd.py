@@ -33,6 +33,7 @@ from rich.console import Console
 from pipeprof.cli.arguments import add_scenario_arguments, positive_float
 from pipeprof.cli.progress import Bars, columns
 from pipeprof.cli.sweep_output import print_table, report_end
+from pipeprof.errors import UsageError
 from pipeprof.pipeline.progress import SILENT
 from pipeprof.scenario import load_scenario
 
@@ -44,21 +45,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grid", action="append", default=[], metavar="SECTION.KEY=V1,V2,...",
                    help="an axis of the grid; values read as TOML, bare words as strings (repeatable; "
                         "replaces the scenario's [sweep] axis of the same key)")
-    p.add_argument("--max-seconds", type=positive_float, default=DEFAULT_MAX_SECONDS, metavar="S",
-                   help=f"time budget per point for steady-state measurement (default {DEFAULT_MAX_SECONDS:g})")
+    p.add_argument("--max-seconds", type=positive_float, default=None, metavar="S",
+                   help=f"time budget per point for steady-state measurement (default {DEFAULT_MAX_SECONDS:g}; "
+                        "not with --fixed-steps)")
     p.add_argument("--fixed-steps", action="store_true",
                    help="run each point for the scenario's own steps/epochs instead of until steady")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no table")
 
 
 def execute(args: argparse.Namespace) -> int:
+    if args.fixed_steps and args.max_seconds is not None:
+        raise UsageError(f"--max-seconds {args.max_seconds:g} is not used with --fixed-steps (each "
+                         "point runs the scenario's own steps or epochs): give one of them")
+    max_seconds = DEFAULT_MAX_SECONDS if args.max_seconds is None else args.max_seconds
     scenario = load_scenario(args.scenario, args.overrides)  # bad input refused before torch loads
     from pipeprof.pipeline.sweep import Measure, run_sweep  # pandas and torch load here, not for --help
 
     console = Console(stderr=True)
     progress = SILENT if args.quiet else Bars(console, columns(eta_label=True))
     doc, folder = run_sweep(scenario, scenario_file=args.scenario, overrides=args.overrides, grid=args.grid,
-                            out=args.out, measure=Measure(args.max_seconds, args.fixed_steps), cache=args.cache,
+                            out=args.out, measure=Measure(max_seconds, args.fixed_steps), cache=args.cache,
                             progress=progress)
     if not args.quiet:
         print_table(doc, folder)

@@ -19,14 +19,35 @@ def print_table(doc: dict[str, Any], folder: Path) -> None:
     stdout_console().print(sweep_table(doc, folder))
 
 
+def best_words(doc: dict[str, Any], best: dict[str, Any]) -> str:
+    """How the best point is introduced: a tune's best is confirmed by its fresh-process run (index -1); a
+    short trial's best, or an interrupted run's, says so."""
+    if doc["kind"] == "tune" and not _confirmed(best):
+        words = "best trial so far, not confirmed" if doc["status"] == "interrupted" else \
+            "best trial, not confirmed by a full run"
+    else:
+        words = "best of the points measured" if doc["status"] == "interrupted" else "best"
+    return f"interrupted: {words}" if doc["status"] == "interrupted" else words
+
+
+def _confirmed(best: dict[str, Any] | None) -> bool:
+    return best is not None and best.get("index") == -1
+
+
 def report_end(doc: dict[str, Any], folder: Path, console: Console) -> int:
     """The best point on ``console`` (stderr), the page on stdout; 0 with a best point, 1 without, 130 when
     interrupted."""
     best = doc.get("best")
     page = folder / f"{doc['kind']}.html"
+    interrupted = doc["status"] == "interrupted"
     if best:
-        console.print(f"best: {best['label']}: {fmt.rate(best['samples_per_s'])}", markup=False,
+        console.print(f"{best_words(doc, best)}: {best['label']}: {fmt.rate(best['samples_per_s'])}", markup=False,
                       highlight=False)
+    if interrupted:
+        measured = sum(1 for p in doc.get("points") or [] if p.get("status") == "complete")
+        console.print(f"pipeprof: {doc['kind']} interrupted after {fmt.plural(measured, 'complete point')}"
+                      f"{'; no best was confirmed' if doc['kind'] == 'tune' and not _confirmed(best) else ''}; "
+                      f"saved in {folder}", markup=False, highlight=False)
     print(f"{doc['kind']}: {page}")
     if doc["status"] == "interrupted":
         return EXIT_INTERRUPTED

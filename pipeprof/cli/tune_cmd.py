@@ -126,6 +126,8 @@ def execute(args: argparse.Namespace) -> int:
     if not args.quiet:
         print_table(doc, folder)
         if doc.get("toml_snippet"):
+            if doc["status"] == "interrupted" and (doc.get("best") or {}).get("index") != -1:
+                print("interrupted before the best was confirmed: these settings come from a short trial")
             print(f"best settings (TOML):\n{doc['toml_snippet']}\nas DataLoader arguments:\n"
                   f"{doc['dataloader_kwargs']}\n{doc['ceiling']['words']}")
     return report_end(doc, folder, console)
@@ -177,6 +179,11 @@ def _execute_script(args: argparse.Namespace, command: list[str]) -> int:
                               progress=SILENT if args.quiet else Lines(console))
     print(answer_text(doc), end="")
     print(f"tune: {folder / 'tune.json'}", flush=True)
+    if doc["status"] == "interrupted":
+        trials = sum(1 for t in doc.get("trials") or [] if t.get("status") == "complete")
+        print(f"pipeprof: tune interrupted after {fmt.plural(trials, 'complete trial')}; "
+              f"{'the best above is confirmed' if (doc.get('best') or {}).get('confirmed') else 'no best was confirmed'}"
+              f"; saved in {folder}", file=sys.stderr)
     if doc["status"] == "failed":
         print(f"pipeprof: tune: {doc['error']}; saved in {folder}", file=sys.stderr)
         return EXIT_FAILED
@@ -193,7 +200,8 @@ def answer_text(doc: dict) -> str:
         lines.append("best: keep the script's settings (no change was faster by more than "
                      f"{100 * doc['min_gain']:.0f}% in a confirming run)")
     else:
-        how = f" (confirmed in {doc['confirm_steps']}-step runs)" if best.get("confirmed") else ""
+        how = f" (confirmed in {doc['confirm_steps']}-step runs)" if best.get("confirmed") else \
+            " (a short trial, not confirmed)"
         lines.append(f"best: x{best['speedup']:.2f}: {fmt.rate(best['samples_per_s'])}{how}")
         lines.append("write where the training loader is built:")
         lines += [f"  {part}" for part in best["python"].split("; ")]
@@ -201,8 +209,11 @@ def answer_text(doc: dict) -> str:
 
 
 def _batch_sizes(text: str | None) -> tuple[int, ...]:
-    if not text:
+    if text is None:
         return ()
+    if not text.strip():
+        raise UsageError(f"--batch-sizes {text!r}: expected integers >= 1 separated by commas, e.g. 64,128,256 "
+                         "(leave the flag out to keep the scenario's batch size)")
     try:
         sizes = tuple(int(v) for v in text.split(","))
     except ValueError:

@@ -17,6 +17,7 @@ from typing import Any
 from pipeprof.analysis.compare import compare_runs
 from pipeprof.analysis.summary import summarize
 from pipeprof.render.compare import render_compare_html
+from pipeprof.run_check import refuse_damaged
 from pipeprof.run_folder import ensure_out_folder, load_run, staged_folder, write_json, write_text
 
 NAME_CHARS = 40  # of each scenario name in the comparison folder's name
@@ -28,6 +29,8 @@ def compare_folders(folders: Sequence[Path], out: Path) -> tuple[dict[str, Any],
     Every folder is loaded (and so validated) before anything is written.
     """
     runs = [load_run(f) for f in folders]
+    for folder, run in zip(folders, runs):
+        refuse_damaged(folder, run.damage, "a comparison")
     ensure_out_folder(out)
     now = dt.datetime.now(dt.timezone.utc)
     labels = run_labels(folders)

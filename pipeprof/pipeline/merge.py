@@ -22,6 +22,7 @@ from pipeprof.analysis.ranks import median_rank
 from pipeprof.errors import UsageError
 from pipeprof.measure.rank_env import job_id
 from pipeprof.pipeline.derive import derived_files
+from pipeprof.run_check import refuse_damaged
 from pipeprof.run_folder import Run, as_dict, ensure_out_folder, load_run, new_run_folder, save_run
 
 
@@ -197,7 +198,10 @@ def _status(parts: list[Part]) -> tuple[str, str | None]:
 def merge_folders(folders: Sequence[Path], *, out: Path, name: str | None = None) -> MergedRun:
     """Load the run folders ``folders`` (every one before writing anything), merge them into one job run and
     save it under ``out`` as ``<UTC>-<name>`` (default: the first part's run name) with its summary and report."""
-    parts = [read_part(Path(f), load_run(Path(f))) for f in folders]
+    loaded = [(Path(f), load_run(Path(f))) for f in folders]
+    for folder, part in loaded:  # a merged job is saved whole: a damaged part would lose its damage there
+        refuse_damaged(folder, part.damage, "a merge")
+    parts = [read_part(folder, part) for folder, part in loaded]
     run, warnings = merge_parts(parts)
     if name:
         run.meta["scenario"] = dict(as_dict(run.meta.get("scenario")), name=name)

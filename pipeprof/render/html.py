@@ -136,9 +136,16 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         notes=[str(n) for n in (meta.get("notes") or [])],
         error=meta.get("error"),
         uss_reason=as_dict(meta.get("absences")).get("uss") or "no USS snapshot was taken",
-        status=str(meta.get("status") or "unknown"),
+        status=str(summary.get("status") or meta.get("status") or "unknown"),
+        damage=[_damage_text(d) for d in summary.get("damage") or []],
         tail_pct=round(100 * TAIL_FRACTION),
     )
+
+
+def _damage_text(damage: Any) -> str:
+    d = as_dict(damage)
+    line = d.get("line")
+    return f"{d.get('file')}{'' if line is None else f' line {line}'}: {d.get('reason')}"
 
 
 def _environment() -> Environment:

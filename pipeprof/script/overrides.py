@@ -65,10 +65,13 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeprof.errors import UsageError
 from pipeprof.loader_rules import DEFAULT_PREFETCH_FACTOR
+
+if TYPE_CHECKING:
+    from pipeprof.machine_limits import MachineLimits
 
 RECORD_GLOB = "overrides-*.jsonl"
 
@@ -145,6 +148,10 @@ def parse(loader_flags: list[str] | None, threads: int | None) -> Overrides:
     items = tuple(parse_one(text) for text in loader_flags or [])
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise UsageError(f"pipeprof profile: --threads {threads!r}: expected a whole number >= 1")
+    _check_repeats(items, loader_flags or [])
+    from pipeprof import machine_limits  # the parent's check only: the hooked process never reaches it
+
+    _check_machine(items, threads, machine_limits.current())
     for name in {o.loader for o in items}:
         mine = {o.key: o.value for o in items if o.loader == name}
         if mine.get("num_workers") == 0:
@@ -153,6 +160,28 @@ def parse(loader_flags: list[str] | None, threads: int | None) -> Overrides:
                 raise UsageError(f"pipeprof profile: --loader num_workers=0 with {clash[0]}={mine[clash[0]]!r}: "
                                  f"{clash[0]} needs worker processes (num_workers >= 1)")
     return Overrides(items, threads)
+
+
+def _check_repeats(items: tuple[LoaderOverride, ...], texts: list[str]) -> None:
+    """One value a key and loader: a second ``--loader`` of the same key would otherwise silently win."""
+    first: dict[tuple[str | None, str], str] = {}
+    for item, text in zip(items, texts):
+        if (item.loader, item.key) in first:
+            raise UsageError(f"pipeprof profile: --loader {text!r}: {item.key} is already set by --loader "
+                             f"{first[(item.loader, item.key)]!r}; give each key once")
+        first[(item.loader, item.key)] = text
+
+
+def _check_machine(items: tuple[LoaderOverride, ...], threads: int | None, limits: MachineLimits) -> None:
+    """Worker processes and threads this machine can start (``machine_limits``)."""
+    most = limits.most_workers()
+    for item in items:
+        if item.key == "num_workers" and item.value > most:
+            raise UsageError(f"pipeprof profile: --loader {item.text()}: num_workers must be 0 to {most} on this "
+                             f"machine ({limits.where()})")
+    if threads is not None and threads > most:
+        raise UsageError(f"pipeprof profile: --threads {threads}: expected 1 to {most} on this machine "
+                         f"({limits.where()})")
 
 
 def parse_one(text: str) -> LoaderOverride:
