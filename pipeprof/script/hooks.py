@@ -97,8 +97,25 @@ def started_facts() -> dict[str, Any]:
     """A process's start record ("S"): who it is and the torch it runs (``measure.environment`` reads the
     torch facts back for run.json, so pipeprof's own process need not import torch)."""
     return {"pid": os.getpid(), "cwd": os.getcwd(), "python": sys.executable, "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(), "cuda_available": torch.cuda.is_available(),
+            "torch_threads": torch.get_num_threads(), "cuda_available": cuda_seen(torch.cuda),
             "cuda_version": torch.version.cuda}
+
+
+def cuda_seen(cuda: Any) -> bool:
+    """Whether the script's torch has a CUDA device, found without initializing CUDA in its process.
+
+    ``torch.cuda.is_available()`` runs ``cuInit`` (through the device count), which marks every child forked
+    afterwards "in bad fork" and fixes the visible devices before the script sets ``CUDA_VISIBLE_DEVICES``: a
+    profiler must not change what the script does. So: torch's own answer once the script has initialized
+    CUDA, else the devices NVML lists (``torch.cuda._device_count_nvml``, which honours
+    ``CUDA_VISIBLE_DEVICES`` and never touches the CUDA driver; -1 when NVML cannot be read)."""
+    if cuda.is_initialized():
+        return bool(cuda.is_available())
+    count = getattr(cuda, "_device_count_nvml", None)
+    try:
+        return count is not None and int(count()) > 0
+    except Exception:  # noqa: BLE001 - a private helper: any failure reads as no device seen
+        return False
 
 
 class EventLog:
