@@ -10,9 +10,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
+import pytest
 import torch
 
 import pipeprof
+from pipeprof.measure.clock import FakeClock
+from pipeprof.measure.sim_device import SimDevice
+from pipeprof.script.device_clock import DeviceMarks
 from pipeprof.script.event_file import read_events
 from pipeprof.script.hooks import cuda_seen
 from pipeprof.script.protocol import EVENTS_ENV
@@ -69,3 +74,83 @@ def test_cuda_is_seen_through_nvml_until_the_script_initialises_it():
     after = _Cuda(initialized=True, nvml_count=-1)
     assert cuda_seen(after) is True and after.inits == 1  # initialised by the script: torch's own answer
     assert cuda_seen(torch.cuda) is False
+
+
+# --- the simulated device behaves like torch.cuda's events -----------------------------------------------
+
+def test_simulated_events_follow_torchs_semantics_and_float32_milliseconds():
+    clock = FakeClock(0.0)
+    device = SimDevice(clock)
+    never = device.event()
+    assert never.query()  # torch: an event never recorded is complete
+    never.synchronize()  # and waiting for it returns at once
+    with pytest.raises(RuntimeError):
+        never.elapsed_time(never)
+    start = device.event()
+    start.record()
+    clock.advance(4 * 3600.0)  # four hours later
+    end = device.event()
+    end.record()
+    assert end.elapsed_time(end) == 0.0
+    ms = start.elapsed_time(end)
+    assert ms == float(np.float32(4 * 3600e3))  # a float32 count of milliseconds, as cudaEventElapsedTime's
+    other = SimDevice(clock, index=1).event()
+    other.record()
+    with pytest.raises(RuntimeError):
+        start.elapsed_time(other)  # two devices' events: invalid resource handle
+
+
+def test_device_times_hours_into_a_run_are_read_between_neighbouring_events():
+    # Against one origin, a float32 millisecond count four hours on is ~0.5 ms coarse: a 1.25 ms step span
+    # would read 1 ms or 1.5 ms. Read between neighbours, each span is exact to the microsecond.
+    clock = FakeClock(0.0)
+    device = SimDevice(clock)
+    marks = DeviceMarks()
+    first = device.event()
+    first.record()
+    marks.mark(0.0, first)
+    clock.advance(4 * 3600.0)
+    for i in range(20):
+        clock.advance(0.00125)
+        event = device.event()
+        event.record()
+        marks.mark(float(i + 1), event)
+    resolved = marks.resolve(final=True)
+    spans = np.diff([g[2] for g in resolved[1:]])
+    assert spans == pytest.approx([0.00125] * 19, abs=1e-6)
+    assert marks.dropped == 0
+
+
+# --- side streams, the training device, lost events: what the event file says -----------------------------
+
+def _run(events):
+    from pipeprof.script.event_file import Events
+    from pipeprof.script.event_steps import script_steps
+    return script_steps(Events.of(events), 0.0, warmup_steps=0)
+
+
+def _loop(copy_overlapped: int, device_event=None):
+    """Two steps of a loop that waits 1 ms in next(), copies for 4 ms and computes to 10 ms (device times)."""
+    events = [["L", 0, {"number": 0, "name": "train"}], ["I", 0, 0.0, 0.0]]
+    for k in range(2):
+        t = 10.0 * k
+        events += [["N", 0, t, t + 1, 8, [None] * 9, None], ["G", t, 0.010 * k], ["G", t + 1, 0.010 * k + 0.001],
+                   ["C", t + 1, t + 1.5, 1024, 0.004, copy_overlapped], ["O", t + 9], ["G", t + 9, 0.010 * k + 0.010]]
+    if device_event is not None:
+        events.append(["D", 30.0, device_event])
+    return events
+
+
+def test_a_copy_on_a_side_stream_is_not_taken_out_of_the_compute():
+    serial = _run(_loop(0)).steps.iloc[1]
+    overlapped = _run(_loop(1)).steps.iloc[1]
+    assert serial["h2d_s"] == pytest.approx(0.004) and serial["compute_s"] == pytest.approx(0.005)
+    assert overlapped["h2d_s"] == 0.0  # beside the compute (a prefetcher's copy): no serial time of the step
+    assert overlapped["compute_s"] == pytest.approx(0.009)
+
+
+def test_the_training_device_and_lost_device_events_are_said():
+    cut = _run(_loop(0, {"device": "cuda:1", "refused_in_graph_capture": 3, "unresolved": 0}))
+    assert cut.device == "cuda:1"
+    assert cut.timing["device_events_lost"] == {"refused_in_graph_capture": 3, "unresolved": 0}
+    assert "device_events_lost" not in _run(_loop(0, {"device": "cuda:0"})).timing

@@ -363,7 +363,7 @@ class Session:
             "step_source": cut.step_source,
             # prep = __getitem__ on the CPU; off it: waiting for a core (run-queue wait) and fetch (the rest)
             "loading_split": "thread-cpu-time",
-            "device": "cuda" if cut.cuda_copies else "cpu",  # where its batches went
+            "device": cut.device or ("cuda" if cut.cuda_copies else "cpu"),  # where its batches went: "cuda:1"
             "timing": cut.timing,  # which clock timed each part: the device's on CUDA (script.device_clock)
             "environment": describe_environment(training_threads(threads), cut.start),
             "gpu": dict(gpu_meta),
