@@ -4,6 +4,7 @@ read, device spans between neighbouring events, no host synchronisation during c
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import torch
 
 import pipeprof
 from pipeprof.measure.clock import FakeClock
-from pipeprof.measure.sim_device import SimDevice
+from pipeprof.measure.sim_device import CASES, SimDevice, timer_fractions
 from pipeprof.script.device_clock import DeviceMarks
 from pipeprof.script.event_file import read_events
 from pipeprof.script.hooks import cuda_seen
@@ -154,3 +155,66 @@ def test_the_training_device_and_lost_device_events_are_said():
     assert cut.device == "cuda:1"
     assert cut.timing["device_events_lost"] == {"refused_in_graph_capture": 3, "unresolved": 0}
     assert "device_events_lost" not in _run(_loop(0, {"device": "cuda:0"})).timing
+
+
+# --- the scenario step timer: no host synchronisation during counted steps; a device error keeps the steps ---
+
+def test_a_long_run_synchronises_the_host_once_at_its_end():
+    for name in ("input-bound", "host-ahead"):  # the device idle at times, or always behind the host
+        case = dataclasses.replace(next(c for c in CASES if c.name == name), steps=600)
+        seen = timer_fractions(case)
+        assert seen["synchronizes"] <= 1, name  # the rows are made as their events complete (query())
+        assert seen["timing"] == "cuda-events"
+
+
+class FailingEvent:
+    """A CUDA event on a device that hits a sticky error once ``broken[0]`` is set: every call raises."""
+
+    def __init__(self, event, broken):
+        self.event, self.broken = event, broken
+
+    def _check(self):
+        if self.broken[0]:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    def record(self):
+        self.event.record()
+
+    def query(self):
+        self._check()
+        return self.event.query()
+
+    def synchronize(self):
+        self._check()
+        self.event.synchronize()
+
+    def elapsed_time(self, end):
+        self._check()
+        return self.event.elapsed_time(end.event)
+
+
+def test_a_sticky_cuda_error_keeps_every_step_on_the_host_clock_and_says_so():
+    from pipeprof.measure.steps import StepTimer
+
+    clock = FakeClock(0.0)
+    device, broken = SimDevice(clock), [False]
+    timer = StepTimer(clock, 0.0, warmup_steps=1, device_events=lambda: FailingEvent(device.event(), broken),
+                      keep_steps=2)
+    for step in range(12):
+        if step == 8:
+            broken[0] = True  # a kernel faulted: the context is unusable from here on
+        timer.begin()
+        clock.advance(0.003)
+        timer.waited()
+        device.copy(0.001, pinned=True)
+        timer.copied()
+        device.launch(0.002, host_s=0.0005)  # the device keeps up: the early steps are rows before the error
+        timer.computed(1, 0.5, 1.0)
+    timer.finish()
+    rows = timer.rows()
+    assert [r["step"] for r in rows] == list(range(12))  # none lost
+    assert rows[2]["loss"] == 0.5  # resolved before the error, on the device's clock
+    assert rows[11]["loss"] != rows[11]["loss"]  # NaN: its loss could not be read
+    assert rows[11]["step_s"] > 0 and rows[11]["h2d_s"] >= 0
+    timing = timer.timing()
+    assert timing["method"] == "mixed" and "illegal memory access" in timing["reason"]
