@@ -218,3 +218,49 @@ def test_a_sticky_cuda_error_keeps_every_step_on_the_host_clock_and_says_so():
     assert rows[11]["step_s"] > 0 and rows[11]["h2d_s"] >= 0
     timing = timer.timing()
     assert timing["method"] == "mixed" and "illegal memory access" in timing["reason"]
+
+
+# --- pipeprof's own runs: the training device, by its ordinal --------------------------------------------
+
+def test_a_scenario_run_records_the_cuda_ordinal_it_trains_on():
+    from pipeprof.pipeline.train import resolve_device
+
+    assert str(resolve_device("auto", cuda_available=True)) == "cuda:0"
+    assert str(resolve_device("cuda", cuda_available=True)) == "cuda:0"
+    assert str(resolve_device("auto", cuda_available=False)) == "cpu"
+
+
+def test_the_step_timers_events_are_recorded_on_the_training_devices_stream():
+    from pipeprof.measure.cuda_device import StreamEvent, device_sync
+
+    cuda = FakeStreams()
+    device = torch.device("cuda", 1)
+    start, end = StreamEvent(device, cuda), StreamEvent(device, cuda)
+    start.record()
+    end.record()
+    assert cuda.recorded_on == ["stream of cuda:1", "stream of cuda:1"]  # not the current device's (0)
+    assert start.elapsed_time(end) == 2.5
+    assert device_sync(torch.device("cpu")) is None
+
+
+class FakeStreams:
+    """torch.cuda's events and streams as ``StreamEvent`` uses them."""
+
+    def __init__(self):
+        self.recorded_on = []
+        cuda = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                assert enable_timing
+
+            def record(self, stream=None):
+                cuda.recorded_on.append(stream or "stream of the current device")
+
+            def elapsed_time(self, end):
+                return 2.5
+
+        self.Event = Event
+
+    def current_stream(self, device=None):
+        return f"stream of {device}" if device is not None else "stream of the current device"

@@ -343,6 +343,7 @@ class Hooks:
             raise SystemExit(0)
         if not segments.begun:
             loader = self._keep[number] if 0 <= number < len(self._keep) else None
+            segments.training_device = self.device.index
             segments.begin(loader, number if number == self.last_batch_loader else None, iterator)
         if segments.serves(number, iterator):
             return segments.next_batch()
