@@ -264,3 +264,18 @@ class FakeStreams:
 
     def current_stream(self, device=None):
         return f"stream of {device}" if device is not None else "stream of the current device"
+
+
+# --- DDP: the ranks agree on stopping without a host synchronisation per step -----------------------------
+
+def test_ranks_agree_on_stopping_rarely_not_at_every_step():
+    from pipeprof.workload.distributed import AGREE_EVERY_STEPS, DistributedParts
+
+    parts = DistributedParts(rank=0, world_size=2, backend="nccl", device=torch.device("cuda", 1))
+    agreed = []
+    parts.agree = lambda stop: agreed.append(stop) or stop  # the all-reduce and its host read
+    decide = parts.agreeing(lambda step, samples: step >= 40)
+    stops = [decide(i, 32) for i in range(3 * AGREE_EVERY_STEPS)]
+    assert len(agreed) == 3  # once every AGREE_EVERY_STEPS steps, at the same steps on every rank
+    assert stops.index(True) == 2 * AGREE_EVERY_STEPS - 1  # the first agreement after the rank wanted to stop
+    assert agreed == [False, True, True]

@@ -313,8 +313,9 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     rank = work.rank
     collective = rank.collective if rank is not None else None
     if rank is not None and collective is None:
-        absences["collective_wait"] = (f"not measured on CUDA ({rank.backend}): NCCL queues the all-reduce on the "
-                                       f"device and the host does not block in it; it stays in compute")
+        absences["collective_wait"] = (f"not measured on CUDA ({rank.backend}): the all-reduce of CUDA tensors is "
+                                       f"queued on the device and the host does not block in it; it stays in "
+                                       f"compute")
     timer = StepTimer(clock, t0_s, scenario.train.warmup_steps, cuda_events(work.device) if on_cuda else None,
                       collective.take if collective is not None else None,
                       spool=Spool(STEP_COLUMNS, spool_dir, "steps"))
