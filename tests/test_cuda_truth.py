@@ -279,3 +279,57 @@ def test_ranks_agree_on_stopping_rarely_not_at_every_step():
     assert len(agreed) == 3  # once every AGREE_EVERY_STEPS steps, at the same steps on every rank
     assert stops.index(True) == 2 * AGREE_EVERY_STEPS - 1  # the first agreement after the rank wanted to stop
     assert agreed == [False, True, True]
+
+
+def test_a_side_stream_prefetcher_on_the_simulated_device_is_not_blamed_on_h2d(tmp_path):
+    """A prefetcher (NVIDIA's data_prefetcher) copies the next batch on a side stream while the current one
+    trains: the 3 ms copies hide behind 8 ms of kernels, the device's step is its kernels. Under the real
+    hooks, the copies are recorded on the stream they were issued on and kept out of the step's serial time."""
+    from torch.utils.data import DataLoader
+
+    from pipeprof.measure.sim_device import SimCuda, hooks_profiler
+    from pipeprof.script.event_steps import read_events, script_steps
+    from pipeprof.script.patches import Patches
+
+    clock = FakeClock(100.0)
+    main, side = SimDevice(clock), SimDevice(clock)  # two streams of one device
+    sim = SimCuda(main)
+    steps, warmup = 40, 5
+
+    def load(i):
+        clock.advance(0.002)
+        return torch.zeros(4)
+
+    def copying(original):
+        def to(self, *args, **kwargs):
+            out = original(self, *args, **kwargs)
+            sim.current.launch(0.003, kind="h2d")  # queued on the current stream: the side one here
+            return out
+        return to
+
+    weight = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    own = Patches()
+    own.apply(torch.Tensor, "to", copying)
+    path = tmp_path / "events.jsonl"
+    try:
+        with hooks_profiler(path)(clock, sim):
+            ahead = None
+            for x in DataLoader(list(range(steps)), batch_size=None, num_workers=0, collate_fn=load):
+                with sim.using(side):
+                    x.to(torch.float64, non_blocking=True)
+                if ahead is None:
+                    ahead = x
+                    continue
+                main.wait_stream(side)  # torch.cuda.current_stream().wait_stream(side)
+                main.launch(0.008, host_s=0.0005)
+                weight.grad = torch.ones(1)
+                optimizer.step()
+    finally:
+        own.undo()
+    cut = script_steps(read_events(path), 100.0, warmup)
+    counted = cut.steps[~cut.steps["warmup"].astype(bool)]
+    assert cut.timing["method"] == "cuda-events"
+    assert counted["h2d_s"].sum() == 0.0  # every copy was beside the compute
+    assert counted["step_s"].median() == pytest.approx(0.008, abs=1e-6)  # the device's pace: its kernels
+    assert counted["compute_s"].median() == pytest.approx(0.008, abs=1e-6)

@@ -125,18 +125,20 @@ class SimDevice:
 
 
 class SimCuda:
-    """The simulated device as the script hooks see a device (``pipeprof.script.device_clock.Device``); its
-    stream is the one the step's marks and copies are recorded on."""
+    """The simulated device as the script hooks see a device (``pipeprof.script.device_clock.Device``): events
+    are recorded on its current stream (``device``, or another one inside ``with sim.stream(side)``, as in
+    ``torch.cuda.stream``)."""
 
     def __init__(self, device: SimDevice, index: int = 0) -> None:
         self.device = device
+        self.current = device  # the current stream
         self.index: int | None = None  # named by the first batch copied to it, as on CUDA
         self._index = index
 
     def mark(self) -> SimEvent | None:
         if self.index is None:
             return None
-        event = self.device.event()
+        event = self.current.event()
         event.record()
         return event
 
@@ -145,7 +147,16 @@ class SimCuda:
         return True
 
     def stream(self) -> Any:
-        return self.device
+        return self.current
+
+    @contextlib.contextmanager
+    def using(self, stream: SimDevice) -> Iterator[SimDevice]:
+        """``with torch.cuda.stream(stream):`` work queued inside goes to ``stream``."""
+        previous, self.current = self.current, stream
+        try:
+            yield stream
+        finally:
+            self.current = previous
 
 
 @dataclass(frozen=True)
