@@ -25,7 +25,7 @@ G     t, device_s                                on CUDA: an event recorded at h
                                                  (that of the I/N/E/O/M/B it marks) completed at
                                                  ``device_s`` on the device's clock (from the first)
 Y     t, allocated, reserved, peak_allocated,    on CUDA, at most every half second at a step end:
-      peak_reserved (bytes)                      torch.cuda's memory, peaks since the last one
+X
 R     t, {rank, world_size, backend}             the process group, at a loader's first pass, the first
                                                  step end and the end
 T     t, {at, torch_threads}                     torch's thread count, at the first step end / the end
