@@ -25,7 +25,8 @@ G     t, device_s                                on CUDA: an event recorded at h
                                                  (that of the I/N/E/O/M/B it marks) completed at
                                                  ``device_s`` on the device's clock (from the first)
 Y     t, allocated, reserved, peak_allocated,    on CUDA, at most every half second at a step end:
-X
+      peak_reserved (bytes)                      torch.cuda's memory on the training device, its
+                                                 own peaks (never reset)
 R     t, {rank, world_size, backend}             the process group, at a loader's first pass, the first
                                                  step end and the end
 T     t, {at, torch_threads}                     torch's thread count, at the first step end / the end
