@@ -85,7 +85,7 @@ def test_simulated_events_follow_torchs_semantics_and_float32_milliseconds():
     never = device.event()
     assert never.query()  # torch: an event never recorded is complete
     never.synchronize()  # and waiting for it returns at once
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ValueError):  # torch's own check, before CUDA (torch 2.x: "Both events must be recorded")
         never.elapsed_time(never)
     start = device.event()
     start.record()
@@ -99,6 +99,18 @@ def test_simulated_events_follow_torchs_semantics_and_float32_milliseconds():
     other.record()
     with pytest.raises(RuntimeError):
         start.elapsed_time(other)  # two devices' events: invalid resource handle
+
+
+def test_an_event_never_recorded_is_counted_dropped_not_raised():
+    clock = FakeClock(0.0)
+    device = SimDevice(clock)
+    marks = DeviceMarks()
+    done = device.event()
+    done.record()
+    marks.mark(0.0, done)
+    marks.mark(0.5, device.event())  # never recorded: torch raises ValueError, not a CUDA RuntimeError
+    assert marks.resolve(final=True) == [("G", 0.0, 0.0)]
+    assert marks.dropped == 1
 
 
 def test_device_times_hours_into_a_run_are_read_between_neighbouring_events():

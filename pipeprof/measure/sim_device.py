@@ -44,8 +44,9 @@ PARTS = ("data_wait", "h2d", "compute", "other")
 class SimEvent:
     """An event on the simulated stream (a ``torch.cuda.Event(enable_timing=True)`` stand-in), with torch's
     semantics: ``query()`` of an event never recorded is True and its ``synchronize()`` returns at once;
-    ``elapsed_time`` raises ``RuntimeError`` (torch's CUDA errors are RuntimeErrors) unless both events were
-    recorded and reached, and returns float32 milliseconds, as ``cudaEventElapsedTime`` does: a span read
+    ``elapsed_time`` raises ``ValueError`` unless both events were recorded (torch's own check) and
+    ``RuntimeError`` (torch's CUDA errors, ``torch.AcceleratorError``, are RuntimeErrors) for one not reached
+    or of another device, and returns float32 milliseconds, as ``cudaEventElapsedTime`` does: a span read
     hours from its start event is coarse (about 1 ms after four hours)."""
 
     def __init__(self, device: SimDevice) -> None:
@@ -67,8 +68,8 @@ class SimEvent:
     def elapsed_time(self, end: SimEvent) -> float:
         """Milliseconds from this event to ``end`` as a float32; both must have been reached (CUDA raises
         "device not ready" otherwise) and be of one device ("invalid resource handle")."""
-        if self.at_s is None or end.at_s is None:
-            raise RuntimeError("CUDA error: invalid resource handle (an event never recorded)")
+        if self.at_s is None or end.at_s is None:  # torch checks this itself, before CUDA: a ValueError
+            raise ValueError("Both events must be recorded before calculating elapsed time.")
         if end.device.index != self.device.index:
             raise RuntimeError("CUDA error: invalid resource handle (events of two devices)")
         if not (self.query() and end.query()):

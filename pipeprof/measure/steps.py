@@ -102,7 +102,7 @@ def _done(event: DeviceEvent) -> bool:
     """Whether the device has reached ``event`` (never waits); a failing device reads as done: the drain says."""
     try:
         return bool(event.query())
-    except RuntimeError:
+    except (RuntimeError, ValueError):
         return True
 
 
@@ -228,7 +228,7 @@ class StepTimer:
             try:
                 if not last_events[2].query():
                     last_events[2].synchronize()  # done already unless the run is over: every earlier one is too
-            except RuntimeError as e:  # a sticky CUDA error: the steps stay, on the host clock
+            except (RuntimeError, ValueError) as e:  # a sticky CUDA error: the steps stay, on the host clock
                 self.device_error = " ".join(str(e).split())
         for i in range(count):
             p = pending[i]
@@ -261,7 +261,7 @@ class StepTimer:
                 try:
                     if self.device_error is None:
                         row.update(_device_times(p.events, previous_done, host_wait_s))
-                except RuntimeError as e:
+                except (RuntimeError, ValueError) as e:
                     self.device_error = " ".join(str(e).split())
                 if self.device_error is not None:
                     self._host_rows += 1

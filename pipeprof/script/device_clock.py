@@ -130,7 +130,7 @@ class DeviceMarks:
                 try:
                     if not item[-1].query():
                         item[-1].synchronize()
-                except RuntimeError:
+                except (RuntimeError, ValueError):
                     pass  # a context already gone: each one left is dropped below
         while pending:
             item = pending[0]
@@ -146,7 +146,7 @@ class DeviceMarks:
                 else:
                     span_s = item[5].elapsed_time(last) / 1e3
                     out.append(("C", item[1], item[2], item[3], span_s, *((1,) if item[4] else ())))
-            except RuntimeError:  # another device's event, one never recorded, or one from a graph capture
+            except (RuntimeError, ValueError):  # another device's event, one never recorded (torch: ValueError)
                 self.dropped += 1
             pending.popleft()
         return out
