@@ -316,6 +316,7 @@ def test_a_side_stream_prefetcher_on_the_simulated_device_is_not_blamed_on_h2d(t
         def to(self, *args, **kwargs):
             out = original(self, *args, **kwargs)
             sim.current.launch(0.003, kind="h2d")  # queued on the current stream: the side one here
+            out.sim_device = 0  # on the simulated device (SimCuda.holds)
             return out
         return to
 
@@ -345,3 +346,31 @@ def test_a_side_stream_prefetcher_on_the_simulated_device_is_not_blamed_on_h2d(t
     assert counted["h2d_s"].sum() == 0.0  # every copy was beside the compute
     assert counted["step_s"].median() == pytest.approx(0.008, abs=1e-6)  # the device's pace: its kernels
     assert counted["compute_s"].median() == pytest.approx(0.008, abs=1e-6)
+
+
+def test_the_real_cuda_device_times_the_training_device_while_another_is_current(tmp_path):
+    """A rank training on cuda:1 with device 0 current (``.to(f"cuda:{rank}")`` without ``set_device``): the real
+    ``CudaDevice`` over the simulated torch.cuda times cuda:1's stream, as the device saw it, and never asks
+    anything of device 0 (no context there)."""
+    from pipeprof.measure.sim_cuda import SimTorchCuda, where_simulated
+    from pipeprof.measure.sim_device import device_truth, hooks_profiler, run_loop
+    from pipeprof.script.device_clock import CudaDevice
+    from pipeprof.script.event_steps import read_events, script_steps
+
+    case = next(c for c in CASES if c.name == "host-ahead")
+    clock, apis = FakeClock(100.0), []
+
+    def real_device(stream):
+        api = SimTorchCuda(clock, {stream.index: stream}, current=0)
+        apis.append(api)
+        return CudaDevice(api, where=where_simulated)
+
+    path = tmp_path / "events.jsonl"
+    run_loop(case, clock, hooks_profiler(path), hooks_device=real_device, device_index=1)
+    cut = script_steps(read_events(path), 100.0, case.warmup_steps)
+    assert apis[0].contexts == {1}  # device 0, the current one, untouched
+    assert cut.device == "cuda:1" and cut.timing["method"] == "cuda-events"
+    truth = device_truth(case)
+    counted = cut.steps[~cut.steps["warmup"].astype(bool)]
+    assert counted["data_wait_s"].sum() / counted["step_s"].sum() == pytest.approx(truth["data_wait"], abs=0.005)
+    assert counted["h2d_s"].sum() / counted["step_s"].sum() == pytest.approx(truth["h2d"], abs=0.005)

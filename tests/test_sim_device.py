@@ -301,6 +301,7 @@ def _trainer_loop(path, evaluate: bool):
         def to(self, *args, **kwargs):
             out = original(self, *args, **kwargs)
             device.copy(0.001, pinned=True)
+            out.sim_device = 0  # a copy to the simulated device (SimCuda.holds)
             return out
         return to
 

@@ -144,7 +144,10 @@ class SimCuda:
         return event
 
     def holds(self, tensor: Any) -> bool:
-        self.index = self._index  # every copy the simulated loop makes goes to the simulated device
+        """A copy the simulated loop made (``sim_device`` on it) is on the device; the first names it."""
+        if getattr(tensor, "sim_device", None) is None:
+            return False
+        self.index = self._index
         return True
 
     def stream(self) -> Any:
@@ -235,15 +238,19 @@ def hooks_profiler(events_path: Path, memory: Any = None) -> Profiler:
     return profiling
 
 
-def run_loop(case: LoopCase, clock: FakeClock, profiler: Profiler, device_clock: bool = True) -> Timeline:
+def run_loop(case: LoopCase, clock: FakeClock, profiler: Profiler, device_clock: bool = True,
+             hooks_device: Callable[[SimDevice], Any] | None = None, device_index: int = 0) -> Timeline:
     """``case`` as a real training loop (a DataLoader, ``.to``, an optimizer) inside ``profiler(clock,
-    device)``; ``device_clock`` False: the hooks see no device clock (the CPU path)."""
+    device)``; ``device_clock`` False: the hooks see no device clock (the CPU path). ``hooks_device``: what the
+    hooks see of the loop's stream (default ``SimCuda``; ``device_clock.CudaDevice`` over ``sim_cuda``'s
+    torch.cuda runs the real one); ``device_index``: the device the loop trains on (its copies say so in
+    ``sim_device``)."""
     import torch
     from torch.utils.data import DataLoader, Dataset
 
     from pipeprof.script.patches import Patches
 
-    device = SimDevice(clock)
+    device = SimDevice(clock, index=device_index)
     timeline = Timeline(device)
 
     class Samples(Dataset):
@@ -266,6 +273,7 @@ def run_loop(case: LoopCase, clock: FakeClock, profiler: Profiler, device_clock:
             out = original(self, *args, **kwargs)
             if getattr(self, "sim_copy", False):
                 device.copy(case.copy_s, case.pinned)
+                setattr(out, "sim_device", device.index)  # noqa: B010 - where the copy went (sim_cuda.where_simulated)
             return out
         return to
 
@@ -274,7 +282,8 @@ def run_loop(case: LoopCase, clock: FakeClock, profiler: Profiler, device_clock:
     own = Patches()
     own.apply(torch.Tensor, "to", simulated_to)  # under the hooks' patch: what they time is the copy
     try:
-        with profiler(clock, SimCuda(device) if device_clock else NoDevice()):
+        seen = (hooks_device or SimCuda)(device) if device_clock else NoDevice()
+        with profiler(clock, seen):
             for x in DataLoader(Samples(), batch_size=1, num_workers=0, collate_fn=collate):
                 x.to(torch.float64, non_blocking=case.pinned)
                 device.launch(case.compute_s, host_s=case.launch_s)

@@ -27,6 +27,7 @@ two methods.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -58,8 +59,9 @@ class CudaDevice:
     ``mark()`` is None until the script itself has put a batch on CUDA (pipeprof never initializes CUDA: a
     CPU-only script stays CPU-only)."""
 
-    def __init__(self, cuda: Any = None) -> None:
+    def __init__(self, cuda: Any = None, where: Callable[[Any], int | None] | None = None) -> None:
         cuda = torch.cuda if cuda is None else cuda  # a stand-in in the tests (the simulated device's)
+        self._where = where or _cuda_index  # the device a tensor lives on (None: not CUDA)
         self._initialized = cuda.is_initialized
         self._event = cuda.Event
         self._current_stream = cuda.current_stream
@@ -84,16 +86,21 @@ class CudaDevice:
         return event
 
     def holds(self, tensor: Any) -> bool:
-        if not tensor.is_cuda:
+        index = self._where(tensor)
+        if index is None:
             return False
         if self.index is None:
-            self.index = tensor.device.index
-        return bool(tensor.device.index == self.index)
+            self.index = index
+        return index == self.index
 
     def stream(self) -> Any:
         if self.index is None or not self._initialized():
             return None
         return self._current_stream(self.index)
+
+
+def _cuda_index(tensor: Any) -> int | None:
+    return int(tensor.device.index) if tensor.is_cuda else None
 
 
 class DeviceMarks:

@@ -492,9 +492,10 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, 
         "ready_batches": ready,
         "collective_wait_s": collective_s,
     }, columns=STEP_COLUMNS)
-    in_steps = _which_step(copy_t0, begins, ends) >= 0
+    copy_step = _which_step(copy_t0, begins, ends)
     counted = np.arange(n) >= (warmup_steps if n > warmup_steps else 0)
-    copies_in = serial & in_steps
+    # the copies of counted steps (the first copy to CUDA, in the warm-up, names the device: no event before it)
+    copies_in = serial & (copy_step >= 0) & counted[np.clip(copy_step, 0, None)]
     timing = step_timing(int(counted.sum()), int((on_device & counted).sum()), int(copies_in.sum()),
                          int((copies_in & device_copy).sum()), bool(device))
     return rows, timing

@@ -435,7 +435,8 @@ class Hooks:
         if out is tensor:  # no copy (already there): nothing to time
             return out
         nbytes = out.element_size() * out.nelement()
-        end = self.device.mark() if start is not None and self.device.holds(out) else None
+        on_device = self.device.holds(out)  # the first copy to CUDA names the training device
+        end = self.device.mark() if start is not None and on_device else None
         if end is not None:
             # The host only queued the copy (asynchronous from pinned memory): device events time it, on the
             # stream it was issued on; one on another stream than the step's (a prefetcher's) overlaps compute.
