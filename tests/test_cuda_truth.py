@@ -374,3 +374,20 @@ def test_the_real_cuda_device_times_the_training_device_while_another_is_current
     counted = cut.steps[~cut.steps["warmup"].astype(bool)]
     assert counted["data_wait_s"].sum() / counted["step_s"].sum() == pytest.approx(truth["data_wait"], abs=0.005)
     assert counted["h2d_s"].sum() / counted["step_s"].sum() == pytest.approx(truth["h2d"], abs=0.005)
+
+
+def test_copy_events_of_older_files_read_as_serial_and_new_ones_keep_the_side_stream_flag(tmp_path):
+    from pipeprof.script.hooks import _line
+
+    old = '["C", 1.000000000, 1.500000000, 64, 0.250000000]\n'  # written before the side-stream flag
+    new = _line(("C", 2.0, 2.5, 64, 0.25, 1))
+    plain = _line(("C", 3.0, 3.5, 64, None))
+    assert new == '["C", 2.000000000, 2.500000000, 64, 0.250000000, 1]\n'
+    assert plain == '["C", 3.000000000, 3.500000000, 64, null, 0]\n'
+    path = tmp_path / "events.jsonl"
+    path.write_text(old + new + plain)
+    copies = read_events(path).tables["C"]
+    assert copies["overlapped"].tolist() == [0.0, 1.0, 0.0]
+    assert copies["device_s"].tolist()[:2] == [0.25, 0.25]
+    path.write_text(new + plain)  # one shape: the fast path
+    assert read_events(path).tables["C"]["overlapped"].tolist() == [1.0, 0.0]
