@@ -154,10 +154,15 @@ class EventLog:
             self.device.mark(t_s, event)
 
     def settle_device(self) -> None:
-        """Resolve every pending device event now (waiting for the last), keeping the tuples to write."""
-        with self._lock:
+        """Resolve every pending device event now (waiting for the last), keeping the tuples to write; not if a
+        flush is under way (a signal handler may have interrupted it: the final flush resolves them then)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
             if len(self.device):
                 self._events.extend(self.device.resolve(final=True))
+        finally:
+            self._lock.release()
 
     def flush(self, now_s: float | None = None, final: bool = False, wait: bool = True) -> None:
         """Write what is pending (``final``: resolving every device event); ``wait`` False: not if a flush is
