@@ -391,3 +391,10 @@ def test_copy_events_of_older_files_read_as_serial_and_new_ones_keep_the_side_st
     assert copies["device_s"].tolist()[:2] == [0.25, 0.25]
     path.write_text(new + plain)  # one shape: the fast path
     assert read_events(path).tables["C"]["overlapped"].tolist() == [1.0, 0.0]
+
+
+def test_the_collective_wait_absence_names_the_backend_that_reduces():
+    from pipeprof.pipeline.train import collective_wait_absence
+
+    assert "NCCL" not in collective_wait_absence("gloo") and "(gloo)" in collective_wait_absence("gloo")
+    assert "(nccl)" in collective_wait_absence("nccl")

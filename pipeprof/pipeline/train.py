@@ -313,9 +313,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     rank = work.rank
     collective = rank.collective if rank is not None else None
     if rank is not None and collective is None:
-        absences["collective_wait"] = (f"not measured on CUDA ({rank.backend}): the all-reduce of CUDA tensors is "
-                                       f"queued on the device and the host does not block in it; it stays in "
-                                       f"compute")
+        absences["collective_wait"] = collective_wait_absence(rank.backend)
     timer = StepTimer(clock, t0_s, scenario.train.warmup_steps, cuda_events(work.device) if on_cuda else None,
                       collective.take if collective is not None else None,
                       spool=Spool(STEP_COLUMNS, spool_dir, "steps"))
@@ -430,6 +428,12 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     attachments = {name: content for r in recorded.values() for name, content in r.files.items()}
     return Run(meta=meta, steps=steps, samples=samples, processes=processes, loading=loading,
                functions=functions, attachments=attachments, device_memory=device_memory, transforms=transforms)
+
+
+def collective_wait_absence(backend: str) -> str:
+    """Why a rank on CUDA has no collective wait, whichever backend reduces (NCCL, or gloo where ranks share a GPU)."""
+    return (f"not measured on CUDA ({backend}): the all-reduce of CUDA tensors is queued on the device and the "
+            f"host does not block in it; it stays in compute")
 
 
 def nothing_timed_inside(scenario: Scenario, batches: int | None) -> str:
