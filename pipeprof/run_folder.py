@@ -138,7 +138,7 @@ DEVICE_MEMORY_COLUMNS = [  # device_memory.csv: torch.cuda's allocator, one row 
     "t_s",  # end of the window
     "allocated_bytes",  # held by tensors now
     "reserved_bytes",  # held by the caching allocator now
-    "peak_allocated_bytes",  # the most held by tensors during the window
+    "peak_allocated_bytes",  # torch's peak (since the start or the script's own reset: pipeprof never resets it)
     "peak_reserved_bytes",
 ]
 

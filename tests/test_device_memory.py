@@ -15,60 +15,78 @@ from pipeprof.run_folder import DEVICE_MEMORY_COLUMNS, SAMPLE_COLUMNS, STEP_COLU
 
 
 class FakeCuda:
-    """torch.cuda's allocator counters, set by the test; peaks follow ``allocate`` as the real ones do."""
+    """torch.cuda's allocator counters, per device, set by the test; peaks follow ``allocate`` as the real ones
+    do, and as in torch a call without a device reads the current one (device 0 unless ``current``)."""
 
-    def __init__(self, initialized=True):
-        self.initialized = initialized
-        self.allocated = self.reserved = 0
-        self.peak_allocated = self.peak_reserved = 0
+    def __init__(self, initialized=True, current=0):
+        self.initialized, self.current = initialized, current
+        self.counters = {}  # device index -> [allocated, reserved, peak allocated, peak reserved]
         self.resets = 0
 
-    def allocate(self, allocated, reserved):
-        self.allocated, self.reserved = allocated, reserved
-        self.peak_allocated = max(self.peak_allocated, allocated)
-        self.peak_reserved = max(self.peak_reserved, reserved)
+    def _of(self, device):
+        index = self.current if device is None else getattr(device, "index", device)
+        return self.counters.setdefault(int(index), [0, 0, 0, 0])
+
+    def allocate(self, allocated, reserved, device=0):
+        c = self._of(device)
+        c[0], c[1] = allocated, reserved
+        c[2], c[3] = max(c[2], allocated), max(c[3], reserved)
 
     def is_initialized(self):
         return self.initialized
 
-    def memory_allocated(self):
-        return self.allocated
+    def memory_allocated(self, device=None):
+        return self._of(device)[0]
 
-    def memory_reserved(self):
-        return self.reserved
+    def memory_reserved(self, device=None):
+        return self._of(device)[1]
 
-    def max_memory_allocated(self):
-        return self.peak_allocated
+    def max_memory_allocated(self, device=None):
+        return self._of(device)[2]
 
-    def max_memory_reserved(self):
-        return self.peak_reserved
+    def max_memory_reserved(self, device=None):
+        return self._of(device)[3]
 
-    def reset_peak_memory_stats(self):
+    def reset_peak_memory_stats(self, device=None):
         self.resets += 1
-        self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
+        c = self._of(device)
+        c[2], c[3] = c[0], c[1]
 
 
-def test_nothing_is_read_before_cuda_is_initialized():
+def test_nothing_is_read_before_cuda_is_initialized_or_while_the_training_device_is_unknown():
     cuda = FakeCuda(initialized=False)
-    windows = CudaMemoryWindows(cuda, window_s=0.5)
+    windows = CudaMemoryWindows(cuda, window_s=0.5, device=0)
     assert windows.read(0.0) is None and windows.final(9.0) is None
-    assert cuda.resets == 0
+    unknown = CudaMemoryWindows(FakeCuda(), window_s=0.5, device=lambda: None)
+    assert unknown.read(0.0) is None and unknown.final(9.0) is None
 
 
-def test_one_row_per_window_with_the_peaks_since_the_previous_row():
+def test_one_row_per_window_with_the_scripts_own_peaks_never_reset():
     cuda = FakeCuda()
-    windows = CudaMemoryWindows(cuda, window_s=0.5)
+    windows = CudaMemoryWindows(cuda, window_s=0.5, device=0)
     cuda.allocate(100, 200)
     assert windows.read(1.0) == (1.0, 100, 200, 100, 200)  # the first step end makes a row
     cuda.allocate(900, 1000)  # a forward pass's activations
     cuda.allocate(150, 1000)  # freed after backward
     assert windows.read(1.2) is None  # the window is not over
     assert windows.read(1.5) == (1.5, 150, 1000, 900, 1000)  # the peak inside the window is kept
-    assert cuda.resets == 2
     cuda.allocate(160, 1000)
-    assert windows.read(2.0) == (2.0, 160, 1000, 160, 1000)  # peaks were reset: the old 900 is gone
+    assert windows.read(2.0) == (2.0, 160, 1000, 900, 1000)  # and stays: the script's max_memory_allocated()
+    assert cuda.resets == 0 and cuda.max_memory_allocated() == 900  # reads what it would unprofiled
+    cuda.reset_peak_memory_stats()  # the script's own reset is its business
     cuda.allocate(170, 1000)
     assert windows.final(2.1) == (2.1, 170, 1000, 170, 1000)  # the run's end: whatever the window
+
+
+def test_the_training_device_is_read_not_the_current_one():
+    cuda = FakeCuda(current=0)
+    cuda.allocate(7, 8, device=0)  # another process's context, or nothing at all
+    cuda.allocate(500, 1000, device=1)  # the script trains on cuda:1 without set_device
+    training = [None]
+    windows = CudaMemoryWindows(cuda, window_s=0.0, device=lambda: training[0])
+    assert windows.read(0.1) is None  # no batch copied yet: the training device is not known
+    training[0] = 1
+    assert windows.read(0.2) == (0.2, 500, 1000, 500, 1000)
 
 
 def test_window_must_not_be_negative():
@@ -78,7 +96,7 @@ def test_window_must_not_be_negative():
 
 def test_real_torch_cuda_without_a_gpu_reads_nothing():
     torch = pytest.importorskip("torch")
-    windows = CudaMemoryWindows()
+    windows = CudaMemoryWindows(device=0)
     if not torch.cuda.is_initialized():
         assert windows.read(0.0) is None
 
@@ -87,7 +105,7 @@ def test_scenario_loop_rows_at_step_ends_on_the_runs_time_axis():
     clock = FakeClock(100.0)
     cuda = FakeCuda()
     done = []
-    rows = DeviceMemoryRows(CudaMemoryWindows(cuda, window_s=0.5), clock, t0_s=100.0,
+    rows = DeviceMemoryRows(CudaMemoryWindows(cuda, window_s=0.5, device=0), clock, t0_s=100.0,
                             then=lambda i, n: done.append(i))
     for step in range(1, 6):  # steps of 0.2 s: a row at 0.2 s, 0.8 s (0.6 s after), then the end
         clock.advance(0.2)
@@ -103,7 +121,7 @@ def test_scenario_loop_rows_at_step_ends_on_the_runs_time_axis():
 
 
 def test_scenario_loop_on_cuda_that_never_initialized_has_no_rows():
-    rows = DeviceMemoryRows(CudaMemoryWindows(FakeCuda(initialized=False)), FakeClock(0.0), 0.0)
+    rows = DeviceMemoryRows(CudaMemoryWindows(FakeCuda(initialized=False), device=0), FakeClock(0.0), 0.0)
     rows(1, 1)
     assert rows.frame().empty
 

@@ -317,3 +317,49 @@ def test_the_make_target_runs_the_module_after_install():
     text = (ROOT / "Makefile").read_text()
     assert "gpu-check: install\n\t$(PY) -m pipeprof.gpu_check --out reports/gpu-check.json" in text
     assert "gpu-check" in text.split(".PHONY:", 1)[1].splitlines()[0]
+
+
+# ---- the CUDA truths (issue 31): the list, and each invariant on passing and failing records -------------
+
+
+def test_the_list_has_the_cuda_truth_checks_and_at_least_16_named_checks():
+    from pipeprof.gpu_check.runner import every_check
+
+    names = [c.name for c in every_check()]
+    assert len(names) >= 16 and len(set(names)) == len(names)
+    for wanted in ("last-device", "script-sets-visible-devices", "fork-after-start", "long-run-no-host-sync",
+                   "side-stream-prefetcher", "peak-memory-kept", "nvml-per-process", "ddp-nccl-max-seconds",
+                   "verify-recommendation"):
+        assert wanted in names
+
+
+def test_truth_invariants_on_passing_and_failing_records():
+    from pipeprof.gpu_check import truth_checks as t
+
+    assert t.on_device({"device": "cuda:1"}, {"device": "cuda:1"}).status == "pass"
+    assert t.on_device({"device": "cuda"}, {"device": "cuda:1"}).status == "fail"
+    memory = pd.DataFrame({"allocated_bytes": [0, 5 << 20]})
+    assert t.memory_follows(memory).status == "pass"
+    assert t.memory_follows(pd.DataFrame({"allocated_bytes": [0, 0]})).status == "fail"  # device 0's zeros
+    assert t.no_context_elsewhere({"device": "cuda:1", "contexts": [1], "device_count": 2}).status == "pass"
+    assert t.no_context_elsewhere({"device": "cuda:1", "contexts": [0, 1], "device_count": 2}).status == "fail"
+    assert t.no_context_elsewhere({"device": "cuda:1", "contexts": [], "device_count": 2}).status == "skipped"
+    assert t.no_host_sync({"host_syncs_during_steps": {}}, 600).status == "pass"
+    assert t.no_host_sync({"host_syncs_during_steps": {"synchronize": 2}}, 600).status == "fail"
+    assert t.no_host_sync({}, 600).status == "fail"
+    assert t.h2d_overlapped({"fractions": {"h2d": 0.01}}).status == "pass"
+    assert t.h2d_overlapped({"fractions": {"h2d": 0.3}}).status == "fail"
+    assert t.peak_kept({"max_memory_allocated": 300 << 20}).status == "pass"
+    assert t.peak_kept({"max_memory_allocated": 40 << 20}).status == "fail"  # reset under the script
+    cols = ("gpu_proc_util_pct",)
+    zeros = pd.DataFrame({"gpu_proc_util_pct": [0.0, 0.0]})
+    assert t.per_process_gpu({"absences": {}}, zeros, cols).status == "fail"  # a silent 0
+    assert t.per_process_gpu({"absences": {"gpu_proc_util_pct": "pids of another namespace"}}, zeros,
+                             cols).status == "pass"
+    assert t.per_process_gpu({}, pd.DataFrame({"gpu_proc_util_pct": [0.0, 41.0]}), cols).status == "pass"
+    verified = {"status": "complete", "set": "loader.num_workers=4", "predicted_samples_per_s": 9000.0,
+                "measured_samples_per_s": 8000.0}
+    outcome = t.predicted_vs_measured(verified)
+    assert outcome.status == "pass" and "predicted 9,000/s, measured 8,000/s" in outcome.detail
+    assert t.predicted_vs_measured({"status": "failed", "reason": "boom"}).status == "fail"
+    assert t.predicted_vs_measured(None).status == "fail"

@@ -136,7 +136,9 @@ def test_events_are_written_during_the_run_not_only_at_the_end(tmp_path):
 
     run_loop(case, FakeClock(100.0), profiling)
     total = sum(1 for line in path.read_text().splitlines() if line.startswith('["G"'))
-    assert total == 3 * case.steps + 4  # around each next() and at each step end; around iter() and the last next()
+    # around each next() and at each step end, around iter() and the last next(); but not before the first batch
+    # copy names the training device (iter() and the first next(): 4)
+    assert total == 3 * case.steps + 4 - 4
     assert 0 < written_during[0] < total  # most were resolved and written before the end
 
 
@@ -236,17 +238,17 @@ class GrowingCuda:
     def is_initialized(self):
         return True
 
-    def memory_allocated(self):
+    def memory_allocated(self, device):
         self.allocated += 1 << 20
         return self.allocated
 
-    def memory_reserved(self):
+    def memory_reserved(self, device):
         return 512 << 20
 
-    def max_memory_allocated(self):
+    def max_memory_allocated(self, device):
         return self.allocated + (8 << 20)
 
-    def max_memory_reserved(self):
+    def max_memory_reserved(self, device):
         return 512 << 20
 
     def reset_peak_memory_stats(self):
@@ -258,7 +260,7 @@ def test_the_hooks_write_torch_cuda_memory_once_a_window_at_step_ends(tmp_path):
 
     case = dataclasses.replace(CASE["input-bound"], steps=200)  # 2.1 s of host time: windows of 0.5 s
     path, cuda = tmp_path / "events.jsonl", GrowingCuda()
-    run_loop(case, FakeClock(100.0), hooks_profiler(path, CudaMemoryWindows(cuda, window_s=0.5)))
+    run_loop(case, FakeClock(100.0), hooks_profiler(path, CudaMemoryWindows(cuda, window_s=0.5, device=0)))
     memory = script_steps(read_events(path), 100.0, case.warmup_steps).device_memory
     assert list(memory.columns) == ["t_s", "allocated_bytes", "reserved_bytes", "peak_allocated_bytes",
                                     "peak_reserved_bytes"]
@@ -268,7 +270,7 @@ def test_the_hooks_write_torch_cuda_memory_once_a_window_at_step_ends(tmp_path):
     assert (gaps >= 0.5 - 1e-9).all() and (gaps < 0.5 + 0.0106).all()  # at the first step end past the window
     assert memory["allocated_bytes"].is_monotonic_increasing
     assert (memory["peak_allocated_bytes"] > memory["allocated_bytes"]).all()
-    assert cuda.resets == len(memory)  # peaks are per window
+    assert cuda.resets == 0  # the script's own peaks are never reset
 
 
 def _trainer_loop(path, evaluate: bool):
@@ -299,6 +301,7 @@ def _trainer_loop(path, evaluate: bool):
         def to(self, *args, **kwargs):
             out = original(self, *args, **kwargs)
             device.copy(0.001, pinned=True)
+            out.sim_device = 0  # a copy to the simulated device (SimCuda.holds)
             return out
         return to
 
@@ -339,19 +342,68 @@ def test_evaluation_passes_are_left_out_of_steps_on_the_device_clock_too(tmp_pat
     assert counted["host_wait_s"].median() == pytest.approx(0.012)
 
 
-def test_a_stream_that_refuses_an_event_leaves_the_step_to_the_host_clock():
-    """Recording a timing event while a stream is captured into a CUDA graph raises: no mark, no crash."""
+class FakeTorchCuda:
+    """torch.cuda as ``CudaDevice`` uses it: events record on the stream given (torch: the current device's
+    current stream when none is), streams are per device, and a stream may be capturing a CUDA graph."""
+
+    def __init__(self, current=0, capturing=False, refuse=False):
+        self.current, self.capturing, self.refuse, self.initialized = current, capturing, refuse, True
+        self.recorded_on = []  # the device of each recorded event's stream
+        cuda = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                assert enable_timing
+
+            def record(self, stream=None):
+                if cuda.refuse:
+                    raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+                cuda.recorded_on.append(cuda.current if stream is None else stream)
+
+        self.Event = Event
+
+    def is_initialized(self):
+        return self.initialized
+
+    def current_stream(self, device=None):
+        return self.current if device is None else device  # a stream stands for its device here
+
+    def is_current_stream_capturing(self):
+        return self.capturing
+
+
+class CudaTensor:
+    is_cuda = True
+
+    def __init__(self, index):
+        self.device = type("device", (), {"index": index, "type": "cuda"})()
+
+
+def test_events_are_recorded_on_the_training_devices_stream_not_the_current_one():
     from pipeprof.script.device_clock import CudaDevice
 
-    class Capturing:
-        def __init__(self, enable_timing):
-            assert enable_timing
+    cuda = FakeTorchCuda(current=0)
+    device = CudaDevice(cuda)
+    assert device.mark() is None  # no batch on CUDA yet: the training device is not known, nothing recorded
+    assert device.holds(CudaTensor(1))  # .to(f"cuda:{rank}") without set_device: cuda:1, current still 0
+    assert not device.holds(CudaTensor(0))
+    assert device.mark() is not None and device.stream() == 1
+    assert cuda.recorded_on == [1]  # never on device 0's stream (no context made there)
 
-        def record(self):
-            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
 
-    device = CudaDevice()
-    device._initialized, device._event = (lambda: True), Capturing
+def test_a_stream_that_refuses_an_event_leaves_the_step_to_the_host_clock():
+    """Recording a timing event while a stream is captured into a CUDA graph is refused and counted (written at
+    the end, ``D``): the step is timed on the host, said so; no mark, no crash."""
+    from pipeprof.script.device_clock import CudaDevice
+
+    device = CudaDevice(FakeTorchCuda(capturing=True))
+    device.holds(CudaTensor(0))
     assert device.mark() is None and device.refused == 1
-    device._initialized = lambda: False  # CUDA not initialized: nothing is asked of it
-    assert device.mark() is None and device.refused == 1
+    raising = CudaDevice(FakeTorchCuda(refuse=True))
+    raising.holds(CudaTensor(0))
+    assert raising.mark() is None and raising.refused == 1
+    uninitialized = FakeTorchCuda()
+    uninitialized.initialized = False  # CUDA not initialized: nothing is asked of it
+    quiet = CudaDevice(uninitialized)
+    quiet.holds(CudaTensor(0))
+    assert quiet.mark() is None and quiet.refused == 0

@@ -57,6 +57,9 @@ class FakeEvent:
     def synchronize(self):
         self.device.synchronized += 1
 
+    def query(self):
+        return False  # never known done before the end: the timer must wait for it then
+
 
 class FakeDevice:
     def __init__(self):

@@ -21,6 +21,7 @@ from rich.table import Table
 from pipeprof.errors import one_line
 from pipeprof.gpu_check.cases import Check, Context, all_checks
 from pipeprof.gpu_check.checks import Outcome, failed, skipped
+from pipeprof.gpu_check.truth_cases import truth_checks_list
 from pipeprof.run_folder import write_json
 
 DEFAULT_OUT = Path("reports") / "gpu-check.json"
@@ -47,6 +48,11 @@ def detect() -> Device:
         why = (f"torch {torch.__version__} (CUDA {torch.version.cuda}) finds no usable GPU "
                "(no NVIDIA driver, or CUDA_VISIBLE_DEVICES hides every device)")
     return Device(False, None, f"torch.cuda.is_available() is False: {why}")
+
+
+def every_check() -> list[Check]:
+    """The whole list: the runs and the simulated cases (``cases``), then the CUDA truths (``truth_cases``)."""
+    return [*all_checks(), *truth_checks_list()]
 
 
 def run_checks(checklist: Sequence[Check], device: Device, ctx: Context,
@@ -102,7 +108,7 @@ def main(argv: Sequence[str] | None = None, *, checklist: Sequence[Check] | None
     p.add_argument("--list", action="store_true", help="print each check's name and what it runs, and exit")
     args = p.parse_args(argv)
     console = console or Console()
-    checklist = list(all_checks() if checklist is None else checklist)
+    checklist = list(every_check() if checklist is None else checklist)
     if args.list:
         for c in checklist:
             console.print(f"[bold]{c.name}[/]: {c.what}", highlight=False)

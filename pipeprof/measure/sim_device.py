@@ -34,42 +34,56 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pipeprof.measure.clock import FakeClock
 
 PARTS = ("data_wait", "h2d", "compute", "other")
 
 
 class SimEvent:
-    """An event on the simulated stream (a ``torch.cuda.Event(enable_timing=True)`` stand-in)."""
+    """An event on the simulated stream (a ``torch.cuda.Event(enable_timing=True)`` stand-in), with torch's
+    semantics: ``query()`` of an event never recorded is True and its ``synchronize()`` returns at once;
+    ``elapsed_time`` raises ``ValueError`` unless both events were recorded (torch's own check) and
+    ``RuntimeError`` (torch's CUDA errors, ``torch.AcceleratorError``, are RuntimeErrors) for one not reached
+    or of another device, and returns float32 milliseconds, as ``cudaEventElapsedTime`` does: a span read
+    hours from its start event is coarse (about 1 ms after four hours)."""
 
     def __init__(self, device: SimDevice) -> None:
         self.device = device
         self.at_s: float | None = None  # when the device reaches it (known at record: the queue's times are)
 
-    def record(self) -> None:
+    def record(self, stream: Any = None) -> None:
+        if stream is not None and stream is not self.device:
+            raise RuntimeError("CUDA error: invalid resource handle (an event of one stream recorded on another)")
         self.at_s = self.device.reach()
 
     def query(self) -> bool:
-        return self.at_s is not None and self.at_s <= self.device.clock()
+        return self.at_s is None or self.at_s <= self.device.clock()
 
     def synchronize(self) -> None:
-        if self.at_s is None:
-            raise RuntimeError("synchronize() on an event never recorded")
-        self.device.wait_until(self.at_s)
+        if self.at_s is not None:
+            self.device.wait_until(self.at_s)
 
     def elapsed_time(self, end: SimEvent) -> float:
-        """Milliseconds from this event to ``end``; both must have been reached (CUDA raises otherwise)."""
+        """Milliseconds from this event to ``end`` as a float32; both must have been reached (CUDA raises
+        "device not ready" otherwise) and be of one device ("invalid resource handle")."""
+        if self.at_s is None or end.at_s is None:  # torch checks this itself, before CUDA: a ValueError
+            raise ValueError("Both events must be recorded before calculating elapsed time.")
+        if end.device.index != self.device.index:
+            raise RuntimeError("CUDA error: invalid resource handle (events of two devices)")
         if not (self.query() and end.query()):
-            raise RuntimeError("elapsed_time of an event the device has not reached yet")
-        assert self.at_s is not None and end.at_s is not None
-        return (end.at_s - self.at_s) * 1e3
+            raise RuntimeError("CUDA error: device not ready")
+        return float(np.float32((end.at_s - self.at_s) * 1e3))
 
 
 @dataclass
 class SimDevice:
-    """One stream. ``busy`` holds ``(start_s, end_s, kind)`` of every piece of work, in the order it ran."""
+    """One stream of device ``index`` (several streams of one device: several of these with one index).
+    ``busy`` holds ``(start_s, end_s, kind)`` of every piece of work, in the order it ran."""
 
     clock: FakeClock
+    index: int = 0
     free_at_s: float = field(init=False)
     busy: list[tuple[float, float, str]] = field(default_factory=list)
     synchronizes: int = 0  # times the host waited for the device
@@ -106,20 +120,47 @@ class SimDevice:
     def event(self) -> SimEvent:
         return SimEvent(self)
 
+    def wait_stream(self, other: SimDevice) -> None:
+        """This stream's later work waits for what ``other`` has queued (``Stream.wait_stream``), on the device."""
+        self.free_at_s = max(self.free_at_s, other.free_at_s)
+
 
 class SimCuda:
-    """The simulated device as the script hooks see a device (``pipeprof.script.device_clock.Device``)."""
+    """The simulated device as the script hooks see a device (``pipeprof.script.device_clock.Device``): events
+    are recorded on its current stream (``device``, or another one inside ``with sim.stream(side)``, as in
+    ``torch.cuda.stream``)."""
 
-    def __init__(self, device: SimDevice) -> None:
+    def __init__(self, device: SimDevice, index: int = 0) -> None:
         self.device = device
+        self.current = device  # the current stream
+        self.index: int | None = None  # named by the first batch copied to it, as on CUDA
+        self._index = index
 
-    def mark(self) -> SimEvent:
-        event = self.device.event()
+    def mark(self) -> SimEvent | None:
+        if self.index is None:
+            return None
+        event = self.current.event()
         event.record()
         return event
 
     def holds(self, tensor: Any) -> bool:
-        return True  # every copy the simulated loop makes goes to the simulated device
+        """A copy the simulated loop made (``sim_device`` on it) is on the device; the first names it."""
+        if getattr(tensor, "sim_device", None) is None:
+            return False
+        self.index = self._index
+        return True
+
+    def stream(self) -> Any:
+        return self.current
+
+    @contextlib.contextmanager
+    def using(self, stream: SimDevice) -> Iterator[SimDevice]:
+        """``with torch.cuda.stream(stream):`` work queued inside goes to ``stream``."""
+        previous, self.current = self.current, stream
+        try:
+            yield stream
+        finally:
+            self.current = previous
 
 
 @dataclass(frozen=True)
@@ -167,6 +208,11 @@ class Timeline:
 class NoDevice:
     """A device without a clock: what the hooks see on the CPU (no event can be recorded)."""
 
+    index = None
+
+    def stream(self) -> None:
+        return None
+
     def mark(self) -> None:
         return None
 
@@ -192,15 +238,19 @@ def hooks_profiler(events_path: Path, memory: Any = None) -> Profiler:
     return profiling
 
 
-def run_loop(case: LoopCase, clock: FakeClock, profiler: Profiler, device_clock: bool = True) -> Timeline:
+def run_loop(case: LoopCase, clock: FakeClock, profiler: Profiler, device_clock: bool = True,
+             hooks_device: Callable[[SimDevice], Any] | None = None, device_index: int = 0) -> Timeline:
     """``case`` as a real training loop (a DataLoader, ``.to``, an optimizer) inside ``profiler(clock,
-    device)``; ``device_clock`` False: the hooks see no device clock (the CPU path)."""
+    device)``; ``device_clock`` False: the hooks see no device clock (the CPU path). ``hooks_device``: what the
+    hooks see of the loop's stream (default ``SimCuda``; ``device_clock.CudaDevice`` over ``sim_cuda``'s
+    torch.cuda runs the real one); ``device_index``: the device the loop trains on (its copies say so in
+    ``sim_device``)."""
     import torch
     from torch.utils.data import DataLoader, Dataset
 
     from pipeprof.script.patches import Patches
 
-    device = SimDevice(clock)
+    device = SimDevice(clock, index=device_index)
     timeline = Timeline(device)
 
     class Samples(Dataset):
@@ -223,6 +273,7 @@ def run_loop(case: LoopCase, clock: FakeClock, profiler: Profiler, device_clock:
             out = original(self, *args, **kwargs)
             if getattr(self, "sim_copy", False):
                 device.copy(case.copy_s, case.pinned)
+                setattr(out, "sim_device", device.index)  # noqa: B010 - where the copy went (sim_cuda.where_simulated)
             return out
         return to
 
@@ -231,7 +282,8 @@ def run_loop(case: LoopCase, clock: FakeClock, profiler: Profiler, device_clock:
     own = Patches()
     own.apply(torch.Tensor, "to", simulated_to)  # under the hooks' patch: what they time is the copy
     try:
-        with profiler(clock, SimCuda(device) if device_clock else NoDevice()):
+        seen = (hooks_device or SimCuda)(device) if device_clock else NoDevice()
+        with profiler(clock, seen):
             for x in DataLoader(Samples(), batch_size=1, num_workers=0, collate_fn=collate):
                 x.to(torch.float64, non_blocking=case.pinned)
                 device.launch(case.compute_s, host_s=case.launch_s)

@@ -19,7 +19,12 @@ bookkeeping lands in "other"), and the phases are the gaps between marks.
 On CUDA the host runs ahead of the device, so host clocks would hand the
 device's compute to whatever the host does next (usually waiting for the
 next batch). Device events are recorded at ``waited``/``copied``/``computed``
-and resolved lazily, after the run, never with a synchronize per step:
+and resolved lazily, never with a host synchronisation during the counted
+steps: a step becomes a row once its last event has completed (``query()``),
+its loss and accuracy copied to pinned host memory without blocking
+(``.item()`` on a CUDA tensor would wait for the whole queue); the rest wait
+for the run's end. A device error (a sticky CUDA error) leaves the steps not
+yet resolved on the host clock, said in ``timing()``, never lost:
 
 * ``h2d_s`` and ``compute_s`` are event spans on the device;
 * ``step_s`` runs from the previous step's compute-end event to this one's;
@@ -58,6 +63,8 @@ class DeviceEvent(Protocol):
 
     def synchronize(self) -> None: ...
 
+    def query(self) -> bool: ...
+
 
 EventFactory = Callable[[], DeviceEvent]
 CPU_TIMING = "training on the CPU: every phase is synchronous, so the host clock is the truth"
@@ -83,6 +90,22 @@ def _value(x: Any) -> float:
     return float(x.item()) if hasattr(x, "item") else float(x)
 
 
+def _to_host(x: Any) -> Any:
+    """A CUDA tensor copied to pinned host memory without blocking (torch pins the output of a non_blocking
+    device-to-host copy); anything else as it is."""
+    if getattr(x, "is_cuda", False):
+        return x.detach().to("cpu", non_blocking=True)
+    return x
+
+
+def _done(event: DeviceEvent) -> bool:
+    """Whether the device has reached ``event`` (never waits); a failing device reads as done: the drain says."""
+    try:
+        return bool(event.query())
+    except (RuntimeError, ValueError):
+        return True
+
+
 @dataclass
 class StepTimer:
     """Records one row per step; ``rows()`` resolves them (see module docstring)."""
@@ -104,6 +127,8 @@ class StepTimer:
     keep_steps: int = 256  # unfinished steps held back before rows are made (their successors' begin is needed)
     _previous: _Pending | None = None  # the last step already turned into a row (its end event times the next)
     _first: int = 0  # the step number of _pending[0]
+    device_error: str | None = None  # the device failed while steps were resolved: they keep host times
+    _host_rows: int = 0  # rows with device events left on the host clock by device_error
 
     @property
     def method(self) -> str:
@@ -111,8 +136,13 @@ class StepTimer:
 
     def timing(self) -> dict[str, Any]:
         """run.json's ``timing``: the clock of the whole and of each part, and why not the device's, when not."""
-        return {"method": self.method, "parts": dict.fromkeys(("data_wait", "h2d", "compute"), self.method),
-                "reason": None if self.device_events else CPU_TIMING}
+        method, reason = self.method, None if self.device_events else CPU_TIMING
+        if self._host_rows:
+            method = "mixed" if self._host_rows < self.steps else "host-clock"
+            reason = (f"the device failed ({self.device_error}): {self._host_rows} of {self.steps} steps are "
+                      f"timed on the host clock and their loss is unknown")
+        return {"method": method, "parts": dict.fromkeys(("data_wait", "h2d", "compute"), method),
+                "reason": reason}
 
     def begin(self, ready_batches: float = float("nan")) -> None:
         """A step starts; ``ready_batches``: prefetched batches waiting (see ``measure.prefetch``)."""
@@ -145,6 +175,8 @@ class StepTimer:
         self._record_event()
 
     def computed(self, samples: int, loss: Any, correct: Any, epoch: int = 0) -> None:
+        if self.device_events:  # copied before the step's last event: ready when it is
+            loss, correct = _to_host(loss), _to_host(correct)
         self._record_event()
         begin, waited, copied = self._marks
         events: tuple[DeviceEvent, DeviceEvent, DeviceEvent] | None = None
@@ -157,7 +189,10 @@ class StepTimer:
         self._pending.append(_Pending(epoch, begin, waited, copied, computed, samples, loss, correct, events,
                                       self._excluded_s, self._ready_batches, collective_s))
         if len(self._pending) > 2 * self.keep_steps:
-            self._drain(len(self._pending) - self.keep_steps)
+            count = len(self._pending) - self.keep_steps
+            events = self._pending[count - 1].events
+            if events is None or _done(events[2]):  # else the device is behind: try again next step
+                self._drain(count)
 
     def finish(self) -> None:
         """Close the last step (its ``step_s`` ends here)."""
@@ -189,8 +224,12 @@ class StepTimer:
         if not count:
             return
         last_events = pending[count - 1].events
-        if last_events:
-            last_events[2].synchronize()  # long done by now: every earlier event is resolved too
+        if last_events and self.device_error is None:
+            try:
+                if not last_events[2].query():
+                    last_events[2].synchronize()  # done already unless the run is over: every earlier one is too
+            except (RuntimeError, ValueError) as e:  # a sticky CUDA error: the steps stay, on the host clock
+                self.device_error = " ".join(str(e).split())
         for i in range(count):
             p = pending[i]
             if i + 1 < len(pending):
@@ -210,8 +249,8 @@ class StepTimer:
                 "step_s": end_s - p.begin_s - p.excluded_s,
                 "host_wait_s": host_wait_s,
                 "samples": p.samples,
-                "loss": _value(p.loss),
-                "correct": _value(p.correct),
+                "loss": _value(p.loss) if not (p.events and self.device_error) else float("nan"),
+                "correct": _value(p.correct) if not (p.events and self.device_error) else float("nan"),
                 "ready_batches": p.ready_batches,
                 "collective_wait_s": p.collective_s,
             }
@@ -219,7 +258,13 @@ class StepTimer:
                 # After a pause the device's idle gap holds untimed work: time such a step like the first.
                 previous = (pending[i - 1] if i else self._previous) if not p.excluded_s else None
                 previous_done = previous.events[2] if previous is not None and previous.events else None
-                row.update(_device_times(p.events, previous_done, host_wait_s))
+                try:
+                    if self.device_error is None:
+                        row.update(_device_times(p.events, previous_done, host_wait_s))
+                except (RuntimeError, ValueError) as e:
+                    self.device_error = " ".join(str(e).split())
+                if self.device_error is not None:
+                    self._host_rows += 1
             self.spool.append(row)
         self._previous = pending[count - 1]
         del pending[:count]

@@ -139,6 +139,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from pipeprof.measure.clock import Clock, monotonic_clock
+from pipeprof.measure.cuda_device import device_sync
 from pipeprof.measure.environment import usable_cores
 from pipeprof.measure.loading import TimedCollate, TimedDataset
 from pipeprof.measure.steps import ThroughputTimer
@@ -205,7 +206,7 @@ def device_loop(work: Any, loop: Callable[..., None], clock: Clock = monotonic_c
     batches = device_batches(work) if batches is None else batches
     data = dataclasses.replace(work.data, batches=batches)
     probe = dataclasses.replace(work, data=data)
-    sync = torch.cuda.synchronize if work.device.type == "cuda" else None
+    sync = device_sync(work.device)
     win = Windows(clock, sync=sync, **windows)
     with work.rank.solo() if work.rank is not None else contextlib.nullcontext():
         loop(probe, 1_000_000, ThroughputTimer(clock), stop_after=lambda i, samples: win.step_done(samples))
@@ -402,7 +403,7 @@ def train_workers(work: Any, loop: Callable[..., None], dataset: Any, k: int, cl
     with _many_workers_expected():
         loader = DataLoader(dataset, batch_size=work.scenario.loader.batch_size, shuffle=True, num_workers=k,
                             generator=torch.Generator().manual_seed(work.scenario.data.seed), **kwargs)
-    sync = torch.cuda.synchronize if work.device.type == "cuda" else None
+    sync = device_sync(work.device)
     timer = ComputeTimer(clock)
     start_s = clock()
     found: dict[str, Any] = {}

@@ -28,6 +28,7 @@ from pipeprof.errors import UsageError, interrupt_reason, one_line, raise_if_ter
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.codeprofile import CodeProfile
+from pipeprof.measure.cuda_device import cuda_events, device_sync
 from pipeprof.measure.cuda_memory import CudaMemoryWindows
 from pipeprof.measure.environment import describe_environment
 from pipeprof.measure.loading import SCENARIO_LOADER, LoadingRecorder
@@ -59,17 +60,21 @@ OnStep = Callable[[int, int], None]  # (steps done, total steps)
 
 
 def resolve_device(spec: str, cuda_available: bool | None = None) -> torch.device:
-    """``auto`` -> CUDA when available, else CPU; an unavailable CUDA device is a usage error."""
+    """``auto`` -> CUDA when available, else CPU; an unavailable CUDA device is a usage error. A CUDA device
+    always has its ordinal (``cuda`` is torch's current device, ``cuda:0`` in a fresh process): the run records
+    ``cuda:1``, not ``cuda``, and every event, synchronize and memory read names it."""
     available = torch.cuda.is_available() if cuda_available is None else cuda_available
     if spec == "auto":
-        return torch.device("cuda" if available else "cpu")
+        spec = "cuda" if available else "cpu"
     device = torch.device(spec)
     if device.type == "cuda":
         if not available:
             raise UsageError(f"train.device = {spec!r}: no CUDA device is available on this machine; "
                              f"use 'auto' or 'cpu'")
+        if device.index is None:
+            return torch.device("cuda", torch.cuda.current_device() if cuda_available is None else 0)
         count = torch.cuda.device_count()
-        if device.index is not None and device.index >= count:
+        if device.index >= count:
             raise UsageError(f"train.device = {spec!r}: this machine has {count} CUDA device(s); "
                              f"allowed: cuda:0 .. cuda:{count - 1}")
     return device
@@ -233,10 +238,6 @@ def _end_workers(iterator: Any, batches: Any) -> None:
         shutdown()
 
 
-def _cuda_events() -> torch.cuda.Event:  # pragma: no cover - needs a GPU
-    return torch.cuda.Event(enable_timing=True)
-
-
 def profile_scenario(scenario: Scenario, *, cache_root: Path | None = None, clock: Clock = monotonic_clock,
                      on_step: OnStep | None = None, context: dict[str, Any] | None = None) -> Run:
     """Build ``scenario``'s workload with worker-side timing and profile it (see ``profile_workload``)."""
@@ -312,9 +313,8 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     rank = work.rank
     collective = rank.collective if rank is not None else None
     if rank is not None and collective is None:
-        absences["collective_wait"] = (f"not measured on CUDA ({rank.backend}): NCCL queues the all-reduce on the "
-                                       f"device and the host does not block in it; it stays in compute")
-    timer = StepTimer(clock, t0_s, scenario.train.warmup_steps, _cuda_events if on_cuda else None,
+        absences["collective_wait"] = collective_wait_absence(rank.backend)
+    timer = StepTimer(clock, t0_s, scenario.train.warmup_steps, cuda_events(work.device) if on_cuda else None,
                       collective.take if collective is not None else None,
                       spool=Spool(STEP_COLUMNS, spool_dir, "steps"))
     if recorder is not None and not recorder.batches:
@@ -333,7 +333,8 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     stop_after: StopAfter | None = steady.after_step if steady else None
     if stop_after is not None and rank is not None:
         stop_after = rank.agreeing(stop_after)  # every rank trains the same steps
-    memory = DeviceMemoryRows(CudaMemoryWindows(torch.cuda), clock, t0_s, on_step) if on_cuda else None
+    memory = DeviceMemoryRows(CudaMemoryWindows(torch.cuda, device=work.device), clock, t0_s, on_step) \
+        if on_cuda else None
     status, error = "complete", None
     sampler.start()
     if steady is not None:
@@ -429,6 +430,12 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
                functions=functions, attachments=attachments, device_memory=device_memory, transforms=transforms)
 
 
+def collective_wait_absence(backend: str) -> str:
+    """Why a rank on CUDA has no collective wait, whichever backend reduces (NCCL, or gloo where ranks share a GPU)."""
+    return (f"not measured on CUDA ({backend}): the all-reduce of CUDA tensors is queued on the device and the "
+            f"host does not block in it; it stays in compute")
+
+
 def nothing_timed_inside(scenario: Scenario, batches: int | None) -> str:
     """Why a scenario run has no transforms.csv (run.json ``absences.transforms``); ``batches``: the loading
     records kept (None: loading not recorded)."""
@@ -460,7 +467,7 @@ def measure_compute_ceiling(work: Workload, clock: Clock = monotonic_clock,
     batch = work.scenario.loader.batch_size
     x = torch.randn(batch, 784, device=work.device)
     y = torch.randint(0, 10, (batch,), device=work.device)
-    sync = torch.cuda.synchronize if work.device.type == "cuda" else (lambda: None)
+    sync = device_sync(work.device) or (lambda: None)
     # A rank of a DDP job: its own compute, without the all-reduce (no rank waits for another here).
     with work.rank.solo() if work.rank is not None else contextlib.nullcontext():
         for _ in range(COMPUTE_PROBE_WARMUP):
@@ -479,7 +486,7 @@ def measure_unprofiled(scenario: Scenario, *, cache_root: Path | None = None,
                        clock: Clock = monotonic_clock) -> float:
     """Samples/s after warm-up with no profiler at all: the overhead benchmark's baseline."""
     work = build_workload(scenario, cache_root)
-    sync = torch.cuda.synchronize if work.device.type == "cuda" else None
+    sync = device_sync(work.device)
     timer = ThroughputTimer(clock, scenario.train.warmup_steps, sync)
     cold = ColdCache(work, clock, clock()) if scenario.data.cache == "cold" else None
     train_loop(work, scenario.total_steps(), timer, before_epoch=cold.before_epoch if cold else None)

@@ -31,7 +31,8 @@ SPAN_COLUMNS = ["loader", "t0_s", "t1_s"]  # I (iter) and E (end of a pass)
 BATCH_COLUMNS = ["loader", "t0_s", "t1_s", "samples",  # N, in the order written; the maker's record (nan if none)
                  "worker", "pid", "made_t0_s", "made_t1_s", "fetch_s", "prep_s", "collate_s", "made_samples",
                  "core_wait_s", "ready"]
-COPY_COLUMNS = ["t0_s", "t1_s", "nbytes", "device_s"]  # C; device_s nan when timed on the host
+# C; device_s nan when timed on the host; overlapped 1 when issued on another stream than the step's marks
+COPY_COLUMNS = ["t0_s", "t1_s", "nbytes", "device_s", "overlapped"]
 # P: per batch, what its samples spent in one timed transform or decode call (its name: the Q event of index)
 PART_COLUMNS = ["loader", "made_t0_s", "index", "calls", "wall_s", "cpu_s"]
 NO_RECORD = [None] * 9  # a batch that came without its maker's record (the hooks write it so: fixed width)
@@ -41,7 +42,7 @@ ROWS = {
     "I": (SPAN_COLUMNS, 3, lambda e: e[1:4]),
     "E": (SPAN_COLUMNS, 3, lambda e: e[1:4]),
     "N": (BATCH_COLUMNS, 4, lambda e: [*e[1:5], *_record(e[5]), e[6] if len(e) > 6 else None]),
-    "C": (COPY_COLUMNS, 3, lambda e: e[1:5]),
+    "C": (COPY_COLUMNS, 3, lambda e: [*e[1:5], e[5] if len(e) > 5 else 0]),
     "P": (PART_COLUMNS, 6, lambda e: e[1:7]),
     "O": (["t_s"], 1, lambda e: e[1:2]),
     "M": (["t_s"], 1, lambda e: e[1:2]),
@@ -74,6 +75,7 @@ class Events:
     part_names: dict[int, tuple[str, str]] = field(default_factory=dict)  # Q: index -> (kind, name) of P rows
     pipelines: dict[int, Any] = field(default_factory=dict)  # F: loader -> [{"name", "random"}] or {"absent"}
     what_ifs: dict[str, Any] | None = None  # A: the what-if segments after --steps (script.segments)
+    device: dict[str, Any] | None = None  # D: the training device and its device events lost
     unreadable: int = 0  # lines or events that could not be read
 
     @classmethod
@@ -163,6 +165,8 @@ class EventReader:
                     ev.part_names[int(e[1])] = (str(e[2]), str(e[3]))
                 elif kind == "F":
                     ev.pipelines[int(e[1])] = e[2] if isinstance(e[2], (list, dict)) else []
+                elif kind == "D":
+                    ev.device = dict(e[2])  # the last one
                 elif kind == "A":
                     ev.what_ifs = dict(e[2])  # the last one
                 elif kind == "T":

@@ -13,7 +13,8 @@ N     loader, t0, t1, samples, record,           ``next()`` returned a batch; ``
                                                  (before the DataLoader's ``next()`` calls in it,
                                                  for a loader that fetches ahead: the fewest)
 E     loader, t0, t1                             ``next()`` ended the pass (StopIteration)
-C     t0, t1, bytes, device_s|None               a batch tensor was copied (``.to``/``.cuda``)
+C     t0, t1, bytes, device_s|None, overlapped   a batch tensor was copied (``.to``/``.cuda``);
+                                                 overlapped 1: on a side stream, beside the compute
 O     t                                          an optimizer step ended (global post-hook)
 M     t                                          ``prof.step()``
 B     t0, t1                                     a backward pass (``torch.autograd.backward``)
@@ -24,7 +25,8 @@ G     t, device_s                                on CUDA: an event recorded at h
                                                  (that of the I/N/E/O/M/B it marks) completed at
                                                  ``device_s`` on the device's clock (from the first)
 Y     t, allocated, reserved, peak_allocated,    on CUDA, at most every half second at a step end:
-      peak_reserved (bytes)                      torch.cuda's memory, peaks since the last one
+      peak_reserved (bytes)                      torch.cuda's memory on the training device, its
+                                                 own peaks (never reset)
 R     t, {rank, world_size, backend}             the process group, at a loader's first pass, the first
                                                  step end and the end
 T     t, {at, torch_threads}                     torch's thread count, at the first step end / the end
@@ -34,6 +36,8 @@ Q     index, kind, name                          a timed transform / decode call
 P     loader, made_t0, index, calls, wall_s,     per batch and part: what the batch's samples spent
       cpu_s                                      in it (``made_t0``: its record's t_start)
 S     t, {pid, argv, ...}                        the script started
+D     t, {device, refused_in_graph_capture,      on CUDA, at the end: the training device ("cuda:1")
+      unresolved}                                and its device events lost
 X     t, how, detail                             the script ended (exit code / exception)
 ====  =========================================  ==========================================
 
@@ -65,7 +69,8 @@ holds:
 * ``data_wait_s``: time blocked in ``iter()`` and ``next()`` of the training
   loaders, begun in the step (a pass's start spawns its workers: a real wait);
 * ``h2d_s``: batch copies begun in the step outside evaluation passes (on
-  CUDA, the copy's device time);
+  CUDA, the copy's device time), not those issued on a side stream (a
+  prefetcher's: they overlap the compute, which keeps its time);
 * ``ready_batches``: the fewest batches waiting in the prefetch queue before
   any of the step's training batches (NaN: not observable). A step of one
   batch reads it once, as a scenario run does; a step of several
@@ -131,6 +136,7 @@ class ScriptSteps:
     transforms: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TRANSFORM_COLUMNS))
     transform_pipelines: dict[str, Any] = field(default_factory=dict)  # run.json's: "<loader>" -> leaves
     what_ifs: dict[str, Any] | None = None  # A: the what-if segments after --steps (script.segments)
+    device: str | None = None  # D: the training device ("cuda:1"), when a batch went to CUDA
 
 
 def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int = 0) -> ScriptSteps:
@@ -165,8 +171,14 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
     memory = tables["Y"].assign(t_s=tables["Y"]["t_s"] - t0_s)
     transforms = transform_rows(tables["P"], ev.part_names, nexts, begins, ends)
     pipelines = {str(n): leaves for n, leaves in sorted(ev.pipelines.items()) if leaves}
+    device = None
+    if ev.device is not None:
+        device = str(ev.device.get("device")) if ev.device.get("device") else None
+        lost = {k: int(ev.device.get(k) or 0) for k in ("refused_in_graph_capture", "unresolved")}
+        if any(lost.values()):  # said: the steps they belong to were timed on the host clock
+            timing = {**timing, "device_events_lost": lost}
     return ScriptSteps(steps, loading, summary, source, ev.start, ev.end, cuda_copies, ev.threads, ev.rank,
-                       timing, memory, transforms, pipelines, ev.what_ifs)
+                       timing, memory, transforms, pipelines, ev.what_ifs, device)
 
 
 def transform_rows(parts: pd.DataFrame, names: dict[int, tuple[str, str]], nexts: pd.DataFrame,
@@ -446,7 +458,9 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, 
     outside = ~_inside_any(copy_t0, eval_spans)
     device_copy = copies["device_s"].notna().to_numpy()
     copy_s = copies["device_s"].fillna(copies["t1_s"] - copies["t0_s"]).to_numpy()
-    h2d_s = sums(copy_t0[outside], copy_s[outside])
+    # A copy on a side stream (a prefetcher's) runs beside the compute: no part of the step's serial time.
+    serial = outside & (copies["overlapped"].fillna(0).to_numpy() == 0)
+    h2d_s = sums(copy_t0[serial], copy_s[serial])
     busy_s = np.clip(step_s - wait_s - h2d_s - other_s, 0.0, None)
     if collectives is not None and len(collectives):
         k_t0 = collectives["t0_s"].to_numpy()
@@ -478,9 +492,10 @@ def _step_rows(begins: np.ndarray, ends: np.ndarray, train_waits: pd.DataFrame, 
         "ready_batches": ready,
         "collective_wait_s": collective_s,
     }, columns=STEP_COLUMNS)
-    in_steps = _which_step(copy_t0, begins, ends) >= 0
+    copy_step = _which_step(copy_t0, begins, ends)
     counted = np.arange(n) >= (warmup_steps if n > warmup_steps else 0)
-    copies_in = outside & in_steps
+    # the copies of counted steps (the first copy to CUDA, in the warm-up, names the device: no event before it)
+    copies_in = serial & (copy_step >= 0) & counted[np.clip(copy_step, 0, None)]
     timing = step_timing(int(counted.sum()), int((on_device & counted).sum()), int(copies_in.sum()),
                          int((copies_in & device_copy).sum()), bool(device))
     return rows, timing

@@ -97,8 +97,25 @@ def started_facts() -> dict[str, Any]:
     """A process's start record ("S"): who it is and the torch it runs (``measure.environment`` reads the
     torch facts back for run.json, so pipeprof's own process need not import torch)."""
     return {"pid": os.getpid(), "cwd": os.getcwd(), "python": sys.executable, "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(), "cuda_available": torch.cuda.is_available(),
+            "torch_threads": torch.get_num_threads(), "cuda_available": cuda_seen(torch.cuda),
             "cuda_version": torch.version.cuda}
+
+
+def cuda_seen(cuda: Any) -> bool:
+    """Whether the script's torch has a CUDA device, found without initializing CUDA in its process.
+
+    ``torch.cuda.is_available()`` runs ``cuInit`` (through the device count), which marks every child forked
+    afterwards "in bad fork" and fixes the visible devices before the script sets ``CUDA_VISIBLE_DEVICES``: a
+    profiler must not change what the script does. So: torch's own answer once the script has initialized
+    CUDA, else the devices NVML lists (``torch.cuda._device_count_nvml``, which honours
+    ``CUDA_VISIBLE_DEVICES`` and never touches the CUDA driver; -1 when NVML cannot be read)."""
+    if cuda.is_initialized():
+        return bool(cuda.is_available())
+    count = getattr(cuda, "_device_count_nvml", None)
+    try:
+        return count is not None and int(count()) > 0
+    except Exception:  # noqa: BLE001 - a private helper: any failure reads as no device seen
+        return False
 
 
 class EventLog:
@@ -127,13 +144,25 @@ class EventLog:
         if now_s - self._last_flush_s >= FLUSH_EVERY_S:
             self.flush(now_s)
 
-    def add_device_copy(self, t0_s: float, t1_s: float, nbytes: int, start: Any, end: Any) -> None:
+    def add_device_copy(self, t0_s: float, t1_s: float, nbytes: int, start: Any, end: Any,
+                        overlapped: bool = False) -> None:
         if not self.muted:
-            self.device.copy(t0_s, t1_s, nbytes, start, end)
+            self.device.copy(t0_s, t1_s, nbytes, start, end, overlapped)
 
     def add_device_mark(self, t_s: float, event: Any) -> None:
         if not self.muted:
             self.device.mark(t_s, event)
+
+    def settle_device(self) -> None:
+        """Resolve every pending device event now (waiting for the last), keeping the tuples to write; not if a
+        flush is under way (a signal handler may have interrupted it: the final flush resolves them then)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if len(self.device):
+                self._events.extend(self.device.resolve(final=True))
+        finally:
+            self._lock.release()
 
     def flush(self, now_s: float | None = None, final: bool = False, wait: bool = True) -> None:
         """Write what is pending (``final``: resolving every device event); ``wait`` False: not if a flush is
@@ -163,7 +192,7 @@ def _plain(obj: Any) -> Any:
 # to the nanosecond). Fields of other types (a numpy number, None where a number belongs) go through json.
 _FORMATS = {
     "N": '["N", %d, %.9f, %.9f, %d, [%d, %d, %.9f, %.9f, %.9f, %.9f, %.9f, %d, %.9f], %s]\n',
-    "C": '["C", %.9f, %.9f, %d, %s]\n',
+    "C": '["C", %.9f, %.9f, %d, %s, %d]\n',  # the last: 1 on a side stream (device_clock.DeviceMarks)
     "I": '["I", %d, %.9f, %.9f]\n',
     "E": '["E", %d, %.9f, %.9f]\n',
     "O": '["O", %.9f]\n',
@@ -192,7 +221,7 @@ def _line(event: tuple) -> str:
         if kind == "N":
             line = _FORMATS["N"] % (*event[1:5], *event[5], _number_or_null(event[6]))
         elif kind == "C":
-            line = _FORMATS["C"] % (*event[1:4], _number_or_null(event[4]))
+            line = _FORMATS["C"] % (*event[1:4], _number_or_null(event[4]), event[5] if len(event) > 5 else 0)
         elif kind in _FORMATS:
             line = _FORMATS[kind] % event[1:]
     except (TypeError, ValueError, OverflowError):
@@ -213,7 +242,9 @@ class Hooks:
         self.log = log
         self.clock = clock or _host_clock()  # host seconds (perf_counter; a fake one in the simulated-device tests)
         self.device: Device = device if device is not None else CudaDevice()
-        self.memory = memory if memory is not None else CudaMemoryWindows(torch.cuda)  # Y, read at step ends
+        # Y, read at step ends on the training device (None until a batch names it)
+        self.memory = memory if memory is not None else CudaMemoryWindows(torch.cuda, device=self._device_index)
+        self.step_stream: Any = None  # the stream of the last next()'s device marks
         self.stop_after_steps = stop_after_steps
         self.loaders: dict[int, int] = {}  # id(loader) -> loader number
         self._keep: list[Any] = []  # the loaders themselves, so id() is never reused while profiling
@@ -238,6 +269,9 @@ class Hooks:
         self.live = False  # True from the end of a successful install() to uninstall(): the wrappers' switch
         self.patches = Patches()
         self.transforms = TransformHooks(self.patches, self.log, self.clock, str(id(self)))  # issue 18
+
+    def _device_index(self) -> int | None:
+        return self.device.index
 
     # DataLoader.__iter__
     def loader_number(self, loader: DataLoader) -> int:
@@ -314,6 +348,7 @@ class Hooks:
             raise SystemExit(0)
         if not segments.begun:
             loader = self._keep[number] if 0 <= number < len(self._keep) else None
+            segments.training_device = self.device.index
             segments.begin(loader, number if number == self.last_batch_loader else None, iterator)
         if segments.serves(number, iterator):
             return segments.next_batch()
@@ -347,6 +382,7 @@ class Hooks:
         """A call from ``t0_s`` to ``t1_s`` on the host: ``start`` (recorded just before ``t0_s``) and an event now."""
         self.log.add_device_mark(t0_s, start)
         self._mark(t1_s)
+        self.step_stream = self.device.stream()
 
     def _batch(self, number: int, t0: float, t1: float, samples: int, record: Any, ready: float | None) -> None:
         """``N``: the loop waited ``t0``..``t1`` for a batch of loader ``number``."""
@@ -379,6 +415,10 @@ class Hooks:
         for t in tensors(data):
             refs[id(t)] = weakref.ref(t)
         self.batch_refs = refs
+        if self.device.index is None:  # a loader that yields CUDA tensors names the training device
+            for t in tensors(data):
+                if self.device.holds(t):
+                    break
 
     def _end_passes(self) -> None:
         """Passes begun in the session that go on after it: untagged (a later session leaves them alone), and
@@ -400,10 +440,14 @@ class Hooks:
         if out is tensor:  # no copy (already there): nothing to time
             return out
         nbytes = out.element_size() * out.nelement()
-        end = self.device.mark() if start is not None and self.device.holds(out) else None
+        on_device = self.device.holds(out)  # the first copy to CUDA names the training device
+        end = self.device.mark() if start is not None and on_device else None
         if end is not None:
-            # The host only queued the copy (asynchronous from pinned memory): device events time it.
-            self.log.add_device_copy(t0, t1, nbytes, start, end)
+            # The host only queued the copy (asynchronous from pinned memory): device events time it, on the
+            # stream it was issued on; one on another stream than the step's (a prefetcher's) overlaps compute.
+            stream = self.device.stream()
+            overlapped = stream is not None and self.step_stream is not None and stream != self.step_stream
+            self.log.add_device_copy(t0, t1, nbytes, start, end, overlapped)
         else:
             self.log.add(("C", t0, t1, nbytes, None), t1)
         return out
@@ -517,6 +561,7 @@ class Hooks:
             row = self.memory.final(self.clock())
             if row is not None:
                 self.log.add(("Y", *row), row[0])
+            self._device_end()
         self.live = False
         try:
             self.log.flush(final=True)
@@ -528,6 +573,19 @@ class Hooks:
                     _ACTIVE = None
                 if self.stopping:
                     end_process_group()
+
+
+    def _device_end(self) -> None:
+        """``D``: the training device, and the device events lost (refused in a CUDA-graph capture, or not
+        resolvable), so that a step timed on the host for want of them is said, not silently so."""
+        index = self.device.index
+        if index is None:
+            return
+        self.log.settle_device()  # every event resolved now: the dropped ones are counted
+        now = self.clock()
+        self.log.add(("D", now, {"device": f"cuda:{index}", "refused_in_graph_capture":
+                                 int(getattr(self.device, "refused", 0)), "unresolved": self.log.device.dropped}),
+                     now)
 
 
 _ACTIVE: Hooks | None = None

@@ -155,6 +155,7 @@ class WhatIfSegments:
                  **windows: Any) -> None:
         self.log, self.clock, self.make_loader = log, clock, make_loader
         self.cores = cores  # usable cores (None: read when the segments begin)
+        self.training_device: int | None = None  # the CUDA device the script trains on (set by the hooks)
         self.total_budget_s = total_budget_s
         self.windows = windows  # Windows' settings (tests: shorter)
         self.results: dict[str, Any] = {}
@@ -270,7 +271,7 @@ class WhatIfSegments:
         if running.windows is None:  # the first step: the workers' start-up
             running.startup_s = None if running.gapped else now_s - running.start_s
             running.windows = trained_windows(self.clock, running.segment.num_workers, running.prefetch,
-                                              sync=_sync(), **self.windows)
+                                              sync=_sync(self.training_device), **self.windows)
             return False
         return bool(running.windows.step_done(samples))
 
@@ -359,7 +360,10 @@ def _set_threads(n: int) -> None:
     inspect.unwrap(torch.set_num_threads)(n)
 
 
-def _sync() -> Callable[[], None] | None:
-    """CUDA: the device synchronized before a window's end is read (the host runs ahead of it)."""
-    return torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+def _sync(index: int | None) -> Callable[[], None] | None:
+    """CUDA: the training device (``index``, the hooks': where the batches went, never torch's current one)
+    synchronized before a window's end is read (the host runs ahead of it); None on the CPU."""
+    if index is None or not torch.cuda.is_initialized():
+        return None
+    return lambda: torch.cuda.synchronize(index)
 

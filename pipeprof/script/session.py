@@ -340,7 +340,7 @@ class Session:
                      pids: list[int], *, children: bool) -> Run:
         """The run of one process's events, with these samples and processes tables; its GPU series are those
         of the GPU ``pids`` (the process and its workers) trained on."""
-        device = "cuda" if cut.cuda_copies else "cpu"  # where its batches went
+        device = cut.device or ("cuda" if cut.cuda_copies else "cpu")  # where its batches went: "cuda:1"
         samples, gpu_meta = self._training_gpu(samples, pids, device)
         absences = dict(self.absences)
         if not gpu_meta["available"] and gpu_meta.get("reason"):

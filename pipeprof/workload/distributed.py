@@ -45,6 +45,7 @@ from pipeprof.measure.schedstat import RunQueueClock, blocked_s, run_queue_wait
 from pipeprof.scenario import LoaderSpec
 from pipeprof.storage.device import DeviceBatches, DeviceDataset
 
+AGREE_EVERY_STEPS = 32  # the ranks agree on stopping (one blocking all-reduce) once every this many steps
 GROUP_TIMEOUT_S = 300.0  # a rank blocked this long in a collective fails (a peer that vanished is seen sooner)
 
 
@@ -156,11 +157,29 @@ class DistributedParts:
 
     def agree(self, stop: bool) -> bool:
         """True on every rank if any rank wants to stop here (every rank must train the same steps: a rank
-        that stopped alone would leave the others blocked in their next all-reduce)."""
+        that stopped alone would leave the others blocked in their next all-reduce). A blocking all-reduce
+        and a host read: ``agreeing`` calls it once every ``AGREE_EVERY_STEPS`` steps, never per step."""
         flag = torch.tensor([1 if stop else 0], device=self.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 
-    def agreeing(self, stop_after: Callable[[int, int], bool]) -> Callable[[int, int], bool]:
-        """``stop_after`` decided by all ranks together (steady state or a time budget reached on one)."""
-        return lambda step, samples: self.agree(stop_after(step, samples))
+    def agreeing(self, stop_after: Callable[[int, int], bool],
+                 every_steps: int = AGREE_EVERY_STEPS) -> Callable[[int, int], bool]:
+        """``stop_after`` decided by all ranks together (steady state or a time budget reached on one).
+
+        Each rank decides on its own host clock at every step, and the ranks agree only every
+        ``every_steps`` steps (all at the same steps: they train in lockstep). An agreement per step
+        would stop the host at every step on CUDA (the flag's copy and its read), so the host could never
+        run ahead and the profiled job would expose data waits the unprofiled one hides; the price is a stop
+        up to ``every_steps - 1`` steps later than wanted."""
+        if every_steps < 1:
+            raise ValueError(f"every_steps must be >= 1, got {every_steps}")
+        state = {"steps": 0, "wanted": False}
+
+        def decide(step: int, samples: int) -> bool:
+            state["wanted"] = bool(stop_after(step, samples)) or bool(state["wanted"])
+            state["steps"] += 1
+            if state["steps"] % every_steps:
+                return False
+            return self.agree(bool(state["wanted"]))
+        return decide
