@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch.utils.data import get_worker_info
 from torch.utils.data._utils import fetch as _fetch
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
@@ -86,6 +87,30 @@ class TimedCollate:
         self.last = None
 
 
+def leading_samples(batch: Any) -> int:
+    """The samples in a ready-made batch (a loader without automatic batching: ``batch_size=None``): the leading
+    dimension its tensors share, where at least two tensors (inputs and targets, two levels deep) show one and
+    none is a scalar; else 1 (one tensor alone, such as an image, shows no batch dimension)."""
+    found = tensors(batch)
+    if len(found) < 2 or any(t.dim() == 0 for t in found):
+        return 1
+    sizes = {int(t.shape[0]) for t in found}
+    return sizes.pop() if len(sizes) == 1 else 1
+
+
+def tensors(data: Any, depth: int = 0) -> list[torch.Tensor]:
+    """The tensors of a batch: itself, or in a tuple / list / dict, two levels deep."""
+    if isinstance(data, torch.Tensor):
+        return [data]
+    if depth >= 2:
+        return []
+    if isinstance(data, (list, tuple)):
+        return [t for item in data for t in tensors(item, depth + 1)]
+    if isinstance(data, dict):
+        return [t for item in data.values() for t in tensors(item, depth + 1)]
+    return []
+
+
 def _timed_fetch(original: Callable, session: Any = None) -> Callable:
     """``fetch``, timed for loaders whose collate is a ``TimedCollate`` while ``session.live`` (``None``: a
     worker's own patch, on for its life)."""
@@ -104,6 +129,7 @@ def _timed_fetch(original: Callable, session: Any = None) -> Callable:
         # torch's fetchers call the collate last: __getitem__ ran from w0 to the collate's start. Its clocks
         # end the record (one pair of clock reads fewer per batch than reading them again here).
         timed = collate.last or (clock(), cpu_clock(), clock(), cpu_clock(), 1, run_queue())  # no collate call
+        samples = timed[4] if getattr(self, "auto_collation", True) else leading_samples(batch)
         getitem_s = max(timed[0] - w0, 0.0)
         prep_s = min(max(timed[1] - c0, 0.0), getitem_s)
         off_cpu_s = getitem_s - prep_s
@@ -111,7 +137,7 @@ def _timed_fetch(original: Callable, session: Any = None) -> Callable:
         info = get_worker_info()
         return Tagged(batch, [-1 if info is None else info.id, _pid(), w0, timed[2],
                               off_cpu_s if core_s is None else off_cpu_s - core_s, prep_s, timed[2] - timed[0],
-                              timed[4], core_s], batch_parts(collate.transform_keys))
+                              samples, core_s], batch_parts(collate.transform_keys))
     fetch.__wrapped__ = original  # type: ignore[attr-defined]
     fetch._pipeprof = True  # type: ignore[attr-defined]
     return fetch

@@ -343,6 +343,9 @@ class Session:
         pipelines, no_transforms = _timed_pipelines(cut.transform_pipelines, cut.transforms, train)
         if no_transforms:
             absences["transforms"] = no_transforms
+        uncounted = uncounted_samples(train, cut.steps)
+        if uncounted:
+            absences["samples_per_batch"] = uncounted
         if self.sampler is not None:
             absences.update(self.sampler.absences)
         threads = {"start": cut.start.get("torch_threads"), **{t["at"]: t["torch_threads"] for t in cut.threads}}
@@ -381,6 +384,17 @@ class Session:
             processes.loc[processes["role"] == WORKER, "role"] = CHILD
         return Run(meta=meta, steps=cut.steps, samples=samples, processes=processes, loading=cut.loading,
                    device_memory=cut.device_memory, transforms=cut.transforms)
+
+
+def uncounted_samples(train: dict[str, Any] | None, steps: pd.DataFrame) -> str | None:
+    """Why the training loader's samples are counted one a batch (``absences.samples_per_batch``): it hands over
+    ready-made items (``batch_size=None``) whose tensors show no leading dimension they share (None: counted)."""
+    if train is None or train.get("batch_size") is not None or steps.empty or "samples" not in steps:
+        return None
+    if (steps["samples"] > steps.get("batches", 1)).any():
+        return None  # the batches showed their leading dimension
+    return (f"{train.get('name') or 'the training loader'} hands over ready-made items (batch_size=None) whose "
+            "tensors show no leading dimension they share: each item is counted as one sample")
 
 
 def script_what_ifs(cut: ScriptSteps, absent: str | None) -> dict[str, Any]:
