@@ -272,8 +272,9 @@ class Hooks:
     # _BaseDataLoaderIter.__next__
     def on_next(self, iterator: Any, original: Callable) -> Any:
         number = getattr(iterator, "_pipeprof_loader", None)
-        if number is None:  # an iterator made before install()
-            return original(iterator)
+        if number is None:  # an iterator made before install(), or by an __iter__ not timed: its batch untouched
+            data = original(iterator)
+            return data.batch if type(data) is Tagged else data
         if self.stopping:
             return self._after_stop(iterator, number, original)
         outer = getattr(iterator, "_pipeprof_outer", None)  # a framework's look-ahead pass it runs in, if any
@@ -673,8 +674,8 @@ def _unwrap_worker_batches(iterator: Any) -> None:
 
 def _end_persistent_workers(loader: DataLoader) -> None:
     """Persistent workers hold the timed collate and the timed fetch: end them (the next pass starts new ones)."""
-    iterator = getattr(loader, "_iterator", None)
-    if iterator is not None:
+    iterator = getattr(loader, "_iterator", None)  # a StatefulDataLoader keeps its pass here whatever its workers
+    if iterator is not None and loader.persistent_workers and hasattr(iterator, "_shutdown_workers"):
         iterator._shutdown_workers()
         loader._iterator = None
 
