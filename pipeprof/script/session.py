@@ -386,6 +386,10 @@ class Session:
                    device_memory=cut.device_memory, transforms=cut.transforms)
 
 
+# Iterable datasets that apply a sample's transforms as stages of one pipeline (WebDataset's fluid interface)
+PIPELINE_DATASETS = frozenset({"WebDataset", "DataPipeline", "FluidWrapper"})
+
+
 def uncounted_samples(train: dict[str, Any] | None, steps: pd.DataFrame) -> str | None:
     """Why the training loader's samples are counted one a batch (``absences.samples_per_batch``): it hands over
     ready-made items (``batch_size=None``) whose tensors show no leading dimension they share (None: counted)."""
@@ -414,12 +418,17 @@ def _timed_pipelines(pipelines: dict[str, Any], transforms: pd.DataFrame,
     if train is None:
         return timed, None
     number = str(train.get("number"))
-    if not transforms.empty and (transforms["loader"].astype(int).astype(str) == number).any():
-        return timed, None
+    if not transforms.empty and ((transforms["loader"].astype(int).astype(str) == number)
+                                 & (transforms["kind"] == "transform" if "kind" in transforms else True)).any():
+        return timed, None  # a transform of its own timed (decode calls alone are not its pipeline)
     failed = pipelines.get(number)
     if isinstance(failed, dict) and failed.get("absent"):
         return timed, str(failed["absent"])
-    if number not in timed:
+    if not timed.get(number) and train.get("dataset") in PIPELINE_DATASETS:
+        return timed, (f"the training loader's dataset ({train.get('dataset')}) applies its transforms inside its "
+                       "pipeline's stages (map, map_tuple): they run in one call with the reading and decoding, "
+                       "and pipeprof cannot time them apart")
+    if not timed.get(number):
         return timed, (f"the training loader's dataset ({train.get('dataset')}) has no transform pipeline pipeprof "
                        "could find: no transform, target_transform or transforms attribute on it or on the "
                        "datasets it wraps")
