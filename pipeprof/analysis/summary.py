@@ -59,6 +59,7 @@ from pipeprof.analysis.verdict import (
 )
 from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
+from pipeprof.analysis.worker_start import worker_start_summary
 from pipeprof.numbers import finite
 from pipeprof.run_folder import Run, as_dict
 
@@ -316,6 +317,9 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
         sections["loaders"] = _loaders_inside(sections["loaders"], inside)
         if isinstance(sections["script"], dict):  # the script's own wall time, beside the counted steps' duration_s
             sections["script"] = {**sections["script"], "wall_s": script_wall_s(run)}
+        started = worker_start_summary(run.meta.get("worker_starts"), script_wall_s(run))
+        if started is not None and isinstance(sections["loading"], dict):  # spawned / forkserver workers
+            sections["loading"] = {**sections["loading"], "worker_start": started}
             if run.meta.get("overrides"):  # pipeprof profile --loader / --threads: what was set from outside
                 sections["script"]["overrides"] = run.meta["overrides"]
     probe = probe if probe is not None else run.meta.get("probe")

@@ -131,6 +131,7 @@ class ScriptSteps:
     transforms: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TRANSFORM_COLUMNS))
     transform_pipelines: dict[str, Any] = field(default_factory=dict)  # run.json's: "<loader>" -> leaves
     what_ifs: dict[str, Any] | None = None  # A: the what-if segments after --steps (script.segments)
+    worker_starts: list[dict[str, Any]] = field(default_factory=list)  # U: spawned workers' start-up marks
 
 
 def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int = 0) -> ScriptSteps:
@@ -165,8 +166,10 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
     memory = tables["Y"].assign(t_s=tables["Y"]["t_s"] - t0_s)
     transforms = transform_rows(tables["P"], ev.part_names, nexts, begins, ends)
     pipelines = {str(n): leaves for n, leaves in sorted(ev.pipelines.items()) if leaves}
+    starts = [{k: (v - t0_s if k.endswith("_s") and v is not None else v) for k, v in row.items()}
+              for row in ev.worker_starts]  # on the run's time axis, as the steps are
     return ScriptSteps(steps, loading, summary, source, ev.start, ev.end, cuda_copies, ev.threads, ev.rank,
-                       timing, memory, transforms, pipelines, ev.what_ifs)
+                       timing, memory, transforms, pipelines, ev.what_ifs, starts)
 
 
 def transform_rows(parts: pd.DataFrame, names: dict[int, tuple[str, str]], nexts: pd.DataFrame,

@@ -297,6 +297,8 @@ class Hooks:
             self._bracket(start, t0, t1)
         record = None
         if type(data) is Tagged:
+            if data.start is not None:  # a spawned worker's first batch: how long the worker took to start
+                self.log.add(("U", number, data.record[0], data.record[1], data.start), t1)
             data, record, parts = data.batch, data.record, data.parts
             if parts:  # what its samples spent in transforms and decode calls
                 self.transforms.on_batch(number, record, parts, t1)

@@ -378,6 +378,7 @@ class Session:
             "compute_ceiling": None,
             "what_ifs": script_what_ifs(cut, self.what_ifs_absent),
             "transform_pipelines": pipelines,  # issue 18: each loader's timed leaves, in call order
+            "worker_starts": cut.worker_starts,  # spawned / forkserver workers' start-up marks (worker_start)
         }
         if cut.step_source is None and not processes.empty and "role" in processes:
             # No DataLoader in the profiled process: what it started are not its DataLoader workers.
