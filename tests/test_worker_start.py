@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeprof.analysis.worker_start import NO_PARTS, passes, worker_start_summary
+from pipeprof.analysis.verdict import Verdict
+from pipeprof.analysis.worker_start import NO_PARTS, passes, with_worker_start_note, worker_start_summary
 from pipeprof.script import worker_start
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -59,6 +60,18 @@ def test_the_process_start_is_read_from_proc_onto_the_monotonic_clock(tmp_path):
     assert worker_start.process_start_s(stat_path=str(stat)) is None
 
 
+def test_the_verdict_names_the_start_up_where_it_matters():
+    judged = Verdict("compute", "R2", None, "The run is compute-bound.")
+    rows = [_row(10.0), _row(50.0, import_s=3.0)]
+    costly = with_worker_start_note(judged, worker_start_summary(rows, wall_s=20.0))
+    (note,) = costly.notes
+    assert note.startswith("Starting the DataLoader workers (spawn / forkserver) took 27% of the script's wall time")
+    assert "importing the script's main module again" in note and costly.sentence == judged.sentence
+    assert costly.evidence["worker_start_share_of_wall"] == pytest.approx(5.4 / 20.0)
+    cheap = worker_start_summary(rows, wall_s=1000.0)  # 0.5% of a long run: not worth a word
+    assert with_worker_start_note(judged, cheap) is judged and with_worker_start_note(judged, None) is judged
+
+
 def test_a_spawned_child_is_told_by_its_command_line():
     assert worker_start.is_spawned_child(["python", "-c", "from multiprocessing.spawn import spawn_main; "
                                                           "spawn_main(tracker_fd=5, pipe_handle=7)",
@@ -75,7 +88,8 @@ def test_a_script_whose_workers_spawn_has_their_start_up_in_parts(tmp_path):
                           env={**os.environ, "SPAWNED_WORKERS_IMPORT_S": "0.4"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     (folder,) = [p for p in out.iterdir() if (p / "run.json").is_file() and not p.is_symlink()]
-    started = json.loads((folder / "summary.json").read_text())["loading"]["worker_start"]
+    summary = json.loads((folder / "summary.json").read_text())
+    started = summary["loading"]["worker_start"]
     assert started["workers"] == 2 and started["passes"] == 2  # one worker, started anew each of 2 epochs
     parts = started["parts"]
     assert parts["main_import_s"] >= 0.4  # the script's import again, its slow top level included
@@ -83,3 +97,4 @@ def test_a_script_whose_workers_spawn_has_their_start_up_in_parts(tmp_path):
     assert parts["interpreter_s"] > 0
     assert started["median_s"] == pytest.approx(sum(parts.values()), rel=0.05)
     assert 0 < started["share_of_wall"] < 1
+    assert any(note.startswith("Starting the DataLoader workers") for note in summary["verdict"]["notes"])
