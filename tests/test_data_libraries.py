@@ -88,3 +88,57 @@ def test_timms_prefetch_loader_is_one_step_a_batch_and_named_as_the_script_names
     assert prof.run.steps["samples"].tolist() == [16] * 10
     (loader,) = s["loaders"]
     assert loader["name"] == "loader_train" and loader["batches"] == 10
+
+
+def _nodes_loader(n: int, batch_size: int) -> Any:
+    """A torchdata.nodes pipeline as its documentation builds one: sampler, ParallelMapper over __getitem__,
+    Batcher, a collate Mapper, Prefetcher, Loader."""
+    import torchdata.nodes as tn
+    from torch.utils.data import RandomSampler, default_collate
+
+    dataset = Pairs(n)
+    node = tn.SamplerWrapper(RandomSampler(dataset))
+    node = tn.ParallelMapper(node, map_fn=dataset.__getitem__, num_workers=2, method="thread")
+    node = tn.Batcher(node, batch_size=batch_size, drop_last=False)
+    node = tn.Mapper(node, default_collate)
+    node = tn.Prefetcher(node, prefetch_factor=2)
+    return tn.Loader(node)
+
+
+def test_a_torchdata_nodes_loader_is_timed_at_the_loops_next(tmp_path):
+    model, optimizer = _model()
+    train_nodes = _nodes_loader(40, 8)  # 5 batches a pass
+    with pipeprof.profile(name="nodes", out=tmp_path, warmup_steps=1, quiet=True) as prof:
+        seen = []
+        for _epoch in range(2):
+            seen += _train(train_nodes, model, optimizer)
+    assert len(seen) == 10 and all(type(b) is dict for b in seen)
+    s = prof.summary
+    assert s["steps"] + s["warmup_steps"] == 10
+    assert prof.run.steps["samples"].tolist() == [8] * 10  # counted from the batch itself
+    (loader,) = s["loaders"]
+    assert (loader["name"], loader["batches"], loader["passes"]) == ("train_nodes", 10, 2)
+    settings = prof.run.meta["loaders"][0]
+    assert (settings["batch_size"], settings["num_workers"], settings["prefetch_factor"]) == (8, 2, 2)
+    assert "torchdata.nodes" in prof.run.meta["absences"]["transforms"]  # what it cannot see, said
+
+
+def test_steps_end_a_torchdata_nodes_loop(tmp_path):
+    from pipeprof.script import hooks
+
+    model, optimizer = _model()
+    session = hooks.Hooks(hooks.EventLog(str(tmp_path / "events.jsonl")), stop_after_steps=3)
+    session.install()
+    seen: list[Any] = []
+    try:
+        with pytest.raises(SystemExit):
+            for _epoch in range(3):
+                for batch in _nodes_loader(40, 8):
+                    seen.append(batch)
+                    loss = torch.nn.functional.cross_entropy(model(batch["image"].flatten(1)), batch["label"])
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+    finally:
+        session.uninstall()
+    assert len(seen) == 3  # --steps 3: the loop ends at the next next()

@@ -34,6 +34,7 @@ from collections.abc import Callable, Generator, Iterator
 from types import ModuleType
 from typing import Any, Protocol
 
+from pipeprof.script import nodes_loader
 from pipeprof.script.patches import Patches, wraps
 from pipeprof.script.post_import import PostImport
 
@@ -164,9 +165,12 @@ def patch_module(module: ModuleType, patches: Patches, hooks: OuterHooks, clock:
 def install(patches: Patches, hooks: OuterHooks, clock: Callable[[], float]) -> None:
     """Patch the look-ahead loaders now where their module is imported, else right after it is."""
     def then(module: ModuleType) -> None:
+        if module.__name__ == nodes_loader.MODULE:  # torchdata.nodes: its Loader timed as a loader
+            nodes_loader.patch_module(module, patches, hooks)
+            return
         patch_module(module, patches, hooks, clock)
 
-    modules = [*LOOK_AHEAD, *OWN_ITER]
+    modules = [*LOOK_AHEAD, *OWN_ITER, nodes_loader.MODULE]
     finder = PostImport(modules, then)
     sys.meta_path.insert(0, finder)
     patches.on_undo(lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None)

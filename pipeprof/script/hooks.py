@@ -48,6 +48,12 @@ first, and so does a start that fails half-way):
   they take a batch ahead from the DataLoader, so the loop's own ``next()``
   on them is what is timed, and each batch's ``N`` is written for the
   ``next()`` that yielded it.
+* timm's ``PrefetchLoader`` likewise (one batch ahead), torchdata's
+  ``StatefulDataLoader.__iter__`` as DataLoader's, and a ``torchdata.nodes``
+  ``Loader``'s pass and ``next()`` (``pipeprof.script.nodes_loader``: no
+  record of how its batches are made, said as an absence).
+* a spawned worker's first batch carries how the worker started (``U``:
+  ``pipeprof.script.worker_start``).
 * an ``atexit`` flush of the event log.
 
 Each wrapper works for its own session only, while ``Hooks.live``: a
@@ -74,11 +80,11 @@ from torch.utils.data import dataloader as _dataloader
 from pipeprof.measure.cuda_memory import CudaMemoryWindows  # standard library and torch
 from pipeprof.measure.prefetch import ready_batches  # standard library only
 from pipeprof.measure.schedstat import blocked_s, run_queue_wait
-from pipeprof.script import frameworks
+from pipeprof.script import frameworks, nodes_loader
 from pipeprof.script.batches import Tagged, TimedCollate, clock, cpu_clock, install_fetch
 from pipeprof.script.device_clock import CudaDevice, Device, DeviceMarks
 from pipeprof.script.frameworks import OuterPass
-from pipeprof.script.loader_names import note_built
+from pipeprof.script.loader_names import loader_name, note_built
 from pipeprof.script.loaders import batch_samples, describe_loader, tensors
 from pipeprof.script.patches import Patches, wraps
 from pipeprof.script.segments import WhatIfSegments
@@ -245,6 +251,12 @@ class Hooks:
         if number is None:
             number = self.loaders[id(loader)] = len(self.loaders)
             self._keep.append(loader)
+            if nodes_loader.is_nodes_loader(loader):  # torchdata.nodes: no DataLoader inside to time
+                now = self.clock()
+                self.log.add(("L", number, nodes_loader.describe(loader, number, loader_name(loader))), now)
+                self.log.add(("F", number, {"absent": nodes_loader.NOT_TIMED}), now)
+                self.read_rank()
+                return number
             self.patches.on_undo(lambda: _end_persistent_workers(loader))  # after its collate is restored
             if not isinstance(loader.collate_fn, TimedCollate):
                 self.patches.apply(loader, "collate_fn", TimedCollate)

@@ -195,6 +195,9 @@ class WhatIfSegments:
         elif loader is None or number is None:
             why = ("the script's first next() after --steps was on another loader than the one its last step "
                    "trained on")
+        elif not isinstance(loader, DataLoader):
+            why = (f"the training loader is a {type(loader).__module__}.{type(loader).__name__}, not a torch "
+                   "DataLoader: pipeprof cannot make a variant of it")
         if why is not None:
             self.results = {"absent": why}
             return
