@@ -384,3 +384,34 @@ def test_torchs_warning_about_a_variants_workers_does_not_reach_the_script(one_t
     assert not [w for w in recwarn if "worker" in str(w.message)]
     with pytest.warns(UserWarning, match="worker"):  # what torch says of such a loader where the script makes it
         iter(variant_loader(loader, 2))._shutdown_workers()
+
+
+class _Pass:
+    """A DataLoader iterator as the segments see it: how many batches it yielded itself."""
+
+    def __init__(self) -> None:
+        self._num_yielded = 0
+
+
+def test_a_persistent_workers_pass_handed_back_reset_is_counted_anew(one_thread):
+    # DataLoader(persistent_workers=True) (timm's create_loader) returns the same iterator each epoch, reset
+    clock, log = FakeClock(), Log()
+    loader = DataLoader(_dataset(40), batch_size=8)  # 5 batches a pass
+    segments = _segments(clock, log)
+    same = _Pass()
+    same._num_yielded = 4  # the run's own steps stopped in the epoch's last batch
+    segments.begin(loader, 0, same)
+    per_pass = []
+    for _epoch in range(3):
+        handed = 0
+        try:
+            while True:
+                assert segments.serves(0, same)
+                segments.next_batch()
+                handed += 1
+                clock.advance(0.004)
+        except StopIteration:
+            per_pass.append(handed)
+        same._num_yielded = 0  # iter(loader): the same iterator, reset
+        segments.new_pass(0, same)
+    assert per_pass == [1, 5, 5]

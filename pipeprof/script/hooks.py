@@ -274,6 +274,8 @@ class Hooks:
         if start is not None:
             self._bracket(start, t0, t1)
         iterator._pipeprof_loader = number
+        if self.stopping and self.segments is not None:  # after --steps: the script's new pass, its own length
+            self.segments.new_pass(number, iterator)
         outer = iterator._pipeprof_outer = self.outer  # iterated inside a look-ahead loader's next() (or None)
         self._passes.add(iterator)
         if outer is not None:  # the loop's wait began at that next(): the pass's start holds it up to here

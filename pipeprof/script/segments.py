@@ -208,6 +208,13 @@ class WhatIfSegments:
             self.cores = usable_cores()
         self.plan = plan(int(loader.num_workers or 0), self.threads, self.cores)
 
+    def new_pass(self, number: int, iterator: Any) -> None:
+        """The script began a pass of loader ``number`` (its ``iter()``): of the training loader, its batches are
+        counted anew (a loader with persistent workers hands back the same iterator, reset)."""
+        if self.begun and number == self.number:
+            self.iterator, self.gap = iterator, True
+            self.left = batches_left(self.loader, iterator)
+
     def serves(self, number: int, iterator: Any) -> bool:
         """Whether this ``next()`` (on ``iterator`` of loader ``number``) gets a segment's batch. Another
         loader's (a validation pass) is the script's own: its time is not measured (module docstring). The end
