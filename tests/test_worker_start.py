@@ -76,6 +76,7 @@ def test_a_spawned_child_is_told_by_its_command_line():
     assert worker_start.is_spawned_child(["python", "-c", "from multiprocessing.spawn import spawn_main; "
                                                           "spawn_main(tracker_fd=5, pipe_handle=7)",
                                           "--multiprocessing-fork"])
+    assert worker_start.is_spawned_child(["python", "-c", "from multiprocessing.forkserver import main; main(8)"])
     assert not worker_start.is_spawned_child(["python", "train.py"])
 
 

@@ -31,9 +31,11 @@ _PENDING: list[bool] = []  # [True] once the marks are complete and not yet take
 
 
 def is_spawned_child(argv: list[str] | None = None) -> bool:
-    """Whether this process is a multiprocessing ``spawn`` / ``forkserver`` child (its command line says so)."""
+    """Whether this process is a multiprocessing ``spawn`` child or the ``forkserver`` (whose children, forked from
+    it, inherit what it patched): its command line says so."""
     args = argv if argv is not None else list(getattr(sys, "orig_argv", []))
-    return "--multiprocessing-fork" in args or any("spawn_main" in a for a in args)
+    return "--multiprocessing-fork" in args or any("spawn_main" in a or "multiprocessing.forkserver" in a
+                                                   for a in args)
 
 
 def watch_prepare() -> None:
