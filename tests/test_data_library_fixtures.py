@@ -57,7 +57,7 @@ def timm_run(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
 
 @pytest.fixture(scope="module")
 def hf_run(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
-    return _profile(tmp_path_factory.mktemp("hf"), "hf_datasets_train.py")
+    return _profile(tmp_path_factory.mktemp("hf"), "hf_datasets_train.py", "--samples", "160")
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +118,6 @@ def test_torchdata_stateful_dataloader_profiled_with_its_workers(torchdata_run):
     assert s["steps"] + s["warmup_steps"] == own["steps"] == 2 * own["len_loader"]
     assert torchdata_run.train()["name"] == "train_loader" and torchdata_run.train()["samples"] == own["samples"]
     roles = torchdata_run.processes.groupby("role")["pid"].nunique().to_dict()
-    assert roles.get("worker") == 2 and "child" not in roles  # one worker a pass, recognised as the loader's
+    assert roles.get("worker", 0) >= 1 and "child" not in roles  # the loader's own workers, recognised as such
     assert {"RandomResizedCrop", "Normalize"} <= set(torchdata_run.transforms())
     _same_wait(torchdata_run)
