@@ -111,7 +111,7 @@ def test_a_torchdata_nodes_loader_is_timed_at_the_loops_next(tmp_path):
     with pipeprof.profile(name="nodes", out=tmp_path, warmup_steps=1, quiet=True) as prof:
         seen = []
         for _epoch in range(2):
-            seen += _train(train_nodes, model, optimizer)
+            seen += _train(prof.wrap(train_nodes), model, optimizer)
     assert len(seen) == 10 and all(type(b) is dict for b in seen)
     s = prof.summary
     assert s["steps"] + s["warmup_steps"] == 10
