@@ -85,8 +85,17 @@ class Profile:
         return self
 
     def wrap(self, loader: Any) -> Any:
-        """Declare ``loader`` the training loader (other loaders count as evaluation); returns it unchanged."""
-        self._active().declare_training(loader)
+        """Declare ``loader`` the training loader (other loaders count as evaluation); returns it unchanged. A
+        library's wrapper of a DataLoader (timm's ``PrefetchLoader``, WebDataset's ``WebLoader``, accelerate's
+        loaders) declares the DataLoader it wraps, and a ``torchdata.nodes`` Loader itself; an object that holds
+        none is returned and declares nothing (its batches are the script's own, whatever their type)."""
+        from pipeprof.script.loader_names import inner_dataloader
+        from pipeprof.script.nodes_loader import is_nodes_loader
+
+        hooks = self._active()
+        inner = loader if is_nodes_loader(loader) else inner_dataloader(loader)  # a torchdata.nodes Loader is one
+        if inner is not None:
+            hooks.declare_training(inner)
         return loader
 
     def step(self) -> None:

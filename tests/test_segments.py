@@ -280,7 +280,8 @@ def _profile(tmp_path: Path, script: str, *args: str, steps: int = 30, flags: tu
 
 
 def test_a_scripts_loop_goes_on_after_steps_and_its_predictions_read_the_segments(tmp_path):
-    folder = _profile(tmp_path, "plain_loop", "--epochs", "3", "--samples", "2048", "--collate-ms", "1",
+    # room for the segments: the script's epochs end where its own would (len(loader)), and 3 may end them
+    folder = _profile(tmp_path, "plain_loop", "--epochs", "40", "--samples", "2048", "--collate-ms", "1",
                       flags=("--threads", "1"))
     meta = json.loads((folder / "run.json").read_text())
     found = meta["what_ifs"]
@@ -305,7 +306,7 @@ def test_a_scripts_loop_goes_on_after_steps_and_its_predictions_read_the_segment
 
 @pytest.mark.parametrize("script, args", [
     ("accelerate_loop", ("--epochs", "3")),  # a look-ahead loader: the segment batch is taken one next() early
-    ("trainer_class", ("--epochs", "2", "--samples", "2048", "--num-workers", "1", "--no-tqdm")),
+    ("trainer_class", ("--epochs", "20", "--samples", "2048", "--num-workers", "1", "--no-tqdm")),
 ])
 def test_segments_in_framework_and_trainer_class_loops(tmp_path, script, args):
     folder = _profile(tmp_path, script, *args, steps=25)
@@ -332,3 +333,85 @@ def test_lightning_ends_each_epoch_by_its_own_count_and_validates_between_yet_ev
     for entry in (found["train_as_run"], found["train_workers"]["1"], found["train_threads"]["0"]):
         assert len(entry["samples_per_s_per_window"]) == 3 and entry["cut_short"] is False
         assert sum(entry["steps_per_window"]) > 24  # the windows span an epoch's end (and its validation)
+
+
+def test_the_scripts_pass_ends_where_its_own_would_have_and_the_next_goes_on(one_thread):
+    # timm's train.py divides by len(loader) - 1 - i at the last batch; a loop may assert i < len(loader)
+    clock, log = FakeClock(), Log()
+    loader = DataLoader(_dataset(40), batch_size=8)  # 5 batches a pass
+    segments = _segments(clock, log)
+    first = iter(loader)
+    next(first), next(first)  # the run's own steps: --steps stopped it after two
+    segments.begin(loader, 0, first)
+    handed = 0
+    with pytest.raises(StopIteration):
+        while True:
+            assert segments.serves(0, first)
+            segments.next_batch()
+            handed += 1
+            clock.advance(0.004)
+    assert handed == 3  # 2 + 3 = len(loader)
+    clock.advance(1.0)  # the script's validation pass, away from its loop
+    second = iter(loader)
+    passes = [0]
+    for _ in range(10_000):
+        try:
+            assert segments.serves(0, second)
+            segments.next_batch()
+        except StopIteration:
+            passes.append(0)
+            second = iter(loader)
+            continue
+        except SystemExit:
+            break
+        passes[-1] += 1
+        clock.advance(0.004)
+    assert len(passes) > 2 and set(passes[:-1]) == {5}  # every pass len(loader) batches, the last cut
+    found = log.events[0][2]
+    assert found["train_as_run"]["samples_per_s"] == pytest.approx(8 / 0.004)  # the time away not counted
+
+
+def test_torchs_warning_about_a_variants_workers_does_not_reach_the_script(one_thread, recwarn, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)  # one core: 2 workers warn
+    clock, log = FakeClock(), Log()
+    loader = DataLoader(_dataset(), batch_size=8)
+    segments = WhatIfSegments(log, clock, cores=1, make_loader=lambda run_loader, k: variant_loader(run_loader, 2))
+    iterator = object()
+    segments.begin(loader, 0, iterator)
+    assert segments.serves(0, iterator)
+    segments.next_batch()
+    segments.finish("done")
+    assert not [w for w in recwarn if "worker" in str(w.message)]
+    with pytest.warns(UserWarning, match="worker"):  # what torch says of such a loader where the script makes it
+        iter(variant_loader(loader, 2))._shutdown_workers()
+
+
+class _Pass:
+    """A DataLoader iterator as the segments see it: how many batches it yielded itself."""
+
+    def __init__(self) -> None:
+        self._num_yielded = 0
+
+
+def test_a_persistent_workers_pass_handed_back_reset_is_counted_anew(one_thread):
+    # DataLoader(persistent_workers=True) (timm's create_loader) returns the same iterator each epoch, reset
+    clock, log = FakeClock(), Log()
+    loader = DataLoader(_dataset(40), batch_size=8)  # 5 batches a pass
+    segments = _segments(clock, log)
+    same = _Pass()
+    same._num_yielded = 4  # the run's own steps stopped in the epoch's last batch
+    segments.begin(loader, 0, same)
+    per_pass = []
+    for _epoch in range(3):
+        handed = 0
+        try:
+            while True:
+                assert segments.serves(0, same)
+                segments.next_batch()
+                handed += 1
+                clock.advance(0.004)
+        except StopIteration:
+            per_pass.append(handed)
+        same._num_yielded = 0  # iter(loader): the same iterator, reset
+        segments.new_pass(0, same)
+    assert per_pass == [1, 5, 5]

@@ -59,6 +59,7 @@ from pipeprof.analysis.verdict import (
 )
 from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
+from pipeprof.analysis.worker_start import with_worker_start_note, worker_start_summary
 from pipeprof.numbers import finite
 from pipeprof.run_folder import Run, as_dict
 
@@ -275,6 +276,9 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
     judged = with_transforms(with_memory_note(verdict_from_attribution(attr), memory),
                              trained,
                              fetch_off_cpu=attr.loading.split == OFF_CPU_SPLIT)
+    started = worker_start_summary(run.meta.get("worker_starts"), script_wall_s(run)) \
+        if run.meta.get("kind") == "script" else None
+    judged = with_worker_start_note(judged, started)  # spawned workers' start-up, where it matters
 
     tail = counted.tail(max(1, math.ceil(TAIL_FRACTION * n))) if n else counted
     tail_samples = float(tail["samples"].sum())
@@ -326,6 +330,8 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
         sections["loaders"] = _loaders_inside(sections["loaders"], inside)
         if isinstance(sections["script"], dict):  # the script's own wall time, beside the counted steps' duration_s
             sections["script"] = {**sections["script"], "wall_s": script_wall_s(run)}
+        if started is not None and isinstance(sections["loading"], dict):  # spawned / forkserver workers
+            sections["loading"] = {**sections["loading"], "worker_start": started}
             if run.meta.get("overrides"):  # pipeprof profile --loader / --threads: what was set from outside
                 sections["script"]["overrides"] = run.meta["overrides"]
     probe = probe if probe is not None else run.meta.get("probe")

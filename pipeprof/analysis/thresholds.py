@@ -59,6 +59,7 @@ NEAR_BEST = 0.98  # the smallest worker count within 2% of the best one wins
 SATURATED_FRACTION = 0.9  # busy cores over usable cores: no core left for more workers
 BURSTY_EMPTY_FRACTION = 0.3  # the queue found empty on at least this share of steps: supply is bursty
 SLOW_EPOCH_START_STEPS = 2.0  # excess wait of an epoch's first step, in median steps: persistent workers
+WORKER_START_WORTH_SAYING = 0.05  # spawned workers' start-up, as a share of the script's wall time: named in the verdict
 SHARE_DOMINATES = 0.5  # a part of batch-making at least this share of it is worth removing
 PIN_MEMORY_H2D = 0.05  # h2d share of step time from which pinning is worth suggesting
 

@@ -24,12 +24,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch.utils.data import get_worker_info
 from torch.utils.data._utils import fetch as _fetch
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 
 from pipeprof.measure.schedstat import core_wait_s, run_queue_wait
-from pipeprof.script import decode_hooks
+from pipeprof.script import decode_hooks, worker_start
 from pipeprof.script.patches import Patches
 from pipeprof.script.transform_hooks import batch_parts
 
@@ -41,10 +42,12 @@ run_queue = run_queue_wait  # this thread's cumulative wait for a core, s (None:
 class Tagged:
     """A batch and the record of how it was made; the training process unwraps it in ``next()``."""
 
-    __slots__ = ("batch", "record", "parts")
+    __slots__ = ("batch", "record", "parts", "start")
 
-    def __init__(self, batch: Any, record: list, parts: list | None = None) -> None:
+    def __init__(self, batch: Any, record: list, parts: list | None = None,
+                 start: dict[str, float | None] | None = None) -> None:
         self.batch = batch
+        self.start = start  # a spawned worker's first batch: how the worker started (script.worker_start)
         # [worker, pid, t_start_s, t_end_s, fetch_s, prep_s, collate_s, samples, core_wait_s]: __getitem__'s
         # off-CPU time split into fetch (storage, sleep) and core_wait_s (runnable, no core; None: unknown)
         self.record = record
@@ -52,10 +55,10 @@ class Tagged:
         self.parts = parts
 
     def pin_memory(self) -> Tagged:  # the pin-memory thread calls this instead of passing us through
-        return Tagged(_pin_memory(self.batch), self.record, self.parts)
+        return Tagged(_pin_memory(self.batch), self.record, self.parts, self.start)
 
     def __reduce__(self) -> tuple:
-        return Tagged, (self.batch, self.record, self.parts)
+        return Tagged, (self.batch, self.record, self.parts, self.start)
 
 
 class TimedCollate:
@@ -80,10 +83,35 @@ class TimedCollate:
 
     def __setstate__(self, state: dict) -> None:
         if state.get("pid") != os.getpid():  # a spawned worker (not a deepcopy in the training process)
+            worker_start.unpickled()  # the dataset, unpickled before the collate: the worker's start-up is done
             _install_fetch_in_worker()
         self.collate = state["collate"]
         self.transform_keys = state.get("transform_keys", ())
         self.last = None
+
+
+def leading_samples(batch: Any) -> int:
+    """The samples in a ready-made batch (a loader without automatic batching: ``batch_size=None``): the leading
+    dimension its tensors share, where at least two tensors (inputs and targets, two levels deep) show one and
+    none is a scalar; else 1 (one tensor alone, such as an image, shows no batch dimension)."""
+    found = tensors(batch)
+    if len(found) < 2 or any(t.dim() == 0 for t in found):
+        return 1
+    sizes = {int(t.shape[0]) for t in found}
+    return sizes.pop() if len(sizes) == 1 else 1
+
+
+def tensors(data: Any, depth: int = 0) -> list[torch.Tensor]:
+    """The tensors of a batch: itself, or in a tuple / list / dict, two levels deep."""
+    if isinstance(data, torch.Tensor):
+        return [data]
+    if depth >= 2:
+        return []
+    if isinstance(data, (list, tuple)):
+        return [t for item in data for t in tensors(item, depth + 1)]
+    if isinstance(data, dict):
+        return [t for item in data.values() for t in tensors(item, depth + 1)]
+    return []
 
 
 def _timed_fetch(original: Callable, session: Any = None) -> Callable:
@@ -104,6 +132,7 @@ def _timed_fetch(original: Callable, session: Any = None) -> Callable:
         # torch's fetchers call the collate last: __getitem__ ran from w0 to the collate's start. Its clocks
         # end the record (one pair of clock reads fewer per batch than reading them again here).
         timed = collate.last or (clock(), cpu_clock(), clock(), cpu_clock(), 1, run_queue())  # no collate call
+        samples = timed[4] if getattr(self, "auto_collation", True) else leading_samples(batch)
         getitem_s = max(timed[0] - w0, 0.0)
         prep_s = min(max(timed[1] - c0, 0.0), getitem_s)
         off_cpu_s = getitem_s - prep_s
@@ -111,7 +140,8 @@ def _timed_fetch(original: Callable, session: Any = None) -> Callable:
         info = get_worker_info()
         return Tagged(batch, [-1 if info is None else info.id, _pid(), w0, timed[2],
                               off_cpu_s if core_s is None else off_cpu_s - core_s, prep_s, timed[2] - timed[0],
-                              timed[4], core_s], batch_parts(collate.transform_keys))
+                              samples, core_s], batch_parts(collate.transform_keys),
+                      worker_start.take() if worker_start._PENDING else None)
     fetch.__wrapped__ = original  # type: ignore[attr-defined]
     fetch._pipeprof = True  # type: ignore[attr-defined]
     return fetch

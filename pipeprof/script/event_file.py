@@ -76,6 +76,8 @@ class Events:
     pipelines: dict[int, Any] = field(default_factory=dict)  # F: loader -> [{"name", "random"}] or {"absent"}
     what_ifs: dict[str, Any] | None = None  # A: the what-if segments after --steps (script.segments)
     device: dict[str, Any] | None = None  # D: the training device and its device events lost
+    # U: a spawned worker's start-up marks {"loader", "worker", "pid", "process_start_s", ...} (script.worker_start)
+    worker_starts: list[dict[str, Any]] = field(default_factory=list)
     unreadable: int = 0  # lines or events that could not be read
 
     @classmethod
@@ -169,6 +171,9 @@ class EventReader:
                     ev.device = dict(e[2])  # the last one
                 elif kind == "A":
                     ev.what_ifs = dict(e[2])  # the last one
+                elif kind == "U":
+                    ev.worker_starts.append({"loader": int(e[1]), "worker": int(e[2]), "pid": int(e[3]),
+                                             **{k: None if v is None else float(v) for k, v in dict(e[4]).items()}})
                 elif kind == "T":
                     ev.threads.append({"t_s": float(e[1]), "at": str(e[2]["at"]),
                                        "torch_threads": int(e[2]["torch_threads"])})

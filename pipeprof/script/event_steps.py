@@ -137,6 +137,7 @@ class ScriptSteps:
     transform_pipelines: dict[str, Any] = field(default_factory=dict)  # run.json's: "<loader>" -> leaves
     what_ifs: dict[str, Any] | None = None  # A: the what-if segments after --steps (script.segments)
     device: str | None = None  # D: the training device ("cuda:1"), when a batch went to CUDA
+    worker_starts: list[dict[str, Any]] = field(default_factory=list)  # U: spawned workers' start-up marks
 
 
 def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int = 0) -> ScriptSteps:
@@ -177,8 +178,10 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
         lost = {k: int(ev.device.get(k) or 0) for k in ("refused_in_graph_capture", "unresolved")}
         if any(lost.values()):  # said: the steps they belong to were timed on the host clock
             timing = {**timing, "device_events_lost": lost}
+    starts = [{k: (v - t0_s if k.endswith("_s") and v is not None else v) for k, v in row.items()}
+              for row in ev.worker_starts]  # on the run's time axis, as the steps are
     return ScriptSteps(steps, loading, summary, source, ev.start, ev.end, cuda_copies, ev.threads, ev.rank,
-                       timing, memory, transforms, pipelines, ev.what_ifs, device)
+                       timing, memory, transforms, pipelines, ev.what_ifs, device=device, worker_starts=starts)
 
 
 def transform_rows(parts: pd.DataFrame, names: dict[int, tuple[str, str]], nexts: pd.DataFrame,

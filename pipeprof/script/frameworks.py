@@ -1,4 +1,5 @@
-"""Loaders that frameworks wrap around the user's DataLoader and that fetch ahead of the training loop.
+"""Loaders that frameworks wrap around the user's DataLoader and that fetch ahead of the training loop, and
+DataLoader subclasses that iterate without DataLoader's ``__iter__`` (torchdata's ``StatefulDataLoader``).
 
 accelerate's ``DataLoaderShard`` and ``DataLoaderDispatcher`` (what
 ``accelerator.prepare`` and the Hugging Face ``Trainer`` hand the loop) take
@@ -11,6 +12,10 @@ record (its samples, the worker's record of how it was made, the prefetch
 queue reading) is written for the batch that ``next()`` yielded, with that
 ``next()``'s times (``Hooks.on_outer_batch``). The DataLoader's own ``next()``
 calls inside it are held in the pass's ``OuterPass``, not written.
+
+timm's ``PrefetchLoader`` is such a loader too (one batch ahead, its copy and normalisation started before
+the current batch is yielded), and so is any one-ahead wrapper named in ``LOOK_AHEAD``. A DataLoader subclass
+in ``OWN_ITER`` has its ``__iter__`` timed as DataLoader's (``Hooks.on_iter``); its iterators are torch's.
 
 accelerate is never imported here (it is slow to import and may be absent):
 a ``sys.meta_path`` finder patches ``accelerate.data_loader`` right after
@@ -29,12 +34,19 @@ from collections.abc import Callable, Generator, Iterator
 from types import ModuleType
 from typing import Any, Protocol
 
+from pipeprof.script import nodes_loader
 from pipeprof.script.patches import Patches, wraps
 from pipeprof.script.post_import import PostImport
 
-# module -> its loader classes whose __iter__ keeps one batch of the wrapped DataLoader in hand
+# module -> its loader classes whose __iter__ keeps one batch of the wrapped DataLoader in hand (timm's
+# PrefetchLoader also starts the next batch's copy and normalisation there: the loop waits for them in next())
 LOOK_AHEAD: dict[str, tuple[str, ...]] = {
     "accelerate.data_loader": ("DataLoaderShard", "DataLoaderDispatcher"),
+    "timm.data.loader": ("PrefetchLoader",),
+}
+# module -> its DataLoader subclasses whose own __iter__ never calls DataLoader.__iter__: patched as it is
+OWN_ITER: dict[str, tuple[str, ...]] = {
+    "torchdata.stateful_dataloader.stateful_dataloader": ("StatefulDataLoader",),
 }
 
 
@@ -91,6 +103,8 @@ class OuterHooks(Protocol):
 
     def on_outer_end(self, state: OuterPass, t0_s: float, t1_s: float) -> None: ...
 
+    def on_iter(self, loader: Any, original: Callable[[Any], Any]) -> Any: ...  # DataLoader.__iter__, timed
+
 
 def timed_pass(inner: Iterator[Any], hooks: OuterHooks, clock: Callable[[], float]) -> Generator[Any, None, None]:
     """The framework's pass ``inner``, each ``next()`` on it timed and reported to ``hooks``."""
@@ -127,23 +141,40 @@ def _look_ahead_iter(original: Callable[[Any], Iterator[Any]], hooks: OuterHooks
     return wraps(__iter__, original)
 
 
+def _own_iter(original: Callable[[Any], Iterator[Any]], hooks: OuterHooks) -> Callable[[Any], Iterator[Any]]:
+    def __iter__(loader: Any) -> Iterator[Any]:
+        if not hooks.live:
+            return original(loader)
+        return hooks.on_iter(loader, original)
+    return wraps(__iter__, original)
+
+
 def patch_module(module: ModuleType, patches: Patches, hooks: OuterHooks, clock: Callable[[], float]) -> None:
-    """Wrap ``__iter__`` of the look-ahead loader classes that ``module`` defines."""
+    """Wrap ``__iter__`` of the look-ahead loader classes that ``module`` defines, and of its DataLoader
+    subclasses with an ``__iter__`` of their own (timed as DataLoader's is)."""
     for name in LOOK_AHEAD.get(module.__name__, ()):
         cls = getattr(module, name, None)
         if isinstance(cls, type) and "__iter__" in vars(cls):
             patches.apply(cls, "__iter__", lambda original: _look_ahead_iter(original, hooks, clock))
+    for name in OWN_ITER.get(module.__name__, ()):
+        cls = getattr(module, name, None)
+        if isinstance(cls, type) and "__iter__" in vars(cls):
+            patches.apply(cls, "__iter__", lambda original: _own_iter(original, hooks))
 
 
 def install(patches: Patches, hooks: OuterHooks, clock: Callable[[], float]) -> None:
     """Patch the look-ahead loaders now where their module is imported, else right after it is."""
     def then(module: ModuleType) -> None:
+        if module.__name__ == nodes_loader.MODULE:  # torchdata.nodes: its Loader timed as a loader
+            nodes_loader.patch_module(module, patches, hooks)
+            return
         patch_module(module, patches, hooks, clock)
 
-    finder = PostImport(list(LOOK_AHEAD), then)
+    modules = [*LOOK_AHEAD, *OWN_ITER, nodes_loader.MODULE]
+    finder = PostImport(modules, then)
     sys.meta_path.insert(0, finder)
     patches.on_undo(lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None)
-    for name in LOOK_AHEAD:
+    for name in modules:
         module = sys.modules.get(name)
         if module is not None:
             then(module)

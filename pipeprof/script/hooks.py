@@ -48,6 +48,12 @@ first, and so does a start that fails half-way):
   they take a batch ahead from the DataLoader, so the loop's own ``next()``
   on them is what is timed, and each batch's ``N`` is written for the
   ``next()`` that yielded it.
+* timm's ``PrefetchLoader`` likewise (one batch ahead), torchdata's
+  ``StatefulDataLoader.__iter__`` as DataLoader's, and a ``torchdata.nodes``
+  ``Loader``'s pass and ``next()`` (``pipeprof.script.nodes_loader``: no
+  record of how its batches are made, said as an absence).
+* a spawned worker's first batch carries how the worker started (``U``:
+  ``pipeprof.script.worker_start``).
 * an ``atexit`` flush of the event log.
 
 Each wrapper works for its own session only, while ``Hooks.live``: a
@@ -74,11 +80,11 @@ from torch.utils.data import dataloader as _dataloader
 from pipeprof.measure.cuda_memory import CudaMemoryWindows  # standard library and torch
 from pipeprof.measure.prefetch import ready_batches  # standard library only
 from pipeprof.measure.schedstat import blocked_s, run_queue_wait
-from pipeprof.script import frameworks
+from pipeprof.script import frameworks, nodes_loader
 from pipeprof.script.batches import Tagged, TimedCollate, clock, cpu_clock, install_fetch
 from pipeprof.script.device_clock import CudaDevice, Device, DeviceMarks
 from pipeprof.script.frameworks import OuterPass
-from pipeprof.script.loader_names import note_built
+from pipeprof.script.loader_names import loader_name, note_built
 from pipeprof.script.loaders import batch_samples, describe_loader, tensors
 from pipeprof.script.patches import Patches, wraps
 from pipeprof.script.segments import WhatIfSegments
@@ -279,6 +285,12 @@ class Hooks:
         if number is None:
             number = self.loaders[id(loader)] = len(self.loaders)
             self._keep.append(loader)
+            if nodes_loader.is_nodes_loader(loader):  # torchdata.nodes: no DataLoader inside to time
+                now = self.clock()
+                self.log.add(("L", number, nodes_loader.describe(loader, number, loader_name(loader))), now)
+                self.log.add(("F", number, {"absent": nodes_loader.NOT_TIMED}), now)
+                self.read_rank()
+                return number
             self.patches.on_undo(lambda: _end_persistent_workers(loader))  # after its collate is restored
             if not isinstance(loader.collate_fn, TimedCollate):
                 self.patches.apply(loader, "collate_fn", TimedCollate)
@@ -296,6 +308,8 @@ class Hooks:
         if start is not None:
             self._bracket(start, t0, t1)
         iterator._pipeprof_loader = number
+        if self.stopping and self.segments is not None:  # after --steps: the script's new pass, its own length
+            self.segments.new_pass(number, iterator)
         outer = iterator._pipeprof_outer = self.outer  # iterated inside a look-ahead loader's next() (or None)
         self._passes.add(iterator)
         if outer is not None:  # the loop's wait began at that next(): the pass's start holds it up to here
@@ -306,8 +320,9 @@ class Hooks:
     # _BaseDataLoaderIter.__next__
     def on_next(self, iterator: Any, original: Callable) -> Any:
         number = getattr(iterator, "_pipeprof_loader", None)
-        if number is None:  # an iterator made before install()
-            return original(iterator)
+        if number is None:  # an iterator made before install(), or by an __iter__ not timed: its batch untouched
+            data = original(iterator)
+            return data.batch if type(data) is Tagged else data
         if self.stopping:
             return self._after_stop(iterator, number, original)
         outer = getattr(iterator, "_pipeprof_outer", None)  # a framework's look-ahead pass it runs in, if any
@@ -330,6 +345,8 @@ class Hooks:
             self._bracket(start, t0, t1)
         record = None
         if type(data) is Tagged:
+            if data.start is not None:  # a spawned worker's first batch: how long the worker took to start
+                self.log.add(("U", number, data.record[0], data.record[1], data.start), t1)
             data, record, parts = data.batch, data.record, data.parts
             if parts:  # what its samples spent in transforms and decode calls
                 self.transforms.on_batch(number, record, parts, t1)
@@ -731,8 +748,8 @@ def _unwrap_worker_batches(iterator: Any) -> None:
 
 def _end_persistent_workers(loader: DataLoader) -> None:
     """Persistent workers hold the timed collate and the timed fetch: end them (the next pass starts new ones)."""
-    iterator = getattr(loader, "_iterator", None)
-    if iterator is not None:
+    iterator = getattr(loader, "_iterator", None)  # a StatefulDataLoader keeps its pass here whatever its workers
+    if iterator is not None and loader.persistent_workers and hasattr(iterator, "_shutdown_workers"):
         iterator._shutdown_workers()
         loader._iterator = None
 

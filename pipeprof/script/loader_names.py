@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 LIBRARIES = frozenset({
     "torch", "tqdm", "pipeprof", "contextlib", "runpy", "threading", "functools", "itertools",
     "lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities", "transformers", "accelerate",
+    "timm", "datasets", "webdataset", "torchdata",
 })
 # Which framework builds or iterates a loader, by the packages seen: the first found wins (the Trainer
 # iterates through accelerate; Lightning Fabric and both Lightning packages are "lightning").
@@ -225,12 +226,31 @@ def _refers(value: Any, loader: Any, same_data: bool) -> int | None:
     attrs = _own_attrs(value)
     if not attrs:
         return None
-    if attrs.get("base_dataloader") is loader:
-        return _WRAPS
+    if attrs.get("base_dataloader") is loader or (not _is_users(value) and wrapped(attrs) is loader):
+        return _WRAPS  # accelerate's DataLoaderShard; timm's PrefetchLoader, WebDataset's WebLoader
     if same_data and isinstance(value, DataLoader) and attrs.get("dataset") is _own_attrs(loader).get("dataset"):
         site = attrs.get(_SITE_ATTR)
         if site is None or not site.by_library:  # the user's loader, not another one the library built
             return _SAME_DATA
+    return None
+
+
+def wrapped(attrs: dict[str, Any]) -> Any:
+    """What a library's loader wrapper (its ``__dict__``: ``attrs``) wraps: its ``base_dataloader`` (accelerate),
+    ``loader`` (timm's ``PrefetchLoader``) or the first stage of its ``pipeline`` (WebDataset's ``WebLoader``)."""
+    for attr in ("base_dataloader", "loader"):
+        if attr in attrs:
+            return attrs[attr]
+    pipeline = attrs.get("pipeline")
+    return pipeline[0] if isinstance(pipeline, list) and pipeline else None
+
+
+def inner_dataloader(obj: Any) -> DataLoader | None:
+    """The DataLoader ``obj`` is, or that a library's wrapper around it holds (two wrappers deep at most)."""
+    for _ in range(3):
+        if isinstance(obj, DataLoader):
+            return obj
+        obj = wrapped(_own_attrs(obj))
     return None
 
 

@@ -5,23 +5,10 @@ from __future__ import annotations
 from collections.abc import Sized
 from typing import Any
 
-import torch
 from torch.utils.data import DataLoader
 
+from pipeprof.script.batches import tensors
 from pipeprof.script.loader_names import framework, loader_name
-
-
-def tensors(data: Any, depth: int = 0) -> list[torch.Tensor]:
-    """The tensors of a batch: itself, or in a tuple / list / dict, two levels deep."""
-    if isinstance(data, torch.Tensor):
-        return [data]
-    if depth >= 2:
-        return []
-    if isinstance(data, (list, tuple)):
-        return [t for item in data for t in tensors(item, depth + 1)]
-    if isinstance(data, dict):
-        return [t for item in data.values() for t in tensors(item, depth + 1)]
-    return []
 
 
 def batch_samples(data: Any, record: list | None) -> int:

@@ -33,6 +33,7 @@ import threading
 from types import TracebackType
 from typing import Any
 
+from pipeprof.script import worker_start
 from pipeprof.script.post_import import PostImport
 from pipeprof.script.protocol import EVENTS_DIR_ENV, OVERRIDES_ENV, STEPS_ENV
 
@@ -57,6 +58,8 @@ def arm() -> None:
     """Install the hooks once torch is imported (at once if it is), unless this process is pipeprof's own boot."""
     if _armed or BOOT_MODULE in getattr(sys, "orig_argv", ()) or not os.environ.get(EVENTS_DIR_ENV):
         return
+    if worker_start.is_spawned_child():  # a spawned DataLoader worker, perhaps: its main module's import timed
+        worker_start.watch_prepare()
     if "torch" in sys.modules and hasattr(sys.modules["torch"], "Tensor"):
         _start()
         return

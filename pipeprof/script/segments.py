@@ -24,8 +24,11 @@ The segments, in order, for a run with ``k`` workers at ``T`` torch threads on `
 * then ``train_workers`` at ``k + 2`` up to ``2 × N`` workers while the budget lasts (a recommendation
   of more workers is then measured too; one the budget leaves out is not recorded).
 
-Each variant's batch sampler goes round without end (``Endless``): the script's epoch does not end inside a
-segment, and the variant's workers start once (their start-up, the first batch's wait and step, is kept as
+pipeprof never changes what the script sees: its pass of the loader ends where its own would have, after
+``len(loader)`` batches in all (``StopIteration``; a loader without a length: where the variant's ends), and
+torch's warnings about the variant's workers are not the script's to see. Each variant's batch sampler goes
+round without end (``Endless``), so that a new pass of the script's goes on with the same variant, and the
+variant's workers start once (their start-up, the first batch's wait and step, is kept as
 ``startup_s``); its warm-up takes the first steps (and the ``k × prefetch_factor`` batches asked for at
 ``iter()``), then up to ``WINDOWS`` windows of at least ``k + 1`` batches within ``WORKERS_BUDGET_S`` (stretched
 to ``TRAINED_FULL_BUDGET_S`` for slow batches: ``measure.windows.trained_windows``, as a trained probe's). A
@@ -51,6 +54,7 @@ this runs in the user's process (the usable cores, ``measure.environment``, are 
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -170,6 +174,8 @@ class WhatIfSegments:
         self.start_s: float | None = None
         self.threads = 0  # the run's torch threads, restored after each segment
         self.written = False
+        self.left: int | None = None  # batches left in the script's pass of its loader (None: unknown, no end)
+        self.ended_pass = False  # the script's pass ended (StopIteration) at the last next(): it went away since
 
     @property
     def begun(self) -> bool:
@@ -180,6 +186,7 @@ class WhatIfSegments:
         ``loader`` is the one whose batch the last step trained on, else None (the segments do not run)."""
         self.start_s = self.clock()
         self.loader, self.number, self.iterator = loader, number, iterator
+        self.left = batches_left(loader, iterator)
         self.threads = torch.get_num_threads()
         self.log.muted = True
         why = None
@@ -189,6 +196,9 @@ class WhatIfSegments:
         elif loader is None or number is None:
             why = ("the script's first next() after --steps was on another loader than the one its last step "
                    "trained on")
+        elif not isinstance(loader, DataLoader):
+            why = (f"the training loader is a {type(loader).__module__}.{type(loader).__name__}, not a torch "
+                   "DataLoader: pipeprof cannot make a variant of it")
         if why is not None:
             self.results = {"absent": why}
             return
@@ -198,6 +208,13 @@ class WhatIfSegments:
 
             self.cores = usable_cores()
         self.plan = plan(int(loader.num_workers or 0), self.threads, self.cores)
+
+    def new_pass(self, number: int, iterator: Any) -> None:
+        """The script began a pass of loader ``number`` (its ``iter()``): of the training loader, its batches are
+        counted anew (a loader with persistent workers hands back the same iterator, reset)."""
+        if self.begun and number == self.number:
+            self.iterator, self.gap = iterator, True
+            self.left = batches_left(self.loader, iterator)
 
     def serves(self, number: int, iterator: Any) -> bool:
         """Whether this ``next()`` (on ``iterator`` of loader ``number``) gets a segment's batch. Another
@@ -214,6 +231,7 @@ class WhatIfSegments:
             return False
         if iterator is not self.iterator:  # a new pass of the training loader (an epoch counted by its length)
             self.iterator, self.gap = iterator, True
+            self.left = batches_left(self.loader, iterator)
         return True
 
     def next_batch(self) -> Any:
@@ -221,6 +239,13 @@ class WhatIfSegments:
         when the segments are done."""
         now_s = self.clock()
         running = self.running
+        if self.ended_pass:  # the script was away since its pass ended (a validation pass, the next epoch's start)
+            self.ended_pass = False
+            self.away_s += now_s - self.last_s
+            if running is not None:  # neither the windows' time nor the steps that drain the queue filled meanwhile
+                self._skip(running, now_s - self.last_s)
+                if running.windows is not None:
+                    running.refill = running.segment.num_workers * running.prefetch
         if running is not None and running.handed is not None:
             span_s = now_s - self.last_s
             if self.gap:  # that step spans the script's time away from the loop: not the segment's
@@ -235,6 +260,11 @@ class WhatIfSegments:
                 self._close(running)
         self.gap = False
         self.last_s = now_s
+        if self.left is not None:
+            if self.left <= 0:  # the script's pass ends where its own would have: len(loader) batches, no more
+                self.ended_pass = True
+                raise StopIteration
+            self.left -= 1
         while True:
             if self.running is None and not self._open_next():
                 self.finish()
@@ -289,8 +319,10 @@ class WhatIfSegments:
             try:
                 if segment.threads != torch.get_num_threads():
                     _set_threads(segment.threads)
-                variant = self.make_loader(self.loader, segment.num_workers)
-                iterator = variant._get_iterator()  # not iter(): untagged, the hooks pass its next() through
+                with warnings.catch_warnings():  # torch's about the variant's workers: pipeprof's, not the script's
+                    warnings.simplefilter("ignore")
+                    variant = self.make_loader(self.loader, segment.num_workers)
+                    iterator = variant._get_iterator()  # not iter(): untagged, the hooks pass its next() through
             except Exception as e:  # noqa: BLE001 - a variant that cannot be made: said, the run unharmed
                 self._restore_threads()
                 self._record(segment, {"absent": f"the variant could not be made: {type(e).__name__}: {e}"})
@@ -353,6 +385,15 @@ class WhatIfSegments:
         self.log.muted = False
         now_s = self.clock()
         self.log.add(("A", now_s, self.results), now_s)
+
+
+def batches_left(loader: Any, iterator: Any) -> int | None:
+    """The batches the script's pass ``iterator`` of ``loader`` has yet to hand over: ``len(loader)`` less those
+    it yielded (None: a loader without a length, such as an iterable dataset's without ``__len__``)."""
+    try:
+        return max(len(loader) - int(iterator._num_yielded), 0)
+    except (TypeError, AttributeError, NotImplementedError):
+        return None
 
 
 def _set_threads(n: int) -> None:

@@ -361,6 +361,9 @@ class Session:
         pipelines, no_transforms = _timed_pipelines(cut.transform_pipelines, cut.transforms, train)
         if no_transforms:
             absences["transforms"] = no_transforms
+        uncounted = uncounted_samples(train, cut.steps)
+        if uncounted:
+            absences["samples_per_batch"] = uncounted
         if self.sampler is not None:
             absences.update(self.sampler.absences)
         if not gpu_meta["available"]:  # no GPU is the run's: its GPU readings' own absences say nothing more
@@ -395,12 +398,28 @@ class Session:
             "compute_ceiling": None,
             "what_ifs": script_what_ifs(cut, self.what_ifs_absent),
             "transform_pipelines": pipelines,  # issue 18: each loader's timed leaves, in call order
+            "worker_starts": cut.worker_starts,  # spawned / forkserver workers' start-up marks (worker_start)
         }
         if cut.step_source is None and not processes.empty and "role" in processes:
             # No DataLoader in the profiled process: what it started are not its DataLoader workers.
             processes.loc[processes["role"] == WORKER, "role"] = CHILD
         return Run(meta=meta, steps=cut.steps, samples=samples, processes=processes, loading=cut.loading,
                    device_memory=cut.device_memory, transforms=cut.transforms)
+
+
+# Iterable datasets that apply a sample's transforms as stages of one pipeline (WebDataset's fluid interface)
+PIPELINE_DATASETS = frozenset({"WebDataset", "DataPipeline", "FluidWrapper"})
+
+
+def uncounted_samples(train: dict[str, Any] | None, steps: pd.DataFrame) -> str | None:
+    """Why the training loader's samples are counted one a batch (``absences.samples_per_batch``): it hands over
+    ready-made items (``batch_size=None``) whose tensors show no leading dimension they share (None: counted)."""
+    if train is None or train.get("batch_size") is not None or steps.empty or "samples" not in steps:
+        return None
+    if (steps["samples"] > steps.get("batches", 1)).any():
+        return None  # the batches showed their leading dimension
+    return (f"{train.get('name') or 'the training loader'} hands over ready-made items (batch_size=None) whose "
+            "tensors show no leading dimension they share: each item is counted as one sample")
 
 
 def script_what_ifs(cut: ScriptSteps, absent: str | None) -> dict[str, Any]:
@@ -420,12 +439,17 @@ def _timed_pipelines(pipelines: dict[str, Any], transforms: pd.DataFrame,
     if train is None:
         return timed, None
     number = str(train.get("number"))
-    if not transforms.empty and (transforms["loader"].astype(int).astype(str) == number).any():
-        return timed, None
+    if not transforms.empty and ((transforms["loader"].astype(int).astype(str) == number)
+                                 & (transforms["kind"] == "transform" if "kind" in transforms else True)).any():
+        return timed, None  # a transform of its own timed (decode calls alone are not its pipeline)
     failed = pipelines.get(number)
     if isinstance(failed, dict) and failed.get("absent"):
         return timed, str(failed["absent"])
-    if number not in timed:
+    if not timed.get(number) and train.get("dataset") in PIPELINE_DATASETS:
+        return timed, (f"the training loader's dataset ({train.get('dataset')}) applies its transforms inside its "
+                       "pipeline's stages (map, map_tuple): they run in one call with the reading and decoding, "
+                       "and pipeprof cannot time them apart")
+    if not timed.get(number):
         return timed, (f"the training loader's dataset ({train.get('dataset')}) has no transform pipeline pipeprof "
                        "could find: no transform, target_transform or transforms attribute on it or on the "
                        "datasets it wraps")

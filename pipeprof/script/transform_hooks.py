@@ -6,7 +6,9 @@ dataset is searched for transform pipelines: through wrappers (an object's
 ``dataset``, ``ConcatDataset.datasets``) to the attributes datasets call
 (``transform``, ``target_transform``, ``transforms``; an object holding
 those itself, like torchvision's ``StandardTransform``, is searched in
-turn). Each pipeline found is timed once, whichever attribute reaches it
+turn), a Hugging Face ``Dataset``'s ``with_transform`` / ``set_transform``
+function (its format arguments' ``transform``), and the user's functions in a
+WebDataset pipeline's ``map`` / ``map_tuple`` stages. Each pipeline found is timed once, whichever attribute reaches it
 (``measure.transforms.TransformTimer``, keyed by the loader: the totals
 land in the table of the process that made the sample), and the decode
 calls are patched (``pipeprof.script.decode_hooks``). The loader's
@@ -67,12 +69,59 @@ def find_pipelines(dataset: Any) -> list[tuple[Any, str, Any]]:
                 queue.append(value)
             else:
                 found.append((obj, attr, value))
+        formatted = attrs.get("_format_kwargs")  # a Hugging Face Dataset's with_transform / set_transform
+        if isinstance(formatted, dict) and callable(formatted.get("transform")):
+            found.append((Slot(formatted, "transform"), "", formatted["transform"]))
+        found.extend(_stage_functions(attrs.get("pipeline")))
         inner = attrs.get("dataset")
         if inner is not None:
             queue.append(inner)
         many = attrs.get("datasets")
         if isinstance(many, (list, tuple)):
             queue.extend(many)
+    return found
+
+
+# WebDataset's stages that call the user's functions on each sample: .map(f), .map_tuple(f, g, ...)
+STAGE_FUNCTIONS = frozenset({"_map", "_map_tuple"})
+
+
+class Slot:
+    """Where a pipeline is held that is no attribute: a dict's item (a Hugging Face Dataset's format arguments)
+    or an item of a tuple attribute (the functions a WebDataset stage calls, ``args``)."""
+
+    def __init__(self, owner: Any, key: Any, index: int | None = None) -> None:
+        self.owner, self.key, self.index = owner, key, index
+
+    def get(self) -> Any:
+        if self.index is None:
+            return self.owner.get(self.key)
+        return getattr(self.owner, self.key)[self.index]
+
+    def set(self, value: Any) -> None:
+        if self.index is None:
+            self.owner[self.key] = value
+            return
+        items = list(getattr(self.owner, self.key))
+        items[self.index] = value
+        setattr(self.owner, self.key, tuple(items))
+
+
+def _stage_functions(pipeline: Any) -> list[tuple[Any, str, Any]]:
+    """The user's functions in a WebDataset pipeline's ``map`` / ``map_tuple`` stages (WebDataset's own, such
+    as its ``Decoder``, are its decoding, not a transform)."""
+    found: list[tuple[Any, str, Any]] = []
+    if not isinstance(pipeline, list):
+        return found
+    for stage in pipeline:
+        attrs = getattr(stage, "__dict__", None)
+        f, args = (attrs.get("f"), attrs.get("args")) if isinstance(attrs, dict) else (None, None)
+        if getattr(f, "__name__", None) not in STAGE_FUNCTIONS or not isinstance(args, tuple):
+            continue
+        for i, function in enumerate(args):
+            module = getattr(type(function), "__module__", "") or ""
+            if callable(function) and not module.startswith("webdataset"):
+                found.append((Slot(stage, "args", i), "", function))
     return found
 
 
@@ -133,6 +182,14 @@ class TransformHooks:
 
     def _replace(self, holder: Any, attr: str, pipeline: Any, timed: Any) -> None:
         if timed is pipeline:  # timed in place (a container's entries)
+            return
+        if isinstance(holder, Slot):  # a Hugging Face Dataset's format arguments, a WebDataset stage's function
+            holder.set(timed)
+
+            def undo_slot() -> None:
+                if holder.get() is timed:
+                    holder.set(pipeline)
+            self.patches.on_undo(undo_slot)
             return
         setattr(holder, attr, timed)
 

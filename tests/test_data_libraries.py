@@ -1,0 +1,144 @@
+"""The libraries people load data with, in this process (``pipeprof.profile()``): torchdata's
+``StatefulDataLoader`` (a DataLoader subclass with its own ``__iter__``) and timm's ``PrefetchLoader`` (one
+batch ahead). Whole-program runs of fixtures written in each library's documented style are in
+``test_data_library_fixtures.py``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import pipeprof
+
+pytestmark = pytest.mark.integration
+
+
+class Pairs(Dataset):
+    """Samples as many libraries hand them: a dict with an image-like tensor and a label."""
+
+    def __init__(self, n: int) -> None:
+        self.x = torch.randn(n, 3, 8, 8)
+        self.y = torch.randint(0, 10, (n,))
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"image": self.x[i], "label": self.y[i]}
+
+
+def _train(batches: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[Any]:
+    seen = []
+    for batch in batches:
+        seen.append(batch)
+        x, y = (batch["image"], batch["label"]) if isinstance(batch, dict) else batch
+        loss = torch.nn.functional.cross_entropy(model(x.flatten(1)), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return seen
+
+
+def _model() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(192, 10)
+    return model, torch.optim.SGD(model.parameters(), lr=0.05)
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_a_stateful_dataloader_is_profiled_and_its_batches_reach_the_loop_untouched(tmp_path, num_workers):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    model, optimizer = _model()
+    train_loader = StatefulDataLoader(Pairs(96), batch_size=16, shuffle=True, num_workers=num_workers)
+    with pipeprof.profile(name="stateful", out=tmp_path, warmup_steps=1, quiet=True) as prof:
+        seen = _train(prof.wrap(train_loader), model, optimizer)
+        state = train_loader.state_dict()  # its own API goes on working under the hooks
+    assert all(type(b) is dict and b["image"].shape == (16, 3, 8, 8) for b in seen)  # not pipeprof's Tagged
+    assert len(seen) == len(train_loader) == 6 and state is not None
+    s = prof.summary
+    assert s["steps"] + s["warmup_steps"] == len(train_loader)
+    (loader,) = s["loaders"]
+    assert (loader["name"], loader["role"], loader["batches"]) == ("train_loader", "train", 6)
+    assert prof.run.steps["samples"].tolist() == [16] * 6
+    if num_workers:  # made in its worker: the worker's record rode back with each batch
+        assert prof.run.loading["worker"].ge(0).all() and len(prof.run.loading) == 6
+
+
+def test_timms_prefetch_loader_is_one_step_a_batch_and_named_as_the_script_names_it(tmp_path):
+    from timm.data.loader import PrefetchLoader
+
+    model, optimizer = _model()
+
+    def collate(samples: list[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.stack([s["image"] for s in samples]), torch.stack([s["label"] for s in samples])
+
+    loader_train = PrefetchLoader(DataLoader(Pairs(80), batch_size=16, collate_fn=collate), mean=(0.5,) * 3,
+                                  std=(0.25,) * 3, channels=3, device=torch.device("cpu"))
+    with pipeprof.profile(name="timm", out=tmp_path, warmup_steps=1, quiet=True) as prof:
+        seen = []
+        for _epoch in range(2):
+            seen += _train(loader_train, model, optimizer)
+    assert len(seen) == 2 * len(loader_train) == 10
+    s = prof.summary
+    assert s["steps"] + s["warmup_steps"] == 10  # no step of two batches, no last step lost
+    assert prof.run.steps["samples"].tolist() == [16] * 10
+    (loader,) = s["loaders"]
+    assert loader["name"] == "loader_train" and loader["batches"] == 10
+
+
+def _nodes_loader(n: int, batch_size: int) -> Any:
+    """A torchdata.nodes pipeline as its documentation builds one: sampler, ParallelMapper over __getitem__,
+    Batcher, a collate Mapper, Prefetcher, Loader."""
+    import torchdata.nodes as tn
+    from torch.utils.data import RandomSampler, default_collate
+
+    dataset = Pairs(n)
+    node = tn.SamplerWrapper(RandomSampler(dataset))
+    node = tn.ParallelMapper(node, map_fn=dataset.__getitem__, num_workers=2, method="thread")
+    node = tn.Batcher(node, batch_size=batch_size, drop_last=False)
+    node = tn.Mapper(node, default_collate)
+    node = tn.Prefetcher(node, prefetch_factor=2)
+    return tn.Loader(node)
+
+
+def test_a_torchdata_nodes_loader_is_timed_at_the_loops_next(tmp_path):
+    model, optimizer = _model()
+    train_nodes = _nodes_loader(40, 8)  # 5 batches a pass
+    with pipeprof.profile(name="nodes", out=tmp_path, warmup_steps=1, quiet=True) as prof:
+        seen = []
+        for _epoch in range(2):
+            seen += _train(prof.wrap(train_nodes), model, optimizer)
+    assert len(seen) == 10 and all(type(b) is dict for b in seen)
+    s = prof.summary
+    assert s["steps"] + s["warmup_steps"] == 10
+    assert prof.run.steps["samples"].tolist() == [8] * 10  # counted from the batch itself
+    (loader,) = s["loaders"]
+    assert (loader["name"], loader["batches"], loader["passes"]) == ("train_nodes", 10, 2)
+    settings = prof.run.meta["loaders"][0]
+    assert (settings["batch_size"], settings["num_workers"], settings["prefetch_factor"]) == (8, 2, 2)
+    assert "torchdata.nodes" in prof.run.meta["absences"]["transforms"]  # what it cannot see, said
+
+
+def test_steps_end_a_torchdata_nodes_loop(tmp_path):
+    from pipeprof.script import hooks
+
+    model, optimizer = _model()
+    session = hooks.Hooks(hooks.EventLog(str(tmp_path / "events.jsonl")), stop_after_steps=3)
+    session.install()
+    seen: list[Any] = []
+    try:
+        with pytest.raises(SystemExit):
+            for _epoch in range(3):
+                for batch in _nodes_loader(40, 8):
+                    seen.append(batch)
+                    loss = torch.nn.functional.cross_entropy(model(batch["image"].flatten(1)), batch["label"])
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+    finally:
+        session.uninstall()
+    assert len(seen) == 3  # --steps 3: the loop ends at the next next()
