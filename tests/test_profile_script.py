@@ -109,17 +109,20 @@ def _printed(stdout: str, label: str) -> float:
 
 
 def test_d2l_style_hand_written_sgd_trains_on_backward_passes(tmp_path):
-    # No torch.optim: steps end at backward passes, and the loader whose batches feed them is the training loader.
-    proc, folder, s, meta = profile(tmp_path, "python", str(FIXTURES / "d2l_style.py"), "--epochs", "2",
+    # The book's exercise: the concise MLP (torch.optim) then MLPScratch (no torch.optim), each fit with its own
+    # loaders. The second fit's steps end at its backward passes, and its loaders train: no batch is dropped.
+    proc, folder, s, meta = profile(tmp_path, "python", str(FIXTURES / "d2l_style.py"), "--epochs", "1",
                                     "--samples", "1280", "--val-samples", "512", "--getitem-ms", "0.2",
-                                    "--compute-ms", "10")
+                                    "--compute-ms", "10", "--fits", "concise,scratch")
     assert proc.returncode == 0, proc.stderr
-    assert s["step_source"] == "backward"
+    assert s["step_source"] == "optimizer and backward"
     assert _printed(proc.stdout, "steps") == 40
-    assert s["steps"] + s["warmup_steps"] == 40  # 2 epochs of 1280 / 64
-    by_size = {d["batch_size"]: d for d in s["loaders"]}
-    assert by_size[64]["role"] == "train" and by_size[64]["batches"] == 40
-    assert by_size[256]["role"] == "eval" and by_size[256]["passes"] == 2 and by_size[256]["eval_s"] > 0
+    assert s["steps"] + s["warmup_steps"] == 40  # 2 fits of one epoch of 1280 / 64
+    assert "uncounted_batches" not in s["absences"]
+    train = [d for d in s["loaders"] if d["role"] == "train"]
+    evaluation = [d for d in s["loaders"] if d["role"] == "eval"]
+    assert [(d["batch_size"], d["batches"]) for d in train] == [(64, 20), (64, 20)]
+    assert [d["batch_size"] for d in evaluation] == [256, 256] and all(d["eval_s"] > 0 for d in evaluation)
     # The script's own perf_counter clock of its waits for a batch, after the same 5 warm-up steps.
     assert s["fractions"]["data_wait"] == pytest.approx(_printed(proc.stdout, "data wait share"), abs=0.05)
 

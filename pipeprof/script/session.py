@@ -26,7 +26,7 @@ from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import describe_environment
 from pipeprof.measure.sampler import WORKER, SystemSampler
 from pipeprof.run_folder import Run, sample_tables
-from pipeprof.script.event_steps import TRAIN, ScriptSteps, read_events, script_steps
+from pipeprof.script.event_steps import TRAIN, ScriptSteps, Uncounted, read_events, script_steps
 from pipeprof.script.job import (
     Proc,
     event_files,
@@ -336,6 +336,9 @@ class Session:
             absences["steps"] = untraced_message(untraced_kids) if untraced_kids else NO_LOADER
         elif cut.steps.empty:
             absences["steps"] = f"no complete training step (steps end at {cut.step_source})"
+        if cut.uncounted is not None:
+            absences["uncounted_batches"] = uncounted_message(cut.uncounted)
+            notes.append(absences["uncounted_batches"])
         no_core_wait = core_wait_absence(cut.loading)
         if no_core_wait:
             absences["core_wait"] = no_core_wait
@@ -381,6 +384,20 @@ class Session:
             processes.loc[processes["role"] == WORKER, "role"] = CHILD
         return Run(meta=meta, steps=cut.steps, samples=samples, processes=processes, loading=cut.loading,
                    device_memory=cut.device_memory, transforms=cut.transforms)
+
+
+WHY_UNCOUNTED = {
+    "before": "before the first step began",
+    "between": "between steps (no step end came after them before the next step began)",
+    "after": "after the last step's end (the script ended, or was stopped, before another step ended)",
+}
+
+
+def uncounted_message(u: Uncounted) -> str:
+    """absences.uncounted_batches (and a note): how many training batches no step holds, and why."""
+    where = "; ".join(WHY_UNCOUNTED[w] for w in u.where)
+    return (f"{u.batches} of {u.of_batches} training batches are in no counted step: they came {where}; "
+            f"steps end at {u.step_source}")
 
 
 def script_what_ifs(cut: ScriptSteps, absent: str | None) -> dict[str, Any]:
