@@ -318,3 +318,20 @@ def test_a_sampler_that_cannot_start_ends_the_script_it_started(tmp_path, monkey
     pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_reference_classification_presets_are_opened_and_the_test_loader_timed_apart(tmp_path):
+    # torchvision's reference style: ClassificationPresetTrain/Eval hold a transforms Compose (one opaque leaf
+    # before), and data_loader_test, iterated after the training steps, had transforms null.
+    proc, folder, s, meta = profile(tmp_path, "python", str(FIXTURES / "reference_classification.py"),
+                                    "--train-size", "96", "--test-size", "32")
+    assert proc.returncode == 0, proc.stderr
+    loaders = {d["name"]: d for d in s["loaders"]}
+    assert set(loaders) == {"data_loader", "data_loader_test"}
+    assert loaders["data_loader"]["role"] == "train" and loaders["data_loader_test"]["role"] == "eval"
+    train = {t["name"].split("(")[0] for t in loaders["data_loader"]["transforms"]}
+    assert {"RandomResizedCrop", "RandomHorizontalFlip", "PILToTensor", "ConvertImageDtype", "Normalize"} == train
+    test = {t["name"].split("(")[0] for t in loaders["data_loader_test"]["transforms"]}
+    assert {"Resize", "CenterCrop", "PILToTensor", "ConvertImageDtype", "Normalize"} == test
+    assert all(t["calls"] == 32 for t in loaders["data_loader_test"]["transforms"])  # every test sample
+    assert "ClassificationPreset" not in json.dumps(s["transforms"])

@@ -206,7 +206,7 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
         loader["wait_by_position_s"] = by_position if loader["role"] == TRAIN else None
     cuda_copies = int(tables["C"]["device_s"].notna().sum())
     memory = tables["Y"].assign(t_s=tables["Y"]["t_s"] - t0_s)
-    transforms = transform_rows(tables["P"], ev.part_names, nexts, begins, ends)
+    transforms = transform_rows(tables["P"], ev.part_names, nexts, begins, ends, train)
     pipelines = {str(n): leaves for n, leaves in sorted(ev.pipelines.items()) if leaves}
     return ScriptSteps(steps, loading, summary, source, ev.start, ev.end, cuda_copies, ev.threads, ev.rank,
                        timing, memory, transforms, pipelines, ev.what_ifs,
@@ -214,13 +214,16 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
 
 
 def transform_rows(parts: pd.DataFrame, names: dict[int, tuple[str, str]], nexts: pd.DataFrame,
-                   begins: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
-    """``transforms.csv`` rows (``TRANSFORM_COLUMNS``): each ``P`` part of a batch taken in a step (any loader),
-    joined to its ``N`` by loader and maker's start, and one "batch" row per such batch: its samples, its
-    ``__getitem__`` wall time (fetch + waiting for a core + prep) and CPU time (prep)."""
+                   begins: np.ndarray, ends: np.ndarray, train: set[int] | None = None) -> pd.DataFrame:
+    """``transforms.csv`` rows (``TRANSFORM_COLUMNS``): each ``P`` part of a batch taken in a step (a training
+    loader's) or taken at all (an evaluation loader's, ``step`` -1 outside every step: a test pass after the
+    last step), joined to its ``N`` by loader and maker's start, and one "batch" row per such batch: its
+    samples, its ``__getitem__`` wall time (fetch + waiting for a core + prep) and CPU time (prep).
+    ``train``: the training loaders (None: every loader counts as one)."""
     made = nexts[nexts["made_t0_s"].notna()]
     made = made.assign(step=_which_step(made["t0_s"].to_numpy(), begins, ends))
-    made = made[made["step"] >= 0].drop_duplicates(["loader", "made_t0_s"])
+    evaluation = ~made["loader"].isin(train) if train is not None else np.zeros(len(made), dtype=bool)
+    made = made[(made["step"] >= 0) | evaluation].drop_duplicates(["loader", "made_t0_s"])
     joined = parts.merge(made, on=["loader", "made_t0_s"], how="inner", suffixes=("", "_batch"))
     joined = joined[joined["index"].isin(list(names))]
     if joined.empty:
