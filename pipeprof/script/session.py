@@ -424,6 +424,7 @@ def _timed_pipelines(pipelines: dict[str, Any], transforms: pd.DataFrame,
         return timed, str(failed["absent"])
     if number not in timed:
         return timed, (f"the training loader's dataset ({train.get('dataset')}) has no transform pipeline pipeprof "
-                       "could find: no transform, target_transform or transforms attribute on it or on the "
-                       "datasets it wraps")
+                       "could find: no attribute of it or of the datasets it wraps holds a transform container, "
+                       "a torchvision transform, an nn.Module or a callable named as a transform (transform, tf, "
+                       "aug, preprocess...)")
     return timed, "no batch of the training loader with its transforms timed reached a counted step"
