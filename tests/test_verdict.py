@@ -577,3 +577,37 @@ def test_shares_said_of_one_wait_add_up_to_it_with_the_wait_for_a_core():
     v = verdict_from_attribution(dataclasses.replace(serial, loading=loading))
     assert "was waiting for a core" in v.sentence and "more was waiting" not in v.sentence, v.sentence
     assert sum(_shares(v.sentence)) <= 100.5, v.sentence
+
+
+def _varying_run(first: float, second: float) -> Run:
+    """make_run's 40 steps waiting ``first`` of each step up to step 19 and ``second`` after, while the machine's
+    other load rises from none to 30% of its 2 cores (the tree uses 60%: 120% of one core)."""
+    run = make_run(wait=first, loading=(0.016, 0.008, 0.002))
+    later = run.steps["step"] >= 20
+    run.steps.loc[later, "data_wait_s"] = second * STEP_S
+    run.steps.loc[later, "host_wait_s"] = second * STEP_S
+    run.steps.loc[later, "compute_s"] = (1 - second - 0.01) * STEP_S
+    run.samples["cpu_util_pct"] = np.where(run.samples["t_s"] >= 2.0, 90.0, 60.0)
+    return run
+
+
+def test_a_run_whose_windows_are_judged_differently_says_so_rather_than_one_class():
+    """Four identical Lightning runs were input:prep, input:prep, compute, input:prep (waits 17, 18, 4, 34%)."""
+    from pipeprof.analysis.variation import run_variation
+
+    run = _varying_run(0.02, 0.34)
+    variation = run_variation(run.steps, run.samples, 2)
+    assert variation is not None and variation.varies
+    assert (variation.low.first_step, variation.high.last_step) == (4, 39)
+    assert variation.low.other_load_fraction == pytest.approx(0.0)
+    assert variation.high.other_load_fraction == pytest.approx(0.30)
+    v = summarize(run)["verdict"]
+    assert v["uncertain"] is True and "compute" in v["candidates"] and any(c.startswith("input:") for c in v["candidates"])
+    note = next(n for n in v["notes"] if n.startswith("The run itself varied"))
+    assert "steps 4-" in note and "-39 34%" in note and "other processes used 30% of the machine's cores" in note
+    assert "the run itself varied" in v["sentence"]
+    # a steady run, and one whose windows sit either side of a cut-off but close: nothing said
+    for steady in (make_run(wait=0.3, loading=(0.016, 0.008, 0.002)), _varying_run(0.04, 0.07)):
+        judged = summarize(steady)["verdict"]
+        assert not any(n.startswith("The run itself varied") for n in judged["notes"]), judged["notes"]
+        assert not run_variation(steady.steps, steady.samples, 2).varies
