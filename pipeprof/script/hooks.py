@@ -223,11 +223,16 @@ class Hooks:
         self.marks = 0
         self.backwards = 0
         # Steps ended at optimizer steps and backward passes (event_steps' rule, as far as it can be applied
-        # as they come): a backward pass ends a step while the stretch of training since the last iter() has
-        # seen no optimizer step (a fit by hand: d2l's ``param -= lr * param.grad``), and an optimizer step
-        # right after a backward pass that ended one is part of that step.
+        # as they come). A stretch of training runs from one iter() of a training (or new) loader to the next.
+        # A backward pass ends a step where no optimizer step is expected (a new loader's first stretch, or one
+        # after a stretch that had none: a fit by hand, d2l's ``param -= lr * param.grad``); an optimizer step
+        # right after a backward pass that ended one is part of that step. Where one is expected (the loader's
+        # last stretch had them), backward passes wait for it (gradient accumulation), and a stretch that ends
+        # without one has them counted then, as its steps.
         self.steps_ended = 0
-        self.stretch_optimized = False  # an optimizer step since the last iter() of a loader that trained
+        self.expect_optimizer = False  # backward passes in this stretch are taken to lead to an optimizer step
+        self.stretch_optimized = False  # an optimizer step in this stretch
+        self.pending_backwards = 0  # backward passes of this stretch waiting for an optimizer step
         self.trained: set[int] = set()  # loaders whose batch came last before a backward pass or optimizer step
         self.step_at_backward = False  # the last step ended at a backward pass, and no batch came since
         self.steps_told = 0  # the most steps the listeners were told of
@@ -273,7 +278,7 @@ class Hooks:
             self._bracket(start, t0, t1)
         iterator._pipeprof_loader = number
         if new or number in self.trained:  # a known validation loader's pass leaves the stretch as it is
-            self.stretch_optimized = False
+            self._end_stretch(new)
         outer = iterator._pipeprof_outer = self.outer  # iterated inside a look-ahead loader's next() (or None)
         self._passes.add(iterator)
         if outer is not None:  # the loop's wait began at that next(): the pass's start holds it up to here
@@ -429,7 +434,8 @@ class Hooks:
         if self.last_batch_loader is not None:
             self.trained.add(self.last_batch_loader)
         ends_step = not self.marks and not self.step_at_backward  # prof.step() marks end the steps when any
-        self.stretch_optimized, self.step_at_backward = True, False
+        self.stretch_optimized, self.expect_optimizer, self.step_at_backward = True, True, False
+        self.pending_backwards = 0
         if ends_step:
             self._step_end(now)
         if not self.threads_read:
@@ -446,7 +452,9 @@ class Hooks:
         self.log.add(("B", t0, now), now)
         if self.last_batch_loader is not None:
             self.trained.add(self.last_batch_loader)
-        ends_step = not (self.stretch_optimized or self.marks)  # no optimizer step in this stretch (yet)
+        ends_step = not (self.expect_optimizer or self.marks)  # no optimizer step expected in this stretch
+        if self.expect_optimizer and not (self.stretch_optimized or self.marks):
+            self.pending_backwards += 1  # counted at the stretch's end if no optimizer step comes
         if ends_step:
             self._step_end(now)
         if not self.threads_read:
@@ -490,6 +498,17 @@ class Hooks:
         if not self.threads_read:
             self.read_threads("first step")
         self._maybe_stop(self.marks)
+
+    def _end_stretch(self, new_loader: bool) -> None:
+        """A stretch of training ends: backward passes that waited in vain for an optimizer step were its
+        steps (the next stretch expects none); a new loader's stretch expects none either."""
+        if self.pending_backwards and not self.stretch_optimized and not self.marks:
+            self.steps_ended += self.pending_backwards
+            self.expect_optimizer = False
+            self._maybe_stop(self.steps_ended)
+        if new_loader:
+            self.expect_optimizer = False
+        self.stretch_optimized, self.pending_backwards = False, 0
 
     def _maybe_stop(self, steps: int) -> None:
         if self.stopping and self.segments is not None and self.segments.begun:
