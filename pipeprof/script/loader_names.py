@@ -117,8 +117,12 @@ def note_built(loader: Any, start: FrameType | None = None) -> None:
                 function, code = name, _where(frame.f_code)
             break
         frame = frame.f_back
-    target, returned = stored_in(frame) if frame is not None and not libraries - {"torch", "pipeprof"} \
-        else (None, False)
+    target, returned = None, False
+    if frame is not None and not libraries - {"torch", "pipeprof"}:
+        try:
+            target, returned = stored_in(frame)
+        except (ValueError, TypeError, IndexError, AttributeError, KeyError):  # bytecode dis could not read:
+            pass  # no name from it (the others still apply); the script's DataLoader is built all the same
     if source is not None and source.function is not None:  # Lightning's _update_dataloader: the user's hook
         function, code, target, returned = source.function, source.code, source.target, source.returned
     loader.__dict__[_SITE_ATTR] = BuildSite(function, code, frozenset(libraries), builder, target,
