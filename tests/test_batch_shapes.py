@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from pipeprof.script import hooks
 from pipeprof.script.batches import leading_samples
 from pipeprof.script.event_file import read_events
-from pipeprof.script.session import uncounted_samples
+from pipeprof.script.session import one_sample_an_item
 
 
 class ReadyBatches(Dataset):
@@ -84,7 +84,7 @@ def test_a_batch_size_still_counts_the_samples_collated(tmp_path, monkeypatch):
 
 def test_items_counted_one_each_are_said_in_absences():
     ready = {"name": "shard_loader", "batch_size": None}
-    said = uncounted_samples(ready, pd.DataFrame({"samples": [1, 1, 1]}))
+    said = one_sample_an_item(ready, pd.DataFrame({"samples": [1, 1, 1]}))
     assert said is not None and "shard_loader" in said and "batch_size=None" in said
-    assert uncounted_samples(ready, pd.DataFrame({"samples": [64, 64]})) is None  # counted by the batch
-    assert uncounted_samples({"name": "x", "batch_size": 1}, pd.DataFrame({"samples": [1, 1]})) is None
+    assert one_sample_an_item(ready, pd.DataFrame({"samples": [64, 64]})) is None  # counted by the batch
+    assert one_sample_an_item({"name": "x", "batch_size": 1}, pd.DataFrame({"samples": [1, 1]})) is None

@@ -32,7 +32,7 @@ from pipeprof.errors import UsageError
 from pipeprof.measure.codeprofile import CodeProfile, CProfileWindow, read_worker_dumps, stats_rows
 from pipeprof.measure.pyspy import FILE as PYSPY_FILE
 from pipeprof.measure.pyspy import PySpy, locate_pyspy
-from pipeprof.render.console import summary_table
+from pipeprof.render.console import _code_profile_line, summary_table
 from pipeprof.render.html import render_html
 from pipeprof.run_folder import FUNCTION_COLUMNS, STEP_COLUMNS, Run, load_run, save_run
 from pipeprof.scenario import load_scenario
@@ -223,11 +223,38 @@ def steps_table(step_s, warmup=2):
 
 
 def test_overhead_is_the_median_profiled_step_over_the_unprofiled_ones():
-    steps = steps_table([9.0, 9.0] + [0.015] * 4 + [0.010] * 6)
+    steps = steps_table([9.0, 9.0] + [0.015] * 4 + [0.010] * 10)
     overhead = window_overhead(steps, first_step=2, window_steps=4)
     assert overhead["ratio"] == pytest.approx(1.5) and overhead["slowdown_fraction"] == pytest.approx(0.5)
-    assert overhead["steps_in_window"] == 4 and overhead["steps_outside"] == 6
+    assert overhead["steps_in_window"] == 4 and overhead["steps_outside"] == 10
     assert "no unprofiled steps" in window_overhead(steps, 2, 50)["absent"]
+
+
+def test_too_few_steps_outside_the_window_are_not_compared():
+    # 5 steps after a 40-step window were the queue's drained tail: "profiled steps x90.19 the others".
+    steps = steps_table([9.0, 9.0] + [0.9] * 40 + [0.01] * 5)
+    overhead = window_overhead(steps, first_step=2, window_steps=40)
+    assert "ratio" not in overhead
+    assert overhead["absent"].startswith("too few steps outside the window to compare")
+    assert overhead["steps_outside"] == 5
+    line = _code_profile_line({"cprofile": {"processes": {}, "overhead": overhead}})
+    assert line is not None and "too few steps outside the window to compare (5)" in line and "×" not in line
+
+
+def test_in_a_worker_an_nn_module_transform_is_loading_not_compute():
+    # A dataset's nn.Module transform (spin() under torch/nn's _call_impl) in a worker, which runs no model.
+    module_call = (f"{SITE}/torch/nn/modules/module.py", 1, "_call_impl")
+    spin = ("/home/me/train.py", 10, "spin")
+    df = table(
+        row("spin", *spin[:2], caller=module_call, tottime_s=0.3, process="workers"),
+        row("_call_impl", *module_call[:2], caller=("/home/me/train.py", 20, "__getitem__"), tottime_s=0.01,
+            process="workers"),
+        row("<built-in method torch._C._nn.linear>", caller=LINEAR_FWD, tottime_s=0.2, process="workers"),
+        row("spin", *spin[:2], caller=module_call, tottime_s=0.3),
+    )
+    assert set(groups_of(df, "workers").values()) == {"loading"}
+    assert groups_of(df, "main")[(spin[0], "spin")] == "compute"  # in the training process it is the model's
+    assert group_fractions(grouped_functions(df, "workers"))["compute"] == 0.0
 
 
 # -- workers ----------------------------------------------------------------------------------
@@ -417,7 +444,7 @@ def test_report_shows_the_view_escaped_with_the_missing_parts_as_notes(tmp_path)
                                           "workers": {"absent": "num_workers = 0: no workers"},
                                           "files": {"main": "cprofile-main.prof"}},
                              "pyspy": {"rate_hz": 20, "absent": "py-spy exited with status 1: " + XSS}}}
-    run = Run(meta=meta, steps=steps_table([1.0, 1.0] + [0.02] * 4 + [0.01] * 6), functions=functions,
+    run = Run(meta=meta, steps=steps_table([1.0, 1.0] + [0.02] * 4 + [0.01] * 10), functions=functions,
               attachments={"cprofile-main.prof": b"x"})
     folder = save_run(run, tmp_path / "r")
     loaded = load_run(folder)
@@ -467,13 +494,13 @@ def test_a_real_run_profiles_compute_in_main_and_loading_in_the_workers(tmp_path
     scenario.write_text(TINY)
     out = tmp_path / "reports"
     status = main(["run", str(scenario), "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet",
-                   "--cprofile", "8", "--pyspy"])
+                   "--cprofile", "6", "--pyspy"])  # 17 counted steps: 11 outside the window, enough to compare
     assert status == 0
     (folder,) = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")]
     summary = json.loads((folder / "summary.json").read_text())
     cp = summary["code_profile"]["cprofile"]
-    assert cp["window"] == {"first_step": 3, "steps": 8, "profiled_steps": 8}
-    assert cp["overhead"]["steps_in_window"] == 8 and cp["overhead"]["ratio"] > 0
+    assert cp["window"] == {"first_step": 3, "steps": 6, "profiled_steps": 6}
+    assert cp["overhead"]["steps_in_window"] == 6 and cp["overhead"]["ratio"] > 0
     main_groups = {t["name"]: t["group"] for t in grouped_top(folder, "main")}
     assert main_groups.get("<built-in method torch._C._nn.linear>") == "compute"
     assert main_groups.get("<method 'run_backward' of 'torch._C._EngineBase' objects>") == "compute"

@@ -440,6 +440,70 @@ def test_backward_passes_without_an_optimizer_are_steps_each_counted_once(tmp_pa
     assert torch.autograd.backward.__module__ == "torch.autograd"  # the original, not pipeprof's wrapper
 
 
+def test_a_fit_by_hand_after_a_fit_with_torch_optim_counts_its_steps_as_they_come(tmp_path, targets):
+    # d2l's MLP then MLPScratch: the second fit has no optimizer step; its backward passes end its steps, both
+    # for --steps and code profiling (the step listeners) and in the run.
+    world = _world()
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32))
+    concise_loader, scratch_loader = DataLoader(data, batch_size=8), DataLoader(data, batch_size=8)
+    model, w = torch.nn.Linear(4, 1), torch.zeros(4, requires_grad=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    counted: list[int] = []
+    with pipeprof.profile(name="two-fits", out=tmp_path, warmup_steps=0, quiet=True) as prof:
+        active = hooks.active()
+        assert active is not None
+        active.step_listeners.append(counted.append)
+        for x, y in concise_loader:
+            ((model(x).squeeze(1) - y) ** 2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        for x, y in scratch_loader:
+            ((x @ w - y) ** 2).mean().backward()
+            with torch.no_grad():
+                w -= 0.01 * w.grad
+                w.grad.zero_()
+    assert counted == list(range(1, 9))
+    assert prof.run.meta["step_source"] == "optimizer and backward"
+    assert prof.summary["steps"] == 8
+    assert "uncounted_batches" not in prof.run.meta["absences"]
+    _assert_world(world)
+
+
+def test_one_loader_with_accumulation_then_by_hand_counts_each_pass_as_its_steps(tmp_path, targets):
+    # One loader: a fit with torch.optim and two backward passes an optimizer step, then a fit by hand. A later
+    # pass of the accumulating fit counts its optimizer steps only; the fit by hand's passes count their
+    # backward passes (its first pass once it ends without an optimizer step).
+    world = _world()
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32)), batch_size=8)
+    model, w = torch.nn.Linear(4, 1), torch.zeros(4, requires_grad=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    counted: list[int] = [0]
+    marks: list[int] = []
+    with pipeprof.profile(name="one-loader", out=tmp_path, warmup_steps=0, quiet=True) as prof:
+        active = hooks.active()
+        assert active is not None
+        active.step_listeners.append(counted.append)
+        for _epoch in range(2):
+            for i, (x, y) in enumerate(loader):
+                ((model(x).squeeze(1) - y) ** 2).mean().backward()
+                if i % 2:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            marks.append(counted[-1])
+        for _epoch in range(2):
+            for x, y in loader:
+                ((x @ w - y) ** 2).mean().backward()
+                with torch.no_grad():
+                    w -= 0.01 * w.grad
+                    w.grad.zero_()
+            marks.append(counted[-1])
+    assert marks[1] - marks[0] == 2  # the second accumulating pass: its 2 optimizer steps, not 4 backward passes
+    assert marks[3] - marks[1] == 8  # the fit by hand: 4 backward passes a pass
+    assert prof.run.meta["step_source"] == "optimizer and backward"
+    assert prof.summary["steps"] == 4 + 8
+    _assert_world(world)
+
+
 @pytest.mark.parametrize("stopped", [True, False])
 def test_a_process_pipeprof_stops_leaves_no_process_group_to_the_interpreters_teardown(tmp_path, stopped):
     """A gloo group left to interpreter teardown can abort the rank (SIGABRT, 1 in ~10 exits of a 2-rank spawn

@@ -135,6 +135,74 @@ def test_an_attribute_names_the_loader_before_the_parameter_it_came_in_by(tmp_pa
     assert names(seen) == ["self.train_loader"]
 
 
+# --- named where it is built: a loop over phases, a keyword, a builder's caller ------------------------------
+
+def _phases(train_loader: DataLoader, scratch_loader: DataLoader) -> list[tuple[DataLoader, str]]:
+    return [(train_loader, "torch.optim"), (scratch_loader, "by hand")]
+
+
+def test_two_loaders_iterated_through_a_loop_variable_keep_the_names_they_were_built_under(tmp_path):
+    # ``for loader, opt, fwd in phases:`` held both loaders under ``loader``: one line, "loader x2".
+    with profiled(tmp_path) as seen:
+        train_loader = DataLoader(RandomDataset(), batch_size=4)
+        scratch_loader = DataLoader(RandomDataset(), batch_size=2)
+        for loader, _how in _phases(train_loader, scratch_loader):
+            for _ in loader:
+                pass
+    assert names(seen) == ["train_loader", "scratch_loader"]
+
+
+def _phases_built_here() -> list[tuple[DataLoader, int]]:
+    concise_loader = DataLoader(RandomDataset(), batch_size=4)
+    scratch_loader = DataLoader(RandomDataset(), batch_size=2)
+    return [(concise_loader, 1), (scratch_loader, 2)]
+
+
+def test_loaders_no_frame_holds_but_a_loop_variable_are_named_by_their_assignment(tmp_path):
+    with profiled(tmp_path) as seen:
+        for loader, _lr in _phases_built_here():
+            for _ in loader:
+                pass
+    assert names(seen) == ["concise_loader", "scratch_loader"]
+
+
+class FakeTrainer:
+    """Lightning's ``Trainer.fit(model, train_dataloaders=..., val_dataloaders=...)``, iterating what it is given."""
+
+    def fit(self, model: Any, train_dataloaders: DataLoader, val_dataloaders: DataLoader) -> None:
+        for loader in (train_dataloaders, val_dataloaders):
+            for _ in loader:
+                pass
+
+
+def test_loaders_built_in_keyword_arguments_are_named_by_the_keyword(tmp_path):
+    with profiled(tmp_path) as seen:
+        FakeTrainer().fit(None, train_dataloaders=DataLoader(RandomDataset(), batch_size=4),
+                          val_dataloaders=DataLoader(RandomDataset(), batch_size=8))
+    assert names(seen) == ["train_dataloaders", "val_dataloaders"]
+
+
+class DataModule:
+    def get_dataloader(self, train: bool) -> DataLoader:
+        return DataLoader(RandomDataset(), batch_size=4 if train else 8)
+
+
+def _prepare(data: DataModule) -> list[DataLoader]:
+    train_iter = data.get_dataloader(True)
+    return [train_iter]
+
+
+def test_a_loader_a_helper_returns_is_named_where_its_caller_stores_it(tmp_path):
+    with profiled(tmp_path) as seen:
+        data = DataModule()
+        for loader in _prepare(data):
+            for _ in loader:
+                pass
+        for _ in data.get_dataloader(False):  # stored nowhere: named after the function that returned it
+            pass
+    assert names(seen) == ["train_iter", "get_dataloader"]
+
+
 # --- a DataLoader subclass iterating itself --------------------------------------------------------------
 
 class EpochLoader(DataLoader):
@@ -265,6 +333,24 @@ def test_a_loader_a_library_rebuilds_from_the_users_hook_is_named_after_the_hook
         library["fit"](Predictor())
     assert names(seen) == ["predict_dataloader"]  # not "RandomDataset": the library's copy of the hook's loader
     assert seen[0]["framework"] == "lightning"
+    assert seen[0]["built_in"] == "predict_dataloader"  # the advice's "the DataLoader built in predict_dataloader()"
+
+
+_FIT_LOOP = """
+def fit(model, train_dataloaders=None, val_dataloaders=None):
+    for _ in train_dataloaders:
+        pass
+"""
+
+
+def test_a_loader_a_script_hands_to_a_librarys_fit_is_named_by_its_variable_and_built_in_no_hook(tmp_path):
+    library: dict[str, Any] = {"__name__": "lightning.pytorch.trainer.fake"}
+    exec(compile(_FIT_LOOP, "<lightning.fake>", "exec"), library)
+    with profiled(tmp_path) as seen:
+        train_loader = DataLoader(RandomDataset(8), batch_size=4)
+        library["fit"](None, train_dataloaders=train_loader)
+    assert names(seen) == ["train_loader"]
+    assert seen[0]["framework"] == "lightning" and seen[0]["built_in"] is None
 
 
 def test_batch_size_of_a_loader_built_on_a_batch_sampler(tmp_path):

@@ -109,17 +109,20 @@ def _printed(stdout: str, label: str) -> float:
 
 
 def test_d2l_style_hand_written_sgd_trains_on_backward_passes(tmp_path):
-    # No torch.optim: steps end at backward passes, and the loader whose batches feed them is the training loader.
-    proc, folder, s, meta = profile(tmp_path, "python", str(FIXTURES / "d2l_style.py"), "--epochs", "2",
+    # The book's exercise: the concise MLP (torch.optim) then MLPScratch (no torch.optim), each fit with its own
+    # loaders. The second fit's steps end at its backward passes, and its loaders train: no batch is dropped.
+    proc, folder, s, meta = profile(tmp_path, "python", str(FIXTURES / "d2l_style.py"), "--epochs", "1",
                                     "--samples", "1280", "--val-samples", "512", "--getitem-ms", "0.2",
-                                    "--compute-ms", "10")
+                                    "--compute-ms", "10", "--fits", "concise,scratch")
     assert proc.returncode == 0, proc.stderr
-    assert s["step_source"] == "backward"
+    assert s["step_source"] == "optimizer and backward"
     assert _printed(proc.stdout, "steps") == 40
-    assert s["steps"] + s["warmup_steps"] == 40  # 2 epochs of 1280 / 64
-    by_size = {d["batch_size"]: d for d in s["loaders"]}
-    assert by_size[64]["role"] == "train" and by_size[64]["batches"] == 40
-    assert by_size[256]["role"] == "eval" and by_size[256]["passes"] == 2 and by_size[256]["eval_s"] > 0
+    assert s["steps"] + s["warmup_steps"] == 40  # 2 fits of one epoch of 1280 / 64
+    assert "uncounted_batches" not in s["absences"]
+    train = [d for d in s["loaders"] if d["role"] == "train"]
+    evaluation = [d for d in s["loaders"] if d["role"] == "eval"]
+    assert [(d["batch_size"], d["batches"]) for d in train] == [(64, 20), (64, 20)]
+    assert [d["batch_size"] for d in evaluation] == [256, 256] and all(d["eval_s"] > 0 for d in evaluation)
     # The script's own perf_counter clock of its waits for a batch, after the same 5 warm-up steps.
     assert s["fractions"]["data_wait"] == pytest.approx(_printed(proc.stdout, "data wait share"), abs=0.05)
 
@@ -315,3 +318,20 @@ def test_a_sampler_that_cannot_start_ends_the_script_it_started(tmp_path, monkey
     pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_reference_classification_presets_are_opened_and_the_test_loader_timed_apart(tmp_path):
+    # torchvision's reference style: ClassificationPresetTrain/Eval hold a transforms Compose (one opaque leaf
+    # before), and data_loader_test, iterated after the training steps, had transforms null.
+    proc, folder, s, meta = profile(tmp_path, "python", str(FIXTURES / "reference_classification.py"),
+                                    "--train-size", "96", "--test-size", "32")
+    assert proc.returncode == 0, proc.stderr
+    loaders = {d["name"]: d for d in s["loaders"]}
+    assert set(loaders) == {"data_loader", "data_loader_test"}
+    assert loaders["data_loader"]["role"] == "train" and loaders["data_loader_test"]["role"] == "eval"
+    train = {t["name"].split("(")[0] for t in loaders["data_loader"]["transforms"]}
+    assert {"RandomResizedCrop", "RandomHorizontalFlip", "PILToTensor", "ConvertImageDtype", "Normalize"} == train
+    test = {t["name"].split("(")[0] for t in loaders["data_loader_test"]["transforms"]}
+    assert {"Resize", "CenterCrop", "PILToTensor", "ConvertImageDtype", "Normalize"} == test
+    assert all(t["calls"] == 32 for t in loaders["data_loader_test"]["transforms"])  # every test sample
+    assert "ClassificationPreset" not in json.dumps(s["transforms"])

@@ -420,7 +420,7 @@ def test_pin_memory_on_cpu_is_noted_for_a_script():
 ])
 def test_advice_code_is_what_the_user_can_write_for_their_framework(framework, text):
     from pipeprof.analysis.advice_text import script_text
-    loader = _train_loader(0, 1, framework=framework)
+    loader = _train_loader(0, 1, framework=framework, built_in="train_dataloader" if framework else None)
     assert script_text({"loader.num_workers": 1, "train.threads": 1}, loader) == text
     assert script_text({"train.threads": 1}, loader) == "torch.set_num_threads(1)"  # never a loader's name
     # the workers it already has are no change to write (a Trainer run with 1 worker told to set threads)
@@ -430,6 +430,17 @@ def test_advice_code_is_what_the_user_can_write_for_their_framework(framework, t
                         "loader.persistent_workers": True}, _train_loader(0, 1, framework="transformers", num_workers=0))
     assert args == ("TrainingArguments(dataloader_num_workers=2, dataloader_pin_memory=True, "
                     "dataloader_prefetch_factor=4, dataloader_persistent_workers=True)")
+
+
+def test_a_lightning_script_passing_its_own_loaders_to_fit_is_told_the_loaders_name():
+    # No train_dataloader() in the script: its loaders were built in main() and handed to trainer.fit.
+    from pipeprof.analysis.advice_text import script_text
+    loader = _train_loader(0, 1, framework="lightning", built_in=None, name="train_loader")
+    assert script_text({"loader.num_workers": 1}, loader) == \
+        "train_loader: DataLoader(SyntheticImages(...), num_workers=1)"
+    loader = _train_loader(0, 1, framework="lightning", built_in="make_loader", name="make_loader")
+    assert script_text({"loader.num_workers": 1}, loader) == \
+        "the DataLoader built in make_loader(): DataLoader(SyntheticImages(...), num_workers=1)"
 
 
 # -- issue 17, item 1: what-ifs measured after the run, and predict_change -------------------------

@@ -327,3 +327,69 @@ def test_each_loader_says_its_core_wait_per_sample_only_when_every_batch_had_it(
     loaders = {d["name"]: d for d in script_steps(s.events, t0_s=100.0).loaders}
     assert loaders["train_loader"]["core_wait_per_sample_s"] == pytest.approx(0.002)
     assert loaders["val_loader"]["core_wait_per_sample_s"] is None
+
+
+def _fit(s: Script, loader: int, epochs: int, batches: int, *, by_hand: bool) -> None:
+    """One fit: ``by_hand`` updates the weights as d2l's from-scratch SGD does (no torch.optim step)."""
+    for _epoch in range(epochs):
+        s.iter(loader, took=0.01)
+        for _ in range(batches):
+            s.batch(loader, wait=0.010)
+            s.work(0.020)
+            s.backward(0.015)
+            if not by_hand:
+                s.optimizer()
+            s.work(0.005)
+        s.end(loader, wait=0.002)
+
+
+@pytest.mark.parametrize("same_loader", [False, True])
+def test_a_fit_by_hand_beside_a_fit_with_torch_optim_has_every_step_counted(same_loader):
+    # d2l's MLP (torch.optim.SGD) then MLPScratch (param -= lr * param.grad): the second fit has no optimizer
+    # step, and its batches fell through (94 of 188 counted, no word said).
+    s = Script()
+    concise = s.loader("train_loader")
+    scratch = concise if same_loader else s.loader("scratch_loader")
+    _fit(s, concise, epochs=2, batches=4, by_hand=False)
+    _fit(s, scratch, epochs=2, batches=4, by_hand=True)
+    cut = script_steps(s.events, t0_s=100.0)
+    assert cut.step_source == "optimizer and backward"
+    assert len(cut.steps) == 16
+    assert cut.steps["samples"].tolist() == [4] * 16
+    assert cut.uncounted is None
+    assert {d["role"] for d in cut.loaders} == {"train"}
+    assert cut.steps["data_wait_s"].iloc[9:12].to_numpy() == pytest.approx(0.010)  # inside the fit by hand
+    assert cut.steps["step_s"].iloc[9:12].to_numpy() == pytest.approx(0.050)
+
+
+def test_gradient_accumulation_in_a_later_pass_keeps_its_optimizer_steps():
+    # Backward passes between optimizer steps in a pass that has optimizer steps are accumulation, not steps.
+    s = Script()
+    n = s.loader("loader")
+    for _epoch in range(2):
+        s.iter(n)
+        for _ in range(3):
+            for _ in range(2):
+                s.batch(n, wait=0.01)
+                s.backward(0.01)
+            s.optimizer()
+        s.end(n)
+    cut = script_steps(s.events, t0_s=100.0)
+    assert cut.step_source == "optimizer"
+    assert cut.steps["samples"].tolist() == [8] * 6
+
+
+def test_training_batches_in_no_step_are_counted_and_placed():
+    # prof.step() marks that stop before the loop does: the batches after the last one are in no step.
+    s = Script()
+    n = s.loader("loader")
+    s.iter(n)
+    for i in range(6):
+        s.batch(n, wait=0.01)
+        s.work(0.02)
+        if i < 4:
+            s.mark()
+    cut = script_steps(s.events, t0_s=100.0)
+    assert len(cut.steps) == 4
+    assert cut.uncounted is not None
+    assert (cut.uncounted.batches, cut.uncounted.of_batches, cut.uncounted.where) == (2, 6, ("after",))

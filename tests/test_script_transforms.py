@@ -156,3 +156,105 @@ def test_a_scripts_training_loader_without_timed_transforms_says_why():
     mine = other.assign(loader=1)
     assert _timed_pipelines({"1": leaves}, mine, train) == ({"1": leaves}, None)
     assert _timed_pipelines({}, none, None) == ({}, None)
+
+
+class Tiles(torch.utils.data.Dataset):
+    """Keeps its pipelines under the names real datasets use besides ``transform``, and a decode function."""
+
+    def __init__(self, tf, aug, preprocess):
+        self.tf, self.aug, self.preprocess = tf, aug, preprocess
+        self.loader = _read  # ImageFolder's pil_loader: decode, timed as such, never a transform
+        self.samples = [(f"{i}.png", i) for i in range(4)]
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return self.preprocess(self.aug(self.tf(self.loader(i)))), i
+
+
+def _read(i):
+    return torch.tensor(float(i))
+
+
+def _scale(x):
+    return x * 2
+
+
+class Cached(torch.utils.data.Dataset):
+    """A user's wrapper keeping its dataset under a name of its own."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def __len__(self):
+        return len(self.base)
+
+    def __getitem__(self, i):
+        return self.base[i]
+
+
+def test_pipelines_under_any_attribute_name_are_found_through_subset_and_concat():
+    tf, aug = transforms.Compose([Add(1), Add(10)]), Add(100)
+    data = ConcatDataset([Subset(Tiles(tf, aug, _scale), [0, 1]), Cached(Tiles(tf, aug, _scale))])
+    found = {(attr, id(p)) for _, attr, p in find_pipelines(data)}
+    assert found == {("tf", id(tf)), ("aug", id(aug)), ("preprocess", id(_scale))}
+    patches, log, collate = Patches(), Log(), Collate()
+    TransformHooks(patches, log, lambda: 0.0, "any").on_loader(type("L", (), {"dataset": data})(), 0, collate)
+    assert [leaf["name"] for leaf in log.events[0][2]] == ["Add", "Add #2", "Add #3", "_scale"]
+    assert float(data[0][0]) == (0 + 1 + 10 + 100) * 2  # unchanged
+    assert {name: calls for _, name, calls, _, _ in batch_parts(collate.transform_keys)} == \
+        {"Add": 1, "Add #2": 1, "Add #3": 1, "_scale": 1}
+    patches.undo()
+    assert data.datasets[1].base.aug is aug and data.datasets[1].base.preprocess is _scale
+
+
+class ClassificationPresetTrain:
+    """torchvision's references/classification/presets.py: a class holding its ``transforms`` Compose."""
+
+    def __init__(self, *, crop_size, hflip_prob=0.5):
+        trans = [transforms.RandomResizedCrop(crop_size, antialias=True)]
+        if hflip_prob > 0:
+            trans.append(transforms.RandomHorizontalFlip(hflip_prob))
+        trans.extend([transforms.ConvertImageDtype(torch.float), transforms.Normalize(mean=(0.5,), std=(0.25,))])
+        self.transforms = transforms.Compose(trans)
+
+    def __call__(self, img):
+        return self.transforms(img)
+
+
+class Images(torch.utils.data.Dataset):
+    def __init__(self, transform):
+        self.transform = transform
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return self.transform(torch.zeros(1, 12, 12, dtype=torch.uint8)), i
+
+
+def test_a_preset_holding_a_compose_is_opened_and_its_leaves_timed():
+    # It showed as one opaque leaf, and RandomResizedCrop and the rest were never named.
+    data = Images(ClassificationPresetTrain(crop_size=8))
+    patches, log, collate = Patches(), Log(), Collate()
+    TransformHooks(patches, log, lambda: 0.0, "preset").on_loader(type("L", (), {"dataset": data})(), 0, collate)
+    names = [leaf["name"] for leaf in log.events[0][2]]
+    assert len(names) == 4 and names[0].startswith("RandomResizedCrop") and names[1].startswith("RandomHorizontalFlip")
+    assert not any("ClassificationPresetTrain" in n for n in names)
+    assert data[0][0].shape == (1, 8, 8)
+    assert sorted(calls for _, _, calls, _, _ in batch_parts(collate.transform_keys)) == [1, 1, 1, 1]
+    patches.undo()
+
+
+def test_an_evaluation_loaders_batches_after_the_last_step_have_their_transform_rows():
+    record = [0, 99, 10.0, 10.5, 0.1, 0.3, 0.01, 4, 0.0]
+    test_record = [0, 99, 20.0, 20.5, 0.1, 0.3, 0.01, 4, 0.0]
+    events = [["L", 0, {"number": 0, "name": "data_loader"}], ["L", 1, {"number": 1, "name": "data_loader_test"}],
+              ["I", 0, 9.0, 9.1], ["N", 0, 10.0, 10.6, 4, record, None], ["O", 11.0], ["E", 0, 11.1, 11.2],
+              ["I", 1, 19.0, 19.1], ["N", 1, 20.0, 20.6, 4, test_record, None], ["E", 1, 21.0, 21.1],
+              ["Q", 0, "transform", "Resize"],
+              ["P", 0, 10.0, 0, 4, 0.2, 0.1], ["P", 1, 20.0, 0, 4, 0.1, 0.05]]
+    cut = script_steps(Events.of(events), 0.0)
+    rows = cut.transforms[cut.transforms["kind"] == "transform"]
+    assert rows[["step", "loader", "name"]].values.tolist() == [[-1, 1, "Resize"], [0, 0, "Resize"]]

@@ -4,8 +4,10 @@ For a scenario: ``--set key=VALUE`` (``set_text``). For a script: the Python
 to write where the training loader is built (``script_text``): the thread
 count first and alone (it is the process's, never a loader's), then the
 loader settings as ``TrainingArguments(dataloader_...=...)`` for the Hugging
-Face Trainer, as the DataLoader built in ``train_dataloader()`` for
-Lightning, and as the loader's ``DataLoader(...)`` keywords otherwise
+Face Trainer, as the DataLoader built in ``train_dataloader()`` (the
+function that built it) for Lightning, and as the loader's
+``DataLoader(...)`` keywords otherwise (a Lightning script passing its own
+loaders to ``trainer.fit`` among them)
 (``dataloader_kwargs``, also the tuner's answer).
 """
 
@@ -27,8 +29,9 @@ def script_text(change: dict[str, Any], loader: dict[str, Any]) -> str:
     (``loader``: its description in run.json's ``loaders``; ``framework`` read leniently, absent in older runs).
 
     The thread count comes first and alone (it is the process's, never a loader's); loader settings are
-    ``TrainingArguments(dataloader_...=...)`` for the Hugging Face Trainer, the DataLoader built in
-    ``train_dataloader()`` for Lightning, and the loader's ``DataLoader(...)`` otherwise; a loader setting
+    ``TrainingArguments(dataloader_...=...)`` for the Hugging Face Trainer, the DataLoader built in the
+    function that returned it (``built_in``: Lightning's ``train_dataloader()``) for Lightning, and the loader's
+    ``DataLoader(...)`` under its name otherwise; a loader setting
     equal to the loader's own is left out."""
     parts = []
     if change.get("train.threads"):
@@ -42,8 +45,9 @@ def script_text(change: dict[str, Any], loader: dict[str, Any]) -> str:
         if framework == "transformers" and all(k in TRAINING_ARGUMENTS for k in settings):
             kwargs = ", ".join(f"{TRAINING_ARGUMENTS[k]}={v!r}" for k, v in settings.items())
             parts.append(f"TrainingArguments({kwargs})")
-        elif framework == "lightning":
-            parts.append(f"the DataLoader built in train_dataloader(): {dataloader_kwargs(settings, dataset)}")
+        elif framework == "lightning" and loader.get("built_in", "train_dataloader"):  # a run before built_in
+            parts.append(f"the DataLoader built in {loader.get('built_in', 'train_dataloader')}(): "
+                         f"{dataloader_kwargs(settings, dataset)}")
         else:
             parts.append(f"{loader.get('name') or 'the training loader'}: {dataloader_kwargs(settings, dataset)}")
     return "; ".join(parts)

@@ -250,6 +250,7 @@ def _serial_cause(attr: Attribution, storage: str | None) -> Cause:
     total = sum(by_class.values())
     # As for the workers' split: a core wait larger than the gap between two real shares could belong to either.
     core_s = (core or 0.0) * (_finite(loading.batch_s) or 0.0) if wait_s is not None else (core or 0.0)
+    whole = (total + core_s) or 1.0  # the wait (or the making), waiting for a core included: each share is of it
     contended = total > 0 and by_class[second] / total >= PART_MARGIN and core_s >= by_class[part] - by_class[second]
     close = total > 0 and ((by_class[part] - by_class[second]) / total < PART_MARGIN or contended)
     candidates = tuple(_PART_CLASS[p] for p in PARTS if p in (part, second)) if close else ()
@@ -260,14 +261,15 @@ def _serial_cause(attr: Attribution, storage: str | None) -> Cause:
             f"making a batch takes {time_text(loading.batch_s)} but the loop waited "
             f"{time_text(attr.step.data_wait_mean_s)} per step; the other {time_text(wait_s['own'])} is the training "
             "process's own work outside fetch, prep and collate (DataLoader bookkeeping, pinning) — with "
-            f"collating {share_text(by_class['collate'] / total)} of the wait, against fetching's "
-            f"{share_text(by_class['fetch'] / total)} and decoding's {share_text(by_class['prep'] / total)}"), ev, candidates)
+            f"collating {share_text(by_class['collate'] / whole)} of the wait, against fetching's "
+            f"{share_text(by_class['fetch'] / whole)} and decoding's {share_text(by_class['prep'] / whole)}"
+            f"{_core_words(core_s / whole)}"), ev, candidates)
     if close:
-        shares = {p: by_class[p] / total for p in PARTS}
+        shares = {p: by_class[p] / whole for p in PARTS}
         other = second if part == order[0] else order[0]
         why = (f"the training process makes every batch (num_workers = 0) and two parts of the wait are too close "
                f"to tell apart: {_share_words(part, shares[part], loading, storage)} against "
-               f"{_share_words(other, shares[other], loading, storage)}{_core_words(core)}")
+               f"{_share_words(other, shares[other], loading, storage)}{_core_words(core_s / whole)}")
         return Cause(_PART_CLASS[part], "R4", why, ev, candidates)
     return Cause(_PART_CLASS[part], "R4", (
         f"the training process makes every batch (num_workers = 0) and {share_text(loading.part_fraction(part))} "
@@ -329,11 +331,12 @@ def _workers_split(loading: LoadingEvidence, storage: str | None, ev: dict[str, 
 
 
 def _core_words(core: float | None) -> str:
-    """The share of batch-making spent waiting for a core, said apart from the parts (it is none of them);
-    nothing under ``CORE_WAIT_WORTH_SAYING`` (0.0 % "more was waiting" reads as a claim of contention)."""
+    """The share spent waiting for a core, said apart from the parts (it is none of them) but of the same whole
+    as the shares beside it, so that they add up to it at most; nothing under ``CORE_WAIT_WORTH_SAYING``
+    (0.0 % "was waiting" reads as a claim of contention)."""
     if not core or core < CORE_WAIT_WORTH_SAYING:
         return ""
-    return f"; {share_text(core)} more was waiting for a core (CPU contention: every core was busy)"
+    return f"; {share_text(core)} was waiting for a core (CPU contention: every core was busy)"
 
 
 def _inferred(attr: Attribution) -> Cause:

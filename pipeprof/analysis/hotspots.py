@@ -50,6 +50,10 @@ code) is *neutral*: its self time goes where it was called from. Row by row
    ``next()`` (on the loader) is ``loading``, a built-in ``torch`` operation
    ``compute``, anything else ``other``.
 
+In a DataLoader worker, which runs no model, what these rules call
+``compute`` is ``loading``: an ``nn.Module`` transform in a dataset
+(``torch/nn``) or a tensor operation in ``__getitem__`` is making a sample.
+
 A function shown in a top list carries the group that got most of its self time.
 """
 
@@ -63,6 +67,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeprof.analysis.thresholds import MIN_STEPS_TO_COMPARE
 from pipeprof.run_folder import Run
 
 LOADING, TRANSFER, COMPUTE, WAITING, OTHER = "loading", "transfer", "compute", "waiting", "other"
@@ -162,6 +167,13 @@ class _Resolver:
         self.active: set[Key] = set()
 
     def row_mix(self, row: dict[str, Any]) -> dict[str, float]:
+        mix = self._row_mix(row)
+        if self.process == "workers" and COMPUTE in mix:  # a DataLoader worker runs no model: all is loading
+            mix = dict(mix)
+            mix[LOADING] = mix.get(LOADING, 0.0) + mix.pop(COMPUTE)
+        return mix
+
+    def _row_mix(self, row: dict[str, Any]) -> dict[str, float]:
         key = _key(row)
         own = file_group(key[0])
         if own is not None:
@@ -183,7 +195,7 @@ class _Resolver:
         """How ``key``'s time divides among the groups, over all its callers."""
         own = file_group(key[0])
         if own is not None:
-            return {own: 1.0}
+            return {LOADING if own == COMPUTE and self.process == "workers" else own: 1.0}
         if key in self.memo:
             return self.memo[key]
         rows = self.edges.get(key)
@@ -310,6 +322,10 @@ def window_overhead(steps: pd.DataFrame, first_step: int, window_steps: int) -> 
     if len(out_s) == 0:
         return {"absent": "every counted step was profiled: no unprofiled steps to compare with "
                           "(use fewer cprofile_steps than the run's counted steps)"}
+    if len(out_s) < MIN_STEPS_TO_COMPARE:
+        return {"absent": f"too few steps outside the window to compare: {len(out_s)} counted step(s) were not "
+                          f"profiled (at least {MIN_STEPS_TO_COMPARE} needed; use fewer cprofile_steps, or more "
+                          f"steps)", "steps_in_window": int(len(in_s)), "steps_outside": int(len(out_s))}
     median_in, median_out = float(np.median(in_s)), float(np.median(out_s))
     ratio = median_in / median_out if median_out > 0 else math.nan
     return {"median_step_in_window_s": median_in, "median_step_outside_s": median_out,

@@ -51,6 +51,7 @@ from pipeprof.analysis.transforms import (
     training_loader,
     transforms_json,
 )
+from pipeprof.analysis.variation import run_variation, with_variation
 from pipeprof.analysis.verdict import (
     Verdict,
     verdict_from_attribution,
@@ -279,6 +280,8 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
     started = worker_start_summary(run.meta.get("worker_starts"), script_wall_s(run)) \
         if run.meta.get("kind") == "script" else None
     judged = with_worker_start_note(judged, started)  # spawned workers' start-up, where it matters
+    # windows of the run judged differently (the machine's other load came and went): said, not one class
+    judged = with_variation(judged, run_variation(steps, run.samples, _cores(run)), attr)
 
     tail = counted.tail(max(1, math.ceil(TAIL_FRACTION * n))) if n else counted
     tail_samples = float(tail["samples"].sum())
@@ -462,3 +465,12 @@ def _gpu_summary(during: pd.DataFrame) -> dict[str, Any]:
         "mean_sm_clock_mhz": _stat(col("gpu_sm_clock_mhz"), "mean"),
         "mean_power_w": _stat(col("gpu_power_w"), "mean"),
     }
+
+
+def _cores(run: Run) -> int | None:
+    """The cores the sampler's machine-wide CPU share is of: its per-core columns, else the environment's."""
+    per_core = [c for c in run.samples.columns if str(c).startswith("cpu_core")] if run.samples is not None else []
+    if per_core:
+        return len(per_core)
+    cores = (run.meta.get("environment") or {}).get("cpu_cores")
+    return int(cores) if isinstance(cores, (int, float)) and not isinstance(cores, bool) and cores > 0 else None

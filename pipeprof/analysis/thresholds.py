@@ -16,6 +16,13 @@ COMPUTE_BOUND_FRACTION = 0.05  # under this data wait: compute-bound (R2), and n
 
 # R0: fewer counted steps than this (after warm-up) are too few to judge: no verdict, no recommendations.
 MIN_COUNTED_STEPS = 5
+# Two sets of steps (cProfile's window against the rest) are compared by their medians only with at least this
+# many steps in each: a median of fewer is one stretch of the run (an epoch's drained tail), not its usual step.
+MIN_STEPS_TO_COMPARE = 10
+# The run itself varies (analysis.variation) when two windows of its counted steps have data waits in different
+# degrees of the verdict (compute-bound, partly, input-bound) at least this far apart (a share of step time):
+# a window just either side of a cut-off is the uncertain band's business, not the run's variation.
+RUN_VARIATION_POINTS = 0.10
 H2D_BOUND_FRACTION = 0.20  # R1: the copy to the device takes at least this share (and no less than the wait)
 READY_WAIT_MAIN = 0.6  # R5: share of the wait on steps with a batch ready, at or above
 READY_WAIT_WORKERS = 0.4  # R6: that share at or below

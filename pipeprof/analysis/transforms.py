@@ -28,12 +28,17 @@ else the loading table's samples for the training loader):
     prep (the rest is inside decode / transform / other, where it was
     measured), ``decode`` and ``transform`` measured, ``other = prep -
     decode - transform`` (>= 0) with prep as for the shares;
-  - script: ``fetch`` = the off-CPU time outside decode and transforms,
-    ``(W - C) - (Dw - Dc) - (Tw - Tc) - core_wait`` (>= 0) with ``W``/``C``
-    the ``__getitem__`` wall/CPU, ``D`` the decode's and ``T`` the
-    transforms'; ``core_wait`` from loading.csv for the training loader where
-    known (else None, and fetch keeps it); ``other`` = the rest of ``W``
-    (>= 0).
+  - script: ``core_wait`` from loading.csv for the training loader where
+    known (else None, and fetch keeps it), read over the whole
+    ``__getitem__`` (``W``/``C`` its wall/CPU) and shared among its parts by
+    their off-CPU time: with ``q = core_wait / (W - C)``, decode is
+    ``Dw - q (Dw - Dc)``, transform ``Tw - q (Tw - Tc)`` (each transform's
+    ``per_sample_s`` likewise, so the rows sum to the transform part), and
+    ``fetch`` the off-CPU time outside them less its share,
+    ``(1 - q) ((W - C) - (Dw - Dc) - (Tw - Tc))``; ``other`` = the rest of
+    ``W`` (the CPU time outside decode and transforms). The parts sum to
+    ``W``: a wait for a core is never counted inside a transform and again
+    as waiting.
 
 The typed records below are what summary.json, the verdict, the
 recommendations and the renderers read; ``to_json`` belongs to the
@@ -174,8 +179,9 @@ def _loader(number: int, rows: pd.DataFrame, pipeline: Any, loading: pd.DataFram
         prep_s = getitem_wall_s
     else:
         prep_s = scenario_prep_s(loading) if loading is not None and has_loading else math.nan
-    costs = _transform_costs(timed, pipeline, samples, prep_s)
-    decode = _decode_cost(decoded, samples)
+    waiting = _core_wait_share(loading if has_loading else None, getitem_wall_s, getitem_cpu_s) if script else 0.0
+    costs = _transform_costs(timed, pipeline, samples, prep_s, waiting)
+    decode = _decode_cost(decoded, samples, waiting)
     split = _split(timed, decoded, samples, loading if has_loading else None, script,
                    prep_s, getitem_wall_s, getitem_cpu_s)
     return LoaderTransforms(loader=number, samples=samples, transforms=costs, decode=decode, split=split)
@@ -211,7 +217,26 @@ def _pipeline_leaves(pipeline: Any) -> dict[str, tuple[int, bool | None]]:
     return leaves
 
 
-def _transform_costs(timed: pd.DataFrame, pipeline: Any, samples: int, prep_s: float) -> tuple[TransformCost, ...]:
+def _core_wait_share(loading: pd.DataFrame | None, getitem_wall_s: float, getitem_cpu_s: float) -> float:
+    """A script's share of ``__getitem__``'s off-CPU time that was waiting for a core (0-1; 0 where unknown).
+
+    The run-queue wait is read over the whole ``__getitem__``, not per call: it is shared among the calls in
+    it by their off-CPU time, so that a transform's or decode call's time never holds the wait for a core
+    that the split lists apart (the parts then sum to the ``__getitem__`` wall, not over it)."""
+    core = _total(loading["core_wait_s"]) if loading is not None else math.nan
+    off_s = getitem_wall_s - getitem_cpu_s
+    if not (math.isfinite(core) and math.isfinite(off_s)) or off_s <= 0 or core <= 0:
+        return 0.0
+    return min(1.0, core / off_s)
+
+
+def _less_waiting(wall_s: float, cpu_s: float, waiting: float) -> float:
+    """Wall seconds less their share (``waiting``) of the off-CPU time that was waiting for a core."""
+    return wall_s - waiting * max(0.0, wall_s - cpu_s)
+
+
+def _transform_costs(timed: pd.DataFrame, pipeline: Any, samples: int, prep_s: float,
+                     waiting: float = 0.0) -> tuple[TransformCost, ...]:
     leaves = _pipeline_leaves(pipeline)
     if timed.empty:
         return ()
@@ -222,7 +247,7 @@ def _transform_costs(timed: pd.DataFrame, pipeline: Any, samples: int, prep_s: f
         order, random = leaves.get(str(name), (None, None))
         if order is None:
             order, unknown = unknown, unknown + 1
-        wall_s = float(row["wall_s"])
+        wall_s = _less_waiting(float(row["wall_s"]), float(row["cpu_s"]), waiting)
         costs.append(TransformCost(
             name=str(name), order=order, per_sample_s=wall_s / samples,
             cpu_per_sample_s=float(row["cpu_s"]) / samples, calls=int(row["calls"]),
@@ -230,12 +255,13 @@ def _transform_costs(timed: pd.DataFrame, pipeline: Any, samples: int, prep_s: f
     return tuple(sorted(costs, key=lambda c: (-c.per_sample_s, c.order)))
 
 
-def _decode_cost(decoded: pd.DataFrame, samples: int) -> DecodeCost | None:
+def _decode_cost(decoded: pd.DataFrame, samples: int, waiting: float = 0.0) -> DecodeCost | None:
     if decoded.empty:
         return None
     sums = decoded.groupby("name", sort=False)[["calls", "wall_s", "cpu_s"]].sum()
     ranked = sums.sort_values("wall_s", ascending=False, kind="stable")
-    return DecodeCost(per_sample_s=float(sums["wall_s"].sum()) / samples,
+    wall_s = _less_waiting(float(sums["wall_s"].sum()), float(sums["cpu_s"].sum()), waiting)
+    return DecodeCost(per_sample_s=wall_s / samples,
                       cpu_per_sample_s=float(sums["cpu_s"].sum()) / samples, calls=int(sums["calls"].sum()),
                       how=" + ".join(str(n) for n in ranked.index))
 
@@ -256,9 +282,14 @@ def _split(timed: pd.DataFrame, decoded: pd.DataFrame, samples: int, loading: pd
     else:
         if not (math.isfinite(getitem_wall_s) and math.isfinite(getitem_cpu_s)):
             return None
-        off_cpu_s = (getitem_wall_s - getitem_cpu_s) - (decode_wall_s - decode_cpu_s) \
-            - (transform_wall_s - transform_cpu_s)
-        fetch_s = max(0.0, off_cpu_s - (core or 0.0))
+        # The wait for a core inside decode and transform calls is taken out of them (shared by off-CPU time,
+        # _core_wait_share) and listed once, as core_wait: the parts sum to the __getitem__ wall.
+        waiting = _core_wait_share(loading, getitem_wall_s, getitem_cpu_s)
+        decode_off_s, transform_off_s = max(0.0, decode_wall_s - decode_cpu_s), max(0.0, transform_wall_s - transform_cpu_s)
+        off_cpu_s = (getitem_wall_s - getitem_cpu_s) - decode_off_s - transform_off_s  # outside decode, transforms
+        fetch_s = max(0.0, off_cpu_s * (1.0 - waiting))
+        decode_wall_s = _less_waiting(decode_wall_s, decode_cpu_s, waiting)
+        transform_wall_s = _less_waiting(transform_wall_s, transform_cpu_s, waiting)
         other_s = max(0.0, getitem_wall_s - fetch_s - (core or 0.0) - decode_wall_s - transform_wall_s)
     return PrepSplit(fetch_s=fetch_s / samples, core_wait_s=core / samples if core is not None else None,
                      decode_s=decode_wall_s / samples, transform_s=transform_wall_s / samples,

@@ -139,8 +139,12 @@ def _code_profile_line(code: dict[str, Any]) -> str | None:
             groups = sorted(as_dict(as_dict(info).get("groups")).items(), key=lambda gv: -(_value(gv[1]) or 0))
             shares = ", ".join(f"{g} {fmt.pct(v, 1)}" for g, v in groups[:3] if (_value(v) or 0) >= 0.005)
             parts.append(f"{name}: {shares or as_dict(info).get('absent') or NOT_MEASURED}")
-        ratio = _value(as_dict(cprofile.get("overhead")).get("ratio"))
-        parts.append(f"profiled steps ×{fmt.number(ratio, 2)} the others" if ratio is not None else "cost not measured")
+        overhead = as_dict(cprofile.get("overhead"))
+        ratio = _value(overhead.get("ratio"))
+        outside = _value(overhead.get("steps_outside"))
+        parts.append(f"profiled steps ×{fmt.number(ratio, 2)} the others" if ratio is not None else
+                     f"cost not measured: too few steps outside the window to compare ({int(outside)})"
+                     if outside is not None else "cost not measured")
     elif not str(cprofile.get("absent", "off")).startswith(_NOT_ASKED):
         parts.append(f"cProfile: {cprofile['absent']}")
     if pyspy and not str(pyspy.get("absent", "")).startswith(_NOT_ASKED):

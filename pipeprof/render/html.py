@@ -511,6 +511,7 @@ def _script(meta: dict[str, Any]) -> dict[str, Any] | None:
     sources: dict[str | None, str] = {
         "optimizer": "optimizer.step() (PyTorch's global step hook)", "prof.step": "prof.step() marks",
         "backward": "backward passes (no torch.optim optimizer step was seen)",
+        "optimizer and backward": "optimizer.step(), and backward passes where a fit had no optimizer step",
         "loader batches": "each batch of the training loader (no optimizer step was seen)"}
     return {"command_line": script.get("command_line"), "cwd": script.get("cwd"), "python": script.get("python"),
             "ended": how, "loaders": [_loader_row(g) for g in fold_loaders(meta.get("loaders") or [])],

@@ -63,7 +63,12 @@ optimizer steps (an optimizer step with no training batch since the last
 step end extends that step: several optimizers, one step), else the ends of
 backward passes (``step_source`` "backward": the weights' update after one
 counts in the next step), else training batches (a step from one ``next()``
-to the next). A step ``[begin, end)``
+to the next). Where a script has optimizer steps, a stretch of training
+(from one training pass's ``iter()`` to the next) without any has its steps
+end at its backward passes (``step_source`` "optimizer and backward": a fit
+by hand beside one with ``torch.optim``). Training batches that fall in no
+step are counted, with where they fell (``ScriptSteps.uncounted``), so that
+the run says so. A step ``[begin, end)``
 holds:
 
 * ``data_wait_s``: time blocked in ``iter()`` and ``next()`` of the training
@@ -110,10 +115,11 @@ import pandas as pd
 from pipeprof.run_folder import LOADING_COLUMNS, STEP_COLUMNS, TRANSFORM_COLUMNS
 from pipeprof.script.event_file import Events, read_events
 
-__all__ = ["EVAL", "TRAIN", "ScriptSteps", "read_events", "script_steps"]
+__all__ = ["EVAL", "OPTIMIZER_AND_BACKWARD", "TRAIN", "ScriptSteps", "Uncounted", "read_events", "script_steps"]
 
 NAN = float("nan")
 TRAIN, EVAL = "train", "eval"
+OPTIMIZER_AND_BACKWARD = "optimizer and backward"  # step_source: a fit by hand beside one with torch.optim
 ITER, END, NEXT = 1, 0, 2  # kinds of wait, in the order ties sort ("E" < "I" < "N")
 
 
@@ -124,7 +130,8 @@ class ScriptSteps:
     steps: pd.DataFrame
     loading: pd.DataFrame
     loaders: list[dict[str, Any]]
-    step_source: str | None  # "prof.step", "optimizer", "backward", "loader batches", or None (no training loader)
+    step_source: str | None  # "prof.step", "optimizer", "optimizer and backward", "backward", "loader batches",
+    # or None (no training loader)
     start: dict[str, Any] = field(default_factory=dict)  # the S event's fields (pid, argv, ...)
     end: dict[str, Any] | None = None  # the X event: {"how": "exit"|"exception", "detail": ...}
     cuda_copies: int = 0  # batch copies timed on a CUDA device
@@ -138,6 +145,38 @@ class ScriptSteps:
     what_ifs: dict[str, Any] | None = None  # A: the what-if segments after --steps (script.segments)
     device: str | None = None  # D: the training device ("cuda:1"), when a batch went to CUDA
     worker_starts: list[dict[str, Any]] = field(default_factory=list)  # U: spawned workers' start-up marks
+    uncounted: Uncounted | None = None  # training batches in no step, and why (None: every one was counted)
+
+
+@dataclass(frozen=True)
+class Uncounted:
+    """Training batches that fall in no counted step: how many of how many, and why (``where``: "before" the
+    first step, "between" steps, "after" the last step's end)."""
+
+    batches: int
+    of_batches: int
+    where: tuple[str, ...]
+    step_source: str | None
+
+
+def uncounted_batches(train_nexts: pd.DataFrame, begins: np.ndarray, ends: np.ndarray,
+                      source: str | None) -> Uncounted | None:
+    """The training batches whose ``next()`` began in no step (None when there are none)."""
+    if train_nexts.empty:
+        return None
+    t0 = train_nexts["t0_s"].to_numpy()
+    outside = _which_step(t0, begins, ends) < 0
+    if not outside.any():
+        return None
+    t = t0[outside]
+    where = []
+    if not len(begins) or (t < begins[0]).any():
+        where.append("before")
+    if len(begins) and ((t >= begins[0]) & (t < ends[-1])).any():
+        where.append("between")
+    if len(begins) and (t >= ends[-1]).any():
+        where.append("after")
+    return Uncounted(int(outside.sum()), len(t0), tuple(where), source)
 
 
 def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int = 0) -> ScriptSteps:
@@ -153,6 +192,10 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
         else (backwards, "backward") if len(backwards) else (np.array([]), "loader batches")
     train = _training_loaders(ev.wrapped, nexts, np.union1d(boundaries, backwards))
     train_nexts, train_waits = _of_loaders(nexts, train), _of_loaders(waits, train)
+    if source == "optimizer":  # a fit by hand beside one with torch.optim: its backward passes end its steps
+        by_hand = backward_ends_without_optimizer(train_waits, opts, backwards)
+        if len(by_hand):
+            boundaries, source = np.union1d(opts, by_hand), OPTIMIZER_AND_BACKWARD
     eval_spans = _eval_spans(waits, set(ev.loaders) - train)
     if train_nexts.empty:
         begins, ends, source = np.array([]), np.array([]), None
@@ -170,7 +213,7 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
         loader["wait_by_position_s"] = by_position if loader["role"] == TRAIN else None
     cuda_copies = int(tables["C"]["device_s"].notna().sum())
     memory = tables["Y"].assign(t_s=tables["Y"]["t_s"] - t0_s)
-    transforms = transform_rows(tables["P"], ev.part_names, nexts, begins, ends)
+    transforms = transform_rows(tables["P"], ev.part_names, nexts, begins, ends, train)
     pipelines = {str(n): leaves for n, leaves in sorted(ev.pipelines.items()) if leaves}
     device = None
     if ev.device is not None:
@@ -181,17 +224,21 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
     starts = [{k: (v - t0_s if k.endswith("_s") and v is not None else v) for k, v in row.items()}
               for row in ev.worker_starts]  # on the run's time axis, as the steps are
     return ScriptSteps(steps, loading, summary, source, ev.start, ev.end, cuda_copies, ev.threads, ev.rank,
-                       timing, memory, transforms, pipelines, ev.what_ifs, device=device, worker_starts=starts)
+                       timing, memory, transforms, pipelines, ev.what_ifs, device=device, worker_starts=starts,
+                       uncounted=uncounted_batches(train_nexts, begins, ends, source))
 
 
 def transform_rows(parts: pd.DataFrame, names: dict[int, tuple[str, str]], nexts: pd.DataFrame,
-                   begins: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
-    """``transforms.csv`` rows (``TRANSFORM_COLUMNS``): each ``P`` part of a batch taken in a step (any loader),
-    joined to its ``N`` by loader and maker's start, and one "batch" row per such batch: its samples, its
-    ``__getitem__`` wall time (fetch + waiting for a core + prep) and CPU time (prep)."""
+                   begins: np.ndarray, ends: np.ndarray, train: set[int] | None = None) -> pd.DataFrame:
+    """``transforms.csv`` rows (``TRANSFORM_COLUMNS``): each ``P`` part of a batch taken in a step (a training
+    loader's) or taken at all (an evaluation loader's, ``step`` -1 outside every step: a test pass after the
+    last step), joined to its ``N`` by loader and maker's start, and one "batch" row per such batch: its
+    samples, its ``__getitem__`` wall time (fetch + waiting for a core + prep) and CPU time (prep).
+    ``train``: the training loaders (None: every loader counts as one)."""
     made = nexts[nexts["made_t0_s"].notna()]
     made = made.assign(step=_which_step(made["t0_s"].to_numpy(), begins, ends))
-    made = made[made["step"] >= 0].drop_duplicates(["loader", "made_t0_s"])
+    evaluation = ~made["loader"].isin(train) if train is not None else np.zeros(len(made), dtype=bool)
+    made = made[(made["step"] >= 0) | evaluation].drop_duplicates(["loader", "made_t0_s"])
     joined = parts.merge(made, on=["loader", "made_t0_s"], how="inner", suffixes=("", "_batch"))
     joined = joined[joined["index"].isin(list(names))]
     if joined.empty:
@@ -247,6 +294,20 @@ def _training_loaders(wrapped: list[int], nexts: pd.DataFrame, boundaries: np.nd
         return {int(numbers[np.argmax(counts)])}  # the busiest; the lowest number on a tie
     last = np.searchsorted(nexts["t1_s"].to_numpy(), boundaries, side="right") - 1
     return {int(n) for n in np.unique(loader[last[last >= 0]])}
+
+
+def backward_ends_without_optimizer(train_waits: pd.DataFrame, opts: np.ndarray,
+                                    backwards: np.ndarray) -> np.ndarray:
+    """The ends of the backward passes that fall in a stretch of training with no optimizer step: a stretch
+    runs from one training pass's ``iter()`` to the next one's, so a fit whose weights are updated by hand
+    (d2l's ``param -= lr * param.grad`` under ``torch.no_grad()``) has its steps beside a fit with
+    ``torch.optim``, while gradient accumulation (backward passes between optimizer steps, in one pass)
+    keeps its optimizer steps."""
+    iters = np.sort(train_waits["t0_s"][train_waits["kind"] == ITER].to_numpy())
+    edges = np.r_[-np.inf, iters, np.inf]
+    stretch_of_b = np.searchsorted(edges, backwards, side="right") - 1
+    stretch_of_o = np.searchsorted(edges, opts, side="right") - 1
+    return backwards[~np.isin(stretch_of_b, stretch_of_o)]
 
 
 def _eval_spans(waits: pd.DataFrame, evaluation: set[int]) -> list[tuple[float, float, int]]:

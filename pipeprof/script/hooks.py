@@ -38,8 +38,8 @@ first, and so does a start that fails half-way):
 * PyTorch's global optimizer step post-hook: step ends (``O``).
 * ``torch.autograd.backward`` (which ``Tensor.backward`` calls): backward
   passes (``B``), so that a script whose weights are updated without a
-  ``torch.optim`` optimizer (a hand-written SGD) still has steps and its
-  training loader.
+  ``torch.optim`` optimizer (a hand-written SGD, alone or beside a fit with
+  one) still has steps and its training loader.
 * ``torch.get_num_threads()`` read at the first step end and at the end
   (``T``): what the training thread uses, the script's own
   ``torch.set_num_threads`` included.
@@ -259,6 +259,20 @@ class Hooks:
         self.optimizer_steps = 0
         self.marks = 0
         self.backwards = 0
+        # Steps ended at optimizer steps and backward passes (event_steps' rule, as far as it can be applied
+        # as they come). A stretch of training runs from one iter() of a training (or new) loader to the next.
+        # A backward pass ends a step where no optimizer step is expected (a new loader's first stretch, or one
+        # after a stretch that had none: a fit by hand, d2l's ``param -= lr * param.grad``); an optimizer step
+        # right after a backward pass that ended one is part of that step. Where one is expected (the loader's
+        # last stretch had them), backward passes wait for it (gradient accumulation), and a stretch that ends
+        # without one has them counted then, as its steps.
+        self.steps_ended = 0
+        self.expect_optimizer = False  # backward passes in this stretch are taken to lead to an optimizer step
+        self.stretch_optimized = False  # an optimizer step in this stretch
+        self.pending_backwards = 0  # backward passes of this stretch waiting for an optimizer step
+        self.trained: set[int] = set()  # loaders whose batch came last before a backward pass or optimizer step
+        self.step_at_backward = False  # the last step ended at a backward pass, and no batch came since
+        self.steps_told = 0  # the most steps the listeners were told of
         self.threads_read = False  # torch's thread count read at the first step end (T)
         self.threads_ended = False  # ... and at the end
         self.batches: dict[int, int] = {}  # loader number -> batches (stops a script without an optimizer)
@@ -300,6 +314,7 @@ class Hooks:
         return number
 
     def on_iter(self, loader: DataLoader, original: Callable) -> Any:
+        new = id(loader) not in self.loaders
         number = self.loader_number(loader)
         start = self.device.mark()
         t0 = self.clock()
@@ -310,6 +325,8 @@ class Hooks:
         iterator._pipeprof_loader = number
         if self.stopping and self.segments is not None:  # after --steps: the script's new pass, its own length
             self.segments.new_pass(number, iterator)
+        if new or number in self.trained:  # a known validation loader's pass leaves the stretch as it is
+            self._end_stretch(new)
         outer = iterator._pipeprof_outer = self.outer  # iterated inside a look-ahead loader's next() (or None)
         self._passes.add(iterator)
         if outer is not None:  # the loop's wait began at that next(): the pass's start holds it up to here
@@ -404,6 +421,7 @@ class Hooks:
     def _batch(self, number: int, t0: float, t1: float, samples: int, record: Any, ready: float | None) -> None:
         """``N``: the loop waited ``t0``..``t1`` for a batch of loader ``number``."""
         self.last_batch_loader = number
+        self.step_at_backward = False
         self.log.add(("N", number, t0, t1, samples, NO_RECORD if record is None else record,
                       None if ready is None or ready != ready else ready), t1)  # NaN (no queue) as null
         if (self.stop_after_steps is not None or self.step_listeners) and \
@@ -474,24 +492,38 @@ class Hooks:
         self.optimizer_steps += 1
         now = self.clock()
         self.log.add(("O", now), now)
-        if not self.marks:  # prof.step() marks end the steps when there are any
+        if self.last_batch_loader is not None:
+            self.trained.add(self.last_batch_loader)
+        ends_step = not self.marks and not self.step_at_backward  # prof.step() marks end the steps when any
+        self.stretch_optimized, self.expect_optimizer, self.step_at_backward = True, True, False
+        self.pending_backwards = 0
+        if ends_step:
             self._step_end(now)
         if not self.threads_read:
             self.read_threads("first step")
             self.read_rank()
-        self._maybe_stop(self.optimizer_steps)
+        if ends_step:
+            self.steps_ended += 1
+            self._maybe_stop(self.steps_ended)
 
     # torch.autograd.backward
     def on_backward(self, t0: float) -> None:
         self.backwards += 1
         now = self.clock()
         self.log.add(("B", t0, now), now)
-        if not (self.optimizer_steps or self.marks):  # a backward pass ends a step only without either
+        if self.last_batch_loader is not None:
+            self.trained.add(self.last_batch_loader)
+        ends_step = not (self.expect_optimizer or self.marks)  # no optimizer step expected in this stretch
+        if self.expect_optimizer and not (self.stretch_optimized or self.marks):
+            self.pending_backwards += 1  # counted at the stretch's end if no optimizer step comes
+        if ends_step:
             self._step_end(now)
         if not self.threads_read:
             self.read_threads("first step")
-        if not (self.optimizer_steps or self.marks):  # no optimizer (yet): a step is a backward pass
-            self._maybe_stop(self.backwards)
+        if ends_step:
+            self.step_at_backward = True
+            self.steps_ended += 1
+            self._maybe_stop(self.steps_ended)
 
     # torch.distributed: a rank's blocking in collectives
     def on_collective(self, t0: float, t1: float, blocked_s: float) -> None:
@@ -528,9 +560,23 @@ class Hooks:
             self.read_threads("first step")
         self._maybe_stop(self.marks)
 
+    def _end_stretch(self, new_loader: bool) -> None:
+        """A stretch of training ends: backward passes that waited in vain for an optimizer step were its
+        steps (the next stretch expects none); a new loader's stretch expects none either."""
+        if self.pending_backwards and not self.stretch_optimized and not self.marks:
+            self.steps_ended += self.pending_backwards
+            self.expect_optimizer = False
+            self._maybe_stop(self.steps_ended)
+        if new_loader:
+            self.expect_optimizer = False
+        self.stretch_optimized, self.pending_backwards = False, 0
+
     def _maybe_stop(self, steps: int) -> None:
         if self.stopping and self.segments is not None and self.segments.begun:
             return  # the what-if segments' steps are not the run's (stopping first: every step reads it)
+        if steps <= self.steps_told:  # counted already (a batch counted as a step before its backward pass)
+            return
+        self.steps_told = steps
         for listener in self.step_listeners:
             listener(steps)
         # Stop at the next next(): the step's own bookkeeping after optimizer.step() still runs.

@@ -15,8 +15,15 @@ caller. A holder may also hold the loader at one remove: a wrapper whose
 loader a library built, a user DataLoader over the same dataset (the
 user's loader that ``accelerator.prepare`` re-built).
 
-Held by no name, a loader is named after the user function that built and
-returned it (Lightning's ``train_dataloader()`` / ``val_dataloader()``:
+Where a user frame holds it only under a generic name (a loop variable:
+``for loader, opt, fwd in phases:``), or no frame holds it, a loader is
+named after what its building code stored it in, read from that code's
+bytecode after the call (``stored_in``): the assignment target
+(``scratch_loader = DataLoader(...)``), attribute, constant-key item, or
+keyword (``trainer.fit(model, train_dataloaders=DataLoader(...))``); one
+built in a function that returns it, after where the caller stores it.
+Held by no name and stored in none, a loader is named after the user
+function that built and returned it (Lightning's ``train_dataloader()`` / ``val_dataloader()``:
 seen when ``DataLoader.__init__`` ran, ``note_built``; a loader a library
 re-builds from such a loader keeps its function), then after the
 library's builder (the Hugging Face Trainer's ``get_train_dataloader`` ->
@@ -30,6 +37,7 @@ no user ``__getattr__`` or property runs.
 
 from __future__ import annotations
 
+import dis
 import re
 import sys
 from dataclasses import dataclass
@@ -74,6 +82,13 @@ class BuildSite:
     # the first iter() (then it did not return the loader)
     libraries: frozenset[str]  # the library packages between DataLoader.__init__ and that user frame
     builder: str | None  # a library builder's name for it: "Trainer train loader"
+    target: str | None = None  # what the building code stores it in: "train_loader", "self.val_loader", a keyword
+    returned: bool = False  # ``function`` returned it (Lightning's ``train_dataloader()``)
+
+    @property
+    def built_in(self) -> str | None:
+        """The user function that built and returned the loader, if one did."""
+        return self.function if self.returned else None
 
     @property
     def by_library(self) -> bool:
@@ -103,9 +118,116 @@ def note_built(loader: Any, start: FrameType | None = None) -> None:
                 function, code = name, _where(frame.f_code)
             break
         frame = frame.f_back
+    target, returned = None, False
+    if frame is not None and not libraries - {"torch", "pipeprof"}:
+        try:
+            target, returned = stored_in(frame)
+        except (ValueError, TypeError, IndexError, AttributeError, KeyError):  # bytecode dis could not read:
+            pass  # no name from it (the others still apply); the script's DataLoader is built all the same
     if source is not None and source.function is not None:  # Lightning's _update_dataloader: the user's hook
-        function, code = source.function, source.code
-    loader.__dict__[_SITE_ATTR] = BuildSite(function, code, frozenset(libraries), builder)
+        function, code, target, returned = source.function, source.code, source.target, source.returned
+    loader.__dict__[_SITE_ATTR] = BuildSite(function, code, frozenset(libraries), builder, target,
+                                            returned and function is not None)
+
+
+def stored_in(frame: FrameType, hops: int = 4) -> tuple[str | None, bool]:
+    """The name the value a user frame's running call returns is stored in, read from the frame's bytecode after
+    the call: a variable (``train_loader = DataLoader(...)``), an attribute (``self.val_loader = ...``), an item
+    with a constant key (``loaders["train"] = ...``), or a keyword (``trainer.fit(model,
+    train_dataloaders=DataLoader(...))``). Returned by a user function (``return DataLoader(...)``): where its
+    caller stores it, up to ``hops`` user frames out. None when the code does something else with it. And
+    whether the frame's own function returned it."""
+    first_returned = False
+    for hop in range(hops):
+        instructions = _instructions(frame.f_code)
+        i = next((k for k, ins in enumerate(instructions) if ins.offset > frame.f_lasti), len(instructions))
+        name, returned = _store_after(frame.f_code, instructions, i)
+        first_returned = first_returned or (returned and hop == 0)
+        if not returned:
+            return name, first_returned
+        back = frame.f_back
+        if back is None or _package(back) in LIBRARIES:
+            break
+        frame = back
+    return None, first_returned
+
+
+_STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF"})
+_LOADS = frozenset({"LOAD_FAST", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_FAST_CHECK"})
+_PUSHES = _LOADS | {"LOAD_CONST", "LOAD_CLOSURE", "PUSH_NULL", "LOAD_FAST_LOAD_FAST", "LOAD_SMALL_INT"}
+_NEUTRAL = frozenset({"NOP", "CACHE", "EXTENDED_ARG", "KW_NAMES", "RESUME"})
+_ON_TOP = frozenset({"LOAD_ATTR", "LOAD_METHOD"})  # take the top value only
+_CALLS = frozenset({"PRECALL", "CALL", "CALL_KW"})
+_ENDS = frozenset({"RETURN_VALUE", "RETURN_CONST"})
+
+
+def _store_after(code: CodeType, instructions: list[dis.Instruction], i: int) -> tuple[str | None, bool]:
+    """From instruction ``i`` on, with the call's value on top of the stack: (where it is stored, whether it
+    is returned instead). Straight-line code of the few kinds a store or an argument list is made of: anything
+    else ends the search (no name)."""
+    depth = 0  # values pushed above the call's value
+    keywords: tuple[str, ...] = ()
+    for k in range(i, min(len(instructions), i + 64)):
+        ins = instructions[k]
+        op = ins.opname
+        if op in _NEUTRAL:
+            if op == "KW_NAMES":  # 3.11, 3.12: the next call's keywords (its argval is not resolved by dis)
+                keywords = _const_names(code, ins)
+            continue
+        if op in _PUSHES:
+            depth += 2 if op == "LOAD_FAST_LOAD_FAST" else 1
+            if op == "LOAD_GLOBAL" and int(ins.arg or 0) & 1:  # with the NULL before a call
+                depth += 1
+            continue
+        if depth == 0 and op in _ENDS:
+            return None, True
+        if depth == 0 and op in _STORES:
+            return str(ins.argval), False
+        if op == "STORE_ATTR" and depth == 1:
+            owner = instructions[k - 1]
+            return (f"{owner.argval}.{ins.argval}" if owner.opname in _LOADS else None), False
+        if op == "STORE_SUBSCR" and depth == 2:
+            holder, key = instructions[k - 2], instructions[k - 1]
+            if holder.opname in _LOADS and key.opname == "LOAD_CONST" and isinstance(key.argval, (str, int)):
+                return f"{holder.argval}[{key.argval!r}]", False
+            return None, False
+        if op in _ON_TOP and depth > 0:
+            depth += dis.stack_effect(ins.opcode, ins.arg)
+            continue
+        if op in _CALLS:
+            argc = int(ins.arg or 0)
+            if op == "CALL_KW":  # 3.13: the keywords' names are the top of the stack
+                names = instructions[k - 1].argval
+                keywords, depth = (tuple(names) if isinstance(names, tuple) else ()), depth - 1
+            after_precall = op == "CALL" and any(x.opname == "PRECALL" for x in instructions[max(0, k - 2):k])
+            taken = 2 if after_precall else argc if op == "PRECALL" else argc + 2  # 3.11: PRECALL the arguments
+            if depth < argc and not after_precall:  # an argument of this call: by keyword, or positional
+                return (keywords[len(keywords) - 1 - depth] if depth < len(keywords) else None), False
+            if depth < taken:  # the callable itself
+                return None, False
+            depth += dis.stack_effect(ins.opcode, ins.arg)
+            if not after_precall and op != "PRECALL":
+                keywords = ()
+            continue
+        return None, False
+    return None, False
+
+
+def _const_names(code: CodeType, ins: dis.Instruction) -> tuple[str, ...]:
+    names = code.co_consts[ins.arg] if isinstance(ins.arg, int) and ins.arg < len(code.co_consts) else None
+    return tuple(names) if isinstance(names, tuple) and all(isinstance(n, str) for n in names) else ()
+
+
+_CODE_CACHE: dict[Any, list[dis.Instruction]] = {}
+
+
+def _instructions(code: CodeType) -> list[dis.Instruction]:
+    found = _CODE_CACHE.get(code)
+    if found is None:
+        if len(_CODE_CACHE) > 256:
+            _CODE_CACHE.clear()
+        found = _CODE_CACHE[code] = list(dis.get_instructions(code))
+    return found
 
 
 def _rebuilt_from(frame: FrameType, loader: Any) -> BuildSite | None:
@@ -134,9 +256,12 @@ def loader_name(loader: Any, start: FrameType | None = None) -> str:
         if _package(frame) not in LIBRARIES and not frame.f_code.co_flags & _GENERATOR_FLAGS:
             held, passed = _holder(frame, loader, same_data=site is not None and site.by_library)
             if held is not None:
-                return held
+                # a loop variable (``for loader, opt in phases:``) says less than where the loader was stored
+                return site.target if _generic(held) and site is not None and site.target else held
             parameter = parameter or passed
         frame = frame.f_back
+    if site is not None and site.target is not None and site.code not in running:
+        return site.target
     if site is not None and site.function is not None and site.code not in running:
         return site.function
     if site is not None and site.builder is not None:
@@ -210,7 +335,12 @@ def _holder(frame: FrameType, loader: Any, same_data: bool) -> tuple[str | None,
                     _add(found, _refers(held, loader, same_data), 3, f"{name}.{attr}")
         for key, item in _items(value):
             _add(found, _refers(item, loader, same_data), 4, f"{name}[{key!r}]")
-    return (min(found)[2] if found else None), parameter
+    return (min(found, key=lambda f: (f[0], f[1], _generic(f[2]), f[2]))[2] if found else None), parameter
+
+
+def _generic(name: str) -> bool:
+    """A name that says nothing of which loader it holds (``loader``, ``self.dl``)."""
+    return name.rpartition(".")[2] in GENERIC
 
 
 def _add(found: list[tuple[int, int, str]], how: int | None, kind: int, name: str) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from pipeprof.script.batches import tensors
-from pipeprof.script.loader_names import framework, loader_name
+from pipeprof.script.loader_names import build_site, framework, loader_name
 
 
 def batch_samples(data: Any, record: list | None) -> int:
@@ -30,6 +30,7 @@ def describe_loader(loader: DataLoader, number: int) -> dict[str, Any]:
         "number": number,
         "name": loader_name(loader),
         "framework": framework(loader),
+        "built_in": _built_in(loader),
         "dataset": type(dataset).__name__,
         "dataset_samples": size,
         "batch_size": _batch_size(loader),
@@ -40,6 +41,12 @@ def describe_loader(loader: DataLoader, number: int) -> dict[str, Any]:
         "drop_last": bool(loader.drop_last),
         "multiprocessing_context": _context_name(loader),
     }
+
+
+def _built_in(loader: DataLoader) -> str | None:
+    """The user function that built and returned the loader (Lightning's ``train_dataloader()``), or None."""
+    site = build_site(loader)
+    return site.built_in if site is not None else None
 
 
 def _context_name(loader: DataLoader) -> str | None:

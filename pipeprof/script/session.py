@@ -27,7 +27,7 @@ from pipeprof.measure.environment import describe_environment
 from pipeprof.measure.gpu_set import GpuSet, NoGpu, on_gpu
 from pipeprof.measure.sampler import WORKER, SystemSampler
 from pipeprof.run_folder import Run, sample_tables
-from pipeprof.script.event_steps import TRAIN, ScriptSteps, read_events, script_steps
+from pipeprof.script.event_steps import TRAIN, ScriptSteps, Uncounted, read_events, script_steps
 from pipeprof.script.job import (
     Proc,
     event_files,
@@ -354,6 +354,9 @@ class Session:
             absences["steps"] = untraced_message(untraced_kids) if untraced_kids else NO_LOADER
         elif cut.steps.empty:
             absences["steps"] = f"no complete training step (steps end at {cut.step_source})"
+        if cut.uncounted is not None:
+            absences["uncounted_batches"] = uncounted_message(cut.uncounted)
+            notes.append(absences["uncounted_batches"])
         no_core_wait = core_wait_absence(cut.loading)
         if no_core_wait:
             absences["core_wait"] = no_core_wait
@@ -361,9 +364,9 @@ class Session:
         pipelines, no_transforms = _timed_pipelines(cut.transform_pipelines, cut.transforms, train)
         if no_transforms:
             absences["transforms"] = no_transforms
-        uncounted = uncounted_samples(train, cut.steps)
-        if uncounted:
-            absences["samples_per_batch"] = uncounted
+        per_item = one_sample_an_item(train, cut.steps)
+        if per_item:
+            absences["samples_per_batch"] = per_item
         if self.sampler is not None:
             absences.update(self.sampler.absences)
         if not gpu_meta["available"]:  # no GPU is the run's: its GPU readings' own absences say nothing more
@@ -411,7 +414,7 @@ class Session:
 PIPELINE_DATASETS = frozenset({"WebDataset", "DataPipeline", "FluidWrapper"})
 
 
-def uncounted_samples(train: dict[str, Any] | None, steps: pd.DataFrame) -> str | None:
+def one_sample_an_item(train: dict[str, Any] | None, steps: pd.DataFrame) -> str | None:
     """Why the training loader's samples are counted one a batch (``absences.samples_per_batch``): it hands over
     ready-made items (``batch_size=None``) whose tensors show no leading dimension they share (None: counted)."""
     if train is None or train.get("batch_size") is not None or steps.empty or "samples" not in steps:
@@ -420,6 +423,20 @@ def uncounted_samples(train: dict[str, Any] | None, steps: pd.DataFrame) -> str 
         return None  # the batches showed their leading dimension
     return (f"{train.get('name') or 'the training loader'} hands over ready-made items (batch_size=None) whose "
             "tensors show no leading dimension they share: each item is counted as one sample")
+
+
+WHY_UNCOUNTED = {
+    "before": "before the first step began",
+    "between": "between steps (no step end came after them before the next step began)",
+    "after": "after the last step's end (the script ended, or was stopped, before another step ended)",
+}
+
+
+def uncounted_message(u: Uncounted) -> str:
+    """absences.uncounted_batches (and a note): how many training batches no step holds, and why."""
+    where = "; ".join(WHY_UNCOUNTED[w] for w in u.where)
+    return (f"{u.batches} of {u.of_batches} training batches are in no counted step: they came {where}; "
+            f"steps end at {u.step_source}")
 
 
 def script_what_ifs(cut: ScriptSteps, absent: str | None) -> dict[str, Any]:
@@ -451,6 +468,7 @@ def _timed_pipelines(pipelines: dict[str, Any], transforms: pd.DataFrame,
                        "and pipeprof cannot time them apart")
     if not timed.get(number):
         return timed, (f"the training loader's dataset ({train.get('dataset')}) has no transform pipeline pipeprof "
-                       "could find: no transform, target_transform or transforms attribute on it or on the "
-                       "datasets it wraps")
+                       "could find: no attribute of it or of the datasets it wraps holds a transform container, "
+                       "a torchvision transform, an nn.Module or a callable named as a transform (transform, tf, "
+                       "aug, preprocess...)")
     return timed, "no batch of the training loader with its transforms timed reached a counted step"

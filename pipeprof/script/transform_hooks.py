@@ -3,12 +3,16 @@
 Part of the hooks (``pipeprof.script.hooks``); standard library and torch
 only. At a loader's first ``iter()`` (``TransformHooks.on_loader``) its
 dataset is searched for transform pipelines: through wrappers (an object's
-``dataset``, ``ConcatDataset.datasets``) to the attributes datasets call
-(``transform``, ``target_transform``, ``transforms``; an object holding
-those itself, like torchvision's ``StandardTransform``, is searched in
-turn), a Hugging Face ``Dataset``'s ``with_transform`` / ``set_transform``
-function (its format arguments' ``transform``), and the user's functions in a
-WebDataset pipeline's ``map`` / ``map_tuple`` stages. Each pipeline found is timed once, whichever attribute reaches it
+``dataset``, ``ConcatDataset.datasets``, any dataset it holds) to the
+attributes datasets call (``transform``, ``target_transform``,
+``transforms``, and any other holding a pipeline: ``self.tf``,
+``self.aug``, ``self.preprocess``; an object holding pipelines itself, like
+torchvision's ``StandardTransform`` or the reference scripts'
+``ClassificationPresetTrain``, is searched in turn), a Hugging Face
+``Dataset``'s ``with_transform`` / ``set_transform`` function (its format
+arguments' ``transform``), and the user's functions in a WebDataset
+pipeline's ``map`` / ``map_tuple`` stages. Each pipeline found is timed
+once, whichever attribute reaches it
 (``measure.transforms.TransformTimer``, keyed by the loader: the totals
 land in the table of the process that made the sample), and the decode
 calls are patched (``pipeprof.script.decode_hooks``). The loader's
@@ -29,8 +33,12 @@ Events written in the training process:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
+
+import torch
+from torch.utils.data import Dataset, IterableDataset
 
 from pipeprof.measure.transforms import TransformTimer, drop_table, is_container, take_table
 from pipeprof.script import decode_hooks
@@ -49,9 +57,21 @@ def batch_parts(keys: tuple[str, ...]) -> list[tuple[str, str, int, float, float
     return parts or None
 
 
+# Attribute names that say "transform" whatever the object (a user's function under ``self.preprocess``).
+_PIPELINE_NAME = re.compile(r"(^|_)(tf|tfs|tfm|tfms|transforms?|augs?|augment\w*|augmentations?|preprocess\w*|"
+                            r"preprocessing|pipeline|preset)$", re.IGNORECASE)
+
+
 def find_pipelines(dataset: Any) -> list[tuple[Any, str, Any]]:
     """``(holder, attribute, pipeline)`` of every transform pipeline reachable from ``dataset``, in the order
-    found (a pipeline held under two names appears twice, with its two holders)."""
+    found (a pipeline held under two names appears twice, with its two holders).
+
+    Through wrappers (an object's ``dataset``, ``ConcatDataset.datasets``), each object's attributes are
+    looked at whatever their names: the usual ones first (``transform``, ``target_transform``,
+    ``transforms``), then any holding a pipeline (``pipeline_like``: ``self.tf``, ``self.aug``,
+    ``self.preprocess``). An object that holds pipelines itself (torchvision's ``StandardTransform``, the
+    reference scripts' ``ClassificationPresetTrain`` holding a ``transforms`` Compose) is opened and
+    searched in turn, so its leaves are timed, not it as one."""
     found: list[tuple[Any, str, Any]] = []
     seen: set[int] = set()
     queue = [dataset]
@@ -61,11 +81,13 @@ def find_pipelines(dataset: Any) -> list[tuple[Any, str, Any]]:
         if id(obj) in seen or not isinstance(attrs, dict):
             continue
         seen.add(id(obj))
-        for attr in PIPELINE_ATTRS:
+        names = [a for a in PIPELINE_ATTRS if a in attrs] + \
+            [a for a in attrs if a not in PIPELINE_ATTRS and pipeline_like(a, attrs[a])]
+        for attr in names:
             value = attrs.get(attr)
-            if value is None or not callable(value):
+            if value is None or not callable(value) or isinstance(value, type):
                 continue
-            if _holds_pipelines(value):  # torchvision's StandardTransform(transform, target_transform)
+            if holds_pipelines(value):
                 queue.append(value)
             else:
                 found.append((obj, attr, value))
@@ -79,6 +101,8 @@ def find_pipelines(dataset: Any) -> list[tuple[Any, str, Any]]:
         many = attrs.get("datasets")
         if isinstance(many, (list, tuple)):
             queue.extend(many)
+        # a wrapper holding its dataset under another name (``self.base``, ``self.source``)
+        queue.extend(v for a, v in attrs.items() if a not in ("dataset", "datasets") and _is_dataset(v))
     return found
 
 
@@ -125,10 +149,33 @@ def _stage_functions(pipeline: Any) -> list[tuple[Any, str, Any]]:
     return found
 
 
-def _holds_pipelines(value: Any) -> bool:
+def pipeline_like(attr: str, value: Any) -> bool:
+    """Whether a dataset's attribute ``attr`` holds a transform pipeline, whatever its name: a container
+    (``Compose``-like), a torchvision transform, an ``nn.Module``, an object holding pipelines, or a callable
+    under a name that says so (``tf``, ``aug``, ``preprocess``...). Not a dataset (a wrapper's, searched as
+    such), not a class, not another DataLoader-side callable under a plain name (``self.loader``: decode)."""
+    if value is None or isinstance(value, type) or not callable(value) or _is_dataset(value):
+        return False
+    if _PIPELINE_NAME.search(attr.lstrip("_")):
+        return True
+    module = type(value).__module__ or ""
+    return is_container(value) or module.startswith("torchvision.transforms") or \
+        isinstance(value, torch.nn.Module) or holds_pipelines(value)
+
+
+def holds_pipelines(value: Any) -> bool:
+    """An object that is no container itself but holds pipelines in its attributes: torchvision's
+    ``StandardTransform(transform, target_transform)``, a preset class whose ``transforms`` is a Compose."""
     attrs = getattr(value, "__dict__", None)
-    return isinstance(attrs, dict) and not is_container(value) and \
-        any(callable(attrs.get(a)) for a in ("transform", "target_transform"))
+    if not isinstance(attrs, dict) or is_container(value) or isinstance(value, torch.nn.Module):
+        return False
+    if any(callable(attrs.get(a)) for a in ("transform", "target_transform")):
+        return True
+    return any(is_container(v) for v in attrs.values() if callable(v) and not isinstance(v, type))
+
+
+def _is_dataset(value: Any) -> bool:
+    return isinstance(value, (Dataset, IterableDataset)) or "datasets" in (getattr(value, "__dict__", None) or {})
 
 
 class TransformHooks:
