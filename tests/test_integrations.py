@@ -136,3 +136,42 @@ def test_hf_callback_matches_pipeprof_profile(hf_runs):
         assert logs["pipeprof/data_wait_share"] == pytest.approx(called_back["fractions"]["data_wait"])
         assert logs["pipeprof/samples_per_s"] == pytest.approx(called_back["samples_per_s"])
         assert "train_runtime" in logs
+
+
+def test_hf_callback_adds_the_split_to_the_final_log_for_the_callbacks_after_it(tmp_path):
+    pytest.importorskip("transformers")
+    import torch
+    from transformers.trainer_callback import CallbackHandler, TrainerCallback, TrainerControl, TrainerState
+
+    from pipeprof.integrations.hf import PipeprofCallback
+
+    class Reporter(TrainerCallback):  # a report_to integration: the Trainer puts those before the user's callbacks
+        def __init__(self) -> None:
+            self.logs: list[dict] = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            self.logs.append(dict(logs or {}))
+
+    clock = Clock()
+    before, after = Reporter(), Reporter()
+    profiler = PipeprofCallback(name="hf-unit", out=tmp_path, quiet=True, clock=clock, warmup_steps=0)
+    handler = CallbackHandler([before, profiler, after], None, None, None, None)
+    state, control = TrainerState(), TrainerControl()
+    handler.on_train_begin(None, state, control)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for (x,) in torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(16, 2)), batch_size=4):
+        clock.t += 0.01
+        model(x).sum().backward()
+        optimizer.step()
+        handler.on_log(None, state, control, {"loss": 1.0})  # a periodic log: training goes on
+    assert profiler.folder is None and "pipeprof/steps" not in after.logs[-1]
+    final = {"train_runtime": 1.0}
+    state.log_history.append(dict(final))
+    handler.on_log(None, state, control, final)
+    handler.on_train_end(None, state, control)  # after the final log: nothing more
+    assert profiler.folder is not None and profiler.folder.parent == tmp_path
+    assert profiler.split["pipeprof/steps"] >= 3 and "pipeprof/data_wait_share" in profiler.split
+    assert after.logs[-1] == {"train_runtime": 1.0, **profiler.split}
+    assert state.log_history[-1] == {"train_runtime": 1.0, **profiler.split}
+    assert before.logs[-1] == {"train_runtime": 1.0}  # called before it: hence "put it first" in the docs
