@@ -110,3 +110,11 @@ def test_a_bad_percentage_is_one_line_and_exit_2(folders, tmp_path, capsys, pct)
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--fail-if-slower" in err and ">= 0 and < 100" in err
     assert not (tmp_path / "r").exists()  # refused before anything was written
+
+
+def test_runs_too_short_to_tell_noise_are_undecided_exit_2(tmp_path, capsys):
+    a = save_run(fake_run("q", 0.010, n=12), tmp_path / "a")  # 7 counted steps: no throughput windows
+    b = save_run(fake_run("q", 0.020, n=12), tmp_path / "b")
+    assert main(["compare", str(a), str(b), "--fail-if-slower", "10", "--out", str(tmp_path / "r"), "--quiet"]) == 2
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("gate:")]
+    assert line.startswith("gate: UNDECIDED b vs a") and "profile more steps" in line and "counted steps" in line
