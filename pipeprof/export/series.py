@@ -127,7 +127,8 @@ def window_points(run: Run, windows: pd.DataFrame) -> tuple[pd.DataFrame, list[t
         length = b - a
         rows.append(("window/samples_per_s", step, rate, b))
         if pid_worker and length > 0:
-            for worker, spans in loading.groupby(loading["worker"].map(worker_label)):
+            known = loading[_numeric(loading, "worker").notna()]  # a batch without a worker id is no one's
+            for worker, spans in known.groupby(known["worker"].map(worker_label)):
                 busy = _overlap_s(_numeric(spans, "t_start_s").to_numpy(), _numeric(spans, "t_end_s").to_numpy(), a, b)
                 rows.append((f"worker/{worker}/busy_share", step, busy / length, b))
         if not processes.empty:
