@@ -3,11 +3,12 @@
 Commands:
   run SCENARIO     profile a scenario: train it, time every step, sample the system, write a report
   report RUN...    (re)render report.html and summary.json of run folders
-  export RUN --format chrome-trace  write a timeline (trace.json) for Perfetto or chrome://tracing
+  export RUN --format FORMAT  a timeline for Perfetto (chrome-trace), or the run in tensorboard, mlflow, wandb
   list [DIR]       list the scenarios in a folder (default: scenarios/)
   diagnose SCENARIO  differential runs (data on the device, decoded in RAM, as given): fetch vs prep stalls
   probe            measure this machine's ceilings (memory, disk, matmul, GPU), cached per machine
-  compare RUN_A RUN_B...  compare runs against the first: throughput ratio with its uncertainty, shares, settings
+  compare RUN_A RUN_B...  compare runs against the first: throughput ratio with its uncertainty, shares, settings;
+                   --fail-if-slower PCT: a regression gate for CI
   sweep SCENARIO   run a grid of settings, each point in a fresh process; a sortable comparison page
   tune SCENARIO    search the fastest DataLoader and placement settings, seeded by the recommendations
   profile -- python train.py ARGS   profile your own training script, unmodified (same report)
