@@ -158,6 +158,8 @@ def raise_if_terminated() -> None:
 def _redeliver_swallowed(unraisable: Any) -> None:
     """Send a swallowed Ctrl-C or SIGTERM again, to be raised where it can propagate; anything else as usual."""
     exc = unraisable.exc_value
+    if half_built_iterator(unraisable):
+        return
     if not isinstance(exc, KeyboardInterrupt) or not _HOOKS:
         (_HOOKS[-1][0] if _HOOKS else sys.__unraisablehook__)(unraisable)
         return
@@ -167,6 +169,14 @@ def _redeliver_swallowed(unraisable: Any) -> None:
     # Sent from another thread a moment later: raised here, inside the hook, it would be swallowed again.
     sig = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
     threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), sig)).start()
+
+
+def half_built_iterator(unraisable: Any) -> bool:
+    """torch's ``_MultiProcessingDataLoaderIter.__del__`` on an iterator whose ``__init__`` a Ctrl-C cut short:
+    its attributes were never set, and the AttributeError would be printed as "Exception ignored" after the
+    interrupt (which is reported already)."""
+    return isinstance(unraisable.exc_value, AttributeError) and \
+        getattr(unraisable.object, "__qualname__", "") == "_MultiProcessingDataLoaderIter.__del__"
 
 
 _FORK_HOOKED = False
