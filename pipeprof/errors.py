@@ -202,8 +202,9 @@ class UsageError(Exception):
     exit_status = 2
 
 
-class RecordsKept(Exception):
-    """A run folder could not be completed (a full disk); its message says where the raw records were kept.
+class NotSaved(Exception):
+    """A run folder could not be completed (a full disk); its message names it, and where the raw records
+    were kept, if anywhere.
 
     The CLI prints it as one line and exits with status 1.
     """

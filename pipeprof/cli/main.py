@@ -43,7 +43,7 @@ from pipeprof.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
-    RecordsKept,
+    NotSaved,
     Terminated,
     UsageError,
     interrupt_reason,
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"pipeprof: error: {e}", file=sys.stderr)
         return e.exit_status
-    except RecordsKept as e:  # a folder not completed: where what was measured is
+    except NotSaved as e:  # a folder not completed: where what was measured is
         print(f"pipeprof: error: {e}", file=sys.stderr)
         return e.exit_status
     except BrokenPipeError:  # the reader of stdout went away (| head): the exit status says so, quietly

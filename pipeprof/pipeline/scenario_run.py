@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeprof.errors import saving
+from pipeprof.errors import NotSaved, one_line, saving
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.measure.probe_cache import cached_probe
 from pipeprof.pipeline.derive import derived_files
@@ -80,7 +80,11 @@ def _save(run: Run, out: Path, scenario: Scenario) -> ScenarioRun:
     with saving():  # a Ctrl-C or SIGTERM now (a sweep's child gets Ctrl-C twice) waits for the folder
         folder = new_run_folder(out, scenario.name)
         summary, files = derived_files(run, folder.name)
-        save_run(run, folder, files)
+        try:
+            save_run(run, folder, files)
+        except OSError as e:  # a full disk: nothing half-written is left, and the message names the folder
+            raise NotSaved(f"could not write the run folder {folder} ({one_line(e)}); its records were in "
+                           f"memory and are lost: make room in {out} and run again") from e
     return ScenarioRun(run, folder, summary)
 
 

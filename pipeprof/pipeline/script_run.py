@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pipeprof
-from pipeprof.errors import RecordsKept, UsageError, current_interrupts, one_line, saving
+from pipeprof.errors import NotSaved, UsageError, current_interrupts, one_line, saving
 from pipeprof.pipeline.fresh_process import stop_process
 from pipeprof.pipeline.recording import note_facts, start_recording
 from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
@@ -322,7 +322,7 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
         try:
             save_run(run, folder, files)
         except OSError as e:  # a full disk: the raw records stay in the folder, and the message says where
-            raise RecordsKept(f"could not complete the run folder {folder} ({one_line(e)}); the raw records "
+            raise NotSaved(f"could not complete the run folder {folder} ({one_line(e)}); the raw records "
                               f"are kept in {recording.path}: `pipeprof report {folder}` rebuilds the run "
                               "once there is room") from e
     return ScriptRun(run, folder, summary, shell_status)

@@ -127,6 +127,7 @@ class EventLog:
         self._lock = threading.Lock()  # flush() runs from the training thread and at exit
         self.device = DeviceMarks()  # device events not yet resolved
         self.muted = False  # while the what-if segments run (script.segments): none of their events is the run's
+        self.lost: str | None = None  # why the events stopped being written (a full disk)
 
     def open(self) -> None:
         """Create the file now: an unwritable path fails at the start, not later."""
@@ -154,8 +155,14 @@ class EventLog:
 
     def _write(self) -> None:
         lines, self._pending = self._pending, []
-        if lines:
+        if not lines or self.lost is not None:
+            return
+        try:
             os.write(self._fd if self._fd is not None else self._file(), "".join(lines).encode())
+        except OSError as e:  # a full disk: the script goes on, its records end here, and it is said once
+            self.lost = f"{e.strerror or e}"
+            print(f"pipeprof: warning: cannot write the events to {self.path} ({self.lost}): the run's records "
+                  "end here; the script goes on", file=sys.stderr)
 
     def add_device_copy(self, t0_s: float, t1_s: float, nbytes: int, start: Any, end: Any) -> None:
         if not self.muted:
