@@ -356,3 +356,25 @@ def test_ctrl_c_to_a_sweeps_process_group_keeps_the_running_point(tmp_path):
     assert doc["points"][0]["folder"] is not None, err[-2000:]
     (run,) = list(folder.rglob("run.json"))
     assert json.loads(run.read_text())["status"] == "interrupted"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_run_on_a_really_full_disk_names_the_folder_and_leaves_nothing_half_written(tmp_path):
+    """A tmpfs filled to the last block, where this process may mount one: the run trains, its folder cannot
+    be written, one line names it, exit 1, and nothing half-written is left."""
+    scenario = tiny_file(tmp_path, steps=20)
+    mount = tmp_path / "full"
+    mount.mkdir()
+    shell = (f"mount -t tmpfs -o size=256k tmpfs {mount} || exit 99; "
+             f"dd if=/dev/zero of={mount}/fill bs=4k 2>/dev/null; "
+             f"{sys.executable} -m pipeprof run {scenario} --out {mount}/reports --cache {tmp_path}/cache --quiet; "
+             f"status=$?; ls -A {mount}/reports; exit $status")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", shell], capture_output=True, text=True, timeout=180,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    if done.returncode == 99:
+        pytest.skip(f"no mount here: {done.stderr.strip()[-200:]}")
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(err) == 1, done.stderr
+    assert "No space left on device" in err[0] and f"{mount}/reports/" in err[0]
+    assert done.stdout.split() == []  # no folder, hidden or not, in --out
