@@ -183,7 +183,7 @@ def test_a_really_read_only_mount_is_refused_before_the_script_runs(tmp_path):
     mount = tmp_path / "ro"
     mount.mkdir()
     shell = (f"mount -t tmpfs -o size=64k,ro tmpfs {mount} || exit 99; "
-             f"exec {sys.executable} -m pipeprof profile --out {mount}/reports -- python {SCRIPT}")
+             f"exec {sys.executable} -m pipeprof profile --out {mount} -- python {SCRIPT}")  # it exists: no mkdir
     done = subprocess.run(["unshare", "-m", "sh", "-c", shell], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     if done.returncode == 99:
