@@ -75,6 +75,11 @@ def test_the_event_log_writes_each_step_at_its_end_without_a_flush(tmp_path):
     assert [json.loads(line)[0] for line in path.read_text().splitlines()] == ["S", "N", "O"]
     log.add(("O", 0.4), 0.0)  # what os._exit cannot skip: nothing here waits for a flush or atexit
     assert [json.loads(line)[0] for line in path.read_text().splitlines()] == ["S", "N", "O", "N", "O"]
+    plain = tmp_path / "no-optimizer.jsonl"  # steps cut at backward passes: each written as it comes
+    log = EventLog(str(plain), clock=lambda: 0.0)
+    log.add(("N", 0, 0.0, 0.1, 32, (None,) * 9, None), 0.0)
+    log.add(("B", 0.1, 0.2), 0.0)
+    assert [json.loads(line)[0] for line in plain.read_text().splitlines()] == ["N", "B"]
 
 
 def test_a_full_disk_ends_the_events_with_one_warning_and_the_script_goes_on(tmp_path, monkeypatch, capsys):

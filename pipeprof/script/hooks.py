@@ -84,8 +84,10 @@ from pipeprof.script.segments import WhatIfSegments
 from pipeprof.script.transform_hooks import TransformHooks
 
 FLUSH_EVERY_S = 0.5
-STEP_ENDS = frozenset("OBM")  # optimizer steps, backward passes, marks: where a step's events are written
-_INSIDE_A_STEP = frozenset("NCPKGYI")  # a step's batch, copies, parts, collectives, device clock and memory
+STEP_ENDS = frozenset("OM")  # optimizer steps and marks: where a step's events are written
+# a step's batch, copies, parts, collectives, device clock, memory and backward pass (a step end only where
+# no optimizer step is seen: written as it comes until one is)
+_INSIDE_A_STEP = frozenset("NCPKGYIB")
 NO_RECORD = (None,) * 9  # a batch without its maker's record: N events keep one width (the reader's fast path)
 
 
@@ -105,11 +107,11 @@ def started_facts() -> dict[str, Any]:
 class EventLog:
     """Writes event tuples to ``path`` as JSON lines, with one ``write`` a training step.
 
-    The lines of a step's events wait for its end (an optimizer step, a
-    backward pass, a mark: ``STEP_ENDS``), then go to the file in one
-    ``write``, into the kernel's page cache; every other event is written as
-    it comes, and so is every event until a step end has been seen (a script
-    whose steps are its batches). A process that ends without its exit
+    The lines of a step's events wait for its end (an optimizer step or a
+    mark: ``STEP_ENDS``), then go to the file in one ``write``, into the
+    kernel's page cache; every other event is written as it comes, and so is
+    every event until a step end has been seen (a script whose steps are its
+    backward passes or its batches). A process that ends without its exit
     handlers (``os._exit``, a signal, pipeprof killed and the script with it)
     so loses at most the events of the step it was in, which no step counts.
     The device's events wait until they are resolved (``flush``, every
