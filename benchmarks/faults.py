@@ -41,14 +41,17 @@ def files(patterns: list[str]) -> list[str]:
     return sorted({str(p.relative_to(ROOT)) for pattern in patterns for p in (ROOT / "tests").glob(pattern)})
 
 
-def outcomes(report: Path) -> dict[str, int]:
-    """Cases by outcome (passed, failed, skipped) in a JUnit XML report."""
+def outcomes(report: Path) -> tuple[dict[str, int], list[str]]:
+    """Cases by outcome (passed, failed, skipped) in a JUnit XML report, and the failed ones' names."""
     counts = {"passed": 0, "failed": 0, "skipped": 0}
+    failed = []
     for case in ET.parse(report).getroot().iter("testcase"):
         kinds = {child.tag for child in case}
         outcome = "failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed"
         counts[outcome] += 1
-    return counts
+        if outcome == "failed":
+            failed.append(f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}")
+    return counts, failed
 
 
 def run_group(name: str) -> str:
@@ -60,10 +63,11 @@ def run_group(name: str) -> str:
                         *tests], cwd=ROOT, capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
         took_s = time.perf_counter() - started
-        counts = outcomes(report) if report.is_file() else {"passed": 0, "failed": 0, "skipped": 0}
+        counts, failed = outcomes(report) if report.is_file() else ({"passed": 0, "failed": 0, "skipped": 0}, [])
     total = sum(counts.values())
     return (f"{name}: {total} cases, {counts['passed']} passed, {counts['failed']} failed, "
-            f"{counts['skipped']} skipped ({took_s:.0f} s; {', '.join(Path(t).name for t in tests)})")
+            f"{counts['skipped']} skipped ({took_s:.0f} s; {', '.join(Path(t).name for t in tests)})"
+            + "".join(f"\n  failed: {case}" for case in failed))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -172,7 +172,9 @@ def test_a_read_only_out_is_one_line_and_exit_2_before_anything_runs(tmp_path, m
     _read_only(monkeypatch)
     started = []
     monkeypatch.setattr("subprocess.Popen", lambda *a, **k: started.append(a))  # nothing may start
-    monkeypatch.setattr("pipeprof.pipeline.train.build_workload", lambda *a, **k: started.append(a))
+    from pipeprof.pipeline import scenario_run  # imported unpatched: its own name is patched, and undone
+
+    monkeypatch.setattr(scenario_run, "build_workload", lambda *a, **k: started.append(a))
     argv = {"profile": ["profile", "--out", str(out), "--", "python", SCRIPT],
             "sweep": ["sweep", str(scenario), "--grid", "loader.num_workers=0,1", "--out", str(out)],
             }.get(command, [command, str(scenario), "--out", str(out), "--quiet"])
