@@ -3,14 +3,18 @@
 SIGTERM is turned into ``Terminated``, a ``KeyboardInterrupt``, while a
 command runs (``on_sigterm``): every path that saves what was measured on
 Ctrl-C saves it on SIGTERM too, and the command then exits 143 instead of 130.
+Only the first of them is raised: a later one (a terminal's Ctrl-C reaches a
+sweep's child twice) never aborts the save of what was measured (``Interrupts``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 EXIT_FAILED = 1  # training (or every point of a sweep) failed; what was measured is saved
@@ -40,21 +44,59 @@ def interrupt_reason(e: BaseException) -> str:
     return "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted by the user (Ctrl-C)"
 
 
-class SigtermState:
-    """Whether SIGTERM came during this command; a second one ends the process at once."""
+class Interrupts:
+    """Ctrl-C and SIGTERM during a command: the first raises where the command is; the later ones are held.
+
+    A terminal sends Ctrl-C to the whole process group, so a child run gets
+    it twice (from the terminal and from the sweep that passes it on), and
+    users press Ctrl-C twice: a signal that aborted the save would lose what
+    was measured. Once one has been raised, the command is saving what it
+    measured and then exits; the later ones are counted (``hurried``: waits
+    may be cut short) and never interrupt that.
+    """
 
     def __init__(self) -> None:
-        self.received = 0
+        self.signals: list[int] = []
+        self._holding = 0
+
+    @property
+    def received(self) -> int:
+        return len(self.signals)
+
+    @property
+    def terminated(self) -> bool:
+        """A SIGTERM came (the exit status is then 143)."""
+        return signal.SIGTERM in self.signals
+
+    @property
+    def hurried(self) -> bool:
+        """More than one came: the user wants out as soon as what was measured is saved."""
+        return len(self.signals) > 1
 
     def handle(self, signum: int, frame: Any) -> None:
-        self.received += 1
-        if self.received > 1:
-            os._exit(EXIT_TERMINATED)  # the first is still saving: the user wants out now
-        raise Terminated()
+        self.signals.append(signum)
+        if len(self.signals) == 1 and not self._holding:
+            raise _interrupt(signum)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """While what was measured is saved: a first signal is raised when the block is done, not inside it."""
+        before = len(self.signals)
+        self._holding += 1
+        try:
+            yield
+        finally:
+            self._holding -= 1
+        if not self._holding and before == 0 and self.signals:
+            raise _interrupt(self.signals[0])
+
+    def note(self, signum: int) -> None:
+        """A signal handled elsewhere (the script under ``profile`` had it): later ones are held."""
+        self.signals.append(signum)
 
 
-def on_sigterm() -> tuple[SigtermState, Any]:
-    """Install the SIGTERM handler (main thread only); returns the state and the handler it replaced.
+def on_sigterm() -> tuple[Interrupts, Any]:
+    """Install the SIGINT and SIGTERM handler (main thread only); returns the state and what it replaced.
 
     Also installs ``redeliver_swallowed`` as ``sys.unraisablehook`` (until
     ``restore``): an interrupt raised where Python cannot propagate it — in a
@@ -65,21 +107,43 @@ def on_sigterm() -> tuple[SigtermState, Any]:
     if not _FORK_HOOKED and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_default_sigterm_in_child)
         _FORK_HOOKED = True
-    state = SigtermState()
-    previous = signal.signal(signal.SIGTERM, state.handle)
+    state = Interrupts()
+    previous = (signal.signal(signal.SIGTERM, state.handle), signal.signal(signal.SIGINT, state.handle))
     _HOOKS.append((sys.unraisablehook, state))
     sys.unraisablehook = _redeliver_swallowed
     return state, previous
 
 
 def restore(previous: Any) -> None:
-    """Undo ``on_sigterm``: the SIGTERM handler and the unraisable hook it replaced."""
-    signal.signal(signal.SIGTERM, previous)
+    """Undo ``on_sigterm``: the signal handlers and the unraisable hook it replaced."""
+    sigterm, sigint = previous
+    signal.signal(signal.SIGTERM, sigterm)
+    signal.signal(signal.SIGINT, sigint)
     if _HOOKS:
         sys.unraisablehook = _HOOKS.pop()[0]
 
 
-_HOOKS: list[tuple[Any, SigtermState]] = []
+def current_interrupts() -> Interrupts | None:
+    """The running command's state (None outside a command: a library caller's process)."""
+    return _HOOKS[-1][1] if _HOOKS else None
+
+
+@contextlib.contextmanager
+def saving() -> Iterator[None]:
+    """Around the save of what was measured: Ctrl-C and SIGTERM wait for it (``Interrupts.held``)."""
+    state = current_interrupts()
+    if state is None:
+        yield
+        return
+    with state.held():
+        yield
+
+
+def _interrupt(signum: int) -> KeyboardInterrupt:
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+_HOOKS: list[tuple[Any, Interrupts]] = []
 REDELIVER_AFTER_S = 0.01
 
 
@@ -87,21 +151,32 @@ def raise_if_terminated() -> None:
     """Raise ``Terminated`` where a SIGTERM of this command was lost: the loop calling this is still going
     after it came (raised inside something that caught it, not only where ``sys.unraisablehook`` sees it:
     the run would otherwise go on until whoever sent it kills it, and keep nothing)."""
-    if _HOOKS and _HOOKS[-1][1].received:
+    if _HOOKS and _HOOKS[-1][1].signals[:1] == [signal.SIGTERM]:
         raise Terminated()
 
 
 def _redeliver_swallowed(unraisable: Any) -> None:
     """Send a swallowed Ctrl-C or SIGTERM again, to be raised where it can propagate; anything else as usual."""
     exc = unraisable.exc_value
+    if half_built_iterator(unraisable):
+        return
     if not isinstance(exc, KeyboardInterrupt) or not _HOOKS:
         (_HOOKS[-1][0] if _HOOKS else sys.__unraisablehook__)(unraisable)
         return
-    if isinstance(exc, Terminated):
-        _HOOKS[-1][1].received -= 1  # the same SIGTERM, not a second one
+    signals = _HOOKS[-1][1].signals
+    if signals:
+        signals.pop()  # the same signal again, not a second one (which would be held)
     # Sent from another thread a moment later: raised here, inside the hook, it would be swallowed again.
     sig = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
     threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), sig)).start()
+
+
+def half_built_iterator(unraisable: Any) -> bool:
+    """torch's ``_MultiProcessingDataLoaderIter.__del__`` on an iterator whose ``__init__`` a Ctrl-C cut short:
+    its attributes were never set, and the AttributeError would be printed as "Exception ignored" after the
+    interrupt (which is reported already)."""
+    return isinstance(unraisable.exc_value, AttributeError) and \
+        getattr(unraisable.object, "__qualname__", "") == "_MultiProcessingDataLoaderIter.__del__"
 
 
 _FORK_HOOKED = False
@@ -112,6 +187,7 @@ def _default_sigterm_in_child() -> None:
     # would raise Terminated there, and the worker's clean-up after it prints tracebacks (resource_sharer).
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # nor the command's Ctrl-C state
     except ValueError:  # forked from a thread other than the main one: it has no handler to reset
         pass
 
@@ -124,3 +200,13 @@ class UsageError(Exception):
     """
 
     exit_status = 2
+
+
+class NotSaved(Exception):
+    """A run folder could not be completed (a full disk); its message names it, and where the raw records
+    were kept, if anywhere.
+
+    The CLI prints it as one line and exits with status 1.
+    """
+
+    exit_status = EXIT_FAILED

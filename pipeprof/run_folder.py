@@ -336,13 +336,21 @@ def new_run_folder(root: Path, scenario: str, now: dt.datetime | None = None) ->
 
 
 def ensure_out_folder(out: Path) -> None:
-    """Create ``--out`` (and its parents); a file in the way or no permission is a usage error."""
+    """Create ``--out`` (and its parents) and check that a file can be written in it, before anything runs:
+    a file in the way, no permission or a read-only file system is a usage error, not a run lost at its end."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: exists and is not a folder")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"--out {out}: cannot create the folder ({e.strerror or e})") from None
+    try:
+        fd, probe = tempfile.mkstemp(dir=out, prefix=".pipeprof-write-check.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot write in the folder ({e.strerror or e}); "
+                         "give a folder you can write to") from None
 
 
 @dataclass
@@ -444,11 +452,27 @@ def save_run(run: Run, folder: Path, extra_files: dict[str, str] | None = None) 
             write_text(tmp / name, text)
         for rank_run in run.ranks:
             save_run(rank_run, tmp / RANKS_FOLDER / rank_folder_name(rank_run.meta))
-        os.replace(tmp, folder)
+        _replace_folder(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return folder
+
+
+def _replace_folder(new: Path, folder: Path) -> None:
+    """Rename ``new`` to ``folder``; a ``folder`` that exists (the raw records a run kept there while it ran:
+    ``pipeline.recording``) is moved aside first and removed once ``new`` has its name."""
+    if not os.path.lexists(folder):
+        os.replace(new, folder)
+        return
+    old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.replaced.", suffix=".tmp"))
+    os.replace(folder, old / folder.name)
+    try:
+        os.replace(new, folder)
+    except BaseException:
+        os.replace(old / folder.name, folder)  # the raw records stay where they were
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def load_run(folder: Path) -> Run:

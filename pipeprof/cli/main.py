@@ -44,6 +44,7 @@ from pipeprof.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
+    NotSaved,
     Terminated,
     UsageError,
     interrupt_reason,
@@ -82,20 +83,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Ctrl-C and SIGTERM both stop a command the same way (what was measured is
     saved, marked interrupted); the exit status tells them apart: 130 or 143.
+    Only the first is raised; later ones wait for the save (``errors.Interrupts``).
     ``argv`` None (the ``pipeprof`` command, ``python -m pipeprof``) means the
     process is pipeprof's own: see ``_exit_fast``.
     """
     if argv is None:
         _exit_fast()
-    sigterm, previous = on_sigterm()
+    interrupts, previous = on_sigterm()
     try:
         args = build_parser().parse_args(argv)
         if not getattr(args, "handler", None):
             raise UsageError(f"pipeprof: a command is needed: {', '.join(COMMANDS)} (see pipeprof --help)")
         status = args.handler(args)
         rebuild_indexes(args)
-        return EXIT_TERMINATED if sigterm.received and status == EXIT_INTERRUPTED else status
+        return EXIT_TERMINATED if interrupts.terminated and status == EXIT_INTERRUPTED else status
     except UsageError as e:
+        print(f"pipeprof: error: {e}", file=sys.stderr)
+        return e.exit_status
+    except NotSaved as e:  # a folder not completed: where what was measured is
         print(f"pipeprof: error: {e}", file=sys.stderr)
         return e.exit_status
     except BrokenPipeError:  # the reader of stdout went away (| head): the exit status says so, quietly

@@ -1,8 +1,13 @@
-"""(Re)render report.html and summary.json of one or more run folders from their raw records."""
+"""(Re)render report.html and summary.json of one or more run folders from their raw records.
+
+A run folder that `pipeprof profile` left unsaved (pipeprof was killed, or the disk was full) holds the raw
+records it recorded (recording/): its run is rebuilt from them, marked interrupted and cut short.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from pipeprof.cli.output import stdout_console
@@ -19,12 +24,17 @@ def execute(args: argparse.Namespace) -> int:
     # pandas, matplotlib and the analysis load here, not when the parser is built (--help stays fast)
     from pipeprof.cli.damaged import say_damaged
     from pipeprof.pipeline.derive import rederive
+    from pipeprof.pipeline.recording import is_recording, rebuilt_run
     from pipeprof.render.console import print_summary
-    from pipeprof.run_folder import load_run
+    from pipeprof.run_folder import load_run, save_run
 
     console = stdout_console()
-    runs = [(Path(f), load_run(Path(f))) for f in args.runs]  # validate all before writing any
+    # validate all before writing any; a folder pipeprof profile left unsaved (killed) is rebuilt from its recording
+    runs = [(Path(f), rebuilt_run(Path(f)) if is_recording(Path(f)) else load_run(Path(f))) for f in args.runs]
     for folder, run in runs:
+        if run.meta.get("cut_short") and not (folder / "run.json").exists():
+            save_run(run, folder)
+            print(f"pipeprof: {folder}: {run.meta['error']}", file=sys.stderr)
         summary = rederive(run, folder)  # a damaged run's: status "damaged", its damage listed
         if not args.quiet:
             print_summary(summary, folder, console)

@@ -9,9 +9,10 @@ and its last error line come back in a ``ChildRun``.
 
 Ctrl-C while a child runs: the child (in the same process group) gets the
 signal from the terminal and saves its steps so far; ``run_child`` passes it
-on when it came from elsewhere, waits for the child to finish saving, and
-returns with ``interrupted = True`` instead of raising, so the caller can
-record what happened before it exits.
+on (for a signal sent to this process alone; a child that has it from the
+terminal too holds the second until its run is saved: ``errors.Interrupts``),
+waits for the child to finish saving, and returns with ``interrupted = True``
+instead of raising, so the caller can record what happened before it exits.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeprof.errors import UsageError
+from pipeprof.errors import NotSaved, one_line, saving
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.measure.probe_cache import cached_probe
 from pipeprof.pipeline.derive import derived_files
@@ -22,7 +22,7 @@ from pipeprof.pipeline.progress import SILENT, Progress
 from pipeprof.pipeline.ranks_run import run_ranks
 from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
 from pipeprof.pipeline.verify import store, verify
-from pipeprof.run_folder import Run, new_run_folder, save_run
+from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
 from pipeprof.scenario import Scenario
 
 
@@ -55,8 +55,7 @@ def run_scenario(scenario: Scenario, *, scenario_file: str, overrides: list[str]
     before anything trains, and PreparationFailed when the workload cannot be
     built or started.
     """
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: exists and is not a folder")
+    ensure_out_folder(out)  # a read-only or unwritable --out is refused before anything trains
     probe, why_not = cached_probe(cache)  # the machine's ceilings, if `pipeprof probe` ran here
     context: dict[str, Any] = {"scenario_file": scenario_file, "overrides": list(overrides), "probe": probe}
     if probe is None:
@@ -78,9 +77,14 @@ def run_scenario(scenario: Scenario, *, scenario_file: str, overrides: list[str]
 
 
 def _save(run: Run, out: Path, scenario: Scenario) -> ScenarioRun:
-    folder = new_run_folder(out, scenario.name)
-    summary, files = derived_files(run, folder.name)
-    save_run(run, folder, files)
+    with saving():  # a Ctrl-C or SIGTERM now (a sweep's child gets Ctrl-C twice) waits for the folder
+        folder = new_run_folder(out, scenario.name)
+        summary, files = derived_files(run, folder.name)
+        try:
+            save_run(run, folder, files)
+        except OSError as e:  # a full disk: nothing half-written is left, and the message names the folder
+            raise NotSaved(f"could not write the run folder {folder} ({one_line(e)}); its records were in "
+                           f"memory and are lost: make room in {out} and run again") from e
     return ScenarioRun(run, folder, summary)
 
 

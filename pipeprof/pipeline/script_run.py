@@ -4,11 +4,15 @@ The script runs in its own process (``python -m pipeprof.script.boot``
 installs the hooks, then runs it as ``python SCRIPT`` would); this process
 samples its process tree (``pipeprof.script.session``), passes SIGTERM on,
 and afterwards cuts the hooks' events into steps, derives the report and
-saves the run folder. Nothing here prints.
+saves the run folder. The hooks write their events into the run folder
+from the start (``pipeline.recording``), and the script dies with pipeprof:
+a killed pipeprof leaves what was recorded for ``pipeprof report``.
+Nothing here prints.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -17,15 +21,16 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pipeprof
-from pipeprof.errors import UsageError
+from pipeprof.errors import NotSaved, UsageError, current_interrupts, one_line, saving
 from pipeprof.pipeline.fresh_process import stop_process
+from pipeprof.pipeline.recording import note_facts, start_recording
 from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
 from pipeprof.script import overrides as overrides_mod
 from pipeprof.script.overrides import Overrides
@@ -135,7 +140,8 @@ def command_line(typed: str, python: str, options: list[str], target: list[str])
 class _Signals:
     """While the script runs: Ctrl-C is the script's (the terminal sends it to both); a second one kills it.
 
-    SIGTERM sent to pipeprof is passed on to the script. Either way the run is saved afterwards.
+    SIGTERM sent to pipeprof is passed on to the script. Either way the run is saved afterwards, and a
+    signal during the save (two Ctrl-C a second apart) waits for it (``errors.Interrupts``).
     """
 
     def __init__(self, process: subprocess.Popen) -> None:
@@ -151,6 +157,10 @@ class _Signals:
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        interrupts = current_interrupts()
+        if interrupts is not None:  # a Ctrl-C now does not abort the save
+            for sig in self.received:
+                interrupts.note(sig)
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.received.append(signum)
@@ -166,9 +176,37 @@ class _Signals:
             pass
 
 
-def exit_status(returncode: int) -> int:
-    """The shell's view: a process killed by signal N exits 128 + N."""
-    return returncode if returncode >= 0 else 128 - returncode
+def exit_status(returncode: int, received: list[int] | None = None) -> int:
+    """The shell's view: a process killed by signal N exits 128 + N; so does a command that ended with
+    another non-zero status after pipeprof got signal N (``torchrun`` exits 1 on Ctrl-C and SIGTERM)."""
+    if returncode < 0:
+        return 128 - returncode
+    if returncode and received:
+        return 128 + received[0]
+    return returncode
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """The child's last act before it runs the command (Linux): SIGTERM when pipeprof ends, kill -9
+    included, so that the script never runs on orphaned and unwatched (``prctl(PR_SET_PDEATHSIG)``; a
+    launcher passes the SIGTERM on to its ranks). None where there is no prctl."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def die_with_parent() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # pipeprof ended before the call: it would never come
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return die_with_parent
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def outcome(returncode: int, ended: dict[str, Any] | None, received: list[int]) -> tuple[str, str | None]:
@@ -211,67 +249,83 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
         shown = " ".join(shlex.quote(w) for w in words)
         argv = recorded = launched
     ensure_out_folder(out)
-    with tempfile.TemporaryDirectory(prefix="pipeprof-profile-") as tmp:
-        events = Path(tmp) / "events.jsonl"
-        env = dict(os.environ, **{EVENTS_ENV: str(events), EVENTS_DIR_ENV: tmp})
-        if steps:
-            env[STEPS_ENV] = str(steps)
-        if what_ifs is None:
-            what_ifs = os.environ.get(WHAT_IFS_ENV, "1") != "0"
-        env[WHAT_IFS_ENV] = "1" if what_ifs else "0"
-        env.pop(OVERRIDES_ENV, None)  # a profiled script's own pipeprof profile child: not the parent's
-        if overrides:
-            env[OVERRIDES_ENV] = json.dumps(overrides.to_json())
-        env.pop(CPROFILE_ENV, None)  # likewise
-        code = None
-        if cprofile_steps or pyspy_hz:  # loads torch: only when asked (the script starts without waiting for it)
-            from pipeprof.pipeline.script_code_profile import ScriptCodeProfile
-            code = ScriptCodeProfile(cprofile_steps, pyspy_hz, warmup_steps, Path(tmp) / "cprofile")
-            env.update(code.environment())
-        root = Path(pipeprof.__file__).resolve().parent
-        # the start-up hook first: every Python process the command starts arms the hooks (rank_boot)
-        env["PYTHONPATH"] = os.pathsep.join([str(root / "script" / STARTUP_PACKAGE), str(root.parent),
-                                             *filter(None, [os.environ.get("PYTHONPATH")])])
-        session = Session(name, events, warmup_steps=warmup_steps, sample_hz=sample_hz, events_dir=Path(tmp),
-                          what_ifs_absent=None if what_ifs and steps else NO_STEPS if what_ifs else WHAT_IFS_OFF)
+    folder = new_run_folder(out, name)
+    try:  # the raw records go into the run folder from the start: a killed pipeprof leaves them there
+        recording = start_recording(folder)
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot create {folder.name} ({e.strerror or e})") from None
+    tmp = recording.path
+    events = recording.events
+    env = dict(os.environ, **{EVENTS_ENV: str(events), EVENTS_DIR_ENV: str(tmp)})
+    if steps:
+        env[STEPS_ENV] = str(steps)
+    if what_ifs is None:
+        what_ifs = os.environ.get(WHAT_IFS_ENV, "1") != "0"
+    env[WHAT_IFS_ENV] = "1" if what_ifs else "0"
+    env.pop(OVERRIDES_ENV, None)  # a profiled script's own pipeprof profile child: not the parent's
+    if overrides:
+        env[OVERRIDES_ENV] = json.dumps(overrides.to_json())
+    env.pop(CPROFILE_ENV, None)  # likewise
+    code = None
+    if cprofile_steps or pyspy_hz:  # loads torch: only when asked (the script starts without waiting for it)
+        from pipeprof.pipeline.script_code_profile import ScriptCodeProfile
+        code = ScriptCodeProfile(cprofile_steps, pyspy_hz, warmup_steps, tmp / "cprofile")
+        env.update(code.environment())
+    root = Path(pipeprof.__file__).resolve().parent
+    # the start-up hook first: every Python process the command starts arms the hooks (rank_boot)
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "script" / STARTUP_PACKAGE), str(root.parent),
+                                         *filter(None, [os.environ.get("PYTHONPATH")])])
+    what_ifs_absent = None if what_ifs and steps else NO_STEPS if what_ifs else WHAT_IFS_OFF
+    session = Session(name, events, warmup_steps=warmup_steps, sample_hz=sample_hz, events_dir=tmp,
+                      what_ifs_absent=what_ifs_absent)
+    try:
+        process = subprocess.Popen(argv, env=env, preexec_fn=_die_with_parent())  # noqa: PLW1509 - see there
+        started_s = time.monotonic()
+    except OSError as e:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise UsageError(f"pipeprof profile: cannot start {argv[0]}: {e.strerror or e}") from None
+    script: dict[str, Any] = {"command": recorded, "command_line": shown, "cwd": os.getcwd()}
+    with _Signals(process) as signals:
         try:
-            process = subprocess.Popen(argv, env=env)
-            started_s = time.monotonic()
-        except OSError as e:
-            raise UsageError(f"pipeprof profile: cannot start {argv[0]}: {e.strerror or e}") from None
-        with _Signals(process) as signals:
-            try:
-                session.start(process.pid)
-            except BaseException:  # the sampler could not start: the script must not go on unwatched
-                stop_process(process, signal.SIGTERM, wait_s=5.0)
-                raise
-            if code is not None:
-                code.start(process.pid)
-            # The report's modules (matplotlib, jinja2: half a second) load while the script runs, not
-            # before it starts.
-            from pipeprof.pipeline.derive import derived_files
-            returncode = _wait(process)
-            wall_s = time.monotonic() - started_s
-            if code is not None:
-                code.stop()  # py-spy writes its file now the script has ended
+            session.start(process.pid)
+            note_facts(recording, {"name": name, "warmup_steps": warmup_steps, "sample_hz": sample_hz,
+                                   "what_ifs_absent": what_ifs_absent, "t0_s": session.t0_s, "pid": process.pid,
+                                   "script": script})
+        except BaseException:  # the sampler could not start: the script must not go on unwatched
+            stop_process(process, signal.SIGTERM, wait_s=5.0)
+            raise
+        if code is not None:
+            code.start(process.pid)
+        # The report's modules (matplotlib, jinja2: half a second) load while the script runs, not
+        # before it starts.
+        from pipeprof.pipeline.derive import derived_files
+        returncode = _wait(process)
+        wall_s = time.monotonic() - started_s
+        if code is not None:
+            code.stop()  # py-spy writes its file now the script has ended
+    with saving():  # a Ctrl-C or SIGTERM now waits for the run folder (errors.Interrupts)
         status, error = outcome(returncode, session.records().end, signals.received)
-        script = {"command": recorded, "command_line": shown, "cwd": os.getcwd(),
-                  "returncode": returncode, "exit_status": exit_status(returncode), "wall_s": wall_s,
-                  # read when the hooks wrote no end (a signal ended the script): what this process saw
-                  "ended": {"how": "signal" if returncode < 0 else status, "detail": error,
-                            "recorded_by": "pipeprof profile"}}
+        shell_status = exit_status(returncode, signals.received)
+        script.update({"returncode": returncode, "exit_status": shell_status, "wall_s": wall_s,
+                       # read when the hooks wrote no end (a signal ended the script): what this process saw
+                       "ended": {"how": "signal" if returncode < 0 else status, "detail": error,
+                                 "recorded_by": "pipeprof profile"}})
         run = session.finish(status, error, script)
         if code is not None:
             code.attach(run)
         if overrides:
-            _record_overrides(run, overrides, Path(tmp))
+            _record_overrides(run, overrides, tmp)
         if steps and run.meta["step_source"] is None:
             run.meta["notes"].append(f"--steps {steps} was not applied: no training step ran in the process "
                                      "pipeprof instrumented")
-    folder = new_run_folder(out, name)
-    summary, files = derived_files(run, folder.name)
-    save_run(run, folder, files)
-    return ScriptRun(run, folder, summary, exit_status(returncode))
+        summary, files = derived_files(run, folder.name)
+        try:
+            save_run(run, folder, files)
+        except OSError as e:  # a full disk: the raw records stay in the folder, and the message says where
+            raise NotSaved(f"could not complete the run folder {folder} ({one_line(e)}); the raw records "
+                              f"are kept in {recording.path}: `pipeprof report {folder}` rebuilds the run "
+                              "once there is room") from e
+    return ScriptRun(run, folder, summary, shell_status)
 
 
 def _record_overrides(run: Run, overrides: Overrides, events_dir: Path) -> None:

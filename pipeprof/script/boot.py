@@ -17,7 +17,9 @@ import os
 import runpy
 import sys
 from types import TracebackType
+from typing import Any
 
+from pipeprof.errors import half_built_iterator
 from pipeprof.script import code_profile, overrides
 from pipeprof.script.hooks import EventLog, Hooks, clock, started_facts
 from pipeprof.script.protocol import EVENTS_DIR_ENV, EVENTS_ENV, OVERRIDES_ENV, STEPS_ENV, WHAT_IFS_ENV
@@ -45,6 +47,7 @@ def main(argv: list[str]) -> None:
         sys.path[0] = os.path.dirname(os.path.abspath(target))
         run = lambda: runpy.run_path(target, run_name="__main__")  # noqa: E731
     hooks.install()
+    _quiet_half_built_iterators()
     _arm_overrides(hooks)
     code_profile.arm(hooks)  # --cprofile (PIPEPROF_CPROFILE): the window and the DataLoader workers
     try:
@@ -60,6 +63,7 @@ def main(argv: list[str]) -> None:
         raise
     except KeyboardInterrupt:
         log.add(("X", clock(), "interrupted", "KeyboardInterrupt"), clock())
+        _trim_own_frames_from_traceback()
         raise
     except BaseException as e:
         log.add(("X", clock(), "exception", f"{type(e).__name__}: {' '.join(str(e).split())}"), clock())
@@ -81,6 +85,18 @@ def _arm_overrides(hooks: Hooks) -> None:
     overrides.arm(hooks, overrides.from_environment(os.environ.get(OVERRIDES_ENV)), record)
 
 
+def _quiet_half_built_iterators() -> None:
+    """No "Exception ignored ... AttributeError" from torch for an iterator whose making a Ctrl-C cut short
+    (the what-if segments make one at every segment: ``errors.half_built_iterator``); anything else as before."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if not half_built_iterator(unraisable):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+
+
 def _trim_own_frames_from_traceback() -> None:
     """Have the interpreter print the script's uncaught exception from the script's own first frame, as
     ``python SCRIPT`` would: this module's and runpy's frames in front of it are pipeprof's, not the user's.
@@ -91,21 +107,37 @@ def _trim_own_frames_from_traceback() -> None:
 
     def trimmed(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         tb = own_frames_trimmed(tb)
+        seen, chained = {id(value)}, value.__cause__ or value.__context__
+        while chained is not None and id(chained) not in seen:  # "During handling of the above exception..."
+            seen.add(id(chained))
+            chained.with_traceback(own_frames_trimmed(chained.__traceback__))
+            chained = chained.__cause__ or chained.__context__
         hook(kind, value.with_traceback(tb), tb)  # the interpreter's hook prints value.__traceback__
 
     sys.excepthook = trimmed
 
 
 def own_frames_trimmed(tb: TracebackType | None) -> TracebackType | None:
-    """``tb`` without its leading frames from this file and runpy (all of it if nothing else is left)."""
-    first = tb
-    while first is not None and _is_own_frame(first.tb_frame.f_code.co_filename):
-        first = first.tb_next
-    return first if first is not None else tb
+    """``tb`` without the frames of pipeprof's hooks (this file, runpy in front of the script, the wrappers
+    around ``next()`` and the dataset's fetch: ``pipeprof/script/``), wherever they are in it; all of it if
+    nothing else is left. The frames kept are linked to each other in place."""
+    first, kept = tb, []
+    while tb is not None:
+        if not _is_own_frame(tb.tb_frame.f_code.co_filename):
+            kept.append(tb)
+        tb = tb.tb_next
+    if not kept:
+        return first
+    for here, after in zip(kept, [*kept[1:], None]):
+        here.tb_next = after
+    return kept[0]
+
+
+_SCRIPT_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _is_own_frame(filename: str) -> bool:
-    return filename in (__file__, runpy.__file__) or filename == "<frozen runpy>"
+    return filename.startswith(_SCRIPT_PACKAGE) or filename in (runpy.__file__, "<frozen runpy>")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,8 @@
 
 It runs inside the user's process and its DataLoader workers, so it imports
 only the standard library and torch, and every record is a cheap tuple
-appended to a list. ``EventLog`` writes them as JSON lines to one file in
-bulk, at most every ``FLUSH_EVERY_S`` and at exit, so a script killed by a
-signal loses at most that much. ``pipeprof.script.event_steps`` turns the
+written as a JSON line to one file at each step's end (``EventLog``), so a
+script killed by a signal or ended by ``os._exit`` loses only the step it was in. ``pipeprof.script.event_steps`` turns the
 events into steps; nothing here interprets them.
 
 What ``install()`` patches, each through one ``Patches`` registry
@@ -91,6 +90,10 @@ from pipeprof.script.segments import WhatIfSegments
 from pipeprof.script.transform_hooks import TransformHooks
 
 FLUSH_EVERY_S = 0.5
+STEP_ENDS = frozenset("OM")  # optimizer steps and marks: where a step's events are written
+# a step's batch, copies, parts, collectives, device clock, memory and backward pass (a step end only where
+# no optimizer step is seen: written as it comes until one is)
+_INSIDE_A_STEP = frozenset("NCPKGYIB")
 NO_RECORD = (None,) * 9  # a batch without its maker's record: N events keep one width (the reader's fast path)
 
 
@@ -125,30 +128,66 @@ def cuda_seen(cuda: Any) -> bool:
 
 
 class EventLog:
-    """Appends event tuples in memory and writes them to ``path`` as JSON lines, in bulk."""
+    """Writes event tuples to ``path`` as JSON lines, with one ``write`` a training step.
+
+    The lines of a step's events wait for its end (an optimizer step or a
+    mark: ``STEP_ENDS``), then go to the file in one ``write``, into the
+    kernel's page cache; every other event is written as it comes, and so is
+    every event until a step end has been seen (a script whose steps are its
+    backward passes or its batches). A process that ends without its exit
+    handlers (``os._exit``, a signal, pipeprof killed and the script with it)
+    so loses at most the events of the step it was in, which no step counts.
+    The device's events wait until they are resolved (``flush``, every
+    ``FLUSH_EVERY_S``).
+    """
 
     def __init__(self, path: str, clock: Callable[[], float] | None = None) -> None:
         self.path = path
         self.pid = os.getpid()
         self.clock = clock or _host_clock()
-        self._events: list[tuple] = []
+        self._fd: int | None = None
+        self._pending: list[str] = []  # the lines of the step under way
+        self._steps_end = False  # a step end has been seen: the events inside a step may wait for it
         self._last_flush_s = self.clock()
         self._lock = threading.Lock()  # flush() runs from the training thread and at exit
         self.device = DeviceMarks()  # device events not yet resolved
         self.muted = False  # while the what-if segments run (script.segments): none of their events is the run's
+        self.lost: str | None = None  # why the events stopped being written (a full disk)
 
     def open(self) -> None:
-        """Create the file now and write what is pending: an unwritable path fails at the start, not later."""
-        with open(self.path, "a", encoding="utf-8"):
-            pass
-        self.flush()
+        """Create the file now: an unwritable path fails at the start, not later."""
+        self._file()
+
+    def _file(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        return self._fd
 
     def add(self, event: tuple, now_s: float) -> None:
-        if self.muted:
+        if self.muted or self.pid != _PID[0]:  # a forked child holds a copy: only the process that made it writes
             return
-        self._events.append(event)
-        if now_s - self._last_flush_s >= FLUSH_EVERY_S:
+        self._pending.append(_line(event))
+        kind = event[0]
+        if kind in STEP_ENDS:
+            self._steps_end = True
+        elif kind in _INSIDE_A_STEP and self._steps_end:
+            if now_s - self._last_flush_s >= FLUSH_EVERY_S:
+                self.flush(now_s)
+            return
+        self._write()
+        if now_s - self._last_flush_s >= FLUSH_EVERY_S and len(self.device):
             self.flush(now_s)
+
+    def _write(self) -> None:
+        lines, self._pending = self._pending, []
+        if not lines or self.lost is not None:
+            return
+        try:
+            os.write(self._fd if self._fd is not None else self._file(), "".join(lines).encode())
+        except OSError as e:  # a full disk: the script goes on, its records end here, and it is said once
+            self.lost = f"{e.strerror or e}"
+            print(f"pipeprof: warning: cannot write the events to {self.path} ({self.lost}): the run's records "
+                  "end here; the script goes on", file=sys.stderr)
 
     def add_device_copy(self, t0_s: float, t1_s: float, nbytes: int, start: Any, end: Any,
                         overlapped: bool = False) -> None:
@@ -166,27 +205,34 @@ class EventLog:
             return
         try:
             if len(self.device):
-                self._events.extend(self.device.resolve(final=True))
+                self._pending.extend(map(_line, self.device.resolve(final=True)))
         finally:
             self._lock.release()
 
     def flush(self, now_s: float | None = None, final: bool = False, wait: bool = True) -> None:
-        """Write what is pending (``final``: resolving every device event); ``wait`` False: not if a flush is
-        under way (a signal handler, which may have interrupted that very flush)."""
-        if os.getpid() != self.pid:  # a forked child holds a copy: only the process that made it writes
+        """Write what is pending and the device's events resolved so far (``final``: every one); ``wait``
+        False: not if a flush is under way (a signal handler, which may have interrupted that very flush)."""
+        if self.pid != _PID[0]:
             return
         if not self._lock.acquire(blocking=wait):
             return
         try:
-            if len(self.device):
-                self._events.extend(self.device.resolve(final))
-            events, self._events = self._events, []
             self._last_flush_s = self.clock() if now_s is None else now_s
-            if events:
-                with open(self.path, "a", encoding="utf-8") as f:
-                    f.write("".join(map(_line, events)))
+            self._pending.extend(map(_line, self.device.resolve(final) if len(self.device) else []))
+            self._file()
+            self._write()
         finally:
             self._lock.release()
+
+
+_PID = [os.getpid()]  # this process's pid, kept by an at-fork hook: cheaper than os.getpid() per event
+
+
+def _forked() -> None:
+    _PID[0] = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def _plain(obj: Any) -> Any:

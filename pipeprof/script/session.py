@@ -94,6 +94,8 @@ NCCL_ABSENT = ("NCCL runs collectives on streams of its own: the host does not b
 def rank_outcome(end: dict[str, Any] | None, job_status: str) -> tuple[str, str | None]:
     """(status, error) of one rank from its end record (its hooks wrote it at exit)."""
     how, detail = (end or {}).get("how"), (end or {}).get("detail")
+    if end is None and job_status == "interrupted":  # the launcher passed the job's Ctrl-C or SIGTERM on
+        return "interrupted", "ended by a signal when the job was interrupted"
     if end is None:
         return "failed", ("ended without an end record: killed by a signal (a launcher ends the other ranks "
                           "when one fails) or by os._exit")

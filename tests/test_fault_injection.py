@@ -1,0 +1,387 @@
+"""Fault injection: each command through signals, killed processes, unwritable and full disks, os._exit.
+
+For each fault: the exit status, and what is kept (and where). The logic is
+tested in-process (the interrupt state, the event log, exit statuses, the
+traceback trimming); the faults themselves on a few small real runs of
+``tests/fixtures/faulty_loop.py`` under ``pipeprof profile``, and one sweep.
+Signals go to the process group, as a terminal sends Ctrl-C (``os.killpg``).
+Cases covered elsewhere are not repeated: SIGTERM to run / sweep / profile,
+tune and diagnose interrupted (test_interrupts.py), a worker or dataset
+failing in a scenario run and a full disk under ``run`` (test_faults.py).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+from test_interrupts import start, wait_for_descendants, wait_until
+from tiny import tiny_file
+
+from pipeprof import errors
+from pipeprof.cli.main import main
+from pipeprof.errors import EXIT_INTERRUPTED, Interrupts, Terminated
+from pipeprof.pipeline.script_run import exit_status
+from pipeprof.script.session import rank_outcome
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SCRIPT = str(FIXTURES / "faulty_loop.py")
+RUNS = FIXTURES / "runs"
+
+
+# --- the logic, in-process ----------------------------------------------------------------------------------
+
+def test_only_the_first_interrupt_is_raised_and_later_ones_wait_for_the_save():
+    state = Interrupts()
+    with pytest.raises(KeyboardInterrupt) as first:
+        state.handle(signal.SIGINT, None)
+    assert not isinstance(first.value, Terminated)
+    state.handle(signal.SIGINT, None)  # the terminal's and the sweep's copy of one Ctrl-C: held, not raised
+    state.handle(signal.SIGTERM, None)
+    assert state.hurried and state.received == 3 and state.terminated
+
+
+def test_a_first_interrupt_during_the_save_is_raised_once_the_save_is_done():
+    state = Interrupts()
+    saved = []
+    with pytest.raises(Terminated), state.held():
+        state.handle(signal.SIGTERM, None)  # not raised here: the save goes on
+        saved.append("run.json")
+    assert saved == ["run.json"]
+    with state.held():  # one already raised before the save: nothing more to raise after it
+        state.handle(signal.SIGINT, None)
+
+
+def test_the_event_log_writes_each_step_at_its_end_without_a_flush(tmp_path):
+    from pipeprof.script.hooks import EventLog
+
+    path = tmp_path / "events.jsonl"
+    log = EventLog(str(path), clock=lambda: 0.0)
+    log.open()
+    log.add(("S", 0.0, {"pid": 1}), 0.0)
+    log.add(("N", 0, 0.0, 0.1, 32, (None,) * 9, None), 0.0)  # before any step end: written as it comes
+    log.add(("O", 0.2), 0.0)
+    log.add(("N", 0, 0.2, 0.3, 32, (None,) * 9, None), 0.0)  # inside the second step: waits for its end
+    assert [json.loads(line)[0] for line in path.read_text().splitlines()] == ["S", "N", "O"]
+    log.add(("O", 0.4), 0.0)  # what os._exit cannot skip: nothing here waits for a flush or atexit
+    assert [json.loads(line)[0] for line in path.read_text().splitlines()] == ["S", "N", "O", "N", "O"]
+    plain = tmp_path / "no-optimizer.jsonl"  # steps cut at backward passes: each written as it comes
+    log = EventLog(str(plain), clock=lambda: 0.0)
+    log.add(("N", 0, 0.0, 0.1, 32, (None,) * 9, None), 0.0)
+    log.add(("B", 0.1, 0.2), 0.0)
+    assert [json.loads(line)[0] for line in plain.read_text().splitlines()] == ["N", "B"]
+
+
+def test_a_full_disk_ends_the_events_with_one_warning_and_the_script_goes_on(tmp_path, monkeypatch, capsys):
+    from pipeprof.script.hooks import EventLog
+
+    log = EventLog(str(tmp_path / "events.jsonl"), clock=lambda: 0.0)
+    log.open()
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("os.write", full)
+    for t in (0.1, 0.2, 0.3):
+        log.add(("O", t), 0.0)  # never raised into the training loop
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No space left on device" in err[0] and str(tmp_path) in err[0]
+    assert log.lost == "No space left on device"
+
+
+@pytest.mark.parametrize("returncode, received, status", [
+    (1, [signal.SIGINT], 130),  # torchrun exits 1 on Ctrl-C
+    (1, [signal.SIGTERM], 143),  # ... and on SIGTERM
+    (-signal.SIGKILL, [], 137),
+    (0, [signal.SIGINT], 0),  # a script that caught Ctrl-C and finished well
+    (3, [], 3),
+])
+def test_the_exit_status_after_a_signal_is_128_plus_it(returncode, received, status):
+    assert exit_status(returncode, received) == status
+
+
+def test_ranks_the_launcher_ended_when_the_job_was_interrupted_are_interrupted_not_failed():
+    assert rank_outcome(None, "interrupted")[0] == "interrupted"
+    assert rank_outcome(None, "failed")[0] == "failed"  # no end record in a job that was not interrupted
+    assert rank_outcome({"how": "exit", "detail": 0}, "interrupted") == ("interrupted", None)
+
+
+def test_the_hooks_frames_are_trimmed_wherever_they_are_in_a_traceback():
+    from pipeprof.script import boot
+
+    hooks_file = str(Path(boot.__file__).parent / "hooks.py")  # a frame that looks like the hooks' wrapper
+    namespace: dict = {}
+    exec(compile("def wrapper(f):\n    return f()\n", hooks_file, "exec"), namespace)
+
+    def dataset_item():
+        raise ValueError("corrupt record 3")
+
+    def training_loop():
+        return namespace["wrapper"](dataset_item)
+
+    try:
+        training_loop()
+    except ValueError as e:
+        tb = e.__traceback__
+    names = []
+    tb = boot.own_frames_trimmed(tb)
+    while tb is not None:
+        names.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    assert names == ["test_the_hooks_frames_are_trimmed_wherever_they_are_in_a_traceback", "training_loop",
+                     "dataset_item"]
+
+
+def test_torchs_half_built_iterator_is_not_printed_and_anything_else_is():
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    half = SimpleNamespace(exc_value=AttributeError("_workers_status"), object=_MultiProcessingDataLoaderIter.__del__)
+    assert errors.half_built_iterator(half)
+    assert not errors.half_built_iterator(SimpleNamespace(exc_value=ValueError("x"), object=half.object))
+    assert not errors.half_built_iterator(SimpleNamespace(exc_value=AttributeError("x"), object=print))
+
+
+# --- an unwritable --out: refused before anything runs -------------------------------------------------------
+
+def _read_only(monkeypatch):
+    """A read-only --out as this process sees it (root writes through chmod 0o555: the write check fails so)."""
+    real = __import__("tempfile").mkstemp
+
+    def mkstemp(*args, **kwargs):
+        if ".pipeprof-write-check." in str(kwargs.get("prefix", "")):
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("tempfile.mkstemp", mkstemp)
+
+
+@pytest.mark.parametrize("command", ["profile", "run", "sweep", "tune", "diagnose"])
+def test_a_read_only_out_is_one_line_and_exit_2_before_anything_runs(tmp_path, monkeypatch, capsys, command):
+    scenario = tiny_file(tmp_path, steps=20)
+    out = tmp_path / "reports"
+    _read_only(monkeypatch)
+    started = []
+    monkeypatch.setattr("subprocess.Popen", lambda *a, **k: started.append(a))  # nothing may start
+    from pipeprof.pipeline import scenario_run  # imported unpatched: its own name is patched, and undone
+
+    monkeypatch.setattr(scenario_run, "build_workload", lambda *a, **k: started.append(a))
+    argv = {"profile": ["profile", "--out", str(out), "--", "python", SCRIPT],
+            "sweep": ["sweep", str(scenario), "--grid", "loader.num_workers=0,1", "--out", str(out)],
+            }.get(command, [command, str(scenario), "--out", str(out), "--quiet"])
+    status = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and not started
+    assert len(err) == 1 and "Read-only file system" in err[0] and f"--out {out}" in err[0], err
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_a_really_read_only_mount_is_refused_before_the_script_runs(tmp_path):
+    """The same on a real read-only file system, where this process may mount one (a mount namespace)."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    shell = (f"mount -t tmpfs -o size=64k,ro tmpfs {mount} || exit 99; "
+             f"exec {sys.executable} -m pipeprof profile --out {mount} -- python {SCRIPT}")  # it exists: no mkdir
+    done = subprocess.run(["unshare", "-m", "sh", "-c", shell], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    if done.returncode == 99:
+        pytest.skip(f"no mount here: {done.stderr.strip()[-200:]}")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().count("\n") == 0 and "Read-only file system" in done.stderr
+    assert "trained" not in done.stdout  # the script never ran
+
+
+# --- export on a full disk -----------------------------------------------------------------------------------
+
+def test_export_on_a_full_disk_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "script-plain-loop", run)
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr("pipeprof.run_folder.write_text", full)
+    status = main(["export", str(run), "--format", "chrome-trace"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and "No space left on device" in err[0] and "trace.json" in err[0]
+
+
+# --- real runs under pipeprof profile ------------------------------------------------------------------------
+
+def _profile(out: Path, *args: str, workers: int = 0) -> subprocess.Popen:
+    return start(["profile", "--out", str(out), "--quiet", "--", "python", SCRIPT, "--num-workers", str(workers),
+                  "--epochs", "1000", "--compute-ms", "5", *args])
+
+
+def _stepping(proc: subprocess.Popen, out: Path) -> None:
+    """Until the script under ``proc`` has written an optimizer step into the run folder's recording."""
+    def stepped() -> bool:
+        return any('"O"' in p.read_text() for p in out.glob("*/recording/events.jsonl"))
+
+    wait_until(proc, stepped, "optimizer step in the recording", 120)
+    time.sleep(1.0)
+
+
+def _finished(proc: subprocess.Popen) -> tuple[str, str]:
+    try:
+        return proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # never leave it training after the test
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"pipeprof went on for 120 s after the fault: {err[-2000:]}")
+
+
+def _run_folder(out: Path) -> Path:
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    return folder
+
+
+def _saved(folder: Path) -> tuple[dict, dict]:
+    return (json.loads((folder / "run.json").read_text()), json.loads((folder / "summary.json").read_text()))
+
+
+@pytest.mark.integration
+def test_kill_9_of_profile_ends_the_script_and_report_rebuilds_what_was_recorded(tmp_path, capsys):
+    out = tmp_path / "reports"
+    proc = _profile(out)
+    _stepping(proc, out)
+    script = [c for c in psutil.Process(proc.pid).children(recursive=True)]
+    proc.kill()  # kill -9 of pipeprof alone
+    _finished(proc)
+    gone, alive = psutil.wait_procs(script, timeout=30)
+    assert not alive, "the script ran on, orphaned"
+    folder = _run_folder(out)
+    assert (folder / "recording" / "events.jsonl").stat().st_size > 0 and not (folder / "run.json").exists()
+    assert main(["report", "--quiet", str(folder)]) == 0
+    assert "cut short" in capsys.readouterr().err
+    meta, summary = _saved(folder)
+    assert meta["status"] == "interrupted" and meta["cut_short"] and "cut short" in meta["error"]
+    assert summary["steps"] > 0 and "samples" in meta["absences"]
+    assert not (folder / "recording").exists()  # the rebuilt run replaced it
+
+
+@pytest.mark.integration
+def test_two_ctrl_c_a_second_apart_under_profile_save_the_run(tmp_path):
+    out = tmp_path / "reports"
+    proc = _profile(out)
+    _stepping(proc, out)
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: pipeprof and the script
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGINT)  # the habit: a second one, while pipeprof saves
+    _, err = _finished(proc)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    meta, summary = _saved(_run_folder(out))
+    assert meta["status"] == "interrupted" and summary["steps"] > 0
+    assert "Traceback" not in err.split("KeyboardInterrupt")[-1]  # nothing of pipeprof's after the script's
+
+
+@pytest.mark.integration
+def test_os_exit_early_keeps_every_step_before_it(tmp_path):
+    out = tmp_path / "reports"
+    proc = start(["profile", "--out", str(out), "--quiet", "--", "python", SCRIPT, "--exit-after", "30"])
+    _, err = _finished(proc)
+    assert proc.returncode == 0, err
+    meta, summary = _saved(_run_folder(out))
+    assert meta["step_source"] is not None and "steps" not in meta["absences"], meta["absences"]
+    assert summary["steps"] == 30 - 5  # all 30 batches' steps, less the 5 of warm-up
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("victim", ["script", "worker"])
+def test_a_killed_script_or_worker_is_a_failed_run_with_its_steps(tmp_path, victim):
+    out = tmp_path / "reports"
+    proc = _profile(out, workers=1 if victim == "worker" else 0)
+    _stepping(proc, out)
+    if victim == "worker":
+        wait_for_descendants(proc, 2)
+    script = psutil.Process(proc.pid).children()[0]
+    target = script.children()[0] if victim == "worker" else script
+    target.kill()
+    _, err = _finished(proc)
+    meta, summary = _saved(_run_folder(out))
+    assert meta["status"] == "failed" and summary["steps"] > 0
+    if victim == "script":
+        assert proc.returncode == 128 + signal.SIGKILL and "SIGKILL" in meta["error"]
+    else:  # the script's own exception: torch's words for the worker's death, and no pipeprof frame
+        assert proc.returncode == 1 and "DataLoader worker" in meta["error"], meta["error"]
+        assert "pipeprof" not in err.split("Traceback")[-1].split("pipeprof: failed")[0]
+
+
+@pytest.mark.integration
+def test_an_exception_in_the_dataset_shows_no_pipeprof_frame(tmp_path):
+    out = tmp_path / "reports"
+    done = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--out", str(out), "--quiet", "--",
+                           "python", SCRIPT, "--bad-index", "100"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    traceback = done.stderr.split("Traceback (most recent call last):")[-1].split("pipeprof: failed")[0]
+    assert "ValueError: corrupt record 100" in traceback and "faulty_loop.py" in traceback
+    assert "pipeprof" not in traceback and "runpy" not in traceback, traceback
+
+
+@pytest.mark.integration
+def test_a_full_disk_at_the_save_keeps_the_raw_records_and_names_them(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "reports"
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("pipeprof.pipeline.script_run.save_run", full)
+    status = main(["profile", "--out", str(out), "--quiet", "--no-what-ifs", "--steps", "20", "--", "python",
+                   SCRIPT])
+    err = capsys.readouterr().err.strip().splitlines()
+    folder = _run_folder(out)
+    assert status == 1 and len(err) == 1, err
+    assert "No space left on device" in err[0] and str(folder / "recording") in err[0]
+    monkeypatch.undo()  # room again: the run is rebuilt from what was kept
+    assert main(["report", "--quiet", str(folder)]) == 0
+    assert _saved(folder)[1]["steps"] == 20 - 5
+
+
+@pytest.mark.integration
+def test_ctrl_c_to_a_sweeps_process_group_keeps_the_running_point(tmp_path):
+    scenario = tiny_file(tmp_path, workers=1)
+    out = tmp_path / "reports"
+    proc = start(["sweep", str(scenario), "--grid", "train.steps=200000,40", "--fixed-steps", "--out", str(out),
+                  "--cache", str(tmp_path / "cache"), "--quiet"])
+    wait_for_descendants(proc, 2)  # the first point's child and its DataLoader worker: it is training
+    time.sleep(3)
+    os.killpg(proc.pid, signal.SIGINT)  # the child gets it twice: from the terminal and from the sweep
+    _, err = _finished(proc)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    folder = _run_folder(out)
+    doc = json.loads((folder / "sweep.json").read_text())
+    assert [p["status"] for p in doc["points"]] == ["interrupted", "not run"]
+    assert doc["points"][0]["folder"] is not None, err[-2000:]
+    (run,) = list(folder.rglob("run.json"))
+    assert json.loads(run.read_text())["status"] == "interrupted"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_run_on_a_really_full_disk_names_the_folder_and_leaves_nothing_half_written(tmp_path):
+    """A tmpfs filled to the last block, where this process may mount one: the run trains, its folder cannot
+    be written, one line names it, exit 1, and nothing half-written is left."""
+    scenario = tiny_file(tmp_path, steps=20)
+    mount = tmp_path / "full"
+    mount.mkdir()
+    shell = (f"mount -t tmpfs -o size=256k tmpfs {mount} || exit 99; "
+             f"dd if=/dev/zero of={mount}/fill bs=4k 2>/dev/null; "
+             f"{sys.executable} -m pipeprof run {scenario} --out {mount}/reports --cache {tmp_path}/cache --quiet; "
+             f"status=$?; ls -A {mount}/reports; exit $status")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", shell], capture_output=True, text=True, timeout=180,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    if done.returncode == 99:
+        pytest.skip(f"no mount here: {done.stderr.strip()[-200:]}")
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(err) == 1, done.stderr
+    assert "No space left on device" in err[0] and f"{mount}/reports/" in err[0]
+    assert done.stdout.split() == []  # no folder, hidden or not, in --out
