@@ -10,8 +10,9 @@ import pytest
 from conftest import schema_errors
 from rich.console import Console
 
+from pipeprof.analysis.live_window import LiveWindow, timed_window
 from pipeprof.attach.classify import training_class, worker_class
-from pipeprof.attach.live import LiveWindow, attached_window
+from pipeprof.attach.live import attached_window
 from pipeprof.attach.session import record_stacks, stack_rows, unattachable_error
 from pipeprof.attach.shares import sampled_shares, wilson
 from pipeprof.attach.stacks import Frame, parse_frames, parse_raw, stack_text
@@ -235,3 +236,26 @@ def test_no_ptrace_permission_says_what_to_do():
     assert "\n" not in str(err)
     other = unattachable_error(5, "Failed to find python version from target process")
     assert "Python interpreter" in str(other)
+
+
+def test_timed_window_of_a_profiled_script_takes_the_last_second_only():
+    steps = pd.DataFrame({c: [] for c in STEP_COLUMNS})
+    rows = []
+    for i in range(20):  # 0.1 s steps: the first ten wait 0.06 s for data, the last ten 0.02 s
+        rows.append({"step": i, "epoch": 0, "warmup": i < 2, "t_start_s": 0.1 * i, "data_wait_s": 0.06 if i < 10 else 0.02,
+                     "h2d_s": 0.0, "compute_s": 0.04 if i < 10 else 0.08, "step_s": 0.1, "host_wait_s": 0.0,
+                     "samples": 32, "loss": 1.0, "correct": 3, "ready_batches": 1.0 if i < 10 else 3.0,
+                     "collective_wait_s": 0.0})
+    steps = pd.DataFrame(rows, columns=STEP_COLUMNS)
+    loading = pd.DataFrame([{"batch": i, "step": i, "worker": i % 2, "pid": 100 + i % 2, "t_start_s": 0.1 * i,
+                             "t_end_s": 0.1 * i + 0.05, "fetch_s": 0.01, "core_wait_s": 0.0, "prep_s": 0.02,
+                             "collate_s": 0.01, "samples": 32, "nbytes": 0, "fetch_max_s": 0.001} for i in range(20)])
+    w = timed_window(steps, loading, now_s=2.0, window_s=1.0, num_workers=2, prefetch_factor=2,
+                     gpu={"gpu_util_pct": 55.0, "gpu_proc_mem_bytes": 2e9})
+    assert w.steps_per_s == pytest.approx(10.0) and w.samples_per_s == pytest.approx(320.0)
+    assert w.data_wait_fraction == pytest.approx(0.2) and w.compute_fraction == pytest.approx(0.8)
+    assert w.ready_batches_mean == pytest.approx(3.0) and w.queue_capacity_batches == 4
+    assert w.worker_busy_fraction == {"0": pytest.approx(0.2), "1": pytest.approx(0.2)}
+    assert w.gpu_util_pct == 55.0 and not w.sampled and not w.absent
+    quiet = timed_window(steps, loading, now_s=10.0, window_s=1.0, gpu_absent="no CUDA device")
+    assert quiet.steps_per_s is None and quiet.absent["steps"] and quiet.absent["gpu"] == "no CUDA device"

@@ -23,6 +23,10 @@ segments, from which the recommendations predict what those settings do
 (run.json what_ifs); then it ends with SystemExit(0) at its next next().
 --no-what-ifs (or PIPEPROF_WHAT_IFS=0) ends it at once. Without --steps the script runs to its end,
 and the predictions are the analytical model's.
+--live shows a dashboard of the last second while the script runs (steps/s,
+samples/s, data wait / h2d / compute, the prefetch queue, each worker's busy
+share, GPU use and memory, the verdict so far), refreshed about once a
+second, in 80 columns.
 Ctrl-C reaches the script as usual; what was measured is saved. A bare
 `python` means the interpreter pipeprof runs in; give a path
 (`-- ./venv/bin/python train.py`) to use another one that can import pipeprof.
@@ -107,6 +111,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-what-ifs", dest="what_ifs", action="store_false", default=None,
                    help="end the script at --steps at once: no what-if segments of its loop after the run "
                         "(also: PIPEPROF_WHAT_IFS=0 in the environment)")
+    p.add_argument("--live", action="store_true",
+                   help="a terminal dashboard of the last second while the script runs (steps/s, shares, prefetch "
+                        "queue, workers, GPU, the verdict so far)")
     p.add_argument("--quiet", action="store_true", help="no summary table")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python SCRIPT [ARGS]",
                    help="the training command: python SCRIPT ARGS, python -m MODULE ARGS, or SCRIPT.py ARGS")
@@ -141,9 +148,18 @@ def execute(args: argparse.Namespace) -> int:
     from pipeprof.pipeline.script_run import profile_script
     from pipeprof.render.console import print_summary
 
-    saved = profile_script(args.command, out=args.out, name=args.name, steps=args.steps,
-                           warmup_steps=args.warmup_steps, sample_hz=args.sample_hz, overrides=overrides,
-                           cprofile_steps=args.cprofile, pyspy_hz=args.pyspy, what_ifs=args.what_ifs)
+    live = None
+    if args.live:
+        from pipeprof.render.live import LiveView
+        live = LiveView(stdout_console())
+    try:
+        saved = profile_script(args.command, out=args.out, name=args.name, steps=args.steps,
+                               warmup_steps=args.warmup_steps, sample_hz=args.sample_hz, overrides=overrides,
+                               cprofile_steps=args.cprofile, pyspy_hz=args.pyspy, what_ifs=args.what_ifs,
+                               live=live.show if live is not None else None)
+    finally:
+        if live is not None:
+            live.close()
     run, folder = saved.run, saved.folder
     summary = saved.summary
     if args.verify and run.meta["status"] == "complete" and not run.steps.empty:

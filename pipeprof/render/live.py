@@ -18,9 +18,9 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeprof import format as fmt
+from pipeprof.analysis.live_window import LiveWindow
 from pipeprof.analysis.thresholds import COMPUTE_BOUND_FRACTION, H2D_BOUND_FRACTION, INPUT_BOUND_FRACTION
 from pipeprof.analysis.verdict import input_degree
-from pipeprof.attach.live import LiveWindow
 
 BAR_CELLS = 20
 MAX_WORKERS_SHOWN = 8
@@ -60,7 +60,7 @@ def live_frame(window: LiveWindow) -> Panel:
     table.add_column(width=BAR_CELLS)
     table.add_column()
     rate_why = window.absent.get("steps")
-    table.add_row("steps/s", "", _value(window.steps_per_s, fmt.number(window.steps_per_s, 3), rate_why))
+    table.add_row("steps/s", "", _value(window.steps_per_s, fmt.significant(window.steps_per_s, 3), rate_why))
     table.add_row("samples/s", "", _value(window.samples_per_s, fmt.rate(window.samples_per_s), rate_why))
     for label, value in (("data wait", window.data_wait_fraction), ("h2d", window.h2d_fraction),
                          ("compute", window.compute_fraction)):
@@ -92,6 +92,7 @@ class LiveView:
     """rich's Live on ``console``, one frame per window."""
 
     def __init__(self, console: Console) -> None:
+        self._console = console
         self._live = Live(console=console, refresh_per_second=1, transient=False, auto_refresh=False)
         self._live.start()
 
@@ -100,3 +101,4 @@ class LiveView:
 
     def close(self) -> None:
         self._live.stop()
+        self._console.line()  # the last frame stays on screen; what follows starts on a line of its own
