@@ -52,18 +52,33 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     if script:
         add("script", str(script.get("command_line") or NOT_MEASURED))
         add("loaders", ", ".join(_loader_group_text(g) for g in fold_loaders(s.get("loaders") or []))
-            or "none iterated")
+            or ("not visible from outside (attached)" if s.get("sampled") else "none iterated"))
     else:
         add("scenario", str(s.get("scenario") or NOT_MEASURED))
+    sampled = as_dict(s.get("sampled"))  # pipeprof attach: shares of py-spy's samples, no step timed
+    of = "sampled share, 95% interval" if sampled else "share of step time"
+    if sampled:
+        attached = as_dict(sampled.get("attach"))
+        add("sampled", f"{fmt.number(sampled.get('training_samples'), 0)} samples of the training threads at "
+                       f"{attached.get('rate_hz')} Hz over {fmt.duration(attached.get('sampled_s'))} (py-spy, from "
+                       "outside): the shares below are sampled; steps and throughput cannot be measured so")
     add("steps (counted)", fmt.number(s.get("steps"), 0))
     add("throughput", fmt.rate(s.get("samples_per_s")), "bold")
     add("step time median / p90", _several(fmt.duration, step.get("median"), step.get("p90")))
-    add("data wait (share of step time)", fmt.pct(frac.get("data_wait"), 1), _BOTTLENECK_STYLE.get(klass, ""))
-    add("host → device (share of step time)", fmt.pct(frac.get("h2d"), 1))
+
+    def share(part: str, key: str) -> str:
+        text = fmt.pct(frac.get(part), 1)
+        interval = as_dict(as_dict(sampled.get("training")).get(key)).get("interval")
+        if isinstance(interval, list) and len(interval) == 2:
+            text += f" [{fmt.pct(interval[0], 0)}, {fmt.pct(interval[1], 0)}]"
+        return text
+
+    add(f"data wait ({of})", share("data_wait", "data_wait"), _BOTTLENECK_STYLE.get(klass, ""))
+    add(f"host → device ({of})", share("h2d", "h2d"))
     if (_value(frac.get("collective_wait")) or 0.0) > 0:  # one process never waits in collectives: no row
-        add("collective wait (share of step time)", fmt.pct(frac.get("collective_wait"), 1))
-    add("compute (share of step time)", fmt.pct(frac.get("compute"), 1))
-    add("other (share of step time)", fmt.pct(frac.get("other"), 1))
+        add(f"collective wait ({of})", share("collective_wait", "collective"))
+    add(f"compute ({of})", share("compute", "compute"))
+    add(f"other ({of})", share("other", "other"))
     add("bottleneck", str(s.get("bottleneck_reason") or klass or NOT_MEASURED), _BOTTLENECK_STYLE.get(klass, ""))
     verdict = as_dict(s.get("verdict"))
     if verdict.get("class"):
