@@ -259,6 +259,9 @@ def check_attachment(name: str, content: bytes) -> Damage | None:
             stats = marshal.loads(content)
             if not isinstance(stats, dict):
                 raise ValueError("not a pstats dump")
+        elif name.endswith(".jsonl"):  # light windows: one JSON object a line
+            for line in content.decode("utf-8").splitlines():
+                json.loads(line)
         else:
             json.loads(content)
     except (ValueError, EOFError, TypeError, UnicodeDecodeError) as e:

@@ -209,7 +209,8 @@ _SAVED_WHEN_EMPTY = {"steps", "samples", "processes", "loading", "functions"}  #
 _ALWAYS_WRITTEN = {"samples", "processes"}  # since format 1: missing means lost (loading.csv: since ready_batches)
 
 # Recorded files stored in the run folder as they are (bytes), when a run made them.
-ATTACHMENTS = ("cprofile-main.prof", "cprofile-workers.prof", "pyspy.speedscope.json")
+ATTACHMENTS = ("cprofile-main.prof", "cprofile-workers.prof", "pyspy.speedscope.json",
+               "windows.jsonl", "windows.1.jsonl")  # profile --light: the window aggregates (measure.light)
 
 
 @dataclass

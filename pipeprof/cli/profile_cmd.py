@@ -23,6 +23,12 @@ segments, from which the recommendations predict what those settings do
 (run.json what_ifs); then it ends with SystemExit(0) at its next next().
 --no-what-ifs (or PIPEPROF_WHAT_IFS=0) ends it at once. Without --steps the script runs to its end,
 and the predictions are the analytical model's.
+--light SECONDS is the always-on mode for long jobs: the same hooks, but only
+one aggregate per window of SECONDS is kept (step-time quantiles, shares of
+step time, the prefetch queue, each worker's busy share, GPU use), in
+windows.jsonl, bounded at 64 MiB (the oldest half dropped past it); no
+steps.csv of its own. pipeprof report on its folder shows the whole job's
+timeline and names a change point of its step time.
 --live shows a dashboard of the last second while the script runs (steps/s,
 samples/s, data wait / h2d / compute, the prefetch queue, each worker's busy
 share, GPU use and memory, the verdict so far), refreshed about once a
@@ -114,6 +120,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--live", action="store_true",
                    help="a terminal dashboard of the last second while the script runs (steps/s, shares, prefetch "
                         "queue, workers, GPU, the verdict so far)")
+    p.add_argument("--light", type=_window_s, metavar="SECONDS",
+                   help="always-on mode for long jobs: keep only window aggregates (step-time quantiles, shares, "
+                        "queue, workers, GPU), one every SECONDS, in a file bounded at 64 MiB; no per-step record")
     p.add_argument("--quiet", action="store_true", help="no summary table")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python SCRIPT [ARGS]",
                    help="the training command: python SCRIPT ARGS, python -m MODULE ARGS, or SCRIPT.py ARGS")
@@ -126,6 +135,16 @@ def _rate(text: str) -> float:
         value = float("nan")
     if not 0 < value <= 1000:
         raise argparse.ArgumentTypeError(f"expected a rate in Hz, > 0 and <= 1000, got {text!r}")
+    return value
+
+
+def _window_s(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"expected a window in seconds, >= 1, got {text!r}")
     return value
 
 
@@ -143,6 +162,9 @@ def execute(args: argparse.Namespace) -> int:
         raise UsageError(f"pipeprof profile: --steps {args.steps} is not allowed with --warmup-steps "
                          f"{args.warmup_steps}: expected more than the {args.warmup_steps} warm-up steps, so some "
                          f"steps are counted")
+    if args.light and (args.verify or args.cprofile):
+        raise UsageError("pipeprof profile: --light keeps no step, which --verify and --cprofile need: "
+                         "give --light alone")
     overrides = parse(args.loader, args.threads)  # checked before the script starts (and pandas loads): exits 2
     # pandas and the analysis load here, not when the parser is built (pipeprof --help stays fast)
     from pipeprof.pipeline.script_run import profile_script
@@ -156,7 +178,7 @@ def execute(args: argparse.Namespace) -> int:
         saved = profile_script(args.command, out=args.out, name=args.name, steps=args.steps,
                                warmup_steps=args.warmup_steps, sample_hz=args.sample_hz, overrides=overrides,
                                cprofile_steps=args.cprofile, pyspy_hz=args.pyspy, what_ifs=args.what_ifs,
-                               live=live.show if live is not None else None)
+                               live=live.show if live is not None else None, light_s=args.light)
     finally:
         if live is not None:
             live.close()
@@ -165,7 +187,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.verify and run.meta["status"] == "complete" and not run.steps.empty:
         summary = _verify(args, saved.summary, run, folder, overrides)
     try:
-        if not args.quiet and not run.steps.empty:
+        if not args.quiet and (not run.steps.empty or args.light):
             print_summary(summary, folder, stdout_console())
         for note in run.meta["notes"]:
             if note.startswith(("overridden: ", "--loader ")):

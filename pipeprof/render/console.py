@@ -133,6 +133,14 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     add("peak RSS", fmt.byte_size(memory.get("peak_rss_bytes")))
     add("accuracy", fmt.pct(s.get("accuracy"), 1))
     add("final loss", fmt.number(s.get("final_loss"), 4))
+    light = as_dict(s.get("light"))
+    if light:  # profile --light: the whole job's timeline of window medians, and its change point
+        add("timeline (median step time)", light_timeline(light))
+        cp = as_dict(light.get("change_point"))
+        add("change point", (f"at {fmt.duration(cp.get('t_s'))}: step time {fmt.duration(cp.get('before_s'))} → "
+                             f"{fmt.duration(cp.get('after_s'))} (×{fmt.significant(cp.get('ratio'), 3)}, "
+                             f"{fmt.significant(cp.get('sigmas'), 2)} standard errors)") if cp else
+            f"none ({light.get('windows')} windows; test: {light.get('change_point_test')})")
     add("run folder", str(folder))
     return table
 
@@ -175,6 +183,24 @@ def _loader_group_text(group: LoaderGroup) -> str:
         return f"{group.name} ({group.role}, {batches})"
     return (f"{group.name} ×{group.count} ({group.role}: {fmt.plural(group.count, 'loader')}, "
             f"{fmt.plural(group.passes, 'pass', 'passes')}, {batches})")
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+SPARK_WIDTH = 40
+
+
+def light_timeline(light: dict[str, Any]) -> str:
+    """The windows' median step times as a sparkline of at most SPARK_WIDTH cells (a cell: the mean of its
+    windows), with the range it spans."""
+    values = [v for v in (_value(as_dict(w).get("step_median_s")) for w in light.get("timeline") or [])
+              if v is not None]
+    if not values:
+        return NOT_MEASURED
+    per = max(1, -(-len(values) // SPARK_WIDTH))
+    cells = [sum(values[i:i + per]) / len(values[i:i + per]) for i in range(0, len(values), per)]
+    lo, hi = min(cells), max(cells)
+    line = "".join(SPARK[min(len(SPARK) - 1, int((c - lo) / (hi - lo) * len(SPARK))) if hi > lo else 0] for c in cells)
+    return f"{line} {fmt.duration(lo)}–{fmt.duration(hi)}"
 
 
 def _several(text: Any, *values: Any) -> str:
