@@ -124,3 +124,30 @@ def test_report_of_a_light_folder_shows_the_timeline_and_names_the_change(tmp_pa
     text = console.export_text()
     assert "▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁██████████ 100 ms–150 ms" in text
     assert "at 3 min 20 s: step time 100 ms → 150 ms (×1.5" in text
+
+
+def test_the_apis_light_mode_keeps_windows_and_no_step(tmp_path):
+    import time
+
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import pipeprof
+
+    loader = DataLoader(TensorDataset(torch.randn(4096, 8)), batch_size=16)
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    taken = 0
+    with pipeprof.profile("light-api", out=tmp_path, quiet=True, light_s=1.0, sample_hz=2.0) as prof:
+        started = time.monotonic()
+        for (x,) in loader:
+            model(x).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            time.sleep(0.01)
+            taken += 1
+            if time.monotonic() - started > 2.5:
+                break
+    assert prof.run is not None and prof.run.steps.empty and prof.summary is not None
+    assert prof.summary["light"]["windows"] >= 2
+    assert taken - 7 <= prof.summary["steps"] <= taken - 5  # warm-up left out, the last one perhaps running

@@ -12,6 +12,7 @@ its own: only the windows.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -80,3 +81,23 @@ def keep_windows_only(run: Run, light: LightProfile) -> None:
                          "unreadable_events": light.tail.unreadable}
     run.meta["notes"].append(f"--light {light.window_s:g}: only window aggregates were kept ({light.windows} "
                              f"windows of {light.window_s:g} s, windows.jsonl); no step of the run's own")
+
+
+class LightThread:
+    """A LightProfile ticked by a daemon thread (the API's light mode: no process waits for the script)."""
+
+    def __init__(self, profile: LightProfile, poll_s: float = 0.25) -> None:
+        self.profile = profile
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(poll_s,), name="pipeprof-light", daemon=True)
+        self._thread.start()
+
+    def _run(self, poll_s: float) -> None:
+        while not self._stop.wait(poll_s):
+            self.profile.tick()
+
+    def stop(self) -> None:
+        """Stop the thread and take the last window (after the hooks' last flush)."""
+        self._stop.set()
+        self._thread.join()
+        self.profile.finish()
