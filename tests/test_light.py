@@ -126,6 +126,7 @@ def test_report_of_a_light_folder_shows_the_timeline_and_names_the_change(tmp_pa
     assert "at 3 min 20 s: step time 100 ms → 150 ms (×1.5" in text
 
 
+@pytest.mark.integration
 def test_the_apis_light_mode_keeps_windows_and_no_step(tmp_path):
     import time
 

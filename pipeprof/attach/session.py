@@ -207,9 +207,10 @@ def _meta(pid: int, command: list[str], name: str | None, attached: Attached, ab
              "ctrl-c": "at Ctrl-C (the job goes on)", "exited": "when the process exited"}[attached.ended]
     if not attached.rows:
         absences["stacks"] = "py-spy recorded no samples" + (f" ({attached.error})" if attached.error else "")
-    notes = [f"Attached to pid {pid} from outside; ended {ended}. Shares are of py-spy's samples of the training "
-             f"threads ({rate_hz} Hz), not of timed steps: every number marked sampled is a share with its "
-             f"interval; step-level numbers are absent."]
+    notes = [f"Attached to pid {pid} from outside; ended {ended}. Sampled: every share of step time in this report "
+             f"is a share of py-spy's samples of the training threads ({rate_hz} Hz), not of timed steps (their 95% "
+             f"intervals: summary.json sampled, and the terminal's table); step times, throughput and per-batch "
+             f"loading times are absent (steps cannot be cut from outside)."]
     return {
         "kind": "script", "device": "cuda" if gpu_meta.get("available") else "cpu",
         "status": attached.status, "error": attached.error, "absences": absences, "notes": notes,
