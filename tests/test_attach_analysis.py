@@ -119,7 +119,8 @@ def test_shares_of_a_torchrun_job_count_its_ranks_not_the_agent_nor_a_workers_fe
 
 
 def _attached_run(rows: list[dict]) -> Run:
-    return Run(meta={"kind": "script", "status": "complete", "error": None, "absences": {}, "notes": [],
+    return Run(meta={"kind": "script", "status": "complete", "error": None, "absences": {},
+                     "notes": ["Sampled: every share of step time in this report is a share of samples"],
                      "scenario": {"name": "attach-1"}, "loaders": [],
                      "script": {"command": ["python", "train.py"], "command_line": "python train.py"},
                      "timing": {"method": "sampled", "parts": dict.fromkeys(("data_wait", "h2d", "compute"), "sampled")}},
@@ -134,7 +135,8 @@ def test_sampled_summary_keeps_the_contract_and_says_what_is_sampled(tmp_path):
     summary, files = derived_files(run, folder.name)
     assert json.loads(files["summary.json"])["timing"]["method"] == "sampled"
     assert schema_errors(json.loads(files["summary.json"])) == []
-    assert "report.html" in files
+    page = files["report.html"]
+    assert "<svg" in page[page.index("Sampled shares, window by window"):] and "Sampled: every share" in page
     assert summary["fractions"]["data_wait"] == pytest.approx(0.5)
     assert summary["steps"] == 0 and summary["step_time_s"]["median"] is None and summary["samples_per_s"] is None
     assert summary["bottleneck"] == "input" and summary["bottleneck_reason"].endswith("(sampled)")

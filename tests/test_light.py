@@ -117,6 +117,9 @@ def test_report_of_a_light_folder_shows_the_timeline_and_names_the_change(tmp_pa
     summary, files = derived_files(load_run(folder), folder.name)
     assert schema_errors(json.loads(files["summary.json"])) == []
     assert summary["steps"] == 150 and summary["fractions"]["data_wait"] == pytest.approx(0.3)
+    page = files["report.html"]
+    chart = page[page.index("The whole job, window by window"):]
+    assert chart.index("<svg") < chart.index("change point") < chart.index("×1.5")  # drawn, the change marked
     cp = summary["light"]["change_point"]
     assert cp["index"] == 20 and cp["t_s"] == 200.0 and cp["ratio"] == pytest.approx(1.5)
     console = Console(record=True, width=100, color_system=None)
