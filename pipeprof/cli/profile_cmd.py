@@ -86,6 +86,7 @@ from pipeprof.cli.output import stdout_closed, stdout_console
 from pipeprof.errors import UsageError
 
 MAX_PYSPY_HZ = 1000  # as a scenario's profile.pyspy_hz
+DEFAULT_SAMPLE_HZ, LIGHT_SAMPLE_HZ = 10.0, 1.0
 
 if TYPE_CHECKING:
     from pipeprof.run_folder import Run
@@ -99,8 +100,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=positive_int, metavar="N", help="end the script after N training steps")
     p.add_argument("--warmup-steps", type=non_negative_int, default=5, metavar="N",
                    help="steps left out of the statistics (default: 5)")
-    p.add_argument("--sample-hz", type=_rate, default=10.0, metavar="HZ",
-                   help="system sampling rate (default: 10)")
+    p.add_argument("--sample-hz", type=_rate, default=None, metavar="HZ",
+                   help="system sampling rate (default: 10; 1 with --light)")
     p.add_argument("--loader", action="append", metavar="[NAME.]KEY=VALUE", default=[],
                    help="set a DataLoader argument of the training loader (or of the loader named NAME); "
                         "repeatable")
@@ -165,6 +166,8 @@ def execute(args: argparse.Namespace) -> int:
     if args.light and (args.verify or args.cprofile):
         raise UsageError("pipeprof profile: --light keeps no step, which --verify and --cprofile need: "
                          "give --light alone")
+    if args.sample_hz is None:  # a long job's light record: one tick a second is plenty beside its windows
+        args.sample_hz = LIGHT_SAMPLE_HZ if args.light else DEFAULT_SAMPLE_HZ
     overrides = parse(args.loader, args.threads)  # checked before the script starts (and pandas loads): exits 2
     # pandas and the analysis load here, not when the parser is built (pipeprof --help stays fast)
     from pipeprof.pipeline.script_run import profile_script

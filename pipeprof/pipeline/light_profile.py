@@ -48,7 +48,8 @@ class LightProfile:
         if self.cutter is None:
             self.cutter = LightWindows(s.t0_s, s.warmup_steps)
         steps, loading = self.cutter.steps(self.tail.read_new())
-        rows = s.sampler.sample_rows() if s.sampler is not None else []
+        # the window's ticks and a margin, from those in memory (never the whole run's)
+        rows = s.sampler.recent_sample_rows(int(2 * self.window_s * s.sample_hz) + 2) if s.sampler is not None else []
         gpu = [r for r in rows if self._last_s <= float(r.get("t_s", -1.0)) < now_s]
         self.writer.write(window_aggregate(steps, loading, t_start_s=self._last_s, t_end_s=now_s, gpu_rows=gpu))
         self.windows += 1

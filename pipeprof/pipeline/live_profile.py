@@ -35,7 +35,7 @@ class ProfileLive:
         s = self.session
         cut = script_steps(read_events(s.events_path), s.t0_s, s.warmup_steps)
         training = next((lo for lo in cut.loaders if lo.get("role") == "train"), cut.loaders[0] if cut.loaders else {})
-        rows = s.sampler.sample_rows() if s.sampler is not None else []
+        rows = s.sampler.recent_sample_rows(1) if s.sampler is not None else []
         self.show(timed_window(cut.steps, cut.loading, now_s=self.clock() - s.t0_s, window_s=self.window_s,
                                num_workers=training.get("num_workers"), prefetch_factor=training.get("prefetch_factor"),
                                gpu=rows[-1] if rows else None, gpu_absent=s.absences.get("gpu")))

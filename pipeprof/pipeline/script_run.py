@@ -240,8 +240,12 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
         # the start-up hook first: every Python process the command starts arms the hooks (rank_boot)
         env["PYTHONPATH"] = os.pathsep.join([str(root / "script" / STARTUP_PACKAGE), str(root.parent),
                                              *filter(None, [os.environ.get("PYTHONPATH")])])
+        spool = Path(tmp) / "spool" if light_s else None  # a job of days: the sampler's rows on disk, not in memory
+        if spool is not None:
+            spool.mkdir()
         session = Session(name, events, warmup_steps=warmup_steps, sample_hz=sample_hz, events_dir=Path(tmp),
-                          what_ifs_absent=None if what_ifs and steps else NO_STEPS if what_ifs else WHAT_IFS_OFF)
+                          what_ifs_absent=None if what_ifs and steps else NO_STEPS if what_ifs else WHAT_IFS_OFF,
+                          spool_dir=spool)
         try:
             process = subprocess.Popen(argv, env=env)
             started_s = time.monotonic()
