@@ -261,3 +261,10 @@ def test_timed_window_of_a_profiled_script_takes_the_last_second_only():
     assert w.gpu_util_pct == 55.0 and not w.sampled and not w.absent
     quiet = timed_window(steps, loading, now_s=10.0, window_s=1.0, gpu_absent="no CUDA device")
     assert quiet.steps_per_s is None and quiet.absent["steps"] and quiet.absent["gpu"] == "no CUDA device"
+
+
+def test_attached_window_shows_the_trees_gpu_from_the_samplers_last_tick():
+    w = attached_window(_rows(), 1.0, {"gpu_proc_util_pct": 73.0, "gpu_proc_mem_bytes": 3e9})
+    assert w.gpu_util_pct == 73.0 and w.gpu_mem_bytes == 3e9 and "gpu" not in w.absent
+    unmatched = attached_window(_rows(), 1.0, {"gpu_proc_util_pct": float("nan")}, "no GPU sampled")
+    assert unmatched.gpu_util_pct is None and unmatched.absent["gpu"] == "no GPU sampled"

@@ -59,7 +59,7 @@ def timed_window(steps: pd.DataFrame, loading: pd.DataFrame, *, now_s: float, wi
         for worker, rows in made.groupby("worker"):
             work_s = float(rows[["fetch_s", "prep_s", "collate_s"]].apply(pd.to_numeric, errors="coerce").sum().sum())
             busy[str(int(worker))] = min(1.0, work_s / window_s)
-    util = _finite((gpu or {}).get("gpu_util_pct"))
+    util = finite_or_none((gpu or {}).get("gpu_util_pct"))
     absent = {"gpu": gpu_absent or "no GPU reading yet"} if util is None else {}
     if not len(recent):
         absent["steps"] = "no step in the last window"
@@ -72,11 +72,11 @@ def timed_window(steps: pd.DataFrame, loading: pd.DataFrame, *, now_s: float, wi
         data_wait_fraction=share("data_wait_s"), h2d_fraction=share("h2d_s"), compute_fraction=share("compute_s"),
         ready_batches_mean=float(ready.mean()) if not ready.empty else None,
         queue_capacity_batches=queue_capacity_batches(num_workers, prefetch_factor) if num_workers else None,
-        worker_busy_fraction=busy, gpu_util_pct=util, gpu_mem_bytes=_finite((gpu or {}).get("gpu_proc_mem_bytes")),
+        worker_busy_fraction=busy, gpu_util_pct=util, gpu_mem_bytes=finite_or_none((gpu or {}).get("gpu_proc_mem_bytes")),
         absent=absent)
 
 
-def _finite(value: Any) -> float | None:
+def finite_or_none(value: Any) -> float | None:
     try:
         number = float(value)
     except (TypeError, ValueError):

@@ -151,7 +151,7 @@ def _command(pid: int) -> list[str]:
 def attach(pid: int, *, seconds: float | None = None, rate_hz: int = DEFAULT_RATE_HZ, window_s: int = 5,
            sample_hz: float = 2.0, name: str | None = None, clock: Clock = monotonic_clock,
            recorder: WindowRecorder | None = None,
-           on_window: Callable[[list[dict[str, Any]]], None] | None = None) -> Run:
+           on_window: Callable[[list[dict[str, Any]], dict[str, Any] | None], None] | None = None) -> Run:
     """Sample the running process ``pid`` and its tree (see module docstring); raises UsageError (exit 2) when it
     does not exist or py-spy cannot read it."""
     if not psutil.pid_exists(pid):
@@ -178,7 +178,9 @@ def attach(pid: int, *, seconds: float | None = None, rate_hz: int = DEFAULT_RAT
     except psutil.NoSuchProcess:
         raise UsageError(f"pipeprof attach {pid}: the process ended before sampling began") from None
     try:
-        attached = record_stacks(recorder, pid, seconds, window_s, clock=clock, t0_s=t0_s, on_window=on_window)
+        attached = record_stacks(recorder, pid, seconds, window_s, clock=clock, t0_s=t0_s,
+                                 on_window=None if on_window is None else
+                                 lambda rows: on_window(rows, next(iter(sampler.recent_sample_rows(1)), None)))
     finally:
         sampler.stop()
     samples, processes = sample_tables(*sampler.frames(), monitor is not None)

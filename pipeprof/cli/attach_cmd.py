@@ -71,16 +71,16 @@ def execute(args: argparse.Namespace) -> int:
         raise UsageError(f"pipeprof attach: --rate {args.rate}: expected at most 1000 Hz")
     ensure_out_folder(args.out)
     window_s = 1 if args.live and args.window == 5 else args.window
-    on_window: Callable[[list[dict[str, Any]]], None] | None = None
+    on_window: Callable[[list[dict[str, Any]], dict[str, Any] | None], None] | None = None
     live = None
     if args.live:
         from pipeprof.attach.live import attached_window
         from pipeprof.render.live import LiveView
         live = LiveView(stdout_console())
 
-        def on_window(rows: list[dict[str, Any]]) -> None:
+        def on_window(rows: list[dict[str, Any]], tick: dict[str, Any] | None) -> None:
             assert live is not None
-            live.show(attached_window(rows, window_s))
+            live.show(attached_window(rows, window_s, tick, "no GPU sampled (no NVML, or none visible)"))
     try:
         run = attach(args.pid, seconds=args.seconds, rate_hz=args.rate, window_s=window_s, name=args.name,
                      on_window=on_window)
