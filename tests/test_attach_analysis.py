@@ -73,6 +73,9 @@ def test_training_thread_classes(stack, line, klass):
     (f"{FETCH};Images.__getitem__ (/job/data.py:41);Compose.__call__ (/venv/torchvision/transforms/transforms.py:95);"
      "RandomResizedCrop.forward (/venv/torchvision/transforms/transforms.py:970);"
      "Image.convert (/venv/PIL/Image.py:900)", ("transform", "RandomResizedCrop")),
+    (f"{FETCH};Images.__getitem__ (/job/data.py:41);Compose.__call__ (/venv/torchvision/transforms/v2/_container.py:50);"
+     f"Module._wrapped_call_impl ({TORCH}/nn/modules/module.py:1773);Module._call_impl ({TORCH}/nn/modules/module.py:1784);"
+     "ColorJitter.forward (/venv/torchvision/transforms/v2/_color.py:200)", ("transform", "ColorJitter")),
     (f"{FETCH};Images.__getitem__ (/job/data.py:44);_read (/job/data.py:12)", ("fetch", "")),
 ])
 def test_worker_classes_look_below_the_worker_loop_only(below, expected):

@@ -133,7 +133,8 @@ def _transform_name(frames: Sequence[Frame]) -> str | None:
     composes = [i for i, f in enumerate(frames) if f.function.split(".")[0] == "Compose"]
     if composes:
         after = frames[composes[-1] + 1:] if composes[-1] + 1 < len(frames) else ()
-        leaf = next((f for f in after if "." in f.function), None)
+        # the first method below it that is not torch.nn's call machinery (a v2 transform is an nn.Module)
+        leaf = next((f for f in after if "." in f.function and "torch/nn/" not in _path(f.file)), None)
         return leaf.function.split(".")[0] if leaf is not None else "Compose"
     for f in frames:
         if "torchvision/transforms/" in _path(f.file):

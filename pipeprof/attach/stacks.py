@@ -166,6 +166,7 @@ class WindowRecorder:
         self.pyspy = pyspy or locate_pyspy()
         self.stop_timeout_s = stop_timeout_s
         self._proc: subprocess.Popen | None = None
+        self.partial = ""  # what the window interrupted by Ctrl-C had recorded
 
     def command(self, seconds: int, output: Path | str) -> list[str]:
         assert self.pyspy is not None
@@ -192,8 +193,6 @@ class WindowRecorder:
             text = out.read_text(errors="replace") if out.is_file() else ""
             error = None if self._proc.returncode == 0 else _output_reason(log_path.read_text(errors="replace"))
             return text, error
-
-    partial = ""  # what the window interrupted by Ctrl-C had recorded
 
     def _stop(self) -> None:
         proc = self._proc
