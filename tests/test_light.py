@@ -155,3 +155,31 @@ def test_the_apis_light_mode_keeps_windows_and_no_step(tmp_path):
     assert prof.run is not None and prof.run.steps.empty and prof.summary is not None
     assert prof.summary["light"]["windows"] >= 2
     assert taken - 7 <= prof.summary["steps"] <= taken - 5  # warm-up left out, the last one perhaps running
+
+
+def test_profile_live_shows_the_last_second_of_a_scripts_events_and_refreshes_at_most_once_a_window():
+    from types import SimpleNamespace
+
+    from pipeprof.pipeline.live_profile import ProfileLive
+
+    events = _events()
+    t0_s = events[0][1]
+    steps = script_steps(events, t0_s).steps
+    end_s = float(steps["t_start_s"].iloc[-1])
+    session = SimpleNamespace(events_path=EVENTS, t0_s=t0_s, warmup_steps=5, sampler=None,
+                              absences={"gpu": "no CUDA device"})
+    now = [t0_s + end_s]
+    shown = []
+    live = ProfileLive(session, shown.append, window_s=1.0, clock=lambda: now[0])
+    live.tick()
+    live.tick()  # the same second: no second frame
+    assert len(shown) == 1
+    w = shown[0]
+    in_window = steps[steps["t_start_s"] >= end_s - 1.0]
+    assert w.steps_per_s == pytest.approx(len(in_window)) and len(in_window) > 5
+    assert w.data_wait_fraction == pytest.approx(in_window["data_wait_s"].sum() / in_window["step_s"].sum())
+    assert w.queue_capacity_batches == 4 and set(w.worker_busy_fraction) == {"0", "1"}
+    assert w.absent["gpu"] == "no CUDA device"
+    now[0] += 5.0
+    live.tick()
+    assert len(shown) == 2 and shown[1].steps_per_s is None  # nothing new since: the last second had no step
