@@ -84,12 +84,13 @@ def test_a_job_that_exits_mid_attach_leaves_a_kept_partial_run(job):
     assert not run.stacks.empty and run.meta["attach"]["ended"] == "exited"
 
 
-def test_a_process_that_is_not_python_is_one_line_and_exit_2(capsys):
+def test_a_process_that_is_not_python_is_one_line_and_exit_2(capsys, tmp_path):
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
-        assert main(["attach", str(sleeper.pid), "--seconds", "1", "-o", "/nonexistent-never-written"]) == 2
+        assert main(["attach", str(sleeper.pid), "--seconds", "1", "-o", str(tmp_path)]) == 2
     finally:
         sleeper.kill()
         sleeper.wait()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Python interpreter" in err[0]
+    assert not [f for f in tmp_path.iterdir() if f.is_dir()]  # no run folder for an attach that never began
