@@ -38,9 +38,15 @@ class Profile:
 
     def __init__(self, name: str = "profile", *, out: str | Path = "reports", warmup_steps: int = 5,
                  sample_hz: float = 10.0, quiet: bool = False, clock: Callable[[], float] | None = None,
-                 device: Any = None) -> None:
+                 device: Any = None, light_s: float | None = None) -> None:
         """``clock`` and ``device`` replace the host clock (``time.perf_counter``) and the CUDA device, for
-        simulation: ``pipeprof.measure.sim_device`` runs loops on a simulated GPU with them."""
+        simulation: ``pipeprof.measure.sim_device`` runs loops on a simulated GPU with them. ``light_s``: the
+        always-on mode (as ``pipeprof profile --light``): only an aggregate per window of ``light_s`` seconds
+        is kept, cut by a thread of this process (``pipeline.light_profile``)."""
+        if light_s is not None and not float(light_s) >= 1:
+            raise ValueError(f"light_s must be a window in seconds >= 1, got {light_s!r}")
+        self.light_s = light_s
+        self._light: Any = None
         if not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise ValueError(f"warmup_steps must be a whole number >= 0, got {warmup_steps!r}")
         if not 0 < float(sample_hz) <= 1000:
@@ -78,6 +84,9 @@ class Profile:
             except BaseException:
                 hooks.uninstall()
                 raise
+            if self.light_s is not None:
+                from pipeprof.pipeline.light_profile import LightProfile, LightThread
+                self._light = LightThread(LightProfile(self._session, Path(self._tmp.name) / "light", self.light_s))
         except BaseException:
             self._tmp.cleanup()
             raise
@@ -114,8 +123,10 @@ class Profile:
         from pipeprof.run_folder import new_run_folder, save_run
 
         try:
-            self._hooks.uninstall()
+            self._hooks.uninstall()  # its last flush: every event is in the file
         finally:
+            if self._light is not None:
+                self._light.stop()  # the last window
             self._session.stop_sampling()
         if exc is None:
             status, error = "complete", None
@@ -128,6 +139,9 @@ class Profile:
                   "python": sys.executable, "argv": list(sys.argv)}
         try:
             self.run = self._session.finish(status, error, script)
+            if self._light is not None:
+                from pipeprof.pipeline.light_profile import keep_windows_only
+                keep_windows_only(self.run, self._light.profile)
         finally:
             self._tmp.cleanup()
         self.folder = new_run_folder(self.out, self.name)
@@ -145,7 +159,7 @@ class Profile:
 
 def profile(name: str = "profile", **options: Any) -> Profile:
     """``with pipeprof.profile(name=...) as prof:`` — see the module docstring; options: ``out``,
-    ``warmup_steps`` (5), ``sample_hz`` (10), ``quiet``."""
+    ``warmup_steps`` (5), ``sample_hz`` (10), ``quiet``, ``light_s`` (None: every step kept)."""
     return Profile(name, **options)
 
 

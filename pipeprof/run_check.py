@@ -28,7 +28,8 @@ import pandas as pd
 
 from pipeprof.errors import UsageError
 
-TEXT_COLUMNS = {"role", "process", "file", "function", "caller_file", "caller_function", "kind", "name"}
+TEXT_COLUMNS = {"role", "process", "file", "function", "caller_file", "caller_function", "kind", "name",
+                "thread_name", "stack", "innermost_line"}
 BOOL_VALUES = {"True": True, "False": False, "true": True, "false": False, "1": True, "0": False}
 # Numbers that may be below 0 (a worker id of -1, a loss, an instant read on another process's clock) or not
 # finite (a diverged loss).
@@ -258,6 +259,9 @@ def check_attachment(name: str, content: bytes) -> Damage | None:
             stats = marshal.loads(content)
             if not isinstance(stats, dict):
                 raise ValueError("not a pstats dump")
+        elif name.endswith(".jsonl"):  # light windows: one JSON object a line
+            for line in content.decode("utf-8").splitlines():
+                json.loads(line)
         else:
             json.loads(content)
     except (ValueError, EOFError, TypeError, UnicodeDecodeError) as e:

@@ -35,6 +35,10 @@ Tables (CSV, one header line, times in seconds since the run started):
   something was timed; older folders load with an empty table. The
   pipelines themselves (their leaves in call order, random or not) are in
   run.json ``transform_pipelines``.
+* ``stacks.csv`` — ``pipeprof attach`` only: py-spy's stacks of the
+  attached process tree, one row per distinct stack per window with its
+  sample count (``STACK_COLUMNS``); run.json ``timing.method`` is
+  ``"sampled"`` and ``steps.csv`` is empty (steps cannot be cut from outside).
 * ``functions.csv`` — the code-level view (``profile.cprofile_steps``): what
   cProfile recorded in the training process (``process`` "main", the
   profiled window of steps) and in the DataLoader workers ("workers", their
@@ -186,14 +190,27 @@ FUNCTION_COLUMNS = [
     "cumtime_s",  # time in the function and everything it called
 ]
 
+STACK_COLUMNS = [  # stacks.csv: ``pipeprof attach`` only (sampled from outside with py-spy; pipeprof.attach)
+    "t_start_s",  # the window the stack was sampled in: its start ...
+    "t_end_s",  # ... and end, seconds since the attach began
+    "pid",  # the process the thread belongs to
+    "ppid",  # its parent in py-spy's process chain; empty for the attached process
+    "thread_id",  # OS thread id (equal to pid: the process's main thread)
+    "thread_name",
+    "stack",  # frames outermost first, "function (file:line)" joined by ";" (py-spy's raw format)
+    "innermost_line",  # the source text of the innermost frame's line, read when sampled ("" unreadable)
+    "samples",  # samples of this stack in the window
+]
+
 TABLES = {"steps": STEP_COLUMNS, "samples": SAMPLE_COLUMNS, "processes": PROCESS_COLUMNS,
           "loading": LOADING_COLUMNS, "functions": FUNCTION_COLUMNS, "device_memory": DEVICE_MEMORY_COLUMNS,
-          "transforms": TRANSFORM_COLUMNS}
+          "transforms": TRANSFORM_COLUMNS, "stacks": STACK_COLUMNS}
 _SAVED_WHEN_EMPTY = {"steps", "samples", "processes", "loading", "functions"}  # the others only when recorded
 _ALWAYS_WRITTEN = {"samples", "processes"}  # since format 1: missing means lost (loading.csv: since ready_batches)
 
 # Recorded files stored in the run folder as they are (bytes), when a run made them.
-ATTACHMENTS = ("cprofile-main.prof", "cprofile-workers.prof", "pyspy.speedscope.json")
+ATTACHMENTS = ("cprofile-main.prof", "cprofile-workers.prof", "pyspy.speedscope.json",
+               "windows.jsonl", "windows.1.jsonl")  # profile --light: the window aggregates (measure.light)
 
 
 @dataclass
@@ -210,6 +227,8 @@ class Run:
     device_memory: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DEVICE_MEMORY_COLUMNS))
     # per batch, per transform and decode call (issue 18); empty where none was timed and in older folders.
     transforms: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TRANSFORM_COLUMNS))
+    # py-spy's stacks per window (``pipeprof attach``); empty for every run pipeprof timed itself.
+    stacks: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=STACK_COLUMNS))
     attachments: dict[str, bytes] = field(default_factory=dict)  # file name (one of ATTACHMENTS) -> content
     # A multi-process job's ranks, each a whole run of its own (meta["rank"] says which), in rank order;
     # saved as ``ranks/rank-<N>/`` beside the job's own records. Empty for one process.

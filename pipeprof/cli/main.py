@@ -12,6 +12,7 @@ Commands:
   sweep SCENARIO   run a grid of settings, each point in a fresh process; a sortable comparison page
   tune SCENARIO    search the fastest DataLoader and placement settings, seeded by the recommendations
   profile -- python train.py ARGS   profile your own training script, unmodified (same report)
+  attach PID       sample a training process that is already running, from outside (py-spy): what it waits on
   merge FOLDER...  merge the parts of one distributed job (a run folder per node or rank) into one job run
 """
 
@@ -27,6 +28,7 @@ from typing import NoReturn
 
 from pipeprof import __version__
 from pipeprof.cli import (
+    attach_cmd,
     compare_cmd,
     diagnose_cmd,
     export_cmd,
@@ -55,7 +57,8 @@ from pipeprof.errors import (
 
 COMMANDS = {"run": run_cmd, "report": report_cmd, "list": list_cmd, "probe": probe_cmd,
             "diagnose": diagnose_cmd, "compare": compare_cmd, "sweep": sweep_cmd, "tune": tune_cmd,
-            "profile": profile_cmd, "export": export_cmd, "merge": merge_cmd}
+            "profile": profile_cmd, "export": export_cmd, "merge": merge_cmd,
+            "attach": attach_cmd}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -23,6 +23,16 @@ segments, from which the recommendations predict what those settings do
 (run.json what_ifs); then it ends with SystemExit(0) at its next next().
 --no-what-ifs (or PIPEPROF_WHAT_IFS=0) ends it at once. Without --steps the script runs to its end,
 and the predictions are the analytical model's.
+--light SECONDS is the always-on mode for long jobs: the same hooks, but only
+one aggregate per window of SECONDS is kept (step-time quantiles, shares of
+step time, the prefetch queue, each worker's busy share, GPU use), in
+windows.jsonl, bounded at 64 MiB (the oldest half dropped past it); no
+steps.csv of its own. pipeprof report on its folder shows the whole job's
+timeline and names a change point of its step time.
+--live shows a dashboard of the last second while the script runs (steps/s,
+samples/s, data wait / h2d / compute, the prefetch queue, each worker's busy
+share, GPU use and memory, the verdict so far), refreshed about once a
+second, in 80 columns.
 Ctrl-C reaches the script as usual; what was measured is saved. A bare
 `python` means the interpreter pipeprof runs in; give a path
 (`-- ./venv/bin/python train.py`) to use another one that can import pipeprof.
@@ -76,6 +86,7 @@ from pipeprof.cli.output import stdout_closed, stdout_console
 from pipeprof.errors import UsageError
 
 MAX_PYSPY_HZ = 1000  # as a scenario's profile.pyspy_hz
+DEFAULT_SAMPLE_HZ, LIGHT_SAMPLE_HZ = 10.0, 1.0
 
 if TYPE_CHECKING:
     from pipeprof.run_folder import Run
@@ -89,8 +100,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=positive_int, metavar="N", help="end the script after N training steps")
     p.add_argument("--warmup-steps", type=non_negative_int, default=5, metavar="N",
                    help="steps left out of the statistics (default: 5)")
-    p.add_argument("--sample-hz", type=_rate, default=10.0, metavar="HZ",
-                   help="system sampling rate (default: 10)")
+    p.add_argument("--sample-hz", type=_rate, default=None, metavar="HZ",
+                   help="system sampling rate (default: 10; 1 with --light)")
     p.add_argument("--loader", action="append", metavar="[NAME.]KEY=VALUE", default=[],
                    help="set a DataLoader argument of the training loader (or of the loader named NAME); "
                         "repeatable")
@@ -107,6 +118,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-what-ifs", dest="what_ifs", action="store_false", default=None,
                    help="end the script at --steps at once: no what-if segments of its loop after the run "
                         "(also: PIPEPROF_WHAT_IFS=0 in the environment)")
+    p.add_argument("--live", action="store_true",
+                   help="a terminal dashboard of the last second while the script runs (steps/s, shares, prefetch "
+                        "queue, workers, GPU, the verdict so far)")
+    p.add_argument("--light", type=_window_s, metavar="SECONDS",
+                   help="always-on mode for long jobs: keep only window aggregates (step-time quantiles, shares, "
+                        "queue, workers, GPU), one every SECONDS, in a file bounded at 64 MiB; no per-step record")
     p.add_argument("--quiet", action="store_true", help="no summary table")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python SCRIPT [ARGS]",
                    help="the training command: python SCRIPT ARGS, python -m MODULE ARGS, or SCRIPT.py ARGS")
@@ -119,6 +136,16 @@ def _rate(text: str) -> float:
         value = float("nan")
     if not 0 < value <= 1000:
         raise argparse.ArgumentTypeError(f"expected a rate in Hz, > 0 and <= 1000, got {text!r}")
+    return value
+
+
+def _window_s(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"expected a window in seconds, >= 1, got {text!r}")
     return value
 
 
@@ -136,20 +163,34 @@ def execute(args: argparse.Namespace) -> int:
         raise UsageError(f"pipeprof profile: --steps {args.steps} is not allowed with --warmup-steps "
                          f"{args.warmup_steps}: expected more than the {args.warmup_steps} warm-up steps, so some "
                          f"steps are counted")
+    if args.light and (args.verify or args.cprofile):
+        raise UsageError("pipeprof profile: --light keeps no step, which --verify and --cprofile need: "
+                         "give --light alone")
+    if args.sample_hz is None:  # a long job's light record: one tick a second is plenty beside its windows
+        args.sample_hz = LIGHT_SAMPLE_HZ if args.light else DEFAULT_SAMPLE_HZ
     overrides = parse(args.loader, args.threads)  # checked before the script starts (and pandas loads): exits 2
     # pandas and the analysis load here, not when the parser is built (pipeprof --help stays fast)
     from pipeprof.pipeline.script_run import profile_script
     from pipeprof.render.console import print_summary
 
-    saved = profile_script(args.command, out=args.out, name=args.name, steps=args.steps,
-                           warmup_steps=args.warmup_steps, sample_hz=args.sample_hz, overrides=overrides,
-                           cprofile_steps=args.cprofile, pyspy_hz=args.pyspy, what_ifs=args.what_ifs)
+    live = None
+    if args.live:
+        from pipeprof.render.live import LiveView
+        live = LiveView(stdout_console())
+    try:
+        saved = profile_script(args.command, out=args.out, name=args.name, steps=args.steps,
+                               warmup_steps=args.warmup_steps, sample_hz=args.sample_hz, overrides=overrides,
+                               cprofile_steps=args.cprofile, pyspy_hz=args.pyspy, what_ifs=args.what_ifs,
+                               live=live.show if live is not None else None, light_s=args.light)
+    finally:
+        if live is not None:
+            live.close()
     run, folder = saved.run, saved.folder
     summary = saved.summary
     if args.verify and run.meta["status"] == "complete" and not run.steps.empty:
         summary = _verify(args, saved.summary, run, folder, overrides)
     try:
-        if not args.quiet and not run.steps.empty:
+        if not args.quiet and (not run.steps.empty or args.light):
             print_summary(summary, folder, stdout_console())
         for note in run.meta["notes"]:
             if note.startswith(("overridden: ", "--loader ")):

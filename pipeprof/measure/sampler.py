@@ -161,6 +161,12 @@ class SystemSampler:
         """One dict per tick: SAMPLE_COLUMNS, cpu_core<N>_pct per core, GPU_SAMPLE_COLUMNS if a GPU is sampled."""
         return self._samples.rows()
 
+    def recent_sample_rows(self, n: int) -> list[dict[str, Any]]:
+        """The last ``n`` ticks' rows at most (those still in memory): what a live view or a light window reads
+        every few seconds without copying the whole run."""
+        with self._lock:
+            return self._samples.recent(n)
+
     def process_rows(self) -> list[dict[str, Any]]:
         """One dict per tick per live process: PROCESS_COLUMNS."""
         return self._process_rows.rows()

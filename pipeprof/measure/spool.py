@@ -51,6 +51,11 @@ class Spool:
         if self.path is not None and len(self._rows) >= self.chunk_rows:
             self.flush()
 
+    def recent(self, n: int) -> list[dict[str, Any]]:
+        """The last ``n`` rows still held in memory (with a folder, at most the unwritten chunk): cheap, for views
+        of the last seconds while the rows stream on."""
+        return list(self._rows[-n:]) if n > 0 else []
+
     def extend(self, rows: Iterable[dict[str, Any]]) -> None:
         for row in rows:
             self.append(row)

@@ -28,8 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pipeprof
+from pipeprof.analysis.live_window import LiveWindow
 from pipeprof.errors import NotSaved, UsageError, current_interrupts, one_line, saving
 from pipeprof.pipeline.fresh_process import stop_process
+from pipeprof.pipeline.light_profile import LightProfile, keep_windows_only
+from pipeprof.pipeline.live_profile import ProfileLive
 from pipeprof.pipeline.recording import note_facts, start_recording
 from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
 from pipeprof.script import overrides as overrides_mod
@@ -48,6 +51,7 @@ from pipeprof.script.session import NO_STEPS, WHAT_IFS_OFF, Session
 _PYTHON = re.compile(r"python[0-9.]*(\.exe)?$")
 _OPTIONS_WITH_VALUE = {"-W", "-X", "-Q"}  # python's own options that take the next word
 # Modules that launch a script given as an argument: the run is named after that script
+LIVE_POLL_S = 0.25  # --live / --light: how often the wait for the script looks at the clock (ProfileLive decides to refresh)
 _LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch"}
 
 
@@ -227,13 +231,16 @@ def outcome(returncode: int, ended: dict[str, Any] | None, received: list[int]) 
 
 def profile_script(command: list[str], *, out: Path, name: str | None = None, steps: int | None = None,
                    warmup_steps: int = 5, sample_hz: float = 10.0, overrides: Overrides | None = None,
-                   cprofile_steps: int = 0, pyspy_hz: int = 0, what_ifs: bool | None = None) -> ScriptRun:
+                   cprofile_steps: int = 0, pyspy_hz: int = 0, what_ifs: bool | None = None,
+                   live: Callable[[LiveWindow], None] | None = None, light_s: float | None = None) -> ScriptRun:
     """Run ``command`` (``python SCRIPT ARGS``, ``python -m MODULE ARGS`` or ``SCRIPT.py ARGS``) under the
     hooks, sampling its process tree at ``sample_hz``; ``steps``: end it after that many training steps;
     ``overrides``: loader settings and threads changed from outside (``script.overrides``);
     ``cprofile_steps`` / ``pyspy_hz``: the code-level view (``pipeline.script_code_profile``; 0: off);
     ``what_ifs``: after ``steps``, the script's loop fed by variants of its training loader (``script.segments``;
-    None: unless ``PIPEPROF_WHAT_IFS=0`` in the environment).
+    None: unless ``PIPEPROF_WHAT_IFS=0`` in the environment); ``live``: shown the last second of the script
+    about once a second while it runs (``pipeline.live_profile``); ``light_s``: keep only window aggregates,
+    one every ``light_s`` seconds (``pipeline.light_profile``), and no step of the run's own.
     The run folder is saved under ``out`` however the script ended."""
     words = command[1:] if command and command[0] == "--" else list(command)
     launched = launcher_command(command)
@@ -276,8 +283,11 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
     env["PYTHONPATH"] = os.pathsep.join([str(root / "script" / STARTUP_PACKAGE), str(root.parent),
                                          *filter(None, [os.environ.get("PYTHONPATH")])])
     what_ifs_absent = None if what_ifs and steps else NO_STEPS if what_ifs else WHAT_IFS_OFF
+    spool = tmp / "spool" if light_s else None  # a job of days: the sampler's rows on disk, not in memory
+    if spool is not None:
+        spool.mkdir()
     session = Session(name, events, warmup_steps=warmup_steps, sample_hz=sample_hz, events_dir=tmp,
-                      what_ifs_absent=what_ifs_absent)
+                      what_ifs_absent=what_ifs_absent, spool_dir=spool)
     try:
         process = subprocess.Popen(argv, env=env, preexec_fn=_die_with_parent())  # noqa: PLW1509 - see there
         started_s = time.monotonic()
@@ -299,7 +309,12 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
         # The report's modules (matplotlib, jinja2: half a second) load while the script runs, not
         # before it starts.
         from pipeprof.pipeline.derive import derived_files
-        returncode = _wait(process)
+        light = LightProfile(session, tmp / "light", light_s) if light_s else None
+        ticks = [t for t in (ProfileLive(session, live).tick if live is not None else None,
+                             light.tick if light is not None else None) if t is not None]
+        returncode = _wait(process, ticks)
+        if light is not None:
+            light.finish()
         wall_s = time.monotonic() - started_s
         if code is not None:
             code.stop()  # py-spy writes its file now the script has ended
@@ -311,6 +326,8 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
                        "ended": {"how": "signal" if returncode < 0 else status, "detail": error,
                                  "recorded_by": "pipeprof profile"}})
         run = session.finish(status, error, script)
+        if light is not None:
+            keep_windows_only(run, light)
         if code is not None:
             code.attach(run)
         if overrides:
@@ -337,9 +354,15 @@ def _record_overrides(run: Run, overrides: Overrides, events_dir: Path) -> None:
     run.meta["notes"].extend(notes)
 
 
-def _wait(process: subprocess.Popen) -> int:
+def _wait(process: subprocess.Popen, ticks: list[Callable[[], None]] | None = None) -> int:
     while True:
         try:
-            return process.wait()
+            if not ticks:
+                return process.wait()
+            try:
+                return process.wait(LIVE_POLL_S)
+            except subprocess.TimeoutExpired:
+                for tick in ticks:
+                    tick()
         except KeyboardInterrupt:  # pragma: no cover - the handler above catches SIGINT; belt and braces
             continue

@@ -52,18 +52,33 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     if script:
         add("script", str(script.get("command_line") or NOT_MEASURED))
         add("loaders", ", ".join(_loader_group_text(g) for g in fold_loaders(s.get("loaders") or []))
-            or "none iterated")
+            or ("not visible from outside (attached)" if s.get("sampled") else "none iterated"))
     else:
         add("scenario", str(s.get("scenario") or NOT_MEASURED))
+    sampled = as_dict(s.get("sampled"))  # pipeprof attach: shares of py-spy's samples, no step timed
+    of = "sampled share, 95% interval" if sampled else "share of step time"
+    if sampled:
+        attached = as_dict(sampled.get("attach"))
+        add("sampled", f"{fmt.number(sampled.get('training_samples'), 0)} samples of the training threads at "
+                       f"{attached.get('rate_hz')} Hz over {fmt.duration(attached.get('sampled_s'))} (py-spy, from "
+                       "outside): the shares below are sampled; steps and throughput cannot be measured so")
     add("steps (counted)", fmt.number(s.get("steps"), 0))
     add("throughput", fmt.rate(s.get("samples_per_s")), "bold")
     add("step time median / p90", _several(fmt.duration, step.get("median"), step.get("p90")))
-    add("data wait (share of step time)", fmt.pct(frac.get("data_wait"), 1), _BOTTLENECK_STYLE.get(klass, ""))
-    add("host → device (share of step time)", fmt.pct(frac.get("h2d"), 1))
+
+    def share(part: str, key: str) -> str:
+        text = fmt.pct(frac.get(part), 1)
+        interval = as_dict(as_dict(sampled.get("training")).get(key)).get("interval")
+        if isinstance(interval, list) and len(interval) == 2:
+            text += f" [{fmt.pct(interval[0], 0)}, {fmt.pct(interval[1], 0)}]"
+        return text
+
+    add(f"data wait ({of})", share("data_wait", "data_wait"), _BOTTLENECK_STYLE.get(klass, ""))
+    add(f"host → device ({of})", share("h2d", "h2d"))
     if (_value(frac.get("collective_wait")) or 0.0) > 0:  # one process never waits in collectives: no row
-        add("collective wait (share of step time)", fmt.pct(frac.get("collective_wait"), 1))
-    add("compute (share of step time)", fmt.pct(frac.get("compute"), 1))
-    add("other (share of step time)", fmt.pct(frac.get("other"), 1))
+        add(f"collective wait ({of})", share("collective_wait", "collective"))
+    add(f"compute ({of})", share("compute", "compute"))
+    add(f"other ({of})", share("other", "other"))
     add("bottleneck", str(s.get("bottleneck_reason") or klass or NOT_MEASURED), _BOTTLENECK_STYLE.get(klass, ""))
     verdict = as_dict(s.get("verdict"))
     if verdict.get("class"):
@@ -118,6 +133,14 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     add("peak RSS", fmt.byte_size(memory.get("peak_rss_bytes")))
     add("accuracy", fmt.pct(s.get("accuracy"), 1))
     add("final loss", fmt.number(s.get("final_loss"), 4))
+    light = as_dict(s.get("light"))
+    if light:  # profile --light: the whole job's timeline of window medians, and its change point
+        add("timeline (median step time)", light_timeline(light))
+        cp = as_dict(light.get("change_point"))
+        add("change point", (f"at {fmt.duration(cp.get('t_s'))}: step time {fmt.duration(cp.get('before_s'))} → "
+                             f"{fmt.duration(cp.get('after_s'))} (×{fmt.significant(cp.get('ratio'), 3)}, "
+                             f"{fmt.significant(cp.get('sigmas'), 2)} standard errors)") if cp else
+            f"none ({light.get('windows')} windows; test: {light.get('change_point_test')})")
     add("run folder", str(folder))
     return table
 
@@ -164,6 +187,24 @@ def _loader_group_text(group: LoaderGroup) -> str:
         return f"{group.name} ({group.role}, {batches})"
     return (f"{group.name} ×{group.count} ({group.role}: {fmt.plural(group.count, 'loader')}, "
             f"{fmt.plural(group.passes, 'pass', 'passes')}, {batches})")
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+SPARK_WIDTH = 40
+
+
+def light_timeline(light: dict[str, Any]) -> str:
+    """The windows' median step times as a sparkline of at most SPARK_WIDTH cells (a cell: the mean of its
+    windows), with the range it spans."""
+    values = [v for v in (_value(as_dict(w).get("step_median_s")) for w in light.get("timeline") or [])
+              if v is not None]
+    if not values:
+        return NOT_MEASURED
+    per = max(1, -(-len(values) // SPARK_WIDTH))
+    cells = [sum(values[i:i + per]) / len(values[i:i + per]) for i in range(0, len(values), per)]
+    lo, hi = min(cells), max(cells)
+    line = "".join(SPARK[min(len(SPARK) - 1, int((c - lo) / (hi - lo) * len(SPARK))) if hi > lo else 0] for c in cells)
+    return f"{line} {fmt.duration(lo)}–{fmt.duration(hi)}"
 
 
 def _several(text: Any, *values: Any) -> str:

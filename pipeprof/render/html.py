@@ -29,6 +29,7 @@ from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import rank_label, rank_rows, straggler_view
 from pipeprof.render.transform_plot import bars_svg
 from pipeprof.render.transform_view import loader_views, split_text, table_rows
+from pipeprof.render.window_plot import window_timeline_svg
 from pipeprof.run_folder import Run, as_dict
 
 _BOTTLENECK_TITLES: dict[str | None, str] = {  # looked up with summary.json's value, None when missing
@@ -328,6 +329,7 @@ def _plots(run: Run, meta: dict[str, Any], summary: dict[str, Any],
         ("disk", "Disk reads", plots.disk_svg(samples, window, excluded), _absence(absences, _DISK_KEYS, no_samples),
          "Bytes the process tree read from disk (page-cache hits excluded). Grey: warm-up, not counted."),
     ]
+    items[:0] = _window_plots(summary)
     gpu_svg = plots.gpu_svg(samples, window, excluded) if as_dict(meta.get("gpu")).get("available") else None
     items.append(("gpu", "GPU", gpu_svg, _gpu_reason(meta),
                   "GPU utilization and memory used over time. Grey: warm-up, not counted."))
@@ -337,6 +339,27 @@ def _plots(run: Run, meta: dict[str, Any], summary: dict[str, Any],
          "caption": f"{caption} {note}" if note and key not in _STEP_AXIS_PLOTS else caption}
         for key, title, svg, reason, caption in items
     ]
+
+
+def _window_plots(summary: dict[str, Any]) -> list[tuple[str, str, str | None, str, str]]:
+    """A light run's timeline of step times with its change point; an attach's sampled shares per window."""
+    light, sampled = as_dict(summary.get("light")), as_dict(summary.get("sampled"))
+    if light:
+        cp = as_dict(light.get("change_point"))
+        svg = window_timeline_svg(light.get("timeline") or [], [("step_median_s", "median step", plots.MAIN_COLOR),
+                                                                  ("step_p90_s", "p90 step", plots.WORKERS_COLOR)],
+                                  "ms per step", 1e3, cp.get("t_s"))
+        caption = (f"Each window's median and p90 step time over the whole job (windows of {light.get('window_s')} s)"
+                   + (f"; dashed: the change point, step time ×{fmt.significant(cp.get('ratio'), 3)}" if cp else
+                      f"; no change point ({light.get('change_point_test')})") + ".")
+        return [("timeline", "The whole job, window by window", svg, "no window with a counted step", caption)]
+    if sampled:
+        svg = window_timeline_svg(sampled.get("timeline") or [], [("data_wait_fraction", "data wait", "#d62728"),
+                                                                    ("compute_fraction", "compute", plots.MAIN_COLOR)],
+                                  "share of samples (%)", 100.0)
+        return [("timeline", "Sampled shares, window by window", svg, "no window of samples",
+                 "The training threads' share of py-spy's samples in each window (sampled, not timed).")]
+    return []
 
 
 _STEP_AXIS_PLOTS = ("steps", "prefetch")  # x is the counted step, so no time outside the steps is drawn

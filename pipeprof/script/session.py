@@ -161,8 +161,10 @@ class Session:
 
     def __init__(self, name: str, events_path: Path, *, warmup_steps: int = 5, sample_hz: float = 10.0,
                  clock: Clock = monotonic_clock, cuda_available: bool | None = None,
-                 events_dir: Path | None = None, what_ifs_absent: str | None = NOT_ARMED) -> None:
+                 events_dir: Path | None = None, what_ifs_absent: str | None = NOT_ARMED,
+                 spool_dir: Path | None = None) -> None:
         self.name = name
+        self.spool_dir = spool_dir  # the sampler's rows stream there (a long run in bounded memory); None: in memory
         self.what_ifs_absent = what_ifs_absent  # why no what-if segments were asked for (None: they were)
         self.events_path = Path(events_path)
         self.events_dir = events_dir  # where the other processes of the command wrote theirs (rank_boot)
@@ -192,7 +194,8 @@ class Session:
         else:
             self.monitor = GpuSet(gpus)
         try:
-            sampler = SystemSampler(pid, self.sample_hz, clock=self.clock, t0_s=self.t0_s, gpu=self.monitor)
+            sampler = SystemSampler(pid, self.sample_hz, clock=self.clock, t0_s=self.t0_s, gpu=self.monitor,
+                                    spool_dir=self.spool_dir)
         except Exception as e:  # noqa: BLE001 - psutil.NoSuchProcess: the script ended before sampling began
             self.absences["samples"] = f"the process ended before sampling began ({type(e).__name__})"
             return

@@ -1,0 +1,100 @@
+"""summary.json of a light run (``profile --light``): the windows pooled, the timeline and its change point.
+
+Pure. A light run keeps no step (``run.meta["light"]``; its windows in
+``windows.jsonl``, ``measure.light``). ``light_summary(run)`` starts from
+``summarize(run)`` (the sampler's sections as for any run) and adds:
+
+* ``steps``, ``samples``, ``duration_s`` (counted step time), ``samples_per_s``
+  and ``step_time_s.mean``: the windows' sums; the median and p90 of the whole
+  run are absent (each window keeps its own quantiles: ``light.timeline``);
+* ``fractions``: each share weighted by the windows' step time;
+* ``verdict`` / ``bottleneck``: ``analysis.verdict`` on those shares;
+* ``light``: the window count, the timeline (per window: start, end, steps,
+  median and p90 step time, data-wait share, GPU use) and ``change_point``
+  (``analysis.change_point`` on the windows' median step times, with the time
+  it happened), or null with the test's words in ``change_point_test``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+from pipeprof.analysis.attribution import attribution
+from pipeprof.analysis.change_point import MIN_RELATIVE_CHANGE, MIN_SIDE, THRESHOLD_SIGMAS, change_point
+from pipeprof.analysis.evidence import StepShares
+from pipeprof.analysis.summary import bottleneck, summarize
+from pipeprof.analysis.verdict import verdict_from_attribution
+from pipeprof.numbers import finite
+from pipeprof.run_folder import Run, as_dict
+
+CHANGE_POINT_TEST = (f"two-segment split of the windows' median step times: the best split (at least {MIN_SIDE} "
+                     f"windows a side) is a change when its difference of means is at least {THRESHOLD_SIGMAS:g} "
+                     f"standard errors (pooled within-side deviation) and {100 * MIN_RELATIVE_CHANGE:.0f}% of the "
+                     "level before")
+PARTS = ("data_wait", "h2d", "compute", "collective_wait")
+
+
+def is_light(run: Run) -> bool:
+    return isinstance(run.meta.get("light"), dict)
+
+
+def windows_of(run: Run) -> list[dict[str, Any]]:
+    """The run's windows, oldest first (``windows.1.jsonl`` then ``windows.jsonl``)."""
+    out = []
+    for name in ("windows.1.jsonl", "windows.jsonl"):
+        for line in run.attachments.get(name, b"").decode("utf-8", errors="replace").splitlines():
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                out.append(value)
+    return out
+
+
+def light_summary(run: Run) -> dict[str, Any]:
+    """summary.json of a light run (see module docstring)."""
+    summary = summarize(run)
+    windows = windows_of(run)
+    steps = sum(int(w.get("steps") or 0) for w in windows)
+    step_time = {id(w): (finite(as_dict(w.get("step_s")).get("mean")) or 0.0) * int(w.get("steps") or 0)
+                 for w in windows}
+    total_s = sum(step_time.values())
+    samples = sum(float(w.get("samples") or 0.0) for w in windows)
+    fractions: dict[str, float] = {}
+    for part in PARTS:
+        weighted = [(finite(as_dict(w.get("fractions")).get(part)), step_time[id(w)]) for w in windows]
+        known = [(f, t) for f, t in weighted if f is not None and t > 0]
+        fractions[part] = sum(f * t for f, t in known) / sum(t for _, t in known) if known else math.nan
+    fractions["other"] = max(0.0, 1.0 - sum(v for v in fractions.values() if not math.isnan(v))) \
+        if not math.isnan(fractions["data_wait"]) else math.nan
+    attr = attribution(run)
+    step = StepShares(steps=steps, data_wait_fraction=finite(fractions["data_wait"]),
+                      h2d_fraction=finite(fractions["h2d"]), collective_wait_fraction=finite(fractions["collective_wait"]),
+                      compute_fraction=finite(fractions["compute"]), other_fraction=finite(fractions["other"]),
+                      step_mean_s=total_s / steps if steps else None)
+    judged = verdict_from_attribution(dataclasses.replace(attr, step=step, fractions=fractions))
+    klass, reason = bottleneck(judged)
+    timeline = [{"t_start_s": w.get("t_start_s"), "t_end_s": w.get("t_end_s"), "steps": w.get("steps"),
+                 "step_median_s": as_dict(w.get("step_s")).get("median"), "step_p90_s": as_dict(w.get("step_s")).get("p90"),
+                 "data_wait_fraction": as_dict(w.get("fractions")).get("data_wait"),
+                 "gpu_util_pct_mean": w.get("gpu_util_pct_mean")} for w in windows]
+    medians = [(t, finite(t["step_median_s"])) for t in timeline]
+    with_steps = [t for t, m in medians if m is not None]
+    cp = change_point([m for _, m in medians if m is not None])
+    absences = dict(as_dict(summary.get("absences")))
+    absences["step_time_quantiles"] = ("light: each window keeps its own step-time quantiles (light.timeline), "
+                                       "not the run's")
+    summary.update(
+        steps=steps, samples=samples, duration_s=total_s, samples_per_s=samples / total_s if total_s else None,
+        step_time_s={"median": None, "p90": None, "mean": total_s / steps if steps else None},
+        fractions=fractions, verdict=judged.to_json(), bottleneck=klass, bottleneck_reason=reason, absences=absences,
+        light={"window_s": as_dict(run.meta.get("light")).get("window_s"), "windows": len(windows),
+               "timeline": timeline, "change_point_test": CHANGE_POINT_TEST,
+               "change_point": None if cp is None else {**cp.to_json(), "t_s": with_steps[cp.index]["t_start_s"]}},
+    )
+    as_dict(summary.get("attribution"))["step"] = step.to_json()
+    return summary

@@ -1,0 +1,1 @@
+"""``pipeprof attach``: a running training process sampled from outside (py-spy, psutil, NVML)."""

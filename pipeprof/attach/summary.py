@@ -1,0 +1,102 @@
+"""summary.json of an attached run: the usual contract, its shares sampled.
+
+``sampled_summary(run)`` starts from ``analysis.summary.summarize`` (CPU,
+memory, disk and GPU from the sampler's tables, as for any run; every
+step-level field absent) and puts in what the stacks measured:
+
+* ``fractions`` — the training threads' sampled shares (device waits count
+  with compute, as the hooks' ``compute_s`` holds them);
+* ``sampled`` — ``attach.shares.SampledShares.to_json()``: each class's
+  fraction, its samples and its Wilson interval, per training process, each
+  worker's busy share and its fetch / decode / transform / collate parts,
+  and the timeline of windows;
+* ``verdict``, ``bottleneck`` — ``analysis.verdict`` on the attribution with
+  the sampled shares as its step shares; judged only from
+  ``MIN_TRAINING_SAMPLES`` samples of the training threads;
+* ``recommendations`` — the model predicts from step times, which an attach
+  cannot measure: empty, the reason in ``absences["recommendations"]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pipeprof.analysis.attribution import attribution
+from pipeprof.analysis.evidence import LoadingEvidence, StepShares
+from pipeprof.analysis.summary import bottleneck, summarize
+from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS
+from pipeprof.analysis.verdict import verdict_from_attribution
+from pipeprof.attach.shares import SampledShares, sampled_shares, window_shares
+from pipeprof.numbers import finite
+from pipeprof.run_folder import Run, as_dict
+
+MIN_TRAINING_SAMPLES = 50  # of the training threads: below it a share's interval is wider than ±14 points
+NO_RECOMMENDATIONS = ("not predicted for an attached run: the model predicts from step times, which cannot be "
+                      "measured from outside (run pipeprof profile on the script for recommendations)")
+
+
+def is_sampled(run: Run) -> bool:
+    """The run was attached from outside (run.json ``timing.method`` is ``"sampled"``)."""
+    return as_dict(run.meta.get("timing")).get("method") == "sampled"
+
+
+def sampled_summary(run: Run) -> dict[str, Any]:
+    """summary.json of an attached run (see module docstring)."""
+    summary = summarize(run)
+    shares = sampled_shares(run.stacks)
+    fractions = shares.fractions()
+    attr = attribution(run)
+    enough = shares.training_samples >= MIN_TRAINING_SAMPLES
+    loading = sampled_loading(shares)
+    step = StepShares(steps=MIN_COUNTED_STEPS if enough else 0,
+                      data_wait_fraction=finite(fractions["data_wait"]), h2d_fraction=finite(fractions["h2d"]),
+                      collective_wait_fraction=finite(fractions["collective_wait"]),
+                      compute_fraction=finite(fractions["compute"]), other_fraction=finite(fractions["other"]))
+    judged = verdict_from_attribution(dataclasses.replace(attr, step=step, fractions=fractions,
+                                                          loading=loading))
+    verdict = judged.to_json()
+    if not enough:
+        verdict["sentence"] = (f"Too few samples of the training threads to judge: {shares.training_samples} "
+                               f"sampled, at least {MIN_TRAINING_SAMPLES} needed (attach for longer).")
+        verdict["evidence"] = {"training_samples": shares.training_samples,
+                               "min_training_samples": MIN_TRAINING_SAMPLES}
+    klass, reason = bottleneck(judged)
+    absences = dict(as_dict(summary.get("absences")))
+    absences["recommendations"] = NO_RECOMMENDATIONS
+    summary.update(
+        fractions=fractions, verdict=verdict, bottleneck=klass,
+        bottleneck_reason=(reason + " (sampled)") if enough else verdict["sentence"],
+        recommendations=[], absences=absences,
+        sampled={**shares.to_json(), "timeline": [_window(w) for w in window_shares(run.stacks)],
+                 "attach": as_dict(run.meta.get("attach"))},
+    )
+    attribution_json = as_dict(summary.get("attribution"))
+    attribution_json["step"] = {**step.to_json(), "steps": 0}  # no step counted: the shares are sampled
+    attribution_json["loading"] = loading.to_json()
+    return summary
+
+
+def sampled_loading(shares: SampledShares) -> LoadingEvidence:
+    """The attribution's ``loading`` from the workers' samples: how many, each one's busy share, and the parts'
+    shares of their busy samples (decode and transforms are prep, as the hooks split a sample's making)."""
+    if not shares.workers:
+        return LoadingEvidence(absent="no DataLoader worker was sampled (num_workers = 0, or none running): "
+                                      "the training process makes its batches")
+    busy = sum(w.busy.samples for w in shares.workers)
+    part = {k: sum(w.parts[k].samples for w in shares.workers) for k in ("fetch", "decode", "transform", "collate")}
+    busy_shares = [w.busy.fraction for w in shares.workers]
+    by_worker: dict[str, float | None] = {str(w.pid): w.busy.fraction for w in shares.workers}
+    return LoadingEvidence(workers=len(shares.workers), split="sampled",
+                           fetch_fraction=part["fetch"] / busy if busy else None,
+                           prep_fraction=(part["decode"] + part["transform"]) / busy if busy else None,
+                           collate_fraction=part["collate"] / busy if busy else None,
+                           busy_fraction_by_worker=by_worker,
+                           worker_busy_mean_fraction=sum(busy_shares) / len(busy_shares))
+
+
+def _window(w: SampledShares) -> dict[str, Any]:
+    busy = [x.busy.fraction for x in w.workers]
+    return {"t_start_s": w.t_start_s, "t_end_s": w.t_end_s, "training_samples": w.training_samples,
+            **{f"{k}_fraction": v for k, v in w.fractions().items()},
+            "worker_busy_mean_fraction": sum(busy) / len(busy) if busy else None}

@@ -1,0 +1,96 @@
+"""pipeprof attach on a real running job: a training loop that logs its own data wait (the ImageNet example's
+data_time), sampled from outside for a few seconds. One job is shared by the tests of this module."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeprof.attach.session import attach
+from pipeprof.cli.main import main
+from pipeprof.measure.pyspy import locate_pyspy
+from pipeprof.run_folder import load_run
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(locate_pyspy() is None, reason="py-spy is not installed (the pyspy extra)")]
+
+FIXTURE = Path(__file__).parent / "fixtures" / "attach_target.py"
+WAIT_POINTS = 0.08  # the sampled data-wait share within 8 points of the script's own
+
+
+def _log(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("attach-job")
+    log, stop = folder / "log.jsonl", folder / "stop"
+    proc = subprocess.Popen([sys.executable, str(FIXTURE), "--seconds", "120", "--num-workers", "2",
+                             "--collate-ms", "40", "--compute-ms", "10", "--log", str(log), "--stop-file", str(stop)])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not log.exists() or len(_log(log)) < 10):
+        time.sleep(0.2)
+    assert log.exists() and len(_log(log)) >= 10, "the fixture job did not start training"
+    yield proc, log, stop, folder
+    stop.touch()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def test_attach_measures_the_scripts_own_data_wait_and_leaves_it_running(job, capsys):
+    proc, log, _, folder = job
+    status = main(["attach", str(proc.pid), "--seconds", "4", "-o", str(folder / "runs"), "--quiet"])
+    assert status == 0
+    (run_folder,) = (f for f in (folder / "runs").iterdir() if f.is_dir())
+    run = load_run(run_folder)
+    summary = json.loads((run_folder / "summary.json").read_text())
+    attached = run.meta["attach"]
+    own = [r for r in _log(log) if r["t"] - r["batch_time"] >= attached["started_unix_s"]
+           and r["t"] <= attached["ended_unix_s"]]
+    own_wait = sum(r["data_time"] for r in own) / sum(r["batch_time"] for r in own)
+    sampled = summary["fractions"]["data_wait"]
+    assert abs(sampled - own_wait) <= WAIT_POINTS, (sampled, own_wait, len(own))
+    assert summary["timing"]["method"] == "sampled" and summary["steps"] == 0
+    assert len(summary["sampled"]["workers"]) == 2
+    assert all(w["parts"]["collate"]["fraction"] > 0.9 for w in summary["sampled"]["workers"])  # the injected cost
+    assert not run.samples.empty and (run_folder / "report.html").is_file()
+    assert "report:" in capsys.readouterr().out
+    before = len(_log(log))
+    time.sleep(1.0)
+    assert proc.poll() is None and len(_log(log)) > before  # the job goes on, untouched
+
+
+def test_a_job_that_exits_mid_attach_leaves_a_kept_partial_run(job):
+    proc, _, stop, _ = job
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(run=attach(proc.pid, seconds=60, window_s=1)))
+    thread.start()
+    time.sleep(3.0)
+    stop.touch()
+    thread.join(90)
+    assert not thread.is_alive()
+    run = result["run"]
+    assert run.meta["status"] == "interrupted" and "exited" in run.meta["error"]
+    assert not run.stacks.empty and run.meta["attach"]["ended"] == "exited"
+
+
+def test_a_process_that_is_not_python_is_one_line_and_exit_2(capsys, tmp_path):
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        assert main(["attach", str(sleeper.pid), "--seconds", "1", "-o", str(tmp_path)]) == 2
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Python interpreter" in err[0]
+    assert not [f for f in tmp_path.iterdir() if f.is_dir()]  # no run folder for an attach that never began
