@@ -30,12 +30,14 @@ import functools
 import json
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import psutil
 import pytest
+from support.profiled import ProfiledRuns
 
 import pipeprof
 from pipeprof.analysis import summary as summary_module
@@ -87,6 +89,26 @@ def written_summaries_match_the_schema(tmp_path_factory):
         if isinstance(summary, dict) and "schema_version" in summary:
             bad += [f"{path}: {error}" for error in schema_errors(summary)]
     assert not bad, "summary.json files that break summary.schema.json:\n  " + "\n  ".join(bad[:50])
+
+
+@pytest.fixture(scope="session")
+def profiled_runs(tmp_path_factory) -> Iterator[ProfiledRuns]:
+    """Real ``pipeprof profile`` runs shared by every test that reads one: one per command line a session."""
+    runs = ProfiledRuns(tmp_path_factory.mktemp("profiled"))
+    yield runs
+    changed = runs.changed()
+    assert not changed, f"tests wrote into shared run folders (copy one first: Profiled.copy_to): {changed}"
+
+
+# Every test has a time limit (pyproject's `timeout`); a test marked `integration`, which runs the whole program
+# and may make a shared run first, gets this longer one unless it sets its own with @pytest.mark.timeout.
+INTEGRATION_TIMEOUT_S = 600
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("integration") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT_S))
 
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
