@@ -105,10 +105,16 @@ def profiled_runs(tmp_path_factory) -> Iterator[ProfiledRuns]:
 INTEGRATION_TIMEOUT_S = 600
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if item.get_closest_marker("integration") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT_S))
+        # Under `-n N --dist loadgroup` a file's tests stay on one worker, so its module-scoped fixtures are made
+        # once; tests of several files that read one shared run name a group of their own (xdist_group).
+        if grouped and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:

@@ -37,6 +37,7 @@ def by_rank(summary: dict) -> dict[int, dict]:
     return {r["rank"]: r for r in summary["ranks"]}
 
 
+@pytest.mark.xdist_group("straggler-job")  # the run test_render_ranks reads too, made once on one worker
 def test_torchrun_ranks_are_each_measured_and_the_slow_one_is_the_input_straggler(profiled_runs):
     proc, folder, s, meta = profiled_runs(*STRAGGLER_JOB)
     assert proc.returncode == 0, proc.stderr

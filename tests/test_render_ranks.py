@@ -312,6 +312,7 @@ def test_sweep_lists_collective_wait_only_when_a_point_waited_in_collectives():
 
 
 @pytest.mark.integration
+@pytest.mark.xdist_group("straggler-job")  # the run test_distributed_script reads too, made once on one worker
 def test_a_profiled_torchrun_job_has_its_straggler_ranks_and_heatmap_in_the_report_and_a_trace_per_rank(
         tmp_path, profiled_runs):
     proc, folder, summary, meta = profiled_runs(*STRAGGLER_JOB)  # the run test_distributed_script reads too
