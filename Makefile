@@ -1,6 +1,6 @@
 # make demo : create .venv, install pipeprof, sweep scenarios/demo-sweep.toml (decode bottleneck and its fixes,
 #             about three minutes), write the comparison page and every point's report under reports/
-# make test : install what is missing, lint (ruff, mypy: zero findings), run the whole test suite
+# make test : install what is missing, lint (ruff, mypy: zero findings), run the whole test suite (on every core)
 # make bench: run every benchmark (ratios measured side by side) and write BENCHMARKS.md
 PYTHON ?= python3
 VENV   ?= .venv
@@ -37,8 +37,16 @@ lint: install
 	$(VENV)/bin/ruff check pipeprof tests benchmarks
 	$(VENV)/bin/mypy
 
+# The whole suite in two passes: every test not marked serial on TEST_WORKERS pytest-xdist workers (auto: one per
+# core; each file's tests on one worker), then the serial ones (timings held to a known truth) alone. Both run;
+# make fails if either failed. TEST_WORKERS=0 runs the first pass in one process.
+TEST_WORKERS ?= auto
 test: install browser lint
-	$(PY) -m pytest
+	@status=0; \
+	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -p no:xdist -m "not serial" || status=$$?; \
+	else $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not serial" || status=$$?; fi; \
+	$(PY) -m pytest -p no:xdist -m serial || status=$$?; \
+	exit $$status
 
 bench: install
 	$(PY) benchmarks/publish.py

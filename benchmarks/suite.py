@@ -6,11 +6,12 @@
 ``integration`` (fakes, committed run folders, in-process calls); *integration*, the small real runs of the
 whole program, but not the browser's; *browser*, tests/test_browser.py (Chromium opens the pages). Each
 tier is one ``pytest -m EXPR`` process of its own, one after the other, so the three together are the
-whole suite as ``make test`` runs it. ``--workers N`` passes ``-n N`` to pytest-xdist (0: one process, as
-``-p no:xdist`` would). Per tier: the wall time of the pytest process (collection and the session's shared
-runs included), its tests passed / failed / skipped, and across tiers the ``--slowest`` tests by their own
-duration (setup, call and teardown: a test that made a shared run pays for it). The machine is shared:
-compare tiers and configurations measured in one invocation, not across runs.
+whole suite. ``--workers N`` runs a tier as ``make test`` does: its tests not marked ``serial`` with ``-n N
+--dist loadgroup`` (pytest-xdist), then its ``serial`` ones (timing-sensitive) alone; ``--workers 0`` runs
+the tier in one process (``-p no:xdist``). Per tier: the wall time of its pytest processes (collection and
+the session's shared runs included), its tests passed / failed / skipped, and across tiers the ``--slowest``
+tests by their own duration (setup, call and teardown: a test that made a shared run pays for it). The
+machine is shared: compare tiers and configurations measured in one invocation, not across runs.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def read_junit(path: Path) -> tuple[dict[str, int], dict[str, float]]:
     if not path.is_file():
         return counts, durations
     for case in ET.parse(path).getroot().iter("testcase"):
-        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        name = f"{case.get('classname', '')}::{case.get('name', '')}".partition("@")[0]  # less xdist's group
         durations[name] = durations.get(name, 0.0) + float(case.get("time") or 0.0)
         if case.find("failure") is not None or case.find("error") is not None:
             counts["failed"] += 1
@@ -61,16 +62,23 @@ def read_junit(path: Path) -> tuple[dict[str, int], dict[str, float]]:
 
 
 def run_tier(name: str, workers: int, scratch: Path) -> Tier:
-    junit = scratch / f"{name}.xml"
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", TIERS[name],
-               f"--junitxml={junit}", "-o", "junit_duration_report=total", "--durations=0"]
-    command += ["-n", str(workers)] if workers > 0 else ["-p", "no:xdist"]
-    started = time.perf_counter()
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    wall_s = time.perf_counter() - started
-    (scratch / f"{name}.log").write_text(proc.stdout + proc.stderr)
-    counts, durations = read_junit(junit)
-    return Tier(name, wall_s, proc.returncode, counts, durations)
+    passes = [(name, TIERS[name], ["-p", "no:xdist"])] if workers == 0 else [
+        (f"{name}-parallel", f"({TIERS[name]}) and not serial", ["-n", str(workers), "--dist", "loadgroup"]),
+        (f"{name}-serial", f"({TIERS[name]}) and serial", ["-p", "no:xdist"])]
+    tier = Tier(name, 0.0, 0, {"passed": 0, "failed": 0, "skipped": 0})
+    for label, expression, options in passes:
+        junit = scratch / f"{label}.xml"
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", expression,
+                   f"--junitxml={junit}", "-o", "junit_duration_report=total", *options]
+        started = time.perf_counter()
+        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        tier.wall_s += time.perf_counter() - started
+        (scratch / f"{label}.log").write_text(proc.stdout + proc.stderr)
+        counts, durations = read_junit(junit)
+        tier.counts = {k: tier.counts[k] + counts[k] for k in counts}
+        tier.durations_s.update(durations)
+        tier.status = max(tier.status, proc.returncode if proc.returncode != 5 else 0)  # 5: no test selected
+    return tier
 
 
 def report(tiers: list[Tier], workers: int, slowest: int) -> str:
@@ -104,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         scratch.mkdir(parents=True, exist_ok=True)
         tiers = [run_tier(name, args.workers, scratch) for name in names]
     print(report(tiers, args.workers, args.slowest))
-    return 0 if all(t.status in (0, 5) for t in tiers) else 1  # 5: a tier with no test selected
+    return 0 if all(t.status == 0 for t in tiers) else 1
 
 
 if __name__ == "__main__":

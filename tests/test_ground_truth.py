@@ -77,7 +77,7 @@ from pipeprof.scenario import DataSpec, LoaderSpec, ProfileSpec, Scenario, Train
 from pipeprof.storage.base import SampleDataset
 from pipeprof.workload.data import Data
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]  # timings against a known truth: alone
 
 # Every measured fraction (of step time, of loading time) must be within 5
 # percentage points of the arithmetic truth; per-sample and per-step times
