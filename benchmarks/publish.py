@@ -42,6 +42,7 @@ BENCHMARKS = {
     "transformcost": ("What timing inside the sample adds: transform calls, decode calls, a script's batches", [],
                       ["--repeats", "5"]),
     "insidecost": ("What timing inside the sample costs a scenario run", [], ["--repeats", "3"]),
+    "suite": ("The test suite's time per tier", [], ["--tiers", "unit"]),
 }
 SECTION = re.compile(r"^## (?P<name>[a-z]+): ", re.MULTILINE)
 GPU_CHECK = ROOT / "reports" / "gpu-check.json"  # make gpu-check's last result on this machine

@@ -1,6 +1,6 @@
 """The test suite's time, tier by tier, and its slowest tests.
 
-    python benchmarks/suite.py [--workers N] [--tiers unit,integration,browser] [--slowest 10]
+    python benchmarks/suite.py [--workers auto|N] [--tiers unit,integration,browser] [--slowest 10]
 
 **Tiers** (pytest markers, see pyproject and tests/conftest.py): *unit*, every test not marked
 ``integration`` (fakes, committed run folders, in-process calls); *integration*, the small real runs of the
@@ -61,9 +61,9 @@ def read_junit(path: Path) -> tuple[dict[str, int], dict[str, float]]:
     return counts, durations
 
 
-def run_tier(name: str, workers: int, scratch: Path) -> Tier:
-    passes = [(name, TIERS[name], ["-p", "no:xdist"])] if workers == 0 else [
-        (f"{name}-parallel", f"({TIERS[name]}) and not serial", ["-n", str(workers), "--dist", "loadgroup"]),
+def run_tier(name: str, workers: str, scratch: Path) -> Tier:
+    passes = [(name, TIERS[name], ["-p", "no:xdist"])] if workers == "0" else [
+        (f"{name}-parallel", f"({TIERS[name]}) and not serial", ["-n", workers, "--dist", "loadgroup"]),
         (f"{name}-serial", f"({TIERS[name]}) and serial", ["-p", "no:xdist"])]
     tier = Tier(name, 0.0, 0, {"passed": 0, "failed": 0, "skipped": 0})
     for label, expression, options in passes:
@@ -81,8 +81,8 @@ def run_tier(name: str, workers: int, scratch: Path) -> Tier:
     return tier
 
 
-def report(tiers: list[Tier], workers: int, slowest: int) -> str:
-    mode = f"pytest-xdist -n {workers}" if workers else "one process (-p no:xdist)"
+def report(tiers: list[Tier], workers: str, slowest: int) -> str:
+    mode = f"pytest-xdist -n {workers}, then the serial tests alone" if workers != "0" else "one process (-p no:xdist)"
     lines = [f"{mode}:", "", "| tier | wall | passed | failed | skipped | exit |", "|---|---|---|---|---|---|"]
     for t in tiers:
         lines.append(f"| {t.name} | {t.wall_s / 60:.1f} min | {t.counts['passed']} | {t.counts['failed']} | "
@@ -98,7 +98,8 @@ def report(tiers: list[Tier], workers: int, slowest: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workers", type=int, default=0, help="pytest-xdist workers (0: none)")
+    parser.add_argument("--workers", default="auto", help="pytest-xdist workers: auto (one per core, as make test), "
+                                                          "N, or 0 (one process)")
     parser.add_argument("--tiers", default=",".join(TIERS), help=f"comma-separated: {', '.join(TIERS)}")
     parser.add_argument("--slowest", type=int, default=10)
     parser.add_argument("--keep", type=Path, default=None, help="keep each tier's log and JUnit XML here")
