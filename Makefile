@@ -38,13 +38,16 @@ lint: install
 	$(VENV)/bin/mypy
 
 # The whole suite in two passes: every test not marked serial on TEST_WORKERS pytest-xdist workers (auto: one per
-# core; each file's tests on one worker), then the serial ones (timings held to a known truth) alone. Both run;
-# make fails if either failed. TEST_WORKERS=0 runs the first pass in one process.
+# core, at most TEST_MAX_WORKERS: each worker holds torch and its own real runs, about 1 GiB; a file's tests stay on
+# one worker), then the serial ones (timings held to a known truth) alone. Both run; make fails if either failed.
+# TEST_WORKERS=0 runs the first pass in one process.
 TEST_WORKERS ?= auto
+TEST_MAX_WORKERS ?= 8
 test: install browser lint
 	@status=0; \
 	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -p no:xdist -m "not serial" || status=$$?; \
-	else $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not serial" || status=$$?; fi; \
+	else $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses $(TEST_MAX_WORKERS) --dist loadgroup -m "not serial" \
+	  || status=$$?; fi; \
 	$(PY) -m pytest -p no:xdist -m serial || status=$$?; \
 	exit $$status
 
