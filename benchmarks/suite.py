@@ -6,9 +6,10 @@
 ``integration`` (fakes, committed run folders, in-process calls); *integration*, the small real runs of the
 whole program, but not the browser's; *browser*, tests/test_browser.py (Chromium opens the pages). Each
 tier is one ``pytest -m EXPR`` process of its own, one after the other, so the three together are the
-whole suite. ``--workers N`` runs a tier as ``make test`` does: its tests not marked ``serial`` with ``-n N
---dist loadgroup`` (pytest-xdist), then its ``serial`` ones (timing-sensitive) alone; ``--workers 0`` runs
-the tier in one process (``-p no:xdist``). Per tier: the wall time of its pytest processes (collection and
+whole suite. ``--workers N`` runs the tiers as ``make test`` does: the unit tier's tests not marked
+``serial`` with ``-n N --dist loadgroup`` (pytest-xdist), then its ``serial`` ones (timing-sensitive) alone;
+the integration and browser tiers in one process; ``--workers 0`` runs every tier in one process
+(``-p no:xdist``). Per tier: the wall time of its pytest processes (collection and
 the session's shared runs included), its tests passed / failed / skipped, and across tiers the ``--slowest``
 tests by their own duration (setup, call and teardown: a test that made a shared run pays for it). The
 machine is shared: compare tiers and configurations measured in one invocation, not across runs.
@@ -32,6 +33,7 @@ TIERS = {
     "integration": "integration and not browser",
     "browser": "browser",
 }
+PARALLEL = {"unit"}  # real runs of several processes each gain nothing beside each other on few cores
 
 
 @dataclass
@@ -62,7 +64,7 @@ def read_junit(path: Path) -> tuple[dict[str, int], dict[str, float]]:
 
 
 def run_tier(name: str, workers: str, scratch: Path) -> Tier:
-    passes = [(name, TIERS[name], ["-p", "no:xdist"])] if workers == "0" else [
+    passes = [(name, TIERS[name], ["-p", "no:xdist"])] if workers == "0" or name not in PARALLEL else [
         (f"{name}-parallel", f"({TIERS[name]}) and not serial", ["-n", workers, "--dist", "loadgroup"]),
         (f"{name}-serial", f"({TIERS[name]}) and serial", ["-p", "no:xdist"])]
     tier = Tier(name, 0.0, 0, {"passed": 0, "failed": 0, "skipped": 0})
@@ -82,7 +84,8 @@ def run_tier(name: str, workers: str, scratch: Path) -> Tier:
 
 
 def report(tiers: list[Tier], workers: str, slowest: int) -> str:
-    mode = f"pytest-xdist -n {workers}, then the serial tests alone" if workers != "0" else "one process (-p no:xdist)"
+    mode = (f"the unit tier on pytest-xdist -n {workers}, then its serial tests alone; the others in one process"
+            if workers != "0" else "one process (-p no:xdist)")
     lines = [f"{mode}:", "", "| tier | wall | passed | failed | skipped | exit |", "|---|---|---|---|---|---|"]
     for t in tiers:
         lines.append(f"| {t.name} | {t.wall_s / 60:.1f} min | {t.counts['passed']} | {t.counts['failed']} | "
