@@ -43,6 +43,7 @@ BENCHMARKS = {
                       ["--repeats", "5"]),
     "insidecost": ("What timing inside the sample costs a scenario run", [], ["--repeats", "3"]),
     "faults": ("What the trust suites try: bad inputs, faults, damaged run folders", [], []),
+    "suite": ("The test suite's time per tier", [], ["--tiers", "unit"]),
 }
 SECTION = re.compile(r"^## (?P<name>[a-z]+): ", re.MULTILINE)
 GPU_CHECK = ROOT / "reports" / "gpu-check.json"  # make gpu-check's last result on this machine

@@ -30,12 +30,14 @@ import functools
 import json
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import psutil
 import pytest
+from support.profiled import ProfiledRuns
 
 import pipeprof
 from pipeprof.analysis import summary as summary_module
@@ -87,6 +89,32 @@ def written_summaries_match_the_schema(tmp_path_factory):
         if isinstance(summary, dict) and "schema_version" in summary:
             bad += [f"{path}: {error}" for error in schema_errors(summary)]
     assert not bad, "summary.json files that break summary.schema.json:\n  " + "\n  ".join(bad[:50])
+
+
+@pytest.fixture(scope="session")
+def profiled_runs(tmp_path_factory) -> Iterator[ProfiledRuns]:
+    """Real ``pipeprof profile`` runs shared by every test that reads one: one per command line a session."""
+    runs = ProfiledRuns(tmp_path_factory.mktemp("profiled"))
+    yield runs
+    changed = runs.changed()
+    assert not changed, f"tests wrote into shared run folders (copy one first: Profiled.copy_to): {changed}"
+
+
+# Every test has a time limit (pyproject's `timeout`); a test marked `integration`, which runs the whole program
+# and may make a shared run first, gets this longer one unless it sets its own with @pytest.mark.timeout.
+INTEGRATION_TIMEOUT_S = 600
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    grouped = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        if item.get_closest_marker("integration") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT_S))
+        # Under `-n N --dist loadgroup` a file's tests stay on one worker, so its module-scoped fixtures are made
+        # once; tests of several files that read one shared run name a group of their own (xdist_group).
+        if grouped and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:

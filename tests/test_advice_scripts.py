@@ -3,28 +3,21 @@ new DataLoader is built per fit. Small real runs of tests/fixtures/loader_per_fi
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from support.profiled import FIXTURES, ProfiledRuns
 
-FIXTURE = Path(__file__).parent / "fixtures" / "loader_per_fit.py"
+FIXTURE = FIXTURES / "loader_per_fit.py"
 pytestmark = pytest.mark.integration
 
 
-def _profile(tmp_path: Path, *args: str) -> tuple[dict, dict]:
-    out = tmp_path / "reports"
-    proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--out", str(out), "--quiet", "--",
-                           "python", str(FIXTURE), *args], capture_output=True, text=True, timeout=240)
+def _profile(runs: ProfiledRuns, *args: str) -> tuple[dict, dict]:
+    proc, folder, summary, meta = runs("python", str(FIXTURE), *args)
     assert proc.returncode == 0, proc.stderr
-    (folder,) = [p for p in out.iterdir() if p.is_dir()]
-    return json.loads((folder / "summary.json").read_text()), json.loads((folder / "run.json").read_text())
+    return summary, meta
 
 
-def test_a_new_loader_per_fit_is_never_told_to_keep_its_workers(tmp_path):
-    summary, meta = _profile(tmp_path, "--fits", "4", "--passes", "1")
+def test_a_new_loader_per_fit_is_never_told_to_keep_its_workers(profiled_runs):
+    summary, meta = _profile(profiled_runs, "--fits", "4", "--passes", "1")
     train = [d for d in meta["loaders"] if d["role"] == "train"]
     assert [(d["name"], d["passes"]) for d in train] == [("train_loader", 1)] * 4
     recs = summary["recommendations"]
@@ -36,8 +29,8 @@ def test_a_new_loader_per_fit_is_never_told_to_keep_its_workers(tmp_path):
                in reuse[0]["note"]
 
 
-def test_a_loader_iterated_again_may_keep_its_workers(tmp_path):
-    summary, meta = _profile(tmp_path, "--fits", "1", "--passes", "4")
+def test_a_loader_iterated_again_may_keep_its_workers(profiled_runs):
+    summary, meta = _profile(profiled_runs, "--fits", "1", "--passes", "4")
     (train,) = [d for d in meta["loaders"] if d["role"] == "train"]
     assert train["passes"] == 4
     (rec,) = [r for r in summary["recommendations"] if "loader.persistent_workers" in r["change"]]

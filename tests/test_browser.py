@@ -58,6 +58,7 @@ CHROMIUM = find_chromium()
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.browser,
     pytest.mark.skipif(CHROMIUM is None, reason="no Chromium found (apt-get install chromium, or set "
                                                 "PIPEPROF_CHROMIUM): the pages cannot be checked in a browser"),
     pytest.mark.skipif(sync_playwright is None, reason="Playwright is not installed (pip install -e '.[test]'): "

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support.profiled import STRAGGLER_JOB
 from test_profile_script import FIXTURES, profile
 
 from pipeprof.cli.main import main
 
 pytestmark = pytest.mark.integration
 DDP = str(FIXTURES / "ddp_gloo.py")
-SLOW = ("--slow-rank", "1", "--sleep-ms", "1", "--samples", "640", "--batch-size", "16")
+SLOW = ("--slow-rank", "1", "--sleep-ms", "1", "--samples", "640", "--batch-size", "16")  # as in STRAGGLER_JOB
 
 
 def own_lines(stdout: str) -> dict[int, dict]:
@@ -36,8 +37,9 @@ def by_rank(summary: dict) -> dict[int, dict]:
     return {r["rank"]: r for r in summary["ranks"]}
 
 
-def test_torchrun_ranks_are_each_measured_and_the_slow_one_is_the_input_straggler(tmp_path):
-    proc, folder, s, meta = profile(tmp_path, "torchrun", "--standalone", "--nproc_per_node", "2", DDP, *SLOW)
+@pytest.mark.xdist_group("straggler-job")  # the run test_render_ranks reads too, made once on one worker
+def test_torchrun_ranks_are_each_measured_and_the_slow_one_is_the_input_straggler(profiled_runs):
+    proc, folder, s, meta = profiled_runs(*STRAGGLER_JOB)
     assert proc.returncode == 0, proc.stderr
     own, ranks = own_lines(proc.stdout), by_rank(s)
     assert sorted(ranks) == [0, 1] and sorted(own) == [0, 1]

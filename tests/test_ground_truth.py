@@ -9,8 +9,20 @@ that takes a known time. The true fractions then follow from arithmetic, and
 so does the verdict class: the largest cost on the path of the wait (see
 ``arithmetic_verdict``). The case runs through the real measurement path — a
 real ``DataLoader`` with a real ``LoadingRecorder``, ``profile_workload``
-(``train_loop``, ``StepTimer`` on the real clock, the system sampler) — and
-``summarize`` must find them. About 25-30 s in all on the 2-core machine.
+(``train_loop``, ``StepTimer``, the system sampler) — and ``summarize`` must
+find them.
+
+Two cases, the ones with workers, run on the real clock, end to end: real
+sleeps and burns in two worker processes (about 10 s together). The six with
+no workers run on a ``FakeClock`` (``FakeTime``): every injected cost
+advances it by exactly its cost instead of waiting, a burn advances the
+thread CPU clock the recorder reads as well, and the step timer, the
+recorder, the sampler and the compute-ceiling probe all read that clock.
+Their arithmetic is then exact, and the profiler's, through the same code,
+must agree with it within the same tolerances. ``benchmarks/attribution.py``
+runs every case on the real clock (``profile_case(case)``).
+
+The remarks on timing below are about the real clock.
 
 The arithmetic is fed the injected costs *as they ran*: every injected wait
 reads the clock at its own start and end and writes the duration into a
@@ -56,14 +68,16 @@ from pipeprof.analysis.steps import counted_steps
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.thresholds import COMPUTE_BOUND_FRACTION, INPUT_BOUND_FRACTION
 from pipeprof.analysis.verdict import coarse, input_degree
+from pipeprof.measure.clock import Clock, FakeClock, monotonic_clock
 from pipeprof.measure.loading import LoadingRecorder
+from pipeprof.measure.transforms import cpu_thread_clock
 from pipeprof.pipeline.train import COMPUTE_PROBE_STEPS, COMPUTE_PROBE_WARMUP, Workload, profile_workload
 from pipeprof.run_folder import Run
 from pipeprof.scenario import DataSpec, LoaderSpec, ProfileSpec, Scenario, TrainSpec
 from pipeprof.storage.base import SampleDataset
 from pipeprof.workload.data import Data
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]  # timings against a known truth: alone
 
 # Every measured fraction (of step time, of loading time) must be within 5
 # percentage points of the arithmetic truth; per-sample and per-step times
@@ -75,30 +89,59 @@ SPIN_MARGIN_S = 300e-6  # time.sleep overshoots by 70-130 us here (median to p90
 FEATURES = 784
 
 
-def burn(seconds: float) -> float:
-    """Keep a core busy for ``seconds`` of wall time (CPU work, like decoding); returns the time taken."""
-    start = time.perf_counter()
-    end = start + seconds
-    while time.perf_counter() < end:
-        pass
-    return time.perf_counter() - start
+class WallTime:
+    """Injected costs on the real clock (``time.perf_counter``, the profiler's own)."""
 
+    clock: Clock = staticmethod(monotonic_clock)
+    cpu_clock: Clock = staticmethod(cpu_thread_clock)
 
-def hold(seconds: float, start: float | None = None) -> float:
-    """Wait asleep, like waiting on storage, until ``seconds`` after ``start`` (default: now).
-
-    Sleeps all but the last ``SPIN_MARGIN_S`` and spins those. Returns the
-    time taken since ``start``.
-    """
-    if start is None:
+    @staticmethod
+    def burn(seconds: float) -> float:
+        """Keep a core busy for ``seconds`` of wall time (CPU work, like decoding); returns the time taken."""
         start = time.perf_counter()
-    end = start + seconds
-    rest = end - time.perf_counter() - SPIN_MARGIN_S
-    if rest > 0:
-        time.sleep(rest)
-    while time.perf_counter() < end:
-        pass
-    return time.perf_counter() - start
+        end = start + seconds
+        while time.perf_counter() < end:
+            pass
+        return time.perf_counter() - start
+
+    @staticmethod
+    def hold(seconds: float, start: float | None = None) -> float:
+        """Wait asleep, like waiting on storage, until ``seconds`` after ``start`` (default: now).
+
+        Sleeps all but the last ``SPIN_MARGIN_S`` and spins those. Returns the
+        time taken since ``start``.
+        """
+        if start is None:
+            start = time.perf_counter()
+        end = start + seconds
+        rest = end - time.perf_counter() - SPIN_MARGIN_S
+        if rest > 0:
+            time.sleep(rest)
+        while time.perf_counter() < end:
+            pass
+        return time.perf_counter() - start
+
+
+class FakeTime:
+    """Injected costs on a ``FakeClock``: a wait advances it to its deadline, a burn advances it and the thread
+    CPU clock by its cost. One process only (a worker would have a clock of its own)."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock(1000.0)
+        self.cpu_clock = FakeClock(0.0)
+
+    def burn(self, seconds: float) -> float:
+        self.clock.advance(seconds)
+        self.cpu_clock.advance(seconds)
+        return seconds
+
+    def hold(self, seconds: float, start: float | None = None) -> float:
+        start = self.clock() if start is None else start
+        self.clock.advance(max(0.0, start + seconds - self.clock()))
+        return max(seconds, self.clock() - start)  # the readings' float rounding aside, it lasted its cost
+
+
+Timing = WallTime | FakeTime
 
 
 _LAST_READ = [-1]  # per process: the sample this process read last, the last one of the batch it collates next
@@ -114,8 +157,10 @@ class InjectedDataset(SampleDataset):
     training process.
     """
 
-    def __init__(self, samples: int, batch: int, fetch_s: float, prep_s: float, collate_s: float) -> None:
+    def __init__(self, samples: int, batch: int, fetch_s: float, prep_s: float, collate_s: float,
+                 timing: Timing) -> None:
         super().__init__(np.arange(samples) % 10)
+        self.timing = timing
         self.batch, self.fetch_s, self.prep_s, self.collate_s = batch, fetch_s, prep_s, collate_s
         self.took_s = torch.full((samples, 2), float("nan"), dtype=torch.float64).share_memory_()
         self.collate_took_s = torch.full((samples // batch,), float("nan"), dtype=torch.float64).share_memory_()
@@ -125,20 +170,20 @@ class InjectedDataset(SampleDataset):
         self.values = [torch.full((FEATURES,), float(label)) for label in range(10)]
 
     def read(self, index: int) -> tuple[int, int]:
-        took_s = hold(self.fetch_s)
+        took_s = self.timing.hold(self.fetch_s)
         self._took()[0][index, 0] = took_s
         _LAST_READ[0] = index
         return index, FEATURES * 4
 
     def decode(self, payload: int) -> torch.Tensor:
-        took_s = burn(self.prep_s)
+        took_s = self.timing.burn(self.prep_s)
         self._took()[0][payload, 1] = took_s
         return self.values[payload % 10]
 
     def collate(self, samples: list) -> list:
-        start = time.perf_counter()
+        start = self.timing.clock()
         batch = default_collate(samples)  # 0.05-2 ms here: inside the injected time (a worker's is in shared memory)
-        took_s = hold(self.collate_s, start)
+        took_s = self.timing.hold(self.collate_s, start)
         self._took()[1][_LAST_READ[0] // self.batch] = took_s
         return batch
 
@@ -162,8 +207,8 @@ class InjectedSampler(Sampler[int]):
     index i's as it ran.
     """
 
-    def __init__(self, samples: int, main_s: float) -> None:
-        self.samples, self.main_s = samples, main_s
+    def __init__(self, samples: int, main_s: float, timing: Timing) -> None:
+        self.samples, self.main_s, self.timing = samples, main_s, timing
         self.took_s = np.full(samples, np.nan)
 
     def __len__(self) -> int:
@@ -171,7 +216,7 @@ class InjectedSampler(Sampler[int]):
 
     def __iter__(self):
         for index in range(self.samples):
-            self.took_s[index] = burn(self.main_s)
+            self.took_s[index] = self.timing.burn(self.main_s)
             yield index
 
 
@@ -185,16 +230,16 @@ class InjectedStep:
     pace, read apart from the step timer.
     """
 
-    def __init__(self, compute_s: float) -> None:
-        self.compute_s = compute_s
+    def __init__(self, compute_s: float, timing: Timing) -> None:
+        self.compute_s, self.timing = compute_s, timing
         self.took_s: list[float] = []
         self.ended_s: list[float] = []
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        start = time.perf_counter()
+        start = self.timing.clock()
         correct = (x[:, 0].long() == y).sum()
         loss = x.mean()
-        self.took_s.append(hold(self.compute_s, start))
+        self.took_s.append(self.timing.hold(self.compute_s, start))
         self.ended_s.append(start + self.took_s[-1])
         return loss, correct
 
@@ -216,6 +261,7 @@ class Case:
     steps: int
     warmup_steps: int
     main_s: float = 0.0  # per sample, a core busy in the sampler; only with num_workers = 0 (see profile_case)
+    real: bool = False  # on the real clock in the tests (else a FakeClock: FakeTime); only with workers
 
 
 @dataclass
@@ -260,16 +306,21 @@ class Profiled:
                 *arithmetic_verdict(self.case, costs))
 
 
-def profile_case(case: Case) -> Profiled:
-    """Train ``case`` under the real profiler (see module docstring)."""
+def profile_case(case: Case, fake: bool = False) -> Profiled:
+    """Train ``case`` under the real profiler (see module docstring), on a FakeClock if ``fake``."""
     samples = case.batch * case.steps  # one epoch: no worker restart inside the counted steps
     # With workers the sampler runs ahead by the prefetched batches and stops a few steps before the
     # end, so its work would not fall on the step it was sampled for: no arithmetic for that here.
     assert case.workers == 0 or case.main_s == 0, case.name
-    dataset = InjectedDataset(samples, case.batch, case.fetch_s, case.prep_s, case.collate_s)
-    sampler = InjectedSampler(samples, case.main_s)
-    step = InjectedStep(case.compute_s)
-    recorder = LoadingRecorder()  # raw clock readings: profile_workload shifts them by its t0, as for a scenario
+    assert case.workers == 0 or not fake, f"{case.name}: a worker process cannot share a FakeClock"
+    timing: Timing = FakeTime() if fake else WallTime()
+    dataset = InjectedDataset(samples, case.batch, case.fetch_s, case.prep_s, case.collate_s, timing)
+    sampler = InjectedSampler(samples, case.main_s, timing)
+    step = InjectedStep(case.compute_s, timing)
+    # Raw clock readings: profile_workload shifts them by its t0, as for a scenario. On the FakeClock nothing
+    # waits for a core (a run-queue clock that stays at 0).
+    recorder = LoadingRecorder(timing.clock, run_queue=lambda: 0.0, cpu_clock=timing.cpu_clock) if fake \
+        else LoadingRecorder()
     batches = DataLoader(recorder.wrap_dataset(dataset), batch_size=case.batch, sampler=sampler,
                          num_workers=case.workers, collate_fn=recorder.collate_fn(dataset.collate))
     scenario = Scenario(
@@ -280,7 +331,8 @@ def profile_case(case: Case) -> Profiled:
         profile=ProfileSpec(sample_hz=10),
     )
     work = Workload(scenario, torch.device("cpu"), Data(dataset, batches), step, torch.get_num_threads())
-    run = profile_workload(work, recorder=recorder, what_ifs=False)  # the what-if probes would call step and dataset
+    # The what-if probes would call the step and the dataset.
+    run = profile_workload(work, recorder=recorder, clock=timing.clock, what_ifs=False)
     assert run.meta["status"] == "complete", run.meta["error"]
     took, collate_took = dataset.took_s.numpy().copy(), dataset.collate_took_s.numpy().copy()
     assert not np.isnan(took).any() and not np.isnan(collate_took).any(), "every batch is made once (one epoch)"
@@ -336,7 +388,7 @@ SERIAL_BALANCED = Case("serial-balanced", workers=0, batch=2, fetch_s=FETCH_S, p
 # authenticated connection). That is real waiting in next(), rightly counted
 # as data wait, but not in the arithmetic; against 240 ms it is 1-2.5%.
 COMPUTE_BOUND = Case("compute-bound", workers=2, batch=8, fetch_s=FETCH_S, prep_s=PREP_S, collate_s=COLLATE_S,
-                     compute_s=240e-3, degree=None, verdict="compute", steps=18, warmup_steps=3)
+                     compute_s=240e-3, degree=None, verdict="compute", steps=18, warmup_steps=3, real=True)
 
 # (3) Two workers both busy all the time, each making a batch of 16 in
 # P = 16 x 6 + 2 = 98 ms, together one every P / 2 = 49 ms, while a step
@@ -350,7 +402,7 @@ COMPUTE_BOUND = Case("compute-bound", workers=2, batch=8, fetch_s=FETCH_S, prep_
 # The loop waits on the workers, whose batch is 64 ms of fetching against
 # 34 ms of prep and collate: storage (input:fetch).
 INPUT_BOUND = Case("input-bound", workers=2, batch=16, fetch_s=FETCH_S, prep_s=PREP_S, collate_s=COLLATE_S,
-                   compute_s=12e-3, degree="input-bound", verdict="input:fetch", steps=46, warmup_steps=6)
+                   compute_s=12e-3, degree="input-bound", verdict="input:fetch", steps=46, warmup_steps=6, real=True)
 
 # (6)-(9): no workers, so nothing overlaps and the verdict class is the largest
 # cost on the path of the wait. Batches of 2 keep the steps short while every
@@ -451,12 +503,12 @@ def nominal_fractions(case: Case) -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def profiled():
-    """Each case profiled once (on first use), shared by the tests below."""
+    """Each case profiled once (on first use), shared by the tests below: on the real clock if ``case.real``."""
     done: dict[str, Profiled] = {}
 
     def get(case: Case) -> Profiled:
         if case.name not in done:
-            done[case.name] = profile_case(case)
+            done[case.name] = profile_case(case, fake=not case.real)
         return done[case.name]
 
     return get

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.profiled import FIXTURES
+from support.profiled import profile as profile_into
 from torch.utils.data import DataLoader, TensorDataset
 
 from pipeprof.errors import UsageError
 from pipeprof.script import overrides as ov
 from pipeprof.script.overrides import LoaderOverride, Overrides, apply_settings, looks_like_training, parse
-
-FIXTURES = Path(__file__).parent / "fixtures"
-
 
 # --- parsing and checks -------------------------------------------------------------------------------------------
 
@@ -149,11 +148,8 @@ def test_the_outcome_notes_what_was_overridden_and_a_name_never_iterated():
 # --- small real runs ------------------------------------------------------------------------------------------------
 
 def profile(tmp_path: Path, options: list[str], *command: str) -> tuple[subprocess.CompletedProcess, Path | None]:
-    out = tmp_path / "reports"
-    proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--out", str(out), "--quiet", *options,
-                           "--", sys.executable, *command], capture_output=True, text=True, timeout=240)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("report: ")]
-    return proc, (Path(lines[-1][len("report: "):]).parent if lines else None)
+    proc, folder, _, _ = profile_into(tmp_path / "reports", sys.executable, *command, options=options)
+    return proc, folder
 
 
 def _read(folder: Path) -> tuple[dict, dict]:

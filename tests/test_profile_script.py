@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from support.profiled import FIXTURES, Profiled, report_folder
+from support.profiled import profile as profile_into
 from tiny import script_stepping
 
 from pipeprof.cli.main import main
@@ -26,25 +28,14 @@ from pipeprof.pipeline.script_run import (
     split_command,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures"
 pytestmark = pytest.mark.integration
 
 
 def profile(tmp_path: Path, *command: str, options: tuple[str, ...] = (), cwd: Path | None = None,
-            timeout: float = 240) -> tuple[subprocess.CompletedProcess, Path | None, dict | None, dict | None]:
-    """Run `pipeprof profile OPTIONS -- COMMAND`; the process, its run folder, summary.json and run.json."""
-    out = tmp_path / "reports"
-    proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--out", str(out), "--quiet", *options,
-                           "--", *command], capture_output=True, text=True, timeout=timeout, cwd=cwd)
-    folder = _folder(proc.stdout)
-    if folder is None:
-        return proc, None, None, None
-    return proc, folder, json.loads((folder / "summary.json").read_text()), json.loads((folder / "run.json").read_text())
-
-
-def _folder(stdout: str) -> Path | None:
-    lines = [line for line in stdout.splitlines() if line.startswith("report: ")]
-    return Path(lines[-1][len("report: "):]).parent if lines else None
+            timeout: float = 240) -> Profiled:
+    """Run `pipeprof profile OPTIONS -- COMMAND` into TMP_PATH/reports: the process, its run folder, summary.json
+    and run.json (see ``support.profiled``; a test that only reads a run uses the shared ``profiled_runs``)."""
+    return profile_into(tmp_path / "reports", *command, options=options, cwd=cwd, timeout=timeout)
 
 
 def test_plain_loop_injected_collate_is_input_bound_in_the_training_process(tmp_path):
@@ -229,7 +220,7 @@ def test_ctrl_c_saves_the_run_and_exits_130(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C: the whole process group
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
-    folder = _folder(stdout)
+    folder = report_folder(stdout)
     meta = json.loads((folder / "run.json").read_text())
     assert meta["status"] == "interrupted"
     assert json.loads((folder / "summary.json").read_text())["steps"] > 0

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from markupsafe import escape
 from rich.console import Console
-from test_profile_script import FIXTURES, profile
+from support.profiled import STRAGGLER_JOB
 
 from pipeprof.analysis.compare import compare_runs
 from pipeprof.analysis.steps import counted_steps
@@ -312,10 +312,10 @@ def test_sweep_lists_collective_wait_only_when_a_point_waited_in_collectives():
 
 
 @pytest.mark.integration
-def test_a_profiled_torchrun_job_has_its_straggler_ranks_and_heatmap_in_the_report_and_a_trace_per_rank(tmp_path):
-    proc, folder, summary, meta = profile(
-        tmp_path, "torchrun", "--standalone", "--nproc_per_node", "2", str(FIXTURES / "ddp_gloo.py"),
-        "--slow-rank", "1", "--sleep-ms", "1", "--samples", "640", "--batch-size", "16")
+@pytest.mark.xdist_group("straggler-job")  # the run test_distributed_script reads too, made once on one worker
+def test_a_profiled_torchrun_job_has_its_straggler_ranks_and_heatmap_in_the_report_and_a_trace_per_rank(
+        tmp_path, profiled_runs):
+    proc, folder, summary, meta = profiled_runs(*STRAGGLER_JOB)  # the run test_distributed_script reads too
     assert proc.returncode == 0, proc.stderr
     assert summary["straggler"]["rank"] == 1
     html = (folder / "report.html").read_text()

@@ -246,6 +246,7 @@ def test_a_cpu_only_worker_crowded_out_waits_for_a_core_and_fetches_nothing():
     assert statistics.median(r[4] / (r[4] + r[5] + r[8]) for r in records) < 0.05
 
 
+@pytest.mark.serial  # a wait for a core held to a bound: alone, not beside another test's processes
 @pytest.mark.skipif(not LINUX_SCHEDSTAT, reason="no /proc/thread-self/schedstat (not Linux, or schedstats off)")
 def test_a_sleeping_worker_fetches_about_its_sleep_and_waits_little_for_a_core():
     records = _worker_records(Sleeping(), burners=0)

@@ -279,6 +279,7 @@ def _profile(tmp_path: Path, script: str, *args: str, steps: int = 30, flags: tu
     return folder
 
 
+@pytest.mark.integration
 def test_a_scripts_loop_goes_on_after_steps_and_its_predictions_read_the_segments(tmp_path):
     # room for the segments: the script's epochs end where its own would (len(loader)), and 3 may end them
     folder = _profile(tmp_path, "plain_loop", "--epochs", "40", "--samples", "2048", "--collate-ms", "1",
@@ -304,6 +305,7 @@ def test_a_scripts_loop_goes_on_after_steps_and_its_predictions_read_the_segment
     assert "at the run's pace" in rec.model
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("script, args", [
     ("accelerate_loop", ("--epochs", "3")),  # a look-ahead loader: the segment batch is taken one next() early
     ("trainer_class", ("--epochs", "20", "--samples", "2048", "--num-workers", "1", "--no-tqdm")),
@@ -317,6 +319,7 @@ def test_segments_in_framework_and_trainer_class_loops(tmp_path, script, args):
     assert len((folder / "steps.csv").read_text().strip().splitlines()) == 1 + 25
 
 
+@pytest.mark.integration
 def test_no_what_ifs_ends_the_script_at_steps(tmp_path):
     folder = _profile(tmp_path, "plain_loop", "--epochs", "2", "--samples", "1024", steps=10,
                       flags=("--no-what-ifs",))
@@ -326,6 +329,7 @@ def test_no_what_ifs_ends_the_script_at_steps(tmp_path):
     assert "predicted_samples_per_s" in rec
 
 
+@pytest.mark.integration
 def test_lightning_ends_each_epoch_by_its_own_count_and_validates_between_yet_every_window_is_whole(tmp_path):
     # 24 batches an epoch (limit_train_batches) and a validation pass after each: a 0.1 s window holds more
     folder = _profile(tmp_path, "lightning_mlp", "--epochs", "400", steps=30)  # room for the segments on a fast machine

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from test_profile_script import FIXTURES, profile
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]  # timings against a known truth: alone
 INJECTED_MS = {"Cheap": 0.2, "Cheaper": 0.3, "Expensive": 3.0, "Lucky": 2.0}  # Lucky: in RandomApply(p=0.5)
 
 

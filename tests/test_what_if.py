@@ -259,6 +259,7 @@ def test_data_read_cold_whose_page_cache_cannot_be_dropped_is_not_probed_warm(tm
     assert out["loader_workers"]["absent"] == out["loader_alone"]["absent"]
 
 
+@pytest.mark.serial  # seconds against a budget: alone, not beside another test's processes
 def test_a_run_records_its_what_ifs_within_the_time_budget(tmp_path):
     started_s = time.monotonic()
     run = profile_scenario(tiny("memmap", steps=20), cache_root=tmp_path)
@@ -307,6 +308,7 @@ def test_the_threads_probe_runs_the_loop_at_one_thread_and_gives_the_threads_bac
     assert torch.get_num_threads() == before
 
 
+@pytest.mark.serial  # the probe must fit its budget of seconds: alone, not beside another test's processes
 @pytest.mark.parametrize("threads, cores, probed", [(2, 2, 1), (1, 2, 2), (1, 4, 4), (1, 1, None)])
 def test_the_threads_probe_measures_the_threads_a_change_goes_to(monkeypatch, threads, cores, probed):
     # From more than one thread: the loop at 1. From 1: at the usable cores (what a change up would give).
