@@ -25,12 +25,12 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from pipeprof.integrations.session import FitProfile
+from pipeprof.integrations.session import FitProfile, FitResults
 
 END_OF_TRAIN_KEY = "train_runtime"  # in the one log train() writes after its last step
 
 
-class PipeprofCallback(TrainerCallback):
+class PipeprofCallback(FitResults, TrainerCallback):
     """Profile the training: ``name`` and ``out`` name the run folder; ``options`` are ``pipeprof.profile()``'s
     (``warmup_steps``, ``sample_hz``, ``quiet``). After train(): ``summary``, ``folder``, ``split``."""
 
@@ -49,15 +49,3 @@ class PipeprofCallback(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.fit.finish()  # a train() that wrote no final log; a no-op after on_log
-
-    @property
-    def summary(self) -> dict[str, Any] | None:
-        return self.fit.summary
-
-    @property
-    def folder(self) -> Path | None:
-        return self.fit.folder
-
-    @property
-    def split(self) -> dict[str, float]:
-        return self.fit.split

@@ -22,10 +22,10 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from pipeprof.integrations.session import FitProfile
+from pipeprof.integrations.session import FitProfile, FitResults
 
 
-class PipeprofCallback(Callback):
+class PipeprofCallback(FitResults, Callback):
     """Profile the fit: ``name`` and ``out`` name the run folder; ``options`` are ``pipeprof.profile()``'s
     (``warmup_steps``, ``sample_hz``, ``quiet``). After fit: ``summary``, ``folder``, ``split``."""
 
@@ -44,15 +44,3 @@ class PipeprofCallback(Callback):
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self.fit.finish(exception)
-
-    @property
-    def summary(self) -> dict[str, Any] | None:
-        return self.fit.summary
-
-    @property
-    def folder(self) -> Path | None:
-        return self.fit.folder
-
-    @property
-    def split(self) -> dict[str, float]:
-        return self.fit.split

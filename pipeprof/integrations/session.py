@@ -79,3 +79,22 @@ class FitProfile:
     @property
     def folder(self) -> Path | None:
         return None if self.profile is None else self.profile.folder
+
+
+class FitResults:
+    """What a callback shows after its fit (``self.fit``, a ``FitProfile``): the summary, the run folder and the
+    step split sent to the trainer's logger (None, None and {} before the fit ends)."""
+
+    fit: FitProfile
+
+    @property
+    def summary(self) -> dict[str, Any] | None:
+        return self.fit.summary
+
+    @property
+    def folder(self) -> Path | None:
+        return self.fit.folder
+
+    @property
+    def split(self) -> dict[str, float]:
+        return self.fit.split
