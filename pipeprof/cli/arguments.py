@@ -28,6 +28,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+def seconds_at_least_1(text: str) -> float:
+    """An argument type: a number of seconds >= 1 (NaN refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 1, got {text!r}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """An argument type: a whole number >= 1."""
     value = _int(text)

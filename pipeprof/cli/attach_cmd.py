@@ -32,24 +32,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeprof.cli.arguments import positive_int
+from pipeprof.cli.arguments import positive_int, seconds_at_least_1
 from pipeprof.cli.output import stdout_console
 from pipeprof.errors import UsageError
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value >= 1:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 1, got {text!r}")
-    return value
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("pid", type=positive_int, help="the training process's pid (or its launcher's: torchrun)")
-    p.add_argument("--seconds", type=_seconds, metavar="S", help="end after S seconds (default: at Ctrl-C)")
+    p.add_argument("--seconds", type=seconds_at_least_1, metavar="S", help="end after S seconds (default: at Ctrl-C)")
     p.add_argument("-o", "--out", type=Path, metavar="DIR", default=Path("reports"),
                    help="where run folders go (default: reports/)")
     p.add_argument("--name", help="the run's name (default: attach-PID)")

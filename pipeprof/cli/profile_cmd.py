@@ -81,7 +81,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeprof import format as fmt
-from pipeprof.cli.arguments import non_negative_int, positive_int
+from pipeprof.cli.arguments import non_negative_int, positive_int, seconds_at_least_1
 from pipeprof.cli.output import stdout_closed, stdout_console
 from pipeprof.errors import UsageError
 
@@ -121,7 +121,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--live", action="store_true",
                    help="a terminal dashboard of the last second while the script runs (steps/s, shares, prefetch "
                         "queue, workers, GPU, the verdict so far)")
-    p.add_argument("--light", type=_window_s, metavar="SECONDS",
+    p.add_argument("--light", type=seconds_at_least_1, metavar="SECONDS",
                    help="always-on mode for long jobs: keep only window aggregates (step-time quantiles, shares, "
                         "queue, workers, GPU), one every SECONDS, in a file bounded at 64 MiB; no per-step record")
     p.add_argument("--quiet", action="store_true", help="no summary table")
@@ -136,16 +136,6 @@ def _rate(text: str) -> float:
         value = float("nan")
     if not 0 < value <= 1000:
         raise argparse.ArgumentTypeError(f"expected a rate in Hz, > 0 and <= 1000, got {text!r}")
-    return value
-
-
-def _window_s(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value >= 1:
-        raise argparse.ArgumentTypeError(f"expected a window in seconds, >= 1, got {text!r}")
     return value
 
 
