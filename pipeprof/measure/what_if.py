@@ -66,8 +66,8 @@ from these where the analytical model was measured wrong (issue 17):
   made 1,608-1,677 (its prediction +107%).
 * ``train_as_run``: the same loop at the run's own settings (0 workers: the
   training process makes its batches itself, at the run's torch threads),
-  for a run with 0 workers whose data is not read cold: the *pace* of the
-  probes' seconds against the run's own (``analysis.pace``). A neighbour's
+  for a run with 0 workers whose data is not read cold: the as-run loop a
+  measured prediction reads each probe against (``analysis.prediction``). A neighbour's
   burst of work or the process's state after the run can slow every probe
   of a run alike: quick's probes all read 13-21% below the fresh runs of
   the changes they measured (its device loop 10,070 samples/s where three

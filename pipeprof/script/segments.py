@@ -17,8 +17,8 @@ own: plain_loop (collate 1 ms) with 1 worker was predicted 19,284 samples/s and 
 The segments, in order, for a run with ``k`` workers at ``T`` torch threads on ``N`` usable cores
 (``plan``), each recorded under the run.json ``what_ifs`` key the model reads for a scenario's probes:
 
-* ``train_as_run`` (``k = 0`` only): the run's own settings, the *pace* (``analysis.pace``) of the seconds
-  after the run against the run's own; with workers it is not measured (their batches come in bursts);
+* ``train_as_run`` (``k = 0`` only): the run's own settings, the as-run loop a measured prediction reads each
+  segment against (``analysis.prediction``); with workers it is not measured (their batches come in bursts);
 * ``train_workers["k+1"]`` and ``train_workers["k-1"]`` (``k >= 1``) at ``T`` threads;
 * ``train_threads["k"]``: ``k`` workers at the other number of threads (1, or ``N`` from 1);
 * then ``train_workers`` at ``k + 2`` up to ``2 × N`` workers while the budget lasts (a recommendation
