@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from pipeprof.analysis.advice_text import dataloader_kwargs
+from pipeprof.analysis.prediction_check import prediction_check
 from pipeprof.analysis.recommend import DEVICE_DATA_MAX_BYTES
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.sweep import best_summary, near_best, point_record
@@ -272,6 +273,7 @@ def finish_tune(doc: dict[str, Any], folder: Path, status: str, best: dict[str, 
     chosen = confirm or trial
     doc["best"] = best_summary(chosen, start)
     doc["near_best"] = near_best([p for p in doc["points"] if p["index"] >= 0], trial)
+    doc["prediction_check"] = prediction_check(doc["points"])
     if chosen is not None:
         doc["best"]["changed"] = {k: v for k, v in chosen["change"].items() if start.get(k) != v}
         doc["toml_snippet"] = toml_snippet(chosen["change"])
