@@ -112,7 +112,8 @@ def test_a_gain_that_does_not_hold_up_in_the_longer_run_gives_the_scripts_own_se
     assert doc["best"]["change"] == {} and doc["best"]["python"] == "" and not doc["best"]["confirmed"]
     assert doc["best"]["samples_per_s"] == doc["base"]["samples_per_s"] == 1000.0
     assert any("did not hold up" in n for n in doc["notes"])
-    assert "keep the script's settings" in answer_text(doc)
+    assert "keep the script's settings (no change was faster by more than 3% in 60-step confirming runs)" \
+        in answer_text(doc)
 
 
 def test_no_trial_beating_the_noise_means_no_confirming_run_and_no_change(tmp_path):
@@ -121,6 +122,7 @@ def test_no_trial_beating_the_noise_means_no_confirming_run_and_no_change(tmp_pa
     assert doc["best"]["change"] == {} and doc["best"]["speedup"] == 1.0
     assert not [t for t in doc["trials"] if t["phase"] == "confirm"]
     assert len([t for t in doc["trials"] if t["status"] == "complete"]) <= 6
+    assert "in the trials)" in answer_text(doc) and "confirming" not in answer_text(doc)  # none ran
 
 
 def test_the_recommendations_seed_the_search(tmp_path):

@@ -197,8 +197,10 @@ def answer_text(doc: dict) -> str:
         return ""
     lines = [f"the script as written: {fmt.rate(base['samples_per_s'])}"]
     if not best["change"]:
+        # "in a confirming run" only where one ran: the base confirmed beside the best trials
+        where = f"in {doc['confirm_steps']}-step confirming runs" if base.get("confirmed") else "in the trials"
         lines.append("best: keep the script's settings (no change was faster by more than "
-                     f"{100 * doc['min_gain']:.0f}% in a confirming run)")
+                     f"{100 * doc['min_gain']:.0f}% {where})")
     else:
         how = f" (confirmed in {doc['confirm_steps']}-step runs)" if best.get("confirmed") else \
             " (a short trial, not confirmed)"
