@@ -487,9 +487,10 @@ def read_cold(dataset: Any, probe: Callable[[], dict[str, Any]], clock: Clock = 
         dataset.close()
 
 
-def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monotonic_clock,
-                     **windows: Any) -> dict[str, Any]:
-    """run.json's ``what_ifs``: the probes of the module docstring, each an entry or ``{"absent": reason}``."""
+def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monotonic_clock, *,
+                     total_budget_s: float = TOTAL_BUDGET_S, **windows: Any) -> dict[str, Any]:
+    """run.json's ``what_ifs``: the probes of the module docstring, each an entry or ``{"absent": reason}``;
+    ``total_budget_s`` and ``windows`` from ``measure.windows.probes_budget`` (the run's step time)."""
     spec, batch = work.scenario.data, work.scenario.loader.batch_size
     start_s = clock()
     budget_s = float(windows.get("budget_s", BUDGET_S))
@@ -501,8 +502,8 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
 
     def started(probe: Callable[[], dict[str, Any]], need_s: float = budget_s) -> dict[str, Any]:
         """``probe()``, or absent where ``need_s`` more would overrun the probes' total budget."""
-        if spent_s() + need_s > TOTAL_BUDGET_S:
-            return {"absent": f"not started: the probes after a run take at most {TOTAL_BUDGET_S:g} s"}
+        if spent_s() + need_s > total_budget_s:
+            return {"absent": f"not started: the probes after a run take at most {total_budget_s:g} s"}
         return probe()
 
     on_device = device_batches(work)
