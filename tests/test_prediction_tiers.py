@@ -178,3 +178,23 @@ def test_a_shared_machine_with_half_its_cores_busy_elsewhere_gets_workers_for_th
     assert on_shared["predicted_samples_per_s"] == pytest.approx(7 * per_worker)
     assert "processes outside the job used 8.00 of 16" in on_shared["model"]
     assert "outside the job kept 8.00 of the 16 cores busy" in on_shared["reason"]
+
+
+def test_the_tier_is_shown_beside_every_predicted_number():
+    from rich.console import Console
+
+    from pipeprof.analysis.summary import summarize
+    from pipeprof.render.console import print_summary
+    from pipeprof.render.html import render_html
+    from pipeprof.render.interval_text import speedup_text
+
+    run = machine_run(cores=16, workers=4)
+    summary = summarize(run)
+    top = summary["recommendations"][0]
+    assert top["tier"] == "estimated" and speedup_text(top).endswith(", estimated")
+    console = Console(record=True, width=400)
+    print_summary(summary, "runs/x", console=console)
+    assert f"{speedup_text(top)}:" in console.export_text()
+    assert speedup_text(top) in render_html(run, summary)
+    assert speedup_text({"change": {"loader.pin_memory": True}, "predicted_speedup": None,
+                         "tier": "not_predicted"}) == "not predicted: try --verify or tune"
