@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pipeprof.loader_rules import prefetch_factor
 from pipeprof.numbers import finite
 
 
@@ -40,8 +41,9 @@ def prediction_check(points: Sequence[dict[str, Any]]) -> dict[str, Any]:
             change = dict(pred.get("change") or {})
             if not change or not set(change) <= set(settings):
                 continue
-            wanted = {**settings, **change}
-            target = next((p for p in done if p is not source and dict(p.get("change") or {}) == wanted), None)
+            wanted = _as_loaded({**settings, **change})
+            target = next((p for p in done if p is not source and _as_loaded(p.get("change") or {}) == wanted),
+                          None)
             if target is None:
                 continue
             predicted, measured = float(pred["predicted_samples_per_s"]), float(target["samples_per_s"])
@@ -51,6 +53,16 @@ def prediction_check(points: Sequence[dict[str, Any]]) -> dict[str, Any]:
                          "predicted": predicted, "measured": measured, "error": predicted / measured - 1,
                          "inside": inside, "tier": pred.get("tier")})
     return {"rows": rows, "summary": _summary(rows)}
+
+
+def _as_loaded(settings: dict[str, Any]) -> dict[str, Any]:
+    """Settings as the DataLoader runs them: an unset ``prefetch_factor`` with workers is its default, and none
+    without (``loader_rules.prefetch_factor``), so 2 workers at the default equal 2 workers at 2."""
+    out = dict(settings)
+    if "loader.prefetch_factor" in out:
+        workers = out.get("loader.num_workers")
+        out["loader.prefetch_factor"] = prefetch_factor(int(workers or 0), out["loader.prefetch_factor"])
+    return out
 
 
 def _summary(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
