@@ -167,8 +167,8 @@ class _Model(ChangeModel):
             return Recommendation(change, None, None, f"{reason}; not predicted: try --verify or tune", p.model,
                                   tier=NOT_PREDICTED, **extra)
         x = float(p.samples_per_s)
-        return Recommendation(change, x, x / self.current, f"{reason}: predicted {fmt.rate(x)}, {p.tier} "
-                                                           f"({self._now()})", p.model, tier=p.tier, **extra)
+        return Recommendation(change, x, x / self.current, f"{reason}: predicted {fmt.rate(x)} ({p.tier}; "
+                                                           f"{self._now()})", p.model, tier=p.tier, **extra)
 
     def _now(self) -> str:
         return f"{fmt.rate(self.current)} now"
