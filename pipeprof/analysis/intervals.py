@@ -88,7 +88,7 @@ NO_STEPS = "no counted steps to resample"
 # fresh process is one more draw from the machine, whose samples/s moved by a median 11 % between the same base
 # run twice (8 pairs: sd of ln(ratio) 0.14, so 0.10 a run) -- more than the windows within one run move; and
 # the model's own error, which the bootstrap cannot see: predictions from a measured what-if (the probe ran the
-# changed setting's pieces) missed by a median ~10 %, the analytical ones (assumed effects) by ~25 %.
+# changed setting's pieces) missed by a median ~10 %, the estimated ones by ~25 %.
 RERUN_CV = 0.10
 MODEL_ERROR = {"measured": 0.10, "estimated": 0.25}
 

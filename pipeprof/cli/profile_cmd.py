@@ -22,7 +22,7 @@ worker more, one fewer, the other number of torch threads): the what-if
 segments, from which the recommendations predict what those settings do
 (run.json what_ifs); then it ends with SystemExit(0) at its next next().
 --no-what-ifs (or PIPEPROF_WHAT_IFS=0) ends it at once. Without --steps the script runs to its end,
-and the predictions are the analytical model's.
+and the predictions are estimates from what the run measured (or not predicted).
 Ctrl-C reaches the script as usual; what was measured is saved. A bare
 `python` means the interpreter pipeprof runs in; give a path
 (`-- ./venv/bin/python train.py`) to use another one that can import pipeprof.
