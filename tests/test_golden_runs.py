@@ -63,6 +63,13 @@ Documented changes since the fixtures were recorded (issue 13), re-recorded by r
 * Issue 32, item 4 (in a DataLoader worker everything is loading): ``scenario-memmap-workers-cprofile``'s
   workers' cProfile groups moved 0.02 % of their self time from ``compute`` (torch operations a worker ran)
   to ``loading`` (``code_profile.cprofile.processes.workers.groups``: compute 0.0). Nothing else moved.
+* Issue 34 (predictions in tiers): every recommendation gains ``tier`` (``measured``, ``estimated`` or
+  ``not_predicted``). These runs predate the what-if probes, so their predictions are estimates
+  ``min(C, k workers at the measured rate on the cores available, S)`` with no fitted term: the memmap
+  scenario keeps ``data.storage = "device"`` (x8.9, the compute ceiling) and drops ``num_workers = 0`` (fewer
+  workers are no longer estimated); ``scenario-ram`` and both scripts gain ``num_workers = 1`` (x1.71, x2.0,
+  x1.53: no receive cost or stall is assumed any more); ``scenario-ram``'s whole batches are ``not_predicted``
+  (their 90 %/80 % savings were assumptions). Intervals take 8 resamples (were 4). Nothing else moved.
 * Sentences (``verdict.sentence``, recommendations' ``reason``, ...) are worded by
   ``pipeprof.format`` (issue 13, item 6). ``test_only_the_documented_keys_changed`` holds
   the fixtures to exactly these changes against their first recorded version.
@@ -135,13 +142,13 @@ def test_only_the_documented_keys_changed(name):
     assert _without_prose(as_recorded) == _without_prose(recorded)
 
 
-# Each fixture's recommendations since issue 17's k-worker model: (change, predicted speed-up to 2 places).
-RECOMMENDATIONS_SINCE_17 = {
-    "scenario-memmap-workers-cprofile": [({"data.storage": "device", "loader.num_workers": 0}, 8.9),
-                                         ({"loader.num_workers": 0}, 2.5)],
-    "scenario-ram": [({"data.storage": "device"}, 2.02), ({}, 1.82)],
-    "script-failed": [({}, 1.0)],
-    "script-plain-loop": [({}, 1.0)],
+# Each fixture's recommendations since issue 34's tiers: (change, tier, predicted speed-up to 2 places).
+RECOMMENDATIONS_NOW = {
+    "scenario-memmap-workers-cprofile": [({"data.storage": "device", "loader.num_workers": 0}, "estimated", 8.9)],
+    "scenario-ram": [({"data.storage": "device"}, "estimated", 2.02), ({"loader.num_workers": 1}, "estimated", 1.71),
+                     ({}, "not_predicted", None)],
+    "script-failed": [({"loader.num_workers": 1}, "estimated", 2.0)],
+    "script-plain-loop": [({"loader.num_workers": 1}, "estimated", 1.53)],
 }
 
 
@@ -170,15 +177,15 @@ def _before_issue_18(summary: dict) -> dict:
 
 def _before_issue_17(summary: dict, name: str, recorded: dict) -> dict:
     """summary.json without issue 17's intervals (each recommendation's ``interval`` brackets its prediction),
-    its recommendations as documented above and then as first recorded."""
+    its recommendations (with issue 34's tiers) as documented above and then as first recorded."""
     out = json.loads(json.dumps(summary))
     for rec in out["recommendations"]:
         interval = rec.pop("interval")
         if interval["samples_per_s"] is not None:
             low, high = interval["samples_per_s"]
             assert low <= rec["predicted_samples_per_s"] <= high and interval["level"] == 0.8
-    assert [(r["change"], round(r["predicted_speedup"], 2)) for r in out["recommendations"]] \
-        == RECOMMENDATIONS_SINCE_17[name]
+    assert [(r["change"], r.pop("tier"), r["predicted_speedup"] and round(r["predicted_speedup"], 2))
+            for r in out["recommendations"]] == RECOMMENDATIONS_NOW[name]
     out["recommendations"] = recorded["recommendations"]
     return out
 

@@ -112,7 +112,8 @@ def test_a_gain_that_does_not_hold_up_in_the_longer_run_gives_the_scripts_own_se
     assert doc["best"]["change"] == {} and doc["best"]["python"] == "" and not doc["best"]["confirmed"]
     assert doc["best"]["samples_per_s"] == doc["base"]["samples_per_s"] == 1000.0
     assert any("did not hold up" in n for n in doc["notes"])
-    assert "keep the script's settings" in answer_text(doc)
+    assert "keep the script's settings (no change was faster by more than 3% in 60-step confirming runs)" \
+        in answer_text(doc)
 
 
 def test_no_trial_beating_the_noise_means_no_confirming_run_and_no_change(tmp_path):
@@ -121,6 +122,7 @@ def test_no_trial_beating_the_noise_means_no_confirming_run_and_no_change(tmp_pa
     assert doc["best"]["change"] == {} and doc["best"]["speedup"] == 1.0
     assert not [t for t in doc["trials"] if t["phase"] == "confirm"]
     assert len([t for t in doc["trials"] if t["status"] == "complete"]) <= 6
+    assert "in the trials)" in answer_text(doc) and "confirming" not in answer_text(doc)  # none ran
 
 
 def test_the_recommendations_seed_the_search(tmp_path):
@@ -231,3 +233,15 @@ def test_an_interrupted_tune_keeps_the_trials_so_far(tmp_path):
     saved = json.loads((folder / "tune.json").read_text())
     assert saved["status"] == "interrupted" and len(saved["trials"]) == 3 and saved["best"] is None
     assert saved["base"]["samples_per_s"] == 1000.0 and answer_text(saved) == ""
+
+
+def test_the_tuners_trials_check_the_first_runs_predictions(tmp_path):
+    rec = {"change": {"loader.num_workers": 2}, "predicted_samples_per_s": 3300.0, "tier": "measured",
+           "interval": {"samples_per_s": [2700.0, 3900.0]}}
+    runner = FakeRunner(workers_help, recommendations=[rec])
+    doc, _ = tune_script(COMMAND, out=tmp_path, budget=ScriptBudget(20, 60, 6), run_trial=runner, cores=2)
+    rows = [r for r in doc["prediction_check"]["rows"] if r["from"] == "trial 0"]
+    (row,) = [r for r in rows if r["change"] == {"loader.num_workers": 2}]
+    # the first trial's prediction set beside the trial that ran those settings: 3,000 samples/s measured
+    assert row["measured"] == 3000.0 and row["error"] == pytest.approx(0.1) and row["inside"] is True
+    assert row["tier"] == "measured" and doc["prediction_check"]["summary"]["pairs"] >= 1

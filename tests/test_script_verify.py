@@ -69,9 +69,15 @@ def test_the_record_has_a_scenarios_keys_and_what_the_re_run_measured(tmp_path):
     assert SCENARIO_KEYS <= set(record)
     assert record["status"] == "complete" and record["set"] == "--loader train_loader.num_workers=2"
     assert record["folder"] == str(Path("verify") / "run-1") and record["measured_loader"]["num_workers"] == 2
-    assert "train_loader.num_workers=2" in seen[0] and seen[0][seen[0].index("--steps") + 1] == "40"
+    # the script as run and with the change, alternately, 3 of each (fresh processes)
+    names = [argv[argv.index("--name") + 1] for argv in seen]
+    assert names == ["train-as-run", "train-verify"] * 3
+    assert "train_loader.num_workers=2" in seen[1] and "train_loader.num_workers=2" not in seen[0]
+    assert seen[1][seen[1].index("--steps") + 1] == "40" and seen[0][seen[0].index("--steps") + 1] == "40"
+    assert record["base_runs_samples_per_s"] == [120.0] * 3 and record["measured_runs_samples_per_s"] == [120.0] * 3
     derived = verification(record, 100.0)
     assert derived["prediction_error"] == pytest.approx(150 / 120 - 1)
+    assert derived["measured_speedup"] == pytest.approx(1.0)  # against the runs as run, not the first run
 
 
 def test_a_re_run_that_fails_is_recorded_with_its_reason(tmp_path):
@@ -93,6 +99,7 @@ def test_a_storage_change_is_not_run(tmp_path):
 def test_verify_re_runs_the_plain_loop_with_the_recommendation_applied(tmp_path):
     out = tmp_path / "reports"
     proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--out", str(out), "--quiet", "--verify",
+                           "--verify-repeats", "1",
                            "--steps", "40", "--", sys.executable, str(FIXTURES / "plain_loop.py"), "--epochs", "1",
                            "--samples", "4096", "--collate-ms", "5"],
                           capture_output=True, text=True, timeout=300)
@@ -110,5 +117,6 @@ def test_verify_re_runs_the_plain_loop_with_the_recommendation_applied(tmp_path)
         elif key == "train.threads":
             assert child["script"]["torch_threads"]["first step"] == value
     assert child["steps"] <= 40 and v["measured_samples_per_s"] == child["samples_per_s"]
+    assert len(v["base_runs_samples_per_s"]) == 1  # --verify-repeats 1: the script as run once, then the change
     assert "verify: --loader" in proc.stderr
     assert "pipeprof profile --verify" in (folder / "report.html").read_text()  # the report's block, for a script

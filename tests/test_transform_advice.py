@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_verdict import STEP_S, make_run
 
-from pipeprof.analysis import recommend as recommend_module
+from pipeprof.analysis import change_model as recommend_module
 from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.recommend import recommend
 from pipeprof.analysis.transform_advice import (

@@ -34,6 +34,7 @@ def test_tune_measures_trials_confirms_the_best_in_a_fresh_process_and_prints_it
     monkeypatch.setattr(tune_pipeline, "profile_workload", profile_workload)
     out, cache = tmp_path / "reports", tmp_path / "cache"
     status = main(["tune", str(scenario_file), "--max-evals", "3", "--window", "2", "--confirm-seconds", "1",
+                   "--confirm-repeats", "1",
                    "--out", str(out), "--cache", str(cache), "--quiet"])
     assert status == 0
     (folder,) = [p for p in out.iterdir() if p.is_dir()]

@@ -13,7 +13,7 @@ import pytest
 from pipeprof.analysis.verification import NOISE, verification
 from pipeprof.cli.main import main
 from pipeprof.errors import UsageError
-from pipeprof.pipeline.fresh_process import run_child
+from pipeprof.pipeline.fresh_process import ChildRun, run_child
 from pipeprof.pipeline.verify import first_change, verify
 from pipeprof.scenario import load_scenario, scenario_from_dict
 from pipeprof.variants import to_toml, vary
@@ -143,6 +143,51 @@ def test_verify_with_a_change_the_scenario_refuses_is_invalid_and_runs_nothing(i
     assert not (tmp_path / "verify").exists()
 
 
+class FakeChildren:
+    """A stand-in for ``run_child``: each call's scenario file and samples/s, in order."""
+
+    def __init__(self, base_rates, change_rates, tmp_path):
+        self.rates = {"base.toml": list(base_rates), "scenario.toml": list(change_rates)}
+        self.calls: list[str] = []
+        self.tmp_path = tmp_path
+
+    def __call__(self, scenario_file, out, cache=None):
+        name = scenario_file.name
+        self.calls.append(name)
+        folder = out / f"run-{len(self.calls)}"
+        folder.mkdir(parents=True)
+        return ChildRun(0, folder, {"samples_per_s": self.rates[name].pop(0), "verdict": {"class": "compute"}}, None)
+
+
+def interleaved(images, tmp_path, base_rates, change_rates, *, predicted=2000.0):
+    summary = {"recommendations": [{"change": {"loader.num_workers": 2}, "predicted_samples_per_s": predicted,
+                                    "predicted_speedup": predicted / 1000.0, "reason": "r"}]}
+    children = FakeChildren(base_rates, change_rates, tmp_path)
+    record = verify(images, summary, tmp_path, runner=children, repeats=len(change_rates))
+    return record, children
+
+
+def test_verify_runs_the_base_and_the_change_alternately_and_compares_their_medians(images, tmp_path):
+    record, children = interleaved(images, tmp_path, [1000.0, 1100.0, 1050.0], [2000.0, 2300.0, 2100.0])
+    assert children.calls == ["base.toml", "scenario.toml"] * 3  # A B A B A B, fresh processes each
+    assert record["status"] == "complete"
+    assert record["measured_samples_per_s"] == 2100.0 and record["base_samples_per_s"] == 1050.0
+    v = verification(record, 1200.0)  # this run's own 1,200: not what the change is read against
+    assert v["measured_speedup"] == pytest.approx(2100.0 / 1050.0) and v["base_disturbed"] is False
+    assert "medians of 3 runs as run (1,000–1,100 samples/s) and 3 with the change (2,000–2,300)" \
+        in v["verdict_words"]
+    base = load_scenario(tmp_path / "verify" / "base.toml")
+    assert base.loader.num_workers == images.loader.num_workers
+
+
+def test_a_disturbed_base_is_flagged_not_trusted(images, tmp_path):
+    # the base measured 118 samples/s in one trial and 506 in the next
+    record, _ = interleaved(images, tmp_path, [118.0, 506.0, 480.0], [500.0, 510.0, 505.0])
+    v = verification(record, 500.0)
+    assert v["base_disturbed"] is True and "the base was disturbed" in v["verdict_words"]
+    assert v["measured_speedup"] == pytest.approx(505.0 / 480.0)  # the median, not the disturbed one
+
+
 # ---- the child process ---------------------------------------------------------------------
 
 
@@ -195,7 +240,7 @@ def test_ctrl_c_in_the_parent_lets_the_child_save_and_returns_interrupted(tmp_pa
         """)
     parent_code = textwrap.dedent(f"""
         import json, sys
-        from pipeprof.pipeline.fresh_process import run_child
+        from pipeprof.pipeline.fresh_process import ChildRun, run_child
         c = run_child(None, {str(out)!r}, command=[sys.executable, "-c", {child_code!r}])
         print(json.dumps({{"status": c.status, "folder": c.folder.name, "summary": c.summary}}))
         """)
@@ -220,7 +265,8 @@ def test_run_verify_re_runs_the_top_recommendation_in_a_fresh_process(tmp_path, 
     scenario.write_text(IMAGES.replace('cache = "cold"\n', "").replace("num_workers = 1", "num_workers = 0")
                         .replace("prefetch_factor = 4\n", ""))
     out, cache = tmp_path / "reports", tmp_path / "cache"
-    status = main(["run", str(scenario), "--out", str(out), "--cache", str(cache), "--quiet", "--verify"])
+    status = main(["run", str(scenario), "--out", str(out), "--cache", str(cache), "--quiet", "--verify",
+                   "--verify-repeats", "1"])
     assert status == 0
     (folder,) = [p for p in out.iterdir() if p.name != "index.html"]
     summary = json.loads((folder / "summary.json").read_text())
@@ -229,7 +275,8 @@ def test_run_verify_re_runs_the_top_recommendation_in_a_fresh_process(tmp_path, 
     assert v["change"] == top["change"] and v["status"] == "complete"
     assert v["predicted_samples_per_s"] == pytest.approx(top["predicted_samples_per_s"])
     assert v["measured_samples_per_s"] > 0
-    assert v["measured_speedup"] == pytest.approx(v["measured_samples_per_s"] / summary["samples_per_s"])
+    assert v["measured_speedup"] == pytest.approx(v["measured_samples_per_s"] / v["base_samples_per_s"])
+    assert len(v["base_runs_samples_per_s"]) == len(v["measured_runs_samples_per_s"]) == 1  # --verify-repeats 1
     rerun = folder / v["folder"]
     assert rerun.parent.name == "verify" and (rerun / "report.html").exists()
     again = load_scenario(folder / "verify" / "scenario.toml")

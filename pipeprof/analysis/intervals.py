@@ -34,8 +34,7 @@ The method
    does not list it: it predicts it less than ``MIN_GAIN``) counts as no gain: its rate is the resample's
    own measured samples/s. A prediction below that rate is kept as it is: a change that may slow the run.
 
-3. **The bounds.** ``RESAMPLES`` (4: each costs an attribution, ~30-60 ms on a busy 2-core machine, and
-   the derive of a run must stay within ~0.5 s) are too few for their 10th and 90th percentiles to be stable
+3. **The bounds.** ``RESAMPLES`` (8: each costs an attribution) are too few for their 10th and 90th percentiles to be stable
    (those are the first and last draws), but enough for a standard error: the spread ``sd`` of ln(predicted samples/s)
    over the resamples gives the half-width ``t(0.9, B - 1) · sd`` (Student's t: the sd is itself estimated
    from ``B`` draws). It is widened by the run's own run-to-run noise: the coefficient of variation ``cv`` of
@@ -44,8 +43,8 @@ The method
    Two calibrated terms are added in quadrature as well (``RERUN_CV``, ``MODEL_ERROR``, measured by the
    yardstick ``benchmarks/predict.py``): a re-run in a fresh process moves further than windows within one run
    do, and the model has an error of its own that no resample of its inputs shows -- smaller for a prediction
-   from a what-if probe of the changed setting (``model_kind``: ``measured``) than for an assumed effect
-   (``analytical``). The
+   from a what-if probe of the changed setting (its ``tier``: ``measured``) than for an estimate
+   (``estimated``). The
    interval is ``point · exp(±half)``, taken wider where the resamples' own 10th / 90th percentiles reach
    further (a change that several resamples predicted no gain for). It always contains the point
    prediction. ``speedup`` is ``samples_per_s`` over the run's measured samples/s.
@@ -75,7 +74,7 @@ from pipeprof.numbers import finite
 from pipeprof.run_folder import Run
 
 LEVEL = 0.8  # the 10th to the 90th percentile
-RESAMPLES = 4  # each costs one resample, attribution and prediction (~30-60 ms on a busy 2-core machine)
+RESAMPLES = 8  # each costs one resample, attribution and prediction
 SEED = 17  # fixed: the same run folder gives the same summary.json
 BLOCK_STEPS = 10
 MIN_BLOCKS = 5
@@ -89,9 +88,9 @@ NO_STEPS = "no counted steps to resample"
 # fresh process is one more draw from the machine, whose samples/s moved by a median 11 % between the same base
 # run twice (8 pairs: sd of ln(ratio) 0.14, so 0.10 a run) -- more than the windows within one run move; and
 # the model's own error, which the bootstrap cannot see: predictions from a measured what-if (the probe ran the
-# changed setting's pieces) missed by a median ~10 %, the analytical ones (assumed effects) by ~25 %.
+# changed setting's pieces) missed by a median ~10 %, the estimated ones by ~25 %.
 RERUN_CV = 0.10
-MODEL_ERROR = {"measured": 0.10, "analytical": 0.25}
+MODEL_ERROR = {"measured": 0.10, "estimated": 0.25}
 
 
 @dataclass(frozen=True)
@@ -327,11 +326,9 @@ def _predict(run: Run, probe: dict[str, Any] | None, recs: Sequence[Recommendati
 
 
 def model_kind(rec: Recommendation) -> str:
-    """``measured`` when the prediction came from a what-if probe of the changed setting's pieces (its ``model``
-    names ``what_ifs.``, with no assumed part), else ``analytical``."""
-    model = rec.model or ""
-    measured = "what_ifs." in model and "(assumed)" not in model and "[analytical" not in model
-    return "measured" if measured else "analytical"
+    """The prediction's tier as the model error knows it: ``measured`` (the change itself ran after the run)
+    or ``estimated``."""
+    return "measured" if rec.tier == "measured" else "estimated"
 
 
 def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None, found: int,

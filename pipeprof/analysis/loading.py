@@ -187,8 +187,12 @@ def _numeric(loading: pd.DataFrame | None) -> pd.DataFrame:
     missing = [c for c in _NUMERIC if c not in loading and c not in _OPTIONAL]
     if missing:
         raise ValueError(f"loading table lacks columns: {', '.join(missing)}")
-    df = loading.reindex(columns=_NUMERIC).apply(pd.to_numeric, errors="coerce")
-    return df.dropna(subset=["worker", "t_start_s", "t_end_s"])
+    df = loading.reindex(columns=_NUMERIC)
+    text = [c for c in _NUMERIC if not pd.api.types.is_numeric_dtype(df[c])]
+    if text:  # only columns read as text need converting (each attribution reads the table three times)
+        df[text] = df[text].apply(pd.to_numeric, errors="coerce")
+    timed = ["worker", "t_start_s", "t_end_s"]
+    return df.dropna(subset=timed) if df[timed].isna().to_numpy().any() else df
 
 
 def _ratio(num: float | None, den: float) -> float | None:

@@ -322,7 +322,7 @@ def _straggler_advice(results: Sequence[RankResult], straggler_: Straggler,
         out.append(Recommendation({}, job_samples_per_s, 1.0,
                                   f"{label}none of its changes would speed the job up by {fmt.pct(MIN_GAIN - 1, 0)} or "
                                   f"more: past {fmt.rate(bound)} rank {next_slowest.rank} sets the pace",
-                                  "world_size × min(X', R_next)"))
+                                  "world_size × min(X', R_next)", tier="measured"))
     return out
 
 
@@ -367,5 +367,5 @@ def oversubscription(results: Sequence[RankResult]) -> list[Recommendation]:
         extra = {"script_text": script_text(change, loader)} if loader is not None and change else {}
         out.append(Recommendation(change, None, None, reason,
                                   "Σ over the node's ranks (num_workers + torch threads) against its usable cores; "
-                                  "⌊N / ranks⌋ cores per rank; not predicted", **extra))
+                                  "⌊N / ranks⌋ cores per rank; not predicted", tier="not_predicted", **extra))
     return out

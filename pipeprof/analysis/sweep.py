@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from pipeprof.analysis.prediction_check import point_predictions
 from pipeprof.numbers import finite
 
 POINT_STATUSES = ("complete", "failed", "invalid", "interrupted", "skipped", "not run")
@@ -48,6 +49,7 @@ def point_record(index: int, label: str, change: dict[str, Any], status: str, *,
         "peak_rss_bytes": finite((s.get("memory") or {}).get("peak_rss_bytes")),
         "steady": (s.get("steady") or None),
         "wall_s": wall_s,
+        "predictions": point_predictions(s),  # checked against the other points (analysis.prediction_check)
     }
 
 

@@ -64,6 +64,8 @@ CORE_WAIT_WORTH_SAYING = 0.02
 MIN_GAIN = 1.05  # a recommendation must predict at least 5% more samples/s
 NEAR_BEST = 0.98  # the smallest worker count within 2% of the best one wins
 SATURATED_FRACTION = 0.9  # busy cores over usable cores: no core left for more workers
+# Processes outside the job that kept at least this share of the cores busy are named beside the advice.
+OTHER_LOAD_WORTH_SAYING = 0.1
 BURSTY_EMPTY_FRACTION = 0.3  # the queue found empty on at least this share of steps: supply is bursty
 SLOW_EPOCH_START_STEPS = 2.0  # excess wait of an epoch's first step, in median steps: persistent workers
 WORKER_START_WORTH_SAYING = 0.05  # spawned workers' start-up, as a share of the script's wall time: named in the verdict

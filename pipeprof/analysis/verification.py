@@ -6,7 +6,10 @@ run.json as ``verification`` (a raw record: the change, the prediction made
 at the time, the re-run's status, samples/s and folder). This module derives
 summary.json's ``verification`` from it and the run's own samples/s:
 
-* ``measured_speedup`` = re-run samples/s / this run's samples/s;
+* ``measured_speedup`` = the change's median samples/s / the base's median, the base (the scenario as run)
+  and the change run alternately in fresh processes (A B A B ...); without base runs, over this run's;
+* ``base_disturbed``: the base's runs spread by more than ``2 × NOISE`` (max / min − 1): the machine was
+  disturbed during the check, and the speed-up is said not to be trusted;
 * ``prediction_error`` = predicted samples/s / measured samples/s - 1
   (+0.10: the model promised 10% more than the re-run delivered; -0.10:
   10% less);
@@ -43,14 +46,18 @@ def verification(record: Any, samples_per_s: float | None,
     out = dict(record)
     measured = finite(record.get("measured_samples_per_s"))
     within = interval.contains(measured) if interval is not None and record.get("status") == "complete" else None
-    out.update(measured_speedup=None, prediction_error=None, within_interval=within,
+    out.update(measured_speedup=None, prediction_error=None, within_interval=within, base_disturbed=None,
                interval=interval.to_json() if interval is not None else None)
     predicted = finite(record.get("predicted_samples_per_s"))
     if record.get("status") != "complete" or measured is None:
         out["verdict_words"] = _not_measured(record)
         return out
-    if samples_per_s:
-        out["measured_speedup"] = measured / samples_per_s
+    base = finite(record.get("base_samples_per_s"))
+    runs = [r for r in record.get("base_runs_samples_per_s") or [] if finite(r)]
+    out["base_disturbed"] = bool(len(runs) >= 2 and min(runs) > 0 and max(runs) / min(runs) - 1 > 2 * NOISE)
+    against = base or samples_per_s
+    if against:
+        out["measured_speedup"] = measured / against
     if predicted is not None and measured > 0:
         out["prediction_error"] = predicted / measured - 1
     out["verdict_words"] = _words(out)
@@ -63,6 +70,14 @@ def _words(v: dict[str, Any]) -> str:
     parts = []
     if predicted is not None and measured is not None:
         parts.append(f"predicted ×{predicted:.2f}, measured ×{measured:.2f}")
+    runs, base_runs = v.get("measured_runs_samples_per_s") or [], v.get("base_runs_samples_per_s") or []
+    if base_runs:
+        parts.append(f"medians of {len(base_runs)} runs as run ({fmt.significant(min(base_runs))}–"
+                     f"{fmt.significant(max(base_runs))} samples/s) and {len(runs)} with the change "
+                     f"({fmt.significant(min(runs))}–{fmt.significant(max(runs))}), interleaved")
+    if v.get("base_disturbed"):
+        parts.append("the runs as run spread by more than the machine's noise: the base was disturbed, so this "
+                     "speed-up is not to be trusted")
     if error is not None:
         how = "too high" if error > 0 else "too low"
         noise = "within" if abs(error) <= NOISE else "beyond"

@@ -22,7 +22,7 @@ worker more, one fewer, the other number of torch threads): the what-if
 segments, from which the recommendations predict what those settings do
 (run.json what_ifs); then it ends with SystemExit(0) at its next next().
 --no-what-ifs (or PIPEPROF_WHAT_IFS=0) ends it at once. Without --steps the script runs to its end,
-and the predictions are the analytical model's.
+and the predictions are estimates from what the run measured (or not predicted).
 --light SECONDS is the always-on mode for long jobs: the same hooks, but only
 one aggregate per window of SECONDS is kept (step-time quantiles, shares of
 step time, the prefetch queue, each worker's busy share, GPU use), in
@@ -109,6 +109,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", action="store_true",
                    help="re-run with the top recommendation applied (--loader/--threads) and report predicted "
                         "vs measured samples/s (the re-run goes into the run folder's verify/)")
+    p.add_argument("--verify-repeats", type=positive_int, default=3, metavar="N",
+                   help="--verify runs the script as run and with the change alternately, N of each in fresh "
+                        "processes, and compares their medians (default 3)")
     p.add_argument("--cprofile", type=positive_int, nargs="?", const=50, default=0, metavar="STEPS",
                    help="cProfile STEPS steps after warm-up (default 50) in the training process, and every "
                         "DataLoader worker for its whole life: the code-level view, as pipeprof run --cprofile")
@@ -200,7 +203,7 @@ def _verify(args: argparse.Namespace, summary: dict[str, Any], run: Run, folder:
     from pipeprof.pipeline.verify import store
 
     record = verify_script(args.command, summary, folder, base=overrides, steps=args.steps,
-                           warmup_steps=args.warmup_steps, sample_hz=args.sample_hz)
+                           warmup_steps=args.warmup_steps, sample_hz=args.sample_hz, repeats=args.verify_repeats)
     summary = store(run, folder, record)
     v = summary.get("verification") or {}
     print(f"verify: {v.get('set') or 'nothing'}: {v.get('verdict_words')}", file=sys.stderr)

@@ -34,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", action="store_true",
                    help="after the run, re-run in a fresh process with the top recommendation applied and "
                         "report predicted vs measured speed-up (the re-run goes into the run folder's verify/)")
+    p.add_argument("--verify-repeats", type=_repeats, default=3, metavar="N",
+                   help="--verify runs the scenario as run and the change alternately, N of each in fresh "
+                        "processes, and compares their medians (default 3)")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -58,7 +61,7 @@ def execute(args: argparse.Namespace) -> int:
     for note in run.meta.get("notes", []):
         print(f"note: {note}", file=sys.stderr)
     if args.verify and saved.status == "complete":
-        saved = verify_run(saved, scenario, cache=args.cache, progress=progress)
+        saved = verify_run(saved, scenario, cache=args.cache, progress=progress, repeats=args.verify_repeats)
         print_verification(saved.summary)
     print(f"report: {folder / 'report.html'}")
     if saved.status == "interrupted":
@@ -79,3 +82,14 @@ def print_verification(summary: dict[str, Any]) -> None:
     print(f"verify: {what}: {v.get('verdict_words')}", file=sys.stderr)
     if v.get("folder"):
         print(f"verify run: {v['folder']}", file=sys.stderr)
+
+
+def _repeats(text: str) -> int:
+    """``--verify-repeats``: an integer >= 1, else one line (argparse's usage error, exit status 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 1 (runs of each, e.g. 3)")
+    return value

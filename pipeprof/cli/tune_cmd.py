@@ -66,7 +66,7 @@ DEFAULT_CONFIRM_S = 10.0
 DEFAULT_STEPS = 100  # a script trial's steps (the script's own first --warmup-steps left out)
 DEFAULT_WARMUP_STEPS = 10
 CONFIRM_STEPS_PER_STEP = 3  # a confirming run of a script is this many times a trial's steps by default
-SCENARIO_ONLY = ("window", "confirm_seconds", "keep_storage", "overrides", "cache")
+SCENARIO_ONLY = ("window", "confirm_seconds", "confirm_repeats", "keep_storage", "overrides", "cache")
 SCRIPT_ONLY = ("steps", "warmup_steps", "confirm_steps")
 
 
@@ -94,6 +94,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     scenario.add_argument("--confirm-seconds", type=positive_float, default=None, metavar="S",
                           help="the confirming run of the best setting, in a fresh process "
                                f"(default {DEFAULT_CONFIRM_S:g})")
+    scenario.add_argument("--confirm-repeats", type=positive_int, default=None, metavar="N",
+                          help="the confirming runs: the best and the settings as run alternately, N of each "
+                               "(default 3; 1: the best alone)")
     scenario.add_argument("--keep-storage", action="store_true", default=None,
                           help="do not try other placements of the data (RAM, device): only loader and thread "
                                "settings")
@@ -117,10 +120,11 @@ def execute(args: argparse.Namespace) -> int:
     window = DEFAULT_WINDOW_S if args.window is None else args.window
     confirm = DEFAULT_CONFIRM_S if args.confirm_seconds is None else args.confirm_seconds
     scenario = load_scenario(args.scenario, overrides)  # bad input refused before torch loads
-    from pipeprof.pipeline.tune import Budget, tune  # torch and the analysis load here, not for --help
+    from pipeprof.pipeline.tune import CONFIRM_REPEATS, Budget, tune  # torch and the analysis load here
+    repeats = CONFIRM_REPEATS if args.confirm_repeats is None else args.confirm_repeats
     console = Console(stderr=True)
     doc, folder = tune(scenario, scenario_file=args.scenario, overrides=overrides, out=args.out,
-                       budget=Budget(args.max_evals, window, confirm),
+                       budget=Budget(args.max_evals, window, confirm, confirm_repeats=repeats),
                        batch_sizes=_batch_sizes(args.batch_sizes), keep_storage=bool(args.keep_storage),
                        cache=args.cache, progress=SILENT if args.quiet else Lines(console))
     if not args.quiet:
@@ -197,8 +201,10 @@ def answer_text(doc: dict) -> str:
         return ""
     lines = [f"the script as written: {fmt.rate(base['samples_per_s'])}"]
     if not best["change"]:
+        # "in a confirming run" only where one ran: the base confirmed beside the best trials
+        where = f"in {doc['confirm_steps']}-step confirming runs" if base.get("confirmed") else "in the trials"
         lines.append("best: keep the script's settings (no change was faster by more than "
-                     f"{100 * doc['min_gain']:.0f}% in a confirming run)")
+                     f"{100 * doc['min_gain']:.0f}% {where})")
     else:
         how = f" (confirmed in {doc['confirm_steps']}-step runs)" if best.get("confirmed") else \
             " (a short trial, not confirmed)"

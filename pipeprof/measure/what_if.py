@@ -44,8 +44,9 @@ from these where the analytical model was measured wrong (issue 17):
 * ``train_workers``: the real training loop (as ``device_loop`` runs it)
   fed by a DataLoader with ``k`` workers over the run's own dataset (the
   run's batch size, context, prefetch factor and pinned memory), for the
-  run's ``k + 1`` and ``k - 1`` (0 too, but for data read cold:
-  ``trained_ks``), at the run's torch threads: per
+  run's ``k + 1`` and ``k - 1`` (0 too, but for data read cold), then
+  more while the budget lasts (``measure.probe_plan``, the plan a script's
+  segments follow too), at the run's torch threads: per
   window the loop's samples/s and its compute's (``compute_samples_per_s``:
   ``n / Σ(compute + h2d)``, the seconds from a batch's arrival to its step's
   end), after the first step (the workers' start-up, ``startup_s``) and
@@ -66,8 +67,8 @@ from these where the analytical model was measured wrong (issue 17):
   made 1,608-1,677 (its prediction +107%).
 * ``train_as_run``: the same loop at the run's own settings (0 workers: the
   training process makes its batches itself, at the run's torch threads),
-  for a run with 0 workers whose data is not read cold: the *pace* of the
-  probes' seconds against the run's own (``analysis.pace``). A neighbour's
+  for a run with 0 workers whose data is not read cold: the as-run loop a
+  measured prediction reads each probe against (``analysis.prediction``). A neighbour's
   burst of work or the process's state after the run can slow every probe
   of a run alike: quick's probes all read 13-21% below the fresh runs of
   the changes they measured (its device loop 10,070 samples/s where three
@@ -142,6 +143,7 @@ from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.cuda_device import device_sync
 from pipeprof.measure.environment import usable_cores
 from pipeprof.measure.loading import TimedCollate, TimedDataset
+from pipeprof.measure.probe_plan import probe_plan
 from pipeprof.measure.steps import ThroughputTimer
 from pipeprof.measure.windows import (  # noqa: F401 (re-exported)
     BUDGET_S,
@@ -236,15 +238,6 @@ def workers_to_probe(k: int, cores: int) -> list[int]:
     first = [n for n in (k + 1, k - 1) if 1 <= n <= top]
     rest = sorted((n for n in range(1, top + 1) if n not in first and n != k), key=lambda n: (abs(n - k), n))
     return first + rest
-
-
-def trained_ks(k: int, probe_ks: list[int], cold: bool) -> list[int]:
-    """The numbers of workers ``train_workers`` runs: the run's k + 1 and k - 1, 0 included (the training
-    process making its batches itself) but for data read cold (a short probe right after the page cache is
-    dropped reads every page cold, where a pass at 0 workers warms them as it goes: module docstring of
-    ``analysis.recommend``, L0), then ``probe_ks``' next, two in all."""
-    first = [n for n in (k + 1, k - 1) if n >= (1 if cold else 0)]
-    return (first + [n for n in probe_ks if n not in first])[:2]
 
 
 def as_run_probe(k: int, cold: bool, probe: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -488,9 +481,10 @@ def read_cold(dataset: Any, probe: Callable[[], dict[str, Any]], clock: Clock = 
         dataset.close()
 
 
-def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monotonic_clock,
-                     **windows: Any) -> dict[str, Any]:
-    """run.json's ``what_ifs``: the probes of the module docstring, each an entry or ``{"absent": reason}``."""
+def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monotonic_clock, *,
+                     total_budget_s: float = TOTAL_BUDGET_S, **windows: Any) -> dict[str, Any]:
+    """run.json's ``what_ifs``: the probes of the module docstring, each an entry or ``{"absent": reason}``;
+    ``total_budget_s`` and ``windows`` from ``measure.windows.probes_budget`` (the run's step time)."""
     spec, batch = work.scenario.data, work.scenario.loader.batch_size
     start_s = clock()
     budget_s = float(windows.get("budget_s", BUDGET_S))
@@ -502,8 +496,8 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
 
     def started(probe: Callable[[], dict[str, Any]], need_s: float = budget_s) -> dict[str, Any]:
         """``probe()``, or absent where ``need_s`` more would overrun the probes' total budget."""
-        if spent_s() + need_s > TOTAL_BUDGET_S:
-            return {"absent": f"not started: the probes after a run take at most {TOTAL_BUDGET_S:g} s"}
+        if spent_s() + need_s > total_budget_s:
+            return {"absent": f"not started: the probes after a run take at most {total_budget_s:g} s"}
         return probe()
 
     on_device = device_batches(work)
@@ -541,6 +535,11 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
         out["ram_loader"] = started(lambda: loader_alone(ram_read(), batch, clock, seed=spec.seed, collate=collate,
                                                          **windows))
     workers_probe = None
+    cold = spec.cache == "cold"
+    threads = torch.get_num_threads()
+    # the trained probes follow the plan a script's segments follow (measure.probe_plan)
+    variants = probe_plan(int(work.scenario.loader.num_workers or 0), threads, usable_cores(), cold=cold,
+                          cpu=work.device.type == "cpu")
     if out["loader_alone"].get("absent") is not None:
         out["loader_workers"] = {"absent": out["loader_alone"]["absent"]}
         out["train_as_run"] = {"absent": "the data is on the device: device_loop is the run's own loop"
@@ -557,16 +556,18 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
                                                           prefetch=prefetch, collate=collate,
                                                           **{"budget_s": WORKERS_BUDGET_S, **windows})), wbudget)
 
-        workers_probe = {str(n): one(n) for n in probe_ks[:2]}
-        out["loader_workers"] = workers_probe
-
         def trained(n: int) -> dict[str, Any]:
             return started(storage(lambda: train_workers(work, loop, read, n, clock, context=context,
                                                          prefetch=prefetch, collate=collate, **windows)), wbudget)
 
-        out["train_workers"] = {str(n): trained(n) for n in trained_ks(k, probe_ks, spec.cache == "cold")}
-        out["train_as_run"] = as_run_probe(k, spec.cache == "cold", lambda: started(
+        # the plan's order: the as-run loop first (every measured prediction is read against it), then the
+        # changed loops; the loader alone with k workers after them (recorded; no prediction reads it)
+        out["train_as_run"] = as_run_probe(k, cold, lambda: started(
             lambda: train_workers(work, loop, read, 0, clock, collate=collate, **windows), wbudget))
+        out["train_workers"] = {str(v.num_workers): trained(v.num_workers) for v in variants
+                                if v.key == "train_workers" and not v.extra}
+        workers_probe = {str(n): one(n) for n in probe_ks[:2]}
+        out["loader_workers"] = workers_probe
         if k >= 1 and spec.storage not in ("ram", "device"):
             out["train_ram_workers"] = {str(k): started(lambda: train_workers(
                 work, loop, ram_read(), k, clock, context=context, prefetch=prefetch, collate=collate, **windows),
@@ -575,7 +576,6 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
     again = started(lambda: device_loop(work, loop, clock, batches=on_device, **windows))
     out["device_loop"] = both_parts(out["device_loop"], again)
     # Last: only the threads changes need it, and a run's budget goes first to what more changes use.
-    threads = torch.get_num_threads()
     other = 1 if threads > 1 else usable_cores()  # the threads a train.threads change goes to
     if work.device.type != "cpu":
         out["device_loop_threads"] = {"absent": f"training on {work.device.type}: its compute does not run on the "
@@ -585,17 +585,19 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
     else:
         out["device_loop_threads"] = started(lambda: device_loop(work, loop, clock, batches=on_device,
                                                                  threads=other, **windows))
-    if workers_probe is not None and k >= 1 and out["device_loop_threads"].get("absent") is None:
-        # the run's own workers beside the other number of threads: what a train.threads change runs
-        out["train_threads"] = {str(k): started(storage(lambda: train_workers(
-            work, loop, read, k, clock, context=context, prefetch=prefetch, collate=collate, threads=other,
-            **windows)), wbudget)}
-    if workers_probe is not None:  # more numbers of workers while the budget lasts
-        for n in probe_ks[2:]:
-            entry = one(n)
+    if workers_probe is not None:
+        for v in variants:
+            if v.key == "train_threads":  # the run's own workers beside the other number of threads
+                out["train_threads"] = {str(v.num_workers): started(storage(functools.partial(
+                    train_workers, work, loop, read, v.num_workers, clock, context=context, prefetch=prefetch,
+                    collate=collate, threads=v.threads, **windows)), wbudget)}
+        for v in variants:  # more numbers of workers while the budget lasts
+            if not v.extra:
+                continue
+            entry = trained(v.num_workers)
             if entry.get("absent") is not None:
                 break
-            workers_probe[str(n)] = entry
+            out["train_workers"][str(v.num_workers)] = entry
     out["took_s"] = clock() - start_s
     if dropping_s:
         out["drops_s"] = sum(dropping_s)

@@ -22,6 +22,24 @@ WORKERS_BUDGET_S = 0.35  # per number of workers (their start-up included)
 # a trained probe's budget stretches up to this for slow batches, until its warm-up and windows have their batches
 TRAINED_FULL_BUDGET_S = 1.2
 DEFAULT_PREFETCH = 2  # DataLoader's prefetch_factor with workers when not set
+# The probes' default cap after a run: the larger of MIN_PROBES_S and PROBES_SHARE of the run's own training time.
+MIN_PROBES_S = 3.0
+PROBES_SHARE = 0.1
+STEPS_PER_WINDOW = 3  # a window holds at least this many of the run's steps (a 300 ms GPU step: 0.9 s)
+
+
+def probes_budget(training_s: float | None, step_s: float | None) -> dict[str, float]:
+    """The probes' budgets after a run that trained ``training_s`` seconds at ``step_s`` seconds a step, counted
+    in steps with wall-time caps that follow the run's step time: ``total_budget_s`` = max(``MIN_PROBES_S``,
+    ``PROBES_SHARE`` × training); ``window_s`` = ``STEPS_PER_WINDOW`` steps (at least ``WINDOW_S``); a probe's
+    ``budget_s`` = its warm-up and windows' steps (at least ``BUDGET_S``, at most the total). Unknown times:
+    the defaults."""
+    total = max(MIN_PROBES_S, PROBES_SHARE * training_s) if training_s and training_s > 0 else MIN_PROBES_S
+    if not step_s or step_s <= 0:
+        return {"total_budget_s": total, "window_s": WINDOW_S, "budget_s": BUDGET_S}
+    window = max(WINDOW_S, STEPS_PER_WINDOW * step_s)
+    budget = min(max(BUDGET_S, (WARMUP_STEPS + WINDOWS * STEPS_PER_WINDOW) * step_s), total)
+    return {"total_budget_s": total, "window_s": window, "budget_s": budget}
 
 
 class Windows:

@@ -21,7 +21,7 @@ from pipeprof.pipeline.derive import derived_files
 from pipeprof.pipeline.progress import SILENT, Progress
 from pipeprof.pipeline.ranks_run import run_ranks
 from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
-from pipeprof.pipeline.verify import store, verify
+from pipeprof.pipeline.verify import VERIFY_REPEATS, store, verify
 from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
 from pipeprof.scenario import Scenario
 
@@ -89,8 +89,8 @@ def _save(run: Run, out: Path, scenario: Scenario) -> ScenarioRun:
 
 
 def verify_run(saved: ScenarioRun, scenario: Scenario, *, cache: Path | None = None,
-               progress: Progress = SILENT) -> ScenarioRun:
+               progress: Progress = SILENT, repeats: int = VERIFY_REPEATS) -> ScenarioRun:
     """Re-run ``scenario`` with the top recommendation of ``saved`` applied; the run with its report
     derived again (``summary["verification"]``: predicted vs measured)."""
-    record = verify(scenario, saved.summary, saved.folder, cache=cache, progress=progress)
+    record = verify(scenario, saved.summary, saved.folder, cache=cache, progress=progress, repeats=repeats)
     return ScenarioRun(saved.run, saved.folder, store(saved.run, saved.folder, record))

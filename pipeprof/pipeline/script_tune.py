@@ -38,6 +38,7 @@ from typing import Any
 
 from pipeprof import format as fmt
 from pipeprof.analysis.advice_text import script_text
+from pipeprof.analysis.prediction_check import point_predictions, prediction_check
 from pipeprof.analysis.thresholds import TUNE_MIN_GAIN
 from pipeprof.analysis.tune import Settings, Space, search
 from pipeprof.errors import UsageError
@@ -205,7 +206,8 @@ class _Trials:
         self.records.append({
             "index": index, "phase": phase, "why": why, "settings": dict(settings), "change": dict(change),
             "steps": steps, "status": trial.status, "samples_per_s": trial.samples_per_s, "wall_s": wall_s,
-            "folder": str(trial.folder.relative_to(self.folder)) if trial.folder else None, "error": trial.error})
+            "folder": str(trial.folder.relative_to(self.folder)) if trial.folder else None, "error": trial.error,
+            "predictions": point_predictions(trial.summary or {})})
         self.progress.line(f" {fmt.rate(trial.samples_per_s)}" if trial.samples_per_s else f" failed: {trial.error}")
         return trial
 
@@ -238,8 +240,18 @@ def tune_script(command: list[str], *, out: Path, budget: ScriptBudget, run_tria
         doc["status"], doc["error"] = "failed", str(e)
     except KeyboardInterrupt:
         doc["status"] = "interrupted"
+    doc["prediction_check"] = trials_check(doc)
     write_text(folder / "tune.json", json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
     return doc, folder
+
+
+def trials_check(doc: dict[str, Any]) -> dict[str, Any]:
+    """tune.json's ``prediction_check`` (``analysis.prediction_check``) over the search trials, each at its whole
+    settings (the script's own, ``base.settings``, with the trial's change)."""
+    start = dict((doc.get("base") or {}).get("settings") or {})
+    points = [{**t, "label": f"trial {t['index']}", "change": {**start, **t["change"]}}
+              for t in doc["trials"] if t.get("phase") == "search"]
+    return prediction_check(points)
 
 
 def _search_and_confirm(doc: dict[str, Any], trials: _Trials, budget: ScriptBudget, batch_sizes: tuple[int, ...],

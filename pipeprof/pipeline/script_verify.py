@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeprof.pipeline.progress import SILENT, Progress
-from pipeprof.pipeline.verify import VERIFY_FOLDER, checked_change
+from pipeprof.pipeline.verify import VERIFY_FOLDER, VERIFY_REPEATS, checked_change
 from pipeprof.script.overrides import ALLOWED, LoaderOverride, Overrides
 
 THREADS_KEY = "train.threads"
@@ -112,9 +113,11 @@ def run_child(argv: list[str], timeout_s: float | None = None) -> Child:
 
 def verify_script(command: list[str], summary: dict[str, Any], folder: Path, *, base: Overrides | None = None,
                   steps: int | None = None, warmup_steps: int = 5, sample_hz: float = 10.0,
-                  progress: Progress = SILENT, runner: Callable[[list[str]], Child] = run_child) -> dict[str, Any]:
+                  progress: Progress = SILENT, runner: Callable[[list[str]], Child] = run_child,
+                  repeats: int = VERIFY_REPEATS) -> dict[str, Any]:
     """Re-run the profiled ``command`` with the top applicable recommendation of ``summary`` (the run saved in
-    ``folder``); the raw ``verification`` record. ``runner`` runs the re-run's command line (a test's fake)."""
+    ``folder``), alternately with the script as run (A B A B ..., ``repeats`` each, fresh processes, as
+    ``verify.verify``); the raw ``verification`` record. ``runner`` runs a command line (a test's fake)."""
     rec, record = checked_change(summary)
     if rec is None:
         return record
@@ -129,8 +132,20 @@ def verify_script(command: list[str], summary: dict[str, Any], folder: Path, *, 
     name = f"{(summary.get('scenario') or 'script')}-verify"
     argv = child_command(command, out, name, overrides, steps=steps, warmup_steps=warmup_steps,
                          sample_hz=sample_hz)
-    with progress.waiting(f"verify: re-running with {record['set']}"):
-        child = runner(argv)
+    as_run = child_command(command, out / "base", f"{(summary.get('scenario') or 'script')}-as-run", base or Overrides(),
+                           steps=steps, warmup_steps=warmup_steps, sample_hz=sample_hz)
+    rates, base_rates = [], []
+    for i in range(max(repeats, 1)):
+        with progress.waiting(f"verify: the script as run ({i + 1} of {repeats})"):
+            rate = (runner(as_run).summary or {}).get("samples_per_s")
+        if isinstance(rate, (int, float)):
+            base_rates.append(float(rate))
+        with progress.waiting(f"verify: re-running with {record['set']} ({i + 1} of {repeats})"):
+            child = runner(argv)
+        rate = (child.summary or {}).get("samples_per_s")
+        if child.exit_code != 0 or not isinstance(rate, (int, float)):
+            break
+        rates.append(float(rate))
     s = child.summary or {}
     ran = "complete" if s.get("status") == "complete" and child.exit_code == 0 else (s.get("status") or "failed")
     record.update(
@@ -140,8 +155,11 @@ def verify_script(command: list[str], summary: dict[str, Any], folder: Path, *, 
         exit_code=child.exit_code,
         folder=str(child.folder.relative_to(folder)) if child.folder and child.folder.is_relative_to(folder)
         else (str(child.folder) if child.folder else None),
-        measured_samples_per_s=s.get("samples_per_s"),
+        measured_samples_per_s=statistics.median(rates) if rates else s.get("samples_per_s"),
         measured_verdict=(s.get("verdict") or {}).get("class"),
+        measured_runs_samples_per_s=rates,
+        base_samples_per_s=statistics.median(base_rates) if base_rates else None,
+        base_runs_samples_per_s=base_rates,
         measured_loader=next(({k: lo.get(k) for k in ("name", *ALLOWED) if k in lo}
                               for lo in s.get("loaders") or [] if lo.get("role") == "train"), None),
         measured_threads=((s.get("script") or {}).get("torch_threads") or {}).get("first step"),

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from pipeprof import __version__
+from pipeprof.analysis.prediction_check import prediction_check
 from pipeprof.analysis.sweep import best_point, best_summary, near_best, point_record
 from pipeprof.errors import UsageError
 from pipeprof.grid import Point, axes_from_table, build_axes, parse_axis, plan, read_sweep_table
@@ -166,6 +167,7 @@ def finish(doc: dict[str, Any], folder: Path, status: str) -> None:
     best = best_point(doc["points"])
     doc["best"] = best_summary(best, {})
     doc["near_best"] = near_best(doc["points"], best)
+    doc["prediction_check"] = prediction_check(doc["points"])
     doc["status"] = status if best is not None or status == "interrupted" else "failed"
     save_document(doc, folder)
     write_text(folder / f"{doc['kind']}.html", render_sweep_html(doc, folder_name=folder.name))

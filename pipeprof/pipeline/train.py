@@ -39,6 +39,7 @@ from pipeprof.measure.spool import Spool
 from pipeprof.measure.steady import SteadyState
 from pipeprof.measure.steps import StepTimer, ThroughputTimer
 from pipeprof.measure.what_if import measure_what_ifs
+from pipeprof.measure.windows import probes_budget
 from pipeprof.run_folder import (
     DEVICE_MEMORY_COLUMNS,
     FUNCTION_COLUMNS,
@@ -356,6 +357,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
         # After training, untimed: py-spy writes its file, the workers exit and dump their profiles.
         finished = {"pyspy": spy.stop() if spy else None, "cprofile": code.finish() if code else None}
     compute_ceiling = None
+    trained_s = clock() - t0_s  # the run's own training time: the probes' budget follows it
     probes = what_ifs and work.scenario.profile.what_ifs
     what_ifs_meta: dict[str, Any] = {"absent": f"the run is {status}: no probe after it" if probes else
                                      "off (profile.what_ifs = false)" if what_ifs else
@@ -368,7 +370,11 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
                 absences["compute_ceiling"] = one_line(e)
         if status == "complete" and probes:
             try:  # the pieces a changed setting runs (measure.what_if), for the recommendations' predictions
-                what_ifs_meta = measure_what_ifs(work, train_loop, clock)
+                done = timer.frame()  # the steps so far (the table is read again for the run below)
+                counted = done[~done["warmup"].astype(bool)]["step_s"] if len(done) else done
+                budget = probes_budget(float(done["step_s"].sum()) if len(done) else trained_s,
+                                       float(counted.median()) if len(counted) else None)
+                what_ifs_meta = {**measure_what_ifs(work, train_loop, clock, **budget), "budget": budget}
             except Exception as e:  # noqa: BLE001 - a missing probe is recorded, never a failed run
                 what_ifs_meta = {"absent": one_line(e)}
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM during the ceiling or the probes

@@ -14,6 +14,8 @@ Nothing here prints: progress goes to the ``Progress`` given.
 from __future__ import annotations
 
 import gc
+import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,16 +23,18 @@ from typing import Any
 import torch
 
 from pipeprof.analysis.advice_text import dataloader_kwargs
+from pipeprof.analysis.prediction_check import prediction_check
 from pipeprof.analysis.recommend import DEVICE_DATA_MAX_BYTES
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.sweep import best_summary, near_best, point_record
 from pipeprof.analysis.tune import Evaluate, Search, Space, ceiling_words, search
+from pipeprof.analysis.verification import NOISE
 from pipeprof.errors import UsageError
 from pipeprof.format import setting
 from pipeprof.loader_rules import without_worker_only
 from pipeprof.measure.environment import usable_cores
 from pipeprof.measure.loading import LoadingRecorder
-from pipeprof.pipeline.fresh_process import run_child
+from pipeprof.pipeline.fresh_process import ChildRun, run_child
 from pipeprof.pipeline.progress import SILENT, Progress
 from pipeprof.pipeline.sweep import Measure, create_folder, new_document, save_document
 from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
@@ -42,6 +46,7 @@ from pipeprof.variants import to_toml, vary
 SEEDS = 2  # recommendations of the first trial tried before the walk
 FINALISTS = 2  # settings re-measured in the final round ...
 ROUNDS = 2  # ... up to this many times each: 4 of --max-evals (12) are left to the final round
+CONFIRM_REPEATS = 3  # the best and the settings as run, alternately in fresh processes, this many of each
 BROAD_SHARE = 0.5  # the broad round's window: this share of --window (the final round's) ...
 BROAD_MIN_S = 1.0  # ... but not below a second (or --window, if shorter): a first step and workers' start fit
 TRIAL_MAX_STEPS = 5000  # a trial runs until steady: its time budget ends it first
@@ -68,6 +73,7 @@ class Budget:
     finalists: int = FINALISTS
     rounds: int = ROUNDS
     broad_share: float = BROAD_SHARE
+    confirm_repeats: int = CONFIRM_REPEATS  # the best and the settings as run, alternately, this many of each
 
 
 def tune(scenario: Scenario, *, scenario_file: Path, overrides: list[str], out: Path, budget: Budget,
@@ -102,7 +108,8 @@ def tune(scenario: Scenario, *, scenario_file: Path, overrides: list[str], out: 
     best = result.best
     if best is not None and status == "complete":
         confirm = confirm_best(scenario, best["settings"], folder, scenario_file=scenario_file,
-                               seconds=budget.confirm_s, cache=cache, progress=progress)
+                               seconds=budget.confirm_s, cache=cache, progress=progress, base=start,
+                               repeats=budget.confirm_repeats)
         doc["points"].append(confirm)
         if confirm["status"] == "interrupted":
             status = "interrupted"
@@ -243,21 +250,52 @@ class Trials:
 
 
 def confirm_best(scenario: Scenario, settings: dict[str, Any], folder: Path, *, scenario_file: Path,
-                 seconds: float, cache: Path | None = None, progress: Progress = SILENT) -> dict[str, Any]:
-    """The best setting, run in a fresh process until steady (at most ``seconds``): a full run folder."""
+                 seconds: float, cache: Path | None = None, progress: Progress = SILENT,
+                 base: dict[str, Any] | None = None, repeats: int = 1,
+                 runner: Callable[..., ChildRun] = run_child) -> dict[str, Any]:
+    """The best setting, run in fresh processes until steady (at most ``seconds`` each): with ``base`` (the
+    settings as run) and ``repeats`` > 1, the two alternately (A B A B ..., ``repeats`` each), the best's median
+    recorded with both sides' runs, and a disturbed base flagged (``analysis.verification``); a full run folder."""
     label = f"confirm: {settings_label(settings)}"
-    change = {**settings, "train.steady": True, "train.max_seconds": seconds,
+    steady = {"train.steady": True, "train.max_seconds": seconds,
               "train.steps": max(TRIAL_MAX_STEPS, scenario.total_steps())}
-    variant = vary(scenario, change, f"{scenario_file} (tune: confirm)", name=f"{scenario.name}-tuned")
+    variant = vary(scenario, {**settings, **steady}, f"{scenario_file} (tune: confirm)", name=f"{scenario.name}-tuned")
     path = folder / "scenarios" / "best.toml"
     path.parent.mkdir(exist_ok=True)
     write_text(path, to_toml(variant.raw))
-    progress.line(f"  confirming the best in a fresh process: {settings_label(settings)} …")
-    child = run_child(path, folder / "points", cache=cache)
+    base_path = None
+    if base is not None and repeats > 1:
+        as_run = vary(scenario, {**base, **steady}, f"{scenario_file} (tune: as run)", name=f"{scenario.name}")
+        base_path = folder / "scenarios" / "as-run.toml"
+        write_text(base_path, to_toml(as_run.raw))
+    rates, base_rates = [], []
+    child: ChildRun | None = None
+    for i in range(max(repeats, 1)):
+        if base_path is not None:
+            progress.line(f"  the settings as run in a fresh process ({i + 1} of {repeats}) …")
+            as_run_child = runner(base_path, folder / "points" / "as-run", cache=cache)
+            rate = (as_run_child.summary or {}).get("samples_per_s")
+            if as_run_child.status == "complete" and isinstance(rate, (int, float)):
+                base_rates.append(float(rate))
+        progress.line(f"  confirming the best in a fresh process: {settings_label(settings)} …")
+        child = runner(path, folder / "points", cache=cache)
+        rate = (child.summary or {}).get("samples_per_s")
+        if child.status != "complete" or not isinstance(rate, (int, float)):
+            break
+        rates.append(float(rate))
+    assert child is not None
     rel = str(child.folder.relative_to(folder)) if child.folder else None
     record = point_record(-1, label, settings, child.status, reason=child.error, folder=rel,
                           summary=child.summary if child.status == "complete" else None)
     record["why"] = "the best trial, confirmed in a fresh process"
+    if base_path is not None:
+        record["why"] = "the best trial, confirmed in fresh processes alternately with the settings as run"
+        if rates:
+            record["samples_per_s"] = statistics.median(rates)
+        disturbed = len(base_rates) >= 2 and min(base_rates) > 0 and max(base_rates) / min(base_rates) - 1 > 2 * NOISE
+        record["interleaved"] = {"samples_per_s": rates, "base_samples_per_s": base_rates,
+                                 "base_median_samples_per_s": statistics.median(base_rates) if base_rates else None,
+                                 "base_disturbed": disturbed}
     return record
 
 
@@ -272,6 +310,7 @@ def finish_tune(doc: dict[str, Any], folder: Path, status: str, best: dict[str, 
     chosen = confirm or trial
     doc["best"] = best_summary(chosen, start)
     doc["near_best"] = near_best([p for p in doc["points"] if p["index"] >= 0], trial)
+    doc["prediction_check"] = prediction_check(doc["points"])
     if chosen is not None:
         doc["best"]["changed"] = {k: v for k, v in chosen["change"].items() if start.get(k) != v}
         doc["toml_snippet"] = toml_snippet(chosen["change"])

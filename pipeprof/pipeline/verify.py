@@ -4,26 +4,33 @@ The run folder is saved first (nothing measured is ever at the mercy of the
 re-run). Then the first recommendation that changes a setting is applied to
 the resolved scenario (``pipeprof.variants.vary``: keys the change makes
 meaningless are dropped and listed), written as ``verify/scenario.toml`` in
-the run folder, and run in a fresh process (``pipeprof.pipeline.fresh_process``) whose run
-folder lands in ``verify/``. The outcome goes into run.json as
+the run folder, and run in fresh processes (``pipeprof.pipeline.fresh_process``)
+alternately with the scenario as run (``verify/base.toml``): A B A B ...,
+``repeats`` of each, the change's run folders in ``verify/``, the base's in
+``verify/base/``. A machine that slows for a while slows both alike; the
+medians and their spread are recorded, the base's too, so a disturbed base is
+seen (``analysis.verification``). The outcome goes into run.json as
 ``verification`` and summary.json and report.html are derived again.
 """
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pipeprof.analysis.advice_text import set_text
 from pipeprof.errors import UsageError
 from pipeprof.pipeline.derive import rederive
-from pipeprof.pipeline.fresh_process import run_child
+from pipeprof.pipeline.fresh_process import ChildRun, run_child
 from pipeprof.pipeline.progress import SILENT, Progress
 from pipeprof.run_folder import RUN_FORMAT_VERSION, Run, write_json, write_text
 from pipeprof.scenario import Scenario
 from pipeprof.variants import to_toml, vary
 
 VERIFY_FOLDER = "verify"
+VERIFY_REPEATS = 3  # runs of the base and of the change each, interleaved
 
 
 def first_change(recommendations: Any) -> dict[str, Any] | None:
@@ -49,33 +56,56 @@ def checked_change(summary: dict[str, Any]) -> tuple[dict[str, Any] | None, dict
 
 
 def verify(scenario: Scenario, summary: dict[str, Any], folder: Path, *, cache: Path | None = None,
-           progress: Progress = SILENT) -> dict[str, Any]:
-    """Re-run ``scenario`` with its top applicable recommendation; the raw ``verification`` record.
-
-    ``progress`` shows the wait for the re-run.
-    """
+           progress: Progress = SILENT, repeats: int = VERIFY_REPEATS,
+           runner: Callable[..., ChildRun] = run_child) -> dict[str, Any]:
+    """Re-run ``scenario`` with its top applicable recommendation, interleaved with the scenario as run (A B A B
+    ..., ``repeats`` each, fresh processes); the raw ``verification`` record. ``progress`` shows the waits;
+    ``runner`` runs one child (tests: a stand-in)."""
     rec, record = checked_change(summary)
     if rec is None:
         return record
     record["set"] = set_text(rec)
     try:
         variant = vary(scenario, rec["change"], f"--verify ({set_text(rec)})", name=f"{scenario.name}-verify")
+        base = vary(scenario, {}, "--verify (the scenario as run)")
     except UsageError as e:
         return {**record, "status": "invalid", "reason": str(e)}
     out = folder / VERIFY_FOLDER
     out.mkdir(exist_ok=True)
-    scenario_file = out / "scenario.toml"
+    scenario_file, base_file = out / "scenario.toml", out / "base.toml"
     write_text(scenario_file, to_toml(variant.raw))
+    write_text(base_file, to_toml(base.raw))
     record["dropped"] = list(variant.dropped)
-    with progress.waiting(f"verify: re-running with {set_text(rec)}"):
-        child = run_child(scenario_file, out, cache=cache)
+    base_rates: list[float] = []
+    rates: list[float] = []
+    child: ChildRun | None = None
+    for i in range(max(repeats, 1)):
+        with progress.waiting(f"verify: the scenario as run ({i + 1} of {repeats})"):
+            base_child = runner(base_file, out / "base", cache=cache)
+        if base_child.status == "interrupted":
+            child = base_child
+            break
+        rate = (base_child.summary or {}).get("samples_per_s")
+        if base_child.status == "complete" and isinstance(rate, (int, float)):
+            base_rates.append(float(rate))
+        with progress.waiting(f"verify: re-running with {set_text(rec)} ({i + 1} of {repeats})"):
+            child = runner(scenario_file, out, cache=cache)
+        rate = (child.summary or {}).get("samples_per_s")
+        if child.status != "complete" or not isinstance(rate, (int, float)):
+            break
+        rates.append(float(rate))
+    assert child is not None
+    complete = bool(rates) and child.status != "interrupted"
     record.update(
-        status=child.status,
-        reason=child.error,
+        status="complete" if complete else child.status,
+        reason=None if complete else child.error,
         exit_code=child.exit_code,
         folder=str(child.folder.relative_to(folder)) if child.folder else None,
-        measured_samples_per_s=(child.summary or {}).get("samples_per_s"),
+        measured_samples_per_s=statistics.median(rates) if rates else None,
         measured_verdict=((child.summary or {}).get("verdict") or {}).get("class"),
+        measured_runs_samples_per_s=rates,
+        base_samples_per_s=statistics.median(base_rates) if base_rates else None,
+        base_runs_samples_per_s=base_rates,
     )
     return record
 

@@ -43,7 +43,17 @@ def render_sweep_html(doc: dict[str, Any], *, folder_name: str | None = None) ->
         phases=[{"key": k, "label": plots.PHASE_LABELS[k], "color": plots.PHASE_COLORS[k]} for k in shown_phases(points)],
         workers_plot=workers_svg(points, [a["key"] for a in doc.get("axes") or []]),
         max_rate=max([p.get("samples_per_s_high") or p.get("samples_per_s") or 0 for p in points] or [0]),
+        check=_check(doc.get("prediction_check")),
     )
+
+
+def _check(check: Any) -> dict[str, Any] | None:
+    """sweep.json's ``prediction_check`` with each row's change and error written out; None where absent."""
+    if not isinstance(check, dict):
+        return None
+    rows = [dict(r, change_text=", ".join(f"{k}={fmt.setting_arg(v)}" for k, v in (r.get("change") or {}).items()),
+                 error_text=f"{100 * r['error']:+.0f}%") for r in check.get("rows") or [] if isinstance(r, dict)]
+    return {"rows": rows, "summary": check.get("summary") or {}}
 
 
 def workers_svg(points: list[dict[str, Any]], axes: list[str]) -> str | None:

@@ -17,8 +17,8 @@ own: plain_loop (collate 1 ms) with 1 worker was predicted 19,284 samples/s and 
 The segments, in order, for a run with ``k`` workers at ``T`` torch threads on ``N`` usable cores
 (``plan``), each recorded under the run.json ``what_ifs`` key the model reads for a scenario's probes:
 
-* ``train_as_run`` (``k = 0`` only): the run's own settings, the *pace* (``analysis.pace``) of the seconds
-  after the run against the run's own; with workers it is not measured (their batches come in bursts);
+* ``train_as_run`` (``k = 0`` only): the run's own settings, the as-run loop a measured prediction reads each
+  segment against (``analysis.prediction``); with workers it is not measured (their batches come in bursts);
 * ``train_workers["k+1"]`` and ``train_workers["k-1"]`` (``k >= 1``) at ``T`` threads;
 * ``train_threads["k"]``: ``k`` workers at the other number of threads (1, or ``N`` from 1);
 * then ``train_workers`` at ``k + 2`` up to ``2 × N`` workers while the budget lasts (a recommendation
@@ -56,13 +56,13 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from pipeprof.measure.clock import Clock
+from pipeprof.measure.probe_plan import Variant, probe_plan
 from pipeprof.measure.windows import (
     DEFAULT_PREFETCH,
     TOTAL_BUDGET_S,
@@ -77,29 +77,13 @@ from pipeprof.script.loaders import batch_samples
 HARD_LIMIT_S = 3 * TOTAL_BUDGET_S  # the segments end by then whatever the script's time away from its loop
 
 
-@dataclass(frozen=True)
-class Segment:
-    """One variant of the run: its ``what_ifs`` entry (``key``, under ``num_workers`` but for
-    ``train_as_run``), the loader's ``num_workers`` and torch's threads."""
-
-    key: str
-    num_workers: int
-    threads: int
-    extra: bool = False  # run while the budget lasts, not recorded where it does not
+Segment = Variant  # one variant of the run (measure.probe_plan)
 
 
 def plan(k: int, threads: int, cores: int) -> list[Segment]:
-    """The segments after a run with ``k`` workers at ``threads`` torch threads on ``cores`` usable cores
-    (module docstring)."""
-    out = [Segment("train_as_run", 0, threads)] if k == 0 else []
-    out.append(Segment("train_workers", k + 1, threads))
-    if k >= 1:
-        out.append(Segment("train_workers", k - 1, threads))
-    other = 1 if threads > 1 else cores
-    if other != threads:
-        out.append(Segment("train_threads", k, other))
-    out += [Segment("train_workers", n, threads, extra=True) for n in range(k + 2, 2 * cores + 1)]
-    return out
+    """The segments after a run with ``k`` workers at ``threads`` torch threads on ``cores`` usable cores: the
+    probe plan a scenario's probes follow too (``measure.probe_plan``)."""
+    return probe_plan(k, threads, cores)
 
 
 class Endless:

@@ -48,7 +48,7 @@ NOT_ARMED = "not measured: the what-if segments run in a script's own loop under
 RAN_TO_END = ("the script ran to its end before --steps ended it: the what-if segments run in the script's own "
               "loop after --steps N steps (give N below the script's own number of steps)")
 NO_STEPS = ("no --steps: the what-if segments run in the script's own loop after --steps N ends the run; "
-            "without them the predictions are the analytical model's")
+            "without them the predictions are estimates from what the run measured, or not predicted")
 WHAT_IFS_OFF = "not measured: turned off (--no-what-ifs or PIPEPROF_WHAT_IFS=0; verify and tune trials run without them)"
 CUT = "the script ended before the what-if segments were written (killed during them?)"
 CHILD = "child"  # a process the script started that is not a DataLoader worker of the profiled process

@@ -1,0 +1,325 @@
+"""The prediction of one change from one run: the numbers it needs, read once, and the tier each change gets.
+
+``ChangeModel(run, attribution).predict(change)`` -> ``Prediction`` (``analysis.prediction``: measured, estimated
+or not predicted). ``analysis.recommend`` proposes the candidates and words them. Pure: no clock, no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import pandas as pd
+
+from pipeprof import format as fmt
+from pipeprof.analysis.attribution import Attribution
+from pipeprof.analysis.prediction import (
+    ESTIMATED,
+    MEASURED,
+    Estimate,
+    Prediction,
+    Supply,
+    cores_of,
+    not_predicted,
+    probes_of,
+)
+from pipeprof.analysis.steps import counted_steps
+from pipeprof.analysis.thresholds import SLOW_EPOCH_START_STEPS
+from pipeprof.analysis.transforms import LoaderTransforms, training_transforms
+from pipeprof.loader_rules import pins_memory, prefetch_factor
+from pipeprof.run_folder import Run, as_dict
+from pipeprof.scenario import ON_DISK, SAMPLE_BYTES
+
+# predict_change's key for the code change of taking whole batches (its recommendation's change is empty).
+WHOLE_BATCHES = "code.whole_batches"
+PREDICTABLE_KEYS = frozenset({"loader.num_workers", "train.threads", "loader.prefetch_factor",
+                              "loader.persistent_workers", "loader.pin_memory", "data.storage", "data.cache",
+                              WHOLE_BATCHES})
+
+class ChangeModel:
+    """The numbers the predictions need, read once from the run and its attribution."""
+
+    def __init__(self, run: Run, attr: Attribution) -> None:
+        self.attr, self.run = attr, run
+        meta = run.meta if isinstance(run.meta, dict) else {}
+        settings = run.settings
+        self.data, self.loader, self.device = settings.data, settings.loader, settings.device
+        self.all_steps = run.steps
+        steps = self.counted = counted_steps(run.steps)
+        n = float(steps["samples"].sum()) if len(steps) else 0.0
+        total_s = float(steps["step_s"].sum()) if len(steps) else 0.0
+        busy_s = float((steps["compute_s"] + steps["h2d_s"]).sum()) if len(steps) else 0.0
+        self.samples, self.total_s = n, total_s
+        self.h2d_s = float(steps["h2d_s"].sum()) if len(steps) else 0.0
+        self.current = n / total_s if n and total_s > 0 else None
+        self.ceiling = n / busy_s if n and busy_s > 0 else math.inf
+        alone = as_dict(meta.get("compute_ceiling")).get("samples_per_s")
+        self.ceiling_alone = float(alone) if isinstance(alone, (int, float)) and math.isfinite(alone) and alone > 0 \
+            else None
+        self.script = settings.kind == "script"  # advice is then Python in the script, not --set
+        self.storage = self.data.storage or "script"  # a script's storage is unknown
+        self.probes = probes_of(as_dict(meta.get("what_ifs")), self.data.storage)
+        cpu, loading = attr.cpu, attr.loading
+        self.cpu, self.loading = cpu, loading
+        self.wait = attr.step.data_wait_fraction or 0.0
+        self.h2d = attr.step.h2d_fraction or 0.0
+        self.k = int(cpu.num_workers or 0)
+        self.threads = float(cpu.torch_threads or cpu.cores_usable or 1)
+        self.gpu = str(self.device or "").startswith("cuda")
+        self.cores = cores_of(meta, float(cpu.cores_usable or 1), cpu.main_cpu_mean_pct, cpu.workers_cpu_mean_pct,
+                              cpu.machine_cpu_mean_pct, self.wait, self.k)
+        self.parts: tuple[float, float, float] | None = None
+        if loading.absent is None and loading.fetch_per_sample_s is not None:
+            self.parts = (loading.fetch_per_sample_s or 0.0, loading.prep_per_sample_s or 0.0,
+                          loading.collate_per_sample_s or 0.0)
+        self.cold = self.storage in ON_DISK and self.data.cache == "cold"
+        self.throttled = self.data.throttle not in (None, False, "")
+        storage_ceiling, self.storage_words = self._storage_ceiling()
+        self.estimate = Estimate(self.ceiling, storage_ceiling, self.cores, self.gpu)
+        self.train_loaders = [d for d in meta.get("loaders") or [] if isinstance(d, dict) and d.get("role") == "train"]
+
+    @functools.cached_property
+    def transforms(self) -> LoaderTransforms | None:
+        """The training loader's measured transforms and decode calls (None where none were timed)."""
+        return training_transforms(self.run)
+
+    def current_settings(self) -> dict[str, Any]:
+        """The run's current value of each key a change can hold, where it is known (for ``is_no_op``)."""
+        current: dict[str, Any] = {"loader.num_workers": self.k,
+                                   "loader.persistent_workers": bool(self.loader.persistent_workers),
+                                   "loader.pin_memory": bool(self.loader.pin_memory)}
+        if self.cpu.torch_threads is not None:
+            current["train.threads"] = int(self.cpu.torch_threads)
+        factor = prefetch_factor(self.k, self.attr.prefetch.prefetch_factor or self.loader.prefetch_factor)
+        if factor is not None:
+            current["loader.prefetch_factor"] = factor
+        if self.data.storage is not None:
+            current["data.storage"] = self.data.storage
+        if self.data.cache is not None:
+            current["data.cache"] = self.data.cache
+        return current
+
+    def _storage_ceiling(self) -> tuple[float, str]:
+        if not self.cold:
+            return math.inf, "no storage ceiling (the data is not read from a cold disk)"
+        ceiling = self.attr.disk.ceiling
+        if ceiling is None or ceiling.absent is not None:
+            why = ceiling.absent if ceiling is not None else self.attr.disk.absent
+            return math.inf, f"no storage ceiling ({why or 'no probe'})"
+        limits = [v for v in (ceiling.random_4k_cold_reads_per_s,
+                              (ceiling.sequential_cold_bytes_per_s or 0) / self._bytes_per_sample() or None) if v]
+        if not limits:
+            return math.inf, "no storage ceiling (the probe has no cold read rates)"
+        return min(limits), f"storage ceiling {fmt.rate(min(limits))} (probe, cold reads)"
+
+    def _bytes_per_sample(self) -> float:
+        loading = self.run.loading
+        if loading is None or loading.empty or "nbytes" not in loading:
+            return float(SAMPLE_BYTES)
+        nbytes = pd.to_numeric(loading["nbytes"], errors="coerce").sum()
+        samples = pd.to_numeric(loading["samples"], errors="coerce").sum()
+        return float(nbytes / samples) if samples and nbytes else float(SAMPLE_BYTES)
+
+    def _io(self, fetch: float) -> float:
+        """The part of fetch that waits on storage, not a core: a script's fetch is measured as exactly that
+        (off-CPU time); a scenario's where the data is read cold or throttled."""
+        return fetch if self.storage == "script" or ((self.cold or self.throttled)
+                                                     and self.storage in ON_DISK + ("ram",)) else 0.0
+
+    def supply(self, fetch: float, prep: float, collate: float) -> Supply:
+        io = self._io(fetch)
+        return Supply(io, fetch - io + prep + collate)
+
+    # -- any change's prediction (predict_change; every candidate's number comes from here) ------
+
+    def predict(self, change: dict[str, Any]) -> Prediction:
+        """The prediction for ``change``, in its tier (``analysis.prediction``)."""
+        if not set(change) <= PREDICTABLE_KEYS:
+            return not_predicted(f"{', '.join(sorted(set(change) - PREDICTABLE_KEYS))}: not a setting predicted")
+        if self.current is None:
+            return not_predicted("no counted steps")
+        storage = change.get("data.storage", self.data.storage)
+        k = int(change.get("loader.num_workers", self.k))
+        threads = change.get("train.threads")
+        threads = None if threads is None or threads == self.cpu.torch_threads else float(threads)
+        placement = {"data.storage", "data.cache", "loader.num_workers", "loader.persistent_workers"}
+        if change.get(WHOLE_BATCHES):
+            return self._batch_x() if set(change) == {WHOLE_BATCHES} else not_predicted("combined with another")
+        if storage == "device" and self.storage != "device":
+            return self._device_x() if set(change) <= placement else not_predicted("combined with another")
+        if storage != self.data.storage:
+            if storage == "ram" and self.storage in ON_DISK and threads is None and set(change) <= placement:
+                return self._ram_x(k)
+            return not_predicted(f"data.storage = {storage!r} from {self.storage!r}")
+        if change.get("data.cache", self.data.cache) != self.data.cache:
+            return not_predicted("warm and cold reads of the same storage")
+        if "loader.pin_memory" in change:
+            if len(change) == 1 and change["loader.pin_memory"] and \
+                    (not self.gpu or pins_memory(self.loader.pin_memory, self.device)):
+                return Prediction(self.current, MEASURED, "the run as measured: pinned memory changes nothing here")
+            return not_predicted("pinned memory's effect on the copy was not measured")
+        if "loader.persistent_workers" in change and k == self.k and len(change) == 1:
+            if bool(change["loader.persistent_workers"]) == bool(self.loader.persistent_workers):
+                return Prediction(self.current, MEASURED, "the run as measured")
+            return self._persistent_x() if change["loader.persistent_workers"] else \
+                not_predicted("turning persistent workers off")
+        if "loader.prefetch_factor" in change:
+            if not k or k != self.k or len(change) > 1:
+                return not_predicted("prefetch with another number of workers")
+            return self._prefetch_x()
+        return self._workers_x(k, threads)
+
+    def _workers_x(self, k: int, threads: float | None) -> Prediction:
+        """``k`` workers at ``threads`` torch threads (None: the run's)."""
+        assert self.current is not None
+        if k == self.k and threads is None:
+            return Prediction(self.current, MEASURED, "the run as measured")
+        probe = self.probes.trained.get((k, threads if threads is not None else self.threads))
+        if probe is not None:
+            what = f"the training loop fed by {fmt.plural(k, 'worker')}" + \
+                (f" at {fmt.plural(int(threads), 'torch thread')}" if threads is not None else "")
+            return self.probes.read(self.current, probe, what)
+        if self.parts is None or self.storage == "device":
+            return not_predicted("no loading records to estimate workers from")
+        if k < self.k:
+            return not_predicted(f"fewer workers than the run's {self.k}: their effect was not measured")
+        supply = self.supply(*self.parts)
+        if threads is None:
+            return self.estimate.at(k, supply)
+        if self.gpu:
+            return not_predicted("the job computes on a GPU: torch's CPU threads are not its compute, and no probe "
+                                 "measured them")
+        loop = self.probes.loop_threads
+        if threads not in loop or self.threads not in loop:
+            return not_predicted(f"compute at {fmt.plural(int(threads), 'torch thread')} was not measured")
+        c = self.ceiling * loop[threads] / loop[self.threads]
+        p = self.estimate.at(k, supply, ceiling=c, main=min(threads, self.cores.main))
+        return dataclasses.replace(p, model=f"{p.model}; C at {threads:g} threads = C × the loop alone at "
+                                            f"{threads:g} / at {self.threads:g} threads (what_ifs.device_loop_threads)")
+
+    def _batch_x(self) -> Prediction:
+        """Whole batches at once with 0 workers: the loop taking batches by one index is the device loop
+        (measured), plus the run's host -> device copy. With workers: not predicted."""
+        loop = self.probes.device_loop
+        if self.k or loop is None or not self.samples:
+            return not_predicted("taking whole batches was not measured" + (" with workers" if self.k else ""))
+        x = 1.0 / (1.0 / loop + self.h2d_s / self.samples)
+        return Prediction(x, ESTIMATED, "1/(1/C_loop + h2d per sample): the loop taking whole batches by one index, "
+                                        "measured after the run (what_ifs.device_loop), plus the run's copy")
+
+    def _device_x(self) -> Prediction:
+        assert self.current is not None
+        if self.probes.device_loop:
+            return self.probes.read(self.current, self.probes.device_loop, "the training loop over on-device data")
+        c = self.ceiling_alone or self.ceiling
+        if not math.isfinite(c):
+            return not_predicted("no compute ceiling measured")
+        words = "measured after the run alone" if self.ceiling_alone else "n / Σ(compute + h2d)"
+        return Prediction(c, ESTIMATED, f"C = {fmt.rate(c)}, the compute ceiling ({words}): no loading is left")
+
+    def _ram_x(self, k: int) -> Prediction:
+        """Decoded samples cached in RAM: the loop fed by ``k`` workers over them where measured; else the
+        supply with fetch (and the measured decode) removed, or a 0-worker loader over them measured."""
+        assert self.current is not None
+        if k in self.probes.trained_ram and k:
+            return self.probes.read(self.current, self.probes.trained_ram[k],
+                                    f"the training loop fed by {fmt.plural(k, 'worker')} over decoded samples in RAM")
+        est = dataclasses.replace(self.estimate, storage=math.inf)
+        ram = as_dict(as_dict(self.run.meta).get("what_ifs")).get("ram_loader")
+        rate = as_dict(ram).get("samples_per_s") if as_dict(ram).get("absent") is None else None
+        if isinstance(rate, (int, float)) and rate > 0:
+            p = est.at(k, Supply(0.0, 1.0 / rate))
+            return dataclasses.replace(p, model=f"{p.model}; p = decoded samples in RAM through a 0-worker loader, "
+                                                "measured after the run (what_ifs.ram_loader)")
+        if self.parts is None:
+            return not_predicted("no loading records")
+        fetch, prep, collate = self.parts
+        decode = self.transforms.decode if self.transforms is not None else None
+        if decode is not None:
+            return est.at(k, Supply(0.0, max(prep - decode.per_sample_s, 0.0) + collate))
+        if self.storage == "images" and self.data.transform != "augment":
+            return not_predicted("the decode's share of preparing a sample was not measured")
+        return est.at(k, Supply(0.0, prep + collate))
+
+    def _persistent_x(self) -> Prediction:
+        """Persistent workers: the run without the excess wait of re-iterated passes' first steps."""
+        firsts = self._pass_firsts
+        if not self.k or firsts is None:
+            return not_predicted("no workers or no epochs to tell passes by")
+        assert self.current is not None
+        model = "n / (counted time − excess wait of re-iterated passes' first steps)"
+        if firsts.empty:
+            return Prediction(self.current, ESTIMATED, model + ": no counted pass start, nothing to save")
+        slow = self._slow_starts(self._pass_starts(firsts)[0], float(self.counted["data_wait_s"].median()),
+                                 float(self.counted["step_s"].median()), threshold=False)
+        return Prediction(slow[1] if slow is not None else self.current, ESTIMATED,
+                          model if slow is not None else model + ": none waited longer")
+
+    def _pass_starts(self, firsts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The counted first steps of re-iterated passes, and of new loaders' first passes (not the first's)."""
+        first_passes = self._first_pass_epochs()
+        return (firsts[~firsts["epoch"].isin(first_passes)],
+                firsts[firsts["epoch"].isin(first_passes - {0})])  # the first loader's first pass: nothing to save
+
+    def _slow_starts(self, firsts: pd.DataFrame, median_wait: float,
+                     median_step: float, threshold: bool = True) -> tuple[float, float] | None:
+        """(saved s, predicted samples/s) when these first steps waited SLOW_EPOCH_START_STEPS median steps
+        longer than the median wait, on average (any excess at all without ``threshold``); else None."""
+        if firsts.empty:
+            return None
+        excess = (firsts["data_wait_s"].astype(float) - median_wait).clip(lower=0.0)
+        if float(excess.mean()) <= (SLOW_EPOCH_START_STEPS * median_step if threshold else 0.0):
+            return None
+        saved = float(excess.sum())
+        return saved, self.samples / max(self.total_s - saved, 1e-12)
+
+    def _first_pass_epochs(self) -> set[int]:
+        """The epochs (passes over the training loaders, in order) that are a loader's first pass.
+
+        A scenario iterates one loader: epoch 0. A script's training loaders, in the order they were built,
+        take their passes one after another (run.json's ``loaders``: ``passes`` each), so loader i's first
+        pass is the sum of the passes before it. Loaders iterated in turn are not told apart (none seen)."""
+        if not self.train_loaders:
+            return {0}
+        out, epoch = set(), 0
+        for loader in sorted(self.train_loaders, key=lambda d: d.get("number") or 0):
+            out.add(epoch)
+            epoch += max(int(loader.get("passes") or 1), 1)
+        return out
+
+    def _recreated(self) -> tuple[str, int] | None:
+        """(name, count) of training loaders built again with the same name and settings, else None."""
+        groups: dict[tuple, int] = {}
+        for d in self.train_loaders:
+            key = (d.get("name"), d.get("dataset"), d.get("batch_size"), d.get("num_workers"))
+            groups[key] = groups.get(key, 0) + 1
+        key, count = max(groups.items(), key=lambda kv: kv[1], default=((None,), 0))
+        return (str(key[0] or "the training loader"), count) if count >= 2 else None
+
+    @functools.cached_property
+    def _pass_firsts(self) -> pd.DataFrame | None:
+        """Each pass's first step where it is counted (not warm-up); None without epochs to tell passes by."""
+        steps = self.all_steps
+        if steps.empty or "epoch" not in steps:
+            return None
+        firsts = steps.loc[steps.groupby("epoch")["step"].idxmin()]
+        return firsts[~firsts["warmup"].astype(bool)]
+
+    def _prefetch_x(self) -> Prediction:
+        """A deeper queue absorbs bursts, not a supply short of the loop nor a pass's start: it saves the waits
+        beyond the median wait of the steps that do not begin a pass (``Σ max(wait − median, 0)``), and gives at
+        most what the workers make busy all the time (the run's samples/s over their busy share, measured)."""
+        assert self.current is not None
+        steps = self.counted
+        if "epoch" in steps and len(steps):
+            steps = steps[steps["step"] != steps.groupby("epoch")["step"].transform("min")]
+        waits = steps["data_wait_s"].astype(float)
+        saved = float((waits - float(waits.median())).clip(lower=0.0).sum()) if len(waits) else 0.0
+        busy = self.loading.worker_busy_mean_fraction
+        cap = self.current / min(busy, 1.0) if busy and busy > 0 else math.inf
+        x = max(self.current, min(self.samples / max(self.total_s - saved, 1e-12), cap))
+        return Prediction(x, ESTIMATED, "min(n / (counted time − Σ max(wait − median wait, 0)), X / busy): the "
+                                        "bursts' waits saved, at most the workers' output busy all the time"
+                          + (f" (busy {fmt.pct(min(busy, 1.0))})" if busy else " (their busy share not measured)"))

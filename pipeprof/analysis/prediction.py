@@ -1,0 +1,218 @@
+"""Predictions in three tiers: measured, estimated from this run's measurements, or not predicted.
+
+* ``measured``: the change itself ran after the run (a trained probe of ``measure.what_if`` or a segment of a
+  script's own loop, run.json ``what_ifs``): ``X = X_run · probe(change) / probe(as run)``, the as-run loop
+  measured beside it (``train_as_run``; data on the device: ``device_loop``); without one, the probe as read.
+* ``estimated``: ``min(C, supply, S)``, every term a quantity this run measured: ``C`` the run's compute
+  ceiling (``n / Σ(compute + h2d)``), ``supply`` ``k`` workers each at the measured production rate ``1/p``
+  on the cores actually free for them, ``S`` the probed cold-read ceiling. No fitted constant, and no
+  CPU-thread term for a job that computes on a GPU.
+* ``not_predicted``: nothing measured carries the change; ``--verify`` or ``tune`` measures it.
+
+Cores: ``avail = N − other``, ``other`` the machine's CPU during the counted steps that the job's own processes
+did not use (the sampler's ``cpu_util_pct`` of all cores, less the training process and its workers). A job's
+ranks on one node share ``avail``: a change made with ``--loader`` applies to every rank, so each rank's
+workers get ``avail / ranks − m`` cores, ``m`` the cores its training process used. Pure: no clock, no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeprof import format as fmt
+from pipeprof.run_folder import as_dict
+
+MEASURED, ESTIMATED, NOT_PREDICTED = "measured", "estimated", "not_predicted"
+TIERS = (MEASURED, ESTIMATED, NOT_PREDICTED)
+TRY_MEASURING = "not predicted: nothing this run measured carries this change; try --verify or tune"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted samples/s (None: not predicted), its ``tier`` and the arithmetic in words (``model``)."""
+
+    samples_per_s: float | None
+    tier: str
+    model: str
+
+
+def not_predicted(why: str) -> Prediction:
+    return Prediction(None, NOT_PREDICTED, f"{TRY_MEASURING} ({why})")
+
+
+@dataclass(frozen=True)
+class Cores:
+    """The cores a run's training process and workers could use: ``cores`` usable, ``other`` busy with
+    processes outside the job (mean, in cores), ``main`` the training process's use outside its waits for data
+    and ``workers`` the workers' (mean, in cores), ``busy`` all that one rank of the job kept busy, ``ranks``
+    the job's ranks sharing them."""
+
+    cores: float
+    other: float
+    main: float
+    workers: float
+    busy: float
+    ranks: int = 1
+
+    @property
+    def available(self) -> float:
+        """The cores one rank's training process and workers can have: ``(N − other) / ranks``."""
+        return max(self.cores - self.other, 0.0) / max(self.ranks, 1)
+
+    def for_workers(self, main: float | None = None) -> float:
+        """The cores left for one rank's workers beside its training process (``main`` cores, default the
+        run's)."""
+        return max(self.available - (self.main if main is None else main), 0.0)
+
+    def words(self) -> str:
+        shared = f" a rank (the {self.cores - self.other:.2f} shared by {self.ranks} ranks)" if self.ranks > 1 else ""
+        other = (f" (processes outside the job used {self.other:.2f} of {self.cores:g})"
+                 if self.other >= 0.05 else "")
+        return f"{self.available:.2f} cores available{shared}{other}"
+
+
+def cores_of(meta: dict[str, Any], cores: float, main_pct: float | None, workers_pct: float | None,
+             machine_pct: float | None, wait: float, k: int) -> Cores:
+    """``Cores`` from the attribution's CPU means (% of one core for the processes, of all cores for the
+    machine). With 0 workers the training process's CPU counts its loading too: ``main`` is its share outside
+    the waits. A rank (run.json ``rank``) shares the node with ``local_world_size`` ranks (else
+    ``world_size``); the other ranks' CPU is part of the job, not of ``other``."""
+    main_all = (main_pct or 0.0) / 100
+    workers = (workers_pct or 0.0) / 100
+    rank = as_dict(meta.get("rank"))
+    ranks = rank.get("local_world_size") or rank.get("world_size") or 1
+    ranks = int(ranks) if isinstance(ranks, (int, float)) and ranks >= 1 else 1
+    job = (main_all + workers) * ranks
+    other = max((machine_pct or 0.0) / 100 * cores - job, 0.0) if machine_pct is not None else 0.0
+    main = main_all * (1 - wait) if k == 0 else main_all
+    return Cores(cores, other, main, workers, main_all + workers, ranks)
+
+
+@dataclass(frozen=True)
+class Supply:
+    """What making a sample costs, per sample: ``io`` waiting on storage (needs no core), ``cpu`` on a core."""
+
+    io: float
+    cpu: float
+
+    @property
+    def per_sample_s(self) -> float:
+        return self.io + self.cpu
+
+    def without(self, io: float = 0.0, cpu: float = 0.0) -> Supply:
+        return Supply(max(self.io - io, 0.0), max(self.cpu - cpu, 0.0))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """``min(C, supply, S)`` for ``k`` workers: ``ceiling`` C, ``storage`` S (inf: none), the cores."""
+
+    ceiling: float
+    storage: float
+    cores: Cores
+    gpu: bool
+    notes: tuple[str, ...] = field(default=())
+
+    def at(self, k: int, supply: Supply, *, ceiling: float | None = None, main: float | None = None) -> Prediction:
+        """X(k): 0 workers make each sample between steps, ``1/(p + 1/C)``; ``k`` workers on ``W`` free cores
+        supply ``k / (io + cpu·k/W)`` (each at ``1/p`` while they have a core each); at most C and S."""
+        c = self.ceiling if ceiling is None else ceiling
+        p = supply.per_sample_s
+        if not math.isfinite(c) or c <= 0:
+            return not_predicted("no compute ceiling measured")
+        if k == 0:
+            x = min(1.0 / (p + 1.0 / c), self.storage)
+            return Prediction(x, ESTIMATED, f"1/(p + 1/C) = 1/({fmt.duration(p)} + 1/{fmt.rate(c)}) = "
+                                            f"{fmt.rate(x)}{self._storage_words()}")
+        w = min(float(k), self.cores.for_workers(main))
+        if w <= 0:
+            return not_predicted(f"no core left for workers: {self.cores.words()}, the training process "
+                                 f"uses {self.cores.main if main is None else main:.2f}")
+        per = supply.io + supply.cpu * k / w
+        rate = k / per if per > 0 else math.inf
+        x = min(c, rate, self.storage)
+        return Prediction(x, ESTIMATED,
+                          f"min(compute ceiling {fmt.rate(c)}, {k} × {fmt.rate(1 / p) if p > 0 else 'unbounded'} a "
+                          f"worker on {w:.2f} free cores = {fmt.rate(rate)}{self._storage_words(True)}) = "
+                          f"{fmt.rate(x)}; {self.cores.words()}")
+
+    def _storage_words(self, inside: bool = False) -> str:
+        if not math.isfinite(self.storage):
+            return ""
+        return f", storage {fmt.rate(self.storage)}" if inside else f", at most storage {fmt.rate(self.storage)}"
+
+
+@dataclass(frozen=True)
+class Probes:
+    """The changed loops measured after the run (run.json ``what_ifs``): the loop fed by ``k`` workers at
+    ``threads`` (``train_workers``, ``train_threads``), over decoded samples in RAM (``train_ram_workers``),
+    on the device (``device_loop``), and the run's own loop beside them (``as_run``)."""
+
+    trained: dict[tuple[int, float], float]
+    trained_ram: dict[int, float]
+    device_loop: float | None
+    as_run: float | None
+    as_run_source: str | None
+    loop_threads: dict[float, float]  # device_loop at its threads and device_loop_threads at theirs
+
+    def read(self, run_samples_per_s: float, probe_samples_per_s: float, what: str) -> Prediction:
+        """``X_run · probe(change) / probe(as run)`` where the as-run loop was measured, else the probe."""
+        if self.as_run:
+            x = run_samples_per_s * probe_samples_per_s / self.as_run
+            return Prediction(x, MEASURED, f"X_run · probe/probe(as run) = {fmt.rate(run_samples_per_s)} × "
+                                           f"{fmt.rate(probe_samples_per_s)} / {fmt.rate(self.as_run)}: {what} "
+                                           f"measured after the run beside the run's own loop "
+                                           f"(what_ifs.{self.as_run_source})")
+        return Prediction(probe_samples_per_s, MEASURED, f"{what} measured after the run (no as-run loop beside "
+                                                         f"it: the probe's samples/s as read)")
+
+
+def probes_of(what_ifs: dict[str, Any], storage: str | None) -> Probes:
+    """``Probes`` from run.json ``what_ifs`` (entries absent or malformed left out)."""
+    trained: dict[tuple[int, float], float] = {}
+    for name in ("train_workers", "train_threads"):
+        for key, entry in as_dict(what_ifs.get(name)).items():
+            rate, threads = _rate(entry), _positive(as_dict(entry).get("threads"))
+            if rate is not None and threads is not None and str(key).isdigit():
+                trained[(int(key), threads)] = rate
+    ram = {int(key): rate for key, entry in as_dict(what_ifs.get("train_ram_workers")).items()
+           if str(key).isdigit() and (rate := _rate(entry)) is not None}
+    loop = _rate(what_ifs.get("device_loop"))
+    source = "device_loop" if storage == "device" else "train_as_run"
+    as_run = _rate(what_ifs.get(source))
+    loop_threads: dict[float, float] = {}
+    for name in ("device_loop", "device_loop_threads"):
+        entry = as_dict(what_ifs.get(name))
+        rate, threads = _rate(entry), _positive(entry.get("threads"))
+        if rate is not None and threads is not None:
+            loop_threads[threads] = rate
+    return Probes(trained, ram, loop, as_run, source if as_run else None, loop_threads)
+
+
+def _rate(entry: Any) -> float | None:
+    entry = as_dict(entry)
+    return None if entry.get("absent") is not None else _positive(entry.get("samples_per_s"))
+
+
+def _positive(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return None
+    return float(value)
+
+
+def ratio(before: Prediction, after: Prediction, current: float, what: str) -> Prediction:
+    """The run's samples/s moved by the estimate's ratio for a saving: ``X_run · X(after) / X(before)``; the
+    tier of the weaker of the two."""
+    if before.samples_per_s is None or after.samples_per_s is None or before.samples_per_s <= 0:
+        return not_predicted(f"{what}: {after.model if after.samples_per_s is None else before.model}")
+    x = current * after.samples_per_s / before.samples_per_s
+    tier = MEASURED if before.tier == after.tier == MEASURED else ESTIMATED
+    return Prediction(x, tier, f"X_run · X(after)/X(before), {what}: X(before) = {before.model}; X(after) = "
+                               f"{after.model}")
+
+
+def rank_key(tier: str, speedup: float | None) -> tuple[int, float]:
+    """Sort key: measured first, then estimated, then not predicted; by predicted speed-up within a tier."""
+    return TIERS.index(tier) if tier in TIERS else len(TIERS), -(speedup or 0.0)

@@ -1,0 +1,74 @@
+"""A sweep's (or tune's) predictions checked against its own points: the predictions' track record on this machine.
+
+Each complete point keeps its run's predictions (``predictions``: change, samples/s, tier, interval). A
+prediction *lands* on another point when its change, applied to the point's settings, gives exactly that
+other point's settings (every key of the change among the swept settings; a change of a setting the sweep
+held fixed lands nowhere). Each such pair is a row ``{from, change, to, predicted, measured, error, inside,
+tier}`` (``error`` = predicted / measured − 1; ``inside``: the measured samples/s within the prediction's 80 %
+interval, null without bounds), and the ``summary`` counts them: ``pairs``, ``median_abs_error``,
+``worst_abs_error``, ``inside_share`` (over the rows with bounds). Pure: dicts in, dicts out.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pipeprof.loader_rules import prefetch_factor
+from pipeprof.numbers import finite
+
+
+def point_predictions(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """A run summary's recommendations that change a setting and have a number, as a point keeps them."""
+    out = []
+    for rec in summary.get("recommendations") or []:
+        if not isinstance(rec, dict) or not rec.get("change") or finite(rec.get("predicted_samples_per_s")) is None:
+            continue
+        bounds = (rec.get("interval") or {}).get("samples_per_s")
+        out.append({"change": dict(rec["change"]), "predicted_samples_per_s": float(rec["predicted_samples_per_s"]),
+                    "tier": rec.get("tier"), "interval": list(bounds) if isinstance(bounds, list) else None})
+    return out
+
+
+def prediction_check(points: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """sweep.json's (and tune.json's) ``prediction_check``: the rows and their summary (module docstring)."""
+    done = [p for p in points if p.get("status") == "complete" and finite(p.get("samples_per_s")) is not None]
+    rows = []
+    for source in done:
+        settings = dict(source.get("change") or {})
+        for pred in source.get("predictions") or []:
+            change = dict(pred.get("change") or {})
+            if not change or not set(change) <= set(settings):
+                continue
+            wanted = _as_loaded({**settings, **change})
+            target = next((p for p in done if p is not source and _as_loaded(p.get("change") or {}) == wanted),
+                          None)
+            if target is None:
+                continue
+            predicted, measured = float(pred["predicted_samples_per_s"]), float(target["samples_per_s"])
+            bounds = pred.get("interval")
+            inside = bounds[0] <= measured <= bounds[1] if isinstance(bounds, list) and len(bounds) == 2 else None
+            rows.append({"from": source.get("label"), "change": change, "to": target.get("label"),
+                         "predicted": predicted, "measured": measured, "error": predicted / measured - 1,
+                         "inside": inside, "tier": pred.get("tier")})
+    return {"rows": rows, "summary": _summary(rows)}
+
+
+def _as_loaded(settings: dict[str, Any]) -> dict[str, Any]:
+    """Settings as the DataLoader runs them: an unset ``prefetch_factor`` with workers is its default, and none
+    without (``loader_rules.prefetch_factor``), so 2 workers at the default equal 2 workers at 2."""
+    out = dict(settings)
+    if "loader.prefetch_factor" in out:
+        workers = out.get("loader.num_workers")
+        out["loader.prefetch_factor"] = prefetch_factor(int(workers or 0), out["loader.prefetch_factor"])
+    return out
+
+
+def _summary(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    rows = list(rows)
+    errors = [abs(r["error"]) for r in rows]
+    bounded = [r["inside"] for r in rows if r["inside"] is not None]
+    return {"pairs": len(rows), "median_abs_error": statistics.median(errors) if errors else None,
+            "worst_abs_error": max(errors) if errors else None,
+            "inside_share": sum(bounded) / len(bounded) if bounded else None}

@@ -1,0 +1,86 @@
+"""A sweep's predictions set beside its own points (analysis.prediction_check), in sweep.json and on its page."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeprof.analysis.prediction_check import point_predictions, prediction_check
+from pipeprof.analysis.sweep import point_record
+from pipeprof.render.sweep import render_sweep_html
+
+
+def summary(rate: float, recs: list[dict]) -> dict:
+    return {"samples_per_s": rate, "recommendations": recs}
+
+
+def rec(change: dict, predicted: float | None, tier: str = "estimated", bounds=None) -> dict:
+    return {"change": change, "predicted_samples_per_s": predicted, "tier": tier,
+            "interval": {"samples_per_s": bounds}}
+
+
+def grid() -> list[dict]:
+    """num_workers 0, 1, 2 × storage images: each point's run recommends something."""
+    return [
+        point_record(0, "num_workers=0", {"loader.num_workers": 0, "data.storage": "images"}, "complete",
+                     summary=summary(1000.0, [rec({"loader.num_workers": 2}, 2400.0, "measured", [2000.0, 2800.0]),
+                                              rec({"data.storage": "ram"}, 5000.0, "estimated", [4000.0, 6000.0]),
+                                              rec({"train.threads": 1}, 1500.0),  # threads are not swept
+                                              rec({}, 1000.0)])),  # the honest negative
+        point_record(1, "num_workers=1", {"loader.num_workers": 1, "data.storage": "images"}, "complete",
+                     summary=summary(1800.0, [rec({"loader.num_workers": 2}, 3000.0, "estimated", None)])),
+        point_record(2, "num_workers=2", {"loader.num_workers": 2, "data.storage": "images"}, "complete",
+                     summary=summary(2000.0, [rec({"loader.pin_memory": True}, None, "not_predicted")])),
+        point_record(3, "num_workers=0 ram", {"loader.num_workers": 0, "data.storage": "ram"}, "failed",
+                     reason="boom"),
+    ]
+
+
+def test_every_prediction_that_lands_on_another_point_is_set_beside_its_measurement():
+    check = prediction_check(grid())
+    rows = {(r["from"], r["to"]): r for r in check["rows"]}
+    # the ram point failed, the threads change lands nowhere, the negative and the unpredicted are not predictions
+    assert set(rows) == {("num_workers=0", "num_workers=2"), ("num_workers=1", "num_workers=2")}
+    measured = rows[("num_workers=0", "num_workers=2")]
+    assert measured == {"from": "num_workers=0", "change": {"loader.num_workers": 2}, "to": "num_workers=2",
+                        "predicted": 2400.0, "measured": 2000.0, "error": pytest.approx(0.2), "inside": True,
+                        "tier": "measured"}
+    no_bounds = rows[("num_workers=1", "num_workers=2")]
+    assert no_bounds["error"] == pytest.approx(0.5) and no_bounds["inside"] is None
+    assert check["summary"] == {"pairs": 2, "median_abs_error": pytest.approx(0.35),
+                                "worst_abs_error": pytest.approx(0.5), "inside_share": 1.0}
+
+
+def test_a_prediction_outside_its_interval_counts_against_the_inside_share():
+    points = grid()
+    points[0]["predictions"][0]["interval"] = [2200.0, 2600.0]  # measured 2,000: outside
+    assert prediction_check(points)["summary"]["inside_share"] == 0.0
+
+
+def test_nothing_to_check_is_said_so():
+    lone = [point_record(0, "only", {"loader.num_workers": 0}, "complete",
+                         summary=summary(1000.0, [rec({"loader.num_workers": 1}, 1500.0)]))]
+    check = prediction_check(lone)
+    assert check == {"rows": [], "summary": {"pairs": 0, "median_abs_error": None, "worst_abs_error": None,
+                                             "inside_share": None}}
+    doc = {"kind": "sweep", "points": lone, "axes": [{"key": "loader.num_workers", "values": [0]}],
+           "prediction_check": check, "notes": []}
+    assert "nothing to check the predictions against" in render_sweep_html(doc)
+
+
+def test_a_point_keeps_only_its_predicted_setting_changes():
+    kept = point_predictions(summary(1000.0, [rec({"loader.num_workers": 2}, 2400.0, "measured", [2000.0, 2800.0]),
+                                              rec({}, 1000.0), rec({"loader.pin_memory": True}, None)]))
+    assert kept == [{"change": {"loader.num_workers": 2}, "predicted_samples_per_s": 2400.0, "tier": "measured",
+                     "interval": [2000.0, 2800.0]}]
+
+
+def test_the_sweep_page_shows_the_track_record():
+    points = grid()
+    doc = {"kind": "sweep", "points": points, "notes": [],
+           "axes": [{"key": "loader.num_workers", "values": [0, 1, 2]},
+                    {"key": "data.storage", "values": ["images", "ram"]}],
+           "prediction_check": prediction_check(points)}
+    page = render_sweep_html(doc)
+
+    assert "2 predictions of one point" in page and "median error 35.0%" in page and "worst 50.0%" in page
+    assert "<code>loader.num_workers=2</code>" in page and "+20%" in page and "measured" in page
