@@ -1,13 +1,16 @@
 # make demo : create .venv, install pipeprof, sweep scenarios/demo-sweep.toml (decode bottleneck and its fixes,
 #             about three minutes), write the comparison page and every point's report under reports/
-# make test : install what is missing, lint (ruff, mypy: zero findings), run the whole test suite
+# make test : install what is missing, lint (ruff, mypy: zero findings), build the docs (mkdocs --strict, in
+#             tests/test_docs.py), run the whole test suite
+# make docs : build the docs site from docs/ into site/ (mkdocs-material; the command and summary.json references
+#             are generated from the argparse parsers and the schema by docs/gen_reference.py, a mkdocs hook)
 # make bench: run every benchmark (ratios measured side by side) and write BENCHMARKS.md
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.pipeprof-installed
 
-.PHONY: install browser demo test lint bench gpu-check clean
+.PHONY: install browser demo test lint docs bench gpu-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,8 +40,12 @@ lint: install
 	$(VENV)/bin/ruff check pipeprof tests benchmarks
 	$(VENV)/bin/mypy
 
+# tests/test_docs.py runs `mkdocs build --strict` (into a temporary folder) as one of the suite's tests
 test: install browser lint
 	$(PY) -m pytest
+
+docs: install
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench: install
 	$(PY) benchmarks/publish.py
@@ -49,4 +56,4 @@ gpu-check: install
 	$(PY) -m pipeprof.gpu_check --out reports/gpu-check.json
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build site *.egg-info .pytest_cache
