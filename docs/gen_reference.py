@@ -78,6 +78,14 @@ def _type_of(spec: dict[str, Any]) -> str:
     return "any"
 
 
+def _fields(spec: dict[str, Any]) -> str:
+    """The names of an object's own keys (or an array's items' keys), one level down."""
+    for part in (spec, spec.get("items") or {}, *spec.get("oneOf", []), *spec.get("anyOf", [])):
+        if isinstance(part, dict) and part.get("properties"):
+            return ", ".join(f"`{name}`" for name in part["properties"])
+    return ""
+
+
 def summary_reference() -> str:
     """Markdown table of every top-level key of summary.json, from the published schema."""
     schema = json.loads(SCHEMA.read_text())
@@ -85,10 +93,10 @@ def summary_reference() -> str:
     lines = ['<a id="reference-summary"></a>', "",
              "Generated from `pipeprof/schemas/summary.schema.json` "
              f"(draft `{schema.get('$schema', '?')}`):", "",
-             "| key | type | always present | description |", "|---|---|---|---|"]
+             "| key | type | always present | its keys | description |", "|---|---|---|---|---|"]
     for key, spec in schema.get("properties", {}).items():
         lines.append(f"| `{key}` | {_cell(_type_of(spec))} | {'yes' if key in required else 'no'} | "
-                     f"{_cell(str(spec.get('description', '')))} |")
+                     f"{_cell(_fields(spec))} | {_cell(str(spec.get('description', '')))} |")
     return "\n".join(lines) + "\n"
 
 
