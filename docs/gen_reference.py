@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
 from pipeprof.cli.main import build_parser  # noqa: E402
 
 SCHEMA = ROOT / "pipeprof" / "schemas" / "summary.schema.json"
-MARKER = re.compile(r"<!--\s*reference:\s*([\w-]+)\s*-->")
+MARKER = re.compile(r"<!--\s*reference:\s*([a-z][a-z0-9_-]*)\s*-->")  # lower case: a page may show `COMMAND`
 
 
 def subparsers() -> dict[str, argparse.ArgumentParser]:
