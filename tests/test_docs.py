@@ -108,6 +108,6 @@ def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, done.stderr[-4000:]
-    page = (site / "commands" / "run" / "index.html").read_text()
+    page = (site / "commands" / "run.html").read_text()
     assert "--verify" in page and "reference-run" in page
     assert (site / "img" / "report.png").is_file()
