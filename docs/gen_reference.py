@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -27,6 +28,8 @@ MARKER = re.compile(r"<!--\s*reference:\s*([a-z][a-z0-9_-]*)\s*-->")  # lower ca
 
 def subparsers() -> dict[str, argparse.ArgumentParser]:
     """Every subcommand of the ``pipeprof`` parser, by name, in the parser's order."""
+    # argparse wraps the usage at $COLUMNS: fixed here, so the page is the same from any terminal
+    os.environ["COLUMNS"] = "100"
     parser = build_parser()
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
