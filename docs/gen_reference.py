@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -28,8 +27,6 @@ MARKER = re.compile(r"<!--\s*reference:\s*([a-z][a-z0-9_-]*)\s*-->")  # lower ca
 
 def subparsers() -> dict[str, argparse.ArgumentParser]:
     """Every subcommand of the ``pipeprof`` parser, by name, in the parser's order."""
-    # argparse wraps the usage at $COLUMNS: fixed here, so the page is the same from any terminal
-    os.environ["COLUMNS"] = "100"
     parser = build_parser()
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -44,8 +41,10 @@ def _cell(text: str) -> str:
 def command_reference(name: str) -> str:
     """Markdown for one subcommand: its usage and a table of its arguments and options."""
     parser = subparsers()[name]
-    formatter = parser._get_formatter()
-    usage = parser.format_usage().removeprefix("usage: ").strip()
+    # argparse wraps at $COLUMNS: a fixed width here, so the page is the same from any terminal
+    formatter = argparse.RawDescriptionHelpFormatter(prog=parser.prog, width=100)
+    formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups, prefix="")
+    usage = formatter.format_help().strip()
     lines = [f'<a id="reference-{name}"></a>', "", f"**Usage** (generated from `pipeprof {name} --help`):", "",
              "```text", usage, "```", "", "| argument | value | default | meaning |", "|---|---|---|---|"]
     for action in parser._actions:
