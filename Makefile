@@ -35,9 +35,9 @@ browser:
 	elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BROWSER_PACKAGES); \
 	else echo "make: no chromium and no root for apt-get: tests/test_browser.py will be skipped (apt-get install $(BROWSER_PACKAGES))"; fi
 
-# ruff (lint and import order) over everything, mypy over the whole pipeprof package; zero findings
+# ruff (lint and import order) over everything (docs/ too), mypy over the whole pipeprof package; zero findings
 lint: install
-	$(VENV)/bin/ruff check pipeprof tests benchmarks
+	$(VENV)/bin/ruff check pipeprof tests benchmarks docs
 	$(VENV)/bin/mypy
 
 # tests/test_docs.py runs `mkdocs build --strict` (into a temporary folder) as one of the suite's tests
