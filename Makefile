@@ -1,13 +1,16 @@
 # make demo : create .venv, install pipeprof, sweep scenarios/demo-sweep.toml (decode bottleneck and its fixes,
 #             about three minutes), write the comparison page and every point's report under reports/
-# make test : install what is missing, lint (ruff, mypy: zero findings), run the whole test suite (on every core)
+# make test : install what is missing, lint (ruff, mypy: zero findings), build the docs (mkdocs --strict, in
+#             tests/test_docs.py), run the whole test suite (the unit tests on every core)
+# make docs : build the docs site from docs/ into site/ (mkdocs-material; the command and summary.json references
+#             are generated from the argparse parsers and the schema by docs/gen_reference.py, a mkdocs hook)
 # make bench: run every benchmark (ratios measured side by side) and write BENCHMARKS.md
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.pipeprof-installed
 
-.PHONY: install browser demo test lint bench gpu-check clean
+.PHONY: install browser demo test lint docs bench gpu-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,11 +35,12 @@ browser:
 	elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BROWSER_PACKAGES); \
 	else echo "make: no chromium and no root for apt-get: tests/test_browser.py will be skipped (apt-get install $(BROWSER_PACKAGES))"; fi
 
-# ruff (lint and import order) over everything, mypy over the whole pipeprof package; zero findings
+# ruff (lint and import order) over everything (docs/ too), mypy over the whole pipeprof package; zero findings
 lint: install
-	$(VENV)/bin/ruff check pipeprof tests benchmarks
+	$(VENV)/bin/ruff check pipeprof tests benchmarks docs
 	$(VENV)/bin/mypy
 
+# tests/test_docs.py runs `mkdocs build --strict` (into a temporary folder) as one of the suite's tests
 # The whole suite in two passes. First the unit tests (in one process each, one core each) on TEST_WORKERS
 # pytest-xdist workers (auto: one per core, at most TEST_MAX_WORKERS: each worker holds torch, about 1 GiB; a file's
 # tests stay on one worker). Then, alone, the integration tests (real runs of several processes each: beside each
@@ -53,6 +57,9 @@ test: install browser lint
 	$(PY) -m pytest -p no:xdist -m "not ($(UNIT))" || status=$$?; \
 	exit $$status
 
+docs: install
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
 bench: install
 	$(PY) benchmarks/publish.py
 
@@ -62,4 +69,4 @@ gpu-check: install
 	$(PY) -m pipeprof.gpu_check --out reports/gpu-check.json
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build site *.egg-info .pytest_cache

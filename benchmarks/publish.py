@@ -111,9 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     body = [sections.get(n) or f"## {n}: {BENCHMARKS[n][0]}\n\nNot measured in this file yet: "
             f"`python benchmarks/publish.py --only {n}` (or `make bench`).\n" for n in BENCHMARKS]
     body.append(gpu_check_section(GPU_CHECK))
+    if HISTORY in sections:  # earlier measurements, written by hand: never rewritten here
+        body.append(sections[HISTORY])
     args.output.write_text("\n".join(head) + "\n" + "\n".join(body))
     print(f"wrote {args.output}")
     return 0
+
+
+HISTORY = "history"
 
 
 def gpu_check_section(path: Path) -> str:
@@ -121,7 +126,7 @@ def gpu_check_section(path: Path) -> str:
     why there is none: it is a check of every CUDA path, not a timed benchmark, so it is read, not run."""
     head = ("## gpucheck: every CUDA path on a GPU (`make gpu-check`)\n\n"
             "Read from `reports/gpu-check.json` when this file was written (what each check runs and asserts: "
-            "README, *On a GPU*).\n\n")
+            "the docs, *On a GPU*).\n\n")
     if not path.is_file():
         return head + "`make gpu-check` has not run on this machine: no `reports/gpu-check.json`.\n"
     doc = json.loads(path.read_text())
