@@ -1,6 +1,6 @@
 """Scenarios: frozen, validated descriptions of what to train and how to load it.
 
-A scenario is a TOML file (see README, "Scenario format") with top-level
+A scenario is a TOML file (see docs/scenarios.md) with top-level
 ``name`` and ``description`` and the sections ``[data]``, ``[loader]``,
 ``[model]``, ``[train]`` and ``[profile]``. Loader keys are the DataLoader's
 own argument names. Validation is strict: an unknown key, a wrong type or an

@@ -121,7 +121,7 @@ _MAX_DEPTH = 200  # callers followed up a chain before giving up (each level is 
 
 # What a run cannot measure about itself (py-spy samples all of it; the workers'
 # profiler runs in every step), measured side by side by benchmarks/codeprofile.py
-# (README, "Code-level view"): throughput with the profiler over without it.
+# (docs/code-level.md): throughput with the profiler over without it.
 _BENCH = "scenarios/quick.toml with 2 workers on 2 cores, 470 steps, medians of 5-6 repeats"
 CPROFILE_OVERHEAD_NOTE = (f"--cprofile 50 as a whole, the workers' profiler included: 0.83-0.90 of the throughput "
                           f"without it ({_BENCH}; benchmarks/codeprofile.py)")

@@ -4,7 +4,7 @@ Pure functions over one run's records, its ``attribution`` and its ``verdict`` (
 recommendation is ``{"change", "predicted_samples_per_s", "predicted_speedup", "tier", "reason", "model"}``:
 ``change`` holds scenario keys as ``--set`` takes them (``{"loader.num_workers": 2}``), or is empty for a code
 change (``code_change`` says what to write) and for the honest negative; ``tier`` is ``measured``,
-``estimated`` or ``not_predicted`` (``analysis.prediction``, and the README's "How predictions are made").
+``estimated`` or ``not_predicted`` (``analysis.prediction``, and docs/predictions.md).
 A predicted change is listed when it gains at least ``MIN_GAIN``, never one equal to the run's settings
 (``is_no_op``); a change worth trying that nothing measured carries is listed as ``not_predicted``. When none
 is, the list holds one entry with an empty change and the reason.

@@ -4,7 +4,7 @@ Pure functions over the run's DataFrames; nothing here times, samples or
 renders. ``summary_record(run)`` returns a ``Summary``: the stages' records
 (``Attribution``, ``Verdict``, ``Recommendation``) with the statistics;
 ``summarize(run)`` its ``to_json()``, the ``summary.json`` contract documented
-in the README and in ``pipeprof/schemas/summary.schema.json``
+in docs/summary-json.md and in ``pipeprof/schemas/summary.schema.json``
 (``SUMMARY_SCHEMA_VERSION`` is bumped on incompatible change).
 ``attribution`` comes from ``pipeprof.analysis.attribution``, ``verdict`` from
 ``pipeprof.analysis.verdict``, ``recommendations`` from ``pipeprof.analysis.recommend``.
@@ -115,7 +115,7 @@ def _stat(series: pd.Series, how: str) -> float | None:
 class Summary:
     """One run's summary: the analysis stages' records and the statistics reported as they are.
 
-    ``to_json()`` is summary.json (the README's table; ``pipeprof/schemas/summary.schema.json``).
+    ``to_json()`` is summary.json (docs/summary-json.md; ``pipeprof/schemas/summary.schema.json``).
     ``bottleneck`` and ``bottleneck_reason`` are the verdict's coarse class and its words;
     ``sections`` holds the rest of summary.json's keys (``cpu``, ``memory``, ``disk``,
     ``gpu``, ``device_memory``, ``loading``, ``transforms``, ``decode``, ``cache``, ``final_loss``, ``accuracy``, ``absences``,
@@ -175,12 +175,12 @@ def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def summary_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
-    """The summary of ``run``; its ``to_json()`` is the summary.json contract (see README, "summary.json").
+    """The summary of ``run``; its ``to_json()`` is the summary.json contract (see docs/summary-json.md).
 
     ``probe`` is the JSON of ``pipeprof probe`` (machine ceilings; default: the
     one ``pipeprof run`` stored in run.json when the machine had been probed); without it
     the disk comparison in ``attribution`` is absent, with the reason. Keys added
-    on top of the README's table:
+    on top of docs/summary-json.md:
 
     * ``attribution``: the direct evidence, every number with its unit in its
       name (``attribution.attribution``: ``step``, ``loading``, ``cpu``, ``disk``,

@@ -117,7 +117,7 @@ class Context:
 
 @dataclass(frozen=True)
 class Check:
-    """A named check: ``what`` it runs and asserts (one line, for the README table), ``run`` it, its limit."""
+    """A named check: ``what`` it runs and asserts (one line, for the docs' table), ``run`` it, its limit."""
 
     name: str
     what: str
