@@ -387,3 +387,34 @@ def test_run_on_a_really_full_disk_names_the_folder_and_leaves_nothing_half_writ
     assert done.returncode == 1 and len(err) == 1, done.stderr
     assert "No space left on device" in err[0] and f"{mount}/reports/" in err[0]
     assert done.stdout.split() == []  # no folder, hidden or not, in --out
+
+
+# --- pipeprof run: its raw records in the run folder from the start -------------------------------------------
+
+def _recorded_steps(out: Path) -> int:
+    """Rows of the steps spool written into the run folder's recording (header excluded)."""
+    paths = list(out.glob("*/recording/steps.*.csv"))
+    return max(0, len(paths[0].read_text().splitlines()) - 1) if paths else 0
+
+
+@pytest.mark.integration
+def test_kill_9_of_run_keeps_its_raw_records_and_report_rebuilds_them(tmp_path, capsys):
+    scenario = tiny_file(tmp_path, steps=200000, workers=1)
+    out = tmp_path / "reports"
+    proc = start(["run", str(scenario), "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet"])
+    wait_until(proc, lambda: _recorded_steps(out) >= 40, "steps in the run folder's recording", 120)
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()  # kill -9 of pipeprof: the training process itself
+    _finished(proc)
+    _, alive = psutil.wait_procs(workers, timeout=30)
+    assert not alive, "a DataLoader worker ran on, orphaned"
+    folder = _run_folder(out)
+    recorded = _recorded_steps(out)
+    assert not (folder / "run.json").exists() and (folder / "recording" / "recording.json").is_file()
+    assert main(["report", "--quiet", str(folder)]) == 0
+    assert "cut short" in capsys.readouterr().err
+    meta, summary = _saved(folder)
+    assert meta["status"] == "interrupted" and meta["cut_short"] and meta["scenario"]["name"] == "tiny"
+    assert summary["steps"] == recorded - 5  # every step written, less the 5 of warm-up
+    assert summary["samples_per_s"] > 0 and len(meta) > 10
+    assert not (folder / "recording").exists()  # the rebuilt run replaced it
