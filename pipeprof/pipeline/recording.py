@@ -47,7 +47,7 @@ CUT_SHORT = ("cut short: pipeprof ended before it saved the run (killed, or the 
              "pipeprof report from the raw records it kept")
 SCENARIO = "scenario"  # recording.json's kind for a `pipeprof run`; none: a profiled script's
 # Rows held in memory before a write: a kill -9 loses at most these. A write is one open and append of a few KB
-# (about 0.1 ms), so a step pays a few microseconds on average; the numbers are in the commit that set them.
+# shared by its rows: a few microseconds a step on average, none of it inside a timed part of the step.
 FLUSH_STEPS = 16
 FLUSH_TICKS = 8  # sampler ticks: under a second at the default 10 Hz
 NO_SAMPLES = ("the system samples were in the memory of the pipeprof process that ended before it saved them "

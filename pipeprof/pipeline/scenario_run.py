@@ -13,6 +13,7 @@ prints: progress goes to the ``Progress`` given.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from dataclasses import dataclass
 from functools import partial
@@ -25,7 +26,15 @@ from pipeprof.measure.probe_cache import cached_probe
 from pipeprof.pipeline.derive import derived_files
 from pipeprof.pipeline.progress import SILENT, Progress
 from pipeprof.pipeline.ranks_run import run_ranks
-from pipeprof.pipeline.recording import FLUSH_STEPS, FLUSH_TICKS, SCENARIO, Recording, note_facts, start_recording
+from pipeprof.pipeline.recording import (
+    FLUSH_STEPS,
+    FLUSH_TICKS,
+    SCENARIO,
+    Recording,
+    is_recording,
+    note_facts,
+    start_recording,
+)
 from pipeprof.pipeline.train import RecordTo, build_workload, profile_workload, resolve_device
 from pipeprof.pipeline.verify import store, verify
 from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
@@ -95,7 +104,9 @@ def run_scenario(scenario: Scenario, *, scenario_file: str, overrides: list[str]
 
 
 def _note_start(recording: Recording, start: dict[str, Any]) -> None:
-    note_facts(recording, {"kind": SCENARIO, **start})
+    """recording.json; a full disk leaves none (the run goes on, its rows held in memory: measure.spool)."""
+    with contextlib.suppress(OSError):
+        note_facts(recording, {"kind": SCENARIO, **start})
 
 
 def _save(run: Run, folder: Path, recording: Recording | None) -> ScenarioRun:
@@ -104,7 +115,8 @@ def _save(run: Run, folder: Path, recording: Recording | None) -> ScenarioRun:
         try:
             save_run(run, folder, files)
         except OSError as e:  # a full disk: nothing half-written is left, and the message names the folder
-            if recording is None:
+            if recording is None or not is_recording(folder):  # no recording.json: nothing to rebuild from
+                shutil.rmtree(folder, ignore_errors=True)
                 raise NotSaved(f"could not write the run folder {folder} ({one_line(e)}); its records were in "
                                f"memory and are lost: make room in {folder.parent} and run again") from e
             raise NotSaved(f"could not complete the run folder {folder} ({one_line(e)}); the raw records written "
