@@ -418,3 +418,22 @@ def test_kill_9_of_run_keeps_its_raw_records_and_report_rebuilds_them(tmp_path, 
     assert summary["steps"] == recorded - 5  # every step written, less the 5 of warm-up
     assert summary["samples_per_s"] > 0 and len(meta) > 10
     assert not (folder / "recording").exists()  # the rebuilt run replaced it
+
+
+@pytest.mark.integration
+def test_kill_9_of_sweep_stops_its_running_point_which_saves_its_steps(tmp_path):
+    scenario = tiny_file(tmp_path, workers=1)
+    out = tmp_path / "reports"
+    proc = start(["sweep", str(scenario), "--grid", "train.steps=200000,40", "--fixed-steps", "--out", str(out),
+                  "--cache", str(tmp_path / "cache"), "--quiet"])
+    wait_until(proc, lambda: any(p.stat().st_size > 2000 for p in out.glob("**/recording/steps.*.csv")),
+               "the first point's steps in its recording", 180)
+    point = [c for c in psutil.Process(proc.pid).children(recursive=True)]
+    proc.kill()  # kill -9 of the sweep alone: its point gets SIGTERM (PR_SET_PDEATHSIG), never trains on
+    _finished(proc)
+    _, alive = psutil.wait_procs(point, timeout=60)
+    assert not alive, "the sweep's point ran on, orphaned"
+    (run,) = list(out.rglob("run.json"))  # the point saved what it measured; the second never started
+    meta = json.loads(run.read_text())
+    assert meta["status"] == "interrupted" and "SIGTERM" in meta["error"], meta["error"]
+    assert json.loads((run.parent / "summary.json").read_text())["steps"] > 0
