@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from test_interrupts import start, wait_for_descendants, wait_until
+from test_interrupts import start, wait_for_descendants, wait_for_path, wait_until
 from tiny import tiny_file
 
 from pipeprof import errors
@@ -437,3 +437,54 @@ def test_kill_9_of_sweep_stops_its_running_point_which_saves_its_steps(tmp_path)
     meta = json.loads(run.read_text())
     assert meta["status"] == "interrupted" and "SIGTERM" in meta["error"], meta["error"]
     assert json.loads((run.parent / "summary.json").read_text())["steps"] > 0
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command", ["tune", "diagnose"])
+def test_kill_9_of_tune_or_diagnose_leaves_no_process_and_says_it_never_finished(tmp_path, command):
+    scenario = tiny_file(tmp_path, steps=200000, workers=1)
+    out = tmp_path / "reports"
+    extra = ["--window", "600", "--max-evals", "3"] if command == "tune" else ["--steps", "20000"]
+    proc = start([command, str(scenario), "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet", *extra])
+    if command == "tune":
+        wait_for_descendants(proc, 1)  # the first trial's DataLoader worker: it is training
+    else:  # the compute run (0 workers) trains in the staged folder
+        wait_for_path(proc, out, ".staged.*")
+    time.sleep(2)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    _finished(proc)
+    _, alive = psutil.wait_procs(children, timeout=60)
+    assert not alive, f"{command}'s processes ran on, orphaned"
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    if command == "tune":  # its document, as it stood: never finished
+        assert json.loads((folder / "tune.json").read_text())["status"] == "running"
+    else:  # the hidden staging folder, never renamed: nothing in --out looks like a finished diagnosis
+        assert folder.name.startswith(".staged.") and not (folder / "diagnosis.json").exists()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command", ["tune", "diagnose"])
+def test_two_ctrl_c_to_the_group_under_tune_or_diagnose_keep_what_they_measured(tmp_path, command):
+    scenario = tiny_file(tmp_path, steps=200000, workers=1)
+    out = tmp_path / "reports"
+    extra = ["--window", "600", "--max-evals", "3"] if command == "tune" else ["--steps", "20000"]
+    proc = start([command, str(scenario), "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet", *extra])
+    if command == "tune":
+        wait_for_descendants(proc, 1)
+    else:
+        wait_for_path(proc, out, ".staged.*")
+    time.sleep(2)
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: every process of the group
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGINT)  # the habit: a second one, while it saves
+    _, err = _finished(proc)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "Traceback" not in err, err[-2000:]
+    (folder,) = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    document = json.loads((folder / ("tune.json" if command == "tune" else "diagnosis.json")).read_text())
+    assert document["status"] == "interrupted"
+    if command == "diagnose":
+        assert document["runs"]["compute"]["status"] == "interrupted"
+        (run,) = list(folder.rglob("run.json"))
+        assert json.loads(run.read_text())["status"] == "interrupted"
