@@ -151,6 +151,68 @@ def test_torchs_half_built_iterator_is_not_printed_and_anything_else_is():
     assert not errors.half_built_iterator(SimpleNamespace(exc_value=AttributeError("x"), object=print))
 
 
+# --- pipeprof run's recording: spooled rows, read back after a kill -------------------------------------------
+
+def test_a_spool_that_cannot_write_keeps_whole_rows_on_disk_and_the_rest_in_memory(tmp_path, monkeypatch):
+    from pipeprof.measure import spool as spool_mod
+
+    spool = spool_mod.Spool(["step", "t_s"], tmp_path, "steps", chunk_rows=2)
+    spool.extend([{"step": 0, "t_s": 0.5}, {"step": 1, "t_s": 1.5}])  # written
+    real_writer = spool_mod.csv.writer
+
+    class Full:  # a disk that fills up halfway through the chunk
+        def __init__(self, f):
+            self.f = f
+
+        def writerows(self, rows):
+            self.f.write("2,2.")
+            self.f.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(spool_mod.csv, "writer", Full)
+    spool.extend([{"step": 2, "t_s": 2.5}, {"step": 3, "t_s": 3.5}, {"step": 4, "t_s": 4.5}])
+    monkeypatch.setattr(spool_mod.csv, "writer", real_writer)
+    assert spool.lost == "No space left on device"
+    assert spool.frame()["step"].tolist() == [0, 1, 2, 3, 4]  # nothing lost while the process lives
+    assert spool_mod.spooled(tmp_path, "steps")["step"].tolist() == [0, 1]  # the file: its whole rows only
+
+
+def test_a_row_cut_mid_write_by_a_kill_is_left_out_when_read_back(tmp_path):
+    from pipeprof.measure.spool import spooled
+
+    (tmp_path / "steps.x1.csv").write_text("step,t_s\n0,0.5\n1,1.")
+    assert spooled(tmp_path, "steps").to_dict("records") == [{"step": 0, "t_s": 0.5}]
+    assert spooled(tmp_path, "loading") is None
+
+
+def test_report_rebuilds_a_killed_runs_recording_from_its_spooled_rows(tmp_path, capsys):
+    import pandas as pd
+
+    golden = RUNS / "scenario-ram"
+    folder = tmp_path / "20261204T000000Z-quick"
+    recording = folder / "recording"
+    recording.mkdir(parents=True)
+    meta = json.loads((golden / "run.json").read_text())
+    for key in ("status", "error", "compute_ceiling", "what_ifs"):  # not known when a run starts
+        meta.pop(key, None)
+    t0_s = 1000.0
+    (recording / "recording.json").write_text(json.dumps({"kind": "scenario", "t0_s": t0_s, "meta": meta}))
+    for name in ("steps", "samples", "processes"):
+        shutil.copy(golden / f"{name}.csv", recording / f"{name}.a1b2.csv")
+    loading = pd.read_csv(golden / "loading.csv")
+    raw = loading.copy()
+    raw[["t_start_s", "t_end_s"]] += t0_s  # the recorder spools raw clock readings
+    raw.to_csv(recording / "loading.c3d4.csv", index=False)
+    assert main(["report", "--quiet", str(folder)]) == 0
+    assert "cut short" in capsys.readouterr().err
+    rebuilt, summary = _saved(folder)
+    assert rebuilt["status"] == "interrupted" and rebuilt["cut_short"] and rebuilt["scenario"] == meta["scenario"]
+    assert summary["steps"] == json.loads((golden / "summary.json").read_text())["steps"]
+    pd.testing.assert_frame_equal(pd.read_csv(folder / "loading.csv"), loading, check_dtype=False)
+    assert len(pd.read_csv(folder / "samples.csv")) == len(pd.read_csv(golden / "samples.csv"))
+    assert not recording.exists()
+
+
 # --- an unwritable --out: refused before anything runs -------------------------------------------------------
 
 def _read_only(monkeypatch):
