@@ -453,9 +453,9 @@ def test_run_on_a_really_full_disk_names_the_folder_and_leaves_nothing_half_writ
 
 # --- pipeprof run: its raw records in the run folder from the start -------------------------------------------
 
-def _recorded_steps(out: Path) -> int:
+def _recorded_steps(out: Path, folder: str = "*") -> int:
     """Rows of the steps spool written into the run folder's recording (header excluded)."""
-    paths = list(out.glob("*/recording/steps.*.csv"))
+    paths = list(out.glob(f"{folder}/recording/steps.*.csv"))
     return max(0, len(paths[0].read_text().splitlines()) - 1) if paths else 0
 
 
@@ -510,9 +510,9 @@ def test_kill_9_of_tune_or_diagnose_leaves_no_process_and_says_it_never_finished
     proc = start([command, str(scenario), "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet", *extra])
     if command == "tune":
         wait_for_descendants(proc, 1)  # the first trial's DataLoader worker: it is training
-    else:  # the compute run (0 workers) trains in the staged folder
-        wait_for_path(proc, out, ".staged.*")
-    time.sleep(2)
+        time.sleep(2)
+    else:  # the compute run (0 workers) trains in the staged folder, its steps streaming into its recording
+        wait_until(proc, lambda: _recorded_steps(out, ".staged.*/compute") >= 20, "the compute run's steps", 120)
     children = psutil.Process(proc.pid).children(recursive=True)
     proc.kill()
     _finished(proc)
@@ -521,8 +521,12 @@ def test_kill_9_of_tune_or_diagnose_leaves_no_process_and_says_it_never_finished
     (folder,) = [p for p in out.iterdir() if p.is_dir()]
     if command == "tune":  # its document, as it stood: never finished
         assert json.loads((folder / "tune.json").read_text())["status"] == "running"
-    else:  # the hidden staging folder, never renamed: nothing in --out looks like a finished diagnosis
+    else:  # the hidden staging folder, never renamed: nothing in --out looks like a finished diagnosis; the
+        # run it was training is rebuilt from its recording
         assert folder.name.startswith(".staged.") and not (folder / "diagnosis.json").exists()
+        assert main(["report", "--quiet", str(folder / "compute")]) == 0
+        meta, summary = _saved(folder / "compute")
+        assert meta["cut_short"] and meta["diagnose"]["role"] == "compute" and summary["steps"] > 0
 
 
 @pytest.mark.integration

@@ -19,7 +19,9 @@ keeps every row written, the system samples included.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,29 @@ class Recording:
     @property
     def events(self) -> Path:
         return self.path / EVENTS
+
+
+@dataclass(frozen=True)
+class RecordTo:
+    """Where a run's raw records stream while it trains (``pipeline.recording``): ``folder``; ``note_start`` is
+    given run.json's start (what is known before the first step) and the clock's origin; the steps and loading
+    records are written every ``step_rows`` rows, the sampler's every ``tick_rows`` ticks."""
+
+    folder: Path
+    note_start: Callable[[dict[str, Any]], None]
+    step_rows: int
+    tick_rows: int
+
+
+def scenario_record_to(recording: Recording) -> RecordTo:
+    """Where ``pipeline.train.profile_workload`` streams a scenario run's rows: ``recording``; recording.json
+    (kind "scenario") gets run.json's start. A disk already full leaves none: the run goes on, its rows held in
+    memory (``measure.spool``), and there is nothing to rebuild from (``is_recording`` is False)."""
+    def note_start(start: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError):
+            note_facts(recording, {"kind": SCENARIO, **start})
+
+    return RecordTo(recording.path, note_start, FLUSH_STEPS, FLUSH_TICKS)
 
 
 def start_recording(folder: Path) -> Recording:

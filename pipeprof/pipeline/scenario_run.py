@@ -13,10 +13,8 @@ prints: progress goes to the ``Progress`` given.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +24,8 @@ from pipeprof.measure.probe_cache import cached_probe
 from pipeprof.pipeline.derive import derived_files
 from pipeprof.pipeline.progress import SILENT, Progress
 from pipeprof.pipeline.ranks_run import run_ranks
-from pipeprof.pipeline.recording import (
-    FLUSH_STEPS,
-    FLUSH_TICKS,
-    SCENARIO,
-    Recording,
-    is_recording,
-    note_facts,
-    start_recording,
-)
-from pipeprof.pipeline.train import RecordTo, build_workload, profile_workload, resolve_device
+from pipeprof.pipeline.recording import Recording, is_recording, scenario_record_to, start_recording
+from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
 from pipeprof.pipeline.verify import store, verify
 from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
 from pipeprof.scenario import Scenario
@@ -91,8 +81,8 @@ def run_scenario(scenario: Scenario, *, scenario_file: str, overrides: list[str]
             else:
                 work = build_workload(scenario, cache, recorder=recorder, progress=progress.building)
                 task = progress.task(scenario.name, scenario.total_steps())
-                record_to = RecordTo(recording.path, partial(_note_start, recording), FLUSH_STEPS, FLUSH_TICKS)
-                run = profile_workload(work, recorder=recorder, context=context, record_to=record_to,
+                run = profile_workload(work, recorder=recorder, context=context,
+                                       record_to=scenario_record_to(recording),
                                        on_step=lambda done, total: progress.update(task, completed=done))
     except BaseException as e:
         if recording is not None:  # nothing trained (profile_workload keeps what did): nothing to keep
@@ -101,12 +91,6 @@ def run_scenario(scenario: Scenario, *, scenario_file: str, overrides: list[str]
             raise PreparationFailed(f"preparing {scenario.name}: {' '.join(str(e).split())}") from e
         raise
     return _save(run, folder, recording)
-
-
-def _note_start(recording: Recording, start: dict[str, Any]) -> None:
-    """recording.json; a full disk leaves none (the run goes on, its rows held in memory: measure.spool)."""
-    with contextlib.suppress(OSError):
-        note_facts(recording, {"kind": SCENARIO, **start})
 
 
 def _save(run: Run, folder: Path, recording: Recording | None) -> ScenarioRun:

@@ -39,6 +39,7 @@ from pipeprof.measure.spool import CHUNK_ROWS, Spool
 from pipeprof.measure.steady import SteadyState
 from pipeprof.measure.steps import StepTimer, ThroughputTimer
 from pipeprof.measure.what_if import measure_what_ifs
+from pipeprof.pipeline.recording import RecordTo
 from pipeprof.run_folder import (
     DEVICE_MEMORY_COLUMNS,
     FUNCTION_COLUMNS,
@@ -58,17 +59,6 @@ from pipeprof.workload.step import StepFn, make_train_step
 
 OnStep = Callable[[int, int], None]  # (steps done, total steps)
 
-
-@dataclass(frozen=True)
-class RecordTo:
-    """Where a run's raw records stream while it trains (``pipeline.recording``): ``folder``; ``note_start`` is
-    given run.json's start (what is known before the first step) and the clock's origin; the steps and loading
-    records are written every ``step_rows`` rows, the sampler's every ``tick_rows`` ticks."""
-
-    folder: Path
-    note_start: Callable[[dict[str, Any]], None]
-    step_rows: int
-    tick_rows: int
 
 
 def resolve_device(spec: str, cuda_available: bool | None = None) -> torch.device:
