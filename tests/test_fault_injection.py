@@ -177,6 +177,29 @@ def test_a_spool_that_cannot_write_keeps_whole_rows_on_disk_and_the_rest_in_memo
     assert spool_mod.spooled(tmp_path, "steps")["step"].tolist() == [0, 1]  # the file: its whole rows only
 
 
+def test_a_recorded_runs_steps_reach_the_file_every_few_steps_between_steps(tmp_path):
+    from pipeprof.measure.spool import Spool, spooled
+    from pipeprof.measure.steps import StepTimer
+    from pipeprof.pipeline.train import WritingAsItGoes
+    from pipeprof.run_folder import STEP_COLUMNS
+
+    now = [0.0]
+    timer = StepTimer(lambda: now[0], 0.0, 1, spool=Spool(STEP_COLUMNS, tmp_path, "steps"))
+    step_end = WritingAsItGoes(timer, None, every=4)
+    for i in range(10):
+        timer.begin()
+        now[0] += 0.01
+        timer.waited()
+        timer.copied()
+        now[0] += 0.02
+        timer.computed(8, 0.5, 4)
+        step_end(i + 1, 10)
+        written = spooled(tmp_path, "steps")
+        # written at steps 4 and 8: each time every step but the running one (its end is the next begin)
+        assert (0 if written is None else len(written)) == {4: 3, 8: 7}.get(i + 1, 0 if i < 4 else 3 if i < 8 else 7)
+    assert spooled(tmp_path, "steps")["step_s"].tolist() == pytest.approx([0.03] * 7)
+
+
 def test_a_row_cut_mid_write_by_a_kill_is_left_out_when_read_back(tmp_path):
     from pipeprof.measure.spool import spooled
 

@@ -63,7 +63,7 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.schedstat import RunQueueClock, core_wait_s, run_queue_wait
-from pipeprof.measure.spool import CHUNK_ROWS, Spool
+from pipeprof.measure.spool import Spool
 from pipeprof.measure.transforms import TransformTimer, cpu_thread_clock, take_table
 from pipeprof.run_folder import LOADING_COLUMNS, TRANSFORM_COLUMNS
 
@@ -243,13 +243,18 @@ class LoadingRecorder:
         # run.json's transform_pipelines entry for the loader: its timed leaves in call order
         self.pipeline: list[dict[str, Any]] = []
 
-    def spool_to(self, folder: Path, chunk_rows: int = CHUNK_ROWS) -> None:
-        """Stream the records to a file in ``folder`` from now on, ``chunk_rows`` batches a write (before the
-        first record: a long run)."""
+    def spool_to(self, folder: Path) -> None:
+        """Stream the records to a file in ``folder`` from now on (before the first record: a long run)."""
         if len(self._rows):
             raise RuntimeError("spool_to() must come before the first record")
-        self._rows = Spool(LOADING_COLUMNS, folder, "loading", chunk_rows)
-        self._inside = Spool(TRANSFORM_COLUMNS, folder, "transforms", chunk_rows)
+        self._rows = Spool(LOADING_COLUMNS, folder, "loading")
+        self._inside = Spool(TRANSFORM_COLUMNS, folder, "transforms")
+
+    def flush(self) -> None:
+        """Write the records held in memory to the spool files now (a run recorded as it goes, between steps:
+        ``record`` itself, inside the step's data wait, only appends)."""
+        self._rows.flush()
+        self._inside.flush()
 
     def wrap_dataset(self, dataset: SampleDataset) -> Dataset:
         """The timed dataset; its transform's leaves are timed from now on (in place, keyed by this recorder)."""

@@ -48,8 +48,8 @@ EVENTS = "events.jsonl"
 CUT_SHORT = ("cut short: pipeprof ended before it saved the run (killed, or the disk was full); rebuilt by "
              "pipeprof report from the raw records it kept")
 SCENARIO = "scenario"  # recording.json's kind for a `pipeprof run`; none: a profiled script's
-# Rows held in memory before a write: a kill -9 loses at most these. A write is one open and append of a few KB
-# shared by its rows: a few microseconds a step on average, none of it inside a timed part of the step.
+# Rows held in memory before a write: a kill -9 loses at most these (and the step it was in). A write is one open
+# and append of a few KB shared by its rows, between two steps: outside the data wait, copy and compute it times.
 FLUSH_STEPS = 16
 FLUSH_TICKS = 8  # sampler ticks: under a second at the default 10 Hz
 NO_SAMPLES = ("the system samples were in the memory of the pipeprof process that ended before it saved them "
@@ -75,7 +75,7 @@ class Recording:
 class RecordTo:
     """Where a run's raw records stream while it trains (``pipeline.recording``): ``folder``; ``note_start`` is
     given run.json's start (what is known before the first step) and the clock's origin; the steps and loading
-    records are written every ``step_rows`` rows, the sampler's every ``tick_rows`` ticks."""
+    records are written every ``step_rows`` steps (between two steps), the sampler's every ``tick_rows`` ticks."""
 
     folder: Path
     note_start: Callable[[dict[str, Any]], None]

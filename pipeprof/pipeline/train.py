@@ -286,6 +286,24 @@ class DeviceMemoryRows:
         return pd.DataFrame(self.rows + ([last] if last is not None else []), columns=DEVICE_MEMORY_COLUMNS)
 
 
+class WritingAsItGoes:
+    """At every ``every`` steps' end (after the step's parts, before the next step), the steps held back and the
+    loading records go to their spool files (``pipeline.recording``); then ``then``, the step end's own work."""
+
+    def __init__(self, timer: StepTimer, recorder: LoadingRecorder | None, every: int,
+                 then: OnStep | None = None) -> None:
+        self.timer, self.recorder, self.every, self.then = timer, recorder, every, then
+
+    def __call__(self, done: int, total: int) -> None:
+        if done % self.every == 0:
+            self.timer.settle()
+            self.timer.spool.flush()
+            if self.recorder is not None:
+                self.recorder.flush()
+        if self.then is not None:
+            self.then(done, total)
+
+
 def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None, clock: Clock = monotonic_clock,
                      on_step: OnStep | None = None, context: dict[str, Any] | None = None,
                      t0_s: float | None = None, what_ifs: bool = True, record_to: RecordTo | None = None) -> Run:
@@ -313,9 +331,9 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     spool: tempfile.TemporaryDirectory[str] | None = None
     if record_to is None:
         spool = tempfile.TemporaryDirectory(prefix="pipeprof-spool-")
-        spool_dir, step_rows, tick_rows = Path(spool.name), CHUNK_ROWS, CHUNK_ROWS
+        spool_dir, tick_rows = Path(spool.name), CHUNK_ROWS
     else:
-        spool_dir, step_rows, tick_rows = record_to.folder, record_to.step_rows, record_to.tick_rows
+        spool_dir, tick_rows = record_to.folder, record_to.tick_rows
     t0_s = clock() if t0_s is None else t0_s
     rank = work.rank
     collective = rank.collective if rank is not None else None
@@ -323,9 +341,9 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
         absences["collective_wait"] = collective_wait_absence(rank.backend)
     timer = StepTimer(clock, t0_s, scenario.train.warmup_steps, cuda_events(work.device) if on_cuda else None,
                       collective.take if collective is not None else None,
-                      spool=Spool(STEP_COLUMNS, spool_dir, "steps", step_rows))
+                      spool=Spool(STEP_COLUMNS, spool_dir, "steps"))
     if recorder is not None and not recorder.batches:
-        recorder.spool_to(spool_dir, step_rows)
+        recorder.spool_to(spool_dir)
     cold = ColdCache(work, clock, t0_s) if scenario.data.cache == "cold" else None
     sampler = SystemSampler(os.getpid(), scenario.profile.sample_hz, clock=clock, t0_s=t0_s, gpu=monitor,
                             tree_refresh_s=scenario.profile.tree_refresh_s,
@@ -361,7 +379,10 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     if spy is not None:
         spy.start(os.getpid())
     try:
-        train_loop(work, scenario.total_steps(), timer, memory or on_step, recorder=recorder,
+        step_end = memory or on_step
+        if record_to is not None:
+            step_end = WritingAsItGoes(timer, recorder, record_to.step_rows, step_end)
+        train_loop(work, scenario.total_steps(), timer, step_end, recorder=recorder,
                    before_epoch=cold.before_epoch if cold else None,
                    before_step=code.before_step if code else None,
                    stop_after=stop_after)
