@@ -4,7 +4,11 @@ For each fault: the exit status, and what is kept (and where). The logic is
 tested in-process (the interrupt state, the event log, exit statuses, the
 traceback trimming); the faults themselves on a few small real runs of
 ``tests/fixtures/faulty_loop.py`` under ``pipeprof profile``, and one sweep.
-Signals go to the process group, as a terminal sends Ctrl-C (``os.killpg``).
+``run``, ``sweep``, ``tune`` and ``diagnose`` go through a kill -9 of pipeprof
+(what is kept, and no process left training), and ``tune`` and ``diagnose``
+through two Ctrl-C to the group; ``run``'s recording is tested on hand-made
+rows and fake clocks first. Signals go to the process group, as a terminal
+sends Ctrl-C (``os.killpg``).
 Cases covered elsewhere are not repeated: SIGTERM to run / sweep / profile,
 tune and diagnose interrupted (test_interrupts.py), a worker or dataset
 failing in a scenario run and a full disk under ``run`` (test_faults.py).
