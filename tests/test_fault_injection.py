@@ -4,7 +4,11 @@ For each fault: the exit status, and what is kept (and where). The logic is
 tested in-process (the interrupt state, the event log, exit statuses, the
 traceback trimming); the faults themselves on a few small real runs of
 ``tests/fixtures/faulty_loop.py`` under ``pipeprof profile``, and one sweep.
-Signals go to the process group, as a terminal sends Ctrl-C (``os.killpg``).
+``run``, ``sweep``, ``tune`` and ``diagnose`` go through a kill -9 of pipeprof
+(what is kept, and no process left training), and ``tune`` and ``diagnose``
+through two Ctrl-C to the group; ``run``'s recording is tested on hand-made
+rows and fake clocks first. Signals go to the process group, as a terminal
+sends Ctrl-C (``os.killpg``).
 Cases covered elsewhere are not repeated: SIGTERM to run / sweep / profile,
 tune and diagnose interrupted (test_interrupts.py), a worker or dataset
 failing in a scenario run and a full disk under ``run`` (test_faults.py).
@@ -25,7 +29,7 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from test_interrupts import start, wait_for_descendants, wait_until
+from test_interrupts import start, wait_for_descendants, wait_for_path, wait_until
 from tiny import tiny_file
 
 from pipeprof import errors
@@ -149,6 +153,91 @@ def test_torchs_half_built_iterator_is_not_printed_and_anything_else_is():
     assert errors.half_built_iterator(half)
     assert not errors.half_built_iterator(SimpleNamespace(exc_value=ValueError("x"), object=half.object))
     assert not errors.half_built_iterator(SimpleNamespace(exc_value=AttributeError("x"), object=print))
+
+
+# --- pipeprof run's recording: spooled rows, read back after a kill -------------------------------------------
+
+def test_a_spool_that_cannot_write_keeps_whole_rows_on_disk_and_the_rest_in_memory(tmp_path, monkeypatch):
+    from pipeprof.measure import spool as spool_mod
+
+    spool = spool_mod.Spool(["step", "t_s"], tmp_path, "steps", chunk_rows=2)
+    spool.extend([{"step": 0, "t_s": 0.5}, {"step": 1, "t_s": 1.5}])  # written
+    real_writer = spool_mod.csv.writer
+
+    class Full:  # a disk that fills up halfway through the chunk
+        def __init__(self, f):
+            self.f = f
+
+        def writerows(self, rows):
+            self.f.write("2,2.")
+            self.f.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(spool_mod.csv, "writer", Full)
+    spool.extend([{"step": 2, "t_s": 2.5}, {"step": 3, "t_s": 3.5}, {"step": 4, "t_s": 4.5}])
+    monkeypatch.setattr(spool_mod.csv, "writer", real_writer)
+    assert spool.lost == "No space left on device"
+    assert spool.frame()["step"].tolist() == [0, 1, 2, 3, 4]  # nothing lost while the process lives
+    assert spool_mod.spooled(tmp_path, "steps")["step"].tolist() == [0, 1]  # the file: its whole rows only
+
+
+def test_a_recorded_runs_steps_reach_the_file_every_few_steps_between_steps(tmp_path):
+    from pipeprof.measure.spool import Spool, spooled
+    from pipeprof.measure.steps import StepTimer
+    from pipeprof.pipeline.train import WritingAsItGoes
+    from pipeprof.run_folder import STEP_COLUMNS
+
+    now = [0.0]
+    timer = StepTimer(lambda: now[0], 0.0, 1, spool=Spool(STEP_COLUMNS, tmp_path, "steps"))
+    step_end = WritingAsItGoes(timer, None, every=4)
+    for i in range(10):
+        timer.begin()
+        now[0] += 0.01
+        timer.waited()
+        timer.copied()
+        now[0] += 0.02
+        timer.computed(8, 0.5, 4)
+        step_end(i + 1, 10)
+        written = spooled(tmp_path, "steps")
+        # written at steps 4 and 8: each time every step but the running one (its end is the next begin)
+        assert (0 if written is None else len(written)) == {4: 3, 8: 7}.get(i + 1, 0 if i < 4 else 3 if i < 8 else 7)
+    assert spooled(tmp_path, "steps")["step_s"].tolist() == pytest.approx([0.03] * 7)
+
+
+def test_a_row_cut_mid_write_by_a_kill_is_left_out_when_read_back(tmp_path):
+    from pipeprof.measure.spool import spooled
+
+    (tmp_path / "steps.x1.csv").write_text("step,t_s\n0,0.5\n1,1.")
+    assert spooled(tmp_path, "steps").to_dict("records") == [{"step": 0, "t_s": 0.5}]
+    assert spooled(tmp_path, "loading") is None
+
+
+def test_report_rebuilds_a_killed_runs_recording_from_its_spooled_rows(tmp_path, capsys):
+    import pandas as pd
+
+    golden = RUNS / "scenario-ram"
+    folder = tmp_path / "20261204T000000Z-quick"
+    recording = folder / "recording"
+    recording.mkdir(parents=True)
+    meta = json.loads((golden / "run.json").read_text())
+    for key in ("status", "error", "compute_ceiling", "what_ifs"):  # not known when a run starts
+        meta.pop(key, None)
+    t0_s = 1000.0
+    (recording / "recording.json").write_text(json.dumps({"kind": "scenario", "t0_s": t0_s, "meta": meta}))
+    for name in ("steps", "samples", "processes"):
+        shutil.copy(golden / f"{name}.csv", recording / f"{name}.a1b2.csv")
+    loading = pd.read_csv(golden / "loading.csv")
+    raw = loading.copy()
+    raw[["t_start_s", "t_end_s"]] += t0_s  # the recorder spools raw clock readings
+    raw.to_csv(recording / "loading.c3d4.csv", index=False)
+    assert main(["report", "--quiet", str(folder)]) == 0
+    assert "cut short" in capsys.readouterr().err
+    rebuilt, summary = _saved(folder)
+    assert rebuilt["status"] == "interrupted" and rebuilt["cut_short"] and rebuilt["scenario"] == meta["scenario"]
+    assert summary["steps"] == json.loads((golden / "summary.json").read_text())["steps"]
+    pd.testing.assert_frame_equal(pd.read_csv(folder / "loading.csv"), loading, check_dtype=False)
+    assert len(pd.read_csv(folder / "samples.csv")) == len(pd.read_csv(golden / "samples.csv"))
+    assert not recording.exists()
 
 
 # --- an unwritable --out: refused before anything runs -------------------------------------------------------
@@ -387,3 +476,108 @@ def test_run_on_a_really_full_disk_names_the_folder_and_leaves_nothing_half_writ
     assert done.returncode == 1 and len(err) == 1, done.stderr
     assert "No space left on device" in err[0] and f"{mount}/reports/" in err[0]
     assert done.stdout.split() == []  # no folder, hidden or not, in --out
+
+
+# --- pipeprof run: its raw records in the run folder from the start -------------------------------------------
+
+def _recorded_steps(out: Path, folder: str = "*") -> int:
+    """Rows of the steps spool written into the run folder's recording (header excluded)."""
+    paths = list(out.glob(f"{folder}/recording/steps.*.csv"))
+    return max(0, len(paths[0].read_text().splitlines()) - 1) if paths else 0
+
+
+@pytest.mark.integration
+def test_kill_9_of_run_keeps_its_raw_records_and_report_rebuilds_them(tmp_path, capsys):
+    scenario = tiny_file(tmp_path, steps=200000, workers=1)
+    out = tmp_path / "reports"
+    proc = start(["run", str(scenario), "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet"])
+    wait_until(proc, lambda: _recorded_steps(out) >= 40, "steps in the run folder's recording", 120)
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()  # kill -9 of pipeprof: the training process itself
+    _finished(proc)
+    _, alive = psutil.wait_procs(workers, timeout=30)
+    assert not alive, "a DataLoader worker ran on, orphaned"
+    folder = _run_folder(out)
+    recorded = _recorded_steps(out)
+    assert not (folder / "run.json").exists() and (folder / "recording" / "recording.json").is_file()
+    assert main(["report", "--quiet", str(folder)]) == 0
+    assert "cut short" in capsys.readouterr().err
+    meta, summary = _saved(folder)
+    assert meta["status"] == "interrupted" and meta["cut_short"] and meta["scenario"]["name"] == "tiny"
+    assert summary["steps"] == recorded - 5  # every step written, less the 5 of warm-up
+    assert summary["samples_per_s"] > 0 and len(meta) > 10
+    assert not (folder / "recording").exists()  # the rebuilt run replaced it
+
+
+@pytest.mark.integration
+def test_kill_9_of_sweep_stops_its_running_point_which_saves_its_steps(tmp_path):
+    scenario = tiny_file(tmp_path, workers=1)
+    out = tmp_path / "reports"
+    proc = start(["sweep", str(scenario), "--grid", "train.steps=200000,40", "--fixed-steps", "--out", str(out),
+                  "--cache", str(tmp_path / "cache"), "--quiet"])
+    wait_until(proc, lambda: any(p.stat().st_size > 2000 for p in out.glob("**/recording/steps.*.csv")),
+               "the first point's steps in its recording", 180)
+    point = [c for c in psutil.Process(proc.pid).children(recursive=True)]
+    proc.kill()  # kill -9 of the sweep alone: its point gets SIGTERM (PR_SET_PDEATHSIG), never trains on
+    _finished(proc)
+    _, alive = psutil.wait_procs(point, timeout=60)
+    assert not alive, "the sweep's point ran on, orphaned"
+    (run,) = list(out.rglob("run.json"))  # the point saved what it measured; the second never started
+    meta = json.loads(run.read_text())
+    assert meta["status"] == "interrupted" and "SIGTERM" in meta["error"], meta["error"]
+    assert json.loads((run.parent / "summary.json").read_text())["steps"] > 0
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command", ["tune", "diagnose"])
+def test_kill_9_of_tune_or_diagnose_leaves_no_process_and_says_it_never_finished(tmp_path, command):
+    scenario = tiny_file(tmp_path, steps=200000, workers=1)
+    out = tmp_path / "reports"
+    extra = ["--window", "600", "--max-evals", "3"] if command == "tune" else ["--steps", "20000"]
+    proc = start([command, str(scenario), "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet", *extra])
+    if command == "tune":
+        wait_for_descendants(proc, 1)  # the first trial's DataLoader worker: it is training
+        time.sleep(2)
+    else:  # the compute run (0 workers) trains in the staged folder, its steps streaming into its recording
+        wait_until(proc, lambda: _recorded_steps(out, ".staged.*/compute") >= 20, "the compute run's steps", 120)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    _finished(proc)
+    _, alive = psutil.wait_procs(children, timeout=60)
+    assert not alive, f"{command}'s processes ran on, orphaned"
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    if command == "tune":  # its document, as it stood: never finished
+        assert json.loads((folder / "tune.json").read_text())["status"] == "running"
+    else:  # the hidden staging folder, never renamed: nothing in --out looks like a finished diagnosis; the
+        # run it was training is rebuilt from its recording
+        assert folder.name.startswith(".staged.") and not (folder / "diagnosis.json").exists()
+        assert main(["report", "--quiet", str(folder / "compute")]) == 0
+        meta, summary = _saved(folder / "compute")
+        assert meta["cut_short"] and meta["diagnose"]["role"] == "compute" and summary["steps"] > 0
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command", ["tune", "diagnose"])
+def test_two_ctrl_c_to_the_group_under_tune_or_diagnose_keep_what_they_measured(tmp_path, command):
+    scenario = tiny_file(tmp_path, steps=200000, workers=1)
+    out = tmp_path / "reports"
+    extra = ["--window", "600", "--max-evals", "3"] if command == "tune" else ["--steps", "20000"]
+    proc = start([command, str(scenario), "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet", *extra])
+    if command == "tune":
+        wait_for_descendants(proc, 1)
+    else:
+        wait_for_path(proc, out, ".staged.*")
+    time.sleep(2)
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: every process of the group
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGINT)  # the habit: a second one, while it saves
+    _, err = _finished(proc)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "Traceback" not in err, err[-2000:]
+    (folder,) = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    document = json.loads((folder / ("tune.json" if command == "tune" else "diagnosis.json")).read_text())
+    assert document["status"] == "interrupted"
+    if command == "diagnose":
+        assert document["runs"]["compute"]["status"] == "interrupted"
+        (run,) = list(folder.rglob("run.json"))
+        assert json.loads(run.read_text())["status"] == "interrupted"

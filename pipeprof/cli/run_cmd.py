@@ -8,6 +8,9 @@ Examples:
 
 Exit status: 0 when the run completed, 1 when training failed, 130 when
 interrupted (the steps measured so far are still saved), 2 for bad input.
+The run folder is made when training starts and its raw records written
+into it as the run goes: after a kill -9, `pipeprof report FOLDER` rebuilds
+what was recorded, marked cut short.
 """
 
 from __future__ import annotations

@@ -250,6 +250,12 @@ class LoadingRecorder:
         self._rows = Spool(LOADING_COLUMNS, folder, "loading")
         self._inside = Spool(TRANSFORM_COLUMNS, folder, "transforms")
 
+    def flush(self) -> None:
+        """Write the records held in memory to the spool files now (a run recorded as it goes, between steps:
+        ``record`` itself, inside the step's data wait, only appends)."""
+        self._rows.flush()
+        self._inside.flush()
+
     def wrap_dataset(self, dataset: SampleDataset) -> Dataset:
         """The timed dataset; its transform's leaves are timed from now on (in place, keyed by this recorder)."""
         if dataset.transform is not None:

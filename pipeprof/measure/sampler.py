@@ -32,7 +32,7 @@ import psutil
 
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.gpu import PROC_MEM, PROC_UTIL
-from pipeprof.measure.spool import Spool
+from pipeprof.measure.spool import CHUNK_ROWS, Spool
 from pipeprof.run_folder import GPU_PROCESS_COLUMNS, PROCESS_COLUMNS
 
 NAN = float("nan")
@@ -63,6 +63,7 @@ class SystemSampler:
         tree_refresh_s: float = 1.0,
         uss_interval_s: float = 5.0,
         spool_dir: Path | None = None,
+        spool_rows: int = CHUNK_ROWS,
     ) -> None:
         if not sample_hz > 0:
             raise ValueError(f"sample_hz must be > 0, got {sample_hz}")
@@ -94,9 +95,10 @@ class SystemSampler:
         self._prev_cores: list[tuple[float, float]] | None = None  # (busy_s, total_s) per core
 
         # Rows stream to files in spool_dir (a long run stays small); without one they stay in memory.
-        self._samples = Spool(None, spool_dir, "samples")
+        # spool_rows: ticks held before a write (a recorded run writes every few ticks: a kill -9 loses few).
+        self._samples = Spool(None, spool_dir, "samples", spool_rows)
         self._process_rows = Spool(PROCESS_COLUMNS + (GPU_PROCESS_COLUMNS if gpu is not None else []),
-                                   spool_dir, "processes")
+                                   spool_dir, "processes", spool_rows)
         self._absences: dict[str, str] = {}
         # NVML listed processes on the GPU, and whether one was of this tree: pids from another PID namespace
         # (a container) never match, and the tree's zero would be no reading at all.

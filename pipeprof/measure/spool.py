@@ -9,11 +9,16 @@ exactly; NaN and None as an empty cell, which pandas reads as NaN).
 ``frame()`` reads everything back as one DataFrame when the run is over.
 
 Without a folder a spool keeps every row in memory (short runs, tests).
+A file that cannot be written (a full disk) is cut back to its last whole
+row and the spool keeps the rest in memory (``lost`` says why): the run
+goes on and no row is lost while the process lives.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import math
 import os
 import tempfile
@@ -40,6 +45,7 @@ class Spool:
             self.path = Path(path)
         self._rows: list[dict[str, Any]] = []
         self._written = 0
+        self.lost: str | None = None  # why the file stopped taking rows (they stay in memory since)
 
     def __len__(self) -> int:
         return self._written + len(self._rows)
@@ -61,16 +67,23 @@ class Spool:
             self.append(row)
 
     def flush(self) -> None:
-        """Write the rows held in memory to the file (no-op without a folder)."""
-        if self.path is None or not self._rows:
+        """Write the rows held in memory to the file (no-op without a folder, or once it could not be written)."""
+        if self.path is None or not self._rows or self.lost is not None:
             return
-        with open(self.path, "a", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            columns = self.columns
-            assert columns is not None  # the first append() set them
-            if self._written == 0:
-                writer.writerow(columns)
-            writer.writerows([_cell(row.get(c)) for c in columns] for row in self._rows)
+        columns = self.columns
+        assert columns is not None  # the first append() set them
+        size = self.path.stat().st_size if self._written else 0
+        try:
+            with open(self.path, "a", newline="", encoding="utf-8") as f:
+                writer = csv.writer(f)
+                if self._written == 0:
+                    writer.writerow(columns)
+                writer.writerows([_cell(row.get(c)) for c in columns] for row in self._rows)
+        except OSError as e:  # a full disk: the file keeps its whole rows, memory the rest
+            self.lost = e.strerror or str(e)
+            with contextlib.suppress(OSError):
+                os.truncate(self.path, size)
+            return
         self._written += len(self._rows)
         self._rows = []
 
@@ -99,6 +112,20 @@ class Spool:
         if self.path is not None:
             self.path.unlink(missing_ok=True)
         self._rows, self._written = [], 0
+
+
+def spooled(folder: Path, name: str) -> pd.DataFrame | None:
+    """The rows a spool named ``name`` wrote in ``folder`` (read back after its process ended, e.g. killed);
+    None when it wrote none. Its last row is dropped when cut short (a process killed mid-write)."""
+    paths = sorted(folder.glob(f"{name}.*.csv"))
+    if not paths or paths[0].stat().st_size == 0:
+        return None
+    text = paths[0].read_text(encoding="utf-8")
+    if not text.endswith("\n"):  # cut mid-row
+        text = text[: text.rfind("\n") + 1]
+    if not text:
+        return None
+    return pd.read_csv(io.StringIO(text))
 
 
 def _cell(value: Any) -> Any:

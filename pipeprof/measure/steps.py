@@ -194,6 +194,16 @@ class StepTimer:
             if events is None or _done(events[2]):  # else the device is behind: try again next step
                 self._drain(count)
 
+    def settle(self) -> None:
+        """Turn the steps held back into rows now, all but the last (its end is the next step's begin); on a
+        device only once the newest of them is done (a query, never a wait: else at a later call). For a run
+        whose rows stream to disk as it goes (``pipeline.recording``), between steps, outside their parts."""
+        count = len(self._pending) - 1
+        if count > 0:
+            events = self._pending[count - 1].events
+            if events is None or _done(events[2]):
+                self._drain(count)
+
     def finish(self) -> None:
         """Close the last step (its ``step_s`` ends here)."""
         self._end_s = self.clock()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gc
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from pipeprof.errors import UsageError, interrupt_reason
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.pipeline.derive import derived_files
 from pipeprof.pipeline.progress import BAD, OK, SILENT, WARN, Progress
+from pipeprof.pipeline.recording import scenario_record_to, start_recording
 from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
 from pipeprof.render.diagnosis import render_diagnosis_html
 from pipeprof.run_folder import ensure_out_folder, save_run, staged_folder, write_json, write_text
@@ -118,17 +120,20 @@ def sub_run(plan: SubRun, tmp: Path, cache: Path | None, progress: Progress, con
     except Exception as e:  # noqa: BLE001 - recorded in the diagnosis: which run failed and why
         result("failed", BAD)
         return _outcome(plan, "failed", f"building the workload: {type(e).__name__}: {_message(e)}")
-    try:
-        run = profile_workload(work, recorder=recorder, context=context,
+    folder = tmp / plan.role
+    try:  # its raw records stream into its folder: a killed diagnose leaves them for `pipeprof report`
+        recording = start_recording(folder)
+        run = profile_workload(work, recorder=recorder, context=context, record_to=scenario_record_to(recording),
                                on_step=lambda done, total: progress.update(task, completed=done))
     except Exception as e:  # noqa: BLE001 - training failures come back in the run; this is the profiler's own
+        shutil.rmtree(folder, ignore_errors=True)
         result("failed", BAD)
         return _outcome(plan, "failed", f"profiling: {type(e).__name__}: {_message(e)}")
     finally:
         del work  # the next run starts from nothing: no data, model or DataLoader workers left over
         gc.collect()
     summary, files = derived_files(run, report_name)
-    save_run(run, tmp / plan.role, files)
+    save_run(run, folder, files)
     status = str(run.meta.get("status") or "failed")
     rate = summary.get("samples_per_s")
     if status == "complete" and rate:

@@ -17,11 +17,13 @@ instead of raising, so the caller can record what happened before it exits.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +73,9 @@ def run_child(scenario_file: Path, out: Path, *, cache: Path | None = None, extr
     out.mkdir(parents=True, exist_ok=True)
     before = {p.name for p in out.iterdir()}
     cmd = list(command) if command is not None else run_command(scenario_file, out, cache, extra)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a point never trains on, orphaned, after a kill -9 of its sweep or tune: it gets SIGTERM and saves its steps
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,  # noqa: PLW1509
+                            preexec_fn=die_with_parent())
     interrupted = False
     try:
         stdout, stderr = proc.communicate()
@@ -96,6 +100,29 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGINT, wait_s: float
     except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
         proc.kill()
         return proc.communicate()
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """The child's last act before it runs the command (Linux): SIGTERM when pipeprof ends, kill -9
+    included, so that a profiled script or a sweep's or tune's point never runs on orphaned and unwatched
+    (``prctl(PR_SET_PDEATHSIG)``; a launcher passes the SIGTERM on to its ranks). None where there is no prctl."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # pipeprof ended before the call: it would never come
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def _new_folder(out: Path, before: set[str]) -> Path | None:

@@ -12,7 +12,6 @@ Nothing here prints.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
@@ -30,7 +29,7 @@ from typing import Any
 import pipeprof
 from pipeprof.analysis.live_window import LiveWindow
 from pipeprof.errors import NotSaved, UsageError, current_interrupts, one_line, saving
-from pipeprof.pipeline.fresh_process import stop_process
+from pipeprof.pipeline.fresh_process import die_with_parent, stop_process
 from pipeprof.pipeline.light_profile import LightProfile, keep_windows_only
 from pipeprof.pipeline.live_profile import ProfileLive
 from pipeprof.pipeline.recording import note_facts, start_recording
@@ -190,27 +189,6 @@ def exit_status(returncode: int, received: list[int] | None = None) -> int:
     return returncode
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """The child's last act before it runs the command (Linux): SIGTERM when pipeprof ends, kill -9
-    included, so that the script never runs on orphaned and unwatched (``prctl(PR_SET_PDEATHSIG)``; a
-    launcher passes the SIGTERM on to its ranks). None where there is no prctl."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def die_with_parent() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # pipeprof ended before the call: it would never come
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return die_with_parent
-
-
-_PR_SET_PDEATHSIG = 1
 
 
 def outcome(returncode: int, ended: dict[str, Any] | None, received: list[int]) -> tuple[str, str | None]:
@@ -289,7 +267,7 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
     session = Session(name, events, warmup_steps=warmup_steps, sample_hz=sample_hz, events_dir=tmp,
                       what_ifs_absent=what_ifs_absent, spool_dir=spool)
     try:
-        process = subprocess.Popen(argv, env=env, preexec_fn=_die_with_parent())  # noqa: PLW1509 - see there
+        process = subprocess.Popen(argv, env=env, preexec_fn=die_with_parent())  # noqa: PLW1509 - see there
         started_s = time.monotonic()
     except OSError as e:
         shutil.rmtree(folder, ignore_errors=True)

@@ -35,11 +35,12 @@ from pipeprof.measure.loading import SCENARIO_LOADER, LoadingRecorder
 from pipeprof.measure.prefetch import NAN, ready_batches
 from pipeprof.measure.pyspy import PySpy
 from pipeprof.measure.sampler import SystemSampler
-from pipeprof.measure.spool import Spool
+from pipeprof.measure.spool import CHUNK_ROWS, Spool
 from pipeprof.measure.steady import SteadyState
 from pipeprof.measure.steps import StepTimer, ThroughputTimer
 from pipeprof.measure.what_if import measure_what_ifs
 from pipeprof.measure.windows import probes_budget
+from pipeprof.pipeline.recording import RecordTo
 from pipeprof.run_folder import (
     DEVICE_MEMORY_COLUMNS,
     FUNCTION_COLUMNS,
@@ -58,6 +59,7 @@ from pipeprof.workload.model import build_model
 from pipeprof.workload.step import StepFn, make_train_step
 
 OnStep = Callable[[int, int], None]  # (steps done, total steps)
+
 
 
 def resolve_device(spec: str, cuda_available: bool | None = None) -> torch.device:
@@ -285,9 +287,27 @@ class DeviceMemoryRows:
         return pd.DataFrame(self.rows + ([last] if last is not None else []), columns=DEVICE_MEMORY_COLUMNS)
 
 
+class WritingAsItGoes:
+    """At every ``every`` steps' end (after the step's parts, before the next step), the steps held back and the
+    loading records go to their spool files (``pipeline.recording``); then ``then``, the step end's own work."""
+
+    def __init__(self, timer: StepTimer, recorder: LoadingRecorder | None, every: int,
+                 then: OnStep | None = None) -> None:
+        self.timer, self.recorder, self.every, self.then = timer, recorder, every, then
+
+    def __call__(self, done: int, total: int) -> None:
+        if done % self.every == 0:
+            self.timer.settle()
+            self.timer.spool.flush()
+            if self.recorder is not None:
+                self.recorder.flush()
+        if self.then is not None:
+            self.then(done, total)
+
+
 def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None, clock: Clock = monotonic_clock,
                      on_step: OnStep | None = None, context: dict[str, Any] | None = None,
-                     t0_s: float | None = None, what_ifs: bool = True) -> Run:
+                     t0_s: float | None = None, what_ifs: bool = True, record_to: RecordTo | None = None) -> Run:
     """Train ``work`` under the profiler and return the raw records.
 
     ``t0_s``: the clock reading times count from (default: now); the ranks of a job share their
@@ -297,6 +317,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     After a complete run the compute ceiling and the what-if probes (``measure.what_if``, ~1.2 s) are
     measured; ``what_ifs=False`` leaves the probes out (run.json says so): a workload whose dataset and step
     count their own calls (the ground-truth test) is then called by the training loop only.
+    ``record_to``: the raw records stream into that folder as the run goes (a killed pipeprof leaves them).
     """
     scenario = work.scenario
     on_cuda = work.device.type == "cuda"
@@ -308,8 +329,12 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     else:
         monitor = gpu
     # Steps, samples and loading records stream to files here: a run of hours stays small (measure.spool).
-    spool = tempfile.TemporaryDirectory(prefix="pipeprof-spool-")
-    spool_dir = Path(spool.name)
+    spool: tempfile.TemporaryDirectory[str] | None = None
+    if record_to is None:
+        spool = tempfile.TemporaryDirectory(prefix="pipeprof-spool-")
+        spool_dir, tick_rows = Path(spool.name), CHUNK_ROWS
+    else:
+        spool_dir, tick_rows = record_to.folder, record_to.tick_rows
     t0_s = clock() if t0_s is None else t0_s
     rank = work.rank
     collective = rank.collective if rank is not None else None
@@ -323,7 +348,8 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     cold = ColdCache(work, clock, t0_s) if scenario.data.cache == "cold" else None
     sampler = SystemSampler(os.getpid(), scenario.profile.sample_hz, clock=clock, t0_s=t0_s, gpu=monitor,
                             tree_refresh_s=scenario.profile.tree_refresh_s,
-                            uss_interval_s=scenario.profile.uss_interval_s, spool_dir=spool_dir)
+                            uss_interval_s=scenario.profile.uss_interval_s, spool_dir=spool_dir,
+                            spool_rows=tick_rows)
     profile = scenario.profile
     code = CodeProfile(scenario.train.warmup_steps, profile.cprofile_steps, work.data.batches) \
         if profile.cprofile_steps else None
@@ -337,13 +363,27 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     memory = DeviceMemoryRows(CudaMemoryWindows(torch.cuda, device=work.device), clock, t0_s, on_step) \
         if on_cuda else None
     status, error = "complete", None
+    if record_to is not None:  # what a rebuild needs that the rows do not say (pipeline.recording)
+        record_to.note_start({"t0_s": t0_s, "meta": {
+            "pipeprof_version": pipeprof.__version__,
+            "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "scenario": scenario.to_dict(), "device": str(work.device), "timing": timer.timing(),
+            "environment": describe_environment(work.threads),
+            "gpu": {"available": False, "reason": absences["gpu"]} if monitor is None else
+                   {"available": True, **monitor.info()},
+            "absences": {**absences, **(context or {}).get("absences", {})}, "notes": work.notes,
+            "cache": {"mode": scenario.data.cache, "dataset_bytes": work.data.nbytes_on_disk(), "drops": []},
+            **{k: v for k, v in (context or {}).items() if k != "absences"}}})
     sampler.start()
     if steady is not None:
         steady.begin()
     if spy is not None:
         spy.start(os.getpid())
     try:
-        train_loop(work, scenario.total_steps(), timer, memory or on_step, recorder=recorder,
+        step_end = memory or on_step
+        if record_to is not None:
+            step_end = WritingAsItGoes(timer, recorder, record_to.step_rows, step_end)
+        train_loop(work, scenario.total_steps(), timer, step_end, recorder=recorder,
                    before_epoch=cold.before_epoch if cold else None,
                    before_step=code.before_step if code else None,
                    stop_after=stop_after)
@@ -429,7 +469,8 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
         meta["transform_pipelines"] = {str(SCENARIO_LOADER): recorder.pipeline}
     if transforms.empty:
         absences["transforms"] = nothing_timed_inside(scenario, recorder.batches if recorder else None)
-    spool.cleanup()
+    if spool is not None:
+        spool.cleanup()
     functions = pd.DataFrame([row for r in recorded.values() for row in r.rows], columns=FUNCTION_COLUMNS)
     attachments = {name: content for r in recorded.values() for name, content in r.files.items()}
     return Run(meta=meta, steps=steps, samples=samples, processes=processes, loading=loading,

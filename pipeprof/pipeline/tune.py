@@ -89,6 +89,7 @@ def tune(scenario: Scenario, *, scenario_file: Path, overrides: list[str], out: 
     doc = new_document("tune", scenario, scenario_file=str(scenario_file), overrides=overrides,
                        axes=[(d, []) for d in DIMENSIONS_SHOWN if d in start],
                        measure=Measure(max_seconds=budget.window_s))
+    save_document(doc, folder)  # status "running": what a tune killed with kill -9 leaves
     robust = budget.finalists > 0
     broad_s = max(budget.window_s * budget.broad_share, min(budget.window_s, BROAD_MIN_S)) if robust \
         else budget.window_s
