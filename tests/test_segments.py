@@ -307,7 +307,8 @@ def test_a_scripts_loop_goes_on_after_steps_and_its_predictions_read_the_segment
 
 @pytest.mark.integration
 @pytest.mark.parametrize("script, args", [
-    ("accelerate_loop", ("--epochs", "3")),  # a look-ahead loader: the segment batch is taken one next() early
+    # the segments serve only the batches the script's own epochs still hold: leave it epochs to spare
+    ("accelerate_loop", ("--epochs", "30")),  # a look-ahead loader: the segment batch is taken one next() early
     ("trainer_class", ("--epochs", "20", "--samples", "2048", "--num-workers", "1", "--no-tqdm")),
 ])
 def test_segments_in_framework_and_trainer_class_loops(tmp_path, script, args):

@@ -335,8 +335,8 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
             sections["script"] = {**sections["script"], "wall_s": script_wall_s(run)}
         if started is not None and isinstance(sections["loading"], dict):  # spawned / forkserver workers
             sections["loading"] = {**sections["loading"], "worker_start": started}
-            if run.meta.get("overrides"):  # pipeprof profile --loader / --threads: what was set from outside
-                sections["script"]["overrides"] = run.meta["overrides"]
+        if run.meta.get("overrides"):  # pipeprof profile --loader / --threads: what was set from outside
+            sections["script"]["overrides"] = run.meta["overrides"]
     probe = probe if probe is not None else run.meta.get("probe")
     listed = recommend(run, attr, judged)
     recs, bounds = ranked(listed, intervals(run, listed, probe=probe))
