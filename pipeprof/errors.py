@@ -123,6 +123,17 @@ def restore(previous: Any) -> None:
         sys.unraisablehook = _HOOKS.pop()[0]
 
 
+def ignore_until_exit() -> None:
+    """Undo ``on_sigterm`` in a process that is pipeprof's own and about to exit with the status the command
+    decided: a Ctrl-C or SIGTERM from here on is ignored. Restored, Python's default handler would raise
+    ``KeyboardInterrupt`` outside the command (a second Ctrl-C a second after the first, arriving while the
+    process exits) and the process would die by SIGINT, not exit 130 with its run saved."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if _HOOKS:
+        sys.unraisablehook = _HOOKS.pop()[0]
+
+
 def current_interrupts() -> Interrupts | None:
     """The running command's state (None outside a command: a library caller's process)."""
     return _HOOKS[-1][1] if _HOOKS else None

@@ -244,3 +244,49 @@ def test_a_sigterm_lost_where_it_was_raised_ends_the_training_loop_at_its_next_s
         assert steps == [2, 2]
     finally:
         errors.restore(previous)
+
+
+def test_a_late_ctrl_c_while_pipeprof_exits_keeps_the_decided_status(monkeypatch):
+    """`pipeprof` in its own process (argv None): after the command decided its status, a second Ctrl-C (a
+    second after the first, the run saved) is ignored; Python's default handler would kill it by SIGINT."""
+    from pipeprof.cli import main as cli_main
+
+    monkeypatch.setattr(cli_main, "_exit_fast", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["pipeprof", "--no-such-option"])
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        assert cli_main.main() == 2  # the status decided (a usage error here)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN == signal.getsignal(signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)  # arrives while the process exits: nothing raised
+        time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
+    assert cli_main.main(["--no-such-option"]) == 2 and signal.getsignal(signal.SIGINT) == before[0]  # in-process
+
+
+def test_a_ctrl_c_as_profile_hands_the_signals_back_waits_for_the_save(monkeypatch):
+    """The script had the first Ctrl-C; a second arriving just as `_Signals` gives the command's handler back
+    is a later one (held for the save), not a first one raised before the run is saved."""
+    from pipeprof.errors import on_sigterm, restore
+    from pipeprof.pipeline import script_run
+
+    state, previous = on_sigterm()
+    real_signal = signal.signal
+
+    def signal_arriving_as_handed_back(sig, handler):
+        old = real_signal(sig, handler)
+        if sig == signal.SIGINT and handler == state.handle:
+            handler(signal.SIGINT, None)  # the second Ctrl-C, the moment the command's handler is back
+        return old
+
+    try:
+        signals = script_run._Signals(subprocess.Popen([sys.executable, "-c", "pass"]))
+        with signals:
+            signals._handle(signal.SIGINT, None)  # the first: the script's
+            monkeypatch.setattr(signal, "signal", signal_arriving_as_handed_back)
+    finally:
+        monkeypatch.undo()
+        restore(previous)
+        signals.process.wait()
+    assert state.signals == [signal.SIGINT, signal.SIGINT] and state.hurried

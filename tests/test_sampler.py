@@ -14,7 +14,7 @@ import pytest
 
 from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.gpu import ProcessGpu
-from pipeprof.measure.sampler import SystemSampler, _next_deadline_s
+from pipeprof.measure.sampler import SystemSampler, _next_deadline_s, main_thread_children
 from pipeprof.run_folder import GPU_PROCESS_COLUMNS, GPU_SAMPLE_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS
 from pipeprof.script.job import rank_processes, rank_samples
 
@@ -245,6 +245,36 @@ def test_children_called_once_per_tree_refresh_not_every_tick():
     assert root.children_calls == 3  # at t = 0, 1.0, 2.0
     sampler.stop()  # the final tick looks for workers once more
     assert root.children_calls == 4
+
+
+def test_a_worker_started_between_refreshes_is_sampled_at_the_next_tick():
+    """A pass's workers can start and end between two tree refreshes (a short epoch on a fast machine): the
+    kernel's list of each process's children, read every tick, brings the refresh forward."""
+    kernel: dict[int, list[int]] = {}
+    sampler, ps, clock, root = make(tree_refresh_s=1.0, children_of=kernel.get)
+    worker = FakeProcess(201)
+    sampler.tick()  # t=0: main only
+    root.kids, kernel[100] = [worker], [201]  # forked at t=0.1, gone by t=0.9
+    for _ in range(3):
+        clock.advance(0.25)
+        sampler.tick()
+    worker.gone, root.kids, kernel[100] = FakeNoSuchProcess, [], []
+    clock.advance(0.25)
+    sampler.tick()
+    assert [r["t_s"] for r in rows_of(sampler, 201)] == [0.25, 0.5, 0.75]
+    assert rows_of(sampler, 201)[0]["role"] == "worker" and root.children_calls == 2  # t=0, and once at 0.25
+
+
+def test_children_of_the_main_thread_read_from_the_kernel():
+    """The default reader of the kernel's list: this process's own children, None for a pid that is not."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        kids = main_thread_children(os.getpid())
+        assert kids is None or child.pid in kids  # None: a kernel without the list (the refresh still runs)
+    finally:
+        child.kill()
+        child.wait()
+    assert main_thread_children(2**22 + 1) is None  # above any pid_max: no such process
 
 
 def test_uss_only_every_interval_and_at_stop():

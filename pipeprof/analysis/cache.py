@@ -11,8 +11,8 @@ step's start to its last step's end; each process's cumulative ``read_bytes``
 is interpolated linearly between sampler ticks and the window's increase is
 summed over the process tree. A process first seen inside a window counts
 from its first reading: bytes it read before the sampler first saw it (a new
-worker is found at the next process-tree refresh, ``tree_refresh_s``, 1 s by
-default) are lost. They are reported as ``unattributed_read_bytes`` (an upper
+worker is found at the next tick on Linux, else at the next process-tree
+refresh, ``tree_refresh_s``, 1 s by default) are lost. They are reported as ``unattributed_read_bytes`` (an upper
 bound: some may predate the window), so ``read_bytes`` is a lower bound and a
 cold check can fail when it should not, never pass when it should not.
 """

@@ -49,6 +49,7 @@ from pipeprof.errors import (
     NotSaved,
     Terminated,
     UsageError,
+    ignore_until_exit,
     interrupt_reason,
     on_sigterm,
     one_line,
@@ -116,7 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pipeprof: {interrupt_reason(e)}", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
     finally:
-        restore(previous)
+        if argv is None:  # the process exits with the status decided: a late signal must not change it
+            ignore_until_exit()
+        else:
+            restore(previous)
 
 
 def _exit_fast() -> None:

@@ -10,7 +10,13 @@ Costs measured on a 2-core machine decided the shape:
 * ``Process.children(recursive=True)`` scans all of /proc (~2 ms); doing it
   every tick at 50 Hz cost 20% of training throughput. The tree is refreshed
   every ``tree_refresh_s`` and the ``psutil.Process`` objects are reused in
-  between, which costs ~1-3% even at 100 Hz.
+  between, which costs ~1-3% even at 100 Hz. A process started in between is
+  still found at the next tick: each tick reads the list of children the
+  kernel keeps for each known process's main thread (Linux's
+  ``/proc/PID/task/PID/children``, one small read a process) and refreshes the
+  tree when it names a new one. A DataLoader's workers (forked or spawned by
+  the loop's thread) live for a pass, which on a fast machine can end between
+  two refreshes: they would be missing from the run, as if the loader had none.
 * USS (``memory_full_info``) walks page tables, tens of ms per process, so it
   is read only every ``uss_interval_s`` and at ``stop()``.
 
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +71,7 @@ class SystemSampler:
         uss_interval_s: float = 5.0,
         spool_dir: Path | None = None,
         spool_rows: int = CHUNK_ROWS,
+        children_of: Callable[[int], list[int] | None] | None = None,
     ) -> None:
         if not sample_hz > 0:
             raise ValueError(f"sample_hz must be > 0, got {sample_hz}")
@@ -81,6 +89,8 @@ class SystemSampler:
         self._gone = (psutil_module.NoSuchProcess, psutil_module.ZombieProcess, psutil_module.AccessDenied)
         self._gpu = gpu
         self._tree_refresh_s = tree_refresh_s
+        # The pids a process's main thread started (None: not known); the kernel's list is of real pids only.
+        self._children_of = children_of or (main_thread_children if psutil_module is psutil else _not_known)
         self._uss_interval_s = uss_interval_s
 
         self._root = psutil_module.Process(root_pid)
@@ -215,7 +225,7 @@ class SystemSampler:
     def _tick(self, final: bool) -> None:
         with self._lock:
             now = self._clock()
-            if final or self._next_tree_s is None or now >= self._next_tree_s:
+            if final or self._next_tree_s is None or now >= self._next_tree_s or self._new_child():
                 self._refresh_tree()
                 self._next_tree_s = now + self._tree_refresh_s
             if self._next_uss_s is None:  # first tick: the first snapshot is one interval away
@@ -327,6 +337,14 @@ class SystemSampler:
                 self._seen[child.pid] = self._describe(child)
         self._procs = current
 
+    def _new_child(self) -> bool:
+        """A process of the tree started one the tree does not hold yet (a DataLoader's new workers)."""
+        for pid in list(self._procs):
+            kids = self._children_of(pid)
+            if kids and any(kid not in self._procs for kid in kids):
+                return True
+        return False
+
     def _describe(self, proc: Any) -> dict[str, Any]:
         """A descendant as first seen (once per pid: two /proc reads): parent, command line, when."""
         try:
@@ -373,6 +391,21 @@ class SystemSampler:
             # counter can step backwards.
             pcts.append(min(100.0, max(0.0, 100.0 * (busy1 - busy0) / total)) if total > 0 else NAN)
         return pcts
+
+
+def main_thread_children(pid: int) -> list[int] | None:
+    """The pids the main thread of ``pid`` started and that still run, from Linux's
+    ``/proc/PID/task/PID/children``; None where the kernel does not say (another OS, a kernel without it, a
+    process gone): the tree refresh every ``tree_refresh_s`` still finds them."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
+            return [int(word) for word in f.read().split()]
+    except (OSError, ValueError):
+        return None
+
+
+def _not_known(pid: int) -> list[int] | None:
+    return None
 
 
 def _tree_total(values: list[float]) -> float:

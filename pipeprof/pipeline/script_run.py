@@ -28,7 +28,7 @@ from typing import Any
 
 import pipeprof
 from pipeprof.analysis.live_window import LiveWindow
-from pipeprof.errors import NotSaved, UsageError, current_interrupts, one_line, saving
+from pipeprof.errors import Interrupts, NotSaved, UsageError, current_interrupts, one_line, saving
 from pipeprof.pipeline.fresh_process import die_with_parent, stop_process
 from pipeprof.pipeline.light_profile import LightProfile, keep_windows_only
 from pipeprof.pipeline.live_profile import ProfileLive
@@ -158,12 +158,16 @@ class _Signals:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # The command's handler learns of the script's signals before it is back: one arriving as it comes back
+        # is then a later one, held for the save, never a first one raised before the run is saved.
+        interrupts = current_interrupts() or Interrupts()  # none: a library caller's process, nothing to tell
+        noted = len(self.received)
+        for sig in self.received[:noted]:
+            interrupts.note(sig)
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
-        interrupts = current_interrupts()
-        if interrupts is not None:  # a Ctrl-C now does not abort the save
-            for sig in self.received:
-                interrupts.note(sig)
+        for sig in self.received[noted:]:  # came while handing back
+            interrupts.note(sig)
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.received.append(signum)
