@@ -41,20 +41,20 @@ lint: install
 	$(VENV)/bin/mypy
 
 # tests/test_docs.py runs `mkdocs build --strict` (into a temporary folder) as one of the suite's tests
-# The whole suite in two passes. First the unit tests (in one process each, one core each) on TEST_WORKERS
+# The whole suite in two passes. First every test not marked `serial`, unit and integration alike, on TEST_WORKERS
 # pytest-xdist workers (auto: one per core, at most TEST_MAX_WORKERS: each worker holds torch, about 1 GiB; a file's
-# tests stay on one worker). Then, alone, the integration tests (real runs of several processes each: beside each
-# other on 2 cores the suite took 36 min against 23, see BENCHMARKS.md) and the serial ones (timings held to a known
-# truth). Both passes run; make fails if either failed. TEST_WORKERS=0 runs the first pass in one process too.
-UNIT := not integration and not serial
+# tests stay on one worker, so its shared runs are made once). Then, alone, the `serial` tests: timings held to a
+# known truth, and premises that need the machine's cores free. Both passes run; make fails if either failed.
+# TEST_WORKERS=0 runs the first pass in one process too.
+PARALLEL := not serial
 TEST_WORKERS ?= auto
 TEST_MAX_WORKERS ?= 8
 test: install browser lint
 	@status=0; \
-	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -p no:xdist -m "$(UNIT)" || status=$$?; \
-	else $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses $(TEST_MAX_WORKERS) --dist loadgroup -m "$(UNIT)" \
+	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -p no:xdist -m "$(PARALLEL)" || status=$$?; \
+	else $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses $(TEST_MAX_WORKERS) --dist loadgroup -m "$(PARALLEL)" \
 	  || status=$$?; fi; \
-	$(PY) -m pytest -p no:xdist -m "not ($(UNIT))" || status=$$?; \
+	$(PY) -m pytest -p no:xdist -m "not ($(PARALLEL))" || status=$$?; \
 	exit $$status
 
 docs: install

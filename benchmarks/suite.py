@@ -7,8 +7,8 @@
 whole program, but not the browser's; *browser*, tests/test_browser.py (Chromium opens the pages). Each
 tier is one ``pytest -m EXPR`` process of its own, one after the other, so the three together are the
 whole suite. ``--workers N`` runs the tiers as ``make test`` does: the unit tier's tests not marked
-``serial`` with ``-n N --dist loadgroup`` (pytest-xdist), then its ``serial`` ones (timing-sensitive) alone;
-the integration and browser tiers in one process; ``--workers 0`` runs every tier in one process
+``serial`` with ``-n N --dist loadgroup`` (pytest-xdist), then its ``serial`` ones (timing-sensitive) alone,
+and the same for the integration and browser tiers; ``--workers 0`` runs every tier in one process
 (``-p no:xdist``). Per tier: the wall time of its pytest processes (collection and
 the session's shared runs included), its tests passed / failed / skipped, and across tiers the ``--slowest``
 tests by their own duration (setup, call and teardown: a test that made a shared run pays for it). The

@@ -96,6 +96,7 @@ def test_a_storage_change_is_not_run(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.serial  # its premise, a recommended change, needs the cores free: other tests beside it leave none
 def test_verify_re_runs_the_plain_loop_with_the_recommendation_applied(tmp_path):
     out = tmp_path / "reports"
     proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--out", str(out), "--quiet", "--verify",

@@ -331,6 +331,7 @@ def test_no_what_ifs_ends_the_script_at_steps(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.serial  # its windows must close within the budget: a loaded machine cuts them short
 def test_lightning_ends_each_epoch_by_its_own_count_and_validates_between_yet_every_window_is_whole(tmp_path):
     # 24 batches an epoch (limit_train_batches) and a validation pass after each: a 0.1 s window holds more
     folder = _profile(tmp_path, "lightning_mlp", "--epochs", "400", steps=30)  # room for the segments on a fast machine

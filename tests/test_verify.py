@@ -260,6 +260,7 @@ def test_ctrl_c_in_the_parent_lets_the_child_save_and_returns_interrupted(tmp_pa
 
 
 @pytest.mark.integration
+@pytest.mark.serial  # its premise, a recommended change, needs the cores free: other tests beside it leave none
 def test_run_verify_re_runs_the_top_recommendation_in_a_fresh_process(tmp_path, capsys):
     scenario = tmp_path / "tiny-jpeg.toml"
     scenario.write_text(IMAGES.replace('cache = "cold"\n', "").replace("num_workers = 1", "num_workers = 0")
