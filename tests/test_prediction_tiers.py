@@ -67,6 +67,24 @@ def test_a_measured_change_is_predicted_from_its_probe_against_the_as_run_loop()
     assert recs_of(run)[0]["tier"] == "measured"
 
 
+def test_more_workers_than_probed_are_estimated_from_the_compute_beside_workers_and_scale_at_most_linearly():
+    # 0 workers on 2 cores; the loop fed by 1 worker was probed: its compute beside a worker (receiving batches
+    # included) and its own rate bound an estimate of 2 workers, which compute alone (no receiving) would not
+    run = machine_run(cores=16, workers=0, gpu=False, threads=1, main_cores=1.0)
+    now = BATCH / STEP_S
+    free = predicted(run, {"loader.num_workers": 2})
+    assert free["tier"] == "estimated"
+    run.meta["what_ifs"] = {"train_workers": {"1": {"samples_per_s": 0.3 * now, "threads": 1,
+                                                    "compute_samples_per_s": 0.5 * compute_ceiling(run)}},
+                            "train_as_run": {"samples_per_s": now}}
+    rec = predicted(run, {"loader.num_workers": 2})
+    assert rec["tier"] == "estimated"
+    assert rec["predicted_samples_per_s"] <= 2 * 0.3 * now + 1e-6  # 2/1 x the loop measured with 1 worker
+    assert rec["predicted_samples_per_s"] <= 0.5 * compute_ceiling(run) + 1e-6  # C beside a worker
+    assert rec["predicted_samples_per_s"] < free["predicted_samples_per_s"]
+    assert "C beside workers" in rec["model"] and "what_ifs.train_workers" in rec["model"]
+
+
 @pytest.mark.parametrize("cores, workers, batch_s, main_cores", [
     (16, 4, 0.3, 1.0), (64, 16, 2.0, 1.0), (2, 1, 0.05, 0.9), (4, 0, 0.03, 1.2), (8, 2, 0.01, 0.5),
 ])

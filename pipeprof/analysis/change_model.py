@@ -187,7 +187,22 @@ class ChangeModel:
             return not_predicted(f"fewer workers than the run's {self.k}: their effect was not measured")
         supply = self.supply(*self.parts)
         if threads is None:
-            return self.estimate.at(k, supply)
+            beside = self._compute_beside_workers(k)
+            if beside is None:
+                return self.estimate.at(k, supply)
+            c, k_probed = beside
+            p = self.estimate.at(k, supply, ceiling=min(self.ceiling, c))
+            words = (f"; C beside workers = {fmt.rate(c)}, the loop's compute measured beside "
+                     f"{fmt.plural(k_probed, 'worker')} (receiving their batches included: what_ifs.train_workers)")
+            probe = self.probes.trained.get((k_probed, self.threads))
+            measured = self.probes.read(self.current, probe, "").samples_per_s if probe is not None else None
+            if measured is not None and p.samples_per_s is not None:  # k workers supply at most k/k' × k' workers'
+                cap = measured * k / k_probed
+                if cap < p.samples_per_s:
+                    p = dataclasses.replace(p, samples_per_s=cap)
+                    words += (f"; at most {k}/{k_probed} × the loop measured with {fmt.plural(k_probed, 'worker')} "
+                              f"= {fmt.rate(cap)}")
+            return dataclasses.replace(p, model=p.model + words)
         if self.gpu:
             return not_predicted("the job computes on a GPU: torch's CPU threads are not its compute, and no probe "
                                  "measured them")
@@ -198,6 +213,18 @@ class ChangeModel:
         p = self.estimate.at(k, supply, ceiling=c, main=min(threads, self.cores.main))
         return dataclasses.replace(p, model=f"{p.model}; C at {threads:g} threads = C × the loop alone at "
                                             f"{threads:g} / at {self.threads:g} threads (what_ifs.device_loop_threads)")
+
+    def _compute_beside_workers(self, k: int) -> tuple[float, int] | None:
+        """The loop's compute rate measured beside the most workers probed up to ``k`` (read at the run's pace
+        where the as-run loop was measured beside the probes), and that number of workers; None: no probe."""
+        probed = [kp for kp in self.probes.compute_beside if kp <= k]
+        if not probed:
+            return None
+        kp = max(probed)
+        c = self.probes.compute_beside[kp]
+        if self.probes.as_run and self.current:
+            c *= self.current / self.probes.as_run
+        return c, kp
 
     def _batch_x(self) -> Prediction:
         """Whole batches at once with 0 workers: the loop taking batches by one index is the device loop

@@ -156,6 +156,9 @@ class Probes:
     as_run: float | None
     as_run_source: str | None
     loop_threads: dict[float, float]  # device_loop at its threads and device_loop_threads at theirs
+    # the loop's compute (n / Σ(compute + h2d)) beside k workers handing it batches, at the run's threads
+    # (train_workers' compute_samples_per_s): receiving batches included, which compute alone does not have
+    compute_beside: dict[int, float] = field(default_factory=dict)
 
     def read(self, run_samples_per_s: float, probe_samples_per_s: float, what: str) -> Prediction:
         """``X_run · probe(change) / probe(as run)`` where the as-run loop was measured, else the probe."""
@@ -172,6 +175,9 @@ class Probes:
 def probes_of(what_ifs: dict[str, Any], storage: str | None) -> Probes:
     """``Probes`` from run.json ``what_ifs`` (entries absent or malformed left out)."""
     trained: dict[tuple[int, float], float] = {}
+    beside = {int(key): rate for key, entry in as_dict(what_ifs.get("train_workers")).items()
+              if str(key).isdigit() and int(key) > 0 and as_dict(entry).get("absent") is None
+              and (rate := _positive(as_dict(entry).get("compute_samples_per_s"))) is not None}
     for name in ("train_workers", "train_threads"):
         for key, entry in as_dict(what_ifs.get(name)).items():
             rate, threads = _rate(entry), _positive(as_dict(entry).get("threads"))
@@ -188,7 +194,7 @@ def probes_of(what_ifs: dict[str, Any], storage: str | None) -> Probes:
         rate, threads = _rate(entry), _positive(entry.get("threads"))
         if rate is not None and threads is not None:
             loop_threads[threads] = rate
-    return Probes(trained, ram, loop, as_run, source if as_run else None, loop_threads)
+    return Probes(trained, ram, loop, as_run, source if as_run else None, loop_threads, beside)
 
 
 def _rate(entry: Any) -> float | None:
