@@ -90,12 +90,13 @@ def _both(tmp: Path, script: str, *args: str) -> tuple[dict, dict, dict, dict]:
 
 
 def _same_wait(profiled: dict, called_back: dict, profiled_own: dict, own: dict) -> None:
-    """Data wait shares within 3 points: the callback's and its script's own clock in the same run; across the
-    two runs, within 3 points beyond what the script's own clock saw change between them (a shared machine's
-    run-to-run noise is no fault of either way of profiling)."""
+    """Data wait shares: the callback's and `pipeprof profile`'s within 3 points of each other beyond what the
+    script's own clock saw change between the two runs (a machine's run-to-run noise is no fault of either way
+    of profiling); each within 5 points of its script's own clock in the same run, as every framework fixture
+    is held (that clock also counts the framework's own work between a batch's end and the next one's start)."""
     cb, pp = called_back["fractions"]["data_wait"], profiled["fractions"]["data_wait"]
-    assert cb == pytest.approx(own["data_wait_share"], abs=0.03)
-    assert pp == pytest.approx(profiled_own["data_wait_share"], abs=0.03)
+    assert cb == pytest.approx(own["data_wait_share"], abs=0.05)
+    assert pp == pytest.approx(profiled_own["data_wait_share"], abs=0.05)
     assert abs(cb - pp) <= 0.03 + abs(own["data_wait_share"] - profiled_own["data_wait_share"])
 
 
