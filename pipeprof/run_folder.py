@@ -402,18 +402,19 @@ def staged_folder(root: Path, name: str, now: dt.datetime | None = None) -> Iter
 
 def to_json(data: Any) -> str:
     """Sorted-key JSON; NaN and infinities become null (JSON has no NaN)."""
-    return json.dumps(_finite(data), indent=2, sort_keys=True, default=_json_default, allow_nan=False) + "\n"
+    return json.dumps(finite_json(data), indent=2, sort_keys=True, default=_json_default, allow_nan=False) + "\n"
 
 
-def _finite(data: Any) -> Any:
+def finite_json(data: Any) -> Any:
+    """``data`` with NaN and infinities as None, numpy scalars as Python ones (what JSON can hold)."""
     if isinstance(data, float):
         return data if math.isfinite(data) else None
     if isinstance(data, dict):
-        return {k: _finite(v) for k, v in data.items()}
+        return {k: finite_json(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
-        return [_finite(v) for v in data]
+        return [finite_json(v) for v in data]
     if hasattr(data, "item") and not isinstance(data, (str, bytes)):
-        return _finite(data.item())
+        return finite_json(data.item())
     return data
 
 

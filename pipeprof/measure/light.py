@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeprof.run_folder import finite_json
 from pipeprof.script.event_file import ROWS
 from pipeprof.script.event_steps import script_steps
 
@@ -51,7 +52,7 @@ class RotatingWindows:
         self._size = self.path.stat().st_size if self.path.exists() else 0
 
     def write(self, window: Mapping[str, Any]) -> None:
-        line = json.dumps(_finite(dict(window)), sort_keys=True, allow_nan=False) + "\n"
+        line = json.dumps(finite_json(dict(window)), sort_keys=True, allow_nan=False) + "\n"
         data = line.encode()
         if self._size + len(data) > self.max_bytes // 2 and self._size:
             os.replace(self.path, self.folder / OLDER_WINDOWS_FILE)
@@ -80,16 +81,6 @@ def read_windows(folder: Path) -> tuple[list[dict[str, Any]], int]:
             else:
                 bad += 1
     return out, bad
-
-
-def _finite(data: Any) -> Any:
-    if isinstance(data, float):
-        return data if math.isfinite(data) else None
-    if isinstance(data, dict):
-        return {k: _finite(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [_finite(v) for v in data]
-    return data
 
 
 class EventTail:
