@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from test_interrupts import start, wait_for_descendants, wait_for_path, wait_until
+from test_interrupts import start, start_long_sweep, wait_for_descendants, wait_for_path, wait_until
 from tiny import tiny_file
 
 from pipeprof import errors
@@ -439,10 +439,7 @@ def test_a_full_disk_at_the_save_keeps_the_raw_records_and_names_them(tmp_path, 
 
 @pytest.mark.integration
 def test_ctrl_c_to_a_sweeps_process_group_keeps_the_running_point(tmp_path):
-    scenario = tiny_file(tmp_path, workers=1)
-    out = tmp_path / "reports"
-    proc = start(["sweep", str(scenario), "--grid", "train.steps=200000,40", "--fixed-steps", "--out", str(out),
-                  "--cache", str(tmp_path / "cache"), "--quiet"])
+    proc, out = start_long_sweep(tmp_path)
     wait_for_descendants(proc, 2)  # the first point's child and its DataLoader worker: it is training
     time.sleep(3)
     os.killpg(proc.pid, signal.SIGINT)  # the child gets it twice: from the terminal and from the sweep
@@ -511,10 +508,7 @@ def test_kill_9_of_run_keeps_its_raw_records_and_report_rebuilds_them(tmp_path, 
 
 @pytest.mark.integration
 def test_kill_9_of_sweep_stops_its_running_point_which_saves_its_steps(tmp_path):
-    scenario = tiny_file(tmp_path, workers=1)
-    out = tmp_path / "reports"
-    proc = start(["sweep", str(scenario), "--grid", "train.steps=200000,40", "--fixed-steps", "--out", str(out),
-                  "--cache", str(tmp_path / "cache"), "--quiet"])
+    proc, out = start_long_sweep(tmp_path)
     wait_until(proc, lambda: any(p.stat().st_size > 2000 for p in out.glob("**/recording/steps.*.csv")),
                "the first point's steps in its recording", 180)
     point = [c for c in psutil.Process(proc.pid).children(recursive=True)]

@@ -36,6 +36,15 @@ def _is_python(proc: psutil.Process) -> bool:
         return False
 
 
+def start_long_sweep(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    """A sweep whose first point trains for long (200,000 fixed steps, one worker): its process and its --out."""
+    scenario = tiny_file(tmp_path, workers=1)
+    out = tmp_path / "reports"
+    proc = start(["sweep", str(scenario), "--grid", "train.steps=200000,40", "--fixed-steps", "--out", str(out),
+                  "--cache", str(tmp_path / "cache"), "--quiet"])
+    return proc, out
+
+
 def wait_for_descendants(proc: subprocess.Popen, count: int, timeout_s: float = 120.0) -> None:
     """Until ``proc`` has ``count`` Python descendants (a DataLoader worker, a child run) — training has begun.
 
@@ -86,10 +95,7 @@ def test_sigterm_to_run_saves_the_steps_and_exits_143(tmp_path):
 
 @pytest.mark.integration
 def test_sigterm_to_sweep_reaches_the_point_running_and_keeps_the_sweep(tmp_path):
-    scenario = tiny_file(tmp_path, workers=1)
-    out = tmp_path / "reports"
-    proc = start(["sweep", str(scenario), "--grid", "train.steps=200000,40", "--fixed-steps", "--out", str(out),
-                  "--cache", str(tmp_path / "cache"), "--quiet"])
+    proc, out = start_long_sweep(tmp_path)
     wait_for_descendants(proc, 2)  # the first point's child and its DataLoader worker: it is training
     time.sleep(3)
     proc.send_signal(signal.SIGTERM)
