@@ -46,16 +46,25 @@ lint: install
 # tests stay on one worker, so its shared runs are made once). Then, alone, the `serial` tests: timings held to a
 # known truth, and premises that need the machine's cores free. Both passes run; make fails if either failed.
 # TEST_WORKERS=0 runs the first pass in one process too.
+# Overlapped where nothing is lost: chromium's packages (apt) install while pip installs the project, and the lint
+# (ruff, mypy) runs beside the first pass, whose workers wait on their subprocesses; its findings are printed after
+# the pass and fail make as before. The serial pass starts once the lint is done: it needs the cores free.
 PARALLEL := not serial
 TEST_WORKERS ?= auto
 TEST_MAX_WORKERS ?= 8
-test: install browser lint
-	@status=0; \
+test:
+	@logs=$$(mktemp -d); \
+	$(MAKE) --no-print-directory browser > $$logs/browser 2>&1 & browser=$$!; \
+	$(MAKE) --no-print-directory install; installed=$$?; \
+	wait $$browser; cat $$logs/browser; [ $$installed = 0 ] || exit $$installed; \
+	$(MAKE) --no-print-directory lint > $$logs/lint 2>&1 & lint=$$!; \
+	status=0; \
 	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -p no:xdist -m "$(PARALLEL)" || status=$$?; \
 	else $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses $(TEST_MAX_WORKERS) --dist loadgroup -m "$(PARALLEL)" \
 	  || status=$$?; fi; \
+	wait $$lint || status=$$?; cat $$logs/lint; \
 	$(PY) -m pytest -p no:xdist -m "not ($(PARALLEL))" || status=$$?; \
-	exit $$status
+	rm -rf $$logs; exit $$status
 
 docs: install
 	$(VENV)/bin/mkdocs build --strict --site-dir site

@@ -121,7 +121,8 @@ class ProfileSpec:
     loading: bool = True  # time fetch / prep / collate inside the workers (~1 us per sample)
     cprofile_steps: int = 0  # cProfile this many counted steps right after warm-up (and the workers); 0 = off
     pyspy_hz: int = 0  # py-spy samples the process tree at this rate; 0 = off
-    what_ifs: bool = True  # after a complete run, the probes the predictions are measured from (<= 5.5 s)
+    what_ifs: bool = True  # after a complete run, the probes the predictions are measured from
+    what_ifs_s: float = 0.0  # the probes' total budget; 0: the larger of 3 s and 10 % of the run's training
 
 
 @dataclass(frozen=True)
@@ -247,6 +248,8 @@ SCHEMA: dict[str, dict[str, Rule]] = {
         "cprofile_steps": _int(0),
         "pyspy_hz": Rule("int", "0 (off) or a rate in Hz, an integer from 1 to 1000", lambda v: 0 <= v <= 1000),
         "what_ifs": BOOL,
+        "what_ifs_s": Rule("float", "a number of seconds >= 0 (0: the larger of 3 s and 10 % of the run's training)",
+                           lambda v: v >= 0),
     },
 }
 

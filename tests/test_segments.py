@@ -18,7 +18,7 @@ from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.windows import Windows
 from pipeprof.script.event_steps import ScriptSteps
 from pipeprof.script.protocol import WHAT_IFS_ENV
-from pipeprof.script.segments import Endless, Segment, WhatIfSegments, plan, variant_loader
+from pipeprof.script.segments import Endless, Segment, WhatIfSegments, plan, run_pace, variant_loader
 from pipeprof.script.session import CUT, NO_STEPS, RAN_TO_END, script_what_ifs
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -92,9 +92,10 @@ STEP_S = {(0, 1): 0.004, (1, 1): 0.002, (0, 2): 0.003, (2, 1): 0.0015, (3, 1): 0
 
 
 def _loop(segments: WhatIfSegments, clock: FakeClock, iterator: Any, steps: int = 10_000,
-          away: dict[int, float] | None = None) -> int:
+          away: dict[int, float] | None = None, slower: float = 1.0) -> int:
     """The script's loop after the stop: next() on its training iterator, then a step whose length depends on
-    the segment running; ``away``: at step i, seconds in another loader's pass first. Returns the steps run."""
+    the segment running (``slower`` times STEP_S); ``away``: at step i, seconds in another loader's pass first.
+    Returns the steps run."""
     for i in range(steps):
         if away and i in away:
             assert segments.serves(1, object()) is False  # a validation loader's next()
@@ -107,7 +108,7 @@ def _loop(segments: WhatIfSegments, clock: FakeClock, iterator: Any, steps: int 
             return i
         running = segments.running
         assert running is not None
-        clock.advance(STEP_S[(running.segment.num_workers, torch.get_num_threads())])
+        clock.advance(slower * STEP_S[(running.segment.num_workers, torch.get_num_threads())])
     return steps
 
 
@@ -180,6 +181,38 @@ def test_a_segment_that_would_overrun_the_budget_is_not_started(one_thread):
     assert "samples_per_s" in found["train_workers"]["1"]
     assert found["train_threads"]["0"]["absent"].startswith("not started: the segments after a run take at most")
     assert set(found["train_workers"]) == {"1"}  # the extra ones the budget left out are not recorded
+
+
+def test_the_budget_follows_the_runs_own_pace_so_a_slow_gpu_step_gets_windows_that_hold_steps(one_thread):
+    # a GPU job: 400 ms steps for 100 s (its as-run loop is STEP_S[(0, 1)] × 100); the budget is 10 % of its
+    # training, and each window holds 3 of its steps, where fixed 0.1 s windows would read single steps
+    clock, log = FakeClock(), Log()
+    segments = _segments(clock, log)
+    iterator = object()
+    segments.begin(DataLoader(_dataset(), batch_size=8), 0, iterator, step_ends_s=[0.4 * i for i in range(250)])
+    _loop(segments, clock, iterator, slower=100)
+    found = log.events[0][2]
+    assert found["budget"]["total_budget_s"] == pytest.approx(10.0)
+    assert found["budget"]["window_s"] == pytest.approx(1.2)
+    as_run = found["train_as_run"]
+    assert len(as_run["samples_per_s_per_window"]) == 3 and min(as_run["steps_per_window"]) >= 3
+    assert as_run["samples_per_s"] == pytest.approx(8 / 0.4)
+    assert found["train_workers"]["1"]["samples_per_s"] == pytest.approx(8 / 0.2)
+    assert found["took_s"] <= 10.0 + 1.2 + 0.4  # within the budget (a window may end on the step after it)
+    # a 1 ms CPU step for 7 s: no more than the 3 s floor, windows of 0.1 s; no pace known: the same defaults
+    for ends in ([0.001 * i for i in range(7000)], []):
+        quick = _segments(FakeClock(), Log())
+        quick.begin(DataLoader(_dataset(), batch_size=8), 0, object(), step_ends_s=ends)
+        assert quick.results["budget"]["total_budget_s"] == pytest.approx(3.0)
+        assert quick.results["budget"]["window_s"] == pytest.approx(0.1)
+
+
+def test_run_pace_reads_the_steps_after_the_warm_up():
+    ends = [0.0, 1.0, 1.5] + [1.5 + 0.2 * i for i in range(1, 11)]  # two slow warm-up steps, then 0.2 s steps
+    training_s, step_s = run_pace(ends)
+    assert step_s == pytest.approx(0.2) and training_s == pytest.approx(ends[-1] + 0.2)
+    assert run_pace([1.0]) == (None, None)
+    assert run_pace([0.0, 0.5])[1] == pytest.approx(0.5)  # fewer steps than the warm-up: all of them
 
 
 class Broken(torch.utils.data.Dataset):
@@ -269,6 +302,10 @@ def test_why_a_script_run_has_no_what_ifs():
     assert script_what_ifs(measured, None) == {"train_workers": {}}
 
 
+# these short runs' own budget is the 3 s floor: room asked for (as a user would) for every planned segment
+ROOM = ("--what-ifs-seconds", "6")
+
+
 def _profile(tmp_path: Path, script: str, *args: str, steps: int = 30, flags: tuple[str, ...] = ()) -> Path:
     out = tmp_path / script
     proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--quiet", "--steps", str(steps), *flags,
@@ -283,10 +320,11 @@ def _profile(tmp_path: Path, script: str, *args: str, steps: int = 30, flags: tu
 def test_a_scripts_loop_goes_on_after_steps_and_its_predictions_read_the_segments(tmp_path):
     # room for the segments: the script's epochs end where its own would (len(loader)), and 3 may end them
     folder = _profile(tmp_path, "plain_loop", "--epochs", "40", "--samples", "2048", "--collate-ms", "1",
-                      flags=("--threads", "1"))
+                      flags=("--threads", "1", *ROOM))
     meta = json.loads((folder / "run.json").read_text())
     found = meta["what_ifs"]
     assert meta["script"]["ended"]["how"] == "stopped"
+    assert found["budget"]["total_budget_s"] == 6.0 and found["took_s"] < 6.0 + 3  # the budget asked for
     assert found["train_as_run"]["samples_per_s"] > 0 and found["train_as_run"]["num_workers"] == 0
     assert found["train_workers"]["1"]["samples_per_s"] > 0 and found["train_workers"]["1"]["startup_s"] > 0
     assert found["train_threads"]["0"]["threads"] == 2 and found["train_threads"]["0"]["samples_per_s"] > 0
@@ -312,7 +350,7 @@ def test_a_scripts_loop_goes_on_after_steps_and_its_predictions_read_the_segment
     ("trainer_class", ("--epochs", "20", "--samples", "2048", "--num-workers", "1", "--no-tqdm")),
 ])
 def test_segments_in_framework_and_trainer_class_loops(tmp_path, script, args):
-    folder = _profile(tmp_path, script, *args, steps=25)
+    folder = _profile(tmp_path, script, *args, steps=25, flags=ROOM)
     meta = json.loads((folder / "run.json").read_text())
     found = meta["what_ifs"]
     assert meta["status"] == "complete"
@@ -334,7 +372,8 @@ def test_no_what_ifs_ends_the_script_at_steps(tmp_path):
 @pytest.mark.serial  # its windows must close within the budget: a loaded machine cuts them short
 def test_lightning_ends_each_epoch_by_its_own_count_and_validates_between_yet_every_window_is_whole(tmp_path):
     # 24 batches an epoch (limit_train_batches) and a validation pass after each: a 0.1 s window holds more
-    folder = _profile(tmp_path, "lightning_mlp", "--epochs", "400", steps=30)  # room for the segments on a fast machine
+    # 400 epochs: room for the segments on a fast machine
+    folder = _profile(tmp_path, "lightning_mlp", "--epochs", "400", steps=30, flags=ROOM)
     found = json.loads((folder / "run.json").read_text())["what_ifs"]
     for entry in (found["train_as_run"], found["train_workers"]["1"], found["train_threads"]["0"]):
         assert len(entry["samples_per_s_per_window"]) == 3 and entry["cut_short"] is False

@@ -162,3 +162,14 @@ def test_a_script_tune_s_unconfirmed_best_says_so():
            "best": {"change": {"loader.num_workers": 2}, "speedup": 1.2, "samples_per_s": 1200.0,
                     "confirmed": False, "python": "num_workers=2"}}
     assert "best: x1.20: 1,200 samples/s (a short trial, not confirmed)" in answer_text(doc)
+
+
+def test_profile_refuses_a_what_ifs_budget_that_is_not_a_finite_number_of_seconds(tmp_path, capsys):
+    script = tmp_path / "never.py"
+    script.write_text(f"open({str(tmp_path / 'ran')!r}, 'w')\n")
+    for value in ("0", "-1", "inf", "nan", "soon"):
+        assert main(["profile", "--steps", "20", "--what-ifs-seconds", value, "-o", str(tmp_path / "out"), "--",
+                     "python", str(script)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "--what-ifs-seconds" in err and "expected a number > 0" in err, err
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "out").exists()

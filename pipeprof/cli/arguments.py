@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 
@@ -23,7 +24,7 @@ def positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not value > 0:
+    if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
     return value
 

@@ -81,7 +81,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeprof import format as fmt
-from pipeprof.cli.arguments import non_negative_int, positive_int, seconds_at_least_1
+from pipeprof.cli.arguments import non_negative_int, positive_float, positive_int, seconds_at_least_1
 from pipeprof.cli.output import stdout_closed, stdout_console
 from pipeprof.errors import UsageError
 
@@ -121,6 +121,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-what-ifs", dest="what_ifs", action="store_false", default=None,
                    help="end the script at --steps at once: no what-if segments of its loop after the run "
                         "(also: PIPEPROF_WHAT_IFS=0 in the environment)")
+    p.add_argument("--what-ifs-seconds", dest="what_ifs_s", type=positive_float, metavar="S",
+                   help="the what-if segments' total budget after --steps (default: the larger of 3 s and 10 %% "
+                        "of the run's training); longer measures more variants, and more windows of slow steps")
     p.add_argument("--live", action="store_true",
                    help="a terminal dashboard of the last second while the script runs (steps/s, shares, prefetch "
                         "queue, workers, GPU, the verdict so far)")
@@ -174,7 +177,7 @@ def execute(args: argparse.Namespace) -> int:
         saved = profile_script(args.command, out=args.out, name=args.name, steps=args.steps,
                                warmup_steps=args.warmup_steps, sample_hz=args.sample_hz, overrides=overrides,
                                cprofile_steps=args.cprofile, pyspy_hz=args.pyspy, what_ifs=args.what_ifs,
-                               live=live.show if live is not None else None, light_s=args.light)
+                               what_ifs_s=args.what_ifs_s, live=live.show if live is not None else None, light_s=args.light)
     finally:
         if live is not None:
             live.close()

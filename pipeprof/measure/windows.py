@@ -28,13 +28,16 @@ PROBES_SHARE = 0.1
 STEPS_PER_WINDOW = 3  # a window holds at least this many of the run's steps (a 300 ms GPU step: 0.9 s)
 
 
-def probes_budget(training_s: float | None, step_s: float | None) -> dict[str, float]:
+def probes_budget(training_s: float | None, step_s: float | None,
+                  total_s: float | None = None) -> dict[str, float]:
     """The probes' budgets after a run that trained ``training_s`` seconds at ``step_s`` seconds a step, counted
     in steps with wall-time caps that follow the run's step time: ``total_budget_s`` = max(``MIN_PROBES_S``,
     ``PROBES_SHARE`` × training); ``window_s`` = ``STEPS_PER_WINDOW`` steps (at least ``WINDOW_S``); a probe's
     ``budget_s`` = its warm-up and windows' steps (at least ``BUDGET_S``, at most the total). Unknown times:
-    the defaults."""
+    the defaults. ``total_s``: the total the user asked for, in place of the default."""
     total = max(MIN_PROBES_S, PROBES_SHARE * training_s) if training_s and training_s > 0 else MIN_PROBES_S
+    if total_s is not None and total_s > 0:
+        total = total_s
     if not step_s or step_s <= 0:
         return {"total_budget_s": total, "window_s": WINDOW_S, "budget_s": BUDGET_S}
     window = max(WINDOW_S, STEPS_PER_WINDOW * step_s)

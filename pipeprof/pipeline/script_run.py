@@ -44,6 +44,7 @@ from pipeprof.script.protocol import (
     STARTUP_PACKAGE,
     STEPS_ENV,
     WHAT_IFS_ENV,
+    WHAT_IFS_SECONDS_ENV,
 )
 from pipeprof.script.session import NO_STEPS, WHAT_IFS_OFF, Session
 
@@ -214,13 +215,15 @@ def outcome(returncode: int, ended: dict[str, Any] | None, received: list[int]) 
 def profile_script(command: list[str], *, out: Path, name: str | None = None, steps: int | None = None,
                    warmup_steps: int = 5, sample_hz: float = 10.0, overrides: Overrides | None = None,
                    cprofile_steps: int = 0, pyspy_hz: int = 0, what_ifs: bool | None = None,
-                   live: Callable[[LiveWindow], None] | None = None, light_s: float | None = None) -> ScriptRun:
+                   what_ifs_s: float | None = None, live: Callable[[LiveWindow], None] | None = None,
+                   light_s: float | None = None) -> ScriptRun:
     """Run ``command`` (``python SCRIPT ARGS``, ``python -m MODULE ARGS`` or ``SCRIPT.py ARGS``) under the
     hooks, sampling its process tree at ``sample_hz``; ``steps``: end it after that many training steps;
     ``overrides``: loader settings and threads changed from outside (``script.overrides``);
     ``cprofile_steps`` / ``pyspy_hz``: the code-level view (``pipeline.script_code_profile``; 0: off);
     ``what_ifs``: after ``steps``, the script's loop fed by variants of its training loader (``script.segments``;
-    None: unless ``PIPEPROF_WHAT_IFS=0`` in the environment); ``live``: shown the last second of the script
+    None: unless ``PIPEPROF_WHAT_IFS=0`` in the environment); ``what_ifs_s``: their total budget in seconds
+    (None: the larger of 3 s and 10 % of the run's training); ``live``: shown the last second of the script
     about once a second while it runs (``pipeline.live_profile``); ``light_s``: keep only window aggregates,
     one every ``light_s`` seconds (``pipeline.light_profile``), and no step of the run's own.
     The run folder is saved under ``out`` however the script ended."""
@@ -251,6 +254,9 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
     if what_ifs is None:
         what_ifs = os.environ.get(WHAT_IFS_ENV, "1") != "0"
     env[WHAT_IFS_ENV] = "1" if what_ifs else "0"
+    env.pop(WHAT_IFS_SECONDS_ENV, None)  # a profiled script's own pipeprof profile child: not the parent's
+    if what_ifs_s is not None:
+        env[WHAT_IFS_SECONDS_ENV] = repr(float(what_ifs_s))
     env.pop(OVERRIDES_ENV, None)  # a profiled script's own pipeprof profile child: not the parent's
     if overrides:
         env[OVERRIDES_ENV] = json.dumps(overrides.to_json())

@@ -413,7 +413,8 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
                 done = timer.frame()  # the steps so far (the table is read again for the run below)
                 counted = done[~done["warmup"].astype(bool)]["step_s"] if len(done) else done
                 budget = probes_budget(float(done["step_s"].sum()) if len(done) else trained_s,
-                                       float(counted.median()) if len(counted) else None)
+                                       float(counted.median()) if len(counted) else None,
+                                       work.scenario.profile.what_ifs_s or None)
                 what_ifs_meta = {**measure_what_ifs(work, train_loop, clock, **budget), "budget": budget}
             except Exception as e:  # noqa: BLE001 - a missing probe is recorded, never a failed run
                 what_ifs_meta = {"absent": one_line(e)}

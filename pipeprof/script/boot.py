@@ -19,10 +19,17 @@ import sys
 from types import TracebackType
 from typing import Any
 
-from pipeprof.errors import half_built_iterator
+from pipeprof.errors import half_built_iterator, one_line
 from pipeprof.script import code_profile, overrides
 from pipeprof.script.hooks import EventLog, Hooks, clock, started_facts
-from pipeprof.script.protocol import EVENTS_DIR_ENV, EVENTS_ENV, OVERRIDES_ENV, STEPS_ENV, WHAT_IFS_ENV
+from pipeprof.script.protocol import (
+    EVENTS_DIR_ENV,
+    EVENTS_ENV,
+    OVERRIDES_ENV,
+    STEPS_ENV,
+    WHAT_IFS_ENV,
+    WHAT_IFS_SECONDS_ENV,
+)
 from pipeprof.script.segments import WhatIfSegments
 
 
@@ -30,7 +37,8 @@ def main(argv: list[str]) -> None:
     steps = os.environ.get(STEPS_ENV)
     hooks = Hooks(EventLog(os.environ[EVENTS_ENV]), int(steps) if steps else None)
     if steps and os.environ.get(WHAT_IFS_ENV, "1") != "0":  # after --steps, the loop fed by variants
-        hooks.segments = WhatIfSegments(hooks.log, hooks.clock)
+        budget_s = os.environ.get(WHAT_IFS_SECONDS_ENV)
+        hooks.segments = WhatIfSegments(hooks.log, hooks.clock, total_budget_s=float(budget_s) if budget_s else None)
     log = hooks.log
     log.add(("S", clock(), {**started_facts(), "argv": argv}), clock())
     if argv[0] == "-m":
@@ -66,7 +74,7 @@ def main(argv: list[str]) -> None:
         _trim_own_frames_from_traceback()
         raise
     except BaseException as e:
-        log.add(("X", clock(), "exception", f"{type(e).__name__}: {' '.join(str(e).split())}"), clock())
+        log.add(("X", clock(), "exception", one_line(e)), clock())
         _trim_own_frames_from_traceback()
         raise
     else:

@@ -319,6 +319,7 @@ class Hooks:
         self.trained: set[int] = set()  # loaders whose batch came last before a backward pass or optimizer step
         self.step_at_backward = False  # the last step ended at a backward pass, and no batch came since
         self.steps_told = 0  # the most steps the listeners were told of
+        self.step_ends_s: list[float] = []  # host time of each step's end as counted: the segments' budget
         self.threads_read = False  # torch's thread count read at the first step end (T)
         self.threads_ended = False  # ... and at the end
         self.batches: dict[int, int] = {}  # loader number -> batches (stops a script without an optimizer)
@@ -429,7 +430,8 @@ class Hooks:
         if not segments.begun:
             loader = self._keep[number] if 0 <= number < len(self._keep) else None
             segments.training_device = self.device.index
-            segments.begin(loader, number if number == self.last_batch_loader else None, iterator)
+            segments.begin(loader, number if number == self.last_batch_loader else None, iterator,
+                           step_ends_s=self.step_ends_s)
         if segments.serves(number, iterator):
             return segments.next_batch()
         data = original(iterator)  # another loader's batch (a validation pass): the script's own, untimed
@@ -623,6 +625,8 @@ class Hooks:
         if steps <= self.steps_told:  # counted already (a batch counted as a step before its backward pass)
             return
         self.steps_told = steps
+        if self.segments is not None:
+            self.step_ends_s.append(self.clock())
         for listener in self.step_listeners:
             listener(steps)
         # Stop at the next next(): the step's own bookkeeping after optimizer.step() still runs.

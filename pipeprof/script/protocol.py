@@ -20,3 +20,6 @@ CPROFILE_ENV = "PIPEPROF_CPROFILE"
 # Optional: "0" turns off the what-if segments after --steps (``pipeprof profile --no-what-ifs``; verify and
 # tune trials): ``pipeprof.script.segments``.
 WHAT_IFS_ENV = "PIPEPROF_WHAT_IFS"
+# Optional: the what-if segments' total budget in seconds (``pipeprof profile --what-ifs-seconds``); unset: the
+# larger of 3 s and 10 % of the run's training (``measure.windows.probes_budget``).
+WHAT_IFS_SECONDS_ENV = "PIPEPROF_WHAT_IFS_SECONDS"

@@ -33,6 +33,7 @@ import threading
 from types import TracebackType
 from typing import Any
 
+from pipeprof.errors import one_line
 from pipeprof.script import worker_start
 from pipeprof.script.post_import import PostImport
 from pipeprof.script.protocol import EVENTS_DIR_ENV, OVERRIDES_ENV, STEPS_ENV
@@ -84,8 +85,7 @@ def _record_spawned_failures(hooks: Any, clock: Any) -> None:
                     return fn(*a)
                 except Exception as e:
                     if hooks.live and not hooks.ended:
-                        hooks.log.add(("X", clock(), "exception", f"{type(e).__name__}: {' '.join(str(e).split())}"),
-                                      clock())
+                        hooks.log.add(("X", clock(), "exception", one_line(e)), clock())
                         hooks.ended = True
                     raise
             return original(recorded, i, args, *rest)
@@ -121,7 +121,7 @@ def _install() -> None:
     def excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         if hooks.live and not issubclass(kind, SystemExit):
             how = "interrupted" if issubclass(kind, KeyboardInterrupt) else "exception"
-            hooks.log.add(("X", clock(), how, f"{kind.__name__}: {' '.join(str(value).split())}"), clock())
+            hooks.log.add(("X", clock(), how, one_line(value)), clock())
             hooks.ended = True
         previous_hook(kind, value, tb)
 

@@ -30,9 +30,12 @@ torch's warnings about the variant's workers are not the script's to see. Each v
 round without end (``Endless``), so that a new pass of the script's goes on with the same variant, and the
 variant's workers start once (their start-up, the first batch's wait and step, is kept as
 ``startup_s``); its warm-up takes the first steps (and the ``k × prefetch_factor`` batches asked for at
-``iter()``), then up to ``WINDOWS`` windows of at least ``k + 1`` batches within ``WORKERS_BUDGET_S`` (stretched
+``iter()``), then up to ``WINDOWS`` windows of at least ``k + 1`` batches within the segment's budget (stretched
 to ``TRAINED_FULL_BUDGET_S`` for slow batches: ``measure.windows.trained_windows``, as a trained probe's). A
-segment that would overrun ``TOTAL_BUDGET_S`` is not started.
+segment that would overrun the segments' total budget is not started. The budgets follow the run's own pace,
+as a scenario's probes' do (``measure.windows.probes_budget``): in all the larger of 3 s and 10 % of the run's
+training, windows of a few of its steps, so a 300 ms GPU step gets windows that hold steps, and a 1 ms CPU step
+no more than the 3 s.
 The variant's workers are shut down and the threads restored before the next segment; after the last one the
 script ends as ``--steps`` ends it (``SystemExit(0)``).
 
@@ -40,7 +43,7 @@ The script's own time away from its loop (another loader's ``next()``: a validat
 script's own, untimed) is neither a window's nor the budget's: the step spanning it is not measured, nor, with
 workers, the ``k × prefetch_factor`` steps after it (they drain the queue filled meanwhile); a new pass of the
 training loader (a framework that ends its epoch by counting batches, as Lightning does) goes on with the
-same variant. The segments end by ``HARD_LIMIT_S`` whatever the time away.
+same variant. The segments end by ``HARD_LIMIT_TIMES`` their budget whatever the time away.
 
 The event log is muted while the segments run: none of their steps, batches or copies is the run's. Their
 results are one ``A`` event (``{"train_workers": {...}, ...}``, or ``{"absent": reason}``), written when they end,
@@ -54,6 +57,7 @@ this runs in the user's process (the usable cores, ``measure.environment``, are 
 from __future__ import annotations
 
 import inspect
+import statistics
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -65,16 +69,17 @@ from pipeprof.measure.clock import Clock
 from pipeprof.measure.probe_plan import Variant, probe_plan
 from pipeprof.measure.windows import (
     DEFAULT_PREFETCH,
-    TOTAL_BUDGET_S,
     TRAINED_FULL_BUDGET_S,
+    WARMUP_STEPS,
     WORKERS_BUDGET_S,
     Windows,
+    probes_budget,
     trained_windows,
 )
 from pipeprof.script.batches import Tagged
 from pipeprof.script.loaders import batch_samples
 
-HARD_LIMIT_S = 3 * TOTAL_BUDGET_S  # the segments end by then whatever the script's time away from its loop
+HARD_LIMIT_TIMES = 3  # the segments end by this many times their budget whatever the script's time away
 
 
 Segment = Variant  # one variant of the run (measure.probe_plan)
@@ -139,13 +144,15 @@ class WhatIfSegments:
 
     def __init__(self, log: Any, clock: Clock, *, cores: int | None = None,
                  make_loader: Callable[[DataLoader, int], DataLoader] = variant_loader,
-                 total_budget_s: float = TOTAL_BUDGET_S,
+                 total_budget_s: float | None = None,
                  **windows: Any) -> None:
         self.log, self.clock, self.make_loader = log, clock, make_loader
         self.cores = cores  # usable cores (None: read when the segments begin)
         self.training_device: int | None = None  # the CUDA device the script trains on (set by the hooks)
+        # None: sized when the segments begin by the run's own pace (measure.windows.probes_budget), as a
+        # scenario's probes are; the budget used is recorded in the results (``budget``)
         self.total_budget_s = total_budget_s
-        self.windows = windows  # Windows' settings (tests: shorter)
+        self.windows = windows  # Windows' settings (tests: shorter); the run's pace sizes those not given
         self.results: dict[str, Any] = {}
         self.plan: list[Segment] = []
         self.loader: DataLoader | None = None
@@ -165,10 +172,13 @@ class WhatIfSegments:
     def begun(self) -> bool:
         return self.start_s is not None
 
-    def begin(self, loader: DataLoader | None, number: int | None, iterator: Any) -> None:
+    def begin(self, loader: DataLoader | None, number: int | None, iterator: Any,
+              step_ends_s: list[float] | None = None) -> None:
         """The first ``next()`` after the stop, on ``iterator``; ``number``: the training loader's number when
-        ``loader`` is the one whose batch the last step trained on, else None (the segments do not run)."""
+        ``loader`` is the one whose batch the last step trained on, else None (the segments do not run).
+        ``step_ends_s``: the run's step ends (host seconds), which size the budget (``run_pace``)."""
         self.start_s = self.clock()
+        self._size_budget(*run_pace(step_ends_s or []))
         self.loader, self.number, self.iterator = loader, number, iterator
         self.left = batches_left(loader, iterator)
         self.threads = torch.get_num_threads()
@@ -193,6 +203,21 @@ class WhatIfSegments:
             self.cores = usable_cores()
         self.plan = plan(int(loader.num_workers or 0), self.threads, self.cores)
 
+    def _size_budget(self, training_s: float | None, step_s: float | None) -> None:
+        """The budgets from the run's pace, as a scenario's probes get theirs (``measure.windows.probes_budget``):
+        all the segments take at most the larger of 3 s and 10 % of the run's training; a segment's windows
+        hold a few of its steps. Settings given to the constructor stand."""
+        budget = probes_budget(training_s, step_s, self.total_budget_s)
+        self.total_budget_s = budget["total_budget_s"]
+        self.windows = {"window_s": budget["window_s"], "budget_s": budget["budget_s"], **self.windows}
+        self.results["budget"] = {"total_budget_s": self.total_budget_s, "window_s": self.windows["window_s"],
+                                  "budget_s": self.windows["budget_s"]}
+
+    @property
+    def _total_s(self) -> float:
+        assert self.total_budget_s is not None  # sized at begin()
+        return self.total_budget_s
+
     def new_pass(self, number: int, iterator: Any) -> None:
         """The script began a pass of loader ``number`` (its ``iter()``): of the training loader, its batches are
         counted anew (a loader with persistent workers hands back the same iterator, reset)."""
@@ -206,8 +231,8 @@ class WhatIfSegments:
         (``SystemExit(0)``): the segments did not run, or took their whole budget and more."""
         assert self.start_s is not None
         took_s = self.clock() - self.start_s
-        if "absent" in self.results or took_s - self.away_s > self.total_budget_s + TRAINED_FULL_BUDGET_S \
-                or took_s > HARD_LIMIT_S:
+        if "absent" in self.results or took_s - self.away_s > self._total_s + self._stretch_s \
+                or took_s > HARD_LIMIT_TIMES * (self._total_s + self._stretch_s):
             self.finish("the script left the training loop for too long")
             raise SystemExit(0)
         if number != self.number:
@@ -217,6 +242,12 @@ class WhatIfSegments:
             self.iterator, self.gap = iterator, True
             self.left = batches_left(self.loader, iterator)
         return True
+
+    @property
+    def _stretch_s(self) -> float:
+        """How far a segment's windows may stretch past its budget for slow batches (``trained_windows``)."""
+        return max(TRAINED_FULL_BUDGET_S, float(self.windows.get("full_budget_s", 0.0)),
+                   float(self.windows.get("budget_s", 0.0)))
 
     def next_batch(self) -> Any:
         """The batch for the script's ``next()`` on its training loader (module docstring); ``SystemExit(0)``
@@ -294,10 +325,11 @@ class WhatIfSegments:
         while self.plan:
             segment = self.plan.pop(0)
             assert self.start_s is not None and self.loader is not None
-            if self.clock() - self.start_s - self.away_s + WORKERS_BUDGET_S > self.total_budget_s:
+            need_s = float(self.windows.get("budget_s", WORKERS_BUDGET_S))
+            if self.clock() - self.start_s - self.away_s + need_s > self._total_s:
                 if not segment.extra:
                     self._record(segment, {"absent": f"not started: the segments after a run take at most "
-                                                     f"{self.total_budget_s:g} s"})
+                                                     f"{self._total_s:g} s"})
                 continue
             start_s = self.clock()
             try:
@@ -369,6 +401,18 @@ class WhatIfSegments:
         self.log.muted = False
         now_s = self.clock()
         self.log.add(("A", now_s, self.results), now_s)
+
+
+def run_pace(step_ends_s: list[float], warmup: int = WARMUP_STEPS) -> tuple[float | None, float | None]:
+    """(training seconds, median seconds a step) of a run from its step ends: the steps after ``warmup`` give
+    the step time (all of them where the run had no more); the training spans the first step end to the last,
+    plus one step. (None, None) with fewer than two step ends."""
+    if len(step_ends_s) < 2:
+        return None, None
+    gaps = [b - a for a, b in zip(step_ends_s, step_ends_s[1:])]
+    counted = gaps[warmup:] or gaps
+    step_s = statistics.median(counted)
+    return step_ends_s[-1] - step_ends_s[0] + step_s, step_s
 
 
 def batches_left(loader: Any, iterator: Any) -> int | None:
