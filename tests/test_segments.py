@@ -207,6 +207,15 @@ def test_the_budget_follows_the_runs_own_pace_so_a_slow_gpu_step_gets_windows_th
         assert quick.results["budget"]["window_s"] == pytest.approx(0.1)
 
 
+def test_the_run_s_own_waits_say_which_number_of_workers_is_measured_first(one_thread):
+    # no workers, 30 ms of each 40 ms step waiting for the batch: 3 workers would feed its 10 ms of compute
+    segments = WhatIfSegments(Log(), FakeClock(), cores=8, make_loader=lambda loader, k: variant_loader(loader, 0))
+    segments.begin(DataLoader(_dataset(), batch_size=8), 0, object(), step_ends_s=[0.04 * i for i in range(50)],
+                   waits_s=[0.5] * 5 + [0.03] * 45)  # the warm-up's slow first batches are not read
+    assert segments.results["workers_wanted"] == 3
+    assert [s.num_workers for s in segments.plan if s.extra][:2] == [3, 2]
+
+
 def test_run_pace_reads_the_steps_after_the_warm_up():
     ends = [0.0, 1.0, 1.5] + [1.5 + 0.2 * i for i in range(1, 11)]  # two slow warm-up steps, then 0.2 s steps
     training_s, step_s = run_pace(ends)

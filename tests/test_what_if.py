@@ -11,7 +11,7 @@ import torch
 
 from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.loading import LoadingRecorder, TimedDataset
-from pipeprof.measure.probe_plan import probe_plan
+from pipeprof.measure.probe_plan import probe_plan, workers_wanted
 from pipeprof.measure.what_if import (
     TOTAL_BUDGET_S,
     Windows,
@@ -414,8 +414,8 @@ def test_a_run_with_workers_on_disk_also_trains_on_decoded_samples_from_ram_at_i
     if other.get("absent") is None:  # the run's worker beside the other number of threads
         assert set(out["train_threads"]) == {"1"} and out["train_threads"]["1"]["threads"] == other["threads"]
         assert torch.get_num_threads() != other["threads"]  # given back
-    else:
-        assert "train_threads" not in out
+    else:  # not measured (one core, or not started within the budget on a loaded machine): nor beside workers
+        assert all(entry.get("absent") for entry in out.get("train_threads", {}).values())
     for entry in (out["train_workers"]["2"], out["train_ram_workers"]["1"]):
         assert entry["samples_per_s"] > 0 and entry["compute_samples_per_s"] >= entry["samples_per_s"] * 0.99
     zero = measure_what_ifs(build_workload(scenario, tmp_path), train_loop, window_s=0.02, windows=2,
@@ -431,6 +431,26 @@ def test_the_trained_probes_go_one_worker_each_way_but_not_to_zero_for_data_read
     assert workers(1, cold=False) == [(2, False), (0, False), (3, True), (4, True)]
     assert workers(1, cold=True) == [(2, False), (3, True), (4, True)]  # no 0: a cold probe reads every page cold
     assert workers(3, cold=True) == [(4, False), (2, False)]
+
+
+def test_more_workers_go_first_to_the_number_the_runs_own_step_asks_for_then_up_a_ladder_to_twice_the_cores():
+    def extras(k, cores, wanted=None):
+        return [v.num_workers for v in probe_plan(k, 1, cores, cpu=False, wanted=wanted) if v.extra]
+
+    # a 2-core machine: every number, as before
+    assert extras(0, 2) == [2, 3, 4] and extras(1, 2) == [3, 4]
+    # a 64-core GPU machine with 4 workers: a budget of a few variants reaches tens of workers, not 6, 7, 8...
+    assert extras(4, 64) == [6, 9, 14, 21, 32, 48, 72, 108, 128]
+    # its run waited half of each 200 ms step: 4 workers took 0.8 s a batch, 8 keep up with 0.1 s of compute
+    wanted = workers_wanted(4, 0.2, 0.1)
+    assert wanted == 8 and extras(4, 64, wanted)[:3] == [8, 6, 9]
+    # a 16-core machine, no workers, 30 ms of loading in a 40 ms step: 3 workers would feed 10 ms of compute
+    assert workers_wanted(0, 0.04, 0.03) == 3 and extras(0, 16, 3)[0] == 3
+    # k + 1 is probed anyway, and a number past 2 x cores is not planned
+    assert extras(4, 64, 5) == extras(4, 64) and extras(4, 4, 40) == extras(4, 4)
+    # nothing measured, or the whole step waiting: no estimate
+    assert workers_wanted(2, None, 0.1) is None and workers_wanted(2, 0.1, 0.1) is None
+    assert workers_wanted(2, 0.1, 0.0) == 2  # no wait: the run's own workers already keep up
 
 
 def test_a_scenarios_probes_and_a_scripts_segments_follow_one_plan():

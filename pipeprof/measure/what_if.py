@@ -482,9 +482,11 @@ def read_cold(dataset: Any, probe: Callable[[], dict[str, Any]], clock: Clock = 
 
 
 def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monotonic_clock, *,
-                     total_budget_s: float = TOTAL_BUDGET_S, **windows: Any) -> dict[str, Any]:
+                     total_budget_s: float = TOTAL_BUDGET_S, wanted: int | None = None,
+                     **windows: Any) -> dict[str, Any]:
     """run.json's ``what_ifs``: the probes of the module docstring, each an entry or ``{"absent": reason}``;
-    ``total_budget_s`` and ``windows`` from ``measure.windows.probes_budget`` (the run's step time)."""
+    ``total_budget_s`` and ``windows`` from ``measure.windows.probes_budget`` (the run's step time); ``wanted``:
+    the workers the run's step says would feed its compute, probed first of the extras (``probe_plan``)."""
     spec, batch = work.scenario.data, work.scenario.loader.batch_size
     start_s = clock()
     budget_s = float(windows.get("budget_s", BUDGET_S))
@@ -539,7 +541,7 @@ def measure_what_ifs(work: Any, loop: Callable[..., None], clock: Clock = monoto
     threads = torch.get_num_threads()
     # the trained probes follow the plan a script's segments follow (measure.probe_plan)
     variants = probe_plan(int(work.scenario.loader.num_workers or 0), threads, usable_cores(), cold=cold,
-                          cpu=work.device.type == "cpu")
+                          cpu=work.device.type == "cpu", wanted=wanted)
     if out["loader_alone"].get("absent") is not None:
         out["loader_workers"] = {"absent": out["loader_alone"]["absent"]}
         out["train_as_run"] = {"absent": "the data is on the device: device_loop is the run's own loop"

@@ -33,6 +33,7 @@ from pipeprof.measure.cuda_memory import CudaMemoryWindows
 from pipeprof.measure.environment import describe_environment
 from pipeprof.measure.loading import SCENARIO_LOADER, LoadingRecorder
 from pipeprof.measure.prefetch import NAN, ready_batches
+from pipeprof.measure.probe_plan import workers_wanted
 from pipeprof.measure.pyspy import PySpy
 from pipeprof.measure.sampler import SystemSampler
 from pipeprof.measure.spool import CHUNK_ROWS, Spool
@@ -412,10 +413,14 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
             try:  # the pieces a changed setting runs (measure.what_if), for the recommendations' predictions
                 done = timer.frame()  # the steps so far (the table is read again for the run below)
                 counted = done[~done["warmup"].astype(bool)]["step_s"] if len(done) else done
-                budget = probes_budget(float(done["step_s"].sum()) if len(done) else trained_s,
-                                       float(counted.median()) if len(counted) else None,
+                after_warmup = done[~done["warmup"].astype(bool)] if len(done) else done
+                step_s = float(counted.median()) if len(counted) else None
+                budget = probes_budget(float(done["step_s"].sum()) if len(done) else trained_s, step_s,
                                        work.scenario.profile.what_ifs_s or None)
-                what_ifs_meta = {**measure_what_ifs(work, train_loop, clock, **budget), "budget": budget}
+                wanted = workers_wanted(int(work.scenario.loader.num_workers or 0), step_s,
+                                        float(after_warmup["data_wait_s"].median()) if len(after_warmup) else None)
+                what_ifs_meta = {**measure_what_ifs(work, train_loop, clock, wanted=wanted, **budget),
+                                 "budget": budget, "workers_wanted": wanted}
             except Exception as e:  # noqa: BLE001 - a missing probe is recorded, never a failed run
                 what_ifs_meta = {"absent": one_line(e)}
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM during the ceiling or the probes

@@ -320,6 +320,7 @@ class Hooks:
         self.step_at_backward = False  # the last step ended at a backward pass, and no batch came since
         self.steps_told = 0  # the most steps the listeners were told of
         self.step_ends_s: list[float] = []  # host time of each step's end as counted: the segments' budget
+        self.waits_s: dict[int, list[float]] = {}  # loader number -> each next()'s wait: the segments' plan
         self.threads_read = False  # torch's thread count read at the first step end (T)
         self.threads_ended = False  # ... and at the end
         self.batches: dict[int, int] = {}  # loader number -> batches (stops a script without an optimizer)
@@ -431,7 +432,7 @@ class Hooks:
             loader = self._keep[number] if 0 <= number < len(self._keep) else None
             segments.training_device = self.device.index
             segments.begin(loader, number if number == self.last_batch_loader else None, iterator,
-                           step_ends_s=self.step_ends_s)
+                           step_ends_s=self.step_ends_s, waits_s=self.waits_s.get(number, []))
         if segments.serves(number, iterator):
             return segments.next_batch()
         data = original(iterator)  # another loader's batch (a validation pass): the script's own, untimed
@@ -470,6 +471,8 @@ class Hooks:
         """``N``: the loop waited ``t0``..``t1`` for a batch of loader ``number``."""
         self.last_batch_loader = number
         self.step_at_backward = False
+        if self.segments is not None:
+            self.waits_s.setdefault(number, []).append(t1 - t0)
         self.log.add(("N", number, t0, t1, samples, NO_RECORD if record is None else record,
                       None if ready is None or ready != ready else ready), t1)  # NaN (no queue) as null
         if (self.stop_after_steps is not None or self.step_listeners) and \

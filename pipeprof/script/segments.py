@@ -66,7 +66,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from pipeprof.measure.clock import Clock
-from pipeprof.measure.probe_plan import Variant, probe_plan
+from pipeprof.measure.probe_plan import Variant, probe_plan, workers_wanted
 from pipeprof.measure.windows import (
     DEFAULT_PREFETCH,
     TRAINED_FULL_BUDGET_S,
@@ -85,10 +85,11 @@ HARD_LIMIT_TIMES = 3  # the segments end by this many times their budget whateve
 Segment = Variant  # one variant of the run (measure.probe_plan)
 
 
-def plan(k: int, threads: int, cores: int) -> list[Segment]:
-    """The segments after a run with ``k`` workers at ``threads`` torch threads on ``cores`` usable cores: the
-    probe plan a scenario's probes follow too (``measure.probe_plan``)."""
-    return probe_plan(k, threads, cores)
+def plan(k: int, threads: int, cores: int, wanted: int | None = None) -> list[Segment]:
+    """The segments after a run with ``k`` workers at ``threads`` torch threads on ``cores`` usable cores
+    (``wanted``: the workers its step says would feed its compute): the probe plan a scenario's probes follow
+    too (``measure.probe_plan``)."""
+    return probe_plan(k, threads, cores, wanted=wanted)
 
 
 class Endless:
@@ -173,12 +174,16 @@ class WhatIfSegments:
         return self.start_s is not None
 
     def begin(self, loader: DataLoader | None, number: int | None, iterator: Any,
-              step_ends_s: list[float] | None = None) -> None:
+              step_ends_s: list[float] | None = None, waits_s: list[float] | None = None) -> None:
         """The first ``next()`` after the stop, on ``iterator``; ``number``: the training loader's number when
         ``loader`` is the one whose batch the last step trained on, else None (the segments do not run).
-        ``step_ends_s``: the run's step ends (host seconds), which size the budget (``run_pace``)."""
+        ``step_ends_s``: the run's step ends (host seconds), which size the budget (``run_pace``); ``waits_s``:
+        its training loader's waits in ``next()``, which with them say which workers to measure first."""
         self.start_s = self.clock()
-        self._size_budget(*run_pace(step_ends_s or []))
+        training_s, step_s = run_pace(step_ends_s or [])
+        self._size_budget(training_s, step_s)
+        counted = (waits_s or [])[WARMUP_STEPS:] or waits_s or []
+        wait_s = statistics.median(counted) if counted else None
         self.loader, self.number, self.iterator = loader, number, iterator
         self.left = batches_left(loader, iterator)
         self.threads = torch.get_num_threads()
@@ -201,7 +206,10 @@ class WhatIfSegments:
             from pipeprof.measure.environment import usable_cores  # psutil: loaded after the run, not at start
 
             self.cores = usable_cores()
-        self.plan = plan(int(loader.num_workers or 0), self.threads, self.cores)
+        k = int(loader.num_workers or 0)
+        wanted = workers_wanted(k, step_s, wait_s)
+        self.results["workers_wanted"] = wanted
+        self.plan = plan(k, self.threads, self.cores, wanted)
 
     def _size_budget(self, training_s: float | None, step_s: float | None) -> None:
         """The budgets from the run's pace, as a scenario's probes get theirs (``measure.windows.probes_budget``):
