@@ -73,20 +73,62 @@ Documented changes since the fixtures were recorded (issue 13), re-recorded by r
 * Sentences (``verdict.sentence``, recommendations' ``reason``, ...) are worded by
   ``pipeprof.format`` (issue 13, item 6). ``test_only_the_documented_keys_changed`` holds
   the fixtures to exactly these changes against their first recorded version.
+
+The report is pinned too: each fixture's report.html (in a normalised text form: the charts by the data they
+were given and the text they show) and its terminal summary are compared with the snapshots in
+tests/fixtures/snapshots/ (tests/support/snapshots.py). ``PIPEPROF_UPDATE_SNAPSHOTS=1`` rewrites them, for an
+intended change to be reviewed in the commit's diff.
 """
 
+import io
 import json
 import shutil
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rich.console import Console
+from support.snapshots import SNAPSHOTS, UNRECORDED, assert_matches, normalised_html, recording_charts
 
 from pipeprof.analysis.verdict import coarse
 from pipeprof.cli.main import main
+from pipeprof.render.console import print_summary
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 FOLDERS = sorted(p.name for p in RUNS.iterdir() if (p / "run.json").exists())
+TERMINAL_COLUMNS = 100
+
+
+@dataclass(frozen=True)
+class Reported:
+    """What ``pipeprof report`` wrote into a copy of one fixture, and the data each of its charts was drawn from."""
+
+    summary: dict[str, Any]
+    expected: dict[str, Any]  # the committed summary.json
+    page: str  # report.html
+    charts: dict[str, list[str]]
+
+
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory) -> Callable[[str], Reported]:
+    """``pipeprof report`` (in-process) on a copy of a fixture, once a module for each fixture."""
+    done: dict[str, Reported] = {}
+
+    def report(name: str) -> Reported:
+        if name not in done:
+            folder = tmp_path_factory.mktemp("golden") / name
+            shutil.copytree(RUNS / name, folder)
+            expected = json.loads((folder / "summary.json").read_text())
+            (folder / "summary.json").unlink()
+            with recording_charts() as charts:
+                assert main(["report", "--quiet", str(folder)]) == 0
+            done[name] = Reported(json.loads((folder / "summary.json").read_text()), expected,
+                                  (folder / "report.html").read_text(encoding="utf-8"), charts)
+        return done[name]
+    return report
 
 
 def test_the_fixtures_cover_scenarios_scripts_and_a_failure():
@@ -95,16 +137,29 @@ def test_the_fixtures_cover_scenarios_scripts_and_a_failure():
 
 
 @pytest.mark.parametrize("name", FOLDERS)
-def test_report_re_derives_the_committed_summary(tmp_path, name, capsys):
-    folder = tmp_path / name
-    shutil.copytree(RUNS / name, folder)
-    expected = json.loads((folder / "summary.json").read_text())
-    (folder / "summary.json").unlink()
-    assert main(["report", "--quiet", str(folder)]) == 0
-    derived = json.loads((folder / "summary.json").read_text())
-    assert derived == expected
-    assert derived["bottleneck"] == coarse(derived["verdict"]["class"])  # one headline
-    assert (folder / "report.html").stat().st_size > 10_000
+def test_report_re_derives_the_committed_summary(name, reported):
+    derived = reported(name)
+    assert derived.summary == derived.expected
+    assert derived.summary["bottleneck"] == coarse(derived.summary["verdict"]["class"])  # one headline
+    assert len(derived.page) > 10_000
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_the_report_page_matches_its_snapshot(name, reported):
+    """report.html as its snapshot holds it (tests/support/snapshots.py: the charts by their data and text)."""
+    derived = reported(name)
+    text = normalised_html(derived.page, derived.charts)
+    assert derived.charts and UNRECORDED not in text, "a chart whose data was not recorded"
+    assert_matches(SNAPSHOTS / f"{name}.report.txt", text, f"{name}: report.html")
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_the_terminal_summary_matches_its_snapshot(name, reported):
+    out = io.StringIO()
+    console = Console(file=out, width=TERMINAL_COLUMNS, color_system=None, force_terminal=False)
+    print_summary(reported(name).summary, Path("runs") / name, console)
+    text = "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())  # rich pads every line
+    assert_matches(SNAPSHOTS / f"{name}.terminal.txt", text, f"{name}: the terminal summary")
 
 
 RENAMED_LOADING_KEYS = {"fetch_s": "fetch_per_sample_s", "prep_s": "prep_per_sample_s",
