@@ -23,7 +23,7 @@ import pandas as pd
 
 from pipeprof.gpu_check import checks
 from pipeprof.gpu_check.checks import Outcome
-from pipeprof.measure.sim_device import CASES
+from pipeprof.gpu_check.sim_device import CASES
 from pipeprof.run_folder import load_run
 
 PACKAGE = Path(__file__).resolve().parent
