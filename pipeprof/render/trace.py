@@ -33,10 +33,10 @@ from typing import Any, cast
 
 import pandas as pd
 
-from pipeprof import __version__
 from pipeprof.format import MIB
 from pipeprof.numbers import finite
 from pipeprof.run_folder import Run, as_dict
+from pipeprof.version import __version__
 
 STEPS_TID, PHASES_TID, LOADING_TID = 1, 2, 3
 PHASES = (("data wait", "data_wait_s"), ("host→device", "h2d_s"), ("collective wait", "collective_wait_s"),
