@@ -24,9 +24,8 @@ from typing import Any
 import pandas as pd
 
 from pipeprof.numbers import finite as _finite
-
-PARTS = ("fetch", "core_wait", "prep", "collate")
-MAIN_PROCESS = -1  # worker id of batches made in the training process (num_workers = 0)
+from pipeprof.run_folder import LOADING_PARTS as PARTS
+from pipeprof.run_folder import MAIN_PROCESS
 
 BREAKDOWN_COLUMNS = [
     "worker",  # DataLoader worker id; -1 = the training process
