@@ -28,14 +28,14 @@ def test_a_chart_is_recorded_with_the_data_it_was_given():
         svg = plots.step_breakdown_svg(steps, ["data_wait", "compute"])
     assert svg is not None
     assert charts[svg.strip()][:4] == ["chart step_breakdown_svg", "  breakdown:", "    table: 2 rows",
-                                       "      step: min 5, max 6, sum 11"]
+                                       "      collective_wait_s: min 0, max 0, sum 0"]
     assert "      data_wait_s: min 0.001, max 0.003, sum 0.004" in charts[svg.strip()]
     assert plots.step_breakdown_svg.__name__ == "step_breakdown_svg" and not hasattr(plots.step_breakdown_svg,
                                                                                       "__wrapped__")
 
 
-def test_describe_rounds_numbers_and_names_text_columns():
-    lines = describe({"t": pd.DataFrame({"kind": ["b", "a", "b"], "x": [1 / 3, None, 2.0]}), "n": 2})
+def test_describe_rounds_numbers_names_text_columns_and_sorts_them():
+    lines = describe({"t": pd.DataFrame({"x": [1 / 3, None, 2.0], "kind": ["b", "a", "b"]}), "n": 2})
     assert lines == ["t:", "  table: 3 rows", "    kind: 2 distinct (a, b)",
                      "    x: min 0.333333, max 2, sum 2.33333, 1 missing", "n: 2"]
 

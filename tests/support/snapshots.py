@@ -76,8 +76,8 @@ def describe(value: Any, indent: str = "") -> list[str]:
     if isinstance(value, pd.Series):
         value = value.to_frame(name=str(value.name))
     if isinstance(value, pd.DataFrame):
-        lines = [f"{indent}table: {len(value)} rows"]
-        return lines + [f"{indent}  {_column(str(c), value[c])}" for c in value.columns]
+        lines = [f"{indent}table: {len(value)} rows"]  # its columns by name: their order draws nothing
+        return lines + [f"{indent}  {_column(str(c), value[c])}" for c in sorted(value.columns, key=str)]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         lines = [f"{indent}{type(value).__name__}:"]
         for field in dataclasses.fields(value):
