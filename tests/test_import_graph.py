@@ -171,7 +171,6 @@ RENDER_ANALYSIS_ALLOWED = {
     ("pipeprof.render.console", "pipeprof.analysis.advice_text"),
     ("pipeprof.render.gate", "pipeprof.analysis.gate"),
     ("pipeprof.render.html", "pipeprof.analysis.advice_text"),
-    ("pipeprof.render.html", "pipeprof.analysis.loading"),
     ("pipeprof.render.html", "pipeprof.analysis.steps"),
     ("pipeprof.render.html", "pipeprof.analysis.summary"),
     ("pipeprof.render.live", "pipeprof.analysis.live_window"),

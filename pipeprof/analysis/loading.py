@@ -140,7 +140,8 @@ def loading_summary(loading: pd.DataFrame) -> dict[str, Any] | None:
       ``core_wait_per_sample_s``, ``prep_per_sample_s``, ``collate_per_batch_s``,
       ``collate_per_sample_s``, ``batch_s`` as above, and
       ``busy_fraction``: production time over the worker's span from first
-      batch start to last batch end (1 = never idle).
+      batch start to last batch end (1 = never idle), and ``fetch_max_s``: the
+      slowest single sample's fetch (None where it was not timed).
     """
     df = _numeric(loading)
     if df.empty:
@@ -173,6 +174,7 @@ def loading_summary(loading: pd.DataFrame) -> dict[str, Any] | None:
                 "collate_per_sample_s": _finite(row["collate_per_sample_s"]),
                 "batch_s": _finite(row["batch_s"]),
                 "busy_fraction": _finite(row["busy_fraction"]),
+                "fetch_max_s": _finite(row["fetch_max_s"]),
             }
             for row in loading_breakdown(df).to_dict("records")
         },
