@@ -16,6 +16,7 @@ its own submodules is no cycle.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pipeprof
@@ -40,6 +41,7 @@ def _resolve_relative(module: str, is_package: bool, level: int, name: str | Non
     return ".".join([*base, name] if name else base)
 
 
+@functools.cache  # read once a session: the tests only read it
 def import_graph() -> dict[str, set[str]]:
     """Module -> the pipeprof modules it imports (at any level in the file)."""
     modules = _modules()
