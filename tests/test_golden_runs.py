@@ -165,6 +165,12 @@ def test_the_terminal_summary_matches_its_snapshot(name, reported):
     assert_matches(SNAPSHOTS / f"{name}.terminal.txt", text, f"{name}: the terminal summary")
 
 
+def test_every_snapshot_belongs_to_a_golden_run():
+    """A snapshot left behind by a fixture that is gone (or renamed) would pin nothing: take it away."""
+    expected = {f"{name}.{kind}.txt" for name in FOLDERS for kind in ("report", "terminal")}
+    assert {p.name for p in SNAPSHOTS.iterdir()} == expected
+
+
 RENAMED_LOADING_KEYS = {"fetch_s": "fetch_per_sample_s", "prep_s": "prep_per_sample_s",
                         "collate_s": "collate_per_batch_s"}
 
