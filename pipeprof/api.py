@@ -40,7 +40,7 @@ class Profile:
                  sample_hz: float = 10.0, quiet: bool = False, clock: Callable[[], float] | None = None,
                  device: Any = None, light_s: float | None = None) -> None:
         """``clock`` and ``device`` replace the host clock (``time.perf_counter``) and the CUDA device, for
-        simulation: ``pipeprof.measure.sim_device`` runs loops on a simulated GPU with them. ``light_s``: the
+        simulation: ``pipeprof.gpu_check.sim_device`` runs loops on a simulated GPU with them. ``light_s``: the
         always-on mode (as ``pipeprof profile --light``): only an aggregate per window of ``light_s`` seconds
         is kept, cut by a thread of this process (``pipeline.light_profile``)."""
         if light_s is not None and not float(light_s) >= 1:

@@ -146,6 +146,11 @@ DEVICE_MEMORY_COLUMNS = [  # device_memory.csv: torch.cuda's allocator, one row 
     "peak_reserved_bytes",
 ]
 
+# The parts of making a batch, each timed in loading.csv's ``{part}_s`` column; MAIN_PROCESS is its ``worker`` of a
+# batch made in the training process (num_workers = 0).
+LOADING_PARTS = ("fetch", "core_wait", "prep", "collate")
+MAIN_PROCESS = -1
+
 LOADING_COLUMNS = [
     "batch",  # 0-based, in the order the training loop received the batches
     "step",  # the training step that consumed the batch (joins steps.csv)

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import pipeprof
+from pipeprof.gpu_check.sim_device import CASES, SimDevice, timer_fractions
 from pipeprof.measure.clock import FakeClock
-from pipeprof.measure.sim_device import CASES, SimDevice, timer_fractions
 from pipeprof.script.device_clock import DeviceMarks
 from pipeprof.script.event_file import read_events
 from pipeprof.script.hooks import cuda_seen
@@ -299,7 +299,7 @@ def test_a_side_stream_prefetcher_on_the_simulated_device_is_not_blamed_on_h2d(t
     hooks, the copies are recorded on the stream they were issued on and kept out of the step's serial time."""
     from torch.utils.data import DataLoader
 
-    from pipeprof.measure.sim_device import SimCuda, hooks_profiler
+    from pipeprof.gpu_check.sim_device import SimCuda, hooks_profiler
     from pipeprof.script.event_steps import read_events, script_steps
     from pipeprof.script.patches import Patches
 
@@ -352,8 +352,9 @@ def test_the_real_cuda_device_times_the_training_device_while_another_is_current
     """A rank training on cuda:1 with device 0 current (``.to(f"cuda:{rank}")`` without ``set_device``): the real
     ``CudaDevice`` over the simulated torch.cuda times cuda:1's stream, as the device saw it, and never asks
     anything of device 0 (no context there)."""
-    from pipeprof.measure.sim_cuda import SimTorchCuda, where_simulated
-    from pipeprof.measure.sim_device import device_truth, hooks_profiler, run_loop
+    from support.sim_cuda import SimTorchCuda, where_simulated
+
+    from pipeprof.gpu_check.sim_device import device_truth, hooks_profiler, run_loop
     from pipeprof.script.device_clock import CudaDevice
     from pipeprof.script.event_steps import read_events, script_steps
 

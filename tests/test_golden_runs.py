@@ -70,23 +70,68 @@ Documented changes since the fixtures were recorded (issue 13), re-recorded by r
   workers are no longer estimated); ``scenario-ram`` and both scripts gain ``num_workers = 1`` (x1.71, x2.0,
   x1.53: no receive cost or stall is assumed any more); ``scenario-ram``'s whole batches are ``not_predicted``
   (their 90 %/80 % savings were assumptions). Intervals take 8 resamples (were 4). Nothing else moved.
+* Issue 35 (the renderer only formats): each ``loading.by_worker`` entry gains ``fetch_max_s``, the slowest
+  single sample's fetch, which the report's loading table showed from the raw records and now reads from the
+  summary (null where a script's hooks did not time it). The report did not change. Nothing else moved.
 * Sentences (``verdict.sentence``, recommendations' ``reason``, ...) are worded by
   ``pipeprof.format`` (issue 13, item 6). ``test_only_the_documented_keys_changed`` holds
   the fixtures to exactly these changes against their first recorded version.
+
+The report is pinned too: each fixture's report.html (in a normalised text form: the charts by the data they
+were given and the text they show) and its terminal summary are compared with the snapshots in
+tests/fixtures/snapshots/ (tests/support/snapshots.py). ``PIPEPROF_UPDATE_SNAPSHOTS=1`` rewrites them, for an
+intended change to be reviewed in the commit's diff.
 """
 
+import io
 import json
 import shutil
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rich.console import Console
+from support.snapshots import SNAPSHOTS, UNRECORDED, assert_matches, normalised_html, recording_charts
 
 from pipeprof.analysis.verdict import coarse
 from pipeprof.cli.main import main
+from pipeprof.render.console import print_summary
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 FOLDERS = sorted(p.name for p in RUNS.iterdir() if (p / "run.json").exists())
+TERMINAL_COLUMNS = 100
+
+
+@dataclass(frozen=True)
+class Reported:
+    """What ``pipeprof report`` wrote into a copy of one fixture, and the data each of its charts was drawn from."""
+
+    summary: dict[str, Any]
+    expected: dict[str, Any]  # the committed summary.json
+    page: str  # report.html
+    charts: dict[str, list[str]]
+
+
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory) -> Callable[[str], Reported]:
+    """``pipeprof report`` (in-process) on a copy of a fixture, once a module for each fixture."""
+    done: dict[str, Reported] = {}
+
+    def report(name: str) -> Reported:
+        if name not in done:
+            folder = tmp_path_factory.mktemp("golden") / name
+            shutil.copytree(RUNS / name, folder)
+            expected = json.loads((folder / "summary.json").read_text())
+            (folder / "summary.json").unlink()
+            with recording_charts() as charts:
+                assert main(["report", "--quiet", str(folder)]) == 0
+            done[name] = Reported(json.loads((folder / "summary.json").read_text()), expected,
+                                  (folder / "report.html").read_text(encoding="utf-8"), charts)
+        return done[name]
+    return report
 
 
 def test_the_fixtures_cover_scenarios_scripts_and_a_failure():
@@ -95,16 +140,35 @@ def test_the_fixtures_cover_scenarios_scripts_and_a_failure():
 
 
 @pytest.mark.parametrize("name", FOLDERS)
-def test_report_re_derives_the_committed_summary(tmp_path, name, capsys):
-    folder = tmp_path / name
-    shutil.copytree(RUNS / name, folder)
-    expected = json.loads((folder / "summary.json").read_text())
-    (folder / "summary.json").unlink()
-    assert main(["report", "--quiet", str(folder)]) == 0
-    derived = json.loads((folder / "summary.json").read_text())
-    assert derived == expected
-    assert derived["bottleneck"] == coarse(derived["verdict"]["class"])  # one headline
-    assert (folder / "report.html").stat().st_size > 10_000
+def test_report_re_derives_the_committed_summary(name, reported):
+    derived = reported(name)
+    assert derived.summary == derived.expected
+    assert derived.summary["bottleneck"] == coarse(derived.summary["verdict"]["class"])  # one headline
+    assert len(derived.page) > 10_000
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_the_report_page_matches_its_snapshot(name, reported):
+    """report.html as its snapshot holds it (tests/support/snapshots.py: the charts by their data and text)."""
+    derived = reported(name)
+    text = normalised_html(derived.page, derived.charts)
+    assert derived.charts and UNRECORDED not in text, "a chart whose data was not recorded"
+    assert_matches(SNAPSHOTS / f"{name}.report.txt", text, f"{name}: report.html")
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_the_terminal_summary_matches_its_snapshot(name, reported):
+    out = io.StringIO()
+    console = Console(file=out, width=TERMINAL_COLUMNS, color_system=None, force_terminal=False)
+    print_summary(reported(name).summary, Path("runs") / name, console)
+    text = "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())  # rich pads every line
+    assert_matches(SNAPSHOTS / f"{name}.terminal.txt", text, f"{name}: the terminal summary")
+
+
+def test_every_snapshot_belongs_to_a_golden_run():
+    """A snapshot left behind by a fixture that is gone (or renamed) would pin nothing: take it away."""
+    expected = {f"{name}.{kind}.txt" for name in FOLDERS for kind in ("report", "terminal")}
+    assert {p.name for p in SNAPSHOTS.iterdir()} == expected
 
 
 RENAMED_LOADING_KEYS = {"fetch_s": "fetch_per_sample_s", "prep_s": "prep_per_sample_s",
@@ -134,7 +198,7 @@ def test_only_the_documented_keys_changed(name):
         pytest.skip("not in a git checkout with its history (a shallow clone lacks the first recording)")
     recorded = json.loads(subprocess.run(["git", "show", f"{first[-1]}:./{path.name}"], capture_output=True, text=True,
                                          cwd=path.parent, check=True).stdout)
-    now = _before_issue_18(_before_issue_32(json.loads(path.read_text()), recorded))
+    now = _before_issue_18(_before_issue_32(_before_issue_35(json.loads(path.read_text())), recorded))
     assert (recorded["schema_version"], now["schema_version"]) == (1, 2)
     earlier = _before_issue_15(_before_issue_16(_before_issue_17(now, name, recorded)))
     as_recorded = _before_issue_14({**earlier, "loading": _as_recorded(now["loading"]), "schema_version": 1},
@@ -150,6 +214,15 @@ RECOMMENDATIONS_NOW = {
     "script-failed": [({"loader.num_workers": 1}, "estimated", 2.0)],
     "script-plain-loop": [({"loader.num_workers": 1}, "estimated", 1.53)],
 }
+
+
+def _before_issue_35(summary: dict) -> dict:
+    """summary.json without each worker's ``fetch_max_s`` (issue 35: the report reads it from the summary)."""
+    out = json.loads(json.dumps(summary))
+    for stats in out["loading"]["by_worker"].values():
+        fetch_max_s = stats.pop("fetch_max_s")
+        assert fetch_max_s is None or fetch_max_s >= stats["fetch_per_sample_s"]
+    return out
 
 
 def _before_issue_32(summary: dict, recorded: dict) -> dict:

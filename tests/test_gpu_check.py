@@ -13,10 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeprof.gpu_check import cases, checks
+from pipeprof.gpu_check import cases, checks, sim_device
 from pipeprof.gpu_check.cases import CaseError, Check, Context
 from pipeprof.gpu_check.runner import Device, main, run_checks
-from pipeprof.measure import sim_device
 from pipeprof.run_folder import SAMPLE_COLUMNS, Run, save_run, to_json
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,7 @@
-"""No import cycles anywhere in pipeprof/, function-level imports included (issue 13, item 4).
+"""No import cycles anywhere in pipeprof/, function-level imports included (issue 13, item 4), and the
+package's layers (``LAYERS``: measure -> analysis -> render -> pipeline -> cli, with where the others sit):
+a module imports only from its own layer or below, analysis writes no words (``pipeprof.format``) and render
+calls no analysis, each but for an explicit allow-list of today's exceptions that may only shrink.
 
 The scan reads every module's source with ``ast`` (nothing is imported), takes
 every ``import`` statement wherever it sits — module level, inside functions,
@@ -13,6 +16,7 @@ its own submodules is no cycle.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pipeprof
@@ -37,6 +41,7 @@ def _resolve_relative(module: str, is_package: bool, level: int, name: str | Non
     return ".".join([*base, name] if name else base)
 
 
+@functools.cache  # read once a session: the tests only read it
 def import_graph() -> dict[str, set[str]]:
     """Module -> the pipeprof modules it imports (at any level in the file)."""
     modules = _modules()
@@ -127,3 +132,106 @@ def test_the_analysis_flows_one_way():
 def test_find_cycle_reports_the_path():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+# The package's layers, lowest first: a module imports only from its own layer or those below it. A new
+# top-level module or package must be placed here (``test_every_module_has_a_layer``).
+LAYERS: list[tuple[str, frozenset[str]]] = [
+    ("foundations", frozenset({"errors", "numbers", "version", "run_check", "loader_rules"})),
+    ("words", frozenset({"format"})),  # numbers become text
+    ("settings", frozenset({"scenario", "machine_limits", "variants", "grid"})),
+    ("records", frozenset({"run_folder"})),
+    ("storage", frozenset({"storage"})),
+    ("measure", frozenset({"measure"})),
+    ("analysis", frozenset({"analysis"})),
+    ("in the training process", frozenset({"workload", "script", "attach"})),
+    ("render", frozenset({"render", "export"})),
+    ("pipeline", frozenset({"pipeline"})),
+    ("api", frozenset({"pipeprof", "api", "integrations", "gpu_check"})),  # "pipeprof": the package's __init__
+    ("cli", frozenset({"cli", "__main__"})),
+]
+
+# Imports that go up a layer today, each a known debt; the list may only shrink (a listed import that is gone
+# fails ``test_the_allow_lists_name_only_imports_that_exist``: take it off).
+UPWARD_ALLOWED = {
+    # settings validation reads the cores this process may use (cgroups, affinity): a reading of the machine
+    ("pipeprof.machine_limits", "pipeprof.measure.environment"),
+    # the light mode decodes the script hooks' event file as it streams
+    ("pipeprof.measure.light", "pipeprof.script.event_file"),
+    ("pipeprof.measure.light", "pipeprof.script.event_steps"),
+}
+
+# Words at the edge: analysis returns numbers and records, render writes the sentences. These analysis modules
+# still phrase with pipeprof.format; no other may start to.
+ANALYSIS_FORMATS_ALLOWED = {f"pipeprof.analysis.{m}" for m in (
+    "advice_text", "cache", "causes", "change_model", "differential", "prediction", "ranks", "recommend", "summary",
+    "transform_advice", "variation", "verdict", "verification", "worker_start")}
+
+# Render only formats what the summary carries: these render modules still call analysis (the import, the
+# analysis module); no other import of analysis may start.
+RENDER_ANALYSIS_ALLOWED = {
+    ("pipeprof.render.console", "pipeprof.analysis.advice_text"),
+    ("pipeprof.render.gate", "pipeprof.analysis.gate"),
+    ("pipeprof.render.html", "pipeprof.analysis.advice_text"),
+    ("pipeprof.render.html", "pipeprof.analysis.steps"),
+    ("pipeprof.render.html", "pipeprof.analysis.summary"),
+    ("pipeprof.render.live", "pipeprof.analysis.live_window"),
+    ("pipeprof.render.live", "pipeprof.analysis.thresholds"),
+    ("pipeprof.render.live", "pipeprof.analysis.verdict"),
+    ("pipeprof.render.sweep", "pipeprof.analysis.sweep"),
+}
+
+
+def unit(module: str) -> str:
+    """The top-level module or package of ``pipeprof`` a module belongs to ("pipeprof" for the package itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layer_violations(graph: dict[str, set[str]], layers: list[tuple[str, frozenset[str]]],
+                     allowed: set[tuple[str, str]]) -> list[str]:
+    """Each import of a module from a higher layer, not in ``allowed``, as "a (layer) -> b (layer)"."""
+    rank = {u: i for i, (_, units) in enumerate(layers) for u in units}
+    return [f"{a} ({layers[rank[unit(a)]][0]}) -> {b} ({layers[rank[unit(b)]][0]})"
+            for a in sorted(graph) for b in sorted(graph[a])
+            if rank[unit(b)] > rank[unit(a)] and (a, b) not in allowed]
+
+
+def _edges(graph: dict[str, set[str]], source: str, target: str) -> set[tuple[str, str]]:
+    return {(a, b) for a, bs in graph.items() for b in bs if unit(a) == source and unit(b) == target}
+
+
+def test_every_module_has_a_layer():
+    placed = {u for _, units in LAYERS for u in units}
+    assert sum(len(units) for _, units in LAYERS) == len(placed)  # each in one layer
+    assert {unit(m) for m in import_graph()} == placed
+
+
+def test_each_layer_imports_only_from_itself_and_below():
+    assert layer_violations(import_graph(), LAYERS, UPWARD_ALLOWED) == []
+
+
+def test_analysis_does_not_write_words():
+    graph = import_graph()
+    phrasing = {a for a, b in _edges(graph, "analysis", "format")}
+    assert phrasing - ANALYSIS_FORMATS_ALLOWED == set(), "analysis phrases: return numbers, let render/ word them"
+
+
+def test_render_does_not_call_analysis():
+    assert _edges(import_graph(), "render", "analysis") - RENDER_ANALYSIS_ALLOWED == set(), (
+        "render/ computes: let the summary carry what the report shows")
+
+
+def test_the_allow_lists_name_only_imports_that_exist():
+    graph = import_graph()
+    edges = {(a, b) for a, bs in graph.items() for b in bs}
+    assert UPWARD_ALLOWED - edges == set()
+    assert ANALYSIS_FORMATS_ALLOWED - {a for a, _ in _edges(graph, "analysis", "format")} == set()
+    assert RENDER_ANALYSIS_ALLOWED - edges == set()
+
+
+def test_layer_violations_name_the_upward_import():
+    layers = [("low", frozenset({"a"})), ("high", frozenset({"b"}))]
+    graph = {"pipeprof.a.x": {"pipeprof.b.y"}, "pipeprof.b.y": {"pipeprof.a.z"}, "pipeprof.a.z": set()}
+    assert layer_violations(graph, layers, set()) == ["pipeprof.a.x (low) -> pipeprof.b.y (high)"]
+    assert layer_violations(graph, layers, {("pipeprof.a.x", "pipeprof.b.y")}) == []

@@ -1,4 +1,4 @@
-"""Device-clock attribution, tested on a simulated asynchronous GPU (``pipeprof.measure.sim_device``).
+"""Device-clock attribution, tested on a simulated asynchronous GPU (``pipeprof.gpu_check.sim_device``).
 
 A real training loop (a DataLoader, ``.to``, an optimizer) runs under the real
 script hooks, the Python API and the scenario step timer, on a simulated
@@ -15,8 +15,7 @@ import json
 import pytest
 
 import pipeprof
-from pipeprof.measure.clock import FakeClock
-from pipeprof.measure.sim_device import (
+from pipeprof.gpu_check.sim_device import (
     CASES,
     LoopCase,
     SimDevice,
@@ -26,6 +25,7 @@ from pipeprof.measure.sim_device import (
     simulated_fractions,
     timer_fractions,
 )
+from pipeprof.measure.clock import FakeClock
 from pipeprof.script.device_clock import DeviceMarks
 from pipeprof.script.event_steps import HOST_ONLY, read_events, script_steps
 
@@ -280,7 +280,7 @@ def _trainer_loop(path, evaluate: bool):
     import torch
     from torch.utils.data import DataLoader
 
-    from pipeprof.measure.sim_device import SimCuda
+    from pipeprof.gpu_check.sim_device import SimCuda
     from pipeprof.script.patches import Patches
 
     clock = FakeClock(100.0)

@@ -7,8 +7,9 @@ import tomllib
 from tiny import tiny_file, tiny_toml
 
 from pipeprof.analysis.advice_text import dataloader_kwargs
+from pipeprof.analysis.tune import FINALISTS
 from pipeprof.cli.main import main
-from pipeprof.pipeline.tune import FINALISTS, ROUNDS, toml_snippet
+from pipeprof.pipeline.tune import ROUNDS, toml_snippet
 from pipeprof.scenario import scenario_from_dict
 
 TINY = tiny_toml("tiny-tune", "a tiny <script>alert(1)</script> tuning")

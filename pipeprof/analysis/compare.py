@@ -35,13 +35,14 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from pipeprof.analysis.steps import PHASES as STEP_PHASES
 from pipeprof.analysis.windows import t_975
 from pipeprof.numbers import finite
 from pipeprof.run_folder import Run, as_dict
 
 COMPARE_SCHEMA_VERSION = 1
 FRACTION_NOISE_PP = 2.0  # percentage points of step time
-PHASES = ("data_wait", "h2d", "collective_wait", "compute", "other")
+PHASES = (*STEP_PHASES, "other")  # summary.json's fractions
 
 NOISE_RULES = {
     "throughput": "within noise when the 95% interval of the throughput ratio contains 1 "

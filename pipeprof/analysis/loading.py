@@ -24,9 +24,8 @@ from typing import Any
 import pandas as pd
 
 from pipeprof.numbers import finite as _finite
-
-PARTS = ("fetch", "core_wait", "prep", "collate")
-MAIN_PROCESS = -1  # worker id of batches made in the training process (num_workers = 0)
+from pipeprof.run_folder import LOADING_PARTS as PARTS
+from pipeprof.run_folder import MAIN_PROCESS
 
 BREAKDOWN_COLUMNS = [
     "worker",  # DataLoader worker id; -1 = the training process
@@ -141,7 +140,8 @@ def loading_summary(loading: pd.DataFrame) -> dict[str, Any] | None:
       ``core_wait_per_sample_s``, ``prep_per_sample_s``, ``collate_per_batch_s``,
       ``collate_per_sample_s``, ``batch_s`` as above, and
       ``busy_fraction``: production time over the worker's span from first
-      batch start to last batch end (1 = never idle).
+      batch start to last batch end (1 = never idle), and ``fetch_max_s``: the
+      slowest single sample's fetch (None where it was not timed).
     """
     df = _numeric(loading)
     if df.empty:
@@ -174,6 +174,7 @@ def loading_summary(loading: pd.DataFrame) -> dict[str, Any] | None:
                 "collate_per_sample_s": _finite(row["collate_per_sample_s"]),
                 "batch_s": _finite(row["batch_s"]),
                 "busy_fraction": _finite(row["busy_fraction"]),
+                "fetch_max_s": _finite(row["fetch_max_s"]),
             }
             for row in loading_breakdown(df).to_dict("records")
         },

@@ -65,6 +65,9 @@ Settings = dict[str, Any]
 Evaluate = Callable[[Settings, str], "tuple[float | None, str]"]
 
 PREFETCH_FACTORS = (2, 4, 8)
+# Both tuners' (``pipeline/tune.py``, a scenario's; ``pipeline/script_tune.py``, a script's):
+SEEDS = 2  # the first trial's recommendations tried before the walk, at most
+FINALISTS = 2  # the best settings measured again at the end (the final round; a script's longer runs)
 TUNE_PRIOR_NOISE = 0.10  # one short window's relative noise on a shared machine, before repeats measure it
 
 

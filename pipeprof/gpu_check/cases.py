@@ -23,14 +23,14 @@ import pandas as pd
 
 from pipeprof.gpu_check import checks
 from pipeprof.gpu_check.checks import Outcome
-from pipeprof.measure.sim_device import CASES
+from pipeprof.gpu_check.sim_device import CASES
+from pipeprof.measure.probe import MATMUL_SIZES
 from pipeprof.run_folder import load_run
 
 PACKAGE = Path(__file__).resolve().parent
 ROOT = PACKAGE.parent.parent
 SCENARIOS = ROOT / "scenarios"
 CUDA = "train.device=cuda"
-MATMUL_SIZES = (1024, 1025, 1026, 1028, 1032)
 DEVICE_IDEAL_MAX_WAIT = 0.10  # data on the device: at most 10 % of step time waiting for a batch
 
 

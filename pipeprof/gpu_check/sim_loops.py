@@ -1,4 +1,4 @@
-"""The simulated device's loops (``pipeprof.measure.sim_device.CASES``) on a real GPU, under ``pipeprof.profile()``.
+"""The simulated device's loops (``pipeprof.gpu_check.sim_device.CASES``) on a real GPU, under ``pipeprof.profile()``.
 
 ``python -m pipeprof.gpu_check.sim_loops --out DIR`` runs, for each case, the loop the simulation runs: a
 Dataset whose ``__getitem__`` sleeps ``load_s`` (num_workers=0, no collation), its batch copied with
@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import pipeprof
-from pipeprof.measure import sim_device
+from pipeprof.gpu_check import sim_device
 
 STEPS = 100  # more than the simulation's 40: the real device's fractions settle over more steps
 PROBE_BYTES = 64 << 20

@@ -65,14 +65,13 @@ from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.schedstat import RunQueueClock, core_wait_s, run_queue_wait
 from pipeprof.measure.spool import Spool
 from pipeprof.measure.transforms import TransformTimer, cpu_thread_clock, take_table
-from pipeprof.run_folder import LOADING_COLUMNS, TRANSFORM_COLUMNS
+from pipeprof.run_folder import LOADING_COLUMNS, MAIN_PROCESS, TRANSFORM_COLUMNS
 
 if TYPE_CHECKING:
     from pipeprof.storage.base import SampleDataset
 
 Collate = Callable[[list[Any]], Any]
 
-MAIN_PROCESS = -1  # ``LoadRecord.worker`` of a batch made in the training process
 NAN = float("nan")
 SCENARIO_LOADER = 0  # transforms.csv's loader number of a scenario's one loader
 Inside = tuple[tuple[str, str, int, float, float], ...]  # (kind, name, calls, wall_s, cpu_s) rows of one batch

@@ -34,13 +34,13 @@ from typing import Any
 import numpy as np
 import psutil
 
-import pipeprof
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import cpu_model, usable_cores
 from pipeprof.measure.gpu import Absent, gpu_inventory
 from pipeprof.storage import pagecache
 from pipeprof.storage.materialize import cache_key
 from pipeprof.storage.synthetic import default_cache_root
+from pipeprof.version import __version__
 
 PROBE_FORMAT_VERSION = 1
 MATMUL_SIZES = (1024, 1025, 1026, 1028, 1032)  # aligned, then misaligned by 1, 2, 4, 8
@@ -399,7 +399,7 @@ def run_probe(quick: bool = False, *, scratch_dir: Path | None = None, plan: Pro
     inventory = gpu_inventory()
     cuda = torch.cuda.is_available()
     probe: dict[str, Any] = {
-        "format_version": PROBE_FORMAT_VERSION, "pipeprof": pipeprof.__version__, "torch": torch.__version__,
+        "format_version": PROBE_FORMAT_VERSION, "pipeprof": __version__, "torch": torch.__version__,
         "measured_at_utc": started_at.strftime(TIME_FORMAT), "quick": quick, "plan": dataclasses.asdict(plan),
         "machine": machine or machine_facts(inventory), "gpu": _gpu_section(inventory),
         "cpu": {"usable_cores": usable_cores(), "cpu_count_logical": os.cpu_count(),

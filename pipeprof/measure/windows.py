@@ -11,6 +11,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from pipeprof.loader_rules import DEFAULT_PREFETCH_FACTOR  # standard library only
 from pipeprof.measure.clock import Clock
 
 WINDOW_S = 0.1
@@ -21,7 +22,7 @@ TOTAL_BUDGET_S = 5.5  # all probes (or segments) after a run: one that could not
 WORKERS_BUDGET_S = 0.35  # per number of workers (their start-up included)
 # a trained probe's budget stretches up to this for slow batches, until its warm-up and windows have their batches
 TRAINED_FULL_BUDGET_S = 1.2
-DEFAULT_PREFETCH = 2  # DataLoader's prefetch_factor with workers when not set
+DEFAULT_PREFETCH = DEFAULT_PREFETCH_FACTOR  # DataLoader's prefetch_factor with workers when not set (loader_rules)
 # The probes' default cap after a run: the larger of MIN_PROBES_S and PROBES_SHARE of the run's own training time.
 MIN_PROBES_S = 3.0
 PROBES_SHARE = 0.1

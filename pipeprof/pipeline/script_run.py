@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pipeprof
 from pipeprof.analysis.live_window import LiveWindow
 from pipeprof.errors import Interrupts, NotSaved, UsageError, current_interrupts, one_line, saving
 from pipeprof.pipeline.fresh_process import die_with_parent, stop_process
@@ -266,7 +265,7 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
         from pipeprof.pipeline.script_code_profile import ScriptCodeProfile
         code = ScriptCodeProfile(cprofile_steps, pyspy_hz, warmup_steps, tmp / "cprofile")
         env.update(code.environment())
-    root = Path(pipeprof.__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]  # the pipeprof package
     # the start-up hook first: every Python process the command starts arms the hooks (rank_boot)
     env["PYTHONPATH"] = os.pathsep.join([str(root / "script" / STARTUP_PACKAGE), str(root.parent),
                                          *filter(None, [os.environ.get("PYTHONPATH")])])

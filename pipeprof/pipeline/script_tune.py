@@ -40,7 +40,7 @@ from pipeprof import format as fmt
 from pipeprof.analysis.advice_text import script_text
 from pipeprof.analysis.prediction_check import point_predictions, prediction_check
 from pipeprof.analysis.thresholds import TUNE_MIN_GAIN
-from pipeprof.analysis.tune import Settings, Space, search
+from pipeprof.analysis.tune import FINALISTS, SEEDS, Settings, Space, search
 from pipeprof.errors import UsageError
 from pipeprof.loader_rules import prefetch_factor
 from pipeprof.measure.environment import usable_cores
@@ -50,8 +50,6 @@ from pipeprof.pipeline.script_verify import script_flags
 from pipeprof.pipeline.sweep import create_folder
 from pipeprof.run_folder import write_text
 
-SEEDS = 2  # recommendations of the first trial tried before the walk
-FINALISTS = 2  # best trials confirmed by a longer run
 LOADER_KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size")
 ERROR_CHARS = 400  # of a failed trial's stderr kept in tune.json
 

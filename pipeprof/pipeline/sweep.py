@@ -18,7 +18,6 @@ from typing import Any
 
 import pandas as pd
 
-from pipeprof import __version__
 from pipeprof.analysis.prediction_check import prediction_check
 from pipeprof.analysis.sweep import best_point, best_summary, near_best, point_record
 from pipeprof.errors import UsageError
@@ -29,6 +28,7 @@ from pipeprof.render.sweep import render_sweep_html
 from pipeprof.run_folder import ensure_out_folder, new_run_folder, write_json, write_text
 from pipeprof.scenario import Scenario
 from pipeprof.variants import to_toml
+from pipeprof.version import __version__
 
 SWEEP_SCHEMA_VERSION = 1
 DEFAULT_MAX_STEPS = 5000  # steps of a point measured until steady: the time budget ends it first

@@ -22,7 +22,6 @@ from typing import Any
 import pandas as pd
 import torch
 
-import pipeprof
 from pipeprof.analysis.loading import core_wait_absence
 from pipeprof.errors import UsageError, interrupt_reason, one_line, raise_if_terminated
 from pipeprof.measure import gpu as gpu_mod
@@ -54,6 +53,7 @@ from pipeprof.run_folder import (
 from pipeprof.scenario import Scenario
 from pipeprof.storage.base import Progress
 from pipeprof.storage.pagecache import drop
+from pipeprof.version import __version__
 from pipeprof.workload.data import Data, build_data
 from pipeprof.workload.distributed import DistributedParts
 from pipeprof.workload.model import build_model
@@ -366,7 +366,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     status, error = "complete", None
     if record_to is not None:  # what a rebuild needs that the rows do not say (pipeline.recording)
         record_to.note_start({"t0_s": t0_s, "meta": {
-            "pipeprof_version": pipeprof.__version__,
+            "pipeprof_version": __version__,
             "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "scenario": scenario.to_dict(), "device": str(work.device), "timing": timer.timing(),
             "environment": describe_environment(work.threads),
@@ -437,7 +437,7 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
     else:
         gpu_meta["reason"] = absences["gpu"]
     meta = {
-        "pipeprof_version": pipeprof.__version__,
+        "pipeprof_version": __version__,
         "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "scenario": scenario.to_dict(),
         "device": str(work.device),

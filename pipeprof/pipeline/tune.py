@@ -27,7 +27,7 @@ from pipeprof.analysis.prediction_check import prediction_check
 from pipeprof.analysis.recommend import DEVICE_DATA_MAX_BYTES
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.sweep import best_summary, near_best, point_record
-from pipeprof.analysis.tune import Evaluate, Search, Space, ceiling_words, search
+from pipeprof.analysis.tune import FINALISTS, SEEDS, Evaluate, Search, Space, ceiling_words, search
 from pipeprof.analysis.verification import NOISE
 from pipeprof.errors import UsageError
 from pipeprof.format import setting
@@ -43,9 +43,7 @@ from pipeprof.run_folder import write_text
 from pipeprof.scenario import ON_DISK, SAMPLE_BYTES, Scenario
 from pipeprof.variants import to_toml, vary
 
-SEEDS = 2  # recommendations of the first trial tried before the walk
-FINALISTS = 2  # settings re-measured in the final round ...
-ROUNDS = 2  # ... up to this many times each: 4 of --max-evals (12) are left to the final round
+ROUNDS = 2  # each of the final round's FINALISTS is measured up to this many times: 4 of --max-evals (12) kept for it
 CONFIRM_REPEATS = 3  # the best and the settings as run, alternately in fresh processes, this many of each
 BROAD_SHARE = 0.5  # the broad round's window: this share of --window (the final round's) ...
 BROAD_MIN_S = 1.0  # ... but not below a second (or --window, if shorter): a first step and workers' start fit

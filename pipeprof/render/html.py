@@ -18,7 +18,6 @@ from markupsafe import Markup
 
 from pipeprof import format as fmt
 from pipeprof.analysis.advice_text import set_text
-from pipeprof.analysis.loading import counted_batches, loading_breakdown
 from pipeprof.analysis.steps import counted_steps, counted_window_s, step_breakdown
 from pipeprof.analysis.summary import TAIL_FRACTION
 from pipeprof.format import NOT_MEASURED, finite
@@ -30,7 +29,7 @@ from pipeprof.render.ranks import rank_label, rank_rows, straggler_view
 from pipeprof.render.transform_plot import bars_svg
 from pipeprof.render.transform_view import loader_views, split_text, table_rows
 from pipeprof.render.window_plot import window_timeline_svg
-from pipeprof.run_folder import Run, as_dict
+from pipeprof.run_folder import MAIN_PROCESS, Run, as_dict
 
 _BOTTLENECK_TITLES: dict[str | None, str] = {  # looked up with summary.json's value, None when missing
     "input": "Input-bound: training waits for data",
@@ -122,7 +121,7 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         plots=_plots(run, meta, summary, excluded, shown),
         straggler=straggler_view(summary),
         ranks=_ranks(run, summary),
-        loading=_loading(run, meta, excluded),
+        loading=_loading(run, meta, summary, excluded),
         code_profile=_code_profile(summary),
         transforms=_transforms(summary),
         scenario_sections=_scenario_sections(meta.get("scenario")),
@@ -416,18 +415,22 @@ def _prefetch_plot(run: Run, summary: dict[str, Any]) -> tuple[str, str, str | N
             "bursty supply.")
 
 
-def _loading(run: Run, meta: dict[str, Any], excluded: list[tuple[float, float, str]]) -> dict[str, Any]:
-    """The Loading section: per-worker table, timeline and split, or why they are absent."""
+def _loading(run: Run, meta: dict[str, Any], summary: dict[str, Any],
+             excluded: list[tuple[float, float, str]]) -> dict[str, Any]:
+    """The Loading section: the summary's table per worker (``loading.by_worker``, the training process first),
+    the timeline of the raw records and the split, or why they are absent."""
     loading = run.loading
-    breakdown = loading_breakdown(counted_batches(loading, run.steps))
+    by_worker = as_dict(as_dict(summary.get("loading")).get("by_worker"))
+    rows = sorted(({**as_dict(stats), "worker": _worker_id(label)} for label, stats in by_worker.items()),
+                  key=lambda r: r["worker"])
     if loading is None or loading.empty:
         reason = _absence(as_dict(meta.get("absences")), _LOADING_KEYS,
                           "this run has no loading records (it was recorded without worker-side timing)")
     else:
         reason = "no loading records for counted steps (every recorded batch fed a warm-up step)"
     timeline = plots.loading_timeline_svg(loading, counted_window_s(run.steps), excluded)
-    split = plots.loading_split_svg(breakdown)
-    rows = [{**r, "name": plots.worker_name(r["worker"])} for r in breakdown.to_dict("records")]
+    split = plots.loading_split_svg(pd.DataFrame(rows))
+    rows = [{**r, "name": plots.worker_name(r["worker"])} for r in rows]
     return {
         "rows": rows,
         "reason": reason,
@@ -435,6 +438,11 @@ def _loading(run: Run, meta: dict[str, Any], excluded: list[tuple[float, float, 
         "timeline": Markup(timeline) if timeline else None,
         "split": Markup(split) if split else None,
     }
+
+
+def _worker_id(label: str) -> int:
+    """summary.json's key of a worker ("main": the training process, else its id) as loading.csv's id."""
+    return MAIN_PROCESS if label == "main" else int(label)
 
 
 _GROUP_COLORS: dict[str | None, str] = {"loading": "#d62728", "transfer": "#ff7f0e", "compute": "#1f77b4", "waiting": "#c5b0d5",

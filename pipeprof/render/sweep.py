@@ -23,7 +23,7 @@ from pipeprof.numbers import finite
 from pipeprof.render import plots
 from pipeprof.render.html import FILTERS, measured
 
-PHASES = ("data_wait", "h2d", "collective_wait", "compute", "other")
+PHASES = tuple(plots.PHASE_COLORS)  # summary.json's fractions, in the order drawn
 
 
 def render_sweep_html(doc: dict[str, Any], *, folder_name: str | None = None) -> str:

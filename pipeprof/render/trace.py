@@ -33,16 +33,16 @@ from typing import Any, cast
 
 import pandas as pd
 
-from pipeprof import __version__
 from pipeprof.format import MIB
 from pipeprof.numbers import finite
+from pipeprof.run_folder import LOADING_PARTS as PARTS
 from pipeprof.run_folder import Run, as_dict
+from pipeprof.version import __version__
 
 STEPS_TID, PHASES_TID, LOADING_TID = 1, 2, 3
 PHASES = (("data wait", "data_wait_s"), ("host→device", "h2d_s"), ("collective wait", "collective_wait_s"),
           ("compute", "compute_s"))
 RANK_SORT = 1000  # a rank's process sorts at RANK_SORT * (rank + 1), its workers just after it
-PARTS = ("fetch", "core_wait", "prep", "collate")
 PART_NAMES = {"core_wait": "waiting for a core"}  # a slice's name where it is not the part's own
 # track name -> [(series, column, factor)]
 COUNTERS = {

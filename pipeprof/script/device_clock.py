@@ -20,7 +20,7 @@ and turns them into event tuples for the event file:
   stream than the step marks', so it overlaps compute instead of delaying it).
 
 ``CudaDevice`` is the real device (``torch.cuda``); the tests and ``make
-gpu-check`` use ``pipeprof.measure.sim_device``'s simulated one through the same
+gpu-check`` use ``pipeprof.gpu_check.sim_device``'s simulated one through the same
 two methods.
 """
 

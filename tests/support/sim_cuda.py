@@ -1,4 +1,4 @@
-"""torch.cuda's surface over the simulated device (``measure.sim_device``), for the real ``CudaDevice``.
+"""torch.cuda's surface over the simulated device (``pipeprof.gpu_check.sim_device``), for the real ``CudaDevice``.
 
 The script hooks' ``pipeprof.script.device_clock.CudaDevice`` takes ``torch.cuda`` or this: numbered devices,
 each with its default stream (a ``SimDevice``) made when first used (a CUDA context: ``contexts`` lists them),
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeprof.gpu_check.sim_device import SimDevice, SimEvent
 from pipeprof.measure.clock import FakeClock
-from pipeprof.measure.sim_device import SimDevice, SimEvent
 
 
 class SimTorchCuda:

@@ -37,6 +37,9 @@ from typing import Any
 import numpy as np
 
 from pipeprof.measure.clock import FakeClock
+from pipeprof.measure.steps import StepTimer
+from pipeprof.script.event_steps import read_events, script_steps
+from pipeprof.script.patches import Patches
 
 PARTS = ("data_wait", "h2d", "compute", "other")
 
@@ -228,7 +231,7 @@ def hooks_profiler(events_path: Path, memory: Any = None) -> Profiler:
     ``memory``: the hooks' ``CudaMemoryWindows`` (default: torch.cuda's, which reads nothing without CUDA)."""
     @contextlib.contextmanager
     def profiling(clock: FakeClock, device: Any) -> Iterator[None]:
-        from pipeprof.script.hooks import EventLog, Hooks
+        from pipeprof.script.hooks import EventLog, Hooks  # imports torch: only when a loop is run
         hooks = Hooks(EventLog(str(events_path), clock=clock), clock=clock, device=device, memory=memory)
         hooks.install()
         try:
@@ -242,13 +245,11 @@ def run_loop(case: LoopCase, clock: FakeClock, profiler: Profiler, device_clock:
              hooks_device: Callable[[SimDevice], Any] | None = None, device_index: int = 0) -> Timeline:
     """``case`` as a real training loop (a DataLoader, ``.to``, an optimizer) inside ``profiler(clock,
     device)``; ``device_clock`` False: the hooks see no device clock (the CPU path). ``hooks_device``: what the
-    hooks see of the loop's stream (default ``SimCuda``; ``device_clock.CudaDevice`` over ``sim_cuda``'s
+    hooks see of the loop's stream (default ``SimCuda``; ``device_clock.CudaDevice`` over ``tests/support/sim_cuda.py``'s
     torch.cuda runs the real one); ``device_index``: the device the loop trains on (its copies say so in
     ``sim_device``)."""
     import torch
     from torch.utils.data import DataLoader, Dataset
-
-    from pipeprof.script.patches import Patches
 
     device = SimDevice(clock, index=device_index)
     timeline = Timeline(device)
@@ -325,8 +326,6 @@ def simulated_fractions(case: LoopCase, device_clock: bool = True) -> dict[str, 
     """What pipeprof reports for ``case`` run on the simulated device: the counted steps' fractions of step time
     (keys ``PARTS``) and ``timing`` (which clock timed which part). ``device_clock`` False: as on a device
     whose clock cannot be read (the host clock's view)."""
-    from pipeprof.script.event_steps import read_events, script_steps
-
     with tempfile.TemporaryDirectory(prefix="pipeprof-sim-") as folder:
         path = Path(folder) / "events.jsonl"
         run_loop(case, FakeClock(100.0), hooks_profiler(path), device_clock)
@@ -348,8 +347,6 @@ def timer_fractions(case: LoopCase, device_clock: bool = True) -> dict[str, Any]
     simulated device: the loop marks it as ``pipeline/train.py`` does (begin, batch in hand, copy issued,
     step done), with device events unless ``device_clock`` is False."""
     import pandas as pd
-
-    from pipeprof.measure.steps import StepTimer
 
     clock = FakeClock(100.0)
     device = SimDevice(clock)
