@@ -57,7 +57,8 @@ test:
 	@logs=$$(mktemp -d); \
 	$(MAKE) --no-print-directory browser > $$logs/browser 2>&1 & browser=$$!; \
 	$(MAKE) --no-print-directory install; installed=$$?; \
-	wait $$browser; cat $$logs/browser; [ $$installed = 0 ] || exit $$installed; \
+	wait $$browser; browsed=$$?; cat $$logs/browser; [ $$installed = 0 ] || exit $$installed; \
+	[ $$browsed = 0 ] || exit $$browsed; \
 	$(MAKE) --no-print-directory lint > $$logs/lint 2>&1 & lint=$$!; \
 	status=0; \
 	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -p no:xdist -m "$(PARALLEL)" || status=$$?; \
