@@ -43,11 +43,12 @@ def test_every_prediction_that_lands_on_another_point_is_set_beside_its_measurem
     measured = rows[("num_workers=0", "num_workers=2")]
     assert measured == {"from": "num_workers=0", "change": {"loader.num_workers": 2}, "to": "num_workers=2",
                         "predicted": 2400.0, "measured": 2000.0, "error": pytest.approx(0.2), "inside": True,
-                        "tier": "measured"}
+                        "tier": "measured", "unsteady": []}
     no_bounds = rows[("num_workers=1", "num_workers=2")]
     assert no_bounds["error"] == pytest.approx(0.5) and no_bounds["inside"] is None
-    assert check["summary"] == {"pairs": 2, "median_abs_error": pytest.approx(0.35),
-                                "worst_abs_error": pytest.approx(0.5), "inside_share": 1.0}
+    every = {"pairs": 2, "median_abs_error": pytest.approx(0.35), "worst_abs_error": pytest.approx(0.5),
+             "inside_share": 1.0}
+    assert check["summary"] == {**every, "steady": every}  # no point said it never settled
 
 
 def test_a_prediction_outside_its_interval_counts_against_the_inside_share():
@@ -60,8 +61,8 @@ def test_nothing_to_check_is_said_so():
     lone = [point_record(0, "only", {"loader.num_workers": 0}, "complete",
                          summary=summary(1000.0, [rec({"loader.num_workers": 1}, 1500.0)]))]
     check = prediction_check(lone)
-    assert check == {"rows": [], "summary": {"pairs": 0, "median_abs_error": None, "worst_abs_error": None,
-                                             "inside_share": None}}
+    nothing = {"pairs": 0, "median_abs_error": None, "worst_abs_error": None, "inside_share": None}
+    assert check == {"rows": [], "summary": {**nothing, "steady": nothing}}
     doc = {"kind": "sweep", "points": lone, "axes": [{"key": "loader.num_workers", "values": [0]}],
            "prediction_check": check, "notes": []}
     assert "nothing to check the predictions against" in render_sweep_html(doc)
@@ -84,3 +85,30 @@ def test_the_sweep_page_shows_the_track_record():
 
     assert "2 predictions of one point" in page and "median error 35.0%" in page and "worst 50.0%" in page
     assert "<code>loader.num_workers=2</code>" in page and "+20%" in page and "measured" in page
+
+
+def _budget(cv: float) -> dict:
+    """A point's run.json ``steady`` when it ran out of time with its windows at this coefficient of variation."""
+    return {"steady": True, "stopped": "budget", "cv": cv, "cv_threshold": 0.05, "windows": 5}
+
+
+def test_a_pair_with_an_end_that_never_settled_is_named_and_kept_out_of_the_steady_record():
+    points = grid()
+    points[2]["steady"] = _budget(0.58)  # num_workers=2, measured while a neighbour took a core: windows ±58 %
+    points[1]["steady"] = dict(_budget(0.03), stopped="budget")  # out of time but settled within 5 %: steady
+    points[0]["steady"] = {"steady": True, "stopped": "stable", "cv": 0.02, "cv_threshold": 0.05}
+    check = prediction_check(points)
+    rows = {(r["from"], r["to"]): r for r in check["rows"]}
+    assert rows[("num_workers=0", "num_workers=2")]["unsteady"] == [{"point": "num_workers=2", "cv": 0.58}]
+    assert check["summary"]["pairs"] == 2 and check["summary"]["steady"]["pairs"] == 0
+    # the source's own measurement counts too: only the 1 -> 2 pair left once the target settles
+    points[2]["steady"] = {"steady": True, "stopped": "stable", "cv": 0.01, "cv_threshold": 0.05}
+    points[0]["steady"] = _budget(0.2)
+    check = prediction_check(points)
+    assert check["summary"]["steady"]["pairs"] == 1
+    assert check["summary"]["steady"]["median_abs_error"] == pytest.approx(0.5)  # the 1 -> 2 pair's +50 %
+    doc = {"kind": "sweep", "points": points, "notes": [],
+           "axes": [{"key": "loader.num_workers", "values": [0, 1, 2]}], "prediction_check": check}
+    page = render_sweep_html(doc)
+    assert "num_workers=0 never settled (cv 20%)" in page
+    assert "Between points whose own measurement settled (1 of them): median error 50.0%" in page

@@ -52,7 +52,10 @@ def _check(check: Any) -> dict[str, Any] | None:
     if not isinstance(check, dict):
         return None
     rows = [dict(r, change_text=", ".join(f"{k}={fmt.setting_arg(v)}" for k, v in (r.get("change") or {}).items()),
-                 error_text=f"{100 * r['error']:+.0f}%") for r in check.get("rows") or [] if isinstance(r, dict)]
+                 error_text=f"{100 * r['error']:+.0f}%",
+                 unsteady_text="; ".join(f"{u.get('point')} never settled (cv {100 * u['cv']:.0f}%)"
+                                         for u in r.get("unsteady") or [] if finite(u.get("cv")) is not None))
+            for r in check.get("rows") or [] if isinstance(r, dict)]
     return {"rows": rows, "summary": check.get("summary") or {}}
 
 
