@@ -45,6 +45,8 @@ BENCHMARKS = {
     "faults": ("What the trust suites try: bad inputs, faults, damaged run folders", [], []),
     "suite": ("The test suite's time per tier", [], ["--tiers", "unit"]),
     "long_jobs": ("What `profile --light` and `attach` cost a long job's own step time", [], ["--repeats", "1"]),
+    "sweep_check": ("Do the predictions hold on this machine? Three sweeps checked against themselves", [],
+                    ["--repeats", "1"]),
 }
 SECTION = re.compile(r"^## (?P<name>[a-z_]+): ", re.MULTILINE)
 GPU_CHECK = ROOT / "reports" / "gpu-check.json"  # make gpu-check's last result on this machine

@@ -112,3 +112,9 @@ def test_a_pair_with_an_end_that_never_settled_is_named_and_kept_out_of_the_stea
     page = render_sweep_html(doc)
     assert "num_workers=0 never settled (cv 20%)" in page
     assert "Between points whose own measurement settled (1 of them): median error 50.0%" in page
+    # out of time before enough windows for a cv: it never showed it settled either
+    points[0]["steady"] = {"steady": True, "stopped": "budget", "cv": None, "cv_threshold": 0.05}
+    check = prediction_check(points)
+    assert {"point": "num_workers=0", "cv": None} in check["rows"][0]["unsteady"]
+    doc["prediction_check"] = check
+    assert "num_workers=0 never settled (too few windows to tell)" in render_sweep_html(doc)

@@ -10,8 +10,9 @@ interval, null without bounds), and the ``summary`` counts them: ``pairs``, ``me
 
 A point whose own measurement never settled says little of a prediction: one that ran until its time budget
 without its windows' throughput reaching the run's own steadiness threshold (``steady.stopped == "budget"``,
-``steady.cv > steady.cv_threshold``: a neighbour's burst of work on a shared machine, a cold cache still
-filling) is named in each row it is an end of (``unsteady``: its label and cv), and ``summary.steady`` is the
+``steady.cv > steady.cv_threshold``, or too few windows for a cv at all: a neighbour's burst of work on a
+shared machine, a cold cache still filling) is named in each row it is an end of (``unsteady``: its label
+and cv, null for too few windows), and ``summary.steady`` is the
 same summary over the rows with neither end unsteady: the track record the machine's noise did not write.
 """
 
@@ -55,22 +56,25 @@ def prediction_check(points: Sequence[dict[str, Any]]) -> dict[str, Any]:
             predicted, measured = float(pred["predicted_samples_per_s"]), float(target["samples_per_s"])
             bounds = pred.get("interval")
             inside = bounds[0] <= measured <= bounds[1] if isinstance(bounds, list) and len(bounds) == 2 else None
-            unsteady = [{"point": p.get("label"), "cv": cv} for p in (source, target)
-                        if (cv := unsteady_cv(p)) is not None]
+            unsteady = [{"point": p.get("label"), "cv": unsettled(p)[1]} for p in (source, target)
+                        if unsettled(p)[0]]
             rows.append({"from": source.get("label"), "change": change, "to": target.get("label"),
                          "predicted": predicted, "measured": measured, "error": predicted / measured - 1,
                          "inside": inside, "tier": pred.get("tier"), "unsteady": unsteady})
     return {"rows": rows, "summary": {**_summary(rows), "steady": _summary(r for r in rows if not r["unsteady"])}}
 
 
-def unsteady_cv(point: dict[str, Any]) -> float | None:
-    """The windows' coefficient of variation of a point that ran out of time without settling (module
-    docstring); None for a point that settled, or ran its fixed steps (nothing said either way)."""
+def unsettled(point: dict[str, Any]) -> tuple[bool, float | None]:
+    """(whether the point ran out of time without settling, its windows' coefficient of variation: None for
+    too few windows to have one) (module docstring). A point that settled, or ran its fixed steps (nothing
+    said either way), is not."""
     steady = point.get("steady")
     if not isinstance(steady, dict) or steady.get("stopped") != "budget":
-        return None
+        return False, None
     cv, threshold = finite(steady.get("cv")), finite(steady.get("cv_threshold"))
-    return cv if cv is not None and threshold is not None and cv > threshold else None
+    if cv is None:
+        return True, None
+    return (threshold is not None and cv > threshold), cv
 
 
 def _as_loaded(settings: dict[str, Any]) -> dict[str, Any]:

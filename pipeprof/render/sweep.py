@@ -53,8 +53,10 @@ def _check(check: Any) -> dict[str, Any] | None:
         return None
     rows = [dict(r, change_text=", ".join(f"{k}={fmt.setting_arg(v)}" for k, v in (r.get("change") or {}).items()),
                  error_text=f"{100 * r['error']:+.0f}%",
-                 unsteady_text="; ".join(f"{u.get('point')} never settled (cv {100 * u['cv']:.0f}%)"
-                                         for u in r.get("unsteady") or [] if finite(u.get("cv")) is not None))
+                 unsteady_text="; ".join(f"{u.get('point')} never settled ("
+                                         + (f"cv {100 * u['cv']:.0f}%" if finite(u.get("cv")) is not None
+                                            else "too few windows to tell") + ")"
+                                         for u in r.get("unsteady") or [] if isinstance(u, dict)))
             for r in check.get("rows") or [] if isinstance(r, dict)]
     return {"rows": rows, "summary": check.get("summary") or {}}
 
