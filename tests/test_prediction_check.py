@@ -118,3 +118,16 @@ def test_a_pair_with_an_end_that_never_settled_is_named_and_kept_out_of_the_stea
     assert {"point": "num_workers=0", "cv": None} in check["rows"][0]["unsteady"]
     doc["prediction_check"] = check
     assert "num_workers=0 never settled (too few windows to tell)" in render_sweep_html(doc)
+
+
+def test_the_terminal_says_the_track_record_in_one_line():
+    from pipeprof.cli.sweep_output import check_words
+
+    points = grid()
+    assert check_words({"prediction_check": prediction_check(points)}) == (
+        "predictions checked: 2 recommendations landed on another point measured here: median error 35%, "
+        "worst 50%, inside the 80 % interval 100%")
+    points[2]["steady"] = _budget(0.4)
+    line = check_words({"prediction_check": prediction_check(points)})
+    assert line is not None and line.endswith("; every pair has a point that never settled (see the page)")
+    assert check_words({"prediction_check": prediction_check(grid()[:1])}) is None  # nothing landed

@@ -34,6 +34,28 @@ def _confirmed(best: dict[str, Any] | None) -> bool:
     return best is not None and best.get("index") == -1
 
 
+def check_words(doc: dict[str, Any]) -> str | None:
+    """One line on the predictions' track record in this sweep (``prediction_check``), the settled pairs apart
+    when some pair has an end that never settled; None with nothing to check."""
+    summary = (doc.get("prediction_check") or {}).get("summary") or {}
+    pairs = summary.get("pairs")
+    if not pairs:
+        return None
+
+    def record(s: dict[str, Any]) -> str:
+        inside = s.get("inside_share")
+        return (f"median error {fmt.pct(s['median_abs_error'])}, worst {fmt.pct(s['worst_abs_error'])}"
+                + (f", inside the 80 % interval {fmt.pct(inside)}" if inside is not None else ""))
+
+    line = (f"predictions checked: {fmt.plural(pairs, 'recommendation')} landed on another point measured here: "
+            f"{record(summary)}")
+    steady = summary.get("steady") or {}
+    if steady.get("pairs") != pairs:
+        line += (f"; between points that settled ({steady['pairs']}): {record(steady)}" if steady.get("pairs")
+                 else "; every pair has a point that never settled (see the page)")
+    return line
+
+
 def report_end(doc: dict[str, Any], folder: Path, console: Console) -> int:
     """The best point on ``console`` (stderr), the page on stdout; 0 with a best point, 1 without, 130 when
     interrupted."""
@@ -43,6 +65,9 @@ def report_end(doc: dict[str, Any], folder: Path, console: Console) -> int:
     if best:
         console.print(f"{best_words(doc, best)}: {best['label']}: {fmt.rate(best['samples_per_s'])}", markup=False,
                       highlight=False)
+    checked = check_words(doc)
+    if checked:
+        console.print(checked, markup=False, highlight=False)
     if interrupted:
         measured = sum(1 for p in doc.get("points") or [] if p.get("status") == "complete")
         console.print(f"pipeprof: {doc['kind']} interrupted after {fmt.plural(measured, 'complete point')}"
