@@ -55,6 +55,7 @@ speedscope).
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import datetime as dt
 import json
@@ -72,6 +73,7 @@ import pandas as pd
 
 from pipeprof.errors import UsageError, one_line
 from pipeprof.run_check import BOOL_VALUES, Damage, check_attachment, check_meta, missing_ranks, read_table
+from pipeprof.run_meta import RunMeta, as_int, as_object, as_str
 from pipeprof.scenario import DataSpec
 
 RUN_FORMAT_VERSION = 1
@@ -220,7 +222,8 @@ ATTACHMENTS = ("cprofile-main.prof", "cprofile-workers.prof", "pyspy.speedscope.
 
 @dataclass
 class Run:
-    """Raw records of one run. ``meta`` is run.json; tables are DataFrames."""
+    """Raw records of one run. ``meta`` is run.json's object as recorded (what run.json is written back from);
+    ``info`` reads it typed. Tables are DataFrames."""
 
     meta: dict[str, Any]
     steps: pd.DataFrame
@@ -240,6 +243,17 @@ class Run:
     ranks: list[Run] = field(default_factory=list)
     # What load_run found damaged and set aside (rows, files, run.json keys, a job's missing ranks); empty: sound.
     damage: tuple[Damage, ...] = ()
+    # ``info``'s parse and the run.json object it was parsed from (a copy: ``meta`` is written to as a run is
+    # assembled, and a parse of an older ``meta`` would be a silent wrong answer)
+    _parsed: tuple[dict[str, Any], RunMeta] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def info(self) -> RunMeta:
+        """run.json typed (``RunMeta``): parsed once, and again only after ``meta`` changed."""
+        parsed = self._parsed
+        if parsed is None or not _same(parsed[0], self.meta):
+            parsed = self._parsed = (copy.deepcopy(self.meta), RunMeta.parse(self.meta))
+        return parsed[1]
 
     @property
     def name(self) -> str:
@@ -300,42 +314,37 @@ class RunSettings:
         scenario = as_dict(meta.get("scenario"))
         loader, data = as_dict(scenario.get("loader")), as_dict(scenario.get("data"))
         kind = "script" if meta.get("kind") == "script" else "scenario"
-        storage = _as_str(data.get("storage"))
+        storage = as_str(data.get("storage"))
         if storage is None and kind == "scenario":
             storage = _DEFAULT_STORAGE  # every scenario has one; DataSpec's default when not recorded
         name = scenario.get("name", "run")
         return cls(
             name=str(name) if name is not None else "run",
-            description=_as_str(scenario.get("description")),
+            description=as_str(scenario.get("description")),
             kind=kind,
-            device=_as_str(meta.get("device")) or "cpu",
-            loader=LoaderSettings(batch_size=_as_int(loader.get("batch_size")),
-                                  num_workers=_as_int(loader.get("num_workers")),
-                                  prefetch_factor=_as_int(loader.get("prefetch_factor")),
+            device=as_str(meta.get("device")) or "cpu",
+            loader=LoaderSettings(batch_size=as_int(loader.get("batch_size")),
+                                  num_workers=as_int(loader.get("num_workers")),
+                                  prefetch_factor=as_int(loader.get("prefetch_factor")),
                                   pin_memory=loader.get("pin_memory") is True,
                                   persistent_workers=loader.get("persistent_workers") is True),
-            data=DataSettings(storage=storage, samples=_as_int(data.get("samples")), cache=_as_str(data.get("cache")),
-                              transform=_as_str(data.get("transform")), throttle=data.get("throttle")),
+            data=DataSettings(storage=storage, samples=as_int(data.get("samples")), cache=as_str(data.get("cache")),
+                              transform=as_str(data.get("transform")), throttle=data.get("throttle")),
         )
 
 
 _DEFAULT_STORAGE = DataSpec.storage
 
 
-def as_dict(value: Any) -> dict[str, Any]:
-    """A JSON object read from run.json, summary.json or a probe: ``value``, or ``{}`` where it is not an object
-    (a key missing in an older file, or written as something else)."""
-    return value if isinstance(value, dict) else {}
+# A JSON object read from run.json, summary.json or a probe: the value, or {} where it is not an object.
+as_dict = as_object
 
 
-def _as_str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return int(value)
+def _same(recorded: dict[str, Any], meta: dict[str, Any]) -> bool:
+    try:
+        return recorded == meta
+    except ValueError:  # an array's ambiguous truth: not known to be the same
+        return False
 
 
 def sample_tables(samples: pd.DataFrame, processes: pd.DataFrame, gpu: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
