@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeprof.numbers import finite
+
 JsonObject = dict[str, Any]  # a JSON object as run.json holds it (copied into summary.json as recorded)
 
 # run.json ``kind``: how the run was made (a scenario run records none)
@@ -156,8 +158,7 @@ class ScriptInfo:
     def parse(cls, value: Any) -> ScriptInfo | None:
         if not isinstance(value, dict):
             return None
-        wall = as_number(value.get("wall_s"))
-        return cls(wall_s=None if wall is None else float(wall),
+        return cls(wall_s=finite(value.get("wall_s")),
                    started_pid=as_int(as_object(value.get("started")).get("pid")), recorded=value)
 
 
@@ -181,8 +182,7 @@ class Probe:
         absent = entry.get("absent")
 
         def number(key: str) -> float | None:
-            v = as_number(entry.get(key))
-            return None if v is None else float(v)
+            return finite(entry.get(key)) if as_number(entry.get(key)) is not None else None
 
         return cls(samples_per_s=number("samples_per_s"),
                    samples_per_s_per_window=_floats(entry.get("samples_per_s_per_window")),

@@ -315,7 +315,7 @@ class Session:
             if ident.get("backend") == "nccl":
                 run.meta["absences"]["collective_wait"] = NCCL_ABSENT
             rank_runs.append(run)
-        middle = rank_runs[median_index(rank_runs, {})]  # analysis.ranks: the median rank, one rule
+        middle = rank_runs[median_index(rank_runs, None)]  # analysis.ranks: the median rank, one rule
         idents = [ident for ident, _ in ranked]
         world = max([i.get("world_size") or 0 for i in idents] + [len(ranked)])
         meta = copy.deepcopy(middle.meta)  # the job's own: its notes are not the rank's
