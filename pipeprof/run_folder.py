@@ -73,7 +73,7 @@ import pandas as pd
 
 from pipeprof.errors import UsageError, one_line
 from pipeprof.run_check import BOOL_VALUES, Damage, check_attachment, check_meta, missing_ranks, read_table
-from pipeprof.run_meta import RunMeta, as_int, as_object, as_str
+from pipeprof.run_meta import RankInfo, RunMeta, as_int, as_object, as_str
 from pipeprof.scenario import DataSpec
 
 RUN_FORMAT_VERSION = 1
@@ -485,7 +485,7 @@ def save_run(run: Run, folder: Path, extra_files: dict[str, str] | None = None) 
         for name, text in (extra_files or {}).items():
             write_text(tmp / name, text)
         for rank_run in run.ranks:
-            save_run(rank_run, tmp / RANKS_FOLDER / rank_folder_name(rank_run.meta))
+            save_run(rank_run, tmp / RANKS_FOLDER / rank_folder_name(rank_run.info))
         _replace_folder(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -568,20 +568,20 @@ def load_run(folder: Path) -> Run:
     ranks = [load_run(f) for f in sorted(ranks_folder.iterdir(), key=_rank_order)
              if f.is_dir() and not f.name.startswith(".")] if ranks_folder.is_dir() else []
     for rank_run in ranks:
-        damage += [d.under(f"{RANKS_FOLDER}/{rank_folder_name(rank_run.meta)}") for d in rank_run.damage]
-    damage += missing_ranks(meta, [as_dict(r.meta.get("rank")).get("rank") for r in ranks])
+        damage += [d.under(f"{RANKS_FOLDER}/{rank_folder_name(rank_run.info)}") for d in rank_run.damage]
+    damage += missing_ranks(meta, [r.info.rank.rank if r.info.rank is not None else None for r in ranks])
     return Run(meta=meta, attachments=attachments, ranks=ranks, damage=tuple(damage), **tables)
 
 
 RANKS_FOLDER = "ranks"
 
 
-def rank_folder_name(meta: dict[str, Any]) -> str:
-    """``rank-<N>`` for a rank's run (``meta["rank"]["rank"]``), ``pid-<P>`` for a process without a rank."""
-    rank = as_dict(meta.get("rank"))
-    if rank.get("rank") is not None:
-        return f"rank-{int(rank['rank'])}"
-    return f"pid-{int(rank.get('pid') or 0)}"
+def rank_folder_name(meta: RunMeta) -> str:
+    """``rank-<N>`` for a rank's run (run.json ``rank.rank``), ``pid-<P>`` for a process without a rank."""
+    rank = meta.rank or RankInfo()
+    if rank.rank is not None:
+        return f"rank-{rank.rank}"
+    return f"pid-{rank.pid or 0}"
 
 
 def _rank_order(folder: Path) -> tuple[int, int, str]:

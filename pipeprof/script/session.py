@@ -329,13 +329,13 @@ class Session:
             "ranks": [i.get("rank") for i in idents],
             "nodes": sorted({str(i.get("node")) for i in idents if i.get("node")}),
             "launcher": job_launcher(script, idents),
-            "median_rank": middle.meta["rank"].get("rank"),
+            "median_rank": middle.info.rank.rank if middle.info.rank is not None else None,
             "untraced": untraced(procs, world, idents),
         }
         rank_pids = {p.pid for _, p in ranked}
         if self.monitor is not None:  # the job's GPU series: the median rank's GPU, as its other records
-            samples = on_gpu(samples, middle.meta["gpu"].get("cuda_index") if middle.meta["gpu"]["available"]
-                             else None)
+            gpu = middle.info.gpu
+            samples = on_gpu(samples, gpu.cuda_index if gpu.available else None)
         return Run(meta=meta, steps=middle.steps, samples=samples,
                    processes=job_processes(processes, rank_pids, worker_pids, self.root_pid, CHILD),
                    loading=middle.loading, transforms=middle.transforms, ranks=rank_runs)
