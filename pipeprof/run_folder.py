@@ -243,8 +243,9 @@ class Run:
     ranks: list[Run] = field(default_factory=list)
     # What load_run found damaged and set aside (rows, files, run.json keys, a job's missing ranks); empty: sound.
     damage: tuple[Damage, ...] = ()
-    # ``info``'s parse and the run.json object it was parsed from (a copy: ``meta`` is written to as a run is
-    # assembled, and a parse of an older ``meta`` would be a silent wrong answer)
+    # ``info``'s parse and the copy of ``meta`` it was parsed from: ``meta`` is written to while a run is
+    # assembled (a parse of an older ``meta`` would be a silent wrong answer), and what ``info`` holds is not
+    # ``meta``'s own objects (a reader cannot change what run.json is written from)
     _parsed: tuple[dict[str, Any], RunMeta] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -252,7 +253,8 @@ class Run:
         """run.json typed (``RunMeta``): parsed once, and again only after ``meta`` changed."""
         parsed = self._parsed
         if parsed is None or not _same(parsed[0], self.meta):
-            parsed = self._parsed = (copy.deepcopy(self.meta), RunMeta.parse(self.meta))
+            recorded = copy.deepcopy(self.meta)
+            parsed = self._parsed = (recorded, RunMeta.parse(recorded))
         return parsed[1]
 
     @property

@@ -78,3 +78,10 @@ def test_run_json_written_back_unchanged(tmp_path: Path) -> None:
     save_run(run, tmp_path / "again")
     assert (tmp_path / "again" / "run.json").read_text() == (folder / "run.json").read_text()
     assert json.loads((tmp_path / "again" / "run.json").read_text()) == run.meta
+
+
+def test_info_holds_no_object_of_meta() -> None:
+    run = Run(meta={"absences": {"gpu": "no GPU"}, "scenario": {"name": "a"}}, steps=pd.DataFrame(columns=STEP_COLUMNS))
+    info = run.info
+    assert info.absences == {"gpu": "no GPU"} and info.absences is not run.meta["absences"]
+    assert info.scenario is not None and info.scenario is not run.meta["scenario"]
