@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -61,6 +61,7 @@ from pipeprof.analysis.verdict import (
 from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
 from pipeprof.analysis.worker_start import with_worker_start_note, worker_start_summary
+from pipeprof.resource_use import CpuUse, DiskUse, MemoryUse, UssSnapshot
 from pipeprof.run_folder import Run
 from pipeprof.run_meta import JobInfo, Timing
 
@@ -117,10 +118,10 @@ class Summary:
 
     ``to_json()`` is summary.json (docs/summary-json.md; ``pipeprof/schemas/summary.schema.json``).
     ``bottleneck`` and ``bottleneck_reason`` are the verdict's coarse class and its words;
-    ``sections`` holds the rest of summary.json's keys (``cpu``, ``memory``, ``disk``,
-    ``gpu``, ``device_memory``, ``loading``, ``transforms``, ``decode``, ``cache``, ``final_loss``, ``accuracy``, ``absences``,
-    ``steady``, ``status``, ``error``, ``verification``, ``throughput``,
-    ``code_profile``, and a script's ``script``, ``loaders``, ``step_source``).
+    ``cpu``, ``memory`` and ``disk`` are typed (``pipeprof.resource_use``);
+    ``sections`` holds the rest of summary.json's keys (``gpu``, ``device_memory``, ``loading``, ``transforms``,
+    ``decode``, ``cache``, ``final_loss``, ``accuracy``, ``absences``, ``steady``, ``status``, ``error``,
+    ``verification``, ``throughput``, ``code_profile``, and a script's ``script``, ``loaders``, ``step_source``).
     """
 
     scenario: str
@@ -140,6 +141,10 @@ class Summary:
     straggler: Straggler | None = None  # which rank sets the job's pace; None for one process
     # One per recommendation, in order (analysis.intervals): summary.json's item ``interval``.
     intervals: tuple[Interval, ...] = ()
+    # summary.json's resource sections (pipeprof.resource_use): what the renderers read as typed records
+    cpu: CpuUse = field(default_factory=CpuUse)
+    memory: MemoryUse = field(default_factory=MemoryUse)
+    disk: DiskUse = field(default_factory=DiskUse)
 
     @property
     def bottleneck(self) -> str:
@@ -160,7 +165,8 @@ class Summary:
             "steps": self.steps, "warmup_steps": self.warmup_steps, "samples": self.samples,
             "duration_s": self.duration_s, "samples_per_s": self.samples_per_s, "step_time_s": dict(self.step_time_s),
             "fractions": dict(self.fractions), "bottleneck": self.bottleneck,
-            "bottleneck_reason": self.bottleneck_reason, **self.sections,
+            "bottleneck_reason": self.bottleneck_reason, "cpu": self.cpu.to_json(), "memory": self.memory.to_json(),
+            "disk": self.disk.to_json(), **self.sections,
             "attribution": self.attribution.to_json(), "verdict": self.verdict.to_json(),
             "recommendations": [{**r.to_json(), "interval": i.to_json()}
                                 for r, i in zip(self.recommendations, self._intervals(), strict=True)],
@@ -292,26 +298,20 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
     processes = run.processes
 
     samples_per_s = samples / duration_s if duration_s > 0 else None
+    cpu = CpuUse(cores=info.environment.cpu_cores,
+                 mean_util=_stat(during.get("cpu_util_pct", pd.Series(dtype=float)), "mean"),
+                 peak_util=_stat(during.get("cpu_util_pct", pd.Series(dtype=float)), "max"),
+                 main_mean_pct=_stat(during.get("main_cpu_pct", pd.Series(dtype=float)), "mean"),
+                 workers_mean_pct=_stat(during.get("workers_cpu_pct", pd.Series(dtype=float)), "mean"))
+    rss = MemoryUse(peak_rss_bytes=_stat(run.samples.get("tree_rss_bytes", pd.Series(dtype=float)), "max"),
+                    peak_main_rss_bytes=_stat(run.samples.get("main_rss_bytes", pd.Series(dtype=float)), "max"),
+                    # Workers that never existed have no memory: not measured (null), never a sampled 0.
+                    peak_workers_rss_bytes=(_stat(run.samples.get("workers_rss_bytes", pd.Series(dtype=float)), "max")
+                                            if had_workers(run) else None),
+                    uss=uss_snapshot(processes))
+    disk = DiskUse(mean_read_bytes_per_s=_stat(during.get("read_bytes_per_s", pd.Series(dtype=float)), "mean"),
+                   read_bytes=_read_bytes(processes))
     sections: dict[str, Any] = {
-        "cpu": {
-            "cores": info.environment.cpu_cores,
-            "mean_util": _stat(during.get("cpu_util_pct", pd.Series(dtype=float)), "mean"),
-            "peak_util": _stat(during.get("cpu_util_pct", pd.Series(dtype=float)), "max"),
-            "main_mean_pct": _stat(during.get("main_cpu_pct", pd.Series(dtype=float)), "mean"),
-            "workers_mean_pct": _stat(during.get("workers_cpu_pct", pd.Series(dtype=float)), "mean"),
-        },
-        "memory": {
-            "peak_rss_bytes": _stat(run.samples.get("tree_rss_bytes", pd.Series(dtype=float)), "max"),
-            "peak_main_rss_bytes": _stat(run.samples.get("main_rss_bytes", pd.Series(dtype=float)), "max"),
-            # Workers that never existed have no memory: not measured (null), never a sampled 0.
-            "peak_workers_rss_bytes": (_stat(run.samples.get("workers_rss_bytes", pd.Series(dtype=float)), "max")
-                                       if had_workers(run) else None),
-            "uss_bytes": uss_snapshot(processes),
-        },
-        "disk": {
-            "mean_read_bytes_per_s": _stat(during.get("read_bytes_per_s", pd.Series(dtype=float)), "mean"),
-            "read_bytes": _read_bytes(processes),
-        },
         "gpu": _gpu_summary(during) if info.gpu.available else None,
         "device_memory": memory.to_json(),  # torch.cuda's peaks and the creep check (analysis.device_memory)
         "loading": _with_split(attr.loading_summary, trained),
@@ -353,7 +353,7 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
                      "p90": float(np.percentile(step_s, 90)) if n else None,
                      "mean": float(step_s.mean()) if n else None},
         fractions=frac, attribution=attr, verdict=judged,
-        recommendations=recs, intervals=bounds, sections=sections)
+        recommendations=recs, intervals=bounds, sections=sections, cpu=cpu, memory=rss, disk=disk)
 
 
 def _with_split(loading: dict[str, Any] | None, lt: LoaderTransforms | None) -> dict[str, Any] | None:
@@ -402,7 +402,7 @@ def _accuracy(correct: pd.Series, samples: float) -> float | None:
     return float(total) / samples if samples and pd.notna(total) else None
 
 
-def uss_snapshot(processes: pd.DataFrame) -> dict[str, Any] | None:
+def uss_snapshot(processes: pd.DataFrame) -> UssSnapshot | None:
     """Largest USS seen per role, summed over the processes of one snapshot."""
     if processes.empty or "uss_bytes" not in processes:
         return None
@@ -410,11 +410,9 @@ def uss_snapshot(processes: pd.DataFrame) -> dict[str, Any] | None:
     if snaps.empty:
         return None
     per_tick = snaps.groupby(["t_s", "role"])["uss_bytes"].sum().unstack("role")
-    return {
-        "main": float(per_tick["main"].max()) if "main" in per_tick else None,
-        "workers": float(per_tick["worker"].max()) if "worker" in per_tick else None,  # no workers: not measured
-        "snapshots": int(len(per_tick)),
-    }
+    return UssSnapshot(main=float(per_tick["main"].max()) if "main" in per_tick else None,
+                       workers=float(per_tick["worker"].max()) if "worker" in per_tick else None,  # none: not measured
+                       snapshots=int(len(per_tick)))
 
 
 def had_workers(run: Run) -> bool:
