@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import datetime as dt
 import json
 import math
@@ -73,8 +72,7 @@ import pandas as pd
 
 from pipeprof.errors import UsageError, one_line
 from pipeprof.run_check import BOOL_VALUES, Damage, check_attachment, check_meta, missing_ranks, read_table
-from pipeprof.run_meta import RankInfo, RunMeta, as_int, as_object, as_str
-from pipeprof.scenario import DataSpec
+from pipeprof.run_meta import RankInfo, RunMeta, RunSettings, as_object
 
 RUN_FORMAT_VERSION = 1
 
@@ -263,79 +261,8 @@ class Run:
 
     @property
     def settings(self) -> RunSettings:
-        """The run's settings, read back from run.json (``RunSettings.from_meta``)."""
-        return RunSettings.from_meta(self.meta)
-
-
-@dataclass(frozen=True)
-class LoaderSettings:
-    """The DataLoader settings a run used; None where run.json does not say (older runs, scripts)."""
-
-    batch_size: int | None = None
-    num_workers: int | None = None
-    prefetch_factor: int | None = None  # as set: None is the DataLoader's default (loader_rules)
-    pin_memory: bool = False  # as asked: whether it pinned is loader_rules.pins_memory(pin_memory, device)
-    persistent_workers: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
-class DataSettings:
-    """Where a run's data lived. ``storage`` is None for a profiled script (its data is its own)."""
-
-    storage: str | None = None
-    samples: int | None = None
-    cache: str | None = None  # "warm" or "cold"
-    transform: str | None = None
-    throttle: Any = None  # None, a preset's name, or the throttle table as recorded (latency_ms, bandwidth_mb_s, ...)
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """The settings of one run as run.json recorded them, for a scenario and for a profiled script alike.
-
-    run.json's ``scenario`` is ``Scenario.to_dict()`` for a scenario run and the
-    settings the hooks saw for a script (its name, command line and DataLoader).
-    Read leniently: run folders of older versions lack keys, which read as
-    None (or the scenario's own default, for a scenario run's storage); a value
-    of the wrong type reads as absent. The one reader of that dict for analysis.
-    """
-
-    name: str = "run"
-    description: str | None = None
-    kind: str = "scenario"  # "scenario" or "script"
-    device: str = "cpu"
-    loader: LoaderSettings = field(default_factory=LoaderSettings)
-    data: DataSettings = field(default_factory=DataSettings)
-
-    @classmethod
-    def from_meta(cls, meta: Any) -> RunSettings:
-        meta = meta if isinstance(meta, dict) else {}
-        scenario = as_dict(meta.get("scenario"))
-        loader, data = as_dict(scenario.get("loader")), as_dict(scenario.get("data"))
-        kind = "script" if meta.get("kind") == "script" else "scenario"
-        storage = as_str(data.get("storage"))
-        if storage is None and kind == "scenario":
-            storage = _DEFAULT_STORAGE  # every scenario has one; DataSpec's default when not recorded
-        name = scenario.get("name", "run")
-        return cls(
-            name=str(name) if name is not None else "run",
-            description=as_str(scenario.get("description")),
-            kind=kind,
-            device=as_str(meta.get("device")) or "cpu",
-            loader=LoaderSettings(batch_size=as_int(loader.get("batch_size")),
-                                  num_workers=as_int(loader.get("num_workers")),
-                                  prefetch_factor=as_int(loader.get("prefetch_factor")),
-                                  pin_memory=loader.get("pin_memory") is True,
-                                  persistent_workers=loader.get("persistent_workers") is True),
-            data=DataSettings(storage=storage, samples=as_int(data.get("samples")), cache=as_str(data.get("cache")),
-                              transform=as_str(data.get("transform")), throttle=data.get("throttle")),
-        )
-
-
-_DEFAULT_STORAGE = DataSpec.storage
+        """The run's settings, read back from run.json (``RunSettings.from_meta``, parsed with ``info``)."""
+        return self.info.settings
 
 
 # A JSON object read from run.json, summary.json or a probe: the value, or {} where it is not an object.

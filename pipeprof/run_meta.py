@@ -10,12 +10,14 @@ it; the raw dict itself is ``Run.meta``, which is what run.json is written back 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeprof.numbers import finite
+from pipeprof.scenario import DataSpec
 
 JsonObject = dict[str, Any]  # a JSON object as run.json holds it (copied into summary.json as recorded)
 
@@ -235,6 +237,77 @@ class WhatIfs:
 
 
 @dataclass(frozen=True)
+class LoaderSettings:
+    """The DataLoader settings a run used; None where run.json does not say (older runs, scripts)."""
+
+    batch_size: int | None = None
+    num_workers: int | None = None
+    prefetch_factor: int | None = None  # as set: None is the DataLoader's default (loader_rules)
+    pin_memory: bool = False  # as asked: whether it pinned is loader_rules.pins_memory(pin_memory, device)
+    persistent_workers: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """Where a run's data lived. ``storage`` is None for a profiled script (its data is its own)."""
+
+    storage: str | None = None
+    samples: int | None = None
+    cache: str | None = None  # "warm" or "cold"
+    transform: str | None = None
+    throttle: Any = None  # None, a preset's name, or the throttle table as recorded (latency_ms, bandwidth_mb_s, ...)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The settings of one run as run.json recorded them, for a scenario and for a profiled script alike.
+
+    run.json's ``scenario`` is ``Scenario.to_dict()`` for a scenario run and the
+    settings the hooks saw for a script (its name, command line and DataLoader).
+    Read leniently: run folders of older versions lack keys, which read as
+    None (or the scenario's own default, for a scenario run's storage); a value
+    of the wrong type reads as absent. The one reader of that dict for analysis.
+    """
+
+    name: str = "run"
+    description: str | None = None
+    kind: str = "scenario"  # "scenario" or "script"
+    device: str = "cpu"
+    loader: LoaderSettings = field(default_factory=LoaderSettings)
+    data: DataSettings = field(default_factory=DataSettings)
+
+    @classmethod
+    def from_meta(cls, meta: Any) -> RunSettings:
+        meta = meta if isinstance(meta, dict) else {}
+        scenario = as_object(meta.get("scenario"))
+        loader, data = as_object(scenario.get("loader")), as_object(scenario.get("data"))
+        kind = "script" if meta.get("kind") == "script" else "scenario"
+        storage = as_str(data.get("storage"))
+        if storage is None and kind == "scenario":
+            storage = _DEFAULT_STORAGE  # every scenario has one; DataSpec's default when not recorded
+        name = scenario.get("name", "run")
+        return cls(
+            name=str(name) if name is not None else "run",
+            description=as_str(scenario.get("description")),
+            kind=kind,
+            device=as_str(meta.get("device")) or "cpu",
+            loader=LoaderSettings(batch_size=as_int(loader.get("batch_size")),
+                                  num_workers=as_int(loader.get("num_workers")),
+                                  prefetch_factor=as_int(loader.get("prefetch_factor")),
+                                  pin_memory=loader.get("pin_memory") is True,
+                                  persistent_workers=loader.get("persistent_workers") is True),
+            data=DataSettings(storage=storage, samples=as_int(data.get("samples")), cache=as_str(data.get("cache")),
+                              transform=as_str(data.get("transform")), throttle=data.get("throttle")),
+        )
+
+
+_DEFAULT_STORAGE = DataSpec.storage
+
+
+@dataclass(frozen=True)
 class RunMeta:
     """run.json, typed: what the analysis, the renderers and the commands read of it.
 
@@ -249,7 +322,8 @@ class RunMeta:
     created_utc: str | None = None
     scenario_file: str | None = None
     pipeprof_version: str | None = None
-    scenario: JsonObject | None = None  # the settings as recorded (Run.settings reads them)
+    scenario: JsonObject | None = None  # the settings as recorded
+    settings: RunSettings = field(default_factory=RunSettings)  # the settings, typed (Run.settings)
     rank: RankInfo | None = None
     job: JobInfo | None = None
     timing: Timing = field(default_factory=Timing)
@@ -292,6 +366,7 @@ class RunMeta:
             device=as_str(meta.get("device")), created_utc=as_str(meta.get("created_utc")),
             scenario_file=as_str(meta.get("scenario_file")), pipeprof_version=as_str(meta.get("pipeprof_version")),
             scenario=meta["scenario"] if isinstance(meta.get("scenario"), dict) else None,
+            settings=RunSettings.from_meta(meta),
             rank=RankInfo.parse(meta.get("rank")), job=JobInfo.parse(meta.get("job")),
             timing=Timing.parse(meta.get("timing")), timing_recorded=meta.get("timing"),
             absences=as_object(meta.get("absences")),

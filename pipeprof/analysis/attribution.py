@@ -38,8 +38,8 @@ from pipeprof.analysis.loading import counted_batches, loading_summary
 from pipeprof.analysis.steps import counted_steps, counted_window_s, fractions
 from pipeprof.loader_rules import pins_memory, prefetch_factor, queue_capacity_batches
 from pipeprof.numbers import finite as _finite
-from pipeprof.run_folder import Run, RunSettings, as_dict
-from pipeprof.run_meta import RunMeta
+from pipeprof.run_folder import Run, as_dict
+from pipeprof.run_meta import RunMeta, RunSettings
 
 RANDOM_READ_BYTES = 4096  # the probe's random reads are 4 KiB
 NO_PROBE = "no machine probe: run pipeprof probe"
