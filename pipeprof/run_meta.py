@@ -53,12 +53,22 @@ def _floats(value: Any) -> tuple[float, ...]:
 
 @dataclass(frozen=True)
 class Timing:
-    """run.json ``timing``: which clock timed the steps (``method``: "host-clock", "cuda-events", "sampled"),
-    per part where recorded, and why."""
+    """run.json ``timing`` and summary.json's: which clock timed the steps (``method``: "host-clock",
+    "cuda-events", "sampled"), per part where recorded, and why."""
 
     method: str | None = None
     parts: Mapping[str, Any] | None = None  # part ("data_wait", "h2d", "compute") -> its method; None: older run
     reason: str | None = None
+
+    def with_parts(self) -> Timing:
+        """Every part named: an older run's method alone says its parts took that clock."""
+        if self.parts is not None:
+            return self
+        return Timing(self.method, dict.fromkeys(("data_wait", "h2d", "compute"), self.method), self.reason)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"method": self.method, "parts": dict(self.parts) if self.parts is not None else None,
+                "reason": self.reason}
 
     @classmethod
     def parse(cls, value: Any) -> Timing:
@@ -327,7 +337,6 @@ class RunMeta:
     rank: RankInfo | None = None
     job: JobInfo | None = None
     timing: Timing = field(default_factory=Timing)
-    timing_recorded: Any = None  # run.json ``timing`` as it is (a summary keeps every key)
     absences: Mapping[str, Any] = field(default_factory=dict)  # what was not measured -> why
     notes: tuple[str, ...] = ()
     overrides: Any = None  # a scenario's --set list, or a script's --loader / --threads record
@@ -368,7 +377,7 @@ class RunMeta:
             scenario=meta["scenario"] if isinstance(meta.get("scenario"), dict) else None,
             settings=RunSettings.from_meta(meta),
             rank=RankInfo.parse(meta.get("rank")), job=JobInfo.parse(meta.get("job")),
-            timing=Timing.parse(meta.get("timing")), timing_recorded=meta.get("timing"),
+            timing=Timing.parse(meta.get("timing")),
             absences=as_object(meta.get("absences")),
             notes=tuple(str(n) for n in meta.get("notes") or ()) if isinstance(meta.get("notes"), list) else (),
             overrides=meta.get("overrides"),

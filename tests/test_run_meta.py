@@ -85,3 +85,11 @@ def test_info_holds_no_object_of_meta() -> None:
     info = run.info
     assert info.absences == {"gpu": "no GPU"} and info.absences is not run.meta["absences"]
     assert info.scenario is not None and info.scenario is not run.meta["scenario"]
+
+
+def test_an_older_runs_timing_names_every_part_with_its_method() -> None:
+    older = RunMeta.parse({"timing": {"method": "host-clock"}}).timing.with_parts()
+    assert older.to_json() == {"method": "host-clock", "reason": None,
+                               "parts": {"data_wait": "host-clock", "h2d": "host-clock", "compute": "host-clock"}}
+    mixed = RunMeta.parse({"timing": {"method": "mixed", "parts": {"h2d": "host-clock"}, "reason": "r"}}).timing
+    assert mixed.with_parts() is mixed and mixed.to_json()["parts"] == {"h2d": "host-clock"}

@@ -118,7 +118,7 @@ class Summary:
 
     ``to_json()`` is summary.json (docs/summary-json.md; ``pipeprof/schemas/summary.schema.json``).
     ``bottleneck`` and ``bottleneck_reason`` are the verdict's coarse class and its words;
-    ``cpu``, ``memory`` and ``disk`` are typed (``pipeprof.resource_use``);
+    ``cpu``, ``memory`` and ``disk`` are typed (``pipeprof.resource_use``), and ``timing`` (``run_meta.Timing``);
     ``sections`` holds the rest of summary.json's keys (``gpu``, ``device_memory``, ``loading``, ``transforms``,
     ``decode``, ``cache``, ``final_loss``, ``accuracy``, ``absences``, ``steady``, ``status``, ``error``,
     ``verification``, ``throughput``, ``code_profile``, and a script's ``script``, ``loaders``, ``step_source``).
@@ -145,6 +145,7 @@ class Summary:
     cpu: CpuUse = field(default_factory=CpuUse)
     memory: MemoryUse = field(default_factory=MemoryUse)
     disk: DiskUse = field(default_factory=DiskUse)
+    timing: Timing = field(default_factory=Timing)  # which clock timed the steps, per part (run.json's)
 
     @property
     def bottleneck(self) -> str:
@@ -166,7 +167,7 @@ class Summary:
             "duration_s": self.duration_s, "samples_per_s": self.samples_per_s, "step_time_s": dict(self.step_time_s),
             "fractions": dict(self.fractions), "bottleneck": self.bottleneck,
             "bottleneck_reason": self.bottleneck_reason, "cpu": self.cpu.to_json(), "memory": self.memory.to_json(),
-            "disk": self.disk.to_json(), **self.sections,
+            "disk": self.disk.to_json(), "timing": self.timing.to_json(), **self.sections,
             "attribution": self.attribution.to_json(), "verdict": self.verdict.to_json(),
             "recommendations": [{**r.to_json(), "interval": i.to_json()}
                                 for r, i in zip(self.recommendations, self._intervals(), strict=True)],
@@ -327,7 +328,6 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
         "status": info.status,
         "error": info.error,
         "job": None,  # a distributed job's: its id, world size, nodes, launcher and median rank (job_record)
-        "timing": timing_summary(info.timing),
     }
     if info.is_script:  # pipeprof profile / pipeprof.profile(): what ran, and its loaders
         sections.update(script=info.script.recorded if info.script else None, loaders=info.loaders_recorded,
@@ -353,7 +353,8 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
                      "p90": float(np.percentile(step_s, 90)) if n else None,
                      "mean": float(step_s.mean()) if n else None},
         fractions=frac, attribution=attr, verdict=judged,
-        recommendations=recs, intervals=bounds, sections=sections, cpu=cpu, memory=rss, disk=disk)
+        recommendations=recs, intervals=bounds, sections=sections, cpu=cpu, memory=rss, disk=disk,
+        timing=info.timing.with_parts())
 
 
 def _with_split(loading: dict[str, Any] | None, lt: LoaderTransforms | None) -> dict[str, Any] | None:
@@ -387,13 +388,6 @@ def checked_interval(record: Any, recommendations: tuple[Recommendation, ...],
     if not isinstance(change, dict) or not change:
         return None
     return next((i for r, i in zip(recommendations, bounds, strict=True) if r.change == change), None)
-
-
-def timing_summary(timing: Timing) -> dict[str, Any]:
-    """Which clock timed the steps: run.json's ``timing`` with every key (an older run's method alone: its parts
-    took that clock, its reason unknown)."""
-    parts = timing.parts if timing.parts is not None else dict.fromkeys(("data_wait", "h2d", "compute"), timing.method)
-    return {"method": timing.method, "parts": parts, "reason": timing.reason}
 
 
 def _accuracy(correct: pd.Series, samples: float) -> float | None:

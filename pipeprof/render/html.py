@@ -31,7 +31,7 @@ from pipeprof.render.transform_view import loader_views, split_text, table_rows
 from pipeprof.render.window_plot import window_timeline_svg
 from pipeprof.resource_use import CpuUse, DiskUse, MemoryUse
 from pipeprof.run_folder import MAIN_PROCESS, Run, as_dict
-from pipeprof.run_meta import JobInfo, RankInfo, RunMeta
+from pipeprof.run_meta import JobInfo, RankInfo, RunMeta, Timing
 
 _BOTTLENECK_TITLES: dict[str | None, str] = {  # looked up with summary.json's value, None when missing
     "input": "Input-bound: training waits for data",
@@ -140,7 +140,7 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         uss_reason=meta.absences.get("uss") or "no USS snapshot was taken",
         status=str(summary.get("status") or meta.status or "unknown"),
         cpu=CpuUse.from_json(summary.get("cpu")), memory=MemoryUse.from_json(summary.get("memory")),
-        disk=DiskUse.from_json(summary.get("disk")),
+        disk=DiskUse.from_json(summary.get("disk")), timing=Timing.parse(summary.get("timing")),
         damage=[_damage_text(d) for d in summary.get("damage") or []],
         tail_pct=round(100 * TAIL_FRACTION),
     )
