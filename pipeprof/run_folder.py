@@ -55,7 +55,7 @@ speedscope).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import copy
 import datetime as dt
 import json
 import math
@@ -72,7 +72,7 @@ import pandas as pd
 
 from pipeprof.errors import UsageError, one_line
 from pipeprof.run_check import BOOL_VALUES, Damage, check_attachment, check_meta, missing_ranks, read_table
-from pipeprof.scenario import DataSpec
+from pipeprof.run_meta import RankInfo, RunMeta, RunSettings, as_object
 
 RUN_FORMAT_VERSION = 1
 
@@ -220,7 +220,8 @@ ATTACHMENTS = ("cprofile-main.prof", "cprofile-workers.prof", "pyspy.speedscope.
 
 @dataclass
 class Run:
-    """Raw records of one run. ``meta`` is run.json; tables are DataFrames."""
+    """Raw records of one run. ``meta`` is run.json's object as recorded (what run.json is written back from);
+    ``info`` reads it typed. Tables are DataFrames."""
 
     meta: dict[str, Any]
     steps: pd.DataFrame
@@ -240,6 +241,19 @@ class Run:
     ranks: list[Run] = field(default_factory=list)
     # What load_run found damaged and set aside (rows, files, run.json keys, a job's missing ranks); empty: sound.
     damage: tuple[Damage, ...] = ()
+    # ``info``'s parse and the copy of ``meta`` it was parsed from: ``meta`` is written to while a run is
+    # assembled (a parse of an older ``meta`` would be a silent wrong answer), and what ``info`` holds is not
+    # ``meta``'s own objects (a reader cannot change what run.json is written from)
+    _parsed: tuple[dict[str, Any], RunMeta] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def info(self) -> RunMeta:
+        """run.json typed (``RunMeta``): parsed once, and again only after ``meta`` changed."""
+        parsed = self._parsed
+        if parsed is None or not _same(parsed[0], self.meta):
+            recorded = copy.deepcopy(self.meta)
+            parsed = self._parsed = (recorded, RunMeta.parse(recorded))
+        return parsed[1]
 
     @property
     def name(self) -> str:
@@ -247,95 +261,19 @@ class Run:
 
     @property
     def settings(self) -> RunSettings:
-        """The run's settings, read back from run.json (``RunSettings.from_meta``)."""
-        return RunSettings.from_meta(self.meta)
+        """The run's settings, read back from run.json (``RunSettings.from_meta``, parsed with ``info``)."""
+        return self.info.settings
 
 
-@dataclass(frozen=True)
-class LoaderSettings:
-    """The DataLoader settings a run used; None where run.json does not say (older runs, scripts)."""
-
-    batch_size: int | None = None
-    num_workers: int | None = None
-    prefetch_factor: int | None = None  # as set: None is the DataLoader's default (loader_rules)
-    pin_memory: bool = False  # as asked: whether it pinned is loader_rules.pins_memory(pin_memory, device)
-    persistent_workers: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+# A JSON object read from run.json, summary.json or a probe: the value, or {} where it is not an object.
+as_dict = as_object
 
 
-@dataclass(frozen=True)
-class DataSettings:
-    """Where a run's data lived. ``storage`` is None for a profiled script (its data is its own)."""
-
-    storage: str | None = None
-    samples: int | None = None
-    cache: str | None = None  # "warm" or "cold"
-    transform: str | None = None
-    throttle: Any = None  # None, a preset's name, or the throttle table as recorded (latency_ms, bandwidth_mb_s, ...)
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """The settings of one run as run.json recorded them, for a scenario and for a profiled script alike.
-
-    run.json's ``scenario`` is ``Scenario.to_dict()`` for a scenario run and the
-    settings the hooks saw for a script (its name, command line and DataLoader).
-    Read leniently: run folders of older versions lack keys, which read as
-    None (or the scenario's own default, for a scenario run's storage); a value
-    of the wrong type reads as absent. The one reader of that dict for analysis.
-    """
-
-    name: str = "run"
-    description: str | None = None
-    kind: str = "scenario"  # "scenario" or "script"
-    device: str = "cpu"
-    loader: LoaderSettings = field(default_factory=LoaderSettings)
-    data: DataSettings = field(default_factory=DataSettings)
-
-    @classmethod
-    def from_meta(cls, meta: Any) -> RunSettings:
-        meta = meta if isinstance(meta, dict) else {}
-        scenario = as_dict(meta.get("scenario"))
-        loader, data = as_dict(scenario.get("loader")), as_dict(scenario.get("data"))
-        kind = "script" if meta.get("kind") == "script" else "scenario"
-        storage = _as_str(data.get("storage"))
-        if storage is None and kind == "scenario":
-            storage = _DEFAULT_STORAGE  # every scenario has one; DataSpec's default when not recorded
-        name = scenario.get("name", "run")
-        return cls(
-            name=str(name) if name is not None else "run",
-            description=_as_str(scenario.get("description")),
-            kind=kind,
-            device=_as_str(meta.get("device")) or "cpu",
-            loader=LoaderSettings(batch_size=_as_int(loader.get("batch_size")),
-                                  num_workers=_as_int(loader.get("num_workers")),
-                                  prefetch_factor=_as_int(loader.get("prefetch_factor")),
-                                  pin_memory=loader.get("pin_memory") is True,
-                                  persistent_workers=loader.get("persistent_workers") is True),
-            data=DataSettings(storage=storage, samples=_as_int(data.get("samples")), cache=_as_str(data.get("cache")),
-                              transform=_as_str(data.get("transform")), throttle=data.get("throttle")),
-        )
-
-
-_DEFAULT_STORAGE = DataSpec.storage
-
-
-def as_dict(value: Any) -> dict[str, Any]:
-    """A JSON object read from run.json, summary.json or a probe: ``value``, or ``{}`` where it is not an object
-    (a key missing in an older file, or written as something else)."""
-    return value if isinstance(value, dict) else {}
-
-
-def _as_str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return int(value)
+def _same(recorded: dict[str, Any], meta: dict[str, Any]) -> bool:
+    try:
+        return recorded == meta
+    except ValueError:  # an array's ambiguous truth: not known to be the same
+        return False
 
 
 def sample_tables(samples: pd.DataFrame, processes: pd.DataFrame, gpu: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -476,7 +414,7 @@ def save_run(run: Run, folder: Path, extra_files: dict[str, str] | None = None) 
         for name, text in (extra_files or {}).items():
             write_text(tmp / name, text)
         for rank_run in run.ranks:
-            save_run(rank_run, tmp / RANKS_FOLDER / rank_folder_name(rank_run.meta))
+            save_run(rank_run, tmp / RANKS_FOLDER / rank_folder_name(rank_run.info))
         _replace_folder(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -559,20 +497,20 @@ def load_run(folder: Path) -> Run:
     ranks = [load_run(f) for f in sorted(ranks_folder.iterdir(), key=_rank_order)
              if f.is_dir() and not f.name.startswith(".")] if ranks_folder.is_dir() else []
     for rank_run in ranks:
-        damage += [d.under(f"{RANKS_FOLDER}/{rank_folder_name(rank_run.meta)}") for d in rank_run.damage]
-    damage += missing_ranks(meta, [as_dict(r.meta.get("rank")).get("rank") for r in ranks])
+        damage += [d.under(f"{RANKS_FOLDER}/{rank_folder_name(rank_run.info)}") for d in rank_run.damage]
+    damage += missing_ranks(meta, [r.info.rank.rank if r.info.rank is not None else None for r in ranks])
     return Run(meta=meta, attachments=attachments, ranks=ranks, damage=tuple(damage), **tables)
 
 
 RANKS_FOLDER = "ranks"
 
 
-def rank_folder_name(meta: dict[str, Any]) -> str:
-    """``rank-<N>`` for a rank's run (``meta["rank"]["rank"]``), ``pid-<P>`` for a process without a rank."""
-    rank = as_dict(meta.get("rank"))
-    if rank.get("rank") is not None:
-        return f"rank-{int(rank['rank'])}"
-    return f"pid-{int(rank.get('pid') or 0)}"
+def rank_folder_name(meta: RunMeta) -> str:
+    """``rank-<N>`` for a rank's run (run.json ``rank.rank``), ``pid-<P>`` for a process without a rank."""
+    rank = meta.rank or RankInfo()
+    if rank.rank is not None:
+        return f"rank-{rank.rank}"
+    return f"pid-{rank.pid or 0}"
 
 
 def _rank_order(folder: Path) -> tuple[int, int, str]:

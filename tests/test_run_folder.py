@@ -11,15 +11,13 @@ from pipeprof.errors import UsageError
 from pipeprof.run_folder import (
     LOADING_COLUMNS,
     STEP_COLUMNS,
-    DataSettings,
-    LoaderSettings,
     Run,
-    RunSettings,
     load_run,
     new_run_folder,
     save_run,
     to_json,
 )
+from pipeprof.run_meta import DataSettings, LoaderSettings, RunSettings
 
 STEPS = pd.DataFrame([{"step": 0, "epoch": 0, "warmup": True, "t_start_s": 0.0, "data_wait_s": 0.1, "h2d_s": 0.0,
                        "compute_s": 0.2, "step_s": 0.3, "host_wait_s": 0.1, "samples": 8, "loss": 2.3, "correct": 1},

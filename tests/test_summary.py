@@ -11,6 +11,7 @@ from conftest import schema_errors
 from pipeprof.analysis.steps import fractions, step_breakdown
 from pipeprof.analysis.summary import Summary, bottleneck, summarize, summary_record, uss_snapshot
 from pipeprof.analysis.verdict import Verdict
+from pipeprof.resource_use import UssSnapshot
 from pipeprof.run_folder import PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
 
 
@@ -134,7 +135,7 @@ def test_uss_snapshot_and_read_bytes_per_process():
         {"t_s": 5.0, "pid": 3, "role": "worker", "cpu_pct": 90, "rss_bytes": 10, "read_bytes": 10, "uss_bytes": 8},
         {"t_s": 6.0, "pid": 2, "role": "worker", "cpu_pct": 90, "rss_bytes": 10, "read_bytes": 1500, "uss_bytes": np.nan},
     ], columns=PROCESS_COLUMNS)
-    assert uss_snapshot(processes) == {"main": 50.0, "workers": 15.0, "snapshots": 1}
+    assert uss_snapshot(processes) == UssSnapshot(main=50.0, workers=15.0, snapshots=1)
     s = summarize(make_run(make_steps(), processes=processes))
     assert s["disk"]["read_bytes"] == pytest.approx(200 + 500)
 
@@ -197,7 +198,7 @@ def test_memory_of_workers_that_never_existed_is_not_measured_not_zero():
 def test_uss_of_workers_that_never_existed_is_null():
     processes = pd.DataFrame([{"t_s": 5.0, "pid": 1, "role": "main", "cpu_pct": 90, "rss_bytes": 10,
                                "read_bytes": 300, "uss_bytes": 50}], columns=PROCESS_COLUMNS)
-    assert uss_snapshot(processes) == {"main": 50.0, "workers": None, "snapshots": 1}
+    assert uss_snapshot(processes) == UssSnapshot(main=50.0, workers=None, snapshots=1)
 
 
 def _script_meta(**script):

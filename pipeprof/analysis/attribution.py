@@ -38,7 +38,8 @@ from pipeprof.analysis.loading import counted_batches, loading_summary
 from pipeprof.analysis.steps import counted_steps, counted_window_s, fractions
 from pipeprof.loader_rules import pins_memory, prefetch_factor, queue_capacity_batches
 from pipeprof.numbers import finite as _finite
-from pipeprof.run_folder import Run, RunSettings, as_dict
+from pipeprof.run_folder import Run, as_dict
+from pipeprof.run_meta import RunMeta, RunSettings
 
 RANDOM_READ_BYTES = 4096  # the probe's random reads are 4 KiB
 NO_PROBE = "no machine probe: run pipeprof probe"
@@ -130,7 +131,7 @@ def attribution(run: Run, probe: dict | None = None) -> Attribution:
       ``pin_memory`` (whether batches were pinned: asked for, and on a CUDA device —
       ``loader_rules.pins_memory``); ``cache``: ``{"cache", "verified", "reason"}`` or absent.
     """
-    meta = run.meta if isinstance(run.meta, dict) else {}
+    meta = run.info
     settings = run.settings
     steps = counted_steps(run.steps)
     frac = fractions(run.steps)
@@ -157,9 +158,9 @@ def attribution(run: Run, probe: dict | None = None) -> Attribution:
         fractions=frac, loading_summary=loading, cache_check=cache, settings=settings)
 
 
-def _loading(loading: dict | None, wait_mean_s: float | None, meta: dict) -> LoadingEvidence:
+def _loading(loading: dict | None, wait_mean_s: float | None, meta: RunMeta) -> LoadingEvidence:
     if not loading:
-        return LoadingEvidence(absent=str(as_dict(meta.get("absences")).get("loading")
+        return LoadingEvidence(absent=str(meta.absences.get("loading")
                                           or "no loading records for counted steps (recorded without worker-side "
                                              "timing?)"))
     busy = {w: v.get("busy_fraction") for w, v in loading["by_worker"].items()}
@@ -178,13 +179,12 @@ def _loading(loading: dict | None, wait_mean_s: float | None, meta: dict) -> Loa
                                        if wait_mean_s and loading["batch_s"] is not None else None),
         # How fetch and prep were told apart: null = timed around the storage's own fetch() and prep();
         # "thread-cpu-time" = a script's __getitem__, off-CPU time as fetch and on-CPU time as prep.
-        split=meta.get("loading_split"),
+        split=meta.loading_split,
     )
 
 
-def _cpu(run: Run, meta: dict, num_workers: int | None) -> CpuEvidence:
-    env = as_dict(meta.get("environment"))
-    cores, threads = env.get("cpu_cores"), env.get("torch_threads")
+def _cpu(run: Run, meta: RunMeta, num_workers: int | None) -> CpuEvidence:
+    cores, threads = meta.environment.cpu_cores, meta.environment.torch_threads
     during = _during(run)
     main, workers = _mean(during.get("main_cpu_pct")), _mean(during.get("workers_cpu_pct"))
     busy = None if main is None else (main + (workers or 0.0)) / 100
@@ -208,7 +208,7 @@ def _disk(run: Run, probe: dict | None) -> DiskEvidence:
     reads = _during(run).get("read_bytes_per_s")
     mean_bps, peak_bps = _mean(reads), _max(reads)
     if mean_bps is None:
-        reason = as_dict(run.meta.get("absences")).get("io_counters") if isinstance(run.meta, dict) else None
+        reason = run.info.absences.get("io_counters")
         return DiskEvidence(absent=str(reason or "no disk read samples during counted steps"))
     return DiskEvidence(mean_read_bytes_per_s=mean_bps, peak_read_bytes_per_s=peak_bps,
                         ceiling=_disk_ceiling(probe, mean_bps, peak_bps))
@@ -234,11 +234,10 @@ def _disk_ceiling(probe: dict | None, mean_bps: float, peak_bps: float | None) -
     )
 
 
-def _gpu(run: Run, meta: dict) -> GpuEvidence:
-    gpu = as_dict(meta.get("gpu"))
-    absences = as_dict(meta.get("absences"))
-    if not gpu.get("available"):
-        return GpuEvidence(absent=str(gpu.get("reason") or absences.get("gpu") or "no GPU was recorded for this run"))
+def _gpu(run: Run, meta: RunMeta) -> GpuEvidence:
+    gpu, absences = meta.gpu, meta.absences
+    if not gpu.available:
+        return GpuEvidence(absent=str(gpu.reason or absences.get("gpu") or "no GPU was recorded for this run"))
     util = _mean(_during(run).get("gpu_util_pct"))
     if util is None:
         return GpuEvidence(absent=str(absences.get("gpu_util_pct")

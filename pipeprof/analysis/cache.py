@@ -204,8 +204,8 @@ def cold_cache_check(epochs_df: pd.DataFrame, dataset_bytes: int, cache: str,
 
 def cache_check(run: Run) -> dict[str, Any] | None:
     """Disk reads per epoch against the data set's size; for a cold cache, whether it really was cold."""
-    cache = run.meta.get("cache")
-    if not isinstance(cache, dict):
+    cache = run.info.cache
+    if cache is None:
         return None  # runs from before page-cache control
     mode, dataset_bytes = cache.get("mode", "warm"), cache.get("dataset_bytes") or 0
     if dataset_bytes <= 0:

@@ -29,7 +29,7 @@ from pipeprof.analysis.steps import counted_steps
 from pipeprof.analysis.thresholds import SLOW_EPOCH_START_STEPS
 from pipeprof.analysis.transforms import LoaderTransforms, training_transforms
 from pipeprof.loader_rules import pins_memory, prefetch_factor
-from pipeprof.run_folder import Run, as_dict
+from pipeprof.run_folder import Run
 from pipeprof.scenario import ON_DISK, SAMPLE_BYTES
 
 # predict_change's key for the code change of taking whole batches (its recommendation's change is empty).
@@ -43,7 +43,7 @@ class ChangeModel:
 
     def __init__(self, run: Run, attr: Attribution) -> None:
         self.attr, self.run = attr, run
-        meta = run.meta if isinstance(run.meta, dict) else {}
+        meta = run.info
         settings = run.settings
         self.data, self.loader, self.device = settings.data, settings.loader, settings.device
         self.all_steps = run.steps
@@ -55,12 +55,11 @@ class ChangeModel:
         self.h2d_s = float(steps["h2d_s"].sum()) if len(steps) else 0.0
         self.current = n / total_s if n and total_s > 0 else None
         self.ceiling = n / busy_s if n and busy_s > 0 else math.inf
-        alone = as_dict(meta.get("compute_ceiling")).get("samples_per_s")
-        self.ceiling_alone = float(alone) if isinstance(alone, (int, float)) and math.isfinite(alone) and alone > 0 \
-            else None
+        alone = meta.compute_ceiling.samples_per_s if meta.compute_ceiling is not None else None
+        self.ceiling_alone = alone if alone is not None and alone > 0 else None
         self.script = settings.kind == "script"  # advice is then Python in the script, not --set
         self.storage = self.data.storage or "script"  # a script's storage is unknown
-        self.probes = probes_of(as_dict(meta.get("what_ifs")), self.data.storage)
+        self.probes = probes_of(meta.what_ifs, self.data.storage)
         cpu, loading = attr.cpu, attr.loading
         self.cpu, self.loading = cpu, loading
         self.wait = attr.step.data_wait_fraction or 0.0
@@ -68,7 +67,7 @@ class ChangeModel:
         self.k = int(cpu.num_workers or 0)
         self.threads = float(cpu.torch_threads or cpu.cores_usable or 1)
         self.gpu = str(self.device or "").startswith("cuda")
-        self.cores = cores_of(meta, float(cpu.cores_usable or 1), cpu.main_cpu_mean_pct, cpu.workers_cpu_mean_pct,
+        self.cores = cores_of(meta.rank, float(cpu.cores_usable or 1), cpu.main_cpu_mean_pct, cpu.workers_cpu_mean_pct,
                               cpu.machine_cpu_mean_pct, self.wait, self.k)
         self.parts: tuple[float, float, float] | None = None
         if loading.absent is None and loading.fetch_per_sample_s is not None:
@@ -78,7 +77,7 @@ class ChangeModel:
         self.throttled = self.data.throttle not in (None, False, "")
         storage_ceiling, self.storage_words = self._storage_ceiling()
         self.estimate = Estimate(self.ceiling, storage_ceiling, self.cores, self.gpu)
-        self.train_loaders = [d for d in meta.get("loaders") or [] if isinstance(d, dict) and d.get("role") == "train"]
+        self.train_loaders = [d for d in meta.loaders if d.get("role") == "train"]
 
     @functools.cached_property
     def transforms(self) -> LoaderTransforms | None:
@@ -254,9 +253,9 @@ class ChangeModel:
             return self.probes.read(self.current, self.probes.trained_ram[k],
                                     f"the training loop fed by {fmt.plural(k, 'worker')} over decoded samples in RAM")
         est = dataclasses.replace(self.estimate, storage=math.inf)
-        ram = as_dict(as_dict(self.run.meta).get("what_ifs")).get("ram_loader")
-        rate = as_dict(ram).get("samples_per_s") if as_dict(ram).get("absent") is None else None
-        if isinstance(rate, (int, float)) and rate > 0:
+        ram = self.run.info.what_ifs.probe("ram_loader")
+        rate = ram.samples_per_s if ram is not None and ram.absent is None else None
+        if rate is not None and rate > 0:
             p = est.at(k, Supply(0.0, 1.0 / rate))
             return dataclasses.replace(p, model=f"{p.model}; p = decoded samples in RAM through a 0-worker loader, "
                                                 "measured after the run (what_ifs.ram_loader)")

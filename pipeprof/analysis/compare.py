@@ -136,16 +136,16 @@ def fraction_changes(baseline: dict[str, Any], other: dict[str, Any]) -> dict[st
 
 def run_entry(label: str, folder: str, run: Run, summary: dict[str, Any]) -> dict[str, Any]:
     """What compare.json keeps of one run: identity, status, throughput, fractions, verdict."""
-    meta = run.meta if isinstance(run.meta, dict) else {}
+    meta = run.info
     verdict = as_dict(summary.get("verdict"))
     return {
         "label": label,
         "folder": folder,
         "scenario": summary.get("scenario") or run.name,
-        "created_utc": meta.get("created_utc"),
-        "status": meta.get("status"),
+        "created_utc": meta.created_utc,
+        "status": meta.status,
         "device": summary.get("device"),
-        "overrides": [str(o) for o in meta.get("overrides") or []],
+        "overrides": [str(o) for o in meta.overrides or []],
         "steps": summary.get("steps"),
         "samples_per_s": summary.get("samples_per_s"),
         "throughput": as_dict(summary.get("throughput")),
@@ -182,8 +182,7 @@ def compare_runs(runs: Sequence[tuple[str, str, Run, dict[str, Any]]], *,
             "throughput_ratio": ratio,
             "fractions": fractions,
             "verdict": {"baseline": base_class, "value": klass, "changed": base_class != klass},
-            "settings": [d["key"] for d in differing_settings([runs[0][2].meta.get("scenario"),
-                                                                 run.meta.get("scenario")])],
+            "settings": [d["key"] for d in differing_settings([runs[0][2].info.scenario, run.info.scenario])],
             "within_noise": [name for name, within in checks.items() if within is True],
             "beyond_noise": [name for name, within in checks.items() if within is False],
         })
@@ -194,6 +193,6 @@ def compare_runs(runs: Sequence[tuple[str, str, Run, dict[str, Any]]], *,
         "baseline": 0,
         "runs": entries,
         "comparisons": comparisons,
-        "settings": differing_settings([run.meta.get("scenario") for _, _, run, _ in runs]),
+        "settings": differing_settings([run.info.scenario for _, _, run, _ in runs]),
         "noise": {"fraction_pp": FRACTION_NOISE_PP, "rules": NOISE_RULES},
     }

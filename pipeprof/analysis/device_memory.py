@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from pipeprof.analysis.steps import counted_steps, counted_window_s
-from pipeprof.run_folder import Run, RunSettings, as_dict
+from pipeprof.run_folder import Run
 
 MIN_WINDOWS = 4
 NOISE_FLOOR_BYTES = 64 * 2**20
@@ -116,10 +116,10 @@ def _max(series: pd.Series) -> float | None:
 
 
 def _absent_reason(run: Run) -> str:
-    recorded = as_dict(run.meta.get("absences")).get("device_memory")
+    recorded = run.info.absences.get("device_memory")
     if recorded:
         return str(recorded)
-    device = RunSettings.from_meta(run.meta).device
+    device = run.settings.device
     if not device.startswith("cuda"):
         return f"torch.cuda memory is read on CUDA only: the training device was {device}"
     return "no torch.cuda memory window was recorded (CUDA never initialized, or a run from before they were)"

@@ -336,7 +336,7 @@ def window_overhead(steps: pd.DataFrame, first_step: int, window_steps: int) -> 
 def _cprofile(run: Run, meta: dict[str, Any]) -> dict[str, Any]:
     window = meta.get("window") or {}
     first, n = int(window.get("first_step") or 0), int(window.get("steps") or 0)
-    absences = run.meta.get("absences") or {}
+    absences = run.info.absences
     processes: dict[str, Any] = {}
     top: dict[str, list[dict[str, Any]]] = {}
     for process in PROCESSES:
@@ -375,7 +375,7 @@ def _pyspy(meta: dict[str, Any]) -> dict[str, Any]:
 
 def code_profile(run: Run) -> dict[str, Any]:
     """summary.json's ``code_profile``: ``cprofile`` and ``pyspy``, each its results or ``{"absent": reason}``."""
-    recorded = run.meta.get("code_profile") or {}
+    recorded = run.info.code_profile
     cprofile, pyspy = recorded.get("cprofile"), recorded.get("pyspy")
     return {
         "cprofile": _cprofile(run, cprofile) if isinstance(cprofile, dict) else {"absent": _off(run, "cprofile")},

@@ -268,7 +268,7 @@ def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: dic
     """
     if not recommendations:
         return ()
-    probe = probe if probe is not None else run.meta.get("probe")
+    probe = probe if probe is not None else run.info.probe
     current = _rate(run.steps)
     predicted = [finite(r.predicted_samples_per_s) for r in recommendations]
     wanted = [i for i, r in enumerate(recommendations) if (r.change or r.code_change) and predicted[i]]

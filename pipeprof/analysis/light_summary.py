@@ -1,6 +1,6 @@
 """summary.json of a light run (``profile --light``): the windows pooled, the timeline and its change point.
 
-Pure. A light run keeps no step (``run.meta["light"]``; its windows in
+Pure. A light run keeps no step (run.json ``light``; its windows in
 ``windows.jsonl``, ``measure.light``). ``light_summary(run)`` starts from
 ``summarize(run)`` (the sampler's sections as for any run) and adds:
 
@@ -38,7 +38,7 @@ PARTS = ("data_wait", "h2d", "compute", "collective_wait")
 
 
 def is_light(run: Run) -> bool:
-    return isinstance(run.meta.get("light"), dict)
+    return run.info.light is not None
 
 
 def windows_of(run: Run) -> list[dict[str, Any]]:
@@ -92,7 +92,7 @@ def light_summary(run: Run) -> dict[str, Any]:
         steps=steps, samples=samples, duration_s=total_s, samples_per_s=samples / total_s if total_s else None,
         step_time_s={"median": None, "p90": None, "mean": total_s / steps if steps else None},
         fractions=fractions, verdict=judged.to_json(), bottleneck=klass, bottleneck_reason=reason, absences=absences,
-        light={"window_s": as_dict(run.meta.get("light")).get("window_s"), "windows": len(windows),
+        light={"window_s": as_dict(run.info.light).get("window_s"), "windows": len(windows),
                "timeline": timeline, "change_point_test": CHANGE_POINT_TEST,
                "change_point": None if cp is None else {**cp.to_json(), "t_s": with_steps[cp.index]["t_start_s"]}},
     )

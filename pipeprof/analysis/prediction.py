@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeprof import format as fmt
-from pipeprof.run_folder import as_dict
+from pipeprof.run_meta import Probe, RankInfo, WhatIfs
 
 MEASURED, ESTIMATED, NOT_PREDICTED = "measured", "estimated", "not_predicted"
 TIERS = (MEASURED, ESTIMATED, NOT_PREDICTED)
@@ -73,7 +73,7 @@ class Cores:
         return f"{self.available:.2f} cores available{shared}{other}"
 
 
-def cores_of(meta: dict[str, Any], cores: float, main_pct: float | None, workers_pct: float | None,
+def cores_of(rank: RankInfo | None, cores: float, main_pct: float | None, workers_pct: float | None,
              machine_pct: float | None, wait: float, k: int) -> Cores:
     """``Cores`` from the attribution's CPU means (% of one core for the processes, of all cores for the
     machine). With 0 workers the training process's CPU counts its loading too: ``main`` is its share outside
@@ -81,9 +81,8 @@ def cores_of(meta: dict[str, Any], cores: float, main_pct: float | None, workers
     ``world_size``); the other ranks' CPU is part of the job, not of ``other``."""
     main_all = (main_pct or 0.0) / 100
     workers = (workers_pct or 0.0) / 100
-    rank = as_dict(meta.get("rank"))
-    ranks = rank.get("local_world_size") or rank.get("world_size") or 1
-    ranks = int(ranks) if isinstance(ranks, (int, float)) and ranks >= 1 else 1
+    ranks = (rank.local_world_size or rank.world_size or 1) if rank is not None else 1
+    ranks = ranks if ranks >= 1 else 1
     job = (main_all + workers) * ranks
     other = max((machine_pct or 0.0) / 100 * cores - job, 0.0) if machine_pct is not None else 0.0
     main = main_all * (1 - wait) if k == 0 else main_all
@@ -172,34 +171,31 @@ class Probes:
                                                          f"it: the probe's samples/s as read)")
 
 
-def probes_of(what_ifs: dict[str, Any], storage: str | None) -> Probes:
+def probes_of(what_ifs: WhatIfs, storage: str | None) -> Probes:
     """``Probes`` from run.json ``what_ifs`` (entries absent or malformed left out)."""
     trained: dict[tuple[int, float], float] = {}
-    beside = {int(key): rate for key, entry in as_dict(what_ifs.get("train_workers")).items()
-              if str(key).isdigit() and int(key) > 0 and as_dict(entry).get("absent") is None
-              and (rate := _positive(as_dict(entry).get("compute_samples_per_s"))) is not None}
+    beside = {k: rate for k, entry in what_ifs.family("train_workers").items()
+              if k > 0 and entry.absent is None and (rate := _positive(entry.compute_samples_per_s)) is not None}
     for name in ("train_workers", "train_threads"):
-        for key, entry in as_dict(what_ifs.get(name)).items():
-            rate, threads = _rate(entry), _positive(as_dict(entry).get("threads"))
-            if rate is not None and threads is not None and str(key).isdigit():
-                trained[(int(key), threads)] = rate
-    ram = {int(key): rate for key, entry in as_dict(what_ifs.get("train_ram_workers")).items()
-           if str(key).isdigit() and (rate := _rate(entry)) is not None}
-    loop = _rate(what_ifs.get("device_loop"))
+        for k, entry in what_ifs.family(name).items():
+            rate, threads = entry.rate, _positive(entry.threads)
+            if rate is not None and threads is not None:
+                trained[(k, threads)] = rate
+    ram = {k: rate for k, entry in what_ifs.family("train_ram_workers").items() if (rate := entry.rate) is not None}
+    loop = _rate(what_ifs.probe("device_loop"))
     source = "device_loop" if storage == "device" else "train_as_run"
-    as_run = _rate(what_ifs.get(source))
+    as_run = _rate(what_ifs.probe(source))
     loop_threads: dict[float, float] = {}
     for name in ("device_loop", "device_loop_threads"):
-        entry = as_dict(what_ifs.get(name))
-        rate, threads = _rate(entry), _positive(entry.get("threads"))
+        probe = what_ifs.probe(name)
+        rate, threads = _rate(probe), _positive(probe.threads) if probe is not None else None
         if rate is not None and threads is not None:
             loop_threads[threads] = rate
     return Probes(trained, ram, loop, as_run, source if as_run else None, loop_threads, beside)
 
 
-def _rate(entry: Any) -> float | None:
-    entry = as_dict(entry)
-    return None if entry.get("absent") is not None else _positive(entry.get("samples_per_s"))
+def _rate(entry: Probe | None) -> float | None:
+    return entry.rate if entry is not None else None
 
 
 def _positive(value: Any) -> float | None:

@@ -55,7 +55,8 @@ from pipeprof.analysis.recommend import Recommendation
 from pipeprof.analysis.steps import PHASES, counted_steps, step_breakdown
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS, MIN_GAIN, STRAGGLER_CONSISTENCY, STRAGGLER_MARGIN
 from pipeprof.analysis.verdict import Verdict
-from pipeprof.run_folder import Run, as_dict
+from pipeprof.run_folder import Run
+from pipeprof.run_meta import RankInfo
 
 STRAGGLER_KINDS = ("input", "compute", "h2d", "none")
 # The phase whose excess names the straggler's kind; compute includes the step's untimed rest (its own work too).
@@ -82,8 +83,7 @@ class RankResult:
 
     @property
     def node(self) -> str | None:
-        node = as_dict(self.run.meta.get("rank")).get("node")
-        return None if node is None else str(node)
+        return _node_of(self.run)
 
 
 @dataclass(frozen=True)
@@ -125,8 +125,13 @@ class Straggler:
 
 
 def _rank_of(run: Run) -> int | None:
-    rank = as_dict(run.meta.get("rank")).get("rank")
-    return int(rank) if rank is not None else None
+    rank = run.info.rank
+    return rank.rank if rank is not None else None
+
+
+def _node_of(run: Run) -> str | None:
+    rank = run.info.rank
+    return None if rank is None or rank.node is None else str(rank.node)
 
 
 def _numbers(ranks: Sequence[Run]) -> list[int]:
@@ -150,24 +155,21 @@ def median_rank(ranks: Sequence[Run]) -> int | None:
     return timed[(len(timed) - 1) // 2][1] if timed else numbers[0]
 
 
-def median_index(ranks: Sequence[Run], job_meta: dict[str, Any]) -> int:
-    """Index in ``ranks`` (not empty) of the job's median rank: ``job.median_rank`` when recorded and among the
-    ranks, else ``median_rank`` computed."""
-    recorded = as_dict(job_meta.get("job")).get("median_rank")
+def median_index(ranks: Sequence[Run], recorded: int | None) -> int:
+    """Index in ``ranks`` (not empty) of the job's median rank: ``recorded`` (run.json's ``job.median_rank``)
+    when among the ranks, else ``median_rank`` computed."""
     numbers = _numbers(ranks)
-    chosen = int(recorded) if recorded is not None and int(recorded) in numbers else median_rank(ranks)
+    chosen = recorded if recorded is not None and recorded in numbers else median_rank(ranks)
     return numbers.index(chosen) if chosen in numbers else 0
 
 
 def rank_entry(result: RankResult) -> RankEntry:
     """summary.json's ``ranks`` entry for one rank."""
-    info = as_dict(result.run.meta.get("rank"))
-    local, pid = info.get("local_rank"), info.get("pid")
-    status = info.get("status") or result.run.meta.get("status")
-    return RankEntry(rank=result.rank, local_rank=int(local) if local is not None else None, node=result.node,
-                     pid=int(pid) if pid is not None else None, steps=result.steps,
+    meta = result.run.info
+    rank = meta.rank or RankInfo()
+    return RankEntry(rank=result.rank, local_rank=rank.local_rank, node=result.node, pid=rank.pid, steps=result.steps,
                      samples_per_s=result.samples_per_s, fractions=dict(result.fractions), loading=result.loading,
-                     verdict=result.verdict.to_json(), status=None if status is None else str(status))
+                     verdict=result.verdict.to_json(), status=rank.status or meta.status)
 
 
 @dataclass(frozen=True)
@@ -197,8 +199,7 @@ def _pace(run: Run, index: int) -> _Pace | None:
     mean = {p: float(df[f"{p}_s"].astype(float).mean()) for p in PHASES}
     mean["compute"] += float(df["other_s"].astype(float).mean())
     rank = _rank_of(run)
-    node = as_dict(run.meta.get("rank")).get("node")
-    return _Pace(rank=rank if rank is not None else index, node=None if node is None else str(node), steps=len(df),
+    return _Pace(rank=rank if rank is not None else index, node=_node_of(run), steps=len(df),
                  samples_per_step=float(df["samples"].astype(float).mean()), phase_s=mean,
                  step_s=float(df["step_s"].astype(float).mean()),
                  own_by_step_s=(df["step_s"].astype(float) - df["collective_wait_s"].astype(float)).to_numpy())
@@ -362,8 +363,7 @@ def oversubscription(results: Sequence[RankResult]) -> list[Recommendation]:
                   f"torch threads take turns on the cores, each rank's model sees only its own; "
                   f"{fmt.plural(share, 'core')} per rank: {fmt.plural(new_workers, 'worker')} + "
                   f"{fmt.plural(new_threads, 'torch thread')} on each rank")
-        loader = next((d for d in known[0].run.meta.get("loaders") or []
-                       if isinstance(d, dict) and d.get("role") == "train"), None)
+        loader = next((d for d in known[0].run.info.loaders if d.get("role") == "train"), None)
         extra = {"script_text": script_text(change, loader)} if loader is not None and change else {}
         out.append(Recommendation(change, None, None, reason,
                                   "Σ over the node's ranks (num_workers + torch threads) against its usable cores; "

@@ -135,8 +135,7 @@ def is_no_op(change: dict[str, Any], current: dict[str, Any]) -> bool:
 
 def ended_early_caveat(run: Run) -> str | None:
     """The caveat on every recommendation of a run that failed or was interrupted: it ended after N steps."""
-    meta = run.meta if isinstance(run.meta, dict) else {}
-    status = meta.get("status")
+    status = run.info.status
     if status not in ("failed", "interrupted"):
         return None
     total = len(run.steps)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -61,8 +61,9 @@ from pipeprof.analysis.verdict import (
 from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
 from pipeprof.analysis.worker_start import with_worker_start_note, worker_start_summary
-from pipeprof.numbers import finite
-from pipeprof.run_folder import Run, as_dict
+from pipeprof.resource_use import CpuUse, DiskUse, MemoryUse, UssSnapshot
+from pipeprof.run_folder import Run
+from pipeprof.run_meta import JobInfo, Timing
 
 SUMMARY_SCHEMA_VERSION = 2  # 2 (issue 13): loading times renamed with their units; bottleneck from the verdict, "unknown" added
 
@@ -117,10 +118,10 @@ class Summary:
 
     ``to_json()`` is summary.json (docs/summary-json.md; ``pipeprof/schemas/summary.schema.json``).
     ``bottleneck`` and ``bottleneck_reason`` are the verdict's coarse class and its words;
-    ``sections`` holds the rest of summary.json's keys (``cpu``, ``memory``, ``disk``,
-    ``gpu``, ``device_memory``, ``loading``, ``transforms``, ``decode``, ``cache``, ``final_loss``, ``accuracy``, ``absences``,
-    ``steady``, ``status``, ``error``, ``verification``, ``throughput``,
-    ``code_profile``, and a script's ``script``, ``loaders``, ``step_source``).
+    ``cpu``, ``memory`` and ``disk`` are typed (``pipeprof.resource_use``), and ``timing`` (``run_meta.Timing``);
+    ``sections`` holds the rest of summary.json's keys (``gpu``, ``device_memory``, ``loading``, ``transforms``,
+    ``decode``, ``cache``, ``final_loss``, ``accuracy``, ``absences``, ``steady``, ``status``, ``error``,
+    ``verification``, ``throughput``, ``code_profile``, and a script's ``script``, ``loaders``, ``step_source``).
     """
 
     scenario: str
@@ -140,6 +141,11 @@ class Summary:
     straggler: Straggler | None = None  # which rank sets the job's pace; None for one process
     # One per recommendation, in order (analysis.intervals): summary.json's item ``interval``.
     intervals: tuple[Interval, ...] = ()
+    # summary.json's resource sections (pipeprof.resource_use): what the renderers read as typed records
+    cpu: CpuUse = field(default_factory=CpuUse)
+    memory: MemoryUse = field(default_factory=MemoryUse)
+    disk: DiskUse = field(default_factory=DiskUse)
+    timing: Timing = field(default_factory=Timing)  # which clock timed the steps, per part (run.json's)
 
     @property
     def bottleneck(self) -> str:
@@ -160,7 +166,8 @@ class Summary:
             "steps": self.steps, "warmup_steps": self.warmup_steps, "samples": self.samples,
             "duration_s": self.duration_s, "samples_per_s": self.samples_per_s, "step_time_s": dict(self.step_time_s),
             "fractions": dict(self.fractions), "bottleneck": self.bottleneck,
-            "bottleneck_reason": self.bottleneck_reason, **self.sections,
+            "bottleneck_reason": self.bottleneck_reason, "cpu": self.cpu.to_json(), "memory": self.memory.to_json(),
+            "disk": self.disk.to_json(), "timing": self.timing.to_json(), **self.sections,
             "attribution": self.attribution.to_json(), "verdict": self.verdict.to_json(),
             "recommendations": [{**r.to_json(), "interval": i.to_json()}
                                 for r, i in zip(self.recommendations, self._intervals(), strict=True)],
@@ -232,25 +239,26 @@ def job_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
     over the ranks, and ``status`` / ``error``, the job's own where run.json records them (a rank that failed
     fails the job); ``recommendations`` are the job's (``ranks.job_recommendations``), ``ranks`` one entry per
     rank and ``straggler`` the rank that sets the pace (``ranks.straggler``)."""
-    probe = probe if probe is not None else run.meta.get("probe")
+    info = run.info
+    probe = probe if probe is not None else info.probe
     summaries = [_one_process(rank_run, probe) for rank_run in run.ranks]
     results = [RankResult(run=rank_run, steps=s.steps, samples=s.samples, samples_per_s=s.samples_per_s,
                           fractions=s.fractions, loading=s.sections.get("loading"), verdict=s.verdict,
                           cpu=s.attribution.cpu, recommendations=s.recommendations)
                for rank_run, s in zip(run.ranks, summaries, strict=True)]
-    median = median_index(run.ranks, run.meta)
+    median = median_index(run.ranks, info.job.median_rank if info.job else None)
     rates = [s.samples_per_s for s in summaries if s.samples_per_s is not None]
     job_samples_per_s = float(sum(rates)) if rates else None
     paced = straggler(run.ranks)
     sections = dict(summaries[median].sections)
-    sections.update({k: run.meta[k] for k in ("status", "error") if k in run.meta})
+    sections.update(status=info.status, error=info.error)
     # a job's --verify re-run is the job's (run.json's verification), measured against the job's samples/s
-    sections["verification"] = verification(run.meta.get("verification"), job_samples_per_s)
-    job = as_dict(run.meta.get("job"))
-    sections["job"] = {"id": job.get("id"), "world_size": job.get("world_size") or len(run.ranks),
-                       "nodes": list(job.get("nodes") or []), "launcher": job.get("launcher"),
+    sections["verification"] = verification(info.verification, job_samples_per_s)
+    job = info.job or JobInfo()
+    sections["job"] = {"id": job.id, "world_size": job.world_size or len(run.ranks),
+                       "nodes": list(job.nodes), "launcher": job.launcher,
                        "median_rank": results[median].rank,
-                       "untraced": len(job.get("untraced") or [])}
+                       "untraced": len(job.untraced)}
     job_recs = tuple(job_recommendations(results, median, paced, job_samples_per_s))
     return dataclasses.replace(
         summaries[median], scenario=run.name, samples=sum(s.samples for s in summaries),
@@ -268,7 +276,8 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
     step_s = counted["step_s"].to_numpy(dtype=float)
     duration_s = float(step_s.sum())
     samples = int(counted["samples"].sum())
-    attr = attribution(run, probe if probe is not None else run.meta.get("probe"))
+    info = run.info
+    attr = attribution(run, probe if probe is not None else info.probe)
     frac = attr.fractions
     memory = device_memory(run)
     inside, train = loader_transforms(run), training_loader(run)
@@ -277,8 +286,7 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
     judged = with_transforms(with_memory_note(verdict_from_attribution(attr), memory),
                              trained,
                              fetch_off_cpu=attr.loading.split == OFF_CPU_SPLIT)
-    started = worker_start_summary(run.meta.get("worker_starts"), script_wall_s(run)) \
-        if run.meta.get("kind") == "script" else None
+    started = worker_start_summary(info.worker_starts, script_wall_s(run)) if info.is_script else None
     judged = with_worker_start_note(judged, started)  # spawned workers' start-up, where it matters
     # windows of the run judged differently (the machine's other load came and went): said, not one class
     judged = with_variation(judged, run_variation(steps, run.samples, _cores(run)), attr)
@@ -291,27 +299,21 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
     processes = run.processes
 
     samples_per_s = samples / duration_s if duration_s > 0 else None
+    cpu = CpuUse(cores=info.environment.cpu_cores,
+                 mean_util=_stat(during.get("cpu_util_pct", pd.Series(dtype=float)), "mean"),
+                 peak_util=_stat(during.get("cpu_util_pct", pd.Series(dtype=float)), "max"),
+                 main_mean_pct=_stat(during.get("main_cpu_pct", pd.Series(dtype=float)), "mean"),
+                 workers_mean_pct=_stat(during.get("workers_cpu_pct", pd.Series(dtype=float)), "mean"))
+    rss = MemoryUse(peak_rss_bytes=_stat(run.samples.get("tree_rss_bytes", pd.Series(dtype=float)), "max"),
+                    peak_main_rss_bytes=_stat(run.samples.get("main_rss_bytes", pd.Series(dtype=float)), "max"),
+                    # Workers that never existed have no memory: not measured (null), never a sampled 0.
+                    peak_workers_rss_bytes=(_stat(run.samples.get("workers_rss_bytes", pd.Series(dtype=float)), "max")
+                                            if had_workers(run) else None),
+                    uss=uss_snapshot(processes))
+    disk = DiskUse(mean_read_bytes_per_s=_stat(during.get("read_bytes_per_s", pd.Series(dtype=float)), "mean"),
+                   read_bytes=_read_bytes(processes))
     sections: dict[str, Any] = {
-        "cpu": {
-            "cores": run.meta.get("environment", {}).get("cpu_cores"),
-            "mean_util": _stat(during.get("cpu_util_pct", pd.Series(dtype=float)), "mean"),
-            "peak_util": _stat(during.get("cpu_util_pct", pd.Series(dtype=float)), "max"),
-            "main_mean_pct": _stat(during.get("main_cpu_pct", pd.Series(dtype=float)), "mean"),
-            "workers_mean_pct": _stat(during.get("workers_cpu_pct", pd.Series(dtype=float)), "mean"),
-        },
-        "memory": {
-            "peak_rss_bytes": _stat(run.samples.get("tree_rss_bytes", pd.Series(dtype=float)), "max"),
-            "peak_main_rss_bytes": _stat(run.samples.get("main_rss_bytes", pd.Series(dtype=float)), "max"),
-            # Workers that never existed have no memory: not measured (null), never a sampled 0.
-            "peak_workers_rss_bytes": (_stat(run.samples.get("workers_rss_bytes", pd.Series(dtype=float)), "max")
-                                       if had_workers(run) else None),
-            "uss_bytes": uss_snapshot(processes),
-        },
-        "disk": {
-            "mean_read_bytes_per_s": _stat(during.get("read_bytes_per_s", pd.Series(dtype=float)), "mean"),
-            "read_bytes": _read_bytes(processes),
-        },
-        "gpu": _gpu_summary(during) if run.meta.get("gpu", {}).get("available") else None,
+        "gpu": _gpu_summary(during) if info.gpu.available else None,
         "device_memory": memory.to_json(),  # torch.cuda's peaks and the creep check (analysis.device_memory)
         "loading": _with_split(attr.loading_summary, trained),
         # inside the sample (analysis.transforms): the training loader's transforms, costliest first, and decode
@@ -320,38 +322,39 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
         "cache": attr.cache_check,
         "final_loss": float(tail["loss"].mean()) if n else None,
         "accuracy": _accuracy(tail["correct"], tail_samples),
-        "absences": dict(run.meta.get("absences", {})),
-        "steady": run.meta.get("steady"),
+        "absences": dict(info.absences),
+        "steady": info.steady,
         # How the run ended (run.json's status and error): complete, interrupted (Ctrl-C, SIGTERM) or failed.
-        "status": run.meta.get("status"),
-        "error": run.meta.get("error"),
+        "status": info.status,
+        "error": info.error,
         "job": None,  # a distributed job's: its id, world size, nodes, launcher and median rank (job_record)
-        "timing": timing_summary(run.meta.get("timing")),
     }
-    if run.meta.get("kind") == "script":  # pipeprof profile / pipeprof.profile(): what ran, and its loaders
-        sections.update({k: run.meta.get(k) for k in ("script", "loaders", "step_source")})
+    if info.is_script:  # pipeprof profile / pipeprof.profile(): what ran, and its loaders
+        sections.update(script=info.script.recorded if info.script else None, loaders=info.loaders_recorded,
+                        step_source=info.step_source)
         sections["loaders"] = _loaders_inside(sections["loaders"], inside)
         if isinstance(sections["script"], dict):  # the script's own wall time, beside the counted steps' duration_s
             sections["script"] = {**sections["script"], "wall_s": script_wall_s(run)}
         if started is not None and isinstance(sections["loading"], dict):  # spawned / forkserver workers
             sections["loading"] = {**sections["loading"], "worker_start": started}
-        if run.meta.get("overrides"):  # pipeprof profile --loader / --threads: what was set from outside
-            sections["script"]["overrides"] = run.meta["overrides"]
-    probe = probe if probe is not None else run.meta.get("probe")
+        if info.overrides:  # pipeprof profile --loader / --threads: what was set from outside
+            sections["script"]["overrides"] = info.overrides
+    probe = probe if probe is not None else info.probe
     listed = recommend(run, attr, judged)
     recs, bounds = ranked(listed, intervals(run, listed, probe=probe))
-    sections["verification"] = verification(run.meta.get("verification"), samples_per_s,
-                                            checked_interval(run.meta.get("verification"), recs, bounds))
+    sections["verification"] = verification(info.verification, samples_per_s,
+                                            checked_interval(info.verification, recs, bounds))
     sections["throughput"] = throughput_windows(run.steps)
     sections["code_profile"] = code_profile(run)
     return Summary(
-        scenario=run.name, device=run.meta.get("device"), steps=n, warmup_steps=int(steps["warmup"].astype(bool).sum()),
+        scenario=run.name, device=info.device, steps=n, warmup_steps=int(steps["warmup"].astype(bool).sum()),
         samples=samples, duration_s=duration_s, samples_per_s=samples_per_s,
         step_time_s={"median": float(np.median(step_s)) if n else None,
                      "p90": float(np.percentile(step_s, 90)) if n else None,
                      "mean": float(step_s.mean()) if n else None},
         fractions=frac, attribution=attr, verdict=judged,
-        recommendations=recs, intervals=bounds, sections=sections)
+        recommendations=recs, intervals=bounds, sections=sections, cpu=cpu, memory=rss, disk=disk,
+        timing=info.timing.with_parts())
 
 
 def _with_split(loading: dict[str, Any] | None, lt: LoaderTransforms | None) -> dict[str, Any] | None:
@@ -387,24 +390,13 @@ def checked_interval(record: Any, recommendations: tuple[Recommendation, ...],
     return next((i for r, i in zip(recommendations, bounds, strict=True) if r.change == change), None)
 
 
-def timing_summary(timing: Any) -> dict[str, Any]:
-    """Which clock timed the steps: run.json's ``timing`` with every key (an older run's method alone: its parts
-    took that clock, its reason unknown)."""
-    timing = as_dict(timing)
-    method = timing.get("method")
-    parts = timing.get("parts")
-    if not isinstance(parts, dict):
-        parts = dict.fromkeys(("data_wait", "h2d", "compute"), method)
-    return {"method": method, "parts": parts, "reason": timing.get("reason")}
-
-
 def _accuracy(correct: pd.Series, samples: float) -> float | None:
     """Correct over samples; None when not recorded (a script's own loop keeps its accuracy to itself)."""
     total = pd.to_numeric(correct, errors="coerce").sum(min_count=1)
     return float(total) / samples if samples and pd.notna(total) else None
 
 
-def uss_snapshot(processes: pd.DataFrame) -> dict[str, Any] | None:
+def uss_snapshot(processes: pd.DataFrame) -> UssSnapshot | None:
     """Largest USS seen per role, summed over the processes of one snapshot."""
     if processes.empty or "uss_bytes" not in processes:
         return None
@@ -412,11 +404,9 @@ def uss_snapshot(processes: pd.DataFrame) -> dict[str, Any] | None:
     if snaps.empty:
         return None
     per_tick = snaps.groupby(["t_s", "role"])["uss_bytes"].sum().unstack("role")
-    return {
-        "main": float(per_tick["main"].max()) if "main" in per_tick else None,
-        "workers": float(per_tick["worker"].max()) if "worker" in per_tick else None,  # no workers: not measured
-        "snapshots": int(len(per_tick)),
-    }
+    return UssSnapshot(main=float(per_tick["main"].max()) if "main" in per_tick else None,
+                       workers=float(per_tick["worker"].max()) if "worker" in per_tick else None,  # none: not measured
+                       snapshots=int(len(per_tick)))
 
 
 def had_workers(run: Run) -> bool:
@@ -433,7 +423,8 @@ def script_wall_s(run: Run) -> float | None:
     """A profiled script's wall time in seconds: run.json's ``script.wall_s`` when recorded, else the system
     sampler's span (first to last sample: it watches the script from its start to its end, to within one
     sampling interval); None when neither is there."""
-    recorded = finite(as_dict(run.meta.get("script")).get("wall_s"))
+    script = run.info.script
+    recorded = script.wall_s if script is not None else None
     if recorded is not None:
         return recorded
     t_s = pd.to_numeric(run.samples.get("t_s", pd.Series(dtype=float)), errors="coerce").dropna()
@@ -472,5 +463,5 @@ def _cores(run: Run) -> int | None:
     per_core = [c for c in run.samples.columns if str(c).startswith("cpu_core")] if run.samples is not None else []
     if per_core:
         return len(per_core)
-    cores = (run.meta.get("environment") or {}).get("cpu_cores")
+    cores = run.info.environment.cpu_cores
     return int(cores) if isinstance(cores, (int, float)) and not isinstance(cores, bool) and cores > 0 else None

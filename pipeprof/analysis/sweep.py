@@ -17,6 +17,7 @@ from typing import Any
 
 from pipeprof.analysis.prediction_check import point_predictions
 from pipeprof.numbers import finite
+from pipeprof.resource_use import CpuUse, MemoryUse
 
 POINT_STATUSES = ("complete", "failed", "invalid", "interrupted", "skipped", "not run")
 
@@ -45,8 +46,8 @@ def point_record(index: int, label: str, change: dict[str, Any], status: str, *,
         "fractions": {k: finite(fractions.get(k)) for k in ("data_wait", "h2d", "collective_wait", "compute", "other")},
         "verdict": (s.get("verdict") or {}).get("class"),
         "bottleneck": s.get("bottleneck"),
-        "cpu_mean_util_pct": finite((s.get("cpu") or {}).get("mean_util")),
-        "peak_rss_bytes": finite((s.get("memory") or {}).get("peak_rss_bytes")),
+        "cpu_mean_util_pct": CpuUse.from_json(s.get("cpu")).mean_util,
+        "peak_rss_bytes": MemoryUse.from_json(s.get("memory")).peak_rss_bytes,
         "steady": (s.get("steady") or None),
         "wall_s": wall_s,
         "predictions": point_predictions(s),  # checked against the other points (analysis.prediction_check)

@@ -108,9 +108,9 @@ class LoaderTransforms:
 def training_loader(run: Run) -> int | None:
     """The loader whose batches feed the training steps: a scenario's one loader (0); a script's first loader
     with role "train" in run.json ``loaders`` (else its first loader); None where a script recorded none."""
-    if run.meta.get("kind") != "script":
+    if not run.info.is_script:
         return 0
-    loaders = [d for d in run.meta.get("loaders") or [] if isinstance(d, dict)]
+    loaders = run.info.loaders
     chosen = next((d for d in loaders if d.get("role") == "train"), loaders[0] if loaders else None)
     number = as_dict(chosen).get("number")
     return int(number) if isinstance(number, (int, float)) and not isinstance(number, bool) else None
@@ -128,9 +128,9 @@ def loader_transforms(run: Run) -> dict[int, LoaderTransforms]:
     rows = _counted_rows(run)
     if rows.empty:
         return {}
-    pipelines = as_dict(run.meta.get("transform_pipelines"))
+    pipelines = run.info.transform_pipelines
     train = training_loader(run)
-    script = run.meta.get("kind") == "script"
+    script = run.info.is_script
     out: dict[int, LoaderTransforms] = {}
     for loader, own in rows.groupby("loader", sort=True):
         number = int(float(str(loader)))

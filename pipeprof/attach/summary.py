@@ -38,7 +38,7 @@ NO_RECOMMENDATIONS = ("not predicted for an attached run: the model predicts fro
 
 def is_sampled(run: Run) -> bool:
     """The run was attached from outside (run.json ``timing.method`` is ``"sampled"``)."""
-    return as_dict(run.meta.get("timing")).get("method") == "sampled"
+    return run.info.timing.method == "sampled"
 
 
 def sampled_summary(run: Run) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def sampled_summary(run: Run) -> dict[str, Any]:
         bottleneck_reason=(reason + " (sampled)") if enough else verdict["sentence"],
         recommendations=[], absences=absences,
         sampled={**shares.to_json(), "timeline": [_window(w) for w in window_shares(run.stacks)],
-                 "attach": as_dict(run.meta.get("attach"))},
+                 "attach": run.info.attach},
     )
     attribution_json = as_dict(summary.get("attribution"))
     attribution_json["step"] = {**step.to_json(), "steps": 0}  # no step counted: the shares are sampled

@@ -83,6 +83,6 @@ def execute(args: argparse.Namespace) -> int:
     if not args.quiet:
         print_summary(summary, folder, stdout_console())
     print(f"report: {folder / 'report.html'}", flush=True)
-    if run.meta.get("error"):
-        print(f"pipeprof attach: {run.meta['error']}; saved in {folder}", file=sys.stderr)
+    if run.info.error:
+        print(f"pipeprof attach: {run.info.error}; saved in {folder}", file=sys.stderr)
     return 0

@@ -81,10 +81,10 @@ def _chrome_trace(run: Any, folder: Path, output: Path | None) -> int:
     return 0
 
 
-def _start_epoch_s(meta: dict[str, Any]) -> float | None:
+def _start_epoch_s(created_utc: str | None) -> float | None:
     """The run's start on the wall clock (run.json's created_utc), for the trackers' time axes; None if unknown."""
     try:
-        return dt.datetime.strptime(str(meta.get("created_utc")), "%Y-%m-%dT%H:%M:%SZ").replace(
+        return dt.datetime.strptime(str(created_utc), "%Y-%m-%dT%H:%M:%SZ").replace(
             tzinfo=dt.timezone.utc).timestamp()
     except ValueError:
         return None
@@ -108,8 +108,8 @@ def _tracker(run: Any, folder: Path, args: argparse.Namespace) -> int:
     name = folder.resolve().name
     series = export_series(run)
     texts = export_texts(summarize(run), series)
-    params = flatten_settings(run.meta.get("scenario"))
-    start = _start_epoch_s(run.meta)
+    params = flatten_settings(run.info.scenario)
+    start = _start_epoch_s(run.info.created_utc)
     if args.format == "tensorboard":
         log_dir = folder / "tensorboard" if args.output is None else _out_folder(args.output) / name
         if log_dir.is_dir() and any(p.name.startswith("events.out.tfevents") for p in log_dir.iterdir()):

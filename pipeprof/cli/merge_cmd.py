@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pipeprof import format as fmt
 from pipeprof.cli.output import stdout_closed
+from pipeprof.run_meta import JobInfo
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,10 +37,10 @@ def execute(args: argparse.Namespace) -> int:
     from pipeprof.pipeline.merge import merge_folders
 
     merged = merge_folders(args.folders, out=args.out, name=args.name)
-    job, folder = merged.run.meta["job"], merged.folder
+    job, folder = merged.run.info.job or JobInfo(), merged.folder
     try:
-        print(f"merged: {len(job['ranks'])} of {fmt.plural(job['world_size'], 'rank')} from "
-              f"{fmt.plural(len(args.folders), 'folder')} (median rank {job['median_rank']})")
+        print(f"merged: {len(job.ranks or ())} of {fmt.plural(job.world_size or 0, 'rank')} from "
+              f"{fmt.plural(len(args.folders), 'folder')} (median rank {job.median_rank})")
         for warning in merged.warnings:
             print(f"note: {warning}")
         print(f"report: {folder / 'report.html'}", flush=True)

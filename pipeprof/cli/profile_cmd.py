@@ -183,12 +183,12 @@ def execute(args: argparse.Namespace) -> int:
             live.close()
     run, folder = saved.run, saved.folder
     summary = saved.summary
-    if args.verify and run.meta["status"] == "complete" and not run.steps.empty:
+    if args.verify and run.info.status == "complete" and not run.steps.empty:
         summary = _verify(args, saved.summary, run, folder, overrides)
     try:
         if not args.quiet and (not run.steps.empty or args.light):
             print_summary(summary, folder, stdout_console())
-        for note in run.meta["notes"]:
+        for note in run.info.notes:
             if note.startswith(("overridden: ", "--loader ")):
                 print(note if note.startswith("overridden: ") else f"note: {note}")
         print(f"report: {folder / 'report.html'}", flush=True)
@@ -217,10 +217,10 @@ def _verify(args: argparse.Namespace, summary: dict[str, Any], run: Run, folder:
 
 def _say_how_it_ended(run: Run, folder: Path) -> None:
     """One line on stderr when the script did not simply finish, or gave nothing to attribute."""
-    meta = run.meta
+    meta = run.info
     steps = len(run.steps)
-    if meta["status"] != "complete":
-        print(f"pipeprof: {meta['status']}: {meta['error']}; {fmt.plural(steps, 'step')} measured, saved in {folder}",
+    if meta.status != "complete":
+        print(f"pipeprof: {meta.status}: {meta.error}; {fmt.plural(steps, 'step')} measured, saved in {folder}",
               file=sys.stderr)
-    elif "steps" in meta["absences"]:
-        print(f"pipeprof: {meta['absences']['steps']}; saved in {folder}", file=sys.stderr)
+    elif "steps" in meta.absences:
+        print(f"pipeprof: {meta.absences['steps']}; saved in {folder}", file=sys.stderr)

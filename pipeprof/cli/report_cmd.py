@@ -32,9 +32,9 @@ def execute(args: argparse.Namespace) -> int:
     # validate all before writing any; a folder pipeprof profile left unsaved (killed) is rebuilt from its recording
     runs = [(Path(f), rebuilt_run(Path(f)) if is_recording(Path(f)) else load_run(Path(f))) for f in args.runs]
     for folder, run in runs:
-        if run.meta.get("cut_short") and not (folder / "run.json").exists():
+        if run.info.cut_short and not (folder / "run.json").exists():
             save_run(run, folder)
-            print(f"pipeprof: {folder}: {run.meta['error']}", file=sys.stderr)
+            print(f"pipeprof: {folder}: {run.info.error}", file=sys.stderr)
         summary = rederive(run, folder)  # a damaged run's: status "damaged", its damage listed
         if not args.quiet:
             print_summary(summary, folder, console)

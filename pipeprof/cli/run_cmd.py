@@ -61,18 +61,18 @@ def execute(args: argparse.Namespace) -> int:
         print_summary(summary, folder, stdout_console())
     if (summary.get("cache") or {}).get("verified") is False:
         print(f"pipeprof: WARNING: {summary['cache']['reason']}", file=sys.stderr)
-    for note in run.meta.get("notes", []):
+    for note in run.info.notes:
         print(f"note: {note}", file=sys.stderr)
     if args.verify and saved.status == "complete":
         saved = verify_run(saved, scenario, cache=args.cache, progress=progress, repeats=args.verify_repeats)
         print_verification(saved.summary)
     print(f"report: {folder / 'report.html'}")
     if saved.status == "interrupted":
-        print(f"pipeprof: {run.meta.get('error') or 'interrupted'}: {len(run.steps)} steps saved in {folder}",
+        print(f"pipeprof: {run.info.error or 'interrupted'}: {len(run.steps)} steps saved in {folder}",
               file=sys.stderr)
         return EXIT_INTERRUPTED
     if saved.status == "failed":
-        print(f"pipeprof: error: training failed after {len(run.steps)} steps: {run.meta.get('error')}",
+        print(f"pipeprof: error: training failed after {len(run.steps)} steps: {run.info.error}",
               file=sys.stderr)
         return EXIT_FAILED
     return 0

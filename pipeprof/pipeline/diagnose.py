@@ -134,13 +134,13 @@ def sub_run(plan: SubRun, tmp: Path, cache: Path | None, progress: Progress, con
         gc.collect()
     summary, files = derived_files(run, report_name)
     save_run(run, folder, files)
-    status = str(run.meta.get("status") or "failed")
+    status = run.info.status or "failed"
     rate = summary.get("samples_per_s")
     if status == "complete" and rate:
         result(f"{rate:,.0f} samples/s")
     else:
         result(status, BAD)
-    return _outcome(plan, status, run.meta.get("error"), folder=plan.role, summary=summary)
+    return _outcome(plan, status, run.info.error, folder=plan.role, summary=summary)
 
 
 def _outcome(plan: SubRun, status: str, error: str | None, *, folder: str | None = None,

@@ -23,7 +23,8 @@ from pipeprof.errors import UsageError
 from pipeprof.measure.rank_env import job_id
 from pipeprof.pipeline.derive import derived_files
 from pipeprof.run_check import refuse_damaged
-from pipeprof.run_folder import Run, as_dict, ensure_out_folder, load_run, new_run_folder, save_run
+from pipeprof.run_folder import Run, ensure_out_folder, load_run, new_run_folder, save_run
+from pipeprof.run_meta import RankInfo
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,8 @@ class MergedRun:
 
 
 def _rank_of(run: Run) -> int | None:
-    value = as_dict(run.meta.get("rank")).get("rank")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    rank = run.info.rank
+    return rank.rank if rank is not None else None
 
 
 def _world_size(value: Any) -> int | None:
@@ -61,26 +62,26 @@ def _world_size(value: Any) -> int | None:
 
 def read_part(folder: Path, run: Run) -> Part:
     """What ``run`` (loaded from ``folder``) holds for a merge; UsageError if it is neither a job's nor a rank's."""
-    job = run.meta.get("job")
-    if isinstance(job, dict):
+    job = run.info.job
+    if job is not None:
         ranks = list(run.ranks)
-        ids = [job_id({"job_id": job.get("id")})]
-        sizes = [_world_size(job.get("world_size"))]
-        launcher = job.get("launcher")
-        nodes = [str(n) for n in job.get("nodes") or []]
-        untraced = [u for u in job.get("untraced") or [] if isinstance(u, dict)]
+        ids = [job_id({"job_id": job.id})]
+        sizes = [_world_size(job.world_size)]
+        launcher = job.launcher
+        nodes = [str(n) for n in job.nodes]
+        untraced = [u for u in job.untraced if isinstance(u, dict)]
     elif _rank_of(run) is not None and not run.ranks:
         ranks, ids, sizes, launcher, nodes, untraced = [run], [], [], None, [], []
     else:
         raise UsageError(f"pipeprof merge: {folder}: not a run of a rank or of a job (its run.json has no "
                          "\"job\" and no \"rank\" with a rank number)")
     for rank_run in ranks:
-        rank = as_dict(rank_run.meta.get("rank"))
-        ids.append(job_id(rank))
-        sizes.append(_world_size(rank.get("world_size")))
-        launcher = launcher or rank.get("launcher")
-        if rank.get("node") is not None:
-            nodes.append(str(rank["node"]))
+        rank = rank_run.info.rank or RankInfo()
+        ids.append(job_id(rank.recorded))
+        sizes.append(_world_size(rank.world_size))
+        launcher = launcher or rank.recorded.get("launcher")
+        if rank.node is not None:
+            nodes.append(str(rank.node))
     return Part(folder=folder, run=run, ranks=ranks, job_ids=[i for i in ids if i is not None],
                 world_sizes=[s for s in sizes if s is not None],
                 launcher=str(launcher) if launcher is not None else None,
@@ -188,10 +189,9 @@ def _folders(parts: list[Part]) -> str:
 def _status(parts: list[Part]) -> tuple[str, str | None]:
     """``complete`` when every part is; otherwise the first other part's status and error, naming its folder."""
     for part in parts:
-        status = part.run.meta.get("status", "complete")
+        status, error = part.run.info.status or "complete", part.run.info.error
         if status != "complete":
-            error = part.run.meta.get("error")
-            return str(status), f"{part.folder}: {error}" if error else f"{part.folder}: {status}"
+            return status, f"{part.folder}: {error}" if error else f"{part.folder}: {status}"
     return "complete", None
 
 
@@ -204,7 +204,7 @@ def merge_folders(folders: Sequence[Path], *, out: Path, name: str | None = None
     parts = [read_part(folder, part) for folder, part in loaded]
     run, warnings = merge_parts(parts)
     if name:
-        run.meta["scenario"] = dict(as_dict(run.meta.get("scenario")), name=name)
+        run.meta["scenario"] = dict(run.info.scenario or {}, name=name)
     ensure_out_folder(out)
     folder = new_run_folder(out, run.name)
     summary, files = derived_files(run, folder.name)

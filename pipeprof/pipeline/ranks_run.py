@@ -121,7 +121,7 @@ def rank_main(task: RankTask, progress: Any = None) -> None:
                            on_step=report if task.rank == 0 else None)
     run.meta["rank"] = {"rank": task.rank, "local_rank": task.rank, "world_size": task.world_size,
                         "node": socket.gethostname(), "node_rank": 0, "pid": os.getpid(),
-                        "backend": parts.backend, "status": run.meta.get("status"), "error": run.meta.get("error")}
+                        "backend": parts.backend, "status": run.info.status, "error": run.info.error}
     save_run(run, task.folder)
     leave_group()
 
@@ -222,7 +222,7 @@ def median_gpu(runs: list[Run]) -> int | None:
     """The CUDA number of the GPU the job's median rank trained on (its run.json ``device``), None on the CPU."""
     ranked = sorted(runs, key=_rank_of)
     median = next(r for r in ranked if _rank_of(r) == median_rank(ranked))
-    device = str(median.meta.get("device") or "cpu")
+    device = median.info.device or "cpu"
     if not device.startswith("cuda"):
         return None
     return int(device.partition(":")[2] or 0)
@@ -292,7 +292,14 @@ def _last_step_s(run: Run) -> float:
 
 
 def _rank_of(run: Run) -> int:
-    return int(run.meta["rank"]["rank"])
+    rank = run.info.rank
+    if rank is None or rank.rank is None:
+        raise ValueError("a rank's run without its rank number (run.json rank.rank)")
+    return rank.rank
+
+
+def _node_of(run: Run) -> Any:
+    return run.info.rank.node if run.info.rank is not None else None
 
 
 def job_run(runs: list[Run], samples: Any, processes: Any, *, job_id: str | None,
@@ -303,13 +310,13 @@ def job_run(runs: list[Run], samples: Any, processes: Any, *, job_id: str | None
     median = next(r for r in runs if _rank_of(r) == middle)
     meta = {k: v for k, v in median.meta.items() if k != "rank"}
     # The rank that stopped first is the likely cause (the others saw its end as a closed connection).
-    failed = sorted((r for r in runs if r.meta.get("status") != "complete"), key=_last_step_s)
+    failed = sorted((r for r in runs if r.info.status != "complete"), key=_last_step_s)
     if failed:
-        meta["status"] = "interrupted" if any(r.meta.get("status") == "interrupted" for r in failed) else "failed"
-        meta["error"] = "; ".join(f"rank {_rank_of(r)}: {r.meta.get('error')}" for r in failed)
-    meta["absences"] = {**dict(median.meta.get("absences") or {}), **(absences or {})}
+        meta["status"] = "interrupted" if any(r.info.status == "interrupted" for r in failed) else "failed"
+        meta["error"] = "; ".join(f"rank {_rank_of(r)}: {r.info.error}" for r in failed)
+    meta["absences"] = {**median.info.absences, **(absences or {})}
     meta["job"] = {"id": job_id, "world_size": len(runs), "ranks": [_rank_of(r) for r in runs],
-                   "nodes": sorted({str(r.meta["rank"].get("node")) for r in runs}), "launcher": LAUNCHER,
+                   "nodes": sorted({str(_node_of(r)) for r in runs}), "launcher": LAUNCHER,
                    "median_rank": middle, "untraced": []}
     return Run(meta=meta, steps=median.steps, samples=samples, processes=processes, loading=median.loading,
                functions=median.functions, attachments=dict(median.attachments), ranks=runs)

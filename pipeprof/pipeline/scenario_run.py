@@ -49,7 +49,7 @@ class ScenarioRun:
         verification re-run was."""
         if (self.summary.get("verification") or {}).get("status") == "interrupted":
             return "interrupted"
-        return self.run.meta.get("status")
+        return self.run.info.status
 
 
 def run_scenario(scenario: Scenario, *, scenario_file: str, overrides: list[str], out: Path,

@@ -38,6 +38,7 @@ from pipeprof.measure.codeprofile import (
 )
 from pipeprof.measure.pyspy import PySpy
 from pipeprof.run_folder import FUNCTION_COLUMNS, Run
+from pipeprof.run_meta import RankInfo
 from pipeprof.script.code_profile import main_files
 from pipeprof.script.protocol import CPROFILE_ENV
 from pipeprof.script.worker_profile import workers_folder
@@ -78,15 +79,15 @@ class ScriptCodeProfile:
         self.stop()
         if not (self.cprofile_steps or self.pyspy is not None):
             return
-        pid = ((run.meta.get("script") or {}).get("started") or {}).get("pid")
+        pid = run.info.script.started_pid if run.info.script is not None else None
         for rank_run in run.ranks:
-            rank = rank_run.meta.get("rank") or {}
+            rank = rank_run.info.rank or RankInfo()
             # py-spy recorded the whole process tree: every rank is in its one file, kept in the job's folder
-            _put(rank_run, self._recorded(rank.get("pid"), rank.get("rank"), self.pyspy), files_of=("cprofile",))
-        median = (run.meta.get("job") or {}).get("median_rank")
+            _put(rank_run, self._recorded(rank.pid, rank.rank, self.pyspy), files_of=("cprofile",))
+        median = run.info.job.median_rank if run.info.job is not None else None
         _put(run, self._recorded(pid, median, self.pyspy), files_of=("cprofile", "pyspy"))
         others = [p for p in other_profiles(self.folder, pid)
-                  if p not in {(r.meta.get("rank") or {}).get("pid") for r in run.ranks}]
+                  if p not in {r.info.rank.pid if r.info.rank is not None else None for r in run.ranks}]
         if self.cprofile_steps and others:
             run.meta["notes"].append(
                 f"cProfile: the run's steps are pid {pid}'s, and so is its code-level view; {len(others)} other "

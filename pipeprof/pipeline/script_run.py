@@ -319,7 +319,7 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
             code.attach(run)
         if overrides:
             _record_overrides(run, overrides, tmp)
-        if steps and run.meta["step_source"] is None:
+        if steps and run.info.step_source is None:
             run.meta["notes"].append(f"--steps {steps} was not applied: no training step ran in the process "
                                      "pipeprof instrumented")
         summary, files = derived_files(run, folder.name)
@@ -334,9 +334,9 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
 
 def _record_overrides(run: Run, overrides: Overrides, events_dir: Path) -> None:
     """run.json's ``overrides``: what was asked, what each process applied to which loader; notes for the report."""
-    started = run.meta["script"].get("started") or {}
+    script = run.info.script
     record, notes = overrides_mod.outcome(overrides.to_json(), overrides_mod.read_records(events_dir),
-                                          run.meta.get("loaders") or [], started.get("pid"))
+                                          list(run.info.loaders), script.started_pid if script is not None else None)
     run.meta["overrides"] = record
     run.meta["notes"].extend(notes)
 

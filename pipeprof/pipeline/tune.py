@@ -192,17 +192,18 @@ class Trials:
         finally:
             work = None  # noqa: F841 - the next trial starts from nothing: no data, model or workers left
             gc.collect()
-        if run.meta.get("status") == "interrupted":
+        info = run.info
+        if info.status == "interrupted":
             raise KeyboardInterrupt
-        if run.meta.get("status") != "complete":
-            return self._failed(index, label, settings, str(run.meta.get("error")), why)
+        if info.status != "complete":
+            return self._failed(index, label, settings, str(info.error), why)
         summary = summarize(run)
         rate = summary.get("samples_per_s")
         if rate is None:  # complete, yet no step counted after the warm-up within the window
             return self._failed(index, label, settings, "no samples/s: no step after the warm-up in the window", why)
-        probe = run.meta.get("compute_ceiling")
-        if self.compute_probe is None and isinstance(probe, dict) and probe.get("samples_per_s"):
-            self.compute_probe = float(probe["samples_per_s"])
+        ceiling = info.compute_ceiling
+        if self.compute_probe is None and ceiling is not None and ceiling.samples_per_s:
+            self.compute_probe = ceiling.samples_per_s
         self.records.append(point_record(index, label, settings, "complete", summary=summary))
         self.records[-1].update(why=why, window_s=change["train.max_seconds"])
         self.summaries.append(summary)

@@ -22,6 +22,7 @@ from pipeprof.render.interval_text import may_not_help, speedup_text
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import straggler_line
 from pipeprof.render.transform_view import transforms_line
+from pipeprof.resource_use import CpuUse, MemoryUse
 from pipeprof.run_folder import as_dict
 
 # summary.json's bottleneck is the verdict's class in coarse form (input:* -> input): one style for both.
@@ -35,8 +36,8 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     s = summary
     step = as_dict(s.get("step_time_s"))
     frac = as_dict(s.get("fractions"))
-    cpu = as_dict(s.get("cpu"))
-    memory = as_dict(s.get("memory"))
+    cpu = CpuUse.from_json(s.get("cpu"))
+    memory = MemoryUse.from_json(s.get("memory"))
     loading = as_dict(s.get("loading"))
     klass = s.get("bottleneck")
 
@@ -129,8 +130,8 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
         add("page cache", f"cold: {cache.get('reason')}", "bold red" if verified is False else "")
     add("CPU mean / peak (of all cores)",
         _several(lambda percent: fmt.pct(scaled(percent, 0.01), 0),
-                 cpu.get("mean_util"), cpu.get("peak_util")))
-    add("peak RSS", fmt.byte_size(memory.get("peak_rss_bytes")))
+                 cpu.mean_util, cpu.peak_util))
+    add("peak RSS", fmt.byte_size(memory.peak_rss_bytes))
     add("accuracy", fmt.pct(s.get("accuracy"), 1))
     add("final loss", fmt.number(s.get("final_loss"), 4))
     light = as_dict(s.get("light"))

@@ -11,17 +11,18 @@ from typing import Any
 from pipeprof import format as fmt
 from pipeprof.numbers import finite
 from pipeprof.run_folder import as_dict
+from pipeprof.run_meta import RunMeta
 
 Row = tuple[str, str, str]  # label, value, note (plain text: the template escapes it)
 
 
-def gpu_telemetry_rows(summary: dict[str, Any], meta: dict[str, Any]) -> list[Row]:
+def gpu_telemetry_rows(summary: dict[str, Any], meta: RunMeta) -> list[Row]:
     """Rows for the summary table: per-process GPU use and SM clock / power (when a GPU was sampled), then
     torch.cuda's memory peaks and the creep check (always: absent with its reason off CUDA)."""
     rows: list[Row] = []
     gpu = summary.get("gpu")
-    absences = as_dict(summary.get("absences") or meta.get("absences"))
-    info = as_dict(meta.get("gpu"))
+    absences = as_dict(summary.get("absences") or meta.absences)
+    info = meta.gpu.recorded
     if isinstance(gpu, dict):
         util, mem = finite(gpu.get("mean_proc_util_pct")), finite(gpu.get("peak_proc_mem_bytes"))
         value = (f"SM {_or_not(util, lambda v: fmt.pct(v / 100))}"

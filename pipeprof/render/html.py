@@ -9,7 +9,7 @@ only chooses what to show and formats numbers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -29,7 +29,9 @@ from pipeprof.render.ranks import rank_label, rank_rows, straggler_view
 from pipeprof.render.transform_plot import bars_svg
 from pipeprof.render.transform_view import loader_views, split_text, table_rows
 from pipeprof.render.window_plot import window_timeline_svg
+from pipeprof.resource_use import CpuUse, DiskUse, MemoryUse
 from pipeprof.run_folder import MAIN_PROCESS, Run, as_dict
+from pipeprof.run_meta import JobInfo, RankInfo, RunMeta, Timing
 
 _BOTTLENECK_TITLES: dict[str | None, str] = {  # looked up with summary.json's value, None when missing
     "input": "Input-bound: training waits for data",
@@ -92,7 +94,7 @@ _LOADING_KEYS = ("loading",)
 
 def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = None) -> str:
     """The report page for ``run`` as one HTML string (UTF-8, no external resources)."""
-    meta = run.meta if isinstance(run.meta, dict) else {}
+    meta = run.info
     env = _environment()
     steps_counted = int(summary.get("steps") or 0)
     verdict = _verdict(summary)  # the headline is the verdict's; older summaries have only the coarse class
@@ -106,13 +108,13 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         for p in shown
     ]
     # time the counted window holds that no counted step does: shaded on every time chart, named once
-    excluded = not_counted_spans(run.steps, meta.get("loaders"), as_dict(meta.get("timing")).get("method"))
+    excluded = not_counted_spans(run.steps, meta.loaders, meta.timing.method)
     return env.get_template("report.html.j2").render(
         s=summary,
         meta=meta,
         folder_name=folder_name,
         scenario_name=summary.get("scenario") or run.name,
-        scenario_description=as_dict(meta.get("scenario")).get("description"),
+        scenario_description=as_dict(meta.scenario).get("description"),
         bottleneck_title=title,
         verdict=verdict,
         recommendations=_recommendations(summary),
@@ -124,19 +126,21 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         loading=_loading(run, meta, summary, excluded),
         code_profile=_code_profile(summary),
         transforms=_transforms(summary),
-        scenario_sections=_scenario_sections(meta.get("scenario")),
+        scenario_sections=_scenario_sections(meta.scenario),
         script=_script(meta),
-        environment_rows=_rows(meta.get("environment")),
-        gpu_rows=_rows({k: v for k, v in as_dict(meta.get("gpu")).items() if k != "available"}),
-        gpu_available=bool(as_dict(meta.get("gpu")).get("available")),
+        environment_rows=_rows(meta.environment.recorded),
+        gpu_rows=_rows({k: v for k, v in meta.gpu.recorded.items() if k != "available"}),
+        gpu_available=meta.gpu.available,
         gpu_reason=_gpu_reason(meta),
         gpu_telemetry=gpu_telemetry_rows(summary, meta),
-        absences=sorted(as_dict(summary.get("absences") or meta.get("absences")).items()),
-        overrides=[str(o) for o in (meta.get("overrides") or [])],
-        notes=[str(n) for n in (meta.get("notes") or [])],
-        error=meta.get("error"),
-        uss_reason=as_dict(meta.get("absences")).get("uss") or "no USS snapshot was taken",
-        status=str(summary.get("status") or meta.get("status") or "unknown"),
+        absences=sorted(as_dict(summary.get("absences") or meta.absences).items()),
+        overrides=[str(o) for o in (meta.overrides or [])],
+        notes=list(meta.notes),
+        error=meta.error,
+        uss_reason=meta.absences.get("uss") or "no USS snapshot was taken",
+        status=str(summary.get("status") or meta.status or "unknown"),
+        cpu=CpuUse.from_json(summary.get("cpu")), memory=MemoryUse.from_json(summary.get("memory")),
+        disk=DiskUse.from_json(summary.get("disk")), timing=Timing.parse(summary.get("timing")),
         damage=[_damage_text(d) for d in summary.get("damage") or []],
         tail_pct=round(100 * TAIL_FRACTION),
     )
@@ -292,22 +296,22 @@ def _ranks(run: Run, summary: dict[str, Any]) -> dict[str, Any] | None:
         return None
     labels = []
     for r in run.ranks:
-        info = as_dict(r.meta.get("rank")) if isinstance(r.meta, dict) else {}
-        labels.append((rank_label(info.get("rank"), info.get("node")), counted_steps(r.steps)))
+        info = r.info.rank or RankInfo()
+        labels.append((rank_label(info.rank, info.node), counted_steps(r.steps)))
     svg = plots.rank_heatmap_svg(labels)
-    job = as_dict(as_dict(run.meta).get("job"))
+    job = run.info.job or JobInfo()
     return {"rows": rows, "heatmap": Markup(svg) if svg else None,
             "heatmap_reason": "no rank has counted steps" if run.ranks else "the run folder holds no rank's records",
-            "median_rank": job.get("median_rank"), "world_size": job.get("world_size") or len(rows),
-            "nodes": [str(n) for n in job.get("nodes") or []], "launcher": job.get("launcher"),
-            "job_id": job.get("id"),
-            "untraced": [as_dict(u) for u in job.get("untraced") or []]}
+            "median_rank": job.median_rank, "world_size": job.world_size or len(rows),
+            "nodes": [str(n) for n in job.nodes], "launcher": job.launcher,
+            "job_id": job.id,
+            "untraced": [as_dict(u) for u in job.untraced]}
 
 
-def _plots(run: Run, meta: dict[str, Any], summary: dict[str, Any],
+def _plots(run: Run, meta: RunMeta, summary: dict[str, Any],
            excluded: list[tuple[float, float, str]], phases: list[str] | None = None) -> list[dict[str, Any]]:
     """Each plot with its SVG (safe markup) or the reason it is absent."""
-    absences = as_dict(meta.get("absences"))
+    absences = meta.absences
     window = counted_window_s(run.steps)
     samples = run.samples
     no_samples = _absence(absences, _SAMPLER_KEYS, "the system sampler recorded no samples in this run")
@@ -329,10 +333,10 @@ def _plots(run: Run, meta: dict[str, Any], summary: dict[str, Any],
          "Bytes the process tree read from disk (page-cache hits excluded). Grey: warm-up, not counted."),
     ]
     items[:0] = _window_plots(summary)
-    gpu_svg = plots.gpu_svg(samples, window, excluded) if as_dict(meta.get("gpu")).get("available") else None
+    gpu_svg = plots.gpu_svg(samples, window, excluded) if meta.gpu.available else None
     items.append(("gpu", "GPU", gpu_svg, _gpu_reason(meta),
                   "GPU utilization and memory used over time. Grey: warm-up, not counted."))
-    note = _not_counted_note(excluded, meta.get("loaders"))
+    note = _not_counted_note(excluded, meta.loaders)
     return [
         {"id": key, "title": title, "svg": Markup(svg) if svg else None, "reason": reason,
          "caption": f"{caption} {note}" if note and key not in _STEP_AXIS_PLOTS else caption}
@@ -415,7 +419,7 @@ def _prefetch_plot(run: Run, summary: dict[str, Any]) -> tuple[str, str, str | N
             "bursty supply.")
 
 
-def _loading(run: Run, meta: dict[str, Any], summary: dict[str, Any],
+def _loading(run: Run, meta: RunMeta, summary: dict[str, Any],
              excluded: list[tuple[float, float, str]]) -> dict[str, Any]:
     """The Loading section: the summary's table per worker (``loading.by_worker``, the training process first),
     the timeline of the raw records and the split, or why they are absent."""
@@ -424,7 +428,7 @@ def _loading(run: Run, meta: dict[str, Any], summary: dict[str, Any],
     rows = sorted(({**as_dict(stats), "worker": _worker_id(label)} for label, stats in by_worker.items()),
                   key=lambda r: r["worker"])
     if loading is None or loading.empty:
-        reason = _absence(as_dict(meta.get("absences")), _LOADING_KEYS,
+        reason = _absence(meta.absences, _LOADING_KEYS,
                           "this run has no loading records (it was recorded without worker-side timing)")
     else:
         reason = "no loading records for counted steps (every recorded batch fed a warm-up step)"
@@ -434,7 +438,7 @@ def _loading(run: Run, meta: dict[str, Any], summary: dict[str, Any],
     return {
         "rows": rows,
         "reason": reason,
-        "not_counted": _not_counted_note(excluded, meta.get("loaders")),
+        "not_counted": _not_counted_note(excluded, meta.loaders),
         "timeline": Markup(timeline) if timeline else None,
         "split": Markup(split) if split else None,
     }
@@ -509,26 +513,25 @@ def _cprofile_view(cprofile: dict[str, Any]) -> dict[str, Any]:
             "files": [str(f) for f in as_dict(cprofile.get("files")).values()]}
 
 
-def _gpu_reason(meta: dict[str, Any]) -> str:
-    gpu = as_dict(meta.get("gpu"))
-    absences = as_dict(meta.get("absences"))
-    if not gpu.get("available"):
-        return str(gpu.get("reason") or _absence(absences, _GPU_KEYS, "no GPU was recorded for this run"))
+def _gpu_reason(meta: RunMeta) -> str:
+    gpu, absences = meta.gpu, meta.absences
+    if not gpu.available:
+        return str(gpu.reason or _absence(absences, _GPU_KEYS, "no GPU was recorded for this run"))
     return _absence(absences, _GPU_KEYS, "a GPU was in use, but no GPU samples were recorded")
 
 
-def _absence(absences: dict[str, Any], keys: Iterable[str], default: str) -> str:
+def _absence(absences: Mapping[str, Any], keys: Iterable[str], default: str) -> str:
     for key in keys:
         if absences.get(key):
             return str(absences[key])
     return default
 
 
-def _script(meta: dict[str, Any]) -> dict[str, Any] | None:
+def _script(meta: RunMeta) -> dict[str, Any] | None:
     """A profiled script's command, folder and end, and its loaders (None for a scenario run)."""
-    if meta.get("kind") != "script":
+    if not meta.is_script:
         return None
-    script = as_dict(meta.get("script"))
+    script = meta.script.recorded if meta.script is not None else {}
     ended = as_dict(script.get("ended"))
     hows: dict[str | None, str] = {
         "exit": f"exit status {ended.get('detail')}", "exception": f"raised {ended.get('detail')}",
@@ -545,8 +548,8 @@ def _script(meta: dict[str, Any]) -> dict[str, Any] | None:
         "optimizer and backward": "optimizer.step(), and backward passes where a fit had no optimizer step",
         "loader batches": "each batch of the training loader (no optimizer step was seen)"}
     return {"command_line": script.get("command_line"), "cwd": script.get("cwd"), "python": script.get("python"),
-            "ended": how, "loaders": [_loader_row(g) for g in fold_loaders(meta.get("loaders") or [])],
-            "step_source": sources.get(meta.get("step_source"), "no training steps")}
+            "ended": how, "loaders": [_loader_row(g) for g in fold_loaders(meta.loaders)],
+            "step_source": sources.get(meta.step_source, "no training steps")}
 
 
 # Shown in the DataLoaders table's "built with" cell always; the other SETTINGS only when not the default.

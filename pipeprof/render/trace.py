@@ -18,7 +18,7 @@ Slices on one thread must not overlap, so a step is drawn no longer than until t
 (on CUDA ``step_s`` is device time, and the host runs ahead) and its phases no longer than the step;
 the measured values stay in the step's args.
 
-A job of several ranks (``run.ranks``) is one trace process per rank instead: its pid (``meta["rank"]["pid"]``,
+A job of several ranks (``run.ranks``) is one trace process per rank instead: its pid (run.json ``rank.pid``,
 else its processes.csv), named "rank N (node)", sorted by rank, with the same threads, its DataLoader workers as
 processes "rank N worker K" after it, and its own counters (machine-wide columns from its node's sampler). The
 job's top-level tables repeat the median rank's steps and loading, so only its samples are drawn, as counters on a
@@ -36,7 +36,8 @@ import pandas as pd
 from pipeprof.format import MIB
 from pipeprof.numbers import finite
 from pipeprof.run_folder import LOADING_PARTS as PARTS
-from pipeprof.run_folder import Run, as_dict
+from pipeprof.run_folder import Run
+from pipeprof.run_meta import JobInfo, RankInfo
 from pipeprof.version import __version__
 
 STEPS_TID, PHASES_TID, LOADING_TID = 1, 2, 3
@@ -78,18 +79,17 @@ def _job_trace(run: Run) -> dict[str, Any]:
     spare = 1 + max([main_pid(r.processes) for r in run.ranks] + [rank_pid(r) or 0 for r in run.ranks]
                     + [int(p) for r in run.ranks for p in _pids(r.loading)] + [main_pid(run.processes)])
     for i, rank_run in enumerate(run.ranks):
-        info = as_dict(rank_run.meta.get("rank"))
-        value = finite(info.get("rank"))
-        rank = int(value) if value is not None else i
+        info = rank_run.info.rank or RankInfo()
+        rank = info.rank if info.rank is not None else i
         pid = rank_pid(rank_run) or main_pid(rank_run.processes)
         if pid in used:
             pid, spare = spare, spare + 1
         used.add(pid)
-        node = info.get("node")
+        node = info.node
         name = f"rank {rank} ({node})" if node else f"rank {rank}"
         sort = RANK_SORT * (rank + 1)
         events += [_meta(pid, 0, "process_name", name=name), _meta(pid, 0, "process_sort_index", sort_index=sort),
-                   _meta(pid, 0, "process_labels", labels=_rank_labels(info))]
+                   _meta(pid, 0, "process_labels", labels=_rank_labels(info.recorded))]
         for tid, thread in ((STEPS_TID, "steps"), (PHASES_TID, "phases")):
             events += _thread(pid, tid, thread)
         events += step_events(rank_run.steps, pid)
@@ -106,17 +106,17 @@ def _job_trace(run: Run) -> dict[str, Any]:
         events += counter_events(run.samples, pid)
     metadata = _metadata(run)
     metadata["time_origin"] = "seconds since the run started, as each rank's tables record them; ts = microseconds"
-    job = as_dict(run.meta.get("job"))
-    metadata["world_size"] = job.get("world_size") or len(run.ranks)
-    if job.get("id") is not None:
-        metadata["job"] = str(job["id"])
+    job = run.info.job or JobInfo()
+    metadata["world_size"] = job.world_size or len(run.ranks)
+    if job.id is not None:
+        metadata["job"] = str(job.id)
     return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": metadata}
 
 
 def rank_pid(run: Run) -> int | None:
-    """A rank's process id from its ``meta["rank"]["pid"]``; None when not recorded."""
-    pid = finite(as_dict(as_dict(run.meta).get("rank")).get("pid"))
-    return int(pid) if pid is not None else None
+    """A rank's process id from its run.json ``rank.pid``; None when not recorded."""
+    rank = run.info.rank
+    return rank.pid if rank is not None else None
 
 
 def _rank_labels(info: dict[str, Any]) -> str:
@@ -134,11 +134,11 @@ def _pids(loading: pd.DataFrame) -> list[int]:
 def _metadata(run: Run) -> dict[str, Any]:
     metadata = {"pipeprof_version": __version__,
                 "time_origin": "seconds since the run started; ts = microseconds"}
-    scenario = run.meta.get("scenario")
-    if isinstance(scenario, dict) and scenario.get("name") is not None:
+    scenario, status = run.info.scenario, run.info.status
+    if scenario is not None and scenario.get("name") is not None:
         metadata["run"] = str(scenario["name"])
-    if run.meta.get("status") is not None:
-        metadata["status"] = str(run.meta["status"])
+    if status is not None:
+        metadata["status"] = status
     return metadata
 
 

@@ -315,7 +315,7 @@ class Session:
             if ident.get("backend") == "nccl":
                 run.meta["absences"]["collective_wait"] = NCCL_ABSENT
             rank_runs.append(run)
-        middle = rank_runs[median_index(rank_runs, {})]  # analysis.ranks: the median rank, one rule
+        middle = rank_runs[median_index(rank_runs, None)]  # analysis.ranks: the median rank, one rule
         idents = [ident for ident, _ in ranked]
         world = max([i.get("world_size") or 0 for i in idents] + [len(ranked)])
         meta = copy.deepcopy(middle.meta)  # the job's own: its notes are not the rank's
@@ -329,13 +329,13 @@ class Session:
             "ranks": [i.get("rank") for i in idents],
             "nodes": sorted({str(i.get("node")) for i in idents if i.get("node")}),
             "launcher": job_launcher(script, idents),
-            "median_rank": middle.meta["rank"].get("rank"),
+            "median_rank": middle.info.rank.rank if middle.info.rank is not None else None,
             "untraced": untraced(procs, world, idents),
         }
         rank_pids = {p.pid for _, p in ranked}
         if self.monitor is not None:  # the job's GPU series: the median rank's GPU, as its other records
-            samples = on_gpu(samples, middle.meta["gpu"].get("cuda_index") if middle.meta["gpu"]["available"]
-                             else None)
+            gpu = middle.info.gpu
+            samples = on_gpu(samples, gpu.cuda_index if gpu.available else None)
         return Run(meta=meta, steps=middle.steps, samples=samples,
                    processes=job_processes(processes, rank_pids, worker_pids, self.root_pid, CHILD),
                    loading=middle.loading, transforms=middle.transforms, ranks=rank_runs)
