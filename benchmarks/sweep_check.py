@@ -36,6 +36,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from pipeprof.render.sweep import disturbed_words  # noqa: E402 - after the repository is on the path
+
 ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = {  # name -> (scenario, grid arguments)
     "demo": ("scenarios/demo-sweep.toml", []),
@@ -122,17 +125,15 @@ def main(argv: list[str] | None = None) -> int:
                 check = json.loads((folder / "sweep.json").read_text()).get("prediction_check") or {}
                 rows = check.get("rows") or []
                 pooled += rows
-                print(f"- sweep {i + 1}: {said(summary(rows))}; settled pairs: "
-                      f"{said(summary([r for r in rows if not r.get('unsteady')]))}")
+                print(f"- sweep {i + 1}: {said(summary(rows))}; undisturbed pairs: "
+                      f"{said(summary([r for r in rows if not r.get('disturbed')]))}")
                 for r in rows:
                     change = ", ".join(f"{k}={v}" for k, v in r["change"].items())
-                    unsteady = "; ".join(f"{u['point']} never settled ("
-                                         + ("too few windows" if u["cv"] is None else f"cv {100 * u['cv']:.0f}%")
-                                         + ")" for u in r.get("unsteady") or [])
+                    disturbed = "; ".join(disturbed_words(d) for d in r.get("disturbed") or [])
                     inside = {True: "inside", False: "OUTSIDE", None: "no interval"}[r["inside"]]
                     print(f"    {r['from']} -> {change}: predicted {r['predicted']:,.0f}, measured "
                           f"{r['measured']:,.0f} ({100 * r['error']:+.1f}%, {inside}, {r.get('tier')})"
-                          + (f" [{unsteady}]" if unsteady else ""))
+                          + (f" [{disturbed}]" if disturbed else ""))
                 got = points(folder)
                 measured.append(got)
                 shares = [p["probes_s"] / p["wall_s"] for p in got.values() if p["probes_s"] and p["wall_s"]]
@@ -142,16 +143,16 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"    probes' cost: median {100 * statistics.median(shares):.0f}% of a point's wall time "
                           f"(max {100 * max(shares):.0f}%; median {probes_s:.1f} s of {wall_s:.1f} s)")
             if len(measured) >= 2:
-                ratios = [abs(other[label]["samples_per_s"] / first["samples_per_s"] - 1)
+                ratios = [abs(other[label]["samples_per_s"] / first[label]["samples_per_s"] - 1)
                           for first in measured[:1] for other in measured[1:]
                           for label in first if label in other]
                 if ratios:
                     print(f"- run-to-run noise (the same point in another sweep): median "
                           f"{100 * statistics.median(ratios):.1f}%, worst {100 * max(ratios):.1f}% over "
                           f"{len(ratios)} points")
-        every, settled = summary(pooled), summary([r for r in pooled if not r.get("unsteady")])
+        every, settled = summary(pooled), summary([r for r in pooled if not r.get("disturbed")])
         print(f"## all sweeps: {said(every)} ({against_targets(every)})")
-        print(f"## settled pairs only: {said(settled)} ({against_targets(settled)})")
+        print(f"## undisturbed pairs only: {said(settled)} ({against_targets(settled)})")
     return 0
 
 

@@ -24,6 +24,15 @@ class CpuUse:
     main_mean_pct: float | None = None  # the training process, % of one core
     workers_mean_pct: float | None = None  # all DataLoader workers together, % of one core
 
+    def outside_cores(self, ranks: int = 1) -> float | None:
+        """The cores processes outside the job kept busy on average: the machine's use less the training
+        process's and its workers', times the job's ``ranks`` on this machine (each as busy as this one);
+        None where one of them was not measured."""
+        if self.mean_util is None or self.cores is None or self.main_mean_pct is None:
+            return None
+        job = (self.main_mean_pct + (self.workers_mean_pct or 0.0)) / 100 * max(ranks, 1)
+        return max(self.mean_util / 100 * float(self.cores) - job, 0.0)
+
     def to_json(self) -> dict[str, Any]:
         return {"cores": self.cores, "mean_util": self.mean_util, "peak_util": self.peak_util,
                 "main_mean_pct": self.main_mean_pct, "workers_mean_pct": self.workers_mean_pct}

@@ -8,12 +8,18 @@ tier}`` (``error`` = predicted / measured − 1; ``inside``: the measured sample
 interval, null without bounds), and the ``summary`` counts them: ``pairs``, ``median_abs_error``,
 ``worst_abs_error``, ``inside_share`` (over the rows with bounds). Pure: dicts in, dicts out.
 
-A point whose own measurement never settled says little of a prediction: one that ran until its time budget
-without its windows' throughput reaching the run's own steadiness threshold (``steady.stopped == "budget"``,
-``steady.cv > steady.cv_threshold``, or too few windows for a cv at all: a neighbour's burst of work on a
-shared machine, a cold cache still filling) is named in each row it is an end of (``unsteady``: its label
-and cv, null for too few windows), and ``summary.steady`` is the
-same summary over the rows with neither end unsteady: the track record the machine's noise did not write.
+A point measured on a disturbed machine says little of a prediction. A pair is marked (``disturbed``: one
+entry per end that was) where a point
+
+* never settled: it ran until its time budget without its windows' throughput reaching the run's own
+  steadiness threshold (``steady.stopped == "budget"`` and ``steady.cv > steady.cv_threshold``, or too few
+  windows for a cv: a cache still filling, a neighbour's bursts), or
+* shared the machine: processes outside the job kept at least ``OTHER_LOAD_WORTH_SAYING`` of the cores busy
+  during its run (its ``outside_share``, from the CPU the sampler saw; the rule that names them beside the
+  advice). A neighbour steadily busy slows a point steadily: its windows settle, its number is the neighbour's.
+
+``summary.undisturbed`` is the same summary over the rows with neither end marked: the track record the
+machine's other load did not write.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pipeprof.analysis.thresholds import OTHER_LOAD_WORTH_SAYING
 from pipeprof.loader_rules import prefetch_factor
 from pipeprof.numbers import finite
 
@@ -56,25 +63,26 @@ def prediction_check(points: Sequence[dict[str, Any]]) -> dict[str, Any]:
             predicted, measured = float(pred["predicted_samples_per_s"]), float(target["samples_per_s"])
             bounds = pred.get("interval")
             inside = bounds[0] <= measured <= bounds[1] if isinstance(bounds, list) and len(bounds) == 2 else None
-            unsteady = [{"point": p.get("label"), "cv": unsettled(p)[1]} for p in (source, target)
-                        if unsettled(p)[0]]
+            disturbed = [d for d in (disturbance(source), disturbance(target)) if d is not None]
             rows.append({"from": source.get("label"), "change": change, "to": target.get("label"),
                          "predicted": predicted, "measured": measured, "error": predicted / measured - 1,
-                         "inside": inside, "tier": pred.get("tier"), "unsteady": unsteady})
-    return {"rows": rows, "summary": {**_summary(rows), "steady": _summary(r for r in rows if not r["unsteady"])}}
+                         "inside": inside, "tier": pred.get("tier"), "disturbed": disturbed})
+    return {"rows": rows, "summary": {**_summary(rows), "undisturbed": _summary(r for r in rows if not r["disturbed"])}}
 
 
-def unsettled(point: dict[str, Any]) -> tuple[bool, float | None]:
-    """(whether the point ran out of time without settling, its windows' coefficient of variation: None for
-    too few windows to have one) (module docstring). A point that settled, or ran its fixed steps (nothing
-    said either way), is not."""
-    steady = point.get("steady")
-    if not isinstance(steady, dict) or steady.get("stopped") != "budget":
-        return False, None
+def disturbance(point: dict[str, Any]) -> dict[str, Any] | None:
+    """How the point's measurement was disturbed (module docstring): ``{"point", "never_settled", "cv",
+    "outside_share"}``; None where it was not, or nothing says so."""
+    raw = point.get("steady")
+    steady: dict[str, Any] = raw if isinstance(raw, dict) else {}
     cv, threshold = finite(steady.get("cv")), finite(steady.get("cv_threshold"))
-    if cv is None:
-        return True, None
-    return (threshold is not None and cv > threshold), cv
+    never_settled = steady.get("stopped") == "budget" and (cv is None or (threshold is not None and cv > threshold))
+    outside = finite(point.get("outside_share"))
+    shared = outside is not None and outside >= OTHER_LOAD_WORTH_SAYING
+    if not (never_settled or shared):
+        return None
+    return {"point": point.get("label"), "never_settled": never_settled, "cv": cv if never_settled else None,
+            "outside_share": outside if shared else None}
 
 
 def _as_loaded(settings: dict[str, Any]) -> dict[str, Any]:

@@ -47,11 +47,25 @@ def point_record(index: int, label: str, change: dict[str, Any], status: str, *,
         "verdict": (s.get("verdict") or {}).get("class"),
         "bottleneck": s.get("bottleneck"),
         "cpu_mean_util_pct": CpuUse.from_json(s.get("cpu")).mean_util,
+        # processes outside the job during the run, as a share of the cores (analysis.prediction_check)
+        "outside_share": _outside_share(s),
         "peak_rss_bytes": MemoryUse.from_json(s.get("memory")).peak_rss_bytes,
         "steady": (s.get("steady") or None),
         "wall_s": wall_s,
         "predictions": point_predictions(s),  # checked against the other points (analysis.prediction_check)
     }
+
+
+def _outside_share(summary: dict[str, Any]) -> float | None:
+    """The share of the machine's cores that processes outside the job kept busy during the run (a job's ranks
+    on this machine are the job's); None where not measured."""
+    cpu = CpuUse.from_json(summary.get("cpu"))
+    raw = summary.get("job")
+    job: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    world = finite(job.get("world_size")) or 1
+    nodes = len(job.get("nodes") or []) or 1
+    outside = cpu.outside_cores(max(int(round(world / nodes)), 1))
+    return outside / float(cpu.cores) if outside is not None and cpu.cores else None
 
 
 def interval(summary: dict[str, Any]) -> tuple[float | None, float | None, str | None]:

@@ -35,8 +35,8 @@ def _confirmed(best: dict[str, Any] | None) -> bool:
 
 
 def check_words(doc: dict[str, Any]) -> str | None:
-    """One line on the predictions' track record in this sweep (``prediction_check``), the settled pairs apart
-    when some pair has an end that never settled; None with nothing to check."""
+    """One line on the predictions' track record in this sweep (``prediction_check``), the undisturbed pairs
+    apart when some pair has an end that never settled or shared the machine; None with nothing to check."""
     summary = (doc.get("prediction_check") or {}).get("summary") or {}
     pairs = summary.get("pairs")
     if not pairs:
@@ -49,10 +49,10 @@ def check_words(doc: dict[str, Any]) -> str | None:
 
     line = (f"predictions checked: {fmt.plural(pairs, 'recommendation')} landed on another point measured here: "
             f"{record(summary)}")
-    steady = summary.get("steady") or {}
-    if steady.get("pairs") != pairs:
-        line += (f"; between points that settled ({steady['pairs']}): {record(steady)}" if steady.get("pairs")
-                 else "; every pair has a point that never settled (see the page)")
+    calm = summary.get("undisturbed") or {}
+    if calm.get("pairs") != pairs:
+        line += (f"; between points measured undisturbed ({calm['pairs']}): {record(calm)}" if calm.get("pairs")
+                 else "; every pair has a point that never settled or shared the machine (see the page)")
     return line
 
 

@@ -53,12 +53,21 @@ def _check(check: Any) -> dict[str, Any] | None:
         return None
     rows = [dict(r, change_text=", ".join(f"{k}={fmt.setting_arg(v)}" for k, v in (r.get("change") or {}).items()),
                  error_text=f"{100 * r['error']:+.0f}%",
-                 unsteady_text="; ".join(f"{u.get('point')} never settled ("
-                                         + (f"cv {100 * u['cv']:.0f}%" if finite(u.get("cv")) is not None
-                                            else "too few windows to tell") + ")"
-                                         for u in r.get("unsteady") or [] if isinstance(u, dict)))
+                 disturbed_text="; ".join(disturbed_words(d) for d in r.get("disturbed") or [] if isinstance(d, dict)))
             for r in check.get("rows") or [] if isinstance(r, dict)]
     return {"rows": rows, "summary": check.get("summary") or {}}
+
+
+def disturbed_words(d: dict[str, Any]) -> str:
+    """How one end of a checked pair was disturbed (``analysis.prediction_check.disturbance``), in words."""
+    why = []
+    if d.get("never_settled"):
+        cv = finite(d.get("cv"))
+        why.append(f"never settled (cv {100 * cv:.0f}%)" if cv is not None else "never settled (too few windows)")
+    outside = finite(d.get("outside_share"))
+    if outside is not None:
+        why.append(f"processes outside the job kept {100 * outside:.0f}% of the cores busy")
+    return f"{d.get('point')}: {', '.join(why)}"
 
 
 def workers_svg(points: list[dict[str, Any]], axes: list[str]) -> str | None:
