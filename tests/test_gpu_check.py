@@ -362,3 +362,26 @@ def test_truth_invariants_on_passing_and_failing_records():
     assert outcome.status == "pass" and "predicted 9,000/s, measured 8,000/s" in outcome.detail
     assert t.predicted_vs_measured({"status": "failed", "reason": "boom"}).status == "fail"
     assert t.predicted_vs_measured(None).status == "fail"
+
+
+@pytest.mark.parametrize("backend, status", [("nccl", "pass"), ("gloo", "fail")])
+def test_the_nccl_check_reads_each_ranks_own_backend(tmp_path, monkeypatch, backend, status):
+    import torch
+
+    from pipeprof.gpu_check import truth_cases
+
+    def make(out, args):  # a 2-rank job: the job's ``ranks`` holds rank numbers, each rank's run.json its backend
+        samples = samples_table().assign(**{c: 0.0 for c in SAMPLE_COLUMNS if c not in samples_table()})
+        ranks = [Run(meta={"status": "complete", "error": None, "device": "cuda",
+                           "rank": {"rank": r, "world_size": 2, "backend": backend}},
+                     steps=steps_table(((0, 0, 0, 1.0), (0.2, 0.1, 0.6, 1.0))), samples=samples)
+                 for r in (0, 1)]
+        job = Run(meta={"status": "complete", "error": None, "device": "cuda",
+                        "job": {"world_size": 2, "ranks": [0, 1]}}, steps=ranks[0].steps,
+                  samples=samples, ranks=ranks)
+        save_run(job, out / "job")
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    out = truth_cases.ddp_nccl_max_seconds(FakeContext(tmp_path, make))
+    assert out.status == status, out.detail
+    assert ("backend nccl" in out.detail) if status == "pass" else (f"backends {{'{backend}'}}" in out.detail)

@@ -97,9 +97,9 @@ def ddp_nccl_max_seconds(ctx: Context) -> Outcome:
     if torch.cuda.device_count() < 2:
         return checks.skipped(f"{torch.cuda.device_count()} GPU: NCCL needs a GPU per rank (2 ranks)")
     files = scenario_run(ctx, "ddp-nccl", "ddp-balanced.toml", "train.steps=100000", "train.max_seconds=5")
-    job = files.meta.get("job") or {}
-    backends = {r.get("backend") for r in job.get("ranks") or [] if isinstance(r, dict)}
     run = load_run(files.folder)
+    # each rank's backend is in its own run.json ``rank`` record (the job's ``ranks`` lists rank numbers only)
+    backends = {(r.info.rank.recorded.get("backend") if r.info.rank is not None else None) for r in run.ranks}
     steps = [len(r.steps) for r in run.ranks]
     same = checks.passed(f"ranks trained {steps} steps, stopped together") if len(set(steps)) == 1 and steps \
         else checks.failed(f"ranks trained {steps} steps")
