@@ -94,3 +94,46 @@ def test_a_process_that_is_not_python_is_one_line_and_exit_2(capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Python interpreter" in err[0]
     assert not [f for f in tmp_path.iterdir() if f.is_dir()]  # no run folder for an attach that never began
+
+
+def _rank_logs(log: Path) -> list[list[dict]]:
+    return [_log(Path(f"{log}.rank{rank}")) if Path(f"{log}.rank{rank}").exists() else [] for rank in (0, 1)]
+
+
+@pytest.mark.serial  # each rank's sampled wait held within 8 points of its own clock: not beside other tests
+def test_a_torchrun_job_is_sampled_rank_by_rank_and_goes_on_untouched(tmp_path):
+    # 2 workers a rank, each batch's collate 40 ms: at least 20 ms a step, so 400 steps outlast the attach
+    log, steps = tmp_path / "log.jsonl", 400
+    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                            str(FIXTURE), "--seconds", "600", "--steps", str(steps), "--num-workers", "2",
+                            "--collate-ms", "40", "--compute-ms", "10", "--log-path", str(log)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not all(len(r) >= 10 for r in _rank_logs(log)):
+            time.sleep(0.2)
+        assert all(len(r) >= 10 for r in _rank_logs(log)), "the ranks did not start training"
+        status = main(["attach", str(job.pid), "--seconds", "3", "-o", str(tmp_path / "runs"), "--quiet"])
+        _, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert status == 0 and job.returncode == 0, err[-2000:]
+    (run_folder,) = (f for f in (tmp_path / "runs").iterdir() if f.is_dir())
+    summary = json.loads((run_folder / "summary.json").read_text())
+    sampled, attached = summary["sampled"], summary["sampled"]["attach"]
+    assert attached["ended"] == "seconds"
+    logs = _rank_logs(log)
+    pids = [rows[0]["pid"] for rows in logs]
+    assert sorted(pids) == sampled["training_pids"] and job.pid in sampled["other_pids"]  # the agent: in no share
+    assert len(sampled["workers"]) == 4 and sampled["loader"]["num_workers"] == 2
+    for rows, pid in zip(logs, pids, strict=True):
+        own = [r for r in rows if "t" in r and r["t"] - r["batch_time"] >= attached["started_unix_s"]
+               and r["t"] <= attached["ended_unix_s"]]
+        own_wait = sum(r["data_time"] for r in own) / sum(r["batch_time"] for r in own)
+        wait = sampled["by_process"][str(pid)]["data_wait"]
+        assert wait["of_samples"] >= 50, wait  # each rank sampled on its own
+        assert abs(wait["fraction"] - own_wait) <= WAIT_POINTS, (pid, wait["fraction"], own_wait, len(own))
+        # the job untouched: every rank made its own steps, each logged, and ended with them
+        assert rows[-1]["steps"] == steps and sum("t" in r for r in rows) == steps
