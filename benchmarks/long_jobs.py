@@ -23,8 +23,10 @@ noisy wall times alone:
    of the training process (the API).
 2. **End to end.** ``tests/fixtures/attach_target.py`` with a step of
    ``--step-ms`` (mostly a sleep after backward, the injected compute, and a
-   little real work: the MLP's step, 2 workers with 1 ms of collate, so the
-   loader never makes it wait), run for ``--seconds`` in pairs interleaved
+   little real work: the MLP's step, and the batch made in the training
+   process with 1 ms of collate: no worker's scheduling on the shared machine
+   in the step, and every hook on the training thread, the most a step
+   pays), run for ``--seconds`` in pairs interleaved
    (plain, light; then light, plain; ...): ``plain`` alone, ``light`` under
    ``pipeprof profile --light 10``. The job times its own steps (its log:
    time.time() around each); the first 5 seconds are left out (start-up).
@@ -167,7 +169,7 @@ def window_cut_cost(folder: Path, steps_per_window: int, windows: int) -> list[f
 
 def _job(seconds: float, step_ms: float, log: Path) -> list[str]:
     return [str(JOB), "--seconds", str(seconds), "--compute-ms", str(step_ms), "--collate-ms", "1",
-            "--num-workers", "2", "--log", str(log)]
+            "--num-workers", "0", "--log", str(log)]
 
 
 def _steps_s(log: Path) -> list[float]:
