@@ -138,6 +138,7 @@ def test_the_loader_read_from_the_stacks_and_what_cannot_be_read():
     assert (loader.num_workers, loader.pin_memory) == (0, None) and "num_workers = 0" in loader.absent["pin_memory"]
     summary = sampled_summary(attached(stacks, tree_pct=100.0))
     assert summary["sampled"]["loader"]["num_workers"] == 3
+    assert summary["absences"]["loader.prefetch_factor"] == PREFETCH_UNREADABLE  # said where the report lists
 
 
 def test_the_terminal_shows_the_top_recommendation_as_not_predicted(tmp_path):

@@ -73,6 +73,7 @@ def sampled_summary(run: Run) -> dict[str, Any]:
     recs = recommend_sampled(dataclasses.replace(attr, step=step, loading=loading), judged, evidence)
     if not recs:
         absences["recommendations"] = verdict["sentence"]
+    absences.update({f"loader.{key}": why for key, why in evidence.loader.absent.items()})  # settings not read
     summary.update(
         fractions=fractions, verdict=verdict, bottleneck=klass,
         bottleneck_reason=(reason + " (sampled)") if enough else verdict["sentence"],
