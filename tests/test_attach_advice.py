@@ -92,6 +92,9 @@ def test_busy_workers_get_more_as_far_as_the_idle_cores_allow():
     assert capped["change"] == {"loader.num_workers": 3} and "at most 3" in capped["reason"]
     (full,) = recs(attached(stacks, cores=4, tree_pct=390.0))  # the cores are busy: the honest negative
     assert full["change"] == {} and "more workers will not help" in full["reason"]
+    # workers that wait on storage (0.05 cores each) still fit in 0.4 idle cores of a busy machine
+    (waiting,) = recs(attached(stacks, cores=4, tree_pct=110.0, machine_pct=90.0))
+    assert waiting["change"] == {"loader.num_workers": 4} and "a worker kept 0.05 busy" in waiting["reason"]
     (unknown,) = recs(attached(stacks, cores=16, tree_pct=None))  # no CPU samples: said, not assumed
     assert unknown["change"] == {"loader.num_workers": 4} and "not sampled" in unknown["reason"]
 

@@ -63,6 +63,13 @@ def test_attach_measures_the_scripts_own_data_wait_and_leaves_it_running(job, ca
     assert summary["timing"]["method"] == "sampled" and summary["steps"] == 0
     assert len(summary["sampled"]["workers"]) == 2
     assert all(w["parts"]["collate"]["fraction"] > 0.9 for w in summary["sampled"]["workers"])  # the injected cost
+    loader = summary["sampled"]["loader"]
+    assert (loader["num_workers"], loader["pin_memory"], loader["prefetch_factor"]) == (2, False, None)
+    # the workers set the pace: more of them, where the machine's load leaves a core (never a number)
+    recs = summary["recommendations"]
+    assert recs and all(r["tier"] == "not_predicted" and r["predicted_speedup"] is None for r in recs)
+    top = recs[0]
+    assert top["change"].get("loader.num_workers", 0) > 2 or "more workers will not help" in top["reason"], top
     assert not run.samples.empty and (run_folder / "report.html").is_file()
     assert "report:" in capsys.readouterr().out
     before = len(_log(log))

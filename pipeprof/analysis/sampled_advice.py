@@ -12,10 +12,10 @@ the ``not_predicted`` tier: no samples/s, no speed-up; the reason says what the 
 * **workers** (input-bound: the data wait at least ``COMPUTE_BOUND_FRACTION``): with none, the training
   process makes its batches in the wait ``w`` of its time and computes in ``1 − w``, so ``⌈w / (1 − w)⌉``
   workers, each making batches at its pace, keep up with the loop; with ``k`` workers busy ``b`` of their
-  samples (at least ``WORKERS_BUSY``: they set the pace), ``⌈k·b / (1 − w)⌉``. At most one more worker per
-  core left (the cores available to a rank less what it kept busy); none where it kept at least
-  ``SATURATED_FRACTION`` of them busy. The fewest that keep up at the sampled pace: a setting to try, not a
-  prediction.
+  samples (at least ``WORKERS_BUSY``: they set the pace), ``⌈k·b / (1 − w)⌉``, as many more as the cores left
+  idle (those available to a rank less what it kept busy) hold at the cores a worker kept busy (a worker
+  waiting on storage needs next to none); from none, not where the rank kept at least ``SATURATED_FRACTION``
+  of its cores busy. The fewest that keep up at the sampled pace: a setting to try, not a prediction.
 * **pin_memory** (a GPU matched to the job, pinning not seen, the copy at least ``PIN_MEMORY_H2D``).
 * **decode once into RAM**, and **decode_jpeg instead of PIL** for PIL's decode (input-bound, the decode calls
   at least ``SHARE_DOMINATES`` of the workers' busy samples): the code changes of ``transform_advice``.
@@ -90,13 +90,16 @@ def recommend_sampled(attr: Attribution, verdict: Verdict, evidence: SampledEvid
         return []
     wait = attr.step.data_wait_fraction or 0.0
     h2d = attr.step.h2d_fraction or 0.0
+    workers = _workers(attr, evidence, wait)
     ranked: list[tuple[float, Recommendation]] = []
-    for share, rec in ((wait, _workers(attr, evidence, wait)), (wait, _decode_in_ram(evidence, wait)),
-                       (wait, _decode_jpeg(evidence, wait)), (h2d, _pin_memory(evidence, h2d))):
+    for share, rec in ((wait, workers if isinstance(workers, Recommendation) else None),
+                       (wait, _decode_in_ram(evidence, wait)), (wait, _decode_jpeg(evidence, wait)),
+                       (h2d, _pin_memory(evidence, h2d))):
         if rec is not None:
             ranked.append((share, rec))
     ranked.sort(key=lambda pair: -pair[0])  # stable: equal shares keep the order above
-    recs = [rec for _, rec in ranked] or [_negative(attr, verdict, evidence, wait)]
+    recs = [rec for _, rec in ranked] or [_negative(attr, verdict, evidence, wait,
+                                                    workers if isinstance(workers, str) else None)]
     if evidence.ended_early:
         recs = [_with_note(r, evidence.ended_early) for r in recs]
     return recs
@@ -111,26 +114,25 @@ def _with_note(rec: Recommendation, note: str) -> Recommendation:
     return dataclasses.replace(rec, note=f"{rec.note}; {note}" if rec.note else note)
 
 
-def _left_for_workers(cores: Cores | None) -> float | None:
-    """Cores a rank could give more workers: those available to it less what it kept busy (None: unknown)."""
-    if cores is None:
-        return None
-    return max(cores.available - cores.busy, 0.0)
-
-
 def _saturated(cores: Cores | None) -> bool:
     return cores is not None and cores.available > 0 and cores.busy >= SATURATED_FRACTION * cores.available
 
 
-def _workers(attr: Attribution, evidence: SampledEvidence, wait: float) -> Recommendation | None:
+def _workers(attr: Attribution, evidence: SampledEvidence, wait: float) -> Recommendation | str | None:
+    """More workers, or why not where the workers set the pace (a string), or None where they do not."""
     k = evidence.loader.num_workers
-    if k is None or wait < COMPUTE_BOUND_FRACTION or wait >= 1.0 or _saturated(evidence.cores):
+    if k is None or wait < COMPUTE_BOUND_FRACTION or wait >= 1.0:
         return None
+    cores = evidence.cores
     if k == 0:
+        if _saturated(cores):
+            return None  # the making moves to workers, which need cores beside the training process's
         wanted = max(1, math.ceil(wait / (1 - wait) - 1e-9))
         how = (f"the training process makes its own batches (no worker sampled): {fmt.pct(wait)} of its samples "
                f"wait for them and {fmt.pct(1 - wait)} compute, so ⌈{wait:.2f} / {1 - wait:.2f}⌉ = "
                f"{fmt.plural(wanted, 'worker')} making batches at its pace keep up")
+        if cores is not None:
+            how += f"; {max(cores.available - cores.busy, 0.0):.2f} cores were left idle"
     else:
         busy = attr.loading.worker_busy_mean_fraction
         if busy is None or busy < WORKERS_BUSY:
@@ -139,17 +141,16 @@ def _workers(attr: Attribution, evidence: SampledEvidence, wait: float) -> Recom
         how = (f"{fmt.plural(k, 'worker')} were busy {fmt.pct(busy)} of their samples while the training threads "
                f"waited for a batch in {fmt.pct(wait)} of theirs: ⌈{k} × {busy:.2f} / {1 - wait:.2f}⌉ = "
                f"{fmt.plural(wanted, 'worker')} keep up at the sampled pace")
-    left = _left_for_workers(evidence.cores)
-    if left is not None:
-        cap = k + math.floor(left)
-        if cap <= k:
-            return None
-        if wanted > cap:
-            how += f"; {left:.2f} cores were left idle, so at most {cap}"
-            wanted = cap
-        else:
-            how += f"; {left:.2f} cores were left idle"
-    else:
+        if cores is not None:
+            # a new worker takes the cores a worker kept busy (a worker waiting on storage or a sleep, next to none)
+            left, each = max(cores.available - cores.busy, 0.0), cores.workers / k
+            cap = k + (math.floor(left / each + 1e-9) if each > 0 else wanted)
+            words = f"{left:.2f} cores were left idle, and a worker kept {each:.2f} busy"
+            if cap <= k:
+                return f"more workers will not help: {words}"
+            how += f"; {words}" + (f", so at most {cap}" if wanted > cap else "")
+            wanted = min(wanted, cap)
+    if cores is None:
         how += f"; the cores left idle were not sampled ({evidence.cores_absent or 'no CPU samples'})"
     return _rec({"loader.num_workers": wanted}, how)
 
@@ -192,11 +193,15 @@ def _decode_jpeg(evidence: SampledEvidence, wait: float) -> Recommendation | Non
                 note=DECODE_JPEG_NOTE)
 
 
-def _negative(attr: Attribution, verdict: Verdict, evidence: SampledEvidence, wait: float) -> Recommendation:
-    """No change the samples support, and why (nothing predicted: no samples/s was measured)."""
+def _negative(attr: Attribution, verdict: Verdict, evidence: SampledEvidence, wait: float,
+              no_workers: str | None) -> Recommendation:
+    """No change the samples support, and why (nothing predicted: no samples/s was measured); ``no_workers``:
+    why more workers, which would set the pace, cannot have cores."""
     if verdict.klass == "compute" or wait < COMPUTE_BOUND_FRACTION:
         why = (f"the job is compute-bound: only {fmt.pct(wait, 1)} of the training threads' samples wait for data, "
                "so a faster input pipeline cannot gain more — make the model's step cheaper instead")
+    elif no_workers is not None:
+        why = no_workers
     elif _saturated(evidence.cores):
         cores = evidence.cores
         assert cores is not None
