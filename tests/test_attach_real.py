@@ -3,6 +3,7 @@ data_time), sampled from outside for a few seconds. One job is shared by the tes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from pipeprof.attach.session import attach
@@ -123,8 +125,12 @@ def test_a_torchrun_job_is_sampled_rank_by_rank_and_goes_on_untouched(tmp_path):
         status = main(["attach", str(job.pid), "--seconds", "3", "-o", str(tmp_path / "runs"), "--quiet"])
         _, err = job.communicate(timeout=120)
     finally:
-        if job.poll() is None:
-            job.kill()
+        if job.poll() is None:  # the agent and its ranks (and their workers), which a killed agent would leave
+            tree = [*psutil.Process(job.pid).children(recursive=True), psutil.Process(job.pid)]
+            for proc in tree:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            psutil.wait_procs(tree, timeout=10)
             job.wait()
     assert status == 0 and job.returncode == 0, err[-2000:]
     (run_folder,) = (f for f in (tmp_path / "runs").iterdir() if f.is_dir())
