@@ -253,7 +253,7 @@ def main() -> int:
                 modes.append("attached")
             steps = {m: run_mode(m, args.seconds, args.step_ms, Path(tmp) / f"{i}-{m}") for m in modes}
             errors += [statistics.stdev(s) / math.sqrt(len(s)) for s in steps.values() if len(s) > 1]
-            for m in (m for m in modes if m != "plain"):
+            for m in [x for x in modes if x != "plain"]:
                 for stat, f in (("mean", statistics.fmean), ("median", statistics.median)):
                     diffs.setdefault(f"{m} {stat}", []).append(f(steps[m]) - f(steps["plain"]))
             print(f"pair {i + 1}: " + ", ".join(f"{m} mean {1e3 * statistics.fmean(steps[m]):.3f} ms, median "
