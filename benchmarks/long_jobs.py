@@ -36,7 +36,11 @@ noisy wall times alone:
    a pair's mean can have; the median step is steadier on a shared machine). ``attached`` (unless
    ``--no-attached``): the job alone with ``pipeprof attach PID`` sampling it
    from its 4th second to its end (py-spy at 50 Hz, non-blocking), one per
-   pair, against the same pair's plain run.
+   pair, against the same pair's plain run. Beside the step times:
+   pipeprof's own CPU seconds per step over the job's steady middle, from
+   its 11th second to 3 seconds before its end (its process and what it
+   started, the job left out: the sampler, the window cuts, py-spy), what it
+   takes from cores a busy machine would give the job.
 
 Differences of runs made side by side on one machine, never times compared
 across machines.
@@ -45,6 +49,7 @@ across machines.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -54,6 +59,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -173,30 +180,69 @@ def _job(seconds: float, step_ms: float, log: Path) -> list[str]:
 
 
 def _steps_s(log: Path) -> list[float]:
+    """The step times after the first SKIP_S seconds."""
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.endswith("}")]
     rows = [r for r in rows if "t" in r]
     start = rows[0]["t"] - rows[0]["batch_time"]
     return [r["batch_time"] for r in rows if r["t"] - start >= SKIP_S]
 
 
-def run_mode(mode: str, seconds: float, step_ms: float, folder: Path) -> list[float]:
-    """The job's own step times (s) in ``mode``, after the first SKIP_S seconds."""
+def _pipeprof_cpu_s(mode: str, pid: int) -> float:
+    """CPU seconds of pipeprof's process (every thread), and under attach of the py-spy runs it started (ended
+    and running); under profile the job is its child, and left out."""
+    proc = psutil.Process(pid)
+    t = proc.cpu_times()
+    cpu_s = t.user + t.system
+    if mode == "attached":
+        cpu_s += t.children_user + t.children_system
+        for child in proc.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                c = child.cpu_times()
+                cpu_s += c.user + c.system
+    return cpu_s
+
+
+def _rows(log: Path) -> int:
+    return sum(1 for line in log.read_text().splitlines() if line.startswith('{"t"')) if log.exists() else 0
+
+
+def run_mode(mode: str, seconds: float, step_ms: float, folder: Path) -> tuple[list[float], float | None]:
+    """The job's own step times (s) in ``mode`` after the first SKIP_S seconds, and pipeprof's own CPU seconds
+    per step while the job ran steadily (its process and what it started but the job: the sampler, the window
+    cuts, py-spy; None for plain)."""
     folder.mkdir(parents=True)
     log = folder / "job.jsonl"
     py = [sys.executable]  # pipeprof from this checkout (the benchmark runs from the repository root)
+    job: subprocess.Popen | None = None
     if mode == "light":
-        subprocess.run([*py, "-m", "pipeprof", "profile", "--light", f"{WINDOW_S:g}", "--quiet", "-o",
-                        str(folder / "runs"), "--", sys.executable, *_job(seconds, step_ms, log)], check=True,
-                       cwd=ROOT, stdout=subprocess.DEVNULL)
+        watched = subprocess.Popen([*py, "-m", "pipeprof", "profile", "--light", f"{WINDOW_S:g}", "--quiet", "-o",
+                                    str(folder / "runs"), "--", sys.executable, *_job(seconds, step_ms, log)],
+                                   cwd=ROOT, stdout=subprocess.DEVNULL)
     elif mode == "attached":
         job = subprocess.Popen([*py, *_job(seconds, step_ms, log)])
         time.sleep(4.0)
-        subprocess.run([*py, "-m", "pipeprof", "attach", str(job.pid), "--seconds", str(max(1.0, seconds - 6)),
-                        "--quiet", "-o", str(folder / "runs")], cwd=ROOT, stdout=subprocess.DEVNULL)
-        job.wait()
+        watched = subprocess.Popen([*py, "-m", "pipeprof", "attach", str(job.pid), "--seconds",
+                                    str(max(1.0, seconds - 6)), "--quiet", "-o", str(folder / "runs")], cwd=ROOT,
+                                   stdout=subprocess.DEVNULL)
     else:
-        subprocess.run([*py, *_job(seconds, step_ms, log)], check=True)
-    return _steps_s(log)
+        watched = subprocess.Popen([*py, *_job(seconds, step_ms, log)])
+    per_step = None
+    # pipeprof's CPU over the job's steady middle: after its first window (the first cut warms what later ones
+    # reuse) and before its end (the report)
+    first_s = WINDOW_S + 1.0
+    if mode != "plain" and seconds - first_s - 3.0 >= 2.0:
+        while _rows(log) == 0 and watched.poll() is None:
+            time.sleep(0.1)
+        time.sleep(first_s)
+        cpu_s, rows = _pipeprof_cpu_s(mode, watched.pid), _rows(log)
+        time.sleep(seconds - first_s - 3.0)
+        if watched.poll() is None:
+            per_step = (_pipeprof_cpu_s(mode, watched.pid) - cpu_s) / max(_rows(log) - rows, 1)
+    if watched.wait() != 0:
+        raise SystemExit(f"{mode}: exit status {watched.returncode}")
+    if job is not None:
+        job.wait()
+    return _steps_s(log), per_step
 
 
 # -- printing --------------------------------------------------------------------------------------
@@ -247,15 +293,19 @@ def main() -> int:
         print(f"in process, both: {total * 1e6:+.1f} µs per step = {_share(total, args.step_ms)}", flush=True)
         diffs: dict[str, list[float]] = {}  # "light mean" -> per pair, light's mean step less plain's (s)
         errors: list[float] = []
+        cpu: dict[str, list[float]] = {}  # per pair, pipeprof's own CPU seconds per step in the mode
         for i in range(args.pairs):
             modes = ["plain", "light"] if i % 2 == 0 else ["light", "plain"]
             if args.attached:
                 modes.append("attached")
-            steps = {m: run_mode(m, args.seconds, args.step_ms, Path(tmp) / f"{i}-{m}") for m in modes}
+            runs = {m: run_mode(m, args.seconds, args.step_ms, Path(tmp) / f"{i}-{m}") for m in modes}
+            steps = {m: r[0] for m, r in runs.items()}
             errors += [statistics.stdev(s) / math.sqrt(len(s)) for s in steps.values() if len(s) > 1]
             for m in [x for x in modes if x != "plain"]:
                 for stat, f in (("mean", statistics.fmean), ("median", statistics.median)):
                     diffs.setdefault(f"{m} {stat}", []).append(f(steps[m]) - f(steps["plain"]))
+                if runs[m][1] is not None:
+                    cpu.setdefault(m, []).append(runs[m][1])
             print(f"pair {i + 1}: " + ", ".join(f"{m} mean {1e3 * statistics.fmean(steps[m]):.3f} ms, median "
                                                 f"{1e3 * statistics.median(steps[m]):.3f} ms ({len(steps[m])} steps)"
                                                 for m in modes), flush=True)
@@ -263,6 +313,10 @@ def main() -> int:
             mode, stat = key.split()
             print(_overhead_line(f"end to end, {mode} − plain, {stat} step", values, args.step_ms,
                                  target=mode == "light"))
+        for m, values in cpu.items():
+            print(f"end to end, {m}: pipeprof's own CPU per step (its processes beside the job, all cores) median "
+                  f"{statistics.median(values) * 1e6:.0f} µs = {_share(statistics.median(values), args.step_ms)} "
+                  f"of a core; {_spread_us(values)}")
         if errors:
             print(f"end to end, one run's mean step: standard error median {statistics.median(errors) * 1e6:.1f} µs "
                   "(its resolution: the median step is not moved by a step the shared machine delayed)")
