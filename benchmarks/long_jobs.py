@@ -38,7 +38,7 @@ noisy wall times alone:
    from its 4th second to its end (py-spy at 50 Hz, non-blocking), one per
    pair, against the same pair's plain run. Beside the step times:
    pipeprof's own CPU seconds per step over the job's steady middle, from
-   its 11th second to 3 seconds before its end (its process and what it
+   its 11th second to 5 seconds before its end (its process and what it
    started, the job left out: the sampler, the window cuts, py-spy), what it
    takes from cores a busy machine would give the job.
 
@@ -230,12 +230,12 @@ def run_mode(mode: str, seconds: float, step_ms: float, folder: Path) -> tuple[l
     # pipeprof's CPU over the job's steady middle: after its first window (the first cut warms what later ones
     # reuse) and before its end (the report)
     first_s = WINDOW_S + 1.0
-    if mode != "plain" and seconds - first_s - 3.0 >= 2.0:
+    if mode != "plain" and seconds - first_s - 5.0 >= 2.0:  # an attach ends 2 s before the job
         while _rows(log) == 0 and watched.poll() is None:
             time.sleep(0.1)
         time.sleep(first_s)
         cpu_s, rows = _pipeprof_cpu_s(mode, watched.pid), _rows(log)
-        time.sleep(seconds - first_s - 3.0)
+        time.sleep(seconds - first_s - 5.0)
         if watched.poll() is None:
             per_step = (_pipeprof_cpu_s(mode, watched.pid) - cpu_s) / max(_rows(log) - rows, 1)
     if watched.wait() != 0:
