@@ -44,7 +44,8 @@ BENCHMARKS = {
     "insidecost": ("What timing inside the sample costs a scenario run", [], ["--repeats", "3"]),
     "faults": ("What the trust suites try: bad inputs, faults, damaged run folders", [], []),
     "suite": ("The test suite's time per tier", [], ["--tiers", "unit"]),
-    "long_jobs": ("What `profile --light` and `attach` cost a long job's own step time", [], ["--repeats", "1"]),
+    "long_jobs": ("What `profile --light` and `attach` cost a long job's own step time", [],
+                  ["--pairs", "2", "--seconds", "20", "--blocks", "10"]),
     "sweep_check": ("Do the predictions hold on this machine? Three sweeps checked against themselves", [],
                     ["--repeats", "1"]),
 }

@@ -3,6 +3,7 @@ data_time), sampled from outside for a few seconds. One job is shared by the tes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from pipeprof.attach.session import attach
@@ -63,6 +65,13 @@ def test_attach_measures_the_scripts_own_data_wait_and_leaves_it_running(job, ca
     assert summary["timing"]["method"] == "sampled" and summary["steps"] == 0
     assert len(summary["sampled"]["workers"]) == 2
     assert all(w["parts"]["collate"]["fraction"] > 0.9 for w in summary["sampled"]["workers"])  # the injected cost
+    loader = summary["sampled"]["loader"]
+    assert (loader["num_workers"], loader["pin_memory"], loader["prefetch_factor"]) == (2, False, None)
+    # the workers set the pace: more of them, where the machine's load leaves a core (never a number)
+    recs = summary["recommendations"]
+    assert recs and all(r["tier"] == "not_predicted" and r["predicted_speedup"] is None for r in recs)
+    top = recs[0]
+    assert top["change"].get("loader.num_workers", 0) > 2 or "more workers will not help" in top["reason"], top
     assert not run.samples.empty and (run_folder / "report.html").is_file()
     assert "report:" in capsys.readouterr().out
     before = len(_log(log))
@@ -94,3 +103,53 @@ def test_a_process_that_is_not_python_is_one_line_and_exit_2(capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Python interpreter" in err[0]
     assert not [f for f in tmp_path.iterdir() if f.is_dir()]  # no run folder for an attach that never began
+
+
+def _rank_logs(log: Path) -> list[list[dict]]:
+    return [_log(Path(f"{log}.rank{rank}")) if Path(f"{log}.rank{rank}").exists() else [] for rank in (0, 1)]
+
+
+@pytest.mark.serial  # each rank's sampled wait held within 8 points of its own clock: not beside other tests
+def test_a_torchrun_job_is_sampled_rank_by_rank_and_goes_on_untouched(tmp_path):
+    # 2 workers a rank, each batch's collate 40 ms: at least 20 ms a step, so 450 steps outlast the attach
+    log, steps = tmp_path / "log.jsonl", 450
+    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                            str(FIXTURE), "--seconds", "600", "--steps", str(steps), "--num-workers", "2",
+                            "--collate-ms", "40", "--compute-ms", "10", "--log-path", str(log)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not all(len(r) >= 10 for r in _rank_logs(log)):
+            time.sleep(0.2)
+        assert all(len(r) >= 10 for r in _rank_logs(log)), "the ranks did not start training"
+        status = main(["attach", str(job.pid), "--seconds", "4", "--rate", "100", "-o", str(tmp_path / "runs"),
+                       "--quiet"])
+        _, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:  # the agent and its ranks (and their workers), which a killed agent would leave
+            tree = [*psutil.Process(job.pid).children(recursive=True), psutil.Process(job.pid)]
+            for proc in tree:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            psutil.wait_procs(tree, timeout=10)
+            job.wait()
+    assert status == 0 and job.returncode == 0, err[-2000:]
+    (run_folder,) = (f for f in (tmp_path / "runs").iterdir() if f.is_dir())
+    summary = json.loads((run_folder / "summary.json").read_text())
+    sampled, attached = summary["sampled"], summary["sampled"]["attach"]
+    assert attached["ended"] == "seconds"
+    logs = _rank_logs(log)
+    pids = [rows[0]["pid"] for rows in logs]
+    assert sorted(pids) == sampled["training_pids"] and job.pid in sampled["other_pids"]  # the agent: in no share
+    assert len(sampled["workers"]) == 4 and sampled["loader"]["num_workers"] == 2
+    # the steps inside the windows py-spy sampled (their times on the attach's clock, from its start): a rank's
+    # share moves as the two ranks' phases drift (which of them waits for data, which in the all-reduce)
+    first_s, last_s = (attached["started_unix_s"] + sampled[k] for k in ("t_start_s", "t_end_s"))
+    for rows, pid in zip(logs, pids, strict=True):
+        own = [r for r in rows if "t" in r and r["t"] - r["batch_time"] >= first_s and r["t"] <= last_s]
+        own_wait = sum(r["data_time"] for r in own) / sum(r["batch_time"] for r in own)
+        wait = sampled["by_process"][str(pid)]["data_wait"]
+        assert wait["of_samples"] >= 50, wait  # each rank sampled on its own
+        assert abs(wait["fraction"] - own_wait) <= WAIT_POINTS, (pid, wait["fraction"], own_wait, len(own))
+        # the job untouched: every rank made its own steps, each logged, and ended with them
+        assert rows[-1]["steps"] == steps and sum("t" in r for r in rows) == steps

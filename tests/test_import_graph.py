@@ -162,10 +162,12 @@ UPWARD_ALLOWED = {
 }
 
 # Words at the edge: analysis returns numbers and records, render writes the sentences. These analysis modules
-# still phrase with pipeprof.format; no other may start to.
+# still phrase with pipeprof.format; no other may start to. (sampled_advice, an attached run's recommendations,
+# fills the same Recommendation record as recommend, whose reason and model are words until they carry
+# structured reasons: it goes off the list with recommend.)
 ANALYSIS_FORMATS_ALLOWED = {f"pipeprof.analysis.{m}" for m in (
-    "advice_text", "cache", "causes", "change_model", "differential", "prediction", "ranks", "recommend", "summary",
-    "transform_advice", "variation", "verdict", "verification", "worker_start")}
+    "advice_text", "cache", "causes", "change_model", "differential", "prediction", "ranks", "recommend",
+    "sampled_advice", "summary", "transform_advice", "variation", "verdict", "verification", "worker_start")}
 
 # Render only formats what the summary carries: these render modules still call analysis (the import, the
 # analysis module); no other import of analysis may start.

@@ -38,6 +38,15 @@ DECODE_JPEG_BASIS = ("decode_jpeg took 0.48-0.66 of PIL's open + convert on 64-5
 # the CPU)"): under contention a transform's wall time holds its waits for a core, which prep's does not.
 WAITED_NOTABLE = 0.2
 
+# The code changes of decoding once into RAM and of decode_jpeg, and their risks (also said for sampled shares:
+# analysis.sampled_advice).
+DECODE_IN_RAM_CODE = ("decode the data set once into RAM (e.g. a TensorDataset of decoded samples) and apply only "
+                      "the transforms per sample")
+DECODE_IN_RAM_NOTE = "the decoded data set must fit in RAM (decoded images are several times their files' size)"
+DECODE_JPEG_CODE = ("decode JPEG files with torchvision.io.decode_jpeg(torchvision.io.read_file(path)) instead of "
+                    "PIL.Image.open(path).convert('RGB'), and transforms.v2 on the uint8 tensor it returns")
+DECODE_JPEG_NOTE = "only for JPEG files; transforms that need a PIL image convert back and can lose the saving"
+
 CACHE_AFTER = "cache_after"
 DECODE_IN_RAM = "decode_in_ram"
 DECODE_JPEG = "decode_jpeg"
@@ -197,9 +206,8 @@ def decode_saving(lt: LoaderTransforms) -> PrepSaving | None:
         return None
     fetch_s = lt.split.fetch_s if lt.split is not None else 0.0
     return PrepSaving(DECODE_IN_RAM, lt.decode.per_sample_s, fetch_s,
-                      "decode the data set once into RAM (e.g. a TensorDataset of decoded samples) and apply only "
-                      "the transforms per sample", f"{decode_words(lt)}: decoded once, it costs nothing after",
-                      note="the decoded data set must fit in RAM (decoded images are several times their files' size)")
+                      DECODE_IN_RAM_CODE, f"{decode_words(lt)}: decoded once, it costs nothing after",
+                      note=DECODE_IN_RAM_NOTE)
 
 
 def jpeg_saving(lt: LoaderTransforms) -> PrepSaving | None:
@@ -210,10 +218,8 @@ def jpeg_saving(lt: LoaderTransforms) -> PrepSaving | None:
         return None
     saved = decode.per_sample_s * (1 - DECODE_JPEG_KEEPS)
     return PrepSaving(DECODE_JPEG, saved, 0.0,
-                      "decode JPEG files with torchvision.io.decode_jpeg(torchvision.io.read_file(path)) instead of "
-                      "PIL.Image.open(path).convert('RGB'), and transforms.v2 on the uint8 tensor it returns",
+                      DECODE_JPEG_CODE,
                       f"{decode_words(lt)}; decode_jpeg is estimated to save {fmt.pct(1 - DECODE_JPEG_KEEPS)} of it, "
                       f"{fmt.duration(saved)} per sample (an estimate: {DECODE_JPEG_BASIS})",
                       assumed=f"decode × {DECODE_JPEG_KEEPS} with decode_jpeg (assumed: {DECODE_JPEG_BASIS})",
-                      note=("only for JPEG files; transforms that need a PIL image convert back and can lose the "
-                            "saving"))
+                      note=DECODE_JPEG_NOTE)

@@ -32,6 +32,7 @@ from pipeprof.attach.stacks import stack_text as _stack_text
 from pipeprof.errors import UsageError
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
+from pipeprof.measure.environment import usable_cores
 from pipeprof.measure.gpu_set import GpuSet, on_gpu
 from pipeprof.measure.sampler import SystemSampler
 from pipeprof.run_folder import STACK_COLUMNS, STEP_COLUMNS, Run, sample_tables
@@ -224,6 +225,8 @@ def _meta(pid: int, command: list[str], name: str | None, attached: Attached, ab
                    "reason": STEP_LEVEL_ABSENT},
         "loaders": [],  # a DataLoader's settings are the hooks' to read: not visible from outside
         "gpu": gpu_meta,
+        # the cores this attach may use, as the job's (it runs beside the job: its container, its cgroup)
+        "environment": {"cpu_cores": usable_cores()},
         "attach": {"pid": pid, "rate_hz": rate_hz, "window_s": window_s, "seconds": seconds,
                    "windows": attached.windows, "sampled_s": attached.sampled_s, "ended": attached.ended,
                    "started_unix_s": started_unix_s, "ended_unix_s": time.time(),

@@ -13,8 +13,12 @@ step-level field absent) and puts in what the stacks measured:
 * ``verdict``, ``bottleneck`` — ``analysis.verdict`` on the attribution with
   the sampled shares as its step shares; judged only from
   ``MIN_TRAINING_SAMPLES`` samples of the training threads;
-* ``recommendations`` — the model predicts from step times, which an attach
-  cannot measure: empty, the reason in ``absences["recommendations"]``.
+* ``recommendations`` — ``analysis.sampled_advice.recommend_sampled`` on the
+  same attribution and verdict, with the loader's settings the stacks show
+  (``attach.loader_read``, also in ``sampled.loader``): the kinds a profiled
+  run gets, each ``not_predicted`` (no step times: no samples/s to predict);
+  empty where too few samples were judged, the reason in
+  ``absences["recommendations"]``.
 """
 
 from __future__ import annotations
@@ -24,16 +28,18 @@ from typing import Any
 
 from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.evidence import LoadingEvidence, StepShares
+from pipeprof.analysis.intervals import none
+from pipeprof.analysis.sampled_advice import recommend_sampled
 from pipeprof.analysis.summary import bottleneck, summarize
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS
 from pipeprof.analysis.verdict import verdict_from_attribution
+from pipeprof.attach.loader_read import sampled_evidence
 from pipeprof.attach.shares import SampledShares, sampled_shares, window_shares
 from pipeprof.numbers import finite
 from pipeprof.run_folder import Run, as_dict
 
 MIN_TRAINING_SAMPLES = 50  # of the training threads: below it a share's interval is wider than ±14 points
-NO_RECOMMENDATIONS = ("not predicted for an attached run: the model predicts from step times, which cannot be "
-                      "measured from outside (run pipeprof profile on the script for recommendations)")
+NOT_PREDICTED_INTERVAL = "not predicted: sampled from outside, no step times"
 
 
 def is_sampled(run: Run) -> bool:
@@ -63,18 +69,33 @@ def sampled_summary(run: Run) -> dict[str, Any]:
                                "min_training_samples": MIN_TRAINING_SAMPLES}
     klass, reason = bottleneck(judged)
     absences = dict(as_dict(summary.get("absences")))
-    absences["recommendations"] = NO_RECOMMENDATIONS
+    evidence = sampled_evidence(run.stacks, shares, run.samples, run.info, _ended_early(run))
+    recs = recommend_sampled(dataclasses.replace(attr, step=step, loading=loading), judged, evidence)
+    if not recs:
+        absences["recommendations"] = verdict["sentence"]
+    absences.update({f"loader.{key}": why for key, why in evidence.loader.absent.items()})  # settings not read
     summary.update(
         fractions=fractions, verdict=verdict, bottleneck=klass,
         bottleneck_reason=(reason + " (sampled)") if enough else verdict["sentence"],
-        recommendations=[], absences=absences,
+        recommendations=[{**r.to_json(), "interval": none(NOT_PREDICTED_INTERVAL).to_json()} for r in recs],
+        absences=absences,
         sampled={**shares.to_json(), "timeline": [_window(w) for w in window_shares(run.stacks)],
-                 "attach": run.info.attach},
+                 "attach": run.info.attach, "loader": evidence.loader.to_json()},
     )
     attribution_json = as_dict(summary.get("attribution"))
     attribution_json["step"] = {**step.to_json(), "steps": 0}  # no step counted: the shares are sampled
     attribution_json["loading"] = loading.to_json()
     return summary
+
+
+def _ended_early(run: Run) -> str | None:
+    """The caveat on the advice of an attach whose process exited before it ended."""
+    attached = run.info.attach
+    if attached.get("ended") != "exited":
+        return None
+    sampled_s = finite(attached.get("sampled_s"))
+    seconds = f"the {sampled_s:.0f} s" if sampled_s is not None else "what was"
+    return f"the process exited during the attach: this advice rests on {seconds} sampled before"
 
 
 def sampled_loading(shares: SampledShares) -> LoadingEvidence:

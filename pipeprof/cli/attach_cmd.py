@@ -14,9 +14,11 @@ other; each worker's as fetch, decode, transform, collate or idle. psutil
 samples the tree's CPU, memory and disk; NVML its GPU use, matched by pid.
 
 Steps cannot be cut from outside: the shares are of samples, each with its
-95% interval, and step times, samples/s and recommendations are absent with
-the reason (pipeprof profile measures them). The run folder and
-summary.json are the usual ones, with timing.method "sampled".
+95% interval, and step times and samples/s are absent with the reason
+(pipeprof profile measures them). The recommendations follow from the
+sampled shares and the loader settings the stacks show (num_workers,
+pin_memory; not prefetch_factor), without a predicted speed-up. The run
+folder and summary.json are the usual ones, with timing.method "sampled".
 
 --seconds S ends the attach after S seconds; Ctrl-C ends it at once. The job
 goes on either way. A job that exits during the attach leaves a kept,
