@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         base = args.out or Path(tmp)
         pooled: list[dict[str, Any]] = []
         for name in names:
-            print(f"## {name}: {SWEEPS[name][0]} {' '.join(SWEEPS[name][1])}")
+            print(f"== {name}: {SWEEPS[name][0]} {' '.join(SWEEPS[name][1])}")
             measured: list[dict[str, dict[str, Any]]] = []
             for i in range(args.repeats):
                 folder = sweep(name, base / f"{name}-{i}", args.max_seconds)
@@ -151,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{100 * statistics.median(ratios):.1f}%, worst {100 * max(ratios):.1f}% over "
                           f"{len(ratios)} points")
         every, settled = summary(pooled), summary([r for r in pooled if not r.get("disturbed")])
-        print(f"## all sweeps: {said(every)} ({against_targets(every)})")
-        print(f"## undisturbed pairs only: {said(settled)} ({against_targets(settled)})")
+        print(f"== all sweeps: {said(every)} ({against_targets(every)})")
+        print(f"== undisturbed pairs only: {said(settled)} ({against_targets(settled)})")
     return 0
 
 
