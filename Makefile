@@ -43,15 +43,17 @@ lint: install
 
 # tests/test_docs.py runs `mkdocs build --strict` (into a temporary folder) as one of the suite's tests
 # The whole suite in two passes. First every test not marked `serial`, unit and integration alike, on TEST_WORKERS
-# pytest-xdist workers (auto: one per core, at most TEST_MAX_WORKERS: each worker holds torch, about 1 GiB; a file's
-# tests stay on one worker, so its shared runs are made once). Then, alone, the `serial` tests: timings held to a
+# pytest-xdist workers (one more than the cores this process may use: the workers spend much of their time waiting
+# on the subprocesses they start; at most TEST_MAX_WORKERS: each worker holds torch, about 1 GiB; a file's tests
+# stay on one worker, so its shared runs are made once). On 2 cores, the first pass took 469 s on 2 workers (the
+# lint beside them) and 431 s on 3 (alone). Then, alone, the `serial` tests: timings held to a
 # known truth, and premises that need the machine's cores free. Both passes run; make fails if either failed.
 # TEST_WORKERS=0 runs the first pass in one process too.
 # Overlapped where nothing is lost: chromium's packages (apt) install while pip installs the project, and the lint
 # (ruff, mypy) runs beside the first pass, whose workers wait on their subprocesses; its findings are printed after
 # the pass and fail make as before. The serial pass starts once the lint is done: it needs the cores free.
 PARALLEL := not serial
-TEST_WORKERS ?= auto
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) + 1)" 2>/dev/null || echo auto)
 TEST_MAX_WORKERS ?= 8
 test:
 	@logs=$$(mktemp -d); \
