@@ -414,8 +414,9 @@ def test_a_run_with_workers_on_disk_also_trains_on_decoded_samples_from_ram_at_i
     if other.get("absent") is None:  # the run's worker beside the other number of threads
         assert set(out["train_threads"]) == {"1"} and out["train_threads"]["1"]["threads"] == other["threads"]
         assert torch.get_num_threads() != other["threads"]  # given back
-    else:  # not measured (one core, or not started within the budget on a loaded machine): nor beside workers
-        assert all(entry.get("absent") for entry in out.get("train_threads", {}).values())
+    else:  # not measured (one core; not started, or no window closed, within the budget on a loaded machine)
+        for entry in out.get("train_threads", {}).values():  # one measured all the same went to the other threads
+            assert entry.get("absent") or entry["threads"] != torch.get_num_threads()
     for entry in (out["train_workers"]["2"], out["train_ram_workers"]["1"]):
         assert entry["samples_per_s"] > 0 and entry["compute_samples_per_s"] >= entry["samples_per_s"] * 0.99
     zero = measure_what_ifs(build_workload(scenario, tmp_path), train_loop, window_s=0.02, windows=2,
