@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from pipeprof.render.sweep import disturbed_words  # noqa: E402 - after the repository is on the path
+from pipeprof.analysis.prediction_check import summarize  # noqa: E402 - after the repository is on the path
+from pipeprof.render.sweep import disturbed_words  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = {  # name -> (scenario, grid arguments)
@@ -75,14 +76,6 @@ def points(folder: Path) -> dict[str, dict[str, Any]]:
         out[p["label"]] = {"samples_per_s": p["samples_per_s"], "wall_s": walls.get(str(p["index"])),
                            "probes_s": (run.get("what_ifs") or {}).get("took_s")}
     return out
-
-
-def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    errors = [abs(r["error"]) for r in rows]
-    bounded = [r["inside"] for r in rows if r["inside"] is not None]
-    return {"pairs": len(rows), "median_abs_error": statistics.median(errors) if errors else None,
-            "worst_abs_error": max(errors) if errors else None,
-            "inside_share": sum(bounded) / len(bounded) if bounded else None}
 
 
 def said(s: dict[str, Any]) -> str:
@@ -125,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                 check = json.loads((folder / "sweep.json").read_text()).get("prediction_check") or {}
                 rows = check.get("rows") or []
                 pooled += rows
-                print(f"- sweep {i + 1}: {said(summary(rows))}; undisturbed pairs: "
-                      f"{said(summary([r for r in rows if not r.get('disturbed')]))}")
+                print(f"- sweep {i + 1}: {said(check['summary'])}; undisturbed pairs: "
+                      f"{said(check['summary']['undisturbed'])}")
                 for r in rows:
                     change = ", ".join(f"{k}={v}" for k, v in r["change"].items())
                     disturbed = "; ".join(disturbed_words(d) for d in r.get("disturbed") or [])
@@ -150,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"- run-to-run noise (the same point in another sweep): median "
                           f"{100 * statistics.median(ratios):.1f}%, worst {100 * max(ratios):.1f}% over "
                           f"{len(ratios)} points")
-        every, settled = summary(pooled), summary([r for r in pooled if not r.get("disturbed")])
+        every, settled = summarize(pooled), summarize([r for r in pooled if not r.get("disturbed")])
         print(f"== all sweeps: {said(every)} ({against_targets(every)})")
         print(f"== undisturbed pairs only: {said(settled)} ({against_targets(settled)})")
     return 0

@@ -67,7 +67,7 @@ def prediction_check(points: Sequence[dict[str, Any]]) -> dict[str, Any]:
             rows.append({"from": source.get("label"), "change": change, "to": target.get("label"),
                          "predicted": predicted, "measured": measured, "error": predicted / measured - 1,
                          "inside": inside, "tier": pred.get("tier"), "disturbed": disturbed})
-    return {"rows": rows, "summary": {**_summary(rows), "undisturbed": _summary(r for r in rows if not r["disturbed"])}}
+    return {"rows": rows, "summary": {**summarize(rows), "undisturbed": summarize(r for r in rows if not r["disturbed"])}}
 
 
 def disturbance(point: dict[str, Any]) -> dict[str, Any] | None:
@@ -95,7 +95,8 @@ def _as_loaded(settings: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _summary(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """``summary``: pairs, median and worst |error|, inside share (over the rows with bounds)."""
     rows = list(rows)
     errors = [abs(r["error"]) for r in rows]
     bounded = [r["inside"] for r in rows if r["inside"] is not None]
