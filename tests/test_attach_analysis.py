@@ -155,7 +155,7 @@ def test_too_few_samples_give_no_verdict():
     rows = [r for r in _rows() if r["pid"] == 3]
     for r in rows:
         r["samples"] = 2
-    summary = sampled_summary(_attached_run(rows))
+    summary = sampled_summary(_attached_run(rows)).to_json()
     assert summary["bottleneck"] == "unknown" and "attach for longer" in summary["bottleneck_reason"]
 
 

@@ -41,7 +41,7 @@ def test_each_rank_of_a_job_carries_its_own_transforms(tmp_path):
                  for n in (0, 1)}
     assert getitem_s[0] < (TRANSFORM_MS + GETITEM_MS / 2) / 1e3 <= getitem_s[1], getitem_s
     # each rank's own summary (its folder summarized alone): the transforms it timed, costliest first
-    own = {n: summary_record(load_run(ranks / f"rank-{n}")).sections["transforms"] for n in (0, 1)}
+    own = {n: summary_record(load_run(ranks / f"rank-{n}")).transforms for n in (0, 1)}
     for n in (0, 1):
         assert [t["name"] for t in own[n]] == ["Sleep", "Lambda(double)"], own[n]
         assert own[n][0]["per_sample_s"] >= TRANSFORM_MS / 1e3 and own[n][0]["calls"] > 0

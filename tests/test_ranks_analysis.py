@@ -180,7 +180,7 @@ def _results(job: Run, recs: dict[int, list[Recommendation]] | None = None) -> l
         s = summary_record(rank_run)
         rank = rank_run.meta["rank"]["rank"]
         out.append(RankResult(run=rank_run, steps=s.steps, samples=s.samples, samples_per_s=s.samples_per_s,
-                              fractions=s.fractions, loading=s.sections["loading"], verdict=s.verdict,
+                              fractions=s.fractions, loading=s.loading, verdict=s.verdict,
                               cpu=s.attribution.cpu,
                               recommendations=tuple((recs or {}).get(rank, s.recommendations))))
     return out

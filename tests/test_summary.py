@@ -174,7 +174,7 @@ def test_the_summary_record_is_what_summary_json_is_made_of():
     assert record.bottleneck == record.verdict.coarse == "input"
     assert record.recommendations and {**record.recommendations[0].to_json(), "interval": record.intervals[0].to_json()
                                        } == summarize(run)["recommendations"][0]
-    assert record.attribution.fractions == record.fractions and record.sections["loading"] is None
+    assert record.attribution.fractions == record.fractions and record.loading is None
 
 
 # -- issue 14, item 8: workers that never existed; a script's wall time ------------------------------

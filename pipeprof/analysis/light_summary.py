@@ -2,7 +2,7 @@
 
 Pure. A light run keeps no step (run.json ``light``; its windows in
 ``windows.jsonl``, ``measure.light``). ``light_summary(run)`` starts from
-``summarize(run)`` (the sampler's sections as for any run) and adds:
+``summary_record(run)`` (the sampler's sections as for any run) and adds:
 
 * ``steps``, ``samples``, ``duration_s`` (counted step time), ``samples_per_s``
   and ``step_time_s.mean``: the windows' sums; the median and p90 of the whole
@@ -25,7 +25,7 @@ from typing import Any
 from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.change_point import MIN_RELATIVE_CHANGE, MIN_SIDE, THRESHOLD_SIGMAS, change_point
 from pipeprof.analysis.evidence import StepShares
-from pipeprof.analysis.summary import bottleneck, summarize
+from pipeprof.analysis.summary import Summary, summary_record
 from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.numbers import finite
 from pipeprof.run_folder import Run, as_dict
@@ -55,9 +55,9 @@ def windows_of(run: Run) -> list[dict[str, Any]]:
     return out
 
 
-def light_summary(run: Run) -> dict[str, Any]:
-    """summary.json of a light run (see module docstring)."""
-    summary = summarize(run)
+def light_summary(run: Run) -> Summary:
+    """The summary of a light run (see module docstring)."""
+    summary = summary_record(run)
     windows = windows_of(run)
     steps = sum(int(w.get("steps") or 0) for w in windows)
     step_time = {id(w): (finite(as_dict(w.get("step_s")).get("mean")) or 0.0) * int(w.get("steps") or 0)
@@ -77,7 +77,6 @@ def light_summary(run: Run) -> dict[str, Any]:
                       compute_fraction=finite(fractions["compute"]), other_fraction=finite(fractions["other"]),
                       step_mean_s=total_s / steps if steps else None)
     judged = verdict_from_attribution(dataclasses.replace(attr, step=step, fractions=fractions))
-    klass, reason = bottleneck(judged)
     timeline = [{"t_start_s": w.get("t_start_s"), "t_end_s": w.get("t_end_s"), "steps": w.get("steps"),
                  "step_median_s": as_dict(w.get("step_s")).get("median"), "step_p90_s": as_dict(w.get("step_s")).get("p90"),
                  "data_wait_fraction": as_dict(w.get("fractions")).get("data_wait"),
@@ -85,16 +84,15 @@ def light_summary(run: Run) -> dict[str, Any]:
     medians = [(t, finite(t["step_median_s"])) for t in timeline]
     with_steps = [t for t, m in medians if m is not None]
     cp = change_point([m for _, m in medians if m is not None])
-    absences = dict(as_dict(summary.get("absences")))
+    absences = dict(summary.absences)
     absences["step_time_quantiles"] = ("light: each window keeps its own step-time quantiles (light.timeline), "
                                        "not the run's")
-    summary.update(
-        steps=steps, samples=samples, duration_s=total_s, samples_per_s=samples / total_s if total_s else None,
+    return dataclasses.replace(
+        summary, steps=steps, samples=round(samples), duration_s=total_s,
+        samples_per_s=samples / total_s if total_s else None,
         step_time_s={"median": None, "p90": None, "mean": total_s / steps if steps else None},
-        fractions=fractions, verdict=judged.to_json(), bottleneck=klass, bottleneck_reason=reason, absences=absences,
+        fractions=fractions, attribution=dataclasses.replace(summary.attribution, step=step), verdict=judged,
+        absences=absences,
         light={"window_s": as_dict(run.info.light).get("window_s"), "windows": len(windows),
                "timeline": timeline, "change_point_test": CHANGE_POINT_TEST,
-               "change_point": None if cp is None else {**cp.to_json(), "t_s": with_steps[cp.index]["t_start_s"]}},
-    )
-    as_dict(summary.get("attribution"))["step"] = step.to_json()
-    return summary
+               "change_point": None if cp is None else {**cp.to_json(), "t_s": with_steps[cp.index]["t_start_s"]}})

@@ -113,15 +113,25 @@ def _stat(series: pd.Series, how: str) -> float | None:
 
 
 @dataclass(frozen=True)
+class ScriptSections:
+    """A script's own summary.json keys (``pipeprof profile`` / ``pipeprof.profile()``): what ran
+    (``script``, with its wall time and the settings set from outside), its ``loaders`` and the ``step_source``."""
+
+    script: dict[str, Any] | None = None
+    loaders: list[dict[str, Any]] | None = None
+    step_source: str | None = None
+
+
+@dataclass(frozen=True)
 class Summary:
     """One run's summary: the analysis stages' records and the statistics reported as they are.
 
     ``to_json()`` is summary.json (docs/summary-json.md; ``pipeprof/schemas/summary.schema.json``).
     ``bottleneck`` and ``bottleneck_reason`` are the verdict's coarse class and its words;
-    ``cpu``, ``memory`` and ``disk`` are typed (``pipeprof.resource_use``), and ``timing`` (``run_meta.Timing``);
-    ``sections`` holds the rest of summary.json's keys (``gpu``, ``device_memory``, ``loading``, ``transforms``,
-    ``decode``, ``cache``, ``final_loss``, ``accuracy``, ``absences``, ``steady``, ``status``, ``error``,
-    ``verification``, ``throughput``, ``code_profile``, and a script's ``script``, ``loaders``, ``step_source``).
+    ``cpu``, ``memory`` and ``disk`` are typed (``pipeprof.resource_use``), and ``timing`` (``run_meta.Timing``).
+    Every other summary.json key is a field of its own name; ``script`` (a script's three keys), ``damage``
+    (a damaged folder's), ``light`` (``profile --light``) and ``sampled`` (``attach``) are written only where
+    the run has them.
     """
 
     scenario: str
@@ -136,7 +146,6 @@ class Summary:
     attribution: Attribution
     verdict: Verdict
     recommendations: tuple[Recommendation, ...]
-    sections: dict[str, Any]
     ranks: tuple[RankEntry, ...] = ()  # a distributed job's ranks (analysis.ranks); empty for one process
     straggler: Straggler | None = None  # which rank sets the job's pace; None for one process
     # One per recommendation, in order (analysis.intervals): summary.json's item ``interval``.
@@ -146,6 +155,27 @@ class Summary:
     memory: MemoryUse = field(default_factory=MemoryUse)
     disk: DiskUse = field(default_factory=DiskUse)
     timing: Timing = field(default_factory=Timing)  # which clock timed the steps, per part (run.json's)
+    gpu: dict[str, Any] | None = None  # NVML's utilisation and memory over the counted window; None: no GPU
+    device_memory: dict[str, Any] | None = None  # torch.cuda's peaks and the creep check (analysis.device_memory)
+    loading: dict[str, Any] | None = None  # the workers' loading times and its split (analysis.attribution)
+    transforms: list[dict[str, Any]] | None = None  # the training loader's transforms, costliest first
+    decode: dict[str, Any] | None = None
+    cache: dict[str, Any] | None = None  # the page cache check (analysis.cache)
+    final_loss: float | None = None
+    accuracy: float | None = None
+    absences: dict[str, Any] = field(default_factory=dict)  # what was not measured, and why
+    steady: Any = None  # the steady-state stop, as recorded
+    status: str | None = None  # complete, interrupted, failed; damaged where load_run set something aside
+    error: str | None = None
+    job: dict[str, Any] | None = None  # a distributed job's: its id, world size, nodes, launcher and median rank
+    script: ScriptSections | None = None  # None: not a script's run (no script keys in summary.json)
+    verification: dict[str, Any] | None = None  # run --verify: the top recommendation predicted against measured
+    throughput: dict[str, Any] | None = None  # samples/s in windows of the counted steps (analysis.windows)
+    code_profile: dict[str, Any] | None = None  # cProfile and py-spy (analysis.hotspots), each absent when off
+    damage: tuple[dict[str, Any], ...] = ()  # a damaged folder's set-aside rows and keys (status "damaged")
+    light: dict[str, Any] | None = None  # profile --light: the windows' timeline and its change point
+    sampled: dict[str, Any] | None = None  # attach: the stacks' shares, workers, timeline and loader
+    reason: str | None = None  # bottleneck_reason where it is not the verdict's own words (an attach)
 
     @property
     def bottleneck(self) -> str:
@@ -153,12 +183,31 @@ class Summary:
 
     @property
     def bottleneck_reason(self) -> str:
-        return bottleneck(self.verdict)[1]
+        return self.reason if self.reason is not None else bottleneck(self.verdict)[1]
 
     def _intervals(self) -> tuple[Interval, ...]:
         if len(self.intervals) == len(self.recommendations):
             return self.intervals
         return tuple(none("not computed for these recommendations") for _ in self.recommendations)
+
+    def _sections(self) -> dict[str, Any]:
+        """summary.json's keys between ``timing`` and ``attribution``, in the order they have always had."""
+        out: dict[str, Any] = {
+            "gpu": self.gpu, "device_memory": self.device_memory, "loading": self.loading,
+            "transforms": self.transforms, "decode": self.decode, "cache": self.cache,
+            "final_loss": self.final_loss, "accuracy": self.accuracy, "absences": dict(self.absences),
+            "steady": self.steady, "status": self.status, "error": self.error, "job": self.job,
+        }
+        if self.script is not None:
+            out.update(script=self.script.script, loaders=self.script.loaders, step_source=self.script.step_source)
+        out.update(verification=self.verification, throughput=self.throughput, code_profile=self.code_profile)
+        if self.damage:
+            out["damage"] = list(self.damage)
+        if self.light is not None:
+            out["light"] = self.light
+        if self.sampled is not None:
+            out["sampled"] = self.sampled
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -167,7 +216,7 @@ class Summary:
             "duration_s": self.duration_s, "samples_per_s": self.samples_per_s, "step_time_s": dict(self.step_time_s),
             "fractions": dict(self.fractions), "bottleneck": self.bottleneck,
             "bottleneck_reason": self.bottleneck_reason, "cpu": self.cpu.to_json(), "memory": self.memory.to_json(),
-            "disk": self.disk.to_json(), "timing": self.timing.to_json(), **self.sections,
+            "disk": self.disk.to_json(), "timing": self.timing.to_json(), **self._sections(),
             "attribution": self.attribution.to_json(), "verdict": self.verdict.to_json(),
             "recommendations": [{**r.to_json(), "interval": i.to_json()}
                                 for r, i in zip(self.recommendations, self._intervals(), strict=True)],
@@ -229,8 +278,7 @@ def marked_damaged(record: Summary, run: Run) -> Summary:
     folder's summary never looks healthy (what was recorded as its status stays in run.json)."""
     if not run.damage:
         return record
-    sections = dict(record.sections, status="damaged", damage=[d.to_json() for d in run.damage])
-    return dataclasses.replace(record, sections=sections)
+    return dataclasses.replace(record, status="damaged", damage=tuple(d.to_json() for d in run.damage))
 
 
 def job_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
@@ -243,26 +291,22 @@ def job_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
     probe = probe if probe is not None else info.probe
     summaries = [_one_process(rank_run, probe) for rank_run in run.ranks]
     results = [RankResult(run=rank_run, steps=s.steps, samples=s.samples, samples_per_s=s.samples_per_s,
-                          fractions=s.fractions, loading=s.sections.get("loading"), verdict=s.verdict,
+                          fractions=s.fractions, loading=s.loading, verdict=s.verdict,
                           cpu=s.attribution.cpu, recommendations=s.recommendations)
                for rank_run, s in zip(run.ranks, summaries, strict=True)]
     median = median_index(run.ranks, info.job.median_rank if info.job else None)
     rates = [s.samples_per_s for s in summaries if s.samples_per_s is not None]
     job_samples_per_s = float(sum(rates)) if rates else None
     paced = straggler(run.ranks)
-    sections = dict(summaries[median].sections)
-    sections.update(status=info.status, error=info.error)
-    # a job's --verify re-run is the job's (run.json's verification), measured against the job's samples/s
-    sections["verification"] = verification(info.verification, job_samples_per_s)
     job = info.job or JobInfo()
-    sections["job"] = {"id": job.id, "world_size": job.world_size or len(run.ranks),
-                       "nodes": list(job.nodes), "launcher": job.launcher,
-                       "median_rank": results[median].rank,
-                       "untraced": len(job.untraced)}
     job_recs = tuple(job_recommendations(results, median, paced, job_samples_per_s))
     return dataclasses.replace(
         summaries[median], scenario=run.name, samples=sum(s.samples for s in summaries),
-        samples_per_s=job_samples_per_s, sections=sections, recommendations=job_recs,
+        samples_per_s=job_samples_per_s, recommendations=job_recs, status=info.status, error=info.error,
+        # a job's --verify re-run is the job's (run.json's verification), measured against the job's samples/s
+        verification=verification(info.verification, job_samples_per_s),
+        job={"id": job.id, "world_size": job.world_size or len(run.ranks), "nodes": list(job.nodes),
+             "launcher": job.launcher, "median_rank": results[median].rank, "untraced": len(job.untraced)},
         intervals=tuple(none("a distributed job's prediction is not resampled (its ranks are, one by one)")
                         for _ in job_recs),
         ranks=tuple(rank_entry(r) for r in results), straggler=paced)
@@ -312,40 +356,21 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
                     uss=uss_snapshot(processes))
     disk = DiskUse(mean_read_bytes_per_s=_stat(during.get("read_bytes_per_s", pd.Series(dtype=float)), "mean"),
                    read_bytes=_read_bytes(processes))
-    sections: dict[str, Any] = {
-        "gpu": _gpu_summary(during) if info.gpu.available else None,
-        "device_memory": memory.to_json(),  # torch.cuda's peaks and the creep check (analysis.device_memory)
-        "loading": _with_split(attr.loading_summary, trained),
-        # inside the sample (analysis.transforms): the training loader's transforms, costliest first, and decode
-        "transforms": transforms_json(trained),
-        "decode": decode_json(trained.decode if trained is not None else None),
-        "cache": attr.cache_check,
-        "final_loss": float(tail["loss"].mean()) if n else None,
-        "accuracy": _accuracy(tail["correct"], tail_samples),
-        "absences": dict(info.absences),
-        "steady": info.steady,
-        # How the run ended (run.json's status and error): complete, interrupted (Ctrl-C, SIGTERM) or failed.
-        "status": info.status,
-        "error": info.error,
-        "job": None,  # a distributed job's: its id, world size, nodes, launcher and median rank (job_record)
-    }
+    loading = _with_split(attr.loading_summary, trained)
+    script = None
     if info.is_script:  # pipeprof profile / pipeprof.profile(): what ran, and its loaders
-        sections.update(script=info.script.recorded if info.script else None, loaders=info.loaders_recorded,
-                        step_source=info.step_source)
-        sections["loaders"] = _loaders_inside(sections["loaders"], inside)
-        if isinstance(sections["script"], dict):  # the script's own wall time, beside the counted steps' duration_s
-            sections["script"] = {**sections["script"], "wall_s": script_wall_s(run)}
-        if started is not None and isinstance(sections["loading"], dict):  # spawned / forkserver workers
-            sections["loading"] = {**sections["loading"], "worker_start": started}
-        if info.overrides:  # pipeprof profile --loader / --threads: what was set from outside
-            sections["script"]["overrides"] = info.overrides
+        recorded = info.script.recorded if info.script else None
+        if isinstance(recorded, dict):  # the script's own wall time, beside the counted steps' duration_s
+            recorded = {**recorded, "wall_s": script_wall_s(run)}
+            if info.overrides:  # pipeprof profile --loader / --threads: what was set from outside
+                recorded["overrides"] = info.overrides
+        if started is not None and isinstance(loading, dict):  # spawned / forkserver workers
+            loading = {**loading, "worker_start": started}
+        script = ScriptSections(script=recorded, loaders=_loaders_inside(info.loaders_recorded, inside),
+                                step_source=info.step_source)
     probe = probe if probe is not None else info.probe
     listed = recommend(run, attr, judged)
     recs, bounds = ranked(listed, intervals(run, listed, probe=probe))
-    sections["verification"] = verification(info.verification, samples_per_s,
-                                            checked_interval(info.verification, recs, bounds))
-    sections["throughput"] = throughput_windows(run.steps)
-    sections["code_profile"] = code_profile(run)
     return Summary(
         scenario=run.name, device=info.device, steps=n, warmup_steps=int(steps["warmup"].astype(bool).sum()),
         samples=samples, duration_s=duration_s, samples_per_s=samples_per_s,
@@ -353,8 +378,21 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
                      "p90": float(np.percentile(step_s, 90)) if n else None,
                      "mean": float(step_s.mean()) if n else None},
         fractions=frac, attribution=attr, verdict=judged,
-        recommendations=recs, intervals=bounds, sections=sections, cpu=cpu, memory=rss, disk=disk,
-        timing=info.timing.with_parts())
+        recommendations=recs, intervals=bounds, cpu=cpu, memory=rss, disk=disk,
+        timing=info.timing.with_parts(),
+        gpu=_gpu_summary(during) if info.gpu.available else None,
+        device_memory=memory.to_json(), loading=loading,
+        # inside the sample (analysis.transforms): the training loader's transforms, costliest first, and decode
+        transforms=transforms_json(trained),
+        decode=decode_json(trained.decode if trained is not None else None),
+        cache=attr.cache_check,
+        final_loss=float(tail["loss"].mean()) if n else None,
+        accuracy=_accuracy(tail["correct"], tail_samples),
+        absences=dict(info.absences), steady=info.steady,
+        # How the run ended (run.json's status and error): complete, interrupted (Ctrl-C, SIGTERM) or failed.
+        status=info.status, error=info.error, script=script,
+        verification=verification(info.verification, samples_per_s, checked_interval(info.verification, recs, bounds)),
+        throughput=throughput_windows(run.steps), code_profile=code_profile(run))
 
 
 def _with_split(loading: dict[str, Any] | None, lt: LoaderTransforms | None) -> dict[str, Any] | None:

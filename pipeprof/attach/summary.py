@@ -1,6 +1,6 @@
 """summary.json of an attached run: the usual contract, its shares sampled.
 
-``sampled_summary(run)`` starts from ``analysis.summary.summarize`` (CPU,
+``sampled_summary(run)`` starts from ``analysis.summary.summary_record`` (CPU,
 memory, disk and GPU from the sampler's tables, as for any run; every
 step-level field absent) and puts in what the stacks measured:
 
@@ -30,13 +30,13 @@ from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.evidence import LoadingEvidence, StepShares
 from pipeprof.analysis.intervals import none
 from pipeprof.analysis.sampled_advice import recommend_sampled
-from pipeprof.analysis.summary import bottleneck, summarize
+from pipeprof.analysis.summary import Summary, bottleneck, summary_record
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS
 from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.attach.loader_read import sampled_evidence
 from pipeprof.attach.shares import SampledShares, sampled_shares, window_shares
 from pipeprof.numbers import finite
-from pipeprof.run_folder import Run, as_dict
+from pipeprof.run_folder import Run
 
 MIN_TRAINING_SAMPLES = 50  # of the training threads: below it a share's interval is wider than ±14 points
 NOT_PREDICTED_INTERVAL = "not predicted: sampled from outside, no step times"
@@ -47,9 +47,9 @@ def is_sampled(run: Run) -> bool:
     return run.info.timing.method == "sampled"
 
 
-def sampled_summary(run: Run) -> dict[str, Any]:
-    """summary.json of an attached run (see module docstring)."""
-    summary = summarize(run)
+def sampled_summary(run: Run) -> Summary:
+    """The summary of an attached run (see module docstring)."""
+    summary = summary_record(run)
     shares = sampled_shares(run.stacks)
     fractions = shares.fractions()
     attr = attribution(run)
@@ -61,31 +61,27 @@ def sampled_summary(run: Run) -> dict[str, Any]:
                       compute_fraction=finite(fractions["compute"]), other_fraction=finite(fractions["other"]))
     judged = verdict_from_attribution(dataclasses.replace(attr, step=step, fractions=fractions,
                                                           loading=loading))
-    verdict = judged.to_json()
     if not enough:
-        verdict["sentence"] = (f"Too few samples of the training threads to judge: {shares.training_samples} "
-                               f"sampled, at least {MIN_TRAINING_SAMPLES} needed (attach for longer).")
-        verdict["evidence"] = {"training_samples": shares.training_samples,
-                               "min_training_samples": MIN_TRAINING_SAMPLES}
-    klass, reason = bottleneck(judged)
-    absences = dict(as_dict(summary.get("absences")))
+        judged = dataclasses.replace(
+            judged, sentence=(f"Too few samples of the training threads to judge: {shares.training_samples} "
+                              f"sampled, at least {MIN_TRAINING_SAMPLES} needed (attach for longer)."),
+            evidence={"training_samples": shares.training_samples, "min_training_samples": MIN_TRAINING_SAMPLES})
+    _, reason = bottleneck(judged)
+    absences = dict(summary.absences)
     evidence = sampled_evidence(run.stacks, shares, run.samples, run.info, _ended_early(run))
-    recs = recommend_sampled(dataclasses.replace(attr, step=step, loading=loading), judged, evidence)
+    recs = tuple(recommend_sampled(dataclasses.replace(attr, step=step, loading=loading), judged, evidence))
     if not recs:
-        absences["recommendations"] = verdict["sentence"]
+        absences["recommendations"] = judged.sentence
     absences.update({f"loader.{key}": why for key, why in evidence.loader.absent.items()})  # settings not read
-    summary.update(
-        fractions=fractions, verdict=verdict, bottleneck=klass,
-        bottleneck_reason=(reason + " (sampled)") if enough else verdict["sentence"],
-        recommendations=[{**r.to_json(), "interval": none(NOT_PREDICTED_INTERVAL).to_json()} for r in recs],
+    return dataclasses.replace(
+        summary, fractions=fractions, verdict=judged,
+        reason=(reason + " (sampled)") if enough else judged.sentence,
+        recommendations=recs, intervals=tuple(none(NOT_PREDICTED_INTERVAL) for _ in recs),
         absences=absences,
         sampled={**shares.to_json(), "timeline": [_window(w) for w in window_shares(run.stacks)],
                  "attach": run.info.attach, "loader": evidence.loader.to_json()},
-    )
-    attribution_json = as_dict(summary.get("attribution"))
-    attribution_json["step"] = {**step.to_json(), "steps": 0}  # no step counted: the shares are sampled
-    attribution_json["loading"] = loading.to_json()
-    return summary
+        # no step counted: the shares are sampled
+        attribution=dataclasses.replace(summary.attribution, step=dataclasses.replace(step, steps=0), loading=loading))
 
 
 def _ended_early(run: Run) -> str | None:

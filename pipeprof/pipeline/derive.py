@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeprof.analysis.light_summary import is_light, light_summary
-from pipeprof.analysis.summary import summarize
+from pipeprof.analysis.summary import summary_record
 from pipeprof.attach.summary import is_sampled, sampled_summary
 from pipeprof.render.html import render_html
 from pipeprof.run_folder import Run, to_json, write_text
@@ -15,7 +15,8 @@ from pipeprof.run_folder import Run, to_json, write_text
 def derived_files(run: Run, folder_name: str) -> tuple[dict[str, Any], dict[str, str]]:
     """The summary of ``run`` and the derived files (summary.json, report.html) as text."""
     # attached from outside: sampled shares; profile --light: window aggregates only
-    summary = sampled_summary(run) if is_sampled(run) else light_summary(run) if is_light(run) else summarize(run)
+    record = sampled_summary(run) if is_sampled(run) else light_summary(run) if is_light(run) else summary_record(run)
+    summary = record.to_json()
     return summary, {"summary.json": to_json(summary),
                      "report.html": render_html(run, summary, folder_name=folder_name)}
 
