@@ -201,18 +201,19 @@ def test_a_shared_machine_with_half_its_cores_busy_elsewhere_gets_workers_for_th
 def test_the_tier_is_shown_beside_every_predicted_number():
     from rich.console import Console
 
-    from pipeprof.analysis.summary import summarize
+    from pipeprof.analysis.recommend import Recommendation
+    from pipeprof.analysis.summary import summary_record
     from pipeprof.render.console import print_summary
     from pipeprof.render.html import render_html
     from pipeprof.render.interval_text import speedup_text
 
     run = machine_run(cores=16, workers=4)
-    summary = summarize(run)
-    top = summary["recommendations"][0]
-    assert top["tier"] == "estimated" and speedup_text(top).endswith(", estimated")
+    summary = summary_record(run)
+    top = speedup_text(summary.recommendations[0], summary.intervals[0])
+    assert summary.recommendations[0].tier == "estimated" and top.endswith(", estimated")
     console = Console(record=True, width=400)
     print_summary(summary, "runs/x", console=console)
-    assert f"{speedup_text(top)}:" in console.export_text()
-    assert speedup_text(top) in render_html(run, summary)
-    assert speedup_text({"change": {"loader.pin_memory": True}, "predicted_speedup": None,
-                         "tier": "not_predicted"}) == "not predicted: try --verify or tune"
+    assert f"{top}:" in console.export_text()
+    assert top in render_html(run, summary)
+    assert speedup_text(Recommendation({"loader.pin_memory": True}, None, None, "", "", tier="not_predicted"),
+                        None) == "not predicted: try --verify or tune"

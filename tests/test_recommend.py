@@ -8,7 +8,6 @@ import pytest
 from rich.console import Console
 from test_verdict import STEP_S, make_run
 
-from pipeprof.analysis.advice_text import set_text
 from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.recommend import Recommendation, _Model, is_no_op, recommend
 from pipeprof.analysis.summary import summarize
@@ -16,6 +15,7 @@ from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS
 from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
+from pipeprof.render.interval_text import change_text
 from pipeprof.scenario import SCHEMA
 
 BATCH = 128
@@ -61,7 +61,7 @@ def test_compute_bound_says_so():
     assert rec["change"] == {} and rec["predicted_speedup"] == 1.0
     assert rec["predicted_samples_per_s"] == pytest.approx(BATCH / STEP_S)
     assert "compute-bound" in rec["reason"] and "2.0%" in rec["reason"]
-    assert set_text(rec) == "no change"
+    assert change_text(Recommendation.from_json(rec)) == "no change"
 
 
 def test_saturated_cores_say_more_workers_will_not_help():
@@ -100,7 +100,7 @@ def test_cache_in_ram_for_cold_memmap():
     ceiling = BATCH / (0.5 * STEP_S)
     assert rec["predicted_samples_per_s"] == pytest.approx(1 / (0.005 / BATCH + 1 / ceiling))
     assert "cold" in rec["reason"]
-    assert set_text(rec) == "--set data.storage=ram --set data.cache=warm"
+    assert change_text(Recommendation.from_json(rec)) == "--set data.storage=ram --set data.cache=warm"
     assert_valid_keys(recs)
 
 
@@ -122,7 +122,7 @@ def test_report_and_console_show_the_recommendations():
     console = Console(width=200, record=True)
     print_summary(s, "run-folder", console=console)
     text = console.export_text()
-    top = set_text(s["recommendations"][0])
+    top = change_text(Recommendation.from_json(s["recommendations"][0]))
     assert top.startswith("--set ") and re.search(r"top recommendation\s+" + re.escape(top), text)
 
 

@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,6 +14,8 @@ from pipeprof.analysis.summary import Summary, bottleneck, summarize, summary_re
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.resource_use import UssSnapshot
 from pipeprof.run_folder import PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
+
+FIXTURE_RUNS = Path(__file__).parent / "fixtures" / "runs"
 
 
 def make_steps(n=20, warmup=2, wait_s=0.01, h2d_s=0.001, compute_s=0.02, other_s=0.002, samples=64):
@@ -221,3 +224,27 @@ def test_a_recorded_script_wall_time_wins_over_the_sampler_span():
     s = summarize(make_run(make_steps(), samples=_sampled(0), meta=_script_meta(wall_s=15.4)))
     assert s["script"]["wall_s"] == pytest.approx(15.4)
     assert s["duration_s"] == pytest.approx(18 * 0.033)
+
+
+def _round_trips(doc):
+    """summary.json read back (summary_from_json) and written again is the same summary.json."""
+    from pipeprof.analysis.summary import summary_from_json
+    again = json.loads(to_json(summary_from_json(doc).to_json()))
+    assert again == json.loads(to_json(doc))
+
+
+@pytest.mark.parametrize("name", sorted(p.parent.name for p in (FIXTURE_RUNS.glob("*/summary.json"))))
+def test_every_golden_summary_reads_back_into_the_same_summary(name):
+    _round_trips(json.loads((FIXTURE_RUNS / name / "summary.json").read_text()))
+
+
+def test_a_summary_with_ranks_a_straggler_and_damage_reads_back_into_the_same_summary():
+    doc = json.loads((FIXTURE_RUNS / "script-plain-loop" / "summary.json").read_text())
+    doc["ranks"] = [{"rank": r, "local_rank": r, "node": "n0", "pid": 100 + r, "steps": 20, "samples_per_s": 10.0 * (r + 1),
+                     "fractions": {"data_wait": 0.5 - r / 10, "h2d": None}, "loading": None,
+                     "verdict": {"class": "compute"}, "status": "complete"} for r in (0, 1)]
+    doc["straggler"] = {"rank": 0, "node": "n0", "kind": "input", "evidence": {"data_wait_fraction": 0.5},
+                        "sentence": "Rank 0 waits for data."}
+    doc["status"], doc["damage"] = "damaged", [{"file": "steps.csv", "line": 7, "reason": "cut off"}]
+    doc["bottleneck_reason"] = "a reason of its own (an attach's)"
+    _round_trips(doc)

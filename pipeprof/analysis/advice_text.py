@@ -1,6 +1,6 @@
 """How a recommendation's change is written for the person who makes it.
 
-For a scenario: ``--set key=VALUE`` (``set_text``). For a script: the Python
+For a scenario: ``--set key=VALUE`` (``render.interval_text.change_text``). For a script: the Python
 to write where the training loader is built (``script_text``): the thread
 count first and alone (it is the process's, never a loader's), then the
 loader settings as ``TrainingArguments(dataloader_...=...)`` for the Hugging
@@ -14,9 +14,6 @@ loaders to ``trainer.fit`` among them)
 from __future__ import annotations
 
 from typing import Any
-
-from pipeprof import format as fmt
-from pipeprof.run_folder import as_dict
 
 # TrainingArguments' names for the DataLoader settings the Hugging Face Trainer builds its loaders with.
 TRAINING_ARGUMENTS = {"loader.num_workers": "dataloader_num_workers", "loader.pin_memory": "dataloader_pin_memory",
@@ -51,17 +48,6 @@ def script_text(change: dict[str, Any], loader: dict[str, Any]) -> str:
         else:
             parts.append(f"{loader.get('name') or 'the training loader'}: {dataloader_kwargs(settings, dataset)}")
     return "; ".join(parts)
-
-
-def set_text(rec: dict[str, Any]) -> str:
-    """A recommendation's change as command-line text: ``--set loader.num_workers=2 ...`` (for a script: the
-    Python to change, ``script_text``), the code change, or ``no change``."""
-    if rec.get("script_text"):
-        return str(rec["script_text"])
-    change = as_dict(rec.get("change"))
-    if change:
-        return " ".join(f"--set {key}={fmt.setting_arg(value)}" for key, value in change.items())
-    return f"code: {rec['code_change']}" if rec.get("code_change") else "no change"
 
 
 def dataloader_kwargs(settings: dict[str, Any], dataset: str = "dataset") -> str:

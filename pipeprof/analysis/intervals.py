@@ -71,7 +71,7 @@ from pipeprof.analysis.steps import counted_steps, counted_window_s
 from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.analysis.windows import throughput_windows
 from pipeprof.numbers import finite
-from pipeprof.run_folder import Run
+from pipeprof.run_folder import Run, as_dict
 
 LEVEL = 0.8  # the 10th to the 90th percentile
 RESAMPLES = 8  # each costs one resample, attribution and prediction
@@ -122,6 +122,21 @@ class Interval:
         return {"samples_per_s": list(self.samples_per_s) if self.samples_per_s else None,
                 "speedup": list(self.speedup) if self.speedup else None, "level": self.level,
                 "method": self.method, "may_not_help": self.may_not_help}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Interval:
+        """The inverse of ``to_json`` (``may_not_help`` follows from ``speedup``, as it was written)."""
+        d = as_dict(data)
+        level = finite(d.get("level"))
+        return cls(samples_per_s=_pair(d.get("samples_per_s")), speedup=_pair(d.get("speedup")),
+                   method=str(d.get("method") or ""), level=LEVEL if level is None else level)
+
+
+def _pair(value: Any) -> tuple[float, float] | None:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        return None
+    low, high = finite(value[0]), finite(value[1])
+    return (low, high) if low is not None and high is not None else None
 
 
 def none(reason: str) -> Interval:

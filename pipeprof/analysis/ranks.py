@@ -55,7 +55,8 @@ from pipeprof.analysis.recommend import Recommendation
 from pipeprof.analysis.steps import PHASES, counted_steps, step_breakdown
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS, MIN_GAIN, STRAGGLER_CONSISTENCY, STRAGGLER_MARGIN
 from pipeprof.analysis.verdict import Verdict
-from pipeprof.run_folder import Run
+from pipeprof.numbers import finite
+from pipeprof.run_folder import Run, as_dict
 from pipeprof.run_meta import RankInfo
 
 STRAGGLER_KINDS = ("input", "compute", "h2d", "none")
@@ -104,6 +105,14 @@ class RankEntry:
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_json(cls, data: Any) -> RankEntry:
+        d = as_dict(data)
+        return cls(rank=d.get("rank"), local_rank=d.get("local_rank"), node=d.get("node"), pid=d.get("pid"),
+                   steps=int(d.get("steps") or 0), samples_per_s=finite(d.get("samples_per_s")),
+                   fractions={k: _nan_if_none(finite(v)) for k, v in as_dict(d.get("fractions")).items()},
+                   loading=d.get("loading"), verdict=dict(as_dict(d.get("verdict"))), status=d.get("status"))
+
 
 @dataclass(frozen=True)
 class Straggler:
@@ -122,6 +131,18 @@ class Straggler:
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "node": self.node, "kind": self.kind, "evidence": dict(self.evidence),
                 "sentence": self.sentence}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Straggler | None:
+        d = as_dict(data)
+        if d.get("kind") not in STRAGGLER_KINDS:
+            return None
+        return cls(rank=d.get("rank"), node=d.get("node"), kind=str(d["kind"]),
+                   evidence=dict(as_dict(d.get("evidence"))), sentence=str(d.get("sentence") or ""))
+
+
+def _nan_if_none(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def _rank_of(run: Run) -> int | None:

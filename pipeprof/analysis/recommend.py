@@ -48,7 +48,8 @@ from pipeprof.analysis.thresholds import (
 from pipeprof.analysis.transform_advice import DECODE_IN_RAM, PrepSaving, decode_share, decode_words, prep_savings
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.loader_rules import pins_memory, prefetch_factor, worker_only_conflicts
-from pipeprof.run_folder import Run
+from pipeprof.numbers import finite
+from pipeprof.run_folder import Run, as_dict
 from pipeprof.scenario import ON_DISK, SAMPLE_BYTES
 
 DEVICE_DATA_MAX_BYTES = 2 * 1024**3
@@ -83,6 +84,15 @@ class Recommendation:
         out.update({k: v for k, v in (("note", self.note), ("code_change", self.code_change),
                                       ("script_text", self.script_text)) if v is not None})
         return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> Recommendation:
+        """The inverse of ``to_json`` (its ``interval`` is ``intervals.Interval.from_json``'s)."""
+        d = as_dict(data)
+        return cls(change=dict(as_dict(d.get("change"))), predicted_samples_per_s=finite(d.get("predicted_samples_per_s")),
+                   predicted_speedup=finite(d.get("predicted_speedup")), reason=str(d.get("reason") or ""),
+                   model=str(d.get("model") or ""), note=d.get("note"), code_change=d.get("code_change"),
+                   script_text=d.get("script_text"), tier=str(d.get("tier") or ESTIMATED))
 
 
 def recommend(run: Run, attribution: Attribution, verdict: Verdict) -> list[Recommendation]:

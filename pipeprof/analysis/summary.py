@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +63,7 @@ from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
 from pipeprof.analysis.worker_start import with_worker_start_note, worker_start_summary
 from pipeprof.resource_use import CpuUse, DiskUse, MemoryUse, UssSnapshot
-from pipeprof.run_folder import Run
+from pipeprof.run_folder import Run, as_dict
 from pipeprof.run_meta import JobInfo, Timing
 
 SUMMARY_SCHEMA_VERSION = 2  # 2 (issue 13): loading times renamed with their units; bottleneck from the verdict, "unknown" added
@@ -223,6 +224,47 @@ class Summary:
             "ranks": [r.to_json() for r in self.ranks],
             "straggler": self.straggler.to_json() if self.straggler is not None else None,
         }
+
+
+def _nan_for_null(values: Any) -> dict[str, Any]:
+    return {k: math.nan if v is None else v for k, v in as_dict(values).items()}
+
+
+def summary_from_json(data: Any) -> Summary:
+    """The inverse of ``Summary.to_json``: a summary.json read back (``run_folder.read_summary``), for the
+    renderers and commands that compare runs already saved. Lenient: a key a summary lacks (an older one) is
+    at its default, and ``to_json`` of the result writes the same summary.json again."""
+    d = as_dict(data)
+    verdict = Verdict.from_json(d.get("verdict"))
+    recs = [r for r in d.get("recommendations") or [] if isinstance(r, dict)]
+    script = (ScriptSections(script=d.get("script"), loaders=d.get("loaders"), step_source=d.get("step_source"))
+              if any(k in d for k in ("script", "loaders", "step_source")) else None)
+    reason = d.get("bottleneck_reason")
+    return Summary(
+        scenario=str(d.get("scenario") or ""), device=d.get("device"), steps=int(d.get("steps") or 0),
+        warmup_steps=int(d.get("warmup_steps") or 0), samples=d.get("samples") or 0,
+        duration_s=float(d.get("duration_s") or 0.0), samples_per_s=d.get("samples_per_s"),
+        step_time_s=dict(as_dict(d.get("step_time_s"))), fractions=_nan_for_null(d.get("fractions")),
+        attribution=Attribution.from_json(d.get("attribution")), verdict=verdict,
+        recommendations=tuple(Recommendation.from_json(r) for r in recs),
+        intervals=tuple(Interval.from_json(r.get("interval")) for r in recs),
+        ranks=tuple(RankEntry.from_json(r) for r in d.get("ranks") or [] if isinstance(r, dict)),
+        straggler=Straggler.from_json(d.get("straggler")),
+        cpu=CpuUse.from_json(d.get("cpu")), memory=MemoryUse.from_json(d.get("memory")),
+        disk=DiskUse.from_json(d.get("disk")), timing=Timing.parse(d.get("timing")),
+        gpu=d.get("gpu"), device_memory=d.get("device_memory"), loading=d.get("loading"),
+        transforms=d.get("transforms"), decode=d.get("decode"), cache=d.get("cache"),
+        final_loss=d.get("final_loss"), accuracy=d.get("accuracy"), absences=dict(as_dict(d.get("absences"))),
+        steady=d.get("steady"), status=d.get("status"), error=d.get("error"), job=d.get("job"), script=script,
+        verification=d.get("verification"), throughput=d.get("throughput"), code_profile=d.get("code_profile"),
+        damage=tuple(x for x in d.get("damage") or [] if isinstance(x, dict)), light=d.get("light"),
+        sampled=d.get("sampled"),
+        reason=reason if isinstance(reason, str) and reason != bottleneck(verdict)[1] else None)
+
+
+def as_summary(value: Summary | Mapping[str, Any]) -> Summary:
+    """``value`` itself, or a summary.json's dict read back (``summary_from_json``): what the renderers take."""
+    return value if isinstance(value, Summary) else summary_from_json(value)
 
 
 def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -119,7 +119,7 @@ from pipeprof.analysis.thresholds import (
 )
 from pipeprof.analysis.transform_advice import costliest, costliest_words
 from pipeprof.analysis.transforms import LoaderTransforms, training_transforms
-from pipeprof.run_folder import Run
+from pipeprof.run_folder import Run, as_dict
 
 CLASSES = ("compute", "input:fetch", "input:prep", "input:main", "h2d", "balanced", "unknown")
 # summary.json's ``bottleneck``: the verdict's class without the input's cause.
@@ -186,6 +186,17 @@ class Verdict:
         return {"class": self.klass, "rule": self.rule, "degree": self.degree, "sentence": self.sentence,
                 "evidence": dict(self.evidence), "notes": list(self.notes), "uncertain": self.uncertain,
                 "candidates": list(self.candidates)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Verdict:
+        """The inverse of ``to_json``, for a summary read back (an unknown class reads as ``unknown``)."""
+        d = as_dict(data)
+        klass = str(d.get("class") or "unknown")
+        return cls(klass=klass if klass in CLASSES else "unknown", rule=str(d.get("rule") or ""),
+                   degree=d.get("degree"), sentence=str(d.get("sentence") or ""),
+                   evidence=dict(as_dict(d.get("evidence"))), notes=tuple(str(n) for n in d.get("notes") or ()),
+                   uncertain=bool(d.get("uncertain")),
+                   candidates=tuple(str(c) for c in d.get("candidates") or ()))
 
 
 def verdict(run: Run, probe: dict | None = None) -> Verdict:

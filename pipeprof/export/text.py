@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from pipeprof import format as fmt
-from pipeprof.analysis.advice_text import set_text
+from pipeprof.analysis.intervals import Interval
+from pipeprof.analysis.recommend import Recommendation
 from pipeprof.export.series import ExportSeries
-from pipeprof.render.interval_text import speedup_text
+from pipeprof.render.interval_text import change_text, speedup_text
 from pipeprof.run_folder import as_dict
 
 TOP_RECOMMENDATIONS = 3
@@ -36,8 +37,9 @@ def recommendations_text(summary: dict[str, Any], top: int = TOP_RECOMMENDATIONS
         return "No recommendation."
     items = []
     for i, rec in enumerate(recs, start=1):
-        speedup = speedup_text(rec, missing="")
-        items.append(f"{i}. `{set_text(rec)}` → {fmt.rate(rec.get('predicted_samples_per_s'), missing='not predicted')}"
+        typed = Recommendation.from_json(rec)
+        speedup = speedup_text(typed, Interval.from_json(rec.get("interval")), missing="")
+        items.append(f"{i}. `{change_text(typed)}` → {fmt.rate(rec.get('predicted_samples_per_s'), missing='not predicted')}"
                      + (f", {speedup}" if speedup else "") + f": {rec.get('reason') or ''}")
     return "\n".join(items)
 

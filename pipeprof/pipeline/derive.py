@@ -18,7 +18,7 @@ def derived_files(run: Run, folder_name: str) -> tuple[dict[str, Any], dict[str,
     record = sampled_summary(run) if is_sampled(run) else light_summary(run) if is_light(run) else summary_record(run)
     summary = record.to_json()
     return summary, {"summary.json": to_json(summary),
-                     "report.html": render_html(run, summary, folder_name=folder_name)}
+                     "report.html": render_html(run, record, folder_name=folder_name)}
 
 
 def rederive(run: Run, folder: Path) -> dict[str, Any]:

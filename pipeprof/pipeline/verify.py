@@ -20,11 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeprof.analysis.advice_text import set_text
+from pipeprof.analysis.recommend import Recommendation
 from pipeprof.errors import UsageError
 from pipeprof.pipeline.derive import rederive
 from pipeprof.pipeline.fresh_process import ChildRun, run_child
 from pipeprof.pipeline.progress import SILENT, Progress
+from pipeprof.render.interval_text import change_text
 from pipeprof.run_folder import RUN_FORMAT_VERSION, Run, write_json, write_text
 from pipeprof.scenario import Scenario
 from pipeprof.variants import to_toml, vary
@@ -64,9 +65,9 @@ def verify(scenario: Scenario, summary: dict[str, Any], folder: Path, *, cache: 
     rec, record = checked_change(summary)
     if rec is None:
         return record
-    record["set"] = set_text(rec)
+    record["set"] = words = change_text(Recommendation.from_json(rec))
     try:
-        variant = vary(scenario, rec["change"], f"--verify ({set_text(rec)})", name=f"{scenario.name}-verify")
+        variant = vary(scenario, rec["change"], f"--verify ({words})", name=f"{scenario.name}-verify")
         base = vary(scenario, {}, "--verify (the scenario as run)")
     except UsageError as e:
         return {**record, "status": "invalid", "reason": str(e)}
@@ -88,7 +89,7 @@ def verify(scenario: Scenario, summary: dict[str, Any], folder: Path, *, cache: 
         rate = (base_child.summary or {}).get("samples_per_s")
         if base_child.status == "complete" and isinstance(rate, (int, float)):
             base_rates.append(float(rate))
-        with progress.waiting(f"verify: re-running with {set_text(rec)} ({i + 1} of {repeats})"):
+        with progress.waiting(f"verify: re-running with {words} ({i + 1} of {repeats})"):
             child = runner(scenario_file, out, cache=cache)
         rate = (child.summary or {}).get("samples_per_s")
         if child.status != "complete" or not isinstance(rate, (int, float)):

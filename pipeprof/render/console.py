@@ -6,6 +6,7 @@ so scenario names, reasons and paths are never parsed as rich markup.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +15,14 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeprof import format as fmt
-from pipeprof.analysis.advice_text import set_text
+from pipeprof.analysis.summary import Summary, as_summary
 from pipeprof.format import NOT_MEASURED
 from pipeprof.numbers import finite as _value
 from pipeprof.numbers import scaled
-from pipeprof.render.interval_text import may_not_help, speedup_text
+from pipeprof.render.interval_text import change_text, speedup_text
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import straggler_line
 from pipeprof.render.transform_view import transforms_line
-from pipeprof.resource_use import CpuUse, MemoryUse
 from pipeprof.run_folder import as_dict
 
 # summary.json's bottleneck is the verdict's class in coarse form (input:* -> input): one style for both.
@@ -31,17 +31,15 @@ _BOTTLENECK_STYLE: dict[str | None, str] = {"input": "bold red", "compute": "bol
 _VERDICT_STYLE = _BOTTLENECK_STYLE
 
 
-def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
-    """The summary of one run as a two-column table (label, value with its unit)."""
-    s = summary
-    step = as_dict(s.get("step_time_s"))
-    frac = as_dict(s.get("fractions"))
-    cpu = CpuUse.from_json(s.get("cpu"))
-    memory = MemoryUse.from_json(s.get("memory"))
-    loading = as_dict(s.get("loading"))
-    klass = s.get("bottleneck")
+def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> Table:
+    """The summary of one run as a two-column table (label, value with its unit); a summary.json's dict is read
+    back first (``as_summary``)."""
+    s = as_summary(summary)
+    step, frac, cpu, memory = s.step_time_s, s.fractions, s.cpu, s.memory
+    loading = as_dict(s.loading)
+    klass = s.bottleneck
 
-    table = Table(title=Text(f"pipeprof: {s.get('scenario') or 'run'}", style="bold"),
+    table = Table(title=Text(f"pipeprof: {s.scenario or 'run'}", style="bold"),
                   show_header=False, box=None, pad_edge=False, padding=(0, 2, 0, 0))
     table.add_column("measure", style="dim", no_wrap=True)
     table.add_column("value", overflow="fold")
@@ -49,22 +47,23 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     def add(label: str, value: str, style: str = "") -> None:
         table.add_row(Text(label), Text(value, style=style if value != NOT_MEASURED else "dim italic"))
 
-    script = as_dict(s.get("script"))
+    script = as_dict(s.script.script) if s.script else {}
+    loaders = (s.script.loaders if s.script else None) or []
     if script:
         add("script", str(script.get("command_line") or NOT_MEASURED))
-        add("loaders", ", ".join(_loader_group_text(g) for g in fold_loaders(s.get("loaders") or []))
-            or ("not visible from outside (attached)" if s.get("sampled") else "none iterated"))
+        add("loaders", ", ".join(_loader_group_text(g) for g in fold_loaders(loaders))
+            or ("not visible from outside (attached)" if s.sampled else "none iterated"))
     else:
-        add("scenario", str(s.get("scenario") or NOT_MEASURED))
-    sampled = as_dict(s.get("sampled"))  # pipeprof attach: shares of py-spy's samples, no step timed
+        add("scenario", s.scenario or NOT_MEASURED)
+    sampled = as_dict(s.sampled)  # pipeprof attach: shares of py-spy's samples, no step timed
     of = "sampled share, 95% interval" if sampled else "share of step time"
     if sampled:
         attached = as_dict(sampled.get("attach"))
         add("sampled", f"{fmt.number(sampled.get('training_samples'), 0)} samples of the training threads at "
                        f"{attached.get('rate_hz')} Hz over {fmt.duration(attached.get('sampled_s'))} (py-spy, from "
                        "outside): the shares below are sampled; steps and throughput cannot be measured so")
-    add("steps (counted)", fmt.number(s.get("steps"), 0))
-    add("throughput", fmt.rate(s.get("samples_per_s")), "bold")
+    add("steps (counted)", fmt.number(s.steps, 0))
+    add("throughput", fmt.rate(s.samples_per_s), "bold")
     add("step time median / p90", _several(fmt.duration, step.get("median"), step.get("p90")))
 
     def share(part: str, key: str) -> str:
@@ -80,27 +79,25 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
         add(f"collective wait ({of})", share("collective_wait", "collective"))
     add(f"compute ({of})", share("compute", "compute"))
     add(f"other ({of})", share("other", "other"))
-    add("bottleneck", str(s.get("bottleneck_reason") or klass or NOT_MEASURED), _BOTTLENECK_STYLE.get(klass, ""))
-    verdict = as_dict(s.get("verdict"))
-    if verdict.get("class"):
-        family = "input" if str(verdict["class"]).startswith("input:") else str(verdict["class"])
-        text = f"{verdict['class']}: {verdict.get('sentence') or ''}".strip()
-        text += "".join(f"\nnote: {note}" for note in verdict.get("notes") or [])
-        median = as_dict(s.get("job")).get("median_rank") if s.get("ranks") else None
-        add("verdict" if not s.get("ranks") else f"verdict (rank {median}, the median)" if median is not None
-            else "verdict (the median rank)", text, _VERDICT_STYLE.get(family, ""))
+    add("bottleneck", s.bottleneck_reason or klass or NOT_MEASURED, _BOTTLENECK_STYLE.get(klass, ""))
+    verdict = s.verdict
+    family = "input" if verdict.klass.startswith("input:") else verdict.klass
+    text = f"{verdict.klass}: {verdict.sentence}".strip()
+    text += "".join(f"\nnote: {note}" for note in verdict.notes)
+    median = as_dict(s.job).get("median_rank") if s.ranks else None
+    add("verdict" if not s.ranks else f"verdict (rank {median}, the median)" if median is not None
+        else "verdict (the median rank)", text, _VERDICT_STYLE.get(family, ""))
     straggler = straggler_line(s)
     if straggler is not None:  # a job of ranks: which one sets the pace, and why
-        add("straggler", straggler, "bold red" if as_dict(s.get("straggler")).get("rank") is not None else "")
-    recs = s.get("recommendations")
-    if isinstance(recs, list) and recs and isinstance(recs[0], dict):
-        top = recs[0]
-        speedup = speedup_text(top, missing="")
-        text = (f"{set_text(top)} → {fmt.rate(top.get('predicted_samples_per_s'), missing='not predicted')}"
-                + (f", {speedup}" if speedup else "") + f": {top.get('reason') or ''}")
-        if top.get("note"):  # e.g. the caveat of a run that ended early
-            text += f"\nnote: {top['note']}"
-        certain = bool(as_dict(top.get("change")) or top.get("code_change")) and not may_not_help(top)
+        add("straggler", straggler, "bold red" if s.straggler is not None and s.straggler.rank is not None else "")
+    if s.recommendations:
+        top, interval = s.recommendations[0], s.intervals[0] if s.intervals else None
+        speedup = speedup_text(top, interval, missing="")
+        text = (f"{change_text(top)} → {fmt.rate(top.predicted_samples_per_s, missing='not predicted')}"
+                + (f", {speedup}" if speedup else "") + f": {top.reason}")
+        if top.note:  # e.g. the caveat of a run that ended early
+            text += f"\nnote: {top.note}"
+        certain = bool(top.change or top.code_change) and not (interval is not None and interval.may_not_help)
         add("top recommendation", text, "bold" if certain else "")
     split = as_dict(loading.get("split"))
     if split:  # issue 18: decode and transforms timed inside __getitem__
@@ -111,7 +108,7 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
         add("fetch/prep/collate per sample",
             _several(fmt.duration, *(loading.get(k) for k in ("fetch_per_sample_s", "prep_per_sample_s",
                                                                "collate_per_sample_s"))))
-    burst = next((d.get("wait_by_position_s") for d in s.get("loaders") or []
+    burst = next((d.get("wait_by_position_s") for d in loaders
                   if isinstance(d, dict) and d.get("role") == "train" and d.get("wait_by_position_s")), None)
     if burst:  # steps of several batches (gradient accumulation): where in the step the waits fall
         add("wait by batch in the step", " / ".join(fmt.duration(w) for w in burst))
@@ -121,10 +118,10 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     if loading:  # unknown where schedstat cannot be read (fetch holds it then), never a silent 0
         add("waiting for a core per sample",
             fmt.duration(loading.get("core_wait_per_sample_s"), missing="unknown (counted in fetch)"))
-    code = _code_profile_line(as_dict(s.get("code_profile")))
+    code = _code_profile_line(as_dict(s.code_profile))
     if code:
         add("code profile", code)
-    cache = as_dict(s.get("cache"))
+    cache = as_dict(s.cache)
     if cache.get("cache") == "cold":
         verified = cache.get("verified")
         add("page cache", f"cold: {cache.get('reason')}", "bold red" if verified is False else "")
@@ -132,9 +129,9 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
         _several(lambda percent: fmt.pct(scaled(percent, 0.01), 0),
                  cpu.mean_util, cpu.peak_util))
     add("peak RSS", fmt.byte_size(memory.peak_rss_bytes))
-    add("accuracy", fmt.pct(s.get("accuracy"), 1))
-    add("final loss", fmt.number(s.get("final_loss"), 4))
-    light = as_dict(s.get("light"))
+    add("accuracy", fmt.pct(s.accuracy, 1))
+    add("final loss", fmt.number(s.final_loss, 4))
+    light = as_dict(s.light)
     if light:  # profile --light: the whole job's timeline of window medians, and its change point
         add("timeline (median step time)", light_timeline(light))
         cp = as_dict(light.get("change_point"))
@@ -146,7 +143,7 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     return table
 
 
-def print_summary(summary: dict[str, Any], folder: str | Path, console: Console | None = None) -> None:
+def print_summary(summary: Summary | Mapping[str, Any], folder: str | Path, console: Console | None = None) -> None:
     """Print ``summary_table`` to ``console`` (a new stdout Console when None)."""
     (console or Console()).print(summary_table(summary, folder))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeprof import format as fmt
+from pipeprof.analysis.summary import Summary
 from pipeprof.numbers import finite
 from pipeprof.run_folder import as_dict
 from pipeprof.run_meta import RunMeta
@@ -16,12 +17,12 @@ from pipeprof.run_meta import RunMeta
 Row = tuple[str, str, str]  # label, value, note (plain text: the template escapes it)
 
 
-def gpu_telemetry_rows(summary: dict[str, Any], meta: RunMeta) -> list[Row]:
+def gpu_telemetry_rows(summary: Summary, meta: RunMeta) -> list[Row]:
     """Rows for the summary table: per-process GPU use and SM clock / power (when a GPU was sampled), then
     torch.cuda's memory peaks and the creep check (always: absent with its reason off CUDA)."""
     rows: list[Row] = []
-    gpu = summary.get("gpu")
-    absences = as_dict(summary.get("absences") or meta.absences)
+    gpu = summary.gpu
+    absences = summary.absences or meta.absences
     info = meta.gpu.recorded
     if isinstance(gpu, dict):
         util, mem = finite(gpu.get("mean_proc_util_pct")), finite(gpu.get("peak_proc_mem_bytes"))
@@ -42,7 +43,7 @@ def gpu_telemetry_rows(summary: dict[str, Any], meta: RunMeta) -> list[Row]:
                      f"{_or_not(clock, lambda v: fmt.number(v, 0) + ' MHz')} · "
                      f"{_or_not(power, lambda v: fmt.number(v, 0) + ' W')}",
                      "; ".join(why) or "mean" + "".join(f"; {t}" for t in limits if t)))
-    rows.append(_device_memory_row(as_dict(summary.get("device_memory"))))
+    rows.append(_device_memory_row(as_dict(summary.device_memory)))
     return rows
 
 

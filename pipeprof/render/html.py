@@ -17,27 +17,20 @@ from jinja2 import ChainableUndefined, Environment, PackageLoader, Undefined
 from markupsafe import Markup
 
 from pipeprof import format as fmt
-from pipeprof.analysis.advice_text import set_text
+from pipeprof.analysis.attribution import Attribution
 from pipeprof.analysis.steps import counted_steps, counted_window_s, step_breakdown
-from pipeprof.analysis.summary import TAIL_FRACTION
+from pipeprof.analysis.summary import SUMMARY_SCHEMA_VERSION, TAIL_FRACTION, Summary, as_summary
 from pipeprof.format import NOT_MEASURED, finite
 from pipeprof.render import plots
 from pipeprof.render.gpu_view import gpu_telemetry_rows
-from pipeprof.render.interval_text import may_not_help, speedup_text
+from pipeprof.render.interval_text import change_text, speedup_text
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import rank_label, rank_rows, straggler_view
 from pipeprof.render.transform_plot import bars_svg
 from pipeprof.render.transform_view import loader_views, split_text, table_rows
 from pipeprof.render.window_plot import window_timeline_svg
-from pipeprof.resource_use import CpuUse, DiskUse, MemoryUse
 from pipeprof.run_folder import MAIN_PROCESS, Run, as_dict
-from pipeprof.run_meta import JobInfo, RankInfo, RunMeta, Timing
-
-_BOTTLENECK_TITLES: dict[str | None, str] = {  # looked up with summary.json's value, None when missing
-    "input": "Input-bound: training waits for data",
-    "compute": "Compute-bound: the data pipeline keeps up",
-    "balanced": "Partly input-bound",
-}
+from pipeprof.run_meta import JobInfo, RankInfo, RunMeta
 
 # Verdict classes (analysis.verdict.CLASSES): a title, and the CSS family for its color.
 _VERDICT_TITLES = {
@@ -92,28 +85,26 @@ _GPU_KEYS = ("gpu_util_pct", "gpu_mem_used_bytes", "gpu", "nvml")
 _LOADING_KEYS = ("loading",)
 
 
-def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = None) -> str:
-    """The report page for ``run`` as one HTML string (UTF-8, no external resources)."""
+def render_html(run: Run, summary: Summary | Mapping[str, Any], *, folder_name: str | None = None) -> str:
+    """The report page for ``run`` as one HTML string (UTF-8, no external resources); a summary.json's dict is
+    read back first (``as_summary``)."""
     meta = run.info
     env = _environment()
-    steps_counted = int(summary.get("steps") or 0)
-    verdict = _verdict(summary)  # the headline is the verdict's; older summaries have only the coarse class
-    title = verdict["title"] if verdict else _BOTTLENECK_TITLES.get(summary.get("bottleneck"), "unknown")
-    if steps_counted == 0:
-        title = "No counted steps"
-    fractions = summary.get("fractions") or {}
+    summary = as_summary(summary)
+    verdict = _verdict(summary)  # the headline is the verdict's
+    title = verdict["title"] if summary.steps else "No counted steps"
     shown = shown_phases(run, summary)
-    phases = [
-        {"key": p, "label": plots.PHASE_LABELS[p], "color": plots.PHASE_COLORS[p], "fraction": fractions.get(p)}
-        for p in shown
-    ]
+    phases = [{"key": p, "label": plots.PHASE_LABELS[p], "color": plots.PHASE_COLORS[p],
+               "fraction": finite(summary.fractions.get(p))} for p in shown]
     # time the counted window holds that no counted step does: shaded on every time chart, named once
     excluded = not_counted_spans(run.steps, meta.loaders, meta.timing.method)
     return env.get_template("report.html.j2").render(
         s=summary,
+        is_script=bool(summary.script and summary.script.script),
+        schema_version=SUMMARY_SCHEMA_VERSION,
         meta=meta,
         folder_name=folder_name,
-        scenario_name=summary.get("scenario") or run.name,
+        scenario_name=summary.scenario or run.name,
         scenario_description=as_dict(meta.scenario).get("description"),
         bottleneck_title=title,
         verdict=verdict,
@@ -133,15 +124,14 @@ def render_html(run: Run, summary: dict[str, Any], *, folder_name: str | None = 
         gpu_available=meta.gpu.available,
         gpu_reason=_gpu_reason(meta),
         gpu_telemetry=gpu_telemetry_rows(summary, meta),
-        absences=sorted(as_dict(summary.get("absences") or meta.absences).items()),
+        absences=sorted((summary.absences or meta.absences).items()),
         overrides=[str(o) for o in (meta.overrides or [])],
         notes=list(meta.notes),
         error=meta.error,
         uss_reason=meta.absences.get("uss") or "no USS snapshot was taken",
-        status=str(summary.get("status") or meta.status or "unknown"),
-        cpu=CpuUse.from_json(summary.get("cpu")), memory=MemoryUse.from_json(summary.get("memory")),
-        disk=DiskUse.from_json(summary.get("disk")), timing=Timing.parse(summary.get("timing")),
-        damage=[_damage_text(d) for d in summary.get("damage") or []],
+        status=str(summary.status or meta.status or "unknown"),
+        cpu=summary.cpu, memory=summary.memory, disk=summary.disk, timing=summary.timing,
+        damage=[_damage_text(d) for d in summary.damage],
         tail_pct=round(100 * TAIL_FRACTION),
     )
 
@@ -168,40 +158,34 @@ def _environment() -> Environment:
 # -- what to show --------------------------------------------------------------
 
 
-def _verdict(summary: dict[str, Any]) -> dict[str, Any] | None:
-    """The verdict block: title, sentence, notes and the evidence rows; None for older summaries."""
-    v = as_dict(summary.get("verdict"))
-    klass = v.get("class")
-    if not klass:
-        return None
-    title = _VERDICT_TITLES.get(klass, str(klass))
-    if klass.startswith("input:") or (klass == "balanced" and v.get("degree")):
-        title = f"{str(v.get('degree') or 'input-bound').capitalize()}: {title}"
+def _verdict(summary: Summary) -> dict[str, Any]:
+    """The verdict block: title, sentence, notes and the evidence rows."""
+    v = summary.verdict
+    klass = v.klass
+    title = _VERDICT_TITLES.get(klass, klass)
+    if klass.startswith("input:") or (klass == "balanced" and v.degree):
+        title = f"{(v.degree or 'input-bound').capitalize()}: {title}"
     elif klass == "balanced":
         title = f"Balanced: {title}"
     family = "input" if klass.startswith("input:") else klass
-    rows = [(_EVIDENCE_LABELS.get(k, k.replace("_", " ")), format_evidence(k, value))
-            for k, value in as_dict(v.get("evidence")).items()]
-    return {"class": klass, "family": family, "title": title, "rule": v.get("rule"),
-            "sentence": v.get("sentence") or "", "notes": [str(n) for n in v.get("notes") or []],
-            "rows": rows + _context_rows(as_dict(summary.get("attribution")))}
+    rows = [(_EVIDENCE_LABELS.get(k, k.replace("_", " ")), format_evidence(k, value)) for k, value in v.evidence.items()]
+    return {"class": klass, "family": family, "title": title, "rule": v.rule, "sentence": v.sentence,
+            "notes": list(v.notes), "rows": rows + _context_rows(summary.attribution)}
 
 
-def _recommendations(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The Recommendations table's rows, formatted; empty for summaries from before recommendations."""
-    recs = summary.get("recommendations")
-    if not isinstance(recs, list):
-        return []
-    return [{"change": set_text(r), "samples_per_s": format_significant(r.get("predicted_samples_per_s")),
-             "speedup": speedup_text(r), "may_not_help": may_not_help(r),
-             "method": str(as_dict(r.get("interval")).get("method") or ""), "reason": str(r.get("reason") or ""),
-             "note": str(r.get("note") or ""), "model": str(r.get("model") or "")}
-            for r in recs if isinstance(r, dict)]
+def _recommendations(summary: Summary) -> list[dict[str, Any]]:
+    """The Recommendations table's rows, formatted."""
+    intervals = summary.intervals if len(summary.intervals) == len(summary.recommendations) else \
+        (None,) * len(summary.recommendations)
+    return [{"change": change_text(r), "samples_per_s": format_significant(r.predicted_samples_per_s),
+             "speedup": speedup_text(r, i), "may_not_help": i is not None and i.may_not_help,
+             "method": i.method if i is not None else "", "reason": r.reason, "note": r.note or "", "model": r.model}
+            for r, i in zip(summary.recommendations, intervals, strict=True)]
 
 
-def _verification(summary: dict[str, Any]) -> dict[str, Any] | None:
+def _verification(summary: Summary) -> dict[str, Any] | None:
     """The verified-prediction block under the recommendations; None when ``--verify`` was not asked."""
-    v = as_dict(summary.get("verification"))
+    v = as_dict(summary.verification)
     if not v:
         return None
     folder = v.get("folder")
@@ -231,32 +215,26 @@ def _speedup(value: Any) -> str:
     return NOT_MEASURED if _missing(value) else f"×{fmt.number(value, 2)}"
 
 
-def _context_rows(attr: dict[str, Any]) -> list[tuple[str, str]]:
+def _context_rows(attr: Attribution) -> list[tuple[str, str]]:
     """CPU, GPU and disk-ceiling evidence shown under every verdict, "not measured: why" when absent."""
     rows: list[tuple[str, str]] = []  # plain text (escaped by the template) or Markup
-    cpu = as_dict(attr.get("cpu"))
-    if cpu:
-        wanted = (f"{fmt.plural(cpu.get('num_workers'), 'worker')} + "
-                  f"{fmt.plural(cpu.get('torch_threads'), 'torch thread')} on {cpu.get('cores_usable')} usable cores")
-        if cpu.get("oversubscribed") is None:
-            rows.append(("workers + torch threads vs usable cores", _NOT_MEASURED_HTML))
-        else:
-            rows.append(("workers + torch threads vs usable cores",
-                         wanted + (": oversubscribed" if cpu["oversubscribed"] else "")))
-        busy = cpu.get("busy_cores")
-        rows.append(("cores busy (training process + workers), mean",
-                     _NOT_MEASURED_HTML if _missing(busy) else
-                     Markup("{} of {} (training process {}, workers {}, % of one core)").format(
-                         format_number(busy), format_number(cpu.get("cores_usable")),
-                         format_pct(cpu.get("main_cpu_mean_pct")), format_pct(cpu.get("workers_cpu_mean_pct")))))
-    gpu = as_dict(attr.get("gpu"))
-    if gpu:
-        rows.append(("GPU idle, mean", Markup('<span class="nm">not measured: {}</span>').format(gpu["absent"])
-                     if "absent" in gpu else format_pct(gpu.get("idle_pct"))))
-    ceiling = as_dict(as_dict(attr.get("disk")).get("ceiling"))
-    if "absent" in ceiling:
+    cpu = attr.cpu
+    wanted = (f"{fmt.plural(cpu.num_workers, 'worker')} + "
+              f"{fmt.plural(cpu.torch_threads, 'torch thread')} on {cpu.cores_usable} usable cores")
+    rows.append(("workers + torch threads vs usable cores", _NOT_MEASURED_HTML if cpu.oversubscribed is None else
+                 wanted + (": oversubscribed" if cpu.oversubscribed else "")))
+    rows.append(("cores busy (training process + workers), mean",
+                 _NOT_MEASURED_HTML if _missing(cpu.busy_cores) else
+                 Markup("{} of {} (training process {}, workers {}, % of one core)").format(
+                     format_number(cpu.busy_cores), format_number(cpu.cores_usable),
+                     format_pct(cpu.main_cpu_mean_pct), format_pct(cpu.workers_cpu_mean_pct))))
+    gpu = attr.gpu
+    rows.append(("GPU idle, mean", Markup('<span class="nm">not measured: {}</span>').format(gpu.absent)
+                 if gpu.absent is not None else format_pct(gpu.idle_pct)))
+    ceiling = attr.disk.ceiling
+    if ceiling is not None and ceiling.absent is not None:
         rows.append(("disk reads vs the machine's ceiling",
-                     Markup('<span class="nm">not compared: {}</span>').format(ceiling["absent"])))
+                     Markup('<span class="nm">not compared: {}</span>').format(ceiling.absent)))
     return rows
 
 
@@ -279,17 +257,17 @@ def format_evidence(key: str, value: Any) -> str:
     return format_number(value)
 
 
-def shown_phases(run: Run, summary: dict[str, Any]) -> list[str]:
+def shown_phases(run: Run, summary: Summary | Mapping[str, Any]) -> list[str]:
     """The phases the report lists: all of ``plots.PHASE_COLORS`` but collective wait, which only a run where
     some step (of the run or of one of its ranks) waited in collectives shows: one process never does."""
     tables = [run.steps, *(r.steps for r in run.ranks)]
     waited = any(t is not None and "collective_wait_s" in t and (pd.to_numeric(t["collective_wait_s"],
                  errors="coerce") > 0).any() for t in tables)
-    waited = waited or (finite(as_dict(summary.get("fractions")).get("collective_wait")) or 0.0) > 0
+    waited = waited or (finite(as_summary(summary).fractions.get("collective_wait")) or 0.0) > 0
     return [p for p in plots.PHASE_COLORS if p != "collective_wait" or waited]
 
 
-def _ranks(run: Run, summary: dict[str, Any]) -> dict[str, Any] | None:
+def _ranks(run: Run, summary: Summary) -> dict[str, Any] | None:
     """The Ranks section: a row per rank and the rank x step heatmaps; None for one process."""
     rows = rank_rows(summary)
     if not rows and not run.ranks:
@@ -308,7 +286,7 @@ def _ranks(run: Run, summary: dict[str, Any]) -> dict[str, Any] | None:
             "untraced": [as_dict(u) for u in job.untraced]}
 
 
-def _plots(run: Run, meta: RunMeta, summary: dict[str, Any],
+def _plots(run: Run, meta: RunMeta, summary: Summary,
            excluded: list[tuple[float, float, str]], phases: list[str] | None = None) -> list[dict[str, Any]]:
     """Each plot with its SVG (safe markup) or the reason it is absent."""
     absences = meta.absences
@@ -344,9 +322,9 @@ def _plots(run: Run, meta: RunMeta, summary: dict[str, Any],
     ]
 
 
-def _window_plots(summary: dict[str, Any]) -> list[tuple[str, str, str | None, str, str]]:
+def _window_plots(summary: Summary) -> list[tuple[str, str, str | None, str, str]]:
     """A light run's timeline of step times with its change point; an attach's sampled shares per window."""
-    light, sampled = as_dict(summary.get("light")), as_dict(summary.get("sampled"))
+    light, sampled = as_dict(summary.light), as_dict(summary.sampled)
     if light:
         cp = as_dict(light.get("change_point"))
         svg = window_timeline_svg(light.get("timeline") or [], [("step_median_s", "median step", plots.MAIN_COLOR),
@@ -407,11 +385,11 @@ def _not_counted_note(excluded: list[tuple[float, float, str]], loaders: Any) ->
             f"statistic; each is drawn at the start of its step.")
 
 
-def _prefetch_plot(run: Run, summary: dict[str, Any]) -> tuple[str, str, str | None, str, str]:
-    prefetch = as_dict(as_dict(summary.get("attribution")).get("prefetch"))
-    reason = str(prefetch.get("absent") or "no counted step has a ready_batches reading")
-    svg = None if "absent" in prefetch else plots.prefetch_queue_svg(counted_steps(run.steps),
-                                                                      prefetch.get("capacity_batches"))
+def _prefetch_plot(run: Run, summary: Summary) -> tuple[str, str, str | None, str, str]:
+    prefetch = summary.attribution.prefetch
+    reason = prefetch.absent or "no counted step has a ready_batches reading"
+    svg = None if prefetch.absent is not None else plots.prefetch_queue_svg(counted_steps(run.steps),
+                                                                             prefetch.capacity_batches)
     return ("prefetch", "Prefetch queue", svg, reason,
             "Batches already produced and waiting when each counted step called next(), against the queue's "
             "capacity (num_workers × prefetch_factor). Often empty: the workers are too slow; often full yet "
@@ -419,12 +397,12 @@ def _prefetch_plot(run: Run, summary: dict[str, Any]) -> tuple[str, str, str | N
             "bursty supply.")
 
 
-def _loading(run: Run, meta: RunMeta, summary: dict[str, Any],
+def _loading(run: Run, meta: RunMeta, summary: Summary,
              excluded: list[tuple[float, float, str]]) -> dict[str, Any]:
     """The Loading section: the summary's table per worker (``loading.by_worker``, the training process first),
     the timeline of the raw records and the split, or why they are absent."""
     loading = run.loading
-    by_worker = as_dict(as_dict(summary.get("loading")).get("by_worker"))
+    by_worker = as_dict(as_dict(summary.loading).get("by_worker"))
     rows = sorted(({**as_dict(stats), "worker": _worker_id(label)} for label, stats in by_worker.items()),
                   key=lambda r: r["worker"])
     if loading is None or loading.empty:
@@ -454,7 +432,7 @@ _GROUP_COLORS: dict[str | None, str] = {"loading": "#d62728", "transfer": "#ff7f
 _PROCESS_TITLES = {"main": "training process", "workers": "DataLoader workers"}
 
 
-def _transforms(summary: dict[str, Any]) -> list[dict[str, Any]]:
+def _transforms(summary: Summary) -> list[dict[str, Any]]:
     """The "Inside the sample" section: per loader its title, chart, table rows and split line; [] (nothing
     rendered) when no transform or decode call was timed (``transform_view``)."""
     out = []
@@ -465,9 +443,9 @@ def _transforms(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _code_profile(summary: dict[str, Any]) -> dict[str, Any] | None:
-    """The Code-level view section (``summary["code_profile"]``, formatted); None when neither profiler was on."""
-    code = as_dict(summary.get("code_profile"))
+def _code_profile(summary: Summary) -> dict[str, Any] | None:
+    """The Code-level view section (``summary.code_profile``, formatted); None when neither profiler was on."""
+    code = as_dict(summary.code_profile)
     cprofile, pyspy = as_dict(code.get("cprofile")), as_dict(code.get("pyspy"))
     off = [p for p in (cprofile, pyspy) if str(p.get("absent", "")).startswith("off")]
     if not code or len(off) == 2:

@@ -8,9 +8,11 @@ the console imports it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pipeprof import format as fmt
+from pipeprof.analysis.summary import Summary, as_summary
 from pipeprof.format import NOT_MEASURED, finite
 from pipeprof.run_folder import as_dict
 
@@ -40,32 +42,29 @@ def rank_label(rank: Any, node: Any) -> str:
     return f"{text} ({node})" if node not in (None, "") else text
 
 
-def straggler_view(summary: dict[str, Any]) -> dict[str, Any] | None:
+def straggler_view(summary: Summary | Mapping[str, Any]) -> dict[str, Any] | None:
     """The straggler block: ``kind``, ``title``, ``sentence`` and the evidence ``rows`` as (label, text);
     None for a single-process run (no ``straggler``)."""
-    s = as_dict(summary.get("straggler"))
-    if not s:
+    s = as_summary(summary).straggler
+    if s is None:
         return None
-    kind = str(s.get("kind") or "none")
-    evidence = s.get("evidence")
-    if kind == "none" or s.get("rank") is None:
-        compared = finite(as_dict(evidence).get("ranks_compared"))
+    kind, evidence = s.kind, s.evidence
+    if kind == "none" or s.rank is None:
+        compared = finite(evidence.get("ranks_compared"))
         title = "No straggler named" if compared is not None and compared < 2 else "No straggler: the ranks kept pace"
         words = KEPT_PACE
     else:
-        title = f"Straggler: {rank_label(s.get('rank'), s.get('node'))}, {_KIND_TITLES.get(kind, kind)}"
-        words = f"{rank_label(s.get('rank'), s.get('node'))} {STRAGGLER_WORDS.get(kind, f'is the straggler ({kind})')}"
-    sentence = str(s.get("sentence") or words)
-    rows = ([(evidence_label(k), evidence_text(k, v)) for k, v in evidence.items()]
-            if isinstance(evidence, dict) else [("evidence", str(evidence))] if evidence else [])
-    return {"kind": kind, "rank": s.get("rank"), "node": s.get("node"), "title": title, "sentence": sentence,
+        title = f"Straggler: {rank_label(s.rank, s.node)}, {_KIND_TITLES.get(kind, kind)}"
+        words = f"{rank_label(s.rank, s.node)} {STRAGGLER_WORDS.get(kind, f'is the straggler ({kind})')}"
+    rows = [(evidence_label(k), evidence_text(k, v)) for k, v in evidence.items()]
+    return {"kind": kind, "rank": s.rank, "node": s.node, "title": title, "sentence": s.sentence or words,
             "rows": rows}
 
 
 _KIND_TITLES = {"input": "input-bound", "compute": "compute-bound", "h2d": "bound by the copy to the device"}
 
 
-def straggler_line(summary: dict[str, Any]) -> str | None:
+def straggler_line(summary: Summary | Mapping[str, Any]) -> str | None:
     """The console's line: the straggler's rank, node and kind and why; None for a single-process run."""
     view = straggler_view(summary)
     if view is None:
@@ -75,23 +74,23 @@ def straggler_line(summary: dict[str, Any]) -> str | None:
     return f"{rank_label(view['rank'], view['node'])}, {view['kind']}: {view['sentence']}"
 
 
-def rank_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+def rank_rows(summary: Summary | Mapping[str, Any]) -> list[dict[str, Any]]:
     """The per-rank table's rows, numbers left as numbers (the template formats them): ``rank``, ``node``,
     ``samples_per_s``, ``fractions`` (the five phases), ``fetch_per_sample_s``, ``prep_per_sample_s``,
     ``verdict`` (its class), ``status``, ``straggler`` (True on the straggler's row)."""
-    straggler = as_dict(summary.get("straggler")).get("rank")
+    record = as_summary(summary)
+    straggler = record.straggler.rank if record.straggler is not None else None
     rows = []
-    for entry in summary.get("ranks") or []:
-        e = as_dict(entry)
-        loading, fractions = as_dict(e.get("loading")), as_dict(e.get("fractions"))
-        rows.append({"rank": e.get("rank"), "node": e.get("node"), "local_rank": e.get("local_rank"),
-                     "pid": e.get("pid"), "steps": e.get("steps"), "samples_per_s": e.get("samples_per_s"),
-                     "fractions": {p: fractions.get(p) for p in FRACTIONS},
+    for e in record.ranks:
+        loading = as_dict(e.loading)
+        rows.append({"rank": e.rank, "node": e.node, "local_rank": e.local_rank, "pid": e.pid, "steps": e.steps,
+                     "samples_per_s": e.samples_per_s,
+                     "fractions": {p: finite(e.fractions.get(p)) for p in FRACTIONS},
                      "fetch_per_sample_s": loading.get("fetch_per_sample_s"),
                      "prep_per_sample_s": loading.get("prep_per_sample_s"),
-                     "verdict": as_dict(e.get("verdict")).get("class") or NOT_MEASURED,
-                     "status": str(e.get("status") or "unknown"),
-                     "straggler": straggler is not None and e.get("rank") == straggler})
+                     "verdict": e.verdict.get("class") or NOT_MEASURED,
+                     "status": str(e.status or "unknown"),
+                     "straggler": straggler is not None and e.rank == straggler})
     return rows
 
 

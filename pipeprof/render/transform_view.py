@@ -10,10 +10,12 @@ with none renders nothing at all. No matplotlib here (the console imports it): t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pipeprof import format as fmt
+from pipeprof.analysis.summary import Summary, as_summary
 from pipeprof.numbers import finite
 from pipeprof.run_folder import as_dict
 
@@ -65,13 +67,14 @@ def ranked_parts(transforms: Any, decode: Any) -> tuple[Part, ...]:
     return tuple(parts)
 
 
-def loader_views(summary: dict[str, Any]) -> list[LoaderView]:
+def loader_views(summary: Summary | Mapping[str, Any]) -> list[LoaderView]:
     """One view per loader with transforms or decode timed: a script's ``loaders`` (loaders re-created with the
     same name and role: the first that has any), else the run's training loader; [] when none."""
     views: list[LoaderView] = []
     seen: set[tuple[str, str]] = set()
-    loaders = [as_dict(d) for d in summary.get("loaders") or [] if isinstance(d, dict)]
-    train_split = as_dict(as_dict(summary.get("loading")).get("split")) or None
+    record = as_summary(summary)
+    loaders = [d for d in (record.script.loaders if record.script else None) or [] if isinstance(d, dict)]
+    train_split = as_dict(as_dict(record.loading).get("split")) or None
     first_train = next((d for d in loaders if d.get("role") == "train"), None)
     for loader in loaders:
         parts = ranked_parts(loader.get("transforms"), loader.get("decode"))
@@ -84,7 +87,7 @@ def loader_views(summary: dict[str, Any]) -> list[LoaderView]:
         title += f", the first of {same} loaders of that name)" if same > 1 else ")"
         views.append(LoaderView(title, parts, train_split if loader is first_train else None))
     if not views:
-        parts = ranked_parts(summary.get("transforms"), summary.get("decode"))
+        parts = ranked_parts(record.transforms, record.decode)
         if parts:
             views.append(LoaderView("training loader", parts, train_split))
     return views
@@ -93,10 +96,11 @@ def loader_views(summary: dict[str, Any]) -> list[LoaderView]:
 # -- the terminal ---------------------------------------------------------------------------------------------------
 
 
-def transforms_line(summary: dict[str, Any]) -> str | None:
+def transforms_line(summary: Summary | Mapping[str, Any]) -> str | None:
     """"RandomAffine 1.20 ms/sample (78% of prep), Normalize 50.0 µs; decode (PIL.Image.open+convert) 2.10 ms/sample"
     for the training loader; None when nothing was timed."""
-    parts = ranked_parts(summary.get("transforms"), summary.get("decode"))
+    record = as_summary(summary)
+    parts = ranked_parts(record.transforms, record.decode)
     if not parts:
         return None
     shown = [p for p in parts if not p.decode][:TOP_IN_LINE]
