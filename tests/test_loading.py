@@ -296,10 +296,11 @@ def test_breakdown_and_summary_of_nothing():
 
 
 def test_summary_keys_and_units():
-    s = loading_summary(make_loading())
+    s = loading_summary(make_loading()).to_json()
     assert set(s) == {"batches", "samples", "workers", "fetch_per_sample_s", "core_wait_per_sample_s",
                       "prep_per_sample_s", "collate_per_batch_s", "collate_per_sample_s", "batch_s", "fractions",
-                      "by_worker"}
+                      "by_worker", "split"}
+    assert s["split"] is None  # the transforms' split is the summary's to add (analysis.transforms)
     assert s["batches"] == 6 and s["samples"] == 24 and s["workers"] == 2
     assert s["fetch_per_sample_s"] == pytest.approx((0.12 + 0.24) / 24)
     assert s["prep_per_sample_s"] == pytest.approx(0.12 / 24)
@@ -318,7 +319,7 @@ def test_summary_keys_and_units():
 
 def test_main_process_counts_as_no_workers():
     df = make_loading().assign(worker=MAIN_PROCESS, pid=100)
-    s = loading_summary(df)
+    s = loading_summary(df).to_json()
     assert s["workers"] == 0 and list(s["by_worker"]) == ["main"]
     assert s["by_worker"]["main"]["batches"] == 6
 
@@ -379,7 +380,7 @@ def test_the_wait_for_a_core_is_taken_out_of_fetch():
     assert record.fetch_s + record.prep_s + record.core_wait_s == pytest.approx(0.070)
     recorder.record(record, step=0)
     assert recorder.rows()[0]["core_wait_s"] == pytest.approx(0.014)
-    s = loading_summary(recorder.frame())
+    s = loading_summary(recorder.frame()).to_json()
     assert s["core_wait_per_sample_s"] == pytest.approx(0.014 / 3)
     assert s["fetch_per_sample_s"] == pytest.approx(0.046 / 3)
     measured_s = 0.070 + 0.003
@@ -408,7 +409,7 @@ def test_without_schedstat_the_split_is_unknown_not_zero():
     assert record.fetch_s == pytest.approx(0.040) and record.prep_s == pytest.approx(0.006)  # as before the split
     recorder.record(record, step=0)
     assert np.isnan(recorder.rows()[0]["core_wait_s"])
-    s = loading_summary(recorder.frame())
+    s = loading_summary(recorder.frame()).to_json()
     assert s["core_wait_per_sample_s"] is None and s["fractions"]["core_wait"] is None
     assert s["by_worker"]["main"]["core_wait_per_sample_s"] is None
     assert s["fetch_per_sample_s"] == pytest.approx(0.020)
@@ -416,10 +417,10 @@ def test_without_schedstat_the_split_is_unknown_not_zero():
 
 def test_one_batch_of_unknown_wait_makes_the_whole_split_unknown():
     known = make_loading().assign(core_wait_s=0.001)
-    s = loading_summary(known)
+    s = loading_summary(known).to_json()
     assert s["core_wait_per_sample_s"] == pytest.approx(0.001 / 4)
     known.loc[3, "core_wait_s"] = np.nan
-    s = loading_summary(known)
+    s = loading_summary(known).to_json()
     assert s["core_wait_per_sample_s"] is None and s["fractions"]["core_wait"] is None
     b = loading_breakdown(known).set_index("worker")
     assert b.loc[0, "core_wait_per_sample_s"] == pytest.approx(0.001 / 4)  # worker 0's batches all known
@@ -428,7 +429,7 @@ def test_one_batch_of_unknown_wait_makes_the_whole_split_unknown():
 
 def test_a_loading_table_from_before_core_wait_reads_as_unknown():
     old = make_loading().drop(columns=["core_wait_s"])
-    s = loading_summary(old)
+    s = loading_summary(old).to_json()
     assert s is not None and s["core_wait_per_sample_s"] is None
     assert loading_breakdown(old)["core_wait_s"].isna().all()
 

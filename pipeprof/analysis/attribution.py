@@ -34,7 +34,7 @@ from pipeprof.analysis.evidence import (
     PrefetchEvidence,
     StepShares,
 )
-from pipeprof.analysis.loading import counted_batches, loading_summary
+from pipeprof.analysis.loading import LoadingSummary, counted_batches, loading_summary
 from pipeprof.analysis.steps import counted_steps, counted_window_s, fractions
 from pipeprof.loader_rules import pins_memory, prefetch_factor, queue_capacity_batches
 from pipeprof.numbers import finite as _finite
@@ -65,7 +65,7 @@ class Attribution:
     data: DataEvidence
     cache: CacheEvidence
     fractions: dict[str, float] = field(default_factory=dict)
-    loading_summary: dict[str, Any] | None = None
+    loading_summary: LoadingSummary | None = None
     cache_check: dict[str, Any] | None = None
     # The run's settings as run.json recorded them (a scenario's or a script's: ``kind``), for words that fit
     # the command that made the run; not in summary.json's ``attribution`` (None when read back from it).
@@ -158,25 +158,25 @@ def attribution(run: Run, probe: dict | None = None) -> Attribution:
         fractions=frac, loading_summary=loading, cache_check=cache, settings=settings)
 
 
-def _loading(loading: dict | None, wait_mean_s: float | None, meta: RunMeta) -> LoadingEvidence:
-    if not loading:
+def _loading(loading: LoadingSummary | None, wait_mean_s: float | None, meta: RunMeta) -> LoadingEvidence:
+    if loading is None:
         return LoadingEvidence(absent=str(meta.absences.get("loading")
                                           or "no loading records for counted steps (recorded without worker-side "
                                              "timing?)"))
-    busy = {w: v.get("busy_fraction") for w, v in loading["by_worker"].items()}
+    busy = {w: v.busy_fraction for w, v in loading.by_worker.items()}
     workers_busy = [b for w, b in busy.items() if w != "main" and b is not None]
-    part = loading.get("fractions") or {}
+    part = loading.fractions
     return LoadingEvidence(
-        workers=loading["workers"],
-        fetch_per_sample_s=loading["fetch_per_sample_s"], prep_per_sample_s=loading["prep_per_sample_s"],
-        core_wait_per_sample_s=loading.get("core_wait_per_sample_s"), core_wait_fraction=part.get("core_wait"),
-        collate_per_sample_s=loading["collate_per_sample_s"], collate_per_batch_s=loading["collate_per_batch_s"],
-        batch_s=loading["batch_s"],
+        workers=loading.workers,
+        fetch_per_sample_s=loading.fetch_per_sample_s, prep_per_sample_s=loading.prep_per_sample_s,
+        core_wait_per_sample_s=loading.core_wait_per_sample_s, core_wait_fraction=part.get("core_wait"),
+        collate_per_sample_s=loading.collate_per_sample_s, collate_per_batch_s=loading.collate_per_batch_s,
+        batch_s=loading.batch_s,
         fetch_fraction=part.get("fetch"), prep_fraction=part.get("prep"), collate_fraction=part.get("collate"),
         busy_fraction_by_worker=busy,
         worker_busy_mean_fraction=sum(workers_busy) / len(workers_busy) if workers_busy else None,
-        production_over_wait_fraction=(loading["batch_s"] / wait_mean_s
-                                       if wait_mean_s and loading["batch_s"] is not None else None),
+        production_over_wait_fraction=(loading.batch_s / wait_mean_s
+                                       if wait_mean_s and loading.batch_s is not None else None),
         # How fetch and prep were told apart: null = timed around the storage's own fetch() and prep();
         # "thread-cpu-time" = a script's __getitem__, off-CPU time as fetch and on-CPU time as prep.
         split=meta.loading_split,
@@ -276,11 +276,11 @@ def _prefetch(steps: pd.DataFrame, factor: int | None, num_workers: int | None) 
 # ---- helpers ----------------------------------------------------------------------------
 
 
-def _num_workers(settings: RunSettings, loading: dict | None) -> int | None:
+def _num_workers(settings: RunSettings, loading: LoadingSummary | None) -> int | None:
     """num_workers from the settings as run; else from who made the batches; else unknown."""
     if settings.loader.num_workers is not None:
         return settings.loader.num_workers
-    return int(loading["workers"]) if loading else None
+    return loading.workers if loading is not None else None
 
 
 def _during(run: Run) -> pd.DataFrame:

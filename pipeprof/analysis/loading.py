@@ -19,6 +19,8 @@ microseconds of bookkeeping between samples:
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -63,6 +65,85 @@ def core_wait_absence(loading: pd.DataFrame) -> str | None:
     if loading.empty or "core_wait_s" not in loading:
         return None
     return CORE_WAIT_UNKNOWN if bool(pd.to_numeric(loading["core_wait_s"], errors="coerce").isna().all()) else None
+
+
+@dataclass(frozen=True)
+class WorkerLoading:
+    """One process's loading times in summary.json's ``loading.by_worker`` (``loading_summary``'s keys)."""
+
+    batches: int
+    samples: int
+    fetch_per_sample_s: float | None = None
+    core_wait_per_sample_s: float | None = None
+    prep_per_sample_s: float | None = None
+    collate_per_batch_s: float | None = None
+    collate_per_sample_s: float | None = None
+    batch_s: float | None = None
+    busy_fraction: float | None = None
+    fetch_max_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> WorkerLoading:
+        d = data if isinstance(data, dict) else {}
+        return cls(batches=int(d.get("batches") or 0), samples=int(d.get("samples") or 0),
+                   **{f.name: _finite(d.get(f.name)) for f in dataclasses.fields(cls)
+                      if f.name not in ("batches", "samples")})
+
+
+@dataclass(frozen=True)
+class LoadingSummary:
+    """summary.json's ``loading`` (``loading_summary``'s keys), with ``split`` (``analysis.transforms``: fetch /
+    core wait / decode / transform / other per sample, None where nothing inside the sample was timed) and a
+    script's spawned workers' ``worker_start`` (``analysis.worker_start``; written only where there is one)."""
+
+    batches: int
+    samples: int
+    workers: int
+    fetch_per_sample_s: float | None
+    core_wait_per_sample_s: float | None
+    prep_per_sample_s: float | None
+    collate_per_batch_s: float | None
+    collate_per_sample_s: float | None
+    batch_s: float | None
+    fractions: dict[str, float | None]
+    by_worker: dict[str, WorkerLoading]
+    split: dict[str, Any] | None = None
+    worker_start: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "batches": self.batches, "samples": self.samples, "workers": self.workers,
+            "fetch_per_sample_s": self.fetch_per_sample_s, "core_wait_per_sample_s": self.core_wait_per_sample_s,
+            "prep_per_sample_s": self.prep_per_sample_s, "collate_per_batch_s": self.collate_per_batch_s,
+            "collate_per_sample_s": self.collate_per_sample_s, "batch_s": self.batch_s,
+            "fractions": dict(self.fractions), "by_worker": {k: w.to_json() for k, w in self.by_worker.items()},
+            "split": self.split}
+        if self.worker_start is not None:
+            out["worker_start"] = self.worker_start
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> LoadingSummary | None:
+        """The inverse of ``to_json``; None for a summary without loading records (null)."""
+        if not isinstance(data, dict):
+            return None
+        raw_workers, raw_fractions = data.get("by_worker"), data.get("fractions")
+        by_worker: dict[str, Any] = raw_workers if isinstance(raw_workers, dict) else {}
+        fractions: dict[str, Any] = raw_fractions if isinstance(raw_fractions, dict) else {}
+        return cls(batches=int(data.get("batches") or 0), samples=int(data.get("samples") or 0),
+                   workers=int(data.get("workers") or 0),
+                   fetch_per_sample_s=_finite(data.get("fetch_per_sample_s")),
+                   core_wait_per_sample_s=_finite(data.get("core_wait_per_sample_s")),
+                   prep_per_sample_s=_finite(data.get("prep_per_sample_s")),
+                   collate_per_batch_s=_finite(data.get("collate_per_batch_s")),
+                   collate_per_sample_s=_finite(data.get("collate_per_sample_s")),
+                   batch_s=_finite(data.get("batch_s")),
+                   fractions={k: _finite(v) for k, v in fractions.items()},
+                   by_worker={str(k): WorkerLoading.from_json(v) for k, v in by_worker.items()},
+                   split=data.get("split"), worker_start=data.get("worker_start"))
 
 
 def worker_label(worker: Any) -> str:
@@ -115,8 +196,8 @@ def loading_breakdown(loading: pd.DataFrame) -> pd.DataFrame:
     return out[BREAKDOWN_COLUMNS]
 
 
-def loading_summary(loading: pd.DataFrame) -> dict[str, Any] | None:
-    """summary.json's ``loading``; None when there are no loading records.
+def loading_summary(loading: pd.DataFrame) -> LoadingSummary | None:
+    """summary.json's ``loading`` (``LoadingSummary.to_json()``); None when there are no loading records.
 
     Pass ``counted_batches(...)``. Keys (times in seconds):
 
@@ -152,33 +233,25 @@ def loading_summary(loading: pd.DataFrame) -> dict[str, Any] | None:
     batches, samples = len(df), int(df["samples"].sum())
     measured_s = sum(v for v in totals.values() if v is not None)
     workers = df["worker"].astype(int)
-    return {
-        "batches": batches,
-        "samples": samples,
-        "workers": int(workers[workers != MAIN_PROCESS].nunique()),
-        "fetch_per_sample_s": _ratio(totals["fetch"], samples),
-        "core_wait_per_sample_s": _ratio(totals["core_wait"], samples),
-        "prep_per_sample_s": _ratio(totals["prep"], samples),
-        "collate_per_batch_s": _ratio(totals["collate"], batches),
-        "collate_per_sample_s": _ratio(totals["collate"], samples),
-        "batch_s": float((df["t_end_s"] - df["t_start_s"]).mean()),
-        "fractions": {p: _ratio(v, measured_s) for p, v in totals.items()},
-        "by_worker": {
-            worker_label(row["worker"]): {
-                "batches": int(row["batches"]),
-                "samples": int(row["samples"]),
-                "fetch_per_sample_s": _finite(row["fetch_per_sample_s"]),
-                "core_wait_per_sample_s": _finite(row["core_wait_per_sample_s"]),
-                "prep_per_sample_s": _finite(row["prep_per_sample_s"]),
-                "collate_per_batch_s": _finite(row["collate_per_batch_s"]),
-                "collate_per_sample_s": _finite(row["collate_per_sample_s"]),
-                "batch_s": _finite(row["batch_s"]),
-                "busy_fraction": _finite(row["busy_fraction"]),
-                "fetch_max_s": _finite(row["fetch_max_s"]),
-            }
-            for row in loading_breakdown(df).to_dict("records")
-        },
-    }
+    return LoadingSummary(
+        batches=batches, samples=samples, workers=int(workers[workers != MAIN_PROCESS].nunique()),
+        fetch_per_sample_s=_ratio(totals["fetch"], samples),
+        core_wait_per_sample_s=_ratio(totals["core_wait"], samples),
+        prep_per_sample_s=_ratio(totals["prep"], samples),
+        collate_per_batch_s=_ratio(totals["collate"], batches),
+        collate_per_sample_s=_ratio(totals["collate"], samples),
+        batch_s=float((df["t_end_s"] - df["t_start_s"]).mean()),
+        fractions={p: _ratio(v, measured_s) for p, v in totals.items()},
+        by_worker={worker_label(row["worker"]): WorkerLoading(
+            batches=int(row["batches"]), samples=int(row["samples"]),
+            fetch_per_sample_s=_finite(row["fetch_per_sample_s"]),
+            core_wait_per_sample_s=_finite(row["core_wait_per_sample_s"]),
+            prep_per_sample_s=_finite(row["prep_per_sample_s"]),
+            collate_per_batch_s=_finite(row["collate_per_batch_s"]),
+            collate_per_sample_s=_finite(row["collate_per_sample_s"]),
+            batch_s=_finite(row["batch_s"]), busy_fraction=_finite(row["busy_fraction"]),
+            fetch_max_s=_finite(row["fetch_max_s"])) for row in loading_breakdown(df).to_dict("records")},
+    )
 
 
 def _numeric(loading: pd.DataFrame | None) -> pd.DataFrame:

@@ -51,6 +51,7 @@ import numpy as np
 from pipeprof import format as fmt
 from pipeprof.analysis.advice_text import script_text
 from pipeprof.analysis.evidence import CpuEvidence
+from pipeprof.analysis.loading import LoadingSummary
 from pipeprof.analysis.recommend import Recommendation
 from pipeprof.analysis.steps import PHASES, counted_steps, step_breakdown
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS, MIN_GAIN, STRAGGLER_CONSISTENCY, STRAGGLER_MARGIN
@@ -73,7 +74,7 @@ class RankResult:
     samples: int  # samples in counted steps
     samples_per_s: float | None
     fractions: dict[str, float]
-    loading: dict[str, Any] | None  # the rank summary's loading section
+    loading: LoadingSummary | None  # the rank summary's loading section
     verdict: Verdict
     cpu: CpuEvidence
     recommendations: tuple[Recommendation, ...]
@@ -98,12 +99,12 @@ class RankEntry:
     steps: int
     samples_per_s: float | None
     fractions: dict[str, float]
-    loading: dict[str, Any] | None
+    loading: LoadingSummary | None
     verdict: dict[str, Any]
     status: str | None
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "loading": self.loading.to_json() if self.loading is not None else None}
 
     @classmethod
     def from_json(cls, data: Any) -> RankEntry:
@@ -111,7 +112,8 @@ class RankEntry:
         return cls(rank=d.get("rank"), local_rank=d.get("local_rank"), node=d.get("node"), pid=d.get("pid"),
                    steps=int(d.get("steps") or 0), samples_per_s=finite(d.get("samples_per_s")),
                    fractions={k: _nan_if_none(finite(v)) for k, v in as_dict(d.get("fractions")).items()},
-                   loading=d.get("loading"), verdict=dict(as_dict(d.get("verdict"))), status=d.get("status"))
+                   loading=LoadingSummary.from_json(d.get("loading")), verdict=dict(as_dict(d.get("verdict"))),
+                   status=d.get("status"))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from pipeprof.analysis.device_memory import device_memory
 from pipeprof.analysis.evidence import OFF_CPU_SPLIT
 from pipeprof.analysis.hotspots import code_profile
 from pipeprof.analysis.intervals import Interval, intervals, none, ranked
+from pipeprof.analysis.loading import LoadingSummary
 from pipeprof.analysis.ranks import (
     RankEntry,
     RankResult,
@@ -158,7 +159,7 @@ class Summary:
     timing: Timing = field(default_factory=Timing)  # which clock timed the steps, per part (run.json's)
     gpu: dict[str, Any] | None = None  # NVML's utilisation and memory over the counted window; None: no GPU
     device_memory: dict[str, Any] | None = None  # torch.cuda's peaks and the creep check (analysis.device_memory)
-    loading: dict[str, Any] | None = None  # the workers' loading times and its split (analysis.attribution)
+    loading: LoadingSummary | None = None  # the workers' loading times and its split (analysis.loading)
     transforms: list[dict[str, Any]] | None = None  # the training loader's transforms, costliest first
     decode: dict[str, Any] | None = None
     cache: dict[str, Any] | None = None  # the page cache check (analysis.cache)
@@ -194,7 +195,8 @@ class Summary:
     def _sections(self) -> dict[str, Any]:
         """summary.json's keys between ``timing`` and ``attribution``, in the order they have always had."""
         out: dict[str, Any] = {
-            "gpu": self.gpu, "device_memory": self.device_memory, "loading": self.loading,
+            "gpu": self.gpu, "device_memory": self.device_memory,
+            "loading": self.loading.to_json() if self.loading is not None else None,
             "transforms": self.transforms, "decode": self.decode, "cache": self.cache,
             "final_loss": self.final_loss, "accuracy": self.accuracy, "absences": dict(self.absences),
             "steady": self.steady, "status": self.status, "error": self.error, "job": self.job,
@@ -252,7 +254,7 @@ def summary_from_json(data: Any) -> Summary:
         straggler=Straggler.from_json(d.get("straggler")),
         cpu=CpuUse.from_json(d.get("cpu")), memory=MemoryUse.from_json(d.get("memory")),
         disk=DiskUse.from_json(d.get("disk")), timing=Timing.parse(d.get("timing")),
-        gpu=d.get("gpu"), device_memory=d.get("device_memory"), loading=d.get("loading"),
+        gpu=d.get("gpu"), device_memory=d.get("device_memory"), loading=LoadingSummary.from_json(d.get("loading")),
         transforms=d.get("transforms"), decode=d.get("decode"), cache=d.get("cache"),
         final_loss=d.get("final_loss"), accuracy=d.get("accuracy"), absences=dict(as_dict(d.get("absences"))),
         steady=d.get("steady"), status=d.get("status"), error=d.get("error"), job=d.get("job"), script=script,
@@ -406,8 +408,8 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
             recorded = {**recorded, "wall_s": script_wall_s(run)}
             if info.overrides:  # pipeprof profile --loader / --threads: what was set from outside
                 recorded["overrides"] = info.overrides
-        if started is not None and isinstance(loading, dict):  # spawned / forkserver workers
-            loading = {**loading, "worker_start": started}
+        if started is not None and loading is not None:  # spawned / forkserver workers
+            loading = dataclasses.replace(loading, worker_start=started)
         script = ScriptSections(script=recorded, loaders=_loaders_inside(info.loaders_recorded, inside),
                                 step_source=info.step_source)
     probe = probe if probe is not None else info.probe
@@ -437,12 +439,12 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
         throughput=throughput_windows(run.steps), code_profile=code_profile(run))
 
 
-def _with_split(loading: dict[str, Any] | None, lt: LoaderTransforms | None) -> dict[str, Any] | None:
+def _with_split(loading: LoadingSummary | None, lt: LoaderTransforms | None) -> LoadingSummary | None:
     """summary.json ``loading`` with ``split``: fetch / core_wait / decode / transform / other per sample
     (``analysis.transforms``), null where neither a transform nor a decode call was timed."""
     if loading is None:
         return None
-    return {**loading, "split": split_json(lt.split if lt is not None else None)}
+    return dataclasses.replace(loading, split=split_json(lt.split if lt is not None else None))
 
 
 def _loaders_inside(loaders: Any, inside: dict[int, LoaderTransforms]) -> Any:

@@ -36,7 +36,7 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
     back first (``as_summary``)."""
     s = as_summary(summary)
     step, frac, cpu, memory = s.step_time_s, s.fractions, s.cpu, s.memory
-    loading = as_dict(s.loading)
+    loading = s.loading
     klass = s.bottleneck
 
     table = Table(title=Text(f"pipeprof: {s.scenario or 'run'}", style="bold"),
@@ -99,15 +99,15 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
             text += f"\nnote: {top.note}"
         certain = bool(top.change or top.code_change) and not (interval is not None and interval.may_not_help)
         add("top recommendation", text, "bold" if certain else "")
-    split = as_dict(loading.get("split"))
-    if split:  # issue 18: decode and transforms timed inside __getitem__
+    split = as_dict(loading.split) if loading is not None else {}
+    if split and loading is not None:  # decode and transforms timed inside __getitem__
         add("fetch/decode/transform/other per sample",
             _several(fmt.duration, *(split.get(f"{k}_per_sample_s") for k in ("fetch", "decode", "transform", "other"))))
-        add("collate per sample", fmt.duration(loading.get("collate_per_sample_s")))
+        add("collate per sample", fmt.duration(loading.collate_per_sample_s))
     else:
         add("fetch/prep/collate per sample",
-            _several(fmt.duration, *(loading.get(k) for k in ("fetch_per_sample_s", "prep_per_sample_s",
-                                                               "collate_per_sample_s"))))
+            _several(fmt.duration, *((loading.fetch_per_sample_s, loading.prep_per_sample_s,
+                                      loading.collate_per_sample_s) if loading is not None else (None,))))
     burst = next((d.get("wait_by_position_s") for d in loaders
                   if isinstance(d, dict) and d.get("role") == "train" and d.get("wait_by_position_s")), None)
     if burst:  # steps of several batches (gradient accumulation): where in the step the waits fall
@@ -115,9 +115,9 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
     transforms = transforms_line(s)
     if transforms:  # issue 18: the training loader's costliest transforms and its decode, measured
         add("transforms", transforms)
-    if loading:  # unknown where schedstat cannot be read (fetch holds it then), never a silent 0
+    if loading is not None:  # unknown where schedstat cannot be read (fetch holds it then), never a silent 0
         add("waiting for a core per sample",
-            fmt.duration(loading.get("core_wait_per_sample_s"), missing="unknown (counted in fetch)"))
+            fmt.duration(loading.core_wait_per_sample_s, missing="unknown (counted in fetch)"))
     code = _code_profile_line(as_dict(s.code_profile))
     if code:
         add("code profile", code)

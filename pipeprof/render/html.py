@@ -402,8 +402,8 @@ def _loading(run: Run, meta: RunMeta, summary: Summary,
     """The Loading section: the summary's table per worker (``loading.by_worker``, the training process first),
     the timeline of the raw records and the split, or why they are absent."""
     loading = run.loading
-    by_worker = as_dict(as_dict(summary.loading).get("by_worker"))
-    rows = sorted(({**as_dict(stats), "worker": _worker_id(label)} for label, stats in by_worker.items()),
+    by_worker = summary.loading.by_worker if summary.loading is not None else {}
+    rows = sorted(({**stats.to_json(), "worker": _worker_id(label)} for label, stats in by_worker.items()),
                   key=lambda r: r["worker"])
     if loading is None or loading.empty:
         reason = _absence(meta.absences, _LOADING_KEYS,

@@ -14,7 +14,6 @@ from typing import Any
 from pipeprof import format as fmt
 from pipeprof.analysis.summary import Summary, as_summary
 from pipeprof.format import NOT_MEASURED, finite
-from pipeprof.run_folder import as_dict
 
 # What the straggler's kind says about it, after "rank N (node) ...".
 STRAGGLER_WORDS = {
@@ -82,12 +81,12 @@ def rank_rows(summary: Summary | Mapping[str, Any]) -> list[dict[str, Any]]:
     straggler = record.straggler.rank if record.straggler is not None else None
     rows = []
     for e in record.ranks:
-        loading = as_dict(e.loading)
+        loading = e.loading
         rows.append({"rank": e.rank, "node": e.node, "local_rank": e.local_rank, "pid": e.pid, "steps": e.steps,
                      "samples_per_s": e.samples_per_s,
                      "fractions": {p: finite(e.fractions.get(p)) for p in FRACTIONS},
-                     "fetch_per_sample_s": loading.get("fetch_per_sample_s"),
-                     "prep_per_sample_s": loading.get("prep_per_sample_s"),
+                     "fetch_per_sample_s": loading.fetch_per_sample_s if loading is not None else None,
+                     "prep_per_sample_s": loading.prep_per_sample_s if loading is not None else None,
                      "verdict": e.verdict.get("class") or NOT_MEASURED,
                      "status": str(e.status or "unknown"),
                      "straggler": straggler is not None and e.rank == straggler})

@@ -74,7 +74,7 @@ def loader_views(summary: Summary | Mapping[str, Any]) -> list[LoaderView]:
     seen: set[tuple[str, str]] = set()
     record = as_summary(summary)
     loaders = [d for d in (record.script.loaders if record.script else None) or [] if isinstance(d, dict)]
-    train_split = as_dict(as_dict(record.loading).get("split")) or None
+    train_split = (record.loading.split if record.loading is not None else None) or None
     first_train = next((d for d in loaders if d.get("role") == "train"), None)
     for loader in loaders:
         parts = ranked_parts(loader.get("transforms"), loader.get("decode"))
