@@ -1,4 +1,4 @@
-"""The summary's resource sections as typed records: summary.json ``cpu``, ``memory`` and ``disk``.
+"""The summary's resource sections as typed records: summary.json ``cpu``, ``memory``, ``disk`` and ``gpu``.
 
 ``analysis.summary`` builds them from the sampler's records (counted steps only); the renderers read them as
 these records, not as dicts. ``to_json`` is their summary.json form; ``from_json`` reads a summary.json (an older
@@ -7,6 +7,7 @@ or a partial one: a missing or non-numeric value reads as None, not measured, ne
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,3 +102,28 @@ class DiskUse:
     def from_json(cls, data: Any) -> DiskUse:
         d = as_object(data)
         return cls(mean_read_bytes_per_s=finite(d.get("mean_read_bytes_per_s")), read_bytes=finite(d.get("read_bytes")))
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    """summary.json ``gpu``: NVML's readings over the counted steps (the device's, then the training process
+    tree's own); each None where NVML gave none (its reason in ``absences``)."""
+
+    mean_util_pct: float | None = None
+    peak_mem_used_bytes: float | None = None
+    mean_pcie_rx_bytes_per_s: float | None = None
+    mean_pcie_tx_bytes_per_s: float | None = None
+    mean_proc_util_pct: float | None = None  # the training process tree's own share (NVML per-process)
+    peak_proc_mem_bytes: float | None = None
+    mean_sm_clock_mhz: float | None = None
+    mean_power_w: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> GpuUse | None:
+        """None for a summary without a GPU (null)."""
+        if not isinstance(data, dict):
+            return None
+        return cls(**{f.name: finite(data.get(f.name)) for f in dataclasses.fields(cls)})

@@ -220,6 +220,7 @@ def test_analysis_does_not_write_words():
 # What render/ may take from analysis without computing anything: the typed summary and the records it holds
 # (a summary.json read back, ``as_summary``, is reading, not analysing).
 SUMMARY_RECORDS = frozenset({"Summary", "as_summary", "SUMMARY_SCHEMA_VERSION", "Recommendation", "Interval",
+                             "LoadingSummary", "WorkerLoading", "DeviceMemory", "MemoryCreep",
                              "Attribution", "Verdict", "RankEntry", "Straggler"})
 
 

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from pipeprof.analysis.steps import counted_steps, counted_window_s
+from pipeprof.numbers import finite
 from pipeprof.run_folder import Run
 
 MIN_WINDOWS = 4
@@ -55,6 +56,13 @@ class MemoryCreep:
         return {"growing": self.growing, "growth_bytes": self.growth_bytes, "per_step_bytes": self.per_step_bytes,
                 "rule": CREEP_RULE}
 
+    @classmethod
+    def from_json(cls, data: Any) -> MemoryCreep | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(growing=bool(data.get("growing")), growth_bytes=finite(data.get("growth_bytes")),
+                   per_step_bytes=finite(data.get("per_step_bytes")))
+
 
 @dataclass(frozen=True)
 class DeviceMemory:
@@ -71,6 +79,17 @@ class DeviceMemory:
             return {"absent": self.absent}
         return {"peak_allocated_bytes": self.peak_allocated_bytes, "peak_reserved_bytes": self.peak_reserved_bytes,
                 "windows": self.windows, "creep": self.creep.to_json() if self.creep else None}
+
+    @classmethod
+    def from_json(cls, data: Any) -> DeviceMemory | None:
+        """None for a summary without the section (an older one)."""
+        if not isinstance(data, dict):
+            return None
+        if data.get("absent") is not None:
+            return cls(absent=str(data["absent"]))
+        return cls(peak_allocated_bytes=finite(data.get("peak_allocated_bytes")),
+                   peak_reserved_bytes=finite(data.get("peak_reserved_bytes")), windows=int(data.get("windows") or 0),
+                   creep=MemoryCreep.from_json(data.get("creep")))
 
 
 def device_memory(run: Run) -> DeviceMemory:

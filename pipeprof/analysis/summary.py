@@ -23,7 +23,7 @@ import pandas as pd
 
 from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution, attribution
-from pipeprof.analysis.device_memory import device_memory
+from pipeprof.analysis.device_memory import DeviceMemory, device_memory
 from pipeprof.analysis.evidence import OFF_CPU_SPLIT
 from pipeprof.analysis.hotspots import code_profile
 from pipeprof.analysis.intervals import Interval, intervals, none, ranked
@@ -63,7 +63,7 @@ from pipeprof.analysis.verdict import (
 from pipeprof.analysis.verification import verification
 from pipeprof.analysis.windows import throughput_windows
 from pipeprof.analysis.worker_start import with_worker_start_note, worker_start_summary
-from pipeprof.resource_use import CpuUse, DiskUse, MemoryUse, UssSnapshot
+from pipeprof.resource_use import CpuUse, DiskUse, GpuUse, MemoryUse, UssSnapshot
 from pipeprof.run_folder import Run, as_dict
 from pipeprof.run_meta import JobInfo, Timing
 
@@ -157,8 +157,8 @@ class Summary:
     memory: MemoryUse = field(default_factory=MemoryUse)
     disk: DiskUse = field(default_factory=DiskUse)
     timing: Timing = field(default_factory=Timing)  # which clock timed the steps, per part (run.json's)
-    gpu: dict[str, Any] | None = None  # NVML's utilisation and memory over the counted window; None: no GPU
-    device_memory: dict[str, Any] | None = None  # torch.cuda's peaks and the creep check (analysis.device_memory)
+    gpu: GpuUse | None = None  # NVML's utilisation and memory over the counted window; None: no GPU
+    device_memory: DeviceMemory | None = None  # torch.cuda's peaks and the creep check (analysis.device_memory)
     loading: LoadingSummary | None = None  # the workers' loading times and its split (analysis.loading)
     transforms: list[dict[str, Any]] | None = None  # the training loader's transforms, costliest first
     decode: dict[str, Any] | None = None
@@ -195,7 +195,8 @@ class Summary:
     def _sections(self) -> dict[str, Any]:
         """summary.json's keys between ``timing`` and ``attribution``, in the order they have always had."""
         out: dict[str, Any] = {
-            "gpu": self.gpu, "device_memory": self.device_memory,
+            "gpu": self.gpu.to_json() if self.gpu is not None else None,
+            "device_memory": self.device_memory.to_json() if self.device_memory is not None else None,
             "loading": self.loading.to_json() if self.loading is not None else None,
             "transforms": self.transforms, "decode": self.decode, "cache": self.cache,
             "final_loss": self.final_loss, "accuracy": self.accuracy, "absences": dict(self.absences),
@@ -254,7 +255,8 @@ def summary_from_json(data: Any) -> Summary:
         straggler=Straggler.from_json(d.get("straggler")),
         cpu=CpuUse.from_json(d.get("cpu")), memory=MemoryUse.from_json(d.get("memory")),
         disk=DiskUse.from_json(d.get("disk")), timing=Timing.parse(d.get("timing")),
-        gpu=d.get("gpu"), device_memory=d.get("device_memory"), loading=LoadingSummary.from_json(d.get("loading")),
+        gpu=GpuUse.from_json(d.get("gpu")), device_memory=DeviceMemory.from_json(d.get("device_memory")),
+        loading=LoadingSummary.from_json(d.get("loading")),
         transforms=d.get("transforms"), decode=d.get("decode"), cache=d.get("cache"),
         final_loss=d.get("final_loss"), accuracy=d.get("accuracy"), absences=dict(as_dict(d.get("absences"))),
         steady=d.get("steady"), status=d.get("status"), error=d.get("error"), job=d.get("job"), script=script,
@@ -425,7 +427,7 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
         recommendations=recs, intervals=bounds, cpu=cpu, memory=rss, disk=disk,
         timing=info.timing.with_parts(),
         gpu=_gpu_summary(during) if info.gpu.available else None,
-        device_memory=memory.to_json(), loading=loading,
+        device_memory=memory, loading=loading,
         # inside the sample (analysis.transforms): the training loader's transforms, costliest first, and decode
         transforms=transforms_json(trained),
         decode=decode_json(trained.decode if trained is not None else None),
@@ -523,21 +525,21 @@ def _read_bytes(processes: pd.DataFrame) -> float | None:
     return float((per_pid.max() - per_pid.min()).sum())
 
 
-def _gpu_summary(during: pd.DataFrame) -> dict[str, Any]:
+def _gpu_summary(during: pd.DataFrame) -> GpuUse:
     def col(name: str) -> pd.Series:
         return during.get(name, pd.Series(dtype=float))
 
-    return {
-        "mean_util_pct": _stat(col("gpu_util_pct"), "mean"),
-        "peak_mem_used_bytes": _stat(col("gpu_mem_used_bytes"), "max"),
-        "mean_pcie_rx_bytes_per_s": _stat(col("pcie_rx_bytes_per_s"), "mean"),
-        "mean_pcie_tx_bytes_per_s": _stat(col("pcie_tx_bytes_per_s"), "mean"),
+    return GpuUse(
+        mean_util_pct=_stat(col("gpu_util_pct"), "mean"),
+        peak_mem_used_bytes=_stat(col("gpu_mem_used_bytes"), "max"),
+        mean_pcie_rx_bytes_per_s=_stat(col("pcie_rx_bytes_per_s"), "mean"),
+        mean_pcie_tx_bytes_per_s=_stat(col("pcie_tx_bytes_per_s"), "mean"),
         # The training process tree's own share (NVML per-process), beside the device's total above.
-        "mean_proc_util_pct": _stat(col("gpu_proc_util_pct"), "mean"),
-        "peak_proc_mem_bytes": _stat(col("gpu_proc_mem_bytes"), "max"),
-        "mean_sm_clock_mhz": _stat(col("gpu_sm_clock_mhz"), "mean"),
-        "mean_power_w": _stat(col("gpu_power_w"), "mean"),
-    }
+        mean_proc_util_pct=_stat(col("gpu_proc_util_pct"), "mean"),
+        peak_proc_mem_bytes=_stat(col("gpu_proc_mem_bytes"), "max"),
+        mean_sm_clock_mhz=_stat(col("gpu_sm_clock_mhz"), "mean"),
+        mean_power_w=_stat(col("gpu_power_w"), "mean"),
+    )
 
 
 def _cores(run: Run) -> int | None:

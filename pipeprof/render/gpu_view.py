@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from pipeprof import format as fmt
+from pipeprof.analysis.device_memory import DeviceMemory
 from pipeprof.analysis.summary import Summary
 from pipeprof.numbers import finite
-from pipeprof.run_folder import as_dict
 from pipeprof.run_meta import RunMeta
 
 Row = tuple[str, str, str]  # label, value, note (plain text: the template escapes it)
@@ -24,8 +24,8 @@ def gpu_telemetry_rows(summary: Summary, meta: RunMeta) -> list[Row]:
     gpu = summary.gpu
     absences = summary.absences or meta.absences
     info = meta.gpu.recorded
-    if isinstance(gpu, dict):
-        util, mem = finite(gpu.get("mean_proc_util_pct")), finite(gpu.get("peak_proc_mem_bytes"))
+    if gpu is not None:
+        util, mem = gpu.mean_proc_util_pct, gpu.peak_proc_mem_bytes
         value = (f"SM {_or_not(util, lambda v: fmt.pct(v / 100))}"
                  f" · memory {_or_not(mem, lambda v: fmt.byte_size(v))} peak")
         why = [f"{what}: {absences[key]}" for what, key, v in (("SM", "gpu_proc_util_pct", util),
@@ -33,7 +33,7 @@ def gpu_telemetry_rows(summary: Summary, meta: RunMeta) -> list[Row]:
                if v is None and absences.get(key)]
         rows.append(("GPU, training process", value,
                      "; ".join(why) or "NVML per-process, mean over counted steps; all its processes together"))
-        clock, power = finite(gpu.get("mean_sm_clock_mhz")), finite(gpu.get("mean_power_w"))
+        clock, power = gpu.mean_sm_clock_mhz, gpu.mean_power_w
         limits = [f"max {fmt.number(info['sm_clock_max_mhz'], 0)} MHz" if finite(info.get("sm_clock_max_mhz")) else "",
                   f"limit {fmt.number(info['power_limit_w'], 0)} W" if finite(info.get("power_limit_w")) else ""]
         why = [f"{what}: {absences[key]}" for what, key, v in (("SM clock", "gpu_sm_clock_mhz", clock),
@@ -43,25 +43,24 @@ def gpu_telemetry_rows(summary: Summary, meta: RunMeta) -> list[Row]:
                      f"{_or_not(clock, lambda v: fmt.number(v, 0) + ' MHz')} · "
                      f"{_or_not(power, lambda v: fmt.number(v, 0) + ' W')}",
                      "; ".join(why) or "mean" + "".join(f"; {t}" for t in limits if t)))
-    rows.append(_device_memory_row(as_dict(summary.device_memory)))
+    rows.append(_device_memory_row(summary.device_memory))
     return rows
 
 
-def _device_memory_row(memory: dict[str, Any]) -> Row:
+def _device_memory_row(memory: DeviceMemory | None) -> Row:
     label = "GPU memory, torch.cuda"
-    if "absent" in memory or not memory:
-        return label, fmt.NOT_MEASURED, str(memory.get("absent") or "not in this summary")
-    value = (f"allocated {fmt.byte_size(memory.get('peak_allocated_bytes'))} · "
-             f"reserved {fmt.byte_size(memory.get('peak_reserved_bytes'))} peak")
-    creep = as_dict(memory.get("creep"))
-    windows = fmt.plural(memory.get("windows"), "window")
-    if creep.get("growing"):
-        note = (f"memory creep: allocated grew by {fmt.byte_size(creep.get('growth_bytes'))} over the counted steps "
-                f"({fmt.byte_size(creep.get('per_step_bytes'))} a step; {windows})")
-    elif finite(creep.get("growth_bytes")) is None:
+    if memory is None or memory.absent is not None:
+        return label, fmt.NOT_MEASURED, (memory.absent if memory is not None else None) or "not in this summary"
+    value = (f"allocated {fmt.byte_size(memory.peak_allocated_bytes)} · "
+             f"reserved {fmt.byte_size(memory.peak_reserved_bytes)} peak")
+    creep, windows = memory.creep, fmt.plural(memory.windows, "window")
+    if creep is not None and creep.growing:
+        note = (f"memory creep: allocated grew by {fmt.byte_size(creep.growth_bytes)} over the counted steps "
+                f"({fmt.byte_size(creep.per_step_bytes)} a step; {windows})")
+    elif creep is None or creep.growth_bytes is None:
         note = f"too few windows to judge growth ({windows})"
     else:
-        note = f"no memory creep: {fmt.byte_size(creep.get('growth_bytes'))} fitted growth, within noise ({windows})"
+        note = f"no memory creep: {fmt.byte_size(creep.growth_bytes)} fitted growth, within noise ({windows})"
     return label, value, note
 
 
