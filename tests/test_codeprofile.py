@@ -17,6 +17,7 @@ import torch
 from rich.console import Console
 from torch.utils.data import DataLoader, Dataset
 
+from pipeprof.analysis.code_view import CodeView
 from pipeprof.analysis.hotspots import (
     GROUPS,
     code_profile,
@@ -237,7 +238,7 @@ def test_too_few_steps_outside_the_window_are_not_compared():
     assert "ratio" not in overhead
     assert overhead["absent"].startswith("too few steps outside the window to compare")
     assert overhead["steps_outside"] == 5
-    line = _code_profile_line({"cprofile": {"processes": {}, "overhead": overhead}})
+    line = _code_profile_line(CodeView.from_json({"cprofile": {"processes": {}, "overhead": overhead}, "pyspy": {}}))
     assert line is not None and "too few steps outside the window to compare (5)" in line and "×" not in line
 
 

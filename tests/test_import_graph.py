@@ -221,6 +221,7 @@ def test_analysis_does_not_write_words():
 # (a summary.json read back, ``as_summary``, is reading, not analysing).
 SUMMARY_RECORDS = frozenset({"Summary", "as_summary", "SUMMARY_SCHEMA_VERSION", "Recommendation", "Interval",
                              "LoadingSummary", "WorkerLoading", "DeviceMemory", "MemoryCreep",
+                             "CodeView", "CProfileView", "StepCost",
                              "Attribution", "Verdict", "RankEntry", "Straggler"})
 
 

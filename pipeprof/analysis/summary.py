@@ -23,6 +23,7 @@ import pandas as pd
 
 from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution, attribution
+from pipeprof.analysis.code_view import CodeView
 from pipeprof.analysis.device_memory import DeviceMemory, device_memory
 from pipeprof.analysis.evidence import OFF_CPU_SPLIT
 from pipeprof.analysis.hotspots import code_profile
@@ -173,7 +174,7 @@ class Summary:
     script: ScriptSections | None = None  # None: not a script's run (no script keys in summary.json)
     verification: dict[str, Any] | None = None  # run --verify: the top recommendation predicted against measured
     throughput: dict[str, Any] | None = None  # samples/s in windows of the counted steps (analysis.windows)
-    code_profile: dict[str, Any] | None = None  # cProfile and py-spy (analysis.hotspots), each absent when off
+    code_profile: CodeView | None = None  # cProfile and py-spy (analysis.code_view), each absent when off
     damage: tuple[dict[str, Any], ...] = ()  # a damaged folder's set-aside rows and keys (status "damaged")
     light: dict[str, Any] | None = None  # profile --light: the windows' timeline and its change point
     sampled: dict[str, Any] | None = None  # attach: the stacks' shares, workers, timeline and loader
@@ -204,7 +205,8 @@ class Summary:
         }
         if self.script is not None:
             out.update(script=self.script.script, loaders=self.script.loaders, step_source=self.script.step_source)
-        out.update(verification=self.verification, throughput=self.throughput, code_profile=self.code_profile)
+        out.update(verification=self.verification, throughput=self.throughput,
+                   code_profile=self.code_profile.to_json() if self.code_profile is not None else None)
         if self.damage:
             out["damage"] = list(self.damage)
         if self.light is not None:
@@ -260,7 +262,8 @@ def summary_from_json(data: Any) -> Summary:
         transforms=d.get("transforms"), decode=d.get("decode"), cache=d.get("cache"),
         final_loss=d.get("final_loss"), accuracy=d.get("accuracy"), absences=dict(as_dict(d.get("absences"))),
         steady=d.get("steady"), status=d.get("status"), error=d.get("error"), job=d.get("job"), script=script,
-        verification=d.get("verification"), throughput=d.get("throughput"), code_profile=d.get("code_profile"),
+        verification=d.get("verification"), throughput=d.get("throughput"),
+        code_profile=CodeView.from_json(d.get("code_profile")),
         damage=tuple(x for x in d.get("damage") or [] if isinstance(x, dict)), light=d.get("light"),
         sampled=d.get("sampled"),
         reason=reason if isinstance(reason, str) and reason != bottleneck(verdict)[1] else None)
@@ -438,7 +441,7 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
         # How the run ended (run.json's status and error): complete, interrupted (Ctrl-C, SIGTERM) or failed.
         status=info.status, error=info.error, script=script,
         verification=verification(info.verification, samples_per_s, checked_interval(info.verification, recs, bounds)),
-        throughput=throughput_windows(run.steps), code_profile=code_profile(run))
+        throughput=throughput_windows(run.steps), code_profile=CodeView.from_json(code_profile(run)))
 
 
 def _with_split(loading: LoadingSummary | None, lt: LoaderTransforms | None) -> LoadingSummary | None:

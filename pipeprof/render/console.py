@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeprof import format as fmt
+from pipeprof.analysis.code_view import CodeView
 from pipeprof.analysis.summary import Summary, as_summary
 from pipeprof.format import NOT_MEASURED
 from pipeprof.numbers import finite as _value
@@ -118,7 +119,7 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
     if loading is not None:  # unknown where schedstat cannot be read (fetch holds it then), never a silent 0
         add("waiting for a core per sample",
             fmt.duration(loading.core_wait_per_sample_s, missing="unknown (counted in fetch)"))
-    code = _code_profile_line(as_dict(s.code_profile))
+    code = _code_profile_line(s.code_profile)
     if code:
         add("code profile", code)
     cache = as_dict(s.cache)
@@ -151,23 +152,25 @@ def print_summary(summary: Summary | Mapping[str, Any], folder: str | Path, cons
 _NOT_ASKED = ("off", "not recorded")  # a profiler not asked for (a scenario's 0) or not offered (a script)
 
 
-def _code_profile_line(code: dict[str, Any]) -> str | None:
+def _code_profile_line(code: CodeView | None) -> str | None:
     """cProfile's group shares per process and its cost, and py-spy's file; None when both were off."""
+    if code is None:
+        return None
     parts = []
-    cprofile, pyspy = as_dict(code.get("cprofile")), as_dict(code.get("pyspy"))
-    if "absent" not in cprofile and cprofile:
-        for name, info in as_dict(cprofile.get("processes")).items():
-            groups = sorted(as_dict(as_dict(info).get("groups")).items(), key=lambda gv: -(_value(gv[1]) or 0))
-            shares = ", ".join(f"{g} {fmt.pct(v, 1)}" for g, v in groups[:3] if (_value(v) or 0) >= 0.005)
-            parts.append(f"{name}: {shares or as_dict(info).get('absent') or NOT_MEASURED}")
-        overhead = as_dict(cprofile.get("overhead"))
-        ratio = _value(overhead.get("ratio"))
-        outside = _value(overhead.get("steps_outside"))
+    cprofile, pyspy = code.cprofile, code.pyspy
+    if cprofile.absent is None and (cprofile.processes or cprofile.overhead is not None):
+        for name, info in cprofile.processes.items():
+            groups = sorted(info.groups.items(), key=lambda gv: -gv[1])
+            shares = ", ".join(f"{g} {fmt.pct(v, 1)}" for g, v in groups[:3] if v >= 0.005)
+            parts.append(f"{name}: {shares or info.absent or NOT_MEASURED}")
+        overhead = cprofile.overhead
+        ratio = overhead.ratio if overhead is not None else None
+        outside = overhead.steps_outside if overhead is not None else None
         parts.append(f"profiled steps ×{fmt.number(ratio, 2)} the others" if ratio is not None else
                      f"cost not measured: too few steps outside the window to compare ({int(outside)})"
                      if outside is not None else "cost not measured")
-    elif not str(cprofile.get("absent", "off")).startswith(_NOT_ASKED):
-        parts.append(f"cProfile: {cprofile['absent']}")
+    elif not (cprofile.absent or "off").startswith(_NOT_ASKED):
+        parts.append(f"cProfile: {cprofile.absent}")
     if pyspy and not str(pyspy.get("absent", "")).startswith(_NOT_ASKED):
         parts.append(f"py-spy: {pyspy['file']}" if pyspy.get("file") else f"py-spy: {pyspy.get('absent')}")
     return "; ".join(parts) or None

@@ -18,6 +18,7 @@ from markupsafe import Markup
 
 from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution
+from pipeprof.analysis.code_view import CProfileView, StepCost
 from pipeprof.analysis.steps import counted_steps, counted_window_s, step_breakdown
 from pipeprof.analysis.summary import SUMMARY_SCHEMA_VERSION, TAIL_FRACTION, Summary, as_summary
 from pipeprof.format import NOT_MEASURED, finite
@@ -445,50 +446,46 @@ def _transforms(summary: Summary) -> list[dict[str, Any]]:
 
 def _code_profile(summary: Summary) -> dict[str, Any] | None:
     """The Code-level view section (``summary.code_profile``, formatted); None when neither profiler was on."""
-    code = as_dict(summary.code_profile)
-    cprofile, pyspy = as_dict(code.get("cprofile")), as_dict(code.get("pyspy"))
-    off = [p for p in (cprofile, pyspy) if str(p.get("absent", "")).startswith("off")]
-    if not code or len(off) == 2:
+    code = summary.code_profile
+    if code is None:
+        return None
+    cprofile, pyspy = code.cprofile, code.pyspy
+    if str(cprofile.absent or "").startswith("off") and str(pyspy.get("absent", "")).startswith("off"):
         return None
     return {"cprofile": _cprofile_view(cprofile), "pyspy": pyspy}
 
 
-def _cprofile_view(cprofile: dict[str, Any]) -> dict[str, Any]:
-    if "absent" in cprofile:
-        return {"absent": str(cprofile["absent"])}
-    window = as_dict(cprofile.get("window"))
-    overhead = as_dict(cprofile.get("overhead"))
+def _cprofile_view(cprofile: CProfileView) -> dict[str, Any]:
+    if cprofile.absent is not None:
+        return {"absent": cprofile.absent}
+    window = cprofile.window or {}
+    overhead = cprofile.overhead or StepCost()
     first, steps = window.get("first_step"), window.get("profiled_steps", window.get("steps"))
     processes = []
-    for key, info in as_dict(cprofile.get("processes")).items():
-        info = as_dict(info)
-        groups = as_dict(info.get("groups"))
-        top = as_dict(cprofile.get("top")).get(key) or []
+    for key, info in cprofile.processes.items():
         processes.append({
-            "key": key, "title": _PROCESS_TITLES.get(key, key), "absent": info.get("absent"),
-            "scope": str(info.get("scope") or ""), "profiled_s": format_duration(info.get("profiled_s")),
-            "workers": (f"{info['processes_profiled']} of {info['processes_started']} worker processes profiled"
-                        if "processes_started" in info else ""),
-            "groups": [{"group": g, "color": _GROUP_COLORS.get(g, "#9e9e9e"), "fraction": groups.get(g)}
-                       for g in _GROUP_COLORS if g in groups],
-            "top": [{"function": str(t.get("function")), "group": str(t.get("group")),
-                     "color": _GROUP_COLORS.get(t.get("group"), "#9e9e9e"), "self": format_duration(t.get("self_s")),
-                     "cum": format_duration(t.get("cum_s")), "share": format_fraction_pct(t.get("share")),
-                     "calls": format_number(t.get("calls"))} for t in top if isinstance(t, dict)],
+            "key": key, "title": _PROCESS_TITLES.get(key, key), "absent": info.absent,
+            "scope": info.scope or "", "profiled_s": format_duration(info.profiled_s),
+            "workers": (f"{info.processes_profiled} of {info.processes_started} worker processes profiled"
+                        if info.processes_started is not None else ""),
+            "groups": [{"group": g, "color": _GROUP_COLORS.get(g, "#9e9e9e"), "fraction": info.groups.get(g)}
+                       for g in _GROUP_COLORS if g in info.groups],
+            "top": [{"function": t.function, "group": t.group, "color": _GROUP_COLORS.get(t.group, "#9e9e9e"),
+                     "self": format_duration(t.self_s), "cum": format_duration(t.cum_s),
+                     "share": format_fraction_pct(t.share), "calls": format_number(t.calls)}
+                    for t in cprofile.top.get(key, ())],
         })
-    if "absent" in overhead:
-        overhead_text = Markup('<span class="nm">not measured: {}</span>').format(overhead["absent"])
+    if overhead.absent is not None:
+        overhead_text = Markup('<span class="nm">not measured: {}</span>').format(overhead.absent)
     else:
         overhead_text = Markup("median step {} profiled vs {} not ({} and {} counted steps): ×{}").format(
-            format_duration(overhead.get("median_step_in_window_s")),
-            format_duration(overhead.get("median_step_outside_s")),
-            format_number(overhead.get("steps_in_window")), format_number(overhead.get("steps_outside")),
-            format_number(overhead.get("ratio"), 2))
+            format_duration(overhead.median_step_in_window_s), format_duration(overhead.median_step_outside_s),
+            format_number(overhead.steps_in_window), format_number(overhead.steps_outside),
+            format_number(overhead.ratio, 2))
     return {"window": f"steps {first}–{int(first) + int(steps) - 1} ({steps} steps)"
             if isinstance(first, int) and isinstance(steps, int) and steps > 0 else "no steps",
-            "overhead": overhead_text, "overhead_note": str(cprofile.get("overhead_note") or ""),
-            "processes": processes,
-            "files": [str(f) for f in as_dict(cprofile.get("files")).values()]}
+            "overhead": overhead_text, "overhead_note": cprofile.overhead_note or "",
+            "processes": processes, "files": list(cprofile.files.values())}
 
 
 def _gpu_reason(meta: RunMeta) -> str:
