@@ -142,3 +142,77 @@ def test_steps_end_a_torchdata_nodes_loop(tmp_path):
     finally:
         session.uninstall()
     assert len(seen) == 3  # --steps 3: the loop ends at the next next()
+
+
+def _fixture(name: str) -> Any:
+    """A fixture script of tests/fixtures as a module (its documented-style helpers; its main() not run)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "fixtures" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _image_model(pixels: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * pixels * pixels, 2))
+    return model, torch.optim.SGD(model.parameters(), lr=0.05)
+
+
+def test_webdataset_with_a_dataloader_batch_size_counts_its_samples_and_times_map_tuple_apart(tmp_path):
+    # WebDataset's first documented idiom (the fixture's default): the pipeline's samples batched by a
+    # DataLoader's batch_size; map_tuple's torchvision Compose timed leaf by leaf, PIL's decode apart.
+    import webdataset as wds
+    from torchvision import transforms
+
+    fixture = _fixture("webdataset_train")
+    urls = fixture.write_shards(str(tmp_path), 48, 16, 24)  # 3 shards of 16 PNG samples
+    preproc = transforms.Compose([transforms.RandomResizedCrop(16), transforms.ToTensor(),
+                                  transforms.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))])
+    dataset = (wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+               .decode("pil").to_tuple("png", "cls").map_tuple(preproc, fixture.identity))
+    shard_loader = torch.utils.data.DataLoader(dataset, batch_size=8)
+    model, optimizer = _image_model(16)
+    with pipeprof.profile(name="wds", out=tmp_path / "out", warmup_steps=1, quiet=True) as prof:
+        seen = []
+        for _epoch in range(2):
+            seen += _train(shard_loader, model, optimizer)
+    assert len(seen) == 12 and all(x.shape == (8, 3, 16, 16) for x, _ in seen)
+    s = prof.summary
+    assert s["steps"] + s["warmup_steps"] == 12 and prof.run.steps["samples"].tolist() == [8] * 12
+    (loader,) = s["loaders"]
+    assert (loader["name"], loader["batch_size"], loader["samples"]) == ("shard_loader", 8, 96)
+    timed = {t["name"]: t for t in s["transforms"]}
+    assert {"RandomResizedCrop", "ToTensor()", "Normalize"} <= set(timed)
+    assert s["decode"]["how"].startswith("PIL.Image") and s["decode"]["per_sample_s"] > 0
+    assert timed["RandomResizedCrop"]["calls"] == 11 * 8  # one call a sample of each counted step
+    assert "transforms" not in prof.run.meta["absences"] and "samples_per_batch" not in prof.run.meta["absences"]
+
+
+def test_a_hugging_face_set_transform_function_is_timed_as_a_transform_not_as_decode(tmp_path):
+    # HF datasets' in-place set_transform (the fixture runs with_transform): its function found and timed, the
+    # PIL calls inside it (image.convert) not booked as decode; the Image() column's decoding is.
+    fixture = _fixture("hf_datasets_train")
+    train_ds = fixture.build_dataset(48, 24)
+    train_ds.set_transform(fixture.train_transforms)
+    train_dataloader = DataLoader(train_ds, batch_size=8, collate_fn=fixture.collate_fn)
+    model, optimizer = _image_model(32)  # the fixture's RandomResizedCrop(32)
+    with pipeprof.profile(name="hf", out=tmp_path, warmup_steps=1, quiet=True) as prof:
+        seen = []
+        for batch in train_dataloader:
+            seen.append(batch)
+            loss = torch.nn.functional.cross_entropy(model(batch["pixel_values"]), batch["labels"])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    assert len(seen) == 6 and set(seen[0]) == {"pixel_values", "labels"}
+    s = prof.summary
+    assert [t["name"] for t in s["transforms"]] == ["train_transforms"]
+    assert s["transforms"][0]["calls"] == 5  # with_transform / set_transform: one call a batch's indices
+    assert s["decode"]["calls"] > 0 and "convert" not in s["decode"]["how"]
+    split = s["loading"]["split"]
+    assert 0 < split["decode_per_sample_s"] and 0 < split["transform_per_sample_s"]
+    assert "transforms" not in prof.run.meta["absences"]
