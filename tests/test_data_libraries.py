@@ -189,7 +189,7 @@ def test_webdataset_with_a_dataloader_batch_size_counts_its_samples_and_times_ma
     assert {"RandomResizedCrop", "ToTensor()", "Normalize"} <= set(timed)
     assert s["decode"]["how"].startswith("PIL.Image") and s["decode"]["per_sample_s"] > 0
     assert timed["RandomResizedCrop"]["calls"] == 11 * 8  # one call a sample of each counted step
-    assert "transforms" not in prof.run.meta["absences"] and "samples_per_batch" not in prof.run.meta["absences"]
+    assert not {"transforms", "samples_per_batch", "reads"} & set(prof.run.meta["absences"])
 
 
 def test_a_hugging_face_set_transform_function_is_timed_as_a_transform_not_as_decode(tmp_path):
@@ -216,3 +216,7 @@ def test_a_hugging_face_set_transform_function_is_timed_as_a_transform_not_as_de
     split = s["loading"]["split"]
     assert 0 < split["decode_per_sample_s"] and 0 < split["transform_per_sample_s"]
     assert "transforms" not in prof.run.meta["absences"]
+    # its Arrow table reads, not timed apart, are said (and are not decode)
+    assert prof.run.meta["loaders"][0]["dataset_module"].startswith("datasets.")
+    assert s["absences"]["reads"].startswith("train_dataloader's dataset is a Hugging Face datasets Dataset: its "
+                                             "Arrow table reads")

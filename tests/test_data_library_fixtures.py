@@ -112,6 +112,7 @@ def test_hf_with_transform_found_and_its_pil_calls_not_booked_as_decode(hf_run):
     # the Image() column's decoding is decode; the conversion and crops inside the transform are not
     assert 0 < split["decode_per_sample_s"] < split["transform_per_sample_s"]
     assert "transforms" not in s.get("absences", {})
+    assert "Arrow table reads" in s["absences"]["reads"]  # not timed apart, and said
     _same_wait(hf_run)
 
 
