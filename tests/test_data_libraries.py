@@ -220,3 +220,59 @@ def test_a_hugging_face_set_transform_function_is_timed_as_a_transform_not_as_de
     assert prof.run.meta["loaders"][0]["dataset_module"].startswith("datasets.")
     assert s["absences"]["reads"].startswith("train_dataloader's dataset is a Hugging Face datasets Dataset: its "
                                              "Arrow table reads")
+
+
+class OneAhead:
+    """A user's own one-ahead loader, as CUDA-prefetcher recipes write it: the next batch is taken (and, on a
+    GPU, copied on a side stream) before the current one is handed over."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Any:
+        batches = iter(self.loader)
+        ahead = next(batches, None)
+        while ahead is not None:
+            current, ahead = ahead, next(batches, None)
+            yield current
+
+
+def test_a_users_own_one_ahead_wrapper_given_to_wrap_is_one_step_a_batch(tmp_path):
+    model, optimizer = _model()
+    prefetcher = OneAhead(DataLoader(Pairs(80), batch_size=16))
+    with pipeprof.profile(name="ahead", out=tmp_path, warmup_steps=1, quiet=True) as prof:
+        seen = []
+        for _epoch in range(2):
+            seen += _train(prof.wrap(prefetcher), model, optimizer)
+    assert len(seen) == 10 and all(type(b) is dict for b in seen)
+    s = prof.summary
+    assert s["steps"] + s["warmup_steps"] == 10  # no step of two batches, no last step lost
+    assert prof.run.steps["samples"].tolist() == [16] * 10
+    (loader,) = s["loaders"]
+    assert loader["name"] == "prefetcher.loader" and loader["batches"] == 10  # where the user's object holds it
+    assert not getattr(OneAhead.__iter__, "_pipeprof_outer", False)  # its class put back after the block
+
+
+class Passing:
+    """A wrapper that holds nothing ahead (it moves each batch as it comes): its depth is read as 0."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Any:
+        for batch in self.loader:
+            yield {k: v.clone() for k, v in batch.items()}
+
+
+def test_a_wrapper_that_holds_nothing_ahead_given_to_wrap_keeps_each_batch_in_its_own_step(tmp_path):
+    model, optimizer = _model()
+    mover = Passing(DataLoader(Pairs(80), batch_size=16, num_workers=1))
+    with pipeprof.profile(name="passing", out=tmp_path, warmup_steps=1, quiet=True) as prof:
+        seen = _train(prof.wrap(mover), model, optimizer)
+    assert len(seen) == 5
+    s = prof.summary
+    assert s["steps"] + s["warmup_steps"] == 5 and prof.run.steps["samples"].tolist() == [16] * 5
+    assert prof.run.loading["worker"].ge(0).all() and len(prof.run.loading) == 5  # each batch's own record
