@@ -276,3 +276,29 @@ def test_a_wrapper_that_holds_nothing_ahead_given_to_wrap_keeps_each_batch_in_it
     s = prof.summary
     assert s["steps"] + s["warmup_steps"] == 5 and prof.run.steps["samples"].tolist() == [16] * 5
     assert prof.run.loading["worker"].ge(0).all() and len(prof.run.loading) == 5  # each batch's own record
+
+
+def test_steps_end_a_stateful_dataloader_loop(tmp_path):
+    # --steps was ignored for torchdata's StatefulDataLoader (its own __iter__ never reaches DataLoader's)
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from pipeprof.script import hooks
+
+    model, optimizer = _model()
+    train_loader = StatefulDataLoader(Pairs(80), batch_size=16)  # 5 batches a pass
+    session = hooks.Hooks(hooks.EventLog(str(tmp_path / "events.jsonl")), stop_after_steps=3)
+    session.install()
+    seen: list[Any] = []
+    try:
+        with pytest.raises(SystemExit):
+            for _epoch in range(3):
+                for batch in train_loader:
+                    seen.append(batch)
+                    loss = torch.nn.functional.cross_entropy(model(batch["image"].flatten(1)), batch["label"])
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+    finally:
+        session.uninstall()
+    assert len(seen) == 3  # --steps 3: the loop ends at the next next()
+    assert len(_train(train_loader, model, optimizer)) == 5  # after the session: the loader as it was
