@@ -21,7 +21,7 @@ from pipeprof.numbers import scaled
 from pipeprof.render.interval_text import may_not_help, speedup_text
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import straggler_line
-from pipeprof.render.transform_view import transforms_line
+from pipeprof.render.transform_view import eval_transforms_lines, transforms_line
 from pipeprof.resource_use import CpuUse, MemoryUse
 from pipeprof.run_folder import as_dict
 
@@ -118,6 +118,8 @@ def summary_table(summary: dict[str, Any], folder: str | Path) -> Table:
     transforms = transforms_line(s)
     if transforms:  # issue 18: the training loader's costliest transforms and its decode, measured
         add("transforms", transforms)
+    for name, line in eval_transforms_lines(s):  # each evaluation loader's, apart from training's
+        add(f"transforms, {name} (eval)", line)
     if loading:  # unknown where schedstat cannot be read (fetch holds it then), never a silent 0
         add("waiting for a core per sample",
             fmt.duration(loading.get("core_wait_per_sample_s"), missing="unknown (counted in fetch)"))

@@ -112,6 +112,18 @@ def transforms_line(summary: dict[str, Any]) -> str | None:
     return line
 
 
+def eval_transforms_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(name, transforms_line)`` of each evaluation loader of a script with transforms or decode timed, apart
+    from the training loader's line (loaders re-created under one name: the first that has any)."""
+    lines: list[tuple[str, str]] = []
+    for loader in (as_dict(d) for d in summary.get("loaders") or [] if isinstance(d, dict)):
+        name = str(loader.get("name") or "loader")
+        line = transforms_line(loader) if loader.get("role") == "eval" else None
+        if line and name not in {n for n, _ in lines}:
+            lines.append((name, line))
+    return lines
+
+
 # -- the report ------------------------------------------------------------------------------------------------------
 
 
