@@ -97,7 +97,9 @@ class Profile:
         """Declare ``loader`` the training loader (other loaders count as evaluation); returns it unchanged. A
         library's wrapper of a DataLoader (timm's ``PrefetchLoader``, WebDataset's ``WebLoader``, accelerate's
         loaders) declares the DataLoader it wraps, and a ``torchdata.nodes`` Loader itself; an object that holds
-        none is returned and declares nothing (its batches are the script's own, whatever their type)."""
+        none is returned and declares nothing (its batches are the script's own, whatever their type). A
+        wrapper's own ``next()`` is then timed, as a look-ahead loader's (``frameworks.time_wrapper``)."""
+        from pipeprof.script.frameworks import time_wrapper
         from pipeprof.script.loader_names import inner_dataloader
         from pipeprof.script.nodes_loader import is_nodes_loader
 
@@ -105,6 +107,8 @@ class Profile:
         inner = loader if is_nodes_loader(loader) else inner_dataloader(loader)  # a torchdata.nodes Loader is one
         if inner is not None:
             hooks.declare_training(inner)
+        if inner is not None and inner is not loader:  # a wrapper: the loop's next() on it is what it waits in
+            time_wrapper(loader, hooks.patches, hooks, hooks.clock)
         return loader
 
     def step(self) -> None:

@@ -34,6 +34,9 @@ BOOL_VALUES = {"True": True, "False": False, "true": True, "false": False, "1": 
 # Numbers that may be below 0 (a worker id of -1, a loss, an instant read on another process's clock) or not
 # finite (a diverged loss).
 MAY_BE_NEGATIVE = {"worker", "loss", "t_s", "t_start_s", "t_end_s"}
+# Numbers that may be -1 and no other negative, per table: a transforms.csv row outside every step (an evaluation
+# loader's batch, made after the last training step) has step -1.
+MAY_BE_MINUS_ONE = {"transforms": ("step",)}
 MAY_BE_INFINITE = {"loss"}
 # The tables whose numbers are all measured times and counts (the analysis divides by them): a NaN, an infinity
 # or a negative there is impossible. The sampler's and cProfile's tables hold what those tools reported, read
@@ -99,12 +102,13 @@ def read_table(path: Path, name: str, columns: Sequence[str]) -> tuple[pd.DataFr
     df = _typed(path, raw, parts, bad, len(header))
     numbers = np.arange(2, count + 1) if len(df) == count - 1 else \
         np.array([n for n in range(2, count + 1) if n not in bad and parts[n - 1].strip()], dtype=int)
-    wrong = _bad_cells(df, columns, REQUIRED.get(name, ()), strict=name in STRICT).to_numpy()
+    minus_one = MAY_BE_MINUS_ONE.get(name, ())
+    wrong = _bad_cells(df, columns, REQUIRED.get(name, ()), strict=name in STRICT, minus_one=minus_one).to_numpy()
     checked = [(i, c) for i, c in enumerate(header) if c in columns or c.startswith("cpu_core")]
     required = {header.index(c) for c in REQUIRED.get(name, ()) if c in header}
     for i in np.flatnonzero(wrong):
         row = next(csv.reader([parts[numbers[i] - 1]]), [])
-        reason = _row_problem(row, header, checked, required, strict=name in STRICT)
+        reason = _row_problem(row, header, checked, required, strict=name in STRICT, minus_one=minus_one)
         bad[int(numbers[i])] = reason or "a cell pandas cannot read as its column's type"
     keys = [k for k in ROW_KEYS.get(name, ()) if k in df.columns] if name in ROW_KEYS else list(df.columns)
     repeated = df.duplicated(subset=keys).to_numpy() & ~wrong if keys and len(df) else np.zeros(0, dtype=bool)
@@ -144,10 +148,12 @@ def _typed(path: Path, raw: bytes, parts: list[str], bad: dict[int, str], width:
 _NAN_WORDS = ["nan", "+nan", "-nan"]
 
 
-def _bad_cells(df: pd.DataFrame, columns: Sequence[str], required: Sequence[str], *, strict: bool) -> pd.Series:
+def _bad_cells(df: pd.DataFrame, columns: Sequence[str], required: Sequence[str], *, strict: bool,
+               minus_one: Sequence[str] = ()) -> pd.Series:
     """Rows with a cell that is empty where required, not True/False for ``warmup``, not a number, or
-    (``strict``) NaN, infinite or negative where that is impossible. A column pandas read as numbers is checked
-    as such; one it could not (a cell of text in it) is checked cell by cell as text."""
+    (``strict``) NaN, infinite or negative where that is impossible (-1 in a ``minus_one`` column is not). A
+    column pandas read as numbers is checked as such; one it could not (a cell of text in it) is checked cell
+    by cell as text."""
     bad = pd.Series(False, index=df.index)
     for column in df.columns:
         if (column not in columns and not str(column).startswith("cpu_core")) or column in TEXT_COLUMNS:
@@ -174,7 +180,7 @@ def _bad_cells(df: pd.DataFrame, columns: Sequence[str], required: Sequence[str]
             if column not in MAY_BE_INFINITE:
                 bad |= np.isinf(finite)
             if column not in MAY_BE_NEGATIVE:
-                bad |= finite < 0
+                bad |= (finite < 0) & ~((finite == -1) & (column in minus_one))
     return bad
 
 
@@ -187,7 +193,7 @@ def _number(cell: str) -> float | None:
 
 
 def _row_problem(row: list[str], header: list[str], checked: list[tuple[int, str]], required: set[int], *,
-                 strict: bool) -> str | None:
+                 strict: bool, minus_one: Sequence[str] = ()) -> str | None:
     if len(row) != len(header):
         return f"{len(row)} cells where the header has {len(header)}"
     for i, column in checked:
@@ -209,7 +215,7 @@ def _row_problem(row: list[str], header: list[str], checked: list[tuple[int, str
             continue
         if math.isnan(value) or (math.isinf(value) and column not in MAY_BE_INFINITE):
             return f"{column} {cell} is not a finite number"
-        if value < 0 and column not in MAY_BE_NEGATIVE:
+        if value < 0 and column not in MAY_BE_NEGATIVE and not (value == -1 and column in minus_one):
             return f"{column} {cell} is negative"
     return None
 

@@ -83,6 +83,25 @@ def test_manual_steps_and_an_exception_inside_the_block(tmp_path):
         prof.step()
 
 
+def test_training_batches_no_step_holds_are_counted_and_said(tmp_path):
+    # prof.step() marks that stop two batches before the loop does: those two batches trained in no step.
+    data, model, optimizer = _setup(128)
+    train_loader = DataLoader(data, batch_size=16)  # 8 batches
+    with pipeprof.profile(name="uncounted", out=tmp_path, warmup_steps=1, quiet=True) as prof:
+        for i, (x, y) in enumerate(prof.wrap(train_loader)):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if i < 6:
+                prof.step()
+    s = prof.summary
+    assert s["step_source"] == "prof.step" and s["steps"] + s["warmup_steps"] == 6
+    said = s["absences"]["uncounted_batches"]
+    assert said.startswith("2 of 8 training batches are in no counted step: they came after the last step's end")
+    assert said in prof.run.meta["notes"]
+
+
 def test_two_blocks_at_once_are_refused(tmp_path):
     with pipeprof.profile(name="outer", out=tmp_path, quiet=True) as outer:
         with pytest.raises(RuntimeError, match="already profiling"):

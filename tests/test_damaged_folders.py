@@ -299,3 +299,21 @@ def test_an_unreadable_table_and_a_file_given_as_a_folder_say_what_they_are(plai
     monkeypatch.setattr(Path, "read_bytes", denied)
     with pytest.raises(UsageError, match=r"steps.csv: cannot read it \(Permission denied\)$"):
         load_run(plain)
+
+
+def test_a_transforms_row_outside_every_step_is_sound_and_no_other_negative_step(tmp_path):
+    # An evaluation loader's batches after the last training step are written with step -1: reading the folder
+    # back (pipeprof report) set them aside as "step -1 is negative", marked the run damaged and lost the
+    # evaluation loader's transforms.
+    from pipeprof.run_check import read_table
+    from pipeprof.run_folder import TRANSFORM_COLUMNS
+
+    path = tmp_path / "transforms.csv"
+    path.write_text("step,loader,worker,kind,name,calls,wall_s,cpu_s\n"
+                    "3,0,-1,transform,Resize,8,0.001,0.001\n"
+                    "-1,1,-1,transform,CenterCrop,8,0.002,0.002\n"
+                    "-1,1,-1,batch,,8,0.004,0.004\n"
+                    "-2,1,-1,batch,,8,0.004,0.004\n")
+    table, damage = read_table(path, "transforms", TRANSFORM_COLUMNS)
+    assert table is not None and table["step"].tolist() == [3, -1, -1]
+    assert [d.text() for d in damage] == ["transforms.csv line 5: step -2 is negative"]

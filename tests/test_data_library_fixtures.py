@@ -73,6 +73,20 @@ def torchdata_run(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
 
 def _same_wait(run: Profiled) -> None:
     assert run.summary["fractions"]["data_wait"] == pytest.approx(run.own["data_wait_share"], abs=0.05)
+    _split_adds_up(run)
+
+
+def _split_adds_up(run: Profiled) -> None:
+    """A sample's making split into fetch, waiting for a core, decode, transforms and the rest adds up to the
+    time it took (off the CPU, waiting, on it), never more: no core wait inside decode or a transform as well;
+    and the transform rows add up to the split's transform part."""
+    loading = run.summary["loading"]
+    split = loading["split"]
+    making = loading["fetch_per_sample_s"] + (loading["core_wait_per_sample_s"] or 0.0) + loading["prep_per_sample_s"]
+    assert min(v for v in split.values() if v is not None) >= 0
+    assert sum(v for v in split.values() if v is not None) == pytest.approx(making, rel=1e-6)
+    rows = sum(t["per_sample_s"] for t in run.summary["transforms"])
+    assert rows == pytest.approx(split["transform_per_sample_s"], rel=1e-3)
 
 
 def test_timm_prefetch_loader_one_batch_a_step_named_as_train_py_names_them(timm_run):
@@ -98,6 +112,7 @@ def test_hf_with_transform_found_and_its_pil_calls_not_booked_as_decode(hf_run):
     # the Image() column's decoding is decode; the conversion and crops inside the transform are not
     assert 0 < split["decode_per_sample_s"] < split["transform_per_sample_s"]
     assert "transforms" not in s.get("absences", {})
+    assert "Arrow table reads" in s["absences"]["reads"]  # not timed apart, and said
     _same_wait(hf_run)
 
 

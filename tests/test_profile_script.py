@@ -327,3 +327,14 @@ def test_reference_classification_presets_are_opened_and_the_test_loader_timed_a
     assert {"Resize", "CenterCrop", "PILToTensor", "ConvertImageDtype", "Normalize"} == test
     assert all(t["calls"] == 32 for t in loaders["data_loader_test"]["transforms"])  # every test sample
     assert "ClassificationPreset" not in json.dumps(s["transforms"])
+    assert loaders["data_loader_test"]["eval_s"] > 0
+    # the report shows the test loader's transforms in a section of its own, after the training loader's
+    html = (folder / "report.html").read_text()
+    train_at, test_at = html.index("data_loader (train)"), html.index("data_loader_test (eval)")
+    assert train_at < test_at and "CenterCrop" in html[test_at:] and "CenterCrop" not in html[train_at:test_at]
+    # read back (pipeprof report): the test loader's rows, outside every step, are sound, and re-derive the same
+    from pipeprof.analysis.summary import summarize
+    from pipeprof.run_folder import load_run
+
+    run = load_run(folder)
+    assert not run.damage and summarize(run)["loaders"][1]["transforms"] == loaders["data_loader_test"]["transforms"]

@@ -103,6 +103,23 @@ def test_a_scripts_loaders_each_get_their_own_chart():
     assert views[0].split == SPLIT and views[1].split is None  # the split is the training loader's
 
 
+def test_the_terminal_shows_each_evaluation_loaders_transforms_apart(plain):
+    _, summary = plain
+    loaders = [
+        {"name": "train_loader", "role": "train", "number": 0, "transforms": TRANSFORMS[:2], "decode": None},
+        {"name": "val_loader", "role": "eval", "number": 1, "transforms": TRANSFORMS[2:], "decode": DECODE},
+        {"name": "val_loader", "role": "eval", "number": 2, "transforms": TRANSFORMS[2:], "decode": DECODE},
+        {"name": "other", "role": "eval", "number": 3},  # nothing timed: no line
+    ]
+    console = Console(record=True, width=250)
+    print_summary({**with_transforms(summary), "loaders": loaders}, "runs/x", console=console)
+    text = console.export_text()
+    assert re.search(r"^transforms +RandomAffine", text, re.M)  # the training loader's, as before
+    (line,) = [row.rstrip() for row in text.splitlines() if row.startswith("transforms, ")]
+    assert re.match(r"transforms, val_loader \(eval\) +Normalize 50\.0 µs/sample \(3\.2% of prep\); "
+                    r"decode \(PIL\.Image\.open\+convert\) 300 µs/sample$", line), line
+
+
 def test_the_terminal_names_the_top_transforms_and_the_decode(plain):
     _, summary = plain
     line = transforms_line(with_transforms(summary))

@@ -368,6 +368,28 @@ def test_segments_in_framework_and_trainer_class_loops(tmp_path, script, args):
 
 
 @pytest.mark.integration
+def test_timms_train_loop_under_steps_sees_its_own_epochs_and_nothing_in_its_streams(tmp_path):
+    # timm's train.py under --steps printed "Train: 1 [25/25 (104%)]" and divided by zero: the segments gave an
+    # epoch more batches than len(loader). The fixture asserts batch_idx <= len(loader) - 1 at every batch, and
+    # its PrefetchLoader holds one batch ahead with a persistent worker (create_loader's).
+    out = tmp_path / "timm_train"
+    proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--quiet", "--steps", "12", "--out", str(out),
+                           "--", sys.executable, str(FIXTURES / "timm_train.py"), "--data", str(tmp_path / "images"),
+                           "--epochs", "40"],
+                          capture_output=True, text=True, env={**os.environ, WHAT_IFS_ENV: "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (folder,) = [p for p in out.iterdir() if (p / "run.json").is_file() and not p.is_symlink()]
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["script"]["ended"] == {"how": "stopped", "detail": 12}
+    assert any(entry.get("samples_per_s", 0) > 0 for entry in meta["what_ifs"]["train_workers"].values())
+    epochs = [line for line in proc.stdout.splitlines() if line.startswith("Train: ")]
+    assert len(epochs) > 2 * 3  # the segments went on past the counted steps' epoch: 3 lines an epoch
+    assert all(float(line.split("(")[1].split("%")[0]) <= 100 for line in epochs), epochs  # no batch past the end
+    # nothing of pipeprof's in the script's streams: no torch warning about a variant's workers
+    assert "This DataLoader will create" not in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.integration
 def test_no_what_ifs_ends_the_script_at_steps(tmp_path):
     folder = _profile(tmp_path, "plain_loop", "--epochs", "2", "--samples", "1024", steps=10,
                       flags=("--no-what-ifs",))

@@ -91,6 +91,7 @@ def test_a_script_whose_workers_spawn_has_their_start_up_in_parts(tmp_path):
     (folder,) = [p for p in out.iterdir() if (p / "run.json").is_file() and not p.is_symlink()]
     summary = json.loads((folder / "summary.json").read_text())
     started = summary["loading"]["worker_start"]
+    assert set(started) == {"workers", "median_s", "max_s", "parts", "passes", "per_pass_s", "share_of_wall"}
     assert started["workers"] == 2 and started["passes"] == 2  # one worker, started anew each of 2 epochs
     parts = started["parts"]
     assert parts["main_import_s"] >= 0.4  # the script's import again, its slow top level included

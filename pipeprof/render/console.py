@@ -23,7 +23,7 @@ from pipeprof.numbers import scaled
 from pipeprof.render.interval_text import change_text, speedup_text
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import straggler_line
-from pipeprof.render.transform_view import transforms_line
+from pipeprof.render.transform_view import eval_transforms_lines, transforms_line
 from pipeprof.run_folder import as_dict
 
 # summary.json's bottleneck is the verdict's class in coarse form (input:* -> input): one style for both.
@@ -116,6 +116,8 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
     transforms = transforms_line(s)
     if transforms:  # issue 18: the training loader's costliest transforms and its decode, measured
         add("transforms", transforms)
+    for name, line in eval_transforms_lines(s):  # each evaluation loader's, apart from training's
+        add(f"transforms, {name} (eval)", line)
     if loading is not None:  # unknown where schedstat cannot be read (fetch holds it then), never a silent 0
         add("waiting for a core per sample",
             fmt.duration(loading.core_wait_per_sample_s, missing="unknown (counted in fetch)"))

@@ -100,7 +100,12 @@ def transforms_line(summary: Summary | Mapping[str, Any]) -> str | None:
     """"RandomAffine 1.20 ms/sample (78% of prep), Normalize 50.0 µs; decode (PIL.Image.open+convert) 2.10 ms/sample"
     for the training loader; None when nothing was timed."""
     record = as_summary(summary)
-    parts = ranked_parts(record.transforms, record.decode)
+    return _parts_line(record.transforms, record.decode)
+
+
+def _parts_line(transforms: Any, decode_cost: Any) -> str | None:
+    """One loader's transforms and decode (summary.json's lists and dict) as ``transforms_line`` writes them."""
+    parts = ranked_parts(transforms, decode_cost)
     if not parts:
         return None
     shown = [p for p in parts if not p.decode][:TOP_IN_LINE]
@@ -114,6 +119,19 @@ def transforms_line(summary: Summary | Mapping[str, Any]) -> str | None:
     if decode is not None:
         line = (line + "; " if line else "") + f"{decode.name} {fmt.duration(decode.per_sample_s)}/sample"
     return line
+
+
+def eval_transforms_lines(summary: Summary | Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(name, line)`` of each evaluation loader of a script with transforms or decode timed, apart from the
+    training loader's line (loaders re-created under one name: the first that has any)."""
+    record = as_summary(summary)
+    lines: list[tuple[str, str]] = []
+    for loader in (d for d in (record.script.loaders if record.script else None) or [] if isinstance(d, dict)):
+        name = str(loader.get("name") or "loader")
+        line = _parts_line(loader.get("transforms"), loader.get("decode")) if loader.get("role") == "eval" else None
+        if line and name not in {n for n, _ in lines}:
+            lines.append((name, line))
+    return lines
 
 
 # -- the report ------------------------------------------------------------------------------------------------------

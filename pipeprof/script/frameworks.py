@@ -14,7 +14,10 @@ queue reading) is written for the batch that ``next()`` yielded, with that
 calls inside it are held in the pass's ``OuterPass``, not written.
 
 timm's ``PrefetchLoader`` is such a loader too (one batch ahead, its copy and normalisation started before
-the current batch is yielded), and so is any one-ahead wrapper named in ``LOOK_AHEAD``. A DataLoader subclass
+the current batch is yielded), and so is any one-ahead wrapper named in ``LOOK_AHEAD``. Any other wrapper
+given to ``prof.wrap()`` (a user's own CUDA prefetcher) is timed the same way (``time_wrapper``), how many
+batches it holds ahead read from each pass's first ``next()``: the DataLoader batches taken, less the one
+yielded. A DataLoader subclass
 in ``OWN_ITER`` has its ``__iter__`` timed as DataLoader's (``Hooks.on_iter``); its iterators are torch's.
 
 accelerate is never imported here (it is slow to import and may be absent):
@@ -53,9 +56,10 @@ OWN_ITER: dict[str, tuple[str, ...]] = {
 class OuterPass:
     """One pass of a look-ahead loader: the DataLoader's batches taken but not yet yielded to the loop."""
 
-    __slots__ = ("ended", "iter_t1_s", "number", "pending", "ready", "t0_s")
+    __slots__ = ("ahead", "ended", "iter_t1_s", "number", "pending", "ready", "t0_s")
 
-    def __init__(self) -> None:
+    def __init__(self, ahead: int | None = 1) -> None:
+        self.ahead = ahead  # batches the wrapper holds ahead (None: read at the pass's first next())
         self.number: int | None = None  # the wrapped DataLoader's number, once its iter() ran inside this pass
         self.t0_s = 0.0  # when the loop's current next() began
         self.iter_t1_s: float | None = None  # the end of the DataLoader's iter() inside the current next()
@@ -82,7 +86,9 @@ class OuterPass:
         """The (samples, record) of the batch the loop's ``next()`` just got: the one before the batch held
         ahead (none is held once the DataLoader's pass ended); older ones were skipped, never yielded
         (``skip_batches``). None when no batch was taken for it."""
-        ahead = 0 if self.ended else 1
+        if self.ahead is None and self.pending:  # the pass's first batch: all taken but the one yielded
+            self.ahead = len(self.pending) - 1
+        ahead = 0 if self.ended else self.ahead or 0
         if len(self.pending) <= ahead:
             return None
         while len(self.pending) > ahead + 1:
@@ -106,9 +112,11 @@ class OuterHooks(Protocol):
     def on_iter(self, loader: Any, original: Callable[[Any], Any]) -> Any: ...  # DataLoader.__iter__, timed
 
 
-def timed_pass(inner: Iterator[Any], hooks: OuterHooks, clock: Callable[[], float]) -> Generator[Any, None, None]:
-    """The framework's pass ``inner``, each ``next()`` on it timed and reported to ``hooks``."""
-    state = OuterPass()
+def timed_pass(inner: Iterator[Any], hooks: OuterHooks, clock: Callable[[], float],
+               ahead: int | None = 1) -> Generator[Any, None, None]:
+    """The framework's pass ``inner``, each ``next()`` on it timed and reported to ``hooks`` (``ahead``: the
+    batches it holds ahead; None: read at its first ``next()``)."""
+    state = OuterPass(ahead)
     try:
         while hooks.live:  # a pass that outlives its session goes on untimed
             if hooks.stop_now:
@@ -133,12 +141,24 @@ def timed_pass(inner: Iterator[Any], hooks: OuterHooks, clock: Callable[[], floa
 
 
 def _look_ahead_iter(original: Callable[[Any], Iterator[Any]], hooks: OuterHooks,
-                     clock: Callable[[], float]) -> Callable[[Any], Iterator[Any]]:
+                     clock: Callable[[], float], ahead: int | None = 1) -> Callable[[Any], Iterator[Any]]:
     def __iter__(loader: Any) -> Iterator[Any]:
         if not hooks.live:
             return original(loader)
-        return timed_pass(original(loader), hooks, clock)
-    return wraps(__iter__, original)
+        return timed_pass(original(loader), hooks, clock, ahead)
+    timed = wraps(__iter__, original)
+    timed._pipeprof_outer = True  # type: ignore[attr-defined]
+    return timed
+
+
+def time_wrapper(wrapper: Any, patches: Patches, hooks: OuterHooks, clock: Callable[[], float]) -> None:
+    """Time the loop's ``next()`` on ``wrapper`` (an object around a DataLoader, given to ``prof.wrap()``) as a
+    look-ahead loader's, how far ahead read per pass: the ``__iter__`` of the class in its MRO that defines
+    one, patched through ``patches`` (once; a class of ``LOOK_AHEAD`` is already)."""
+    owner = next((c for c in type(wrapper).__mro__ if "__iter__" in vars(c)), None)
+    if owner is None or owner is object or getattr(vars(owner)["__iter__"], "_pipeprof_outer", False):
+        return
+    patches.apply(owner, "__iter__", lambda original: _look_ahead_iter(original, hooks, clock, ahead=None))
 
 
 def _own_iter(original: Callable[[Any], Iterator[Any]], hooks: OuterHooks) -> Callable[[Any], Iterator[Any]]:

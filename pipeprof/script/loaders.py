@@ -32,6 +32,7 @@ def describe_loader(loader: DataLoader, number: int) -> dict[str, Any]:
         "framework": framework(loader),
         "built_in": _built_in(loader),
         "dataset": type(dataset).__name__,
+        "dataset_module": type(dataset).__module__,
         "dataset_samples": size,
         "batch_size": _batch_size(loader),
         "num_workers": loader.num_workers,

@@ -369,6 +369,9 @@ class Session:
         pipelines, no_transforms = _timed_pipelines(cut.transform_pipelines, cut.transforms, train)
         if no_transforms:
             absences["transforms"] = no_transforms
+        reads = untimed_reads(train)
+        if reads:
+            absences["reads"] = reads
         per_item = one_sample_an_item(train, cut.steps)
         if per_item:
             absences["samples_per_batch"] = per_item
@@ -428,6 +431,24 @@ def one_sample_an_item(train: dict[str, Any] | None, steps: pd.DataFrame) -> str
         return None  # the batches showed their leading dimension
     return (f"{train.get('name') or 'the training loader'} hands over ready-made items (batch_size=None) whose "
             "tensors show no leading dimension they share: each item is counted as one sample")
+
+
+# Datasets whose __getitem__ reads its rows from a table pipeprof does not time apart: the reads' time lands in the
+# split's "other" (on the CPU) or "fetch" (waiting for storage), never in decode.
+TABLE_READS = {"datasets.": "a Hugging Face datasets Dataset: its Arrow table reads (query_table) and their "
+                            "conversion to Python"}
+
+
+def untimed_reads(loader: dict[str, Any] | None) -> str | None:
+    """``absences.reads`` where the loader's dataset reads rows from a table whose reads are not timed apart (a
+    Hugging Face ``Dataset``'s Arrow table), else None."""
+    module = str((loader or {}).get("dataset_module") or "")
+    what = next((words for prefix, words in TABLE_READS.items() if module.startswith(prefix)), None)
+    if what is None:
+        return None
+    return (f"{(loader or {}).get('name') or 'the training loader'}'s dataset is {what} in __getitem__ are not "
+            "timed apart: loading.split counts them in other (on the CPU) or fetch (waiting for storage), never in "
+            "decode")
 
 
 WHY_UNCOUNTED = {
