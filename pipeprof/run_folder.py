@@ -367,7 +367,10 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write a text file atomically (temp file + rename)."""
+    """Write a text file atomically (temp file + rename).
+
+    An OSError that names no file (write(2) on a full disk says only "No space left on device") is raised
+    again naming ``path``, so the one line the user reads says where."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -375,6 +378,11 @@ def write_text(path: Path, text: str) -> None:
             f.write(text)
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; reports are meant to be shared
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        if e.filename is None:
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from e
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

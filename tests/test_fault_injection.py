@@ -304,6 +304,39 @@ def test_export_on_a_full_disk_is_one_line_and_exit_2(tmp_path, monkeypatch, cap
     assert status == 2 and len(err) == 1 and "No space left on device" in err[0] and "trace.json" in err[0]
 
 
+class _FullFile:
+    """A file on a full disk: opening works, writing fails as write(2) does, with no file name in the error."""
+
+    def __init__(self, fd: int, *args, **kwargs) -> None:
+        os.close(fd)
+
+    def __enter__(self) -> _FullFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_a_full_disk_under_report_or_compare_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch, capsys,
+                                                                                   command):
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "script-plain-loop", run)
+    before = (run / "summary.json").read_bytes()
+    monkeypatch.setattr("os.fdopen", _FullFile)  # every document and page goes through run_folder.write_text
+    argv = {"report": ["report", "--quiet", str(run)],
+            "compare": ["compare", str(run), str(RUNS / "script-plain-loop"), "-o", str(tmp_path / "c")]}[command]
+    status = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1 and len(err) == 1 and "No space left on device" in err[0], err
+    written = run if command == "report" else tmp_path / "c"
+    assert str(written) in err[0], err  # where: the file that could not be written
+    assert (run / "summary.json").read_bytes() == before and not list(tmp_path.rglob(".*.tmp"))
+
+
 # --- real runs under pipeprof profile ------------------------------------------------------------------------
 
 def _profile(out: Path, *args: str, workers: int = 0) -> subprocess.Popen:
