@@ -404,6 +404,9 @@ def test_two_ctrl_c_a_second_apart_under_profile_save_the_run(tmp_path):
     meta, summary = _saved(_run_folder(out))
     assert meta["status"] == "interrupted" and summary["steps"] > 0
     assert "Traceback" not in err.split("KeyboardInterrupt")[-1]  # nothing of pipeprof's after the script's
+    script_traceback = err.split("Traceback (most recent call last):")[-1].split("KeyboardInterrupt")[0]
+    assert "faulty_loop.py" in script_traceback, err[-2000:]  # the script's, as `python faulty_loop.py` prints it:
+    assert "pipeprof" not in script_traceback and "runpy" not in script_traceback, script_traceback  # no boot.py
 
 
 @pytest.mark.integration
