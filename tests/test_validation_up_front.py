@@ -173,3 +173,20 @@ def test_profile_refuses_a_what_ifs_budget_that_is_not_a_finite_number_of_second
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and "--what-ifs-seconds" in err and "expected a number > 0" in err, err
     assert not (tmp_path / "ran").exists() and not (tmp_path / "out").exists()
+
+
+def test_an_interrupted_script_tune_says_so_on_the_terminal(tmp_path, monkeypatch, capsys):
+    """`pipeprof tune -- python train.py` stopped during its confirming runs: its best, from a short trial, is
+    said unconfirmed, and stderr says the tune was interrupted and where it is saved; exit 130."""
+    from pipeprof.pipeline import script_tune
+
+    doc = {"status": "interrupted", "confirm_steps": 60, "base": {"samples_per_s": 1000.0},
+           "trials": [{"status": "complete"}, {"status": "complete"}, {"status": "interrupted"}],
+           "best": {"change": {"loader.num_workers": 2}, "speedup": 1.2, "samples_per_s": 1200.0,
+                    "confirmed": False, "python": "num_workers=2"}}
+    monkeypatch.setattr(script_tune, "tune_script", lambda *a, **k: (doc, tmp_path / "tuned"))
+    assert main(["tune", "--quiet", "-o", str(tmp_path), "--", "python", "train.py"]) == 130
+    out, err = capsys.readouterr()
+    assert "best: x1.20: 1,200 samples/s (a short trial, not confirmed)" in out
+    assert err.strip() == (f"pipeprof: tune interrupted after 2 complete trials; no best was confirmed; saved in "
+                           f"{tmp_path / 'tuned'}")
