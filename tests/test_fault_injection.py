@@ -613,3 +613,24 @@ def test_two_ctrl_c_to_the_group_under_tune_or_diagnose_keep_what_they_measured(
         assert document["runs"]["compute"]["status"] == "interrupted"
         (run,) = list(folder.rglob("run.json"))
         assert json.loads(run.read_text())["status"] == "interrupted"
+
+
+# --- a sweep's or tune's point killed (kill -9, the out-of-memory killer) ------------------------------------
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_a_point_killed_by_a_signal_is_failed_naming_the_signal_and_its_kept_records(tmp_path, recorded):
+    """A stand-in child (no torch) that makes its run folder's recording, then dies by SIGKILL saying nothing."""
+    from pipeprof.pipeline.fresh_process import run_child
+
+    out = tmp_path / "points"
+    folder = out / "20261205T000000Z-tiny"
+    make = f"p = Path({str(folder / 'recording')!r}); p.mkdir(parents=True); (p / 'recording.json').write_text('{{}}'); "
+    code = f"import os, signal; from pathlib import Path; {make if recorded else ''}os.kill(os.getpid(), signal.SIGKILL)"
+    child = run_child(tmp_path / "s.toml", out, command=[sys.executable, "-c", code])
+    assert child.status == "failed" and child.exit_code == -signal.SIGKILL and child.summary is None
+    if recorded:
+        assert child.folder == folder
+        assert child.error == (f"killed by SIGKILL; the raw records it wrote are kept in {folder / 'recording'}: "
+                               f"`pipeprof report {folder}` rebuilds the run, marked cut short")
+    else:
+        assert child.error == "killed by SIGKILL before it saved a run folder"
