@@ -306,13 +306,21 @@ def ensure_out_folder(out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"--out {out}: cannot create the folder ({e.strerror or e})") from None
+    why = unwritable(out)
+    if why is not None:
+        raise UsageError(f"--out {out}: cannot write in the folder ({why}); give a folder you can write to")
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why a file cannot be written in ``folder`` (a read-only file system, no permission), or None: tried
+    with a hidden file, removed at once."""
     try:
-        fd, probe = tempfile.mkstemp(dir=out, prefix=".pipeprof-write-check.", suffix=".tmp")
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".pipeprof-write-check.", suffix=".tmp")
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise UsageError(f"--out {out}: cannot write in the folder ({e.strerror or e}); "
-                         "give a folder you can write to") from None
+        return str(e.strerror or e)
+    return None
 
 
 @dataclass

@@ -273,6 +273,19 @@ def test_a_read_only_out_is_one_line_and_exit_2_before_anything_runs(tmp_path, m
     assert len(err) == 1 and "Read-only file system" in err[0] and f"--out {out}" in err[0], err
 
 
+def test_report_on_a_run_folder_it_cannot_write_in_is_one_line_and_exit_2_with_nothing_written(tmp_path, monkeypatch,
+                                                                                               capsys):
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "script-plain-loop", run)
+    (run / "summary.json").unlink()  # what report would write first
+    _read_only(monkeypatch)
+    assert main(["report", "--quiet", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"pipeprof: error: {run}: cannot write in the run folder (Read-only file system): report writes "
+                   "summary.json and report.html into it; copy the folder to one you can write to"]
+    assert not (run / "summary.json").exists()
+
+
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
 def test_a_really_read_only_mount_is_refused_before_the_script_runs(tmp_path):
     """The same on a real read-only file system, where this process may mount one (a mount namespace)."""
