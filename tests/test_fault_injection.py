@@ -155,6 +155,24 @@ def test_torchs_half_built_iterator_is_not_printed_and_anything_else_is():
     assert not errors.half_built_iterator(SimpleNamespace(exc_value=AttributeError("x"), object=print))
 
 
+
+def test_the_scripts_process_drops_only_torchs_half_built_iterator_report(monkeypatch):
+    """boot's unraisable hook (installed in the profiled script's process): torch's "Exception ignored in
+    _MultiProcessingDataLoaderIter.__del__ ... AttributeError" for an iterator a Ctrl-C cut short while it was
+    being made (the what-if segments make one at every segment) is not printed; anything else still is."""
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    from pipeprof.script import boot
+
+    printed = []
+    monkeypatch.setattr(sys, "unraisablehook", printed.append)
+    boot._quiet_half_built_iterators()
+    half = SimpleNamespace(exc_value=AttributeError("_workers_status"), object=_MultiProcessingDataLoaderIter.__del__)
+    other = SimpleNamespace(exc_value=ValueError("x"), object=_MultiProcessingDataLoaderIter.__del__)
+    sys.unraisablehook(half)
+    sys.unraisablehook(other)
+    assert printed == [other]
+
 # --- pipeprof run's recording: spooled rows, read back after a kill -------------------------------------------
 
 def test_a_spool_that_cannot_write_keeps_whole_rows_on_disk_and_the_rest_in_memory(tmp_path, monkeypatch):
