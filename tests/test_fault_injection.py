@@ -304,6 +304,25 @@ def test_report_on_a_run_folder_it_cannot_write_in_is_one_line_and_exit_2_with_n
     assert not (run / "summary.json").exists()
 
 
+def test_profile_on_a_disk_full_from_the_start_stops_the_script_and_leaves_no_folder(tmp_path, monkeypatch, capsys):
+    """The write check passes (an empty file takes no block) but the recording's first file does not fit: the
+    script, just started, is stopped (it would run unrecorded), exit 2, and no empty run folder is left."""
+    out = tmp_path / "reports"
+    script = tmp_path / "train.py"
+    script.write_text(f"import time\ntime.sleep(60)\nopen({str(tmp_path / 'finished')!r}, 'w')\n")
+
+    def full(recording, facts):
+        raise OSError(errno.ENOSPC, "No space left on device", str(recording.path / "recording.json"))
+
+    monkeypatch.setattr("pipeprof.pipeline.script_run.note_facts", full)
+    started = time.monotonic()
+    assert main(["profile", "--quiet", "--out", str(out), "--", "python", str(script)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"pipeprof: error: --out {out}: cannot write in the folder (No space left on device); the script "
+                   "was stopped as it started: make room or give another folder"]
+    assert list(out.iterdir()) == [] and time.monotonic() - started < 30 and not (tmp_path / "finished").exists()
+
+
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
 def test_a_really_read_only_mount_is_refused_before_the_script_runs(tmp_path):
     """The same on a real read-only file system, where this process may mount one (a mount namespace)."""
