@@ -5,8 +5,9 @@ the suite runs them) and counts the cases by outcome from pytest's JUnit
 report: a parametrised case counts once per parameter set; a hypothesis
 test counts once (it tries many documents). Bad inputs: the CLI's
 arguments, scenario files, ``--set`` / ``--loader`` values and the
-fuzzed configuration (``test_cli``, ``test_cli_output``, ``test_scenario``,
-``test_overrides``, ``test_fuzz_config``). Faults: signals to the process
+fuzzed configuration, and settings refused up front against what the
+machine can start (``test_cli``, ``test_cli_output``, ``test_scenario``,
+``test_overrides``, ``test_fuzz_config``, ``test_validation_up_front``). Faults: signals to the process
 group, a double Ctrl-C, SIGTERM, SIGKILL of pipeprof, of the script and of
 a worker, read-only and full disks, ``os._exit``, failing loaders and
 ranks (``test_fault_injection``, ``test_interrupts``, ``test_faults``,
@@ -31,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 GROUPS = {
     "bad inputs": ["test_cli.py", "test_cli_output.py", "test_scenario.py", "test_overrides.py",
-                   "test_fuzz_config.py"],
+                   "test_fuzz_config.py", "test_validation_up_front.py"],
     "faults": ["test_fault_injection.py", "test_interrupts.py", "test_faults.py", "test_rank_exit.py"],
     "damaged folders": ["test_run_folder.py", "test_damaged*.py"],
 }

@@ -306,13 +306,21 @@ def ensure_out_folder(out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"--out {out}: cannot create the folder ({e.strerror or e})") from None
+    why = unwritable(out)
+    if why is not None:
+        raise UsageError(f"--out {out}: cannot write in the folder ({why}); give a folder you can write to")
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why a file cannot be written in ``folder`` (a read-only file system, no permission), or None: tried
+    with a hidden file, removed at once."""
     try:
-        fd, probe = tempfile.mkstemp(dir=out, prefix=".pipeprof-write-check.", suffix=".tmp")
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".pipeprof-write-check.", suffix=".tmp")
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise UsageError(f"--out {out}: cannot write in the folder ({e.strerror or e}); "
-                         "give a folder you can write to") from None
+        return str(e.strerror or e)
+    return None
 
 
 @dataclass
@@ -367,7 +375,10 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write a text file atomically (temp file + rename)."""
+    """Write a text file atomically (temp file + rename).
+
+    An OSError that names no file (write(2) on a full disk says only "No space left on device") is raised
+    again naming ``path``, so the one line the user reads says where."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -375,6 +386,11 @@ def write_text(path: Path, text: str) -> None:
             f.write(text)
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; reports are meant to be shared
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        if e.filename is None:
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from e
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

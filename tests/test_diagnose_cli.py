@@ -1,6 +1,8 @@
 """pipeprof diagnose end to end: three tiny real runs, the diagnosis folder, bad input and a failing sub-run."""
 
 import json
+import os
+import signal
 
 import pandas as pd
 import pytest
@@ -117,17 +119,19 @@ def test_a_failing_sub_run_is_reported_and_the_rest_kept(tmp_path, cache, scenar
     assert "no room on the device &lt;for&gt; this" in html and 'id="failed-runs"' in html
 
 
-def test_ctrl_c_keeps_what_ran_skips_the_rest_and_exits_130(tmp_path, cache, scenario, capsys, monkeypatch):
+@pytest.mark.parametrize("sig, exit_status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_keeps_what_ran_skips_the_rest_and_exits_130_or_143(tmp_path, cache, scenario, capsys,
+                                                                               monkeypatch, sig, exit_status):
     real_build = diagnose_pipeline.build_workload
 
     def build(scenario, *args, **kwargs):
         if scenario.data.storage == "ram":
-            raise KeyboardInterrupt
+            os.kill(os.getpid(), sig)  # a real signal, to pipeprof's own handler (cli.main), as it builds
         return real_build(scenario, *args, **kwargs)
 
     monkeypatch.setattr(diagnose_pipeline, "build_workload", build)
     status, folders = diagnose(tmp_path, cache, scenario, "--steps", "8")
-    assert status == 130
+    assert status == exit_status
     folder, = folders
     d = json.loads((folder / "diagnosis.json").read_text())
     assert d["status"] == "interrupted"

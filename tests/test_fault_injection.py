@@ -155,6 +155,24 @@ def test_torchs_half_built_iterator_is_not_printed_and_anything_else_is():
     assert not errors.half_built_iterator(SimpleNamespace(exc_value=AttributeError("x"), object=print))
 
 
+
+def test_the_scripts_process_drops_only_torchs_half_built_iterator_report(monkeypatch):
+    """boot's unraisable hook (installed in the profiled script's process): torch's "Exception ignored in
+    _MultiProcessingDataLoaderIter.__del__ ... AttributeError" for an iterator a Ctrl-C cut short while it was
+    being made (the what-if segments make one at every segment) is not printed; anything else still is."""
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    from pipeprof.script import boot
+
+    printed = []
+    monkeypatch.setattr(sys, "unraisablehook", printed.append)
+    boot._quiet_half_built_iterators()
+    half = SimpleNamespace(exc_value=AttributeError("_workers_status"), object=_MultiProcessingDataLoaderIter.__del__)
+    other = SimpleNamespace(exc_value=ValueError("x"), object=_MultiProcessingDataLoaderIter.__del__)
+    sys.unraisablehook(half)
+    sys.unraisablehook(other)
+    assert printed == [other]
+
 # --- pipeprof run's recording: spooled rows, read back after a kill -------------------------------------------
 
 def test_a_spool_that_cannot_write_keeps_whole_rows_on_disk_and_the_rest_in_memory(tmp_path, monkeypatch):
@@ -273,6 +291,38 @@ def test_a_read_only_out_is_one_line_and_exit_2_before_anything_runs(tmp_path, m
     assert len(err) == 1 and "Read-only file system" in err[0] and f"--out {out}" in err[0], err
 
 
+def test_report_on_a_run_folder_it_cannot_write_in_is_one_line_and_exit_2_with_nothing_written(tmp_path, monkeypatch,
+                                                                                               capsys):
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "script-plain-loop", run)
+    (run / "summary.json").unlink()  # what report would write first
+    _read_only(monkeypatch)
+    assert main(["report", "--quiet", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"pipeprof: error: {run}: cannot write in the run folder (Read-only file system): report writes "
+                   "summary.json and report.html into it; copy the folder to one you can write to"]
+    assert not (run / "summary.json").exists()
+
+
+def test_profile_on_a_disk_full_from_the_start_stops_the_script_and_leaves_no_folder(tmp_path, monkeypatch, capsys):
+    """The write check passes (an empty file takes no block) but the recording's first file does not fit: the
+    script, just started, is stopped (it would run unrecorded), exit 2, and no empty run folder is left."""
+    out = tmp_path / "reports"
+    script = tmp_path / "train.py"
+    script.write_text(f"import time\ntime.sleep(60)\nopen({str(tmp_path / 'finished')!r}, 'w')\n")
+
+    def full(recording, facts):
+        raise OSError(errno.ENOSPC, "No space left on device", str(recording.path / "recording.json"))
+
+    monkeypatch.setattr("pipeprof.pipeline.script_run.note_facts", full)
+    started = time.monotonic()
+    assert main(["profile", "--quiet", "--out", str(out), "--", "python", str(script)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"pipeprof: error: --out {out}: cannot write in the folder (No space left on device); the script "
+                   "was stopped as it started: make room or give another folder"]
+    assert list(out.iterdir()) == [] and time.monotonic() - started < 30 and not (tmp_path / "finished").exists()
+
+
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
 def test_a_really_read_only_mount_is_refused_before_the_script_runs(tmp_path):
     """The same on a real read-only file system, where this process may mount one (a mount namespace)."""
@@ -302,6 +352,39 @@ def test_export_on_a_full_disk_is_one_line_and_exit_2(tmp_path, monkeypatch, cap
     status = main(["export", str(run), "--format", "chrome-trace"])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and "No space left on device" in err[0] and "trace.json" in err[0]
+
+
+class _FullFile:
+    """A file on a full disk: opening works, writing fails as write(2) does, with no file name in the error."""
+
+    def __init__(self, fd: int, *args, **kwargs) -> None:
+        os.close(fd)
+
+    def __enter__(self) -> _FullFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_a_full_disk_under_report_or_compare_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch, capsys,
+                                                                                   command):
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "script-plain-loop", run)
+    before = (run / "summary.json").read_bytes()
+    monkeypatch.setattr("os.fdopen", _FullFile)  # every document and page goes through run_folder.write_text
+    argv = {"report": ["report", "--quiet", str(run)],
+            "compare": ["compare", str(run), str(RUNS / "script-plain-loop"), "-o", str(tmp_path / "c")]}[command]
+    status = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1 and len(err) == 1 and "No space left on device" in err[0], err
+    written = run if command == "report" else tmp_path / "c"
+    assert str(written) in err[0], err  # where: the file that could not be written
+    assert (run / "summary.json").read_bytes() == before and not list(tmp_path.rglob(".*.tmp"))
 
 
 # --- real runs under pipeprof profile ------------------------------------------------------------------------
@@ -371,6 +454,9 @@ def test_two_ctrl_c_a_second_apart_under_profile_save_the_run(tmp_path):
     meta, summary = _saved(_run_folder(out))
     assert meta["status"] == "interrupted" and summary["steps"] > 0
     assert "Traceback" not in err.split("KeyboardInterrupt")[-1]  # nothing of pipeprof's after the script's
+    script_traceback = err.split("Traceback (most recent call last):")[-1].split("KeyboardInterrupt")[0]
+    assert "faulty_loop.py" in script_traceback, err[-2000:]  # the script's, as `python faulty_loop.py` prints it:
+    assert "pipeprof" not in script_traceback and "runpy" not in script_traceback, script_traceback  # no boot.py
 
 
 @pytest.mark.integration
@@ -577,3 +663,24 @@ def test_two_ctrl_c_to_the_group_under_tune_or_diagnose_keep_what_they_measured(
         assert document["runs"]["compute"]["status"] == "interrupted"
         (run,) = list(folder.rglob("run.json"))
         assert json.loads(run.read_text())["status"] == "interrupted"
+
+
+# --- a sweep's or tune's point killed (kill -9, the out-of-memory killer) ------------------------------------
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_a_point_killed_by_a_signal_is_failed_naming_the_signal_and_its_kept_records(tmp_path, recorded):
+    """A stand-in child (no torch) that makes its run folder's recording, then dies by SIGKILL saying nothing."""
+    from pipeprof.pipeline.fresh_process import run_child
+
+    out = tmp_path / "points"
+    folder = out / "20261205T000000Z-tiny"
+    make = f"p = Path({str(folder / 'recording')!r}); p.mkdir(parents=True); (p / 'recording.json').write_text('{{}}'); "
+    code = f"import os, signal; from pathlib import Path; {make if recorded else ''}os.kill(os.getpid(), signal.SIGKILL)"
+    child = run_child(tmp_path / "s.toml", out, command=[sys.executable, "-c", code])
+    assert child.status == "failed" and child.exit_code == -signal.SIGKILL and child.summary is None
+    if recorded:
+        assert child.folder == folder
+        assert child.error == (f"killed by SIGKILL; the raw records it wrote are kept in {folder / 'recording'}: "
+                               f"`pipeprof report {folder}` rebuilds the run, marked cut short")
+    else:
+        assert child.error == "killed by SIGKILL before it saved a run folder"

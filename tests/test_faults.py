@@ -67,7 +67,7 @@ def test_one_line_keeps_a_worker_exceptions_first_and_last_lines():
         "OSError: [Errno 28] No space left on device"
 
 
-def test_a_full_disk_while_writing_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+def test_a_full_disk_while_writing_is_one_line_and_exit_1_and_the_raw_records_are_kept(tmp_path, monkeypatch, capsys):
     scenario = tiny_file(tmp_path, steps=20)
 
     def full(*args, **kwargs):
@@ -80,7 +80,12 @@ def test_a_full_disk_while_writing_is_one_line_and_exit_1(tmp_path, monkeypatch,
     assert status == 1
     assert len(err) == 1 and "No space left on device" in err[0] and err[0].startswith("pipeprof: error:")
     assert not [p for p in (tmp_path / "reports").iterdir() if p.name.startswith(".")]  # no half-written folder
-    assert json.dumps(err)  # one plain line
+    (folder,) = [p for p in (tmp_path / "reports").iterdir() if p.is_dir()]
+    assert f"kept in {folder / 'recording'}" in err[0] and not (folder / "run.json").exists()  # where they are
+    monkeypatch.undo()  # room again: report rebuilds the run from the raw records kept, marked cut short
+    assert main(["report", "--quiet", str(folder)]) == 0
+    assert json.loads((folder / "summary.json").read_text())["steps"] == 20 - 5
+    assert json.loads((folder / "run.json").read_text())["cut_short"]
 
 
 def test_a_cut_handover_in_a_worker_prints_nothing_and_other_errors_still_do(monkeypatch, capsys):

@@ -173,3 +173,46 @@ def test_profile_refuses_a_what_ifs_budget_that_is_not_a_finite_number_of_second
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and "--what-ifs-seconds" in err and "expected a number > 0" in err, err
     assert not (tmp_path / "ran").exists() and not (tmp_path / "out").exists()
+
+
+def test_an_interrupted_script_tune_says_so_on_the_terminal(tmp_path, monkeypatch, capsys):
+    """`pipeprof tune -- python train.py` stopped during its confirming runs: its best, from a short trial, is
+    said unconfirmed, and stderr says the tune was interrupted and where it is saved; exit 130."""
+    from pipeprof.pipeline import script_tune
+
+    doc = {"status": "interrupted", "confirm_steps": 60, "base": {"samples_per_s": 1000.0},
+           "trials": [{"status": "complete"}, {"status": "complete"}, {"status": "interrupted"}],
+           "best": {"change": {"loader.num_workers": 2}, "speedup": 1.2, "samples_per_s": 1200.0,
+                    "confirmed": False, "python": "num_workers=2"}}
+    monkeypatch.setattr(script_tune, "tune_script", lambda *a, **k: (doc, tmp_path / "tuned"))
+    assert main(["tune", "--quiet", "-o", str(tmp_path), "--", "python", "train.py"]) == 130
+    out, err = capsys.readouterr()
+    assert "best: x1.20: 1,200 samples/s (a short trial, not confirmed)" in out
+    assert err.strip() == (f"pipeprof: tune interrupted after 2 complete trials; no best was confirmed; saved in "
+                           f"{tmp_path / 'tuned'}")
+
+
+def test_data_on_disk_must_fit_the_cache_folder(tmp_path, monkeypatch, capsys):
+    """The synthetic arrays every storage kind is made from go to the cache folder first: a data set its file
+    system cannot hold is one line naming data.samples and how many fit, before anything is written."""
+    from collections import namedtuple
+
+    from pipeprof.storage import synthetic
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(synthetic.shutil, "disk_usage", lambda path: usage(2**30, 2**30 - 10**6, 10**6))
+    fits = 10**6 // synthetic.arrays_bytes(1)
+    with pytest.raises(UsageError) as e:
+        synthetic.ensure_synthetic(fits + 1, 0, tmp_path / "cache")
+    assert str(e.value) == (f"data.samples = {fits + 1} is not allowed here: its arrays take 979 KiB and the cache "
+                            f"folder {tmp_path / 'cache'} has 977 KiB free: expected 1 to {fits} (or another cache: "
+                            "--cache or $PIPEPROF_CACHE)")
+    assert not [p for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")]  # nothing half-built
+    synthetic.ensure_synthetic(fits, 0, tmp_path / "cache")  # what fits is built
+    monkeypatch.undo()
+    scenario = tmp_path / "s.toml"  # through the command, on this machine's disk: petabytes fit no cache here
+    scenario.write_text('name = "s"\n[data]\nstorage = "memmap"\nsamples = 999999999999\n[train]\nsteps = 20\n')
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"),
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "data.samples = 999999999999 is not allowed here" in err, err

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from pipeprof.cli.output import stdout_console
+from pipeprof.errors import UsageError
 
 EXIT_DAMAGED = 2  # a folder was damaged: its report was written, marked damaged, from what remains
 
@@ -26,11 +27,16 @@ def execute(args: argparse.Namespace) -> int:
     from pipeprof.pipeline.derive import rederive
     from pipeprof.pipeline.recording import is_recording, rebuilt_run
     from pipeprof.render.console import print_summary
-    from pipeprof.run_folder import load_run, save_run
+    from pipeprof.run_folder import load_run, save_run, unwritable
 
     console = stdout_console()
     # validate all before writing any; a folder pipeprof profile left unsaved (killed) is rebuilt from its recording
     runs = [(Path(f), rebuilt_run(Path(f)) if is_recording(Path(f)) else load_run(Path(f))) for f in args.runs]
+    for folder, _ in runs:
+        why = unwritable(folder)
+        if why is not None:
+            raise UsageError(f"{folder}: cannot write in the run folder ({why}): report writes summary.json and "
+                             "report.html into it; copy the folder to one you can write to")
     for folder, run in runs:
         if run.info.cut_short and not (folder / "run.json").exists():
             save_run(run, folder)

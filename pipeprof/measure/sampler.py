@@ -183,6 +183,12 @@ class SystemSampler:
         """One dict per tick per live process: PROCESS_COLUMNS."""
         return self._process_rows.rows()
 
+    def flush(self) -> None:
+        """Write the ticks held in memory to the spool files (after ``stop()``: the run's last ticks)."""
+        with self._lock:
+            self._samples.flush()
+            self._process_rows.flush()
+
     def frames(self) -> tuple[Any, Any]:
         """``(samples, processes)`` as DataFrames (after ``stop()``; read back from the spool files).
 

@@ -223,6 +223,12 @@ class StepTimer:
         self._drain(len(self._pending))
         return self.spool.rows()
 
+    def flush(self) -> None:
+        """The run is over (after ``finish()``): every step made a row and written to the spool's file, so that
+        a run recorded as it goes (``pipeline.recording``) keeps its last steps if its save then fails."""
+        self._drain(len(self._pending))
+        self.spool.flush()
+
     def frame(self) -> Any:
         """The steps table (a DataFrame); like ``rows()``, for the end of the run."""
         self._drain(len(self._pending))

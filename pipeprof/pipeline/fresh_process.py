@@ -84,7 +84,8 @@ def run_child(scenario_file: Path, out: Path, *, cache: Path | None = None, extr
         stdout, stderr = stop_process(proc, signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
     folder = _new_folder(out, before)
     summary = _read_summary(folder)
-    return ChildRun(proc.returncode, folder, summary, _error_line(stderr, proc.returncode), interrupted)
+    error = _error_line(stderr, proc.returncode) or _killed(proc.returncode, folder)
+    return ChildRun(proc.returncode, folder, summary, error, interrupted)
 
 
 def stop_process(proc: subprocess.Popen, sig: int = signal.SIGINT, wait_s: float = STOP_WAIT_S) -> tuple[str, str]:
@@ -138,6 +139,23 @@ def _read_summary(folder: Path | None) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return summary if isinstance(summary, dict) else None
+
+
+def _killed(exit_code: int, folder: Path | None) -> str | None:
+    """Why a child that said nothing ended: the signal that killed it (kill -9, the out-of-memory killer), and
+    where the raw records it wrote are, if its run folder holds them (``pipeline.recording``)."""
+    if exit_code >= 0:
+        return None
+    from pipeprof.pipeline.recording import RECORDING, is_recording  # pandas: only for a killed child
+
+    try:
+        name = signal.Signals(-exit_code).name
+    except ValueError:
+        name = f"signal {-exit_code}"
+    if folder is None or not is_recording(folder):
+        return f"killed by {name} before it saved a run folder"
+    return (f"killed by {name}; the raw records it wrote are kept in {folder / RECORDING}: "
+            f"`pipeprof report {folder}` rebuilds the run, marked cut short")
 
 
 def _error_line(stderr: str, exit_code: int) -> str | None:

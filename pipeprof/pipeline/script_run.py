@@ -283,14 +283,24 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
         raise UsageError(f"pipeprof profile: cannot start {argv[0]}: {e.strerror or e}") from None
     script: dict[str, Any] = {"command": recorded, "command_line": shown, "cwd": os.getcwd()}
     with _Signals(process) as signals:
+        unrecordable: OSError | None = None
         try:
             session.start(process.pid)
-            note_facts(recording, {"name": name, "warmup_steps": warmup_steps, "sample_hz": sample_hz,
-                                   "what_ifs_absent": what_ifs_absent, "t0_s": session.t0_s, "pid": process.pid,
-                                   "script": script})
+            try:
+                note_facts(recording, {"name": name, "warmup_steps": warmup_steps, "sample_hz": sample_hz,
+                                       "what_ifs_absent": what_ifs_absent, "t0_s": session.t0_s,
+                                       "pid": process.pid, "script": script})
+            except OSError as e:  # a disk full from the start: nothing the script does could be kept
+                unrecordable = e
+                raise
         except BaseException:  # the sampler could not start: the script must not go on unwatched
             stop_process(process, signal.SIGTERM, wait_s=5.0)
-            raise
+            if unrecordable is None:
+                raise
+            session.stop_sampling()
+            shutil.rmtree(folder, ignore_errors=True)  # empty: the script was stopped as it started
+            raise UsageError(f"--out {out}: cannot write in the folder ({unrecordable.strerror or unrecordable}); "
+                             "the script was stopped as it started: make room or give another folder") from None
         if code is not None:
             code.start(process.pid)
         # The report's modules (matplotlib, jinja2: half a second) load while the script runs, not

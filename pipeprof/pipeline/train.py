@@ -397,6 +397,11 @@ def profile_workload(work: Workload, *, recorder: LoadingRecorder | None = None,
         sampler.stop()
         # After training, untimed: py-spy writes its file, the workers exit and dump their profiles.
         finished = {"pyspy": spy.stop() if spy else None, "cprofile": code.finish() if code else None}
+    if record_to is not None:  # the rows still in memory to the recording: a save that then fails keeps them all
+        timer.flush()
+        sampler.flush()
+        if recorder is not None:
+            recorder.flush()
     compute_ceiling = None
     trained_s = clock() - t0_s  # the run's own training time: the probes' budget follows it
     probes = what_ifs and work.scenario.profile.what_ifs

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from pipeprof import format as fmt
 from pipeprof.errors import UsageError
 from pipeprof.scenario import SAMPLE_FEATURES
 from pipeprof.storage.materialize import Progress, materialize, read_manifest
@@ -120,6 +122,7 @@ def ensure_synthetic(samples: int, seed: int, cache_root: Path | None = None,
     params = synthetic_params(samples, seed)
 
     def write(folder: Path, progress: Progress | None) -> dict:
+        _check_room(samples, folder)
         return _write_arrays(SyntheticFiles(folder, samples), seed, progress)
 
     def check(folder: Path, manifest: dict) -> str | None:
@@ -127,6 +130,27 @@ def ensure_synthetic(samples: int, seed: int, cache_root: Path | None = None,
 
     folder = materialize(root, params, write, check, progress, label=f"synthetic data ({samples} samples)")
     return SyntheticFiles(folder, samples)
+
+
+def arrays_bytes(samples: int) -> int:
+    """The bytes the arrays of ``samples`` samples take on disk (float32 features, int64 labels; headers aside)."""
+    return samples * (FEATURES * 4 + 8)
+
+
+def _check_room(samples: int, folder: Path) -> None:
+    """Refuse, before writing, a data set the cache folder's file system cannot hold: one line naming
+    ``data.samples`` and how many fit, not an error from deep in numpy (a file larger than the file system
+    allows) or a disk filled to its last block."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return  # unknown: the write itself says what goes wrong
+    if arrays_bytes(samples) > free:
+        fits = free // arrays_bytes(1)
+        raise UsageError(f"data.samples = {samples} is not allowed here: its arrays take "
+                         f"{fmt.byte_size(arrays_bytes(samples))} and the cache folder {folder.parent} has "
+                         f"{fmt.byte_size(free)} free: expected 1 to {fits} (or another cache: --cache or "
+                         "$PIPEPROF_CACHE)")
 
 
 def _write_arrays(files: SyntheticFiles, seed: int, progress: Progress | None) -> dict:
