@@ -228,7 +228,7 @@ def reports(tmp_path_factory):
     """
     tmp = tmp_path_factory.mktemp("browser")
     (tmp / "tiny.toml").write_text(tiny_toml("tiny", "a tiny run for the browser test", steps=40))
-    common = ["--set", "train.threads=1", "--out", "reports"]
+    common = ["--set", "train.threads=1", "--set", "profile.what_ifs=false", "--out", "reports"]  # pages, not probes
     a = pipeprof("run", "tiny.toml", "--set", f'name="tiny {EVIL}"', "--set", f'description="described {EVIL}"',
                  *common, "--cache", "cache-a", cwd=tmp)
     b = pipeprof("run", "tiny.toml", "--set", "loader.num_workers=1", *common, "--cache", "cache-b", cwd=tmp)

@@ -41,6 +41,9 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("cache")
 
 
+NO_PROBES = ("--set", "profile.what_ifs=false")  # for the tests whose subject is not the predictions: ~3 s a run
+
+
 def run_tiny(tmp_path, cache, storage="ram", workers=0, extra=()):
     scenario = tmp_path / "tiny.toml"
     scenario.write_text(TINY.format(storage=storage, workers=workers))
@@ -90,7 +93,8 @@ def test_run_writes_a_complete_consistent_run_folder(tmp_path, cache, capsys):
 
 def test_workers_are_sampled_separately(tmp_path, cache):
     status, folder = run_tiny(tmp_path, cache, storage="memmap", workers=2,
-                              extra=["--set", "loader.persistent_workers=true", "--set", "profile.tree_refresh_s=0.1"])
+                              extra=["--set", "loader.persistent_workers=true", "--set", "profile.tree_refresh_s=0.1",
+                                     *NO_PROBES])
     assert status == 0
     processes = pd.read_csv(folder / "processes.csv")
     assert set(processes.role) == {"main", "worker"}
@@ -101,7 +105,7 @@ def test_workers_are_sampled_separately(tmp_path, cache):
 
 
 def test_report_rerenders_from_raw_records(tmp_path, cache, capsys):
-    _, folder = run_tiny(tmp_path, cache)
+    _, folder = run_tiny(tmp_path, cache, extra=NO_PROBES)
     summary_before = json.loads((folder / "summary.json").read_text())
     (folder / "report.html").unlink()
     (folder / "summary.json").unlink()
@@ -165,7 +169,7 @@ def test_bad_input_is_refused_before_torch_loads():
 
 @pytest.mark.parametrize("storage", ["device", "files", "images"])
 def test_every_storage_kind_trains_end_to_end(tmp_path, cache, storage):
-    status, folder = run_tiny(tmp_path, cache, storage=storage)
+    status, folder = run_tiny(tmp_path, cache, storage=storage, extra=NO_PROBES)
     assert status == 0
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["steps"] == 55 and summary["accuracy"] > 0.4
@@ -179,7 +183,7 @@ def test_every_storage_kind_trains_end_to_end(tmp_path, cache, storage):
 
 def test_cold_cache_reads_the_data_set_from_disk_every_epoch(tmp_path, cache):
     status, folder = run_tiny(tmp_path, cache, storage="memmap",
-                              extra=["--set", "data.cache=cold", "--set", "train.epochs=2"])
+                              extra=["--set", "data.cache=cold", "--set", "train.epochs=2", *NO_PROBES])
     assert status == 0
     summary = json.loads((folder / "summary.json").read_text())
     check = summary["cache"]

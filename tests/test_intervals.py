@@ -242,3 +242,38 @@ def test_the_what_ifs_are_drawn_alike_whatever_their_key_order():
     first = _resample_windows(probe, np.random.default_rng(1))
     again = _resample_windows(reordered, np.random.default_rng(1))
     assert first == again and first != probe
+
+
+def test_the_models_own_error_is_the_yardsticks_floor_unless_this_run_measured_more():
+    from pipeprof.analysis.change_model import ModelCheck
+    from pipeprof.analysis.intervals import own_error
+
+    missed = ModelCheck(estimate_errors=(0.05, -0.7), remeasured=0.3)
+    assert own_error("estimated", missed, workers=2) == (pytest.approx(0.7), True)  # the workers' estimate missed
+    assert own_error("estimated", missed, workers=0) == (MODEL_ERROR["estimated"], False)  # no workers estimated
+    assert own_error("measured", missed, workers=2) == (pytest.approx(0.3), True)
+    close = ModelCheck(estimate_errors=(0.01,), remeasured=0.02)
+    assert own_error("estimated", close, workers=3) == (MODEL_ERROR["estimated"], False)
+    assert own_error("measured", close, workers=3) == (MODEL_ERROR["measured"], False)
+    assert own_error("measured", ModelCheck(), workers=1) == (MODEL_ERROR["measured"], False)
+
+
+def test_an_estimate_the_run_saw_miss_gets_a_wider_interval_that_says_so():
+    run = noisy_run(0.01)
+    run.meta["what_ifs"] = {}
+    (rec,), (floor,) = recs_and_intervals(run, calibrated=True)
+    assert rec.tier == "estimated" and rec.change == {"loader.num_workers": 3}
+    assert "the yardstick's typical" in floor.method
+    # a probe of the run's own next worker count that measured 60 % of what the model estimates for it
+    attr = attribution(run)
+    k = int(attr.cpu.num_workers or 0) + 1
+    from pipeprof.analysis.recommend import predict_change
+    est = predict_change(run, attr, verdict_from_attribution(attr), {"loader.num_workers": k})
+    assert est is not None and est.tier == "estimated"
+    run.meta["what_ifs"] = {"train_workers": {str(k): {"samples_per_s": 0.6 * est.predicted_samples_per_s,
+                                                         "threads": attr.cpu.torch_threads}}}
+    recs = recommend(run, attribution(run), verdict_from_attribution(attribution(run)))
+    wider = intervals(run, recs)
+    three = next(i for r, i in zip(recs, wider, strict=True) if r.change == {"loader.num_workers": 3})
+    assert "as this run measured it" in three.method
+    assert width(three) > width(floor)

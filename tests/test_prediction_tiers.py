@@ -6,6 +6,7 @@ what the sampler would see: the training process and its workers in % of one cor
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -217,3 +218,33 @@ def test_the_tier_is_shown_beside_every_predicted_number():
     assert top in render_html(run, summary)
     assert speedup_text(Recommendation({"loader.pin_memory": True}, None, None, "", "", tier="not_predicted"),
                         None) == "not predicted: try --verify or tune"
+
+
+def test_the_model_checks_its_workers_estimate_against_the_runs_own_measurements():
+    from pipeprof.analysis.recommend import model_check
+
+    # 1 worker on 16 cores: the estimate at the run's own worker is checked against the run itself
+    run = machine_run(cores=16, workers=1, gpu=False, threads=1, main_cores=0.8)
+    alone = model_check(run, attribution(run))
+    assert len(alone.estimate_errors) == 1 and alone.remeasured is None
+    # a probe of 2 workers that measured half the estimate: the check says the estimate missed by x2
+    estimate = predicted(run, {"loader.num_workers": 2})
+    assert estimate["tier"] == "estimated"
+    run.meta["what_ifs"] = {"train_workers": {"2": {"samples_per_s": estimate["predicted_samples_per_s"] / 2,
+                                                    "threads": 1}}}
+    probed = model_check(run, attribution(run))
+    assert len(probed.estimate_errors) == 2  # by worker count: the run's 1, then the probe's 2
+    assert probed.estimate_errors[0] == alone.estimate_errors[0]
+    assert probed.estimate_errors[1] == pytest.approx(math.log(2), rel=0.02)
+    assert probed.estimate_error == max(abs(e) for e in probed.estimate_errors)
+    # the as-run loop measured again after the run, 20 % above the run: a re-measurement 20 % off
+    now = BATCH / STEP_S
+    run.meta["what_ifs"]["train_as_run"] = {"samples_per_s": 1.2 * now}
+    assert model_check(run, attribution(run)).remeasured == pytest.approx(math.log(1.2), rel=0.02)
+
+
+def test_at_0_workers_the_run_itself_checks_nothing_of_the_workers_estimate():
+    from pipeprof.analysis.recommend import model_check
+
+    run = machine_run(cores=16, workers=0, gpu=False, threads=1, main_cores=1.0)
+    assert model_check(run, attribution(run)).estimate_errors == ()  # 1/(p + 1/C) is the run's own sum

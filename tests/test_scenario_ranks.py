@@ -264,10 +264,11 @@ def _fractions(steps):
 
 @pytest.fixture(scope="module")
 def two_jobs(tmp_path_factory):
-    """ddp-straggler and ddp-balanced, each run once (2 ranks, gloo)."""
+    """ddp-straggler and ddp-balanced, each run once (2 ranks, gloo). No probes after the runs: these tests read
+    the ranks' steps and collectives, not the predictions (5-7 s of probes a job, twice)."""
     tmp = tmp_path_factory.mktemp("ranks")
     out, cache = tmp / "reports", tmp / "cache"
-    common = ["--out", str(out), "--cache", str(cache), "--quiet"]
+    common = ["--out", str(out), "--cache", str(cache), "--quiet", "--set", "profile.what_ifs=false"]
     for name in ("ddp-straggler", "ddp-balanced"):
         assert main(["run", str(REPO / "scenarios" / f"{name}.toml"), *common]) == 0
     straggler, balanced = (next(p for p in out.iterdir() if p.name.endswith(f"-{n}"))
@@ -329,6 +330,7 @@ def test_compare_reads_two_multi_rank_runs(two_jobs, capsys):
 def test_a_sweep_over_ranks_runs_each_job_until_steady_with_every_rank_stopping_together(tmp_path, capsys):
     out, cache = tmp_path / "reports", tmp_path / "cache"
     status = main(["sweep", str(REPO / "scenarios" / "ddp-balanced.toml"), "--grid", "train.ranks=1,2",
+                   "--set", "profile.what_ifs=false",  # the points' steps are the subject, not predictions
                    "--max-seconds", "1", "--out", str(out), "--cache", str(cache), "--quiet"])
     assert status == 0
     (folder,) = [p for p in out.iterdir() if p.is_dir()]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -37,6 +38,22 @@ WHOLE_BATCHES = "code.whole_batches"
 PREDICTABLE_KEYS = frozenset({"loader.num_workers", "train.threads", "loader.prefetch_factor",
                               "loader.persistent_workers", "loader.pin_memory", "data.storage", "data.cache",
                               WHOLE_BATCHES})
+
+@dataclass(frozen=True)
+class ModelCheck:
+    """What this run measured of the model's own error (``ChangeModel.self_check``): ``estimate_errors``, ln of the
+    estimate over the measurement at each worker count both cover; ``remeasured``, |ln| of the as-run loop
+    measured again after the run over the run (None: not measured again)."""
+
+    estimate_errors: tuple[float, ...] = ()
+    remeasured: float | None = None
+
+    @property
+    def estimate_error(self) -> float | None:
+        """The largest |ln(estimate / measured)|: how far an estimate missed a measurement of this run; None where
+        nothing checked one."""
+        return max((abs(e) for e in self.estimate_errors), default=None)
+
 
 class ChangeModel:
     """The numbers the predictions need, read once from the run and its attribution."""
@@ -212,6 +229,29 @@ class ChangeModel:
         p = self.estimate.at(k, supply, ceiling=c, main=min(threads, self.cores.main))
         return dataclasses.replace(p, model=f"{p.model}; C at {threads:g} threads = C × the loop alone at "
                                             f"{threads:g} / at {self.threads:g} threads (what_ifs.device_loop_threads)")
+
+    def self_check(self) -> ModelCheck:
+        """The model against what this run measured itself (``ModelCheck``): the estimate ``min(C, supply, S)`` at
+        the run's own number of workers against the run, and at each number of workers a trained probe ran at
+        the run's threads against that probe (read at the run's pace); and the as-run loop measured again after
+        the run against the run. Nothing fitted: the errors an estimate or a re-measurement made in this run."""
+        checks: list[float] = []
+        if self.current is not None and self.parts is not None and self.storage != "device":
+            supply = self.supply(*self.parts)
+            # the run itself tests the supply model only with workers: at 0 it is 1/(p + 1/C), the run's own sum
+            measured = {self.k: self.current} if self.k else {}
+            for (k, threads), rate in self.probes.trained.items():
+                if threads == self.threads and k > self.k:
+                    value = self.probes.read(self.current, rate, "").samples_per_s
+                    if value:
+                        measured[k] = value
+            for k, value in sorted(measured.items()):
+                estimate = self.estimate.at(k, supply).samples_per_s
+                if estimate and estimate > 0 and math.isfinite(estimate):
+                    checks.append(math.log(estimate / value))
+        again = (abs(math.log(self.probes.as_run / self.current))
+                 if self.probes.as_run and self.current else None)
+        return ModelCheck(tuple(checks), again)
 
     def _compute_beside_workers(self, k: int) -> tuple[float, int] | None:
         """The loop's compute rate measured beside the most workers probed up to ``k`` (read at the run's pace

@@ -66,7 +66,15 @@ import numpy as np
 import pandas as pd
 
 from pipeprof.analysis.attribution import attribution
-from pipeprof.analysis.recommend import WHOLE_BATCHES, WHOLE_BATCHES_CODE, Recommendation, predict_change, recommend
+from pipeprof.analysis.change_model import ModelCheck
+from pipeprof.analysis.recommend import (
+    WHOLE_BATCHES,
+    WHOLE_BATCHES_CODE,
+    Recommendation,
+    model_check,
+    predict_change,
+    recommend,
+)
 from pipeprof.analysis.steps import counted_steps, counted_window_s
 from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.analysis.windows import throughput_windows
@@ -300,15 +308,30 @@ def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: dic
             found[i] += value is not None
             draws[b, i] = value if value is not None else rate_b  # not predicted (not listed): no gain
     noise = finite(throughput_windows(run.steps).get("cv"))
+    attr = attribution(run, probe)
+    check = model_check(run, attr)
+    run_workers = int(attr.cpu.num_workers or 0)
     out = []
     for i, rec in enumerate(recommendations):
         if i not in wanted:
             out.append(_no_bounds(rec, "no change is predicted: nothing to bound"))
             continue
-        errors = MODEL_ERROR if model_error is None else model_error
+        kind = model_kind(rec)
+        error, checked = (model_error[kind], False) if model_error is not None else \
+            own_error(kind, check, int(rec.change.get("loader.num_workers", run_workers)))
         out.append(_bounds(float(predicted[i] or 0.0), draws[:, i], current, noise, int(found[i]), seed,
-                           rerun_cv, model_kind(rec), errors[model_kind(rec)]))
+                           rerun_cv, kind, error, checked))
     return tuple(out)
+
+
+def own_error(kind: str, check: ModelCheck, workers: int) -> tuple[float, bool]:
+    """The model's own error for a prediction of ``kind`` at ``workers`` workers, and whether this run measured
+    more of it than ``MODEL_ERROR`` (the yardstick's typical error by tier, the floor): an estimate of workers
+    takes the furthest the workers' estimate missed a measurement of this run (``recommend.model_check``); a
+    measured prediction, how far the as-run loop measured again after the run moved from the run."""
+    prior = MODEL_ERROR[kind]
+    seen = (check.estimate_error if workers > 0 else None) if kind == "estimated" else check.remeasured
+    return (seen, True) if seen is not None and seen > prior else (prior, False)
 
 
 def _no_bounds(rec: Recommendation, reason: str) -> Interval:
@@ -347,7 +370,7 @@ def model_kind(rec: Recommendation) -> str:
 
 
 def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None, found: int,
-            seed: int, rerun_cv: float, kind: str, model_error: float) -> Interval:
+            seed: int, rerun_cv: float, kind: str, model_error: float, checked: bool = False) -> Interval:
     resamples = len(draws)
     logs = np.log(np.clip(draws, 1e-12, None))  # a prediction of no samples at all: very far down, not -inf
     spread = float(logs.std(ddof=1)) if resamples >= 2 else 0.0
@@ -366,7 +389,11 @@ def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None
               + (f"z(0.9) × cv {100 * noise:.1f}% = ±{100 * widen:.1f}%" if noise is not None else
                  "(none: too few counted steps for 2 windows)")
               + f", a re-run's noise z(0.9) × {100 * rerun_cv:.0f}% and the {kind} model's own error z(0.9) × "
-                f"{100 * model_error:.0f}% (calibrated on benchmarks/predict.py): ±{100 * half:.1f}% in all")
+                f"{100 * model_error:.0f}% ("
+              + ("as this run measured it: " + ("the workers' estimate against its own measurements" if kind ==
+                                                "estimated" else "the as-run loop measured again after the run")
+                 + ", above the yardstick's typical" if checked else "the yardstick's typical, benchmarks/predict.py")
+              + f"): ±{100 * half:.1f}% in all")
     return Interval((low, high), (low / current, high / current), method)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from pipeprof import format as fmt
 from pipeprof.analysis.advice_text import script_text
 from pipeprof.analysis.attribution import Attribution
-from pipeprof.analysis.change_model import WHOLE_BATCHES, ChangeModel
+from pipeprof.analysis.change_model import WHOLE_BATCHES, ChangeModel, ModelCheck
 from pipeprof.analysis.prediction import (
     ESTIMATED,
     MEASURED,
@@ -135,6 +135,11 @@ def predict_change(run: Run, attribution: Attribution, verdict: Verdict,
     settings = {key: value for key, value in change.items() if key != WHOLE_BATCHES}
     what = "taking whole batches at once" if code else ", ".join(f"{k}={v!r}" for k, v in settings.items())
     return m._rec(settings, p, f"{what or 'no change'}", code_change=WHOLE_BATCHES_CODE if code else None)
+
+
+def model_check(run: Run, attribution: Attribution) -> ModelCheck:
+    """The model checked against this run's own measurements (``change_model.ModelCheck``)."""
+    return _Model(run, attribution).self_check()
 
 
 def is_no_op(change: dict[str, Any], current: dict[str, Any]) -> bool:
