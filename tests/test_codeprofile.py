@@ -495,7 +495,8 @@ def test_a_real_run_profiles_compute_in_main_and_loading_in_the_workers(tmp_path
     scenario.write_text(TINY)
     out = tmp_path / "reports"
     status = main(["run", str(scenario), "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet",
-                   "--cprofile", "6", "--pyspy"])  # 17 counted steps: 11 outside the window, enough to compare
+                   "--cprofile", "6", "--pyspy",  # 17 counted steps: 11 outside the window, enough to compare
+                   "--set", "profile.what_ifs=false"])  # the code-level view is the subject, not the probes
     assert status == 0
     (folder,) = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")]
     summary = json.loads((folder / "summary.json").read_text())

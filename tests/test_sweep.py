@@ -134,6 +134,7 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path, scenario_fi
     # cuda:7 passes the schema but the child refuses it at run time (no such device here): the point is
     # recorded with the child's one-line error and the next point still runs.
     status = main(["sweep", str(scenario_file), "--grid", "train.device=cpu,cuda:7", "--fixed-steps",
+                   "--set", "profile.what_ifs=false",  # the failure is the subject: no probes after the points
                    "--out", str(out), "--cache", str(cache), "--quiet"])
     (folder,) = [p for p in out.iterdir() if p.is_dir()]
     doc = json.loads((folder / "sweep.json").read_text())
@@ -164,7 +165,8 @@ def test_ctrl_c_keeps_the_finished_points_and_exits_130(tmp_path, scenario_file)
 
     out, cache = tmp_path / "reports", tmp_path / "cache"
     proc = subprocess.Popen([sys.executable, "-m", "pipeprof", "sweep", str(scenario_file), "--grid",
-                             "train.steps=40,200000,41", "--fixed-steps", "--out", str(out), "--cache",
+                             "train.steps=40,200000,41", "--fixed-steps", "--set", "profile.what_ifs=false",
+                             "--out", str(out), "--cache",
                              str(cache), "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     deadline = time.monotonic() + 120
