@@ -128,19 +128,7 @@ def test_steps_end_a_torchdata_nodes_loop(tmp_path):
 
     model, optimizer = _model()
     session = hooks.Hooks(hooks.EventLog(str(tmp_path / "events.jsonl")), stop_after_steps=3)
-    session.install()
-    seen: list[Any] = []
-    try:
-        with pytest.raises(SystemExit):
-            for _epoch in range(3):
-                for batch in _nodes_loader(40, 8):
-                    seen.append(batch)
-                    loss = torch.nn.functional.cross_entropy(model(batch["image"].flatten(1)), batch["label"])
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
-    finally:
-        session.uninstall()
+    seen = _trained_until_stopped(session, lambda: _nodes_loader(40, 8), model, optimizer)
     assert len(seen) == 3  # --steps 3: the loop ends at the next next()
 
 
@@ -287,19 +275,7 @@ def test_steps_end_a_stateful_dataloader_loop(tmp_path):
     model, optimizer = _model()
     train_loader = StatefulDataLoader(Pairs(80), batch_size=16)  # 5 batches a pass
     session = hooks.Hooks(hooks.EventLog(str(tmp_path / "events.jsonl")), stop_after_steps=3)
-    session.install()
-    seen: list[Any] = []
-    try:
-        with pytest.raises(SystemExit):
-            for _epoch in range(3):
-                for batch in train_loader:
-                    seen.append(batch)
-                    loss = torch.nn.functional.cross_entropy(model(batch["image"].flatten(1)), batch["label"])
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
-    finally:
-        session.uninstall()
+    seen = _trained_until_stopped(session, lambda: train_loader, model, optimizer)
     assert len(seen) == 3  # --steps 3: the loop ends at the next next()
     assert len(_train(train_loader, model, optimizer)) == 5  # after the session: the loader as it was
 
@@ -323,3 +299,24 @@ def test_the_torchdata_nodes_fixture_profiled_whole_matches_its_own_clock(tmp_pa
     assert (loader["name"], loader["passes"], loader["samples"]) == ("train_loader", 2, own["samples"])
     assert "torchdata.nodes" in s["absences"]["transforms"]  # its nodes' insides, said absent
     assert s["fractions"]["data_wait"] == pytest.approx(own["data_wait_share"], abs=0.05)
+
+
+def _trained_until_stopped(session, loader, model, optimizer) -> list[Any]:
+    """The batches a three-epoch training loop over ``loader()`` saw before ``session`` (installed here, removed
+    after) stopped it at its --steps (SystemExit)."""
+    import torch
+
+    session.install()
+    seen: list[Any] = []
+    try:
+        with pytest.raises(SystemExit):
+            for _epoch in range(3):
+                for batch in loader():
+                    seen.append(batch)
+                    loss = torch.nn.functional.cross_entropy(model(batch["image"].flatten(1)), batch["label"])
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+    finally:
+        session.uninstall()
+    return seen
