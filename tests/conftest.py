@@ -115,25 +115,6 @@ def pytest_collection_modifyitems(config, items):
         # once; tests of several files that read one shared run name a group of their own (xdist_group).
         if grouped and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
-    _name_groups(config, items)
-
-
-def _name_groups(config, items) -> None:
-    """In a pytest-xdist worker under ``--dist loadgroup``, each test's node id gets its group as the ``@name``
-    suffix the scheduler groups by. pytest-xdist 3.8 writes the suffix to ``item._nodeid``, which pytest 9 no
-    longer reads (a node's id is ``item._id``): without this every group was split across the workers, and each
-    of them made the module fixtures and shared runs again."""
-    if getattr(config, "workerinput", None) is None or not config.getvalue("loadgroup"):
-        return
-    try:
-        from _pytest.nodeid import coerce_node_id
-    except ImportError:  # an older pytest: pytest-xdist's own suffix works there
-        return
-    for item in items:
-        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                        for m in item.iter_markers("xdist_group")})
-        if names and "@" not in item.nodeid:
-            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(names)}")
 
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
