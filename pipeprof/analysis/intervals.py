@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeprof.analysis.attribution import attribution
+from pipeprof.analysis.attribution import Attribution, attribution
 from pipeprof.analysis.change_model import ModelCheck
 from pipeprof.analysis.recommend import (
     WHOLE_BATCHES,
@@ -282,12 +282,14 @@ def _resample_windows(value: Any, rng: np.random.Generator) -> Any:
 
 def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: dict[str, Any] | None = None,
               resamples: int = RESAMPLES, seed: int = SEED, rerun_cv: float = RERUN_CV,
-              model_error: dict[str, float] | None = None) -> tuple[Interval, ...]:
+              model_error: dict[str, float] | None = None,
+              attr: Attribution | None = None) -> tuple[Interval, ...]:
     """One ``Interval`` per recommendation, in order (the module docstring's method).
 
     ``probe``: the machine probe the recommendations were derived with (default: run.json's); ``rerun_cv`` and
-    ``model_error`` (by ``model_kind``): the calibrated terms of step 3 (default ``RERUN_CV``, ``MODEL_ERROR``). The honest
-    negative (no change, no code change) and a recommendation without a prediction get no bounds.
+    ``model_error`` (by ``model_kind``): fixed terms of step 3 in place of ``RERUN_CV`` and the model's own error
+    (``own_error``); ``attr``: the run's attribution with ``probe``, where the caller has it (else computed here).
+    The honest negative (no change, no code change) and a recommendation without a prediction get no bounds.
     """
     if not recommendations:
         return ()
@@ -308,7 +310,7 @@ def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: dic
             found[i] += value is not None
             draws[b, i] = value if value is not None else rate_b  # not predicted (not listed): no gain
     noise = finite(throughput_windows(run.steps).get("cv"))
-    attr = attribution(run, probe)
+    attr = attr if attr is not None else attribution(run, probe)  # the summary's own, where it has one
     check = model_check(run, attr)
     run_workers = int(attr.cpu.num_workers or 0)
     out = []

@@ -419,7 +419,7 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
                                 step_source=info.step_source)
     probe = probe if probe is not None else info.probe
     listed = recommend(run, attr, judged)
-    recs, bounds = ranked(listed, intervals(run, listed, probe=probe))
+    recs, bounds = ranked(listed, intervals(run, listed, probe=probe, attr=attr))
     return Summary(
         scenario=run.name, device=info.device, steps=n, warmup_steps=int(steps["warmup"].astype(bool).sum()),
         samples=samples, duration_s=duration_s, samples_per_s=samples_per_s,
