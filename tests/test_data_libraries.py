@@ -284,7 +284,8 @@ def test_steps_end_a_stateful_dataloader_loop(tmp_path):
 def test_the_torchdata_nodes_fixture_profiled_whole_matches_its_own_clock(tmp_path, monkeypatch, capsys):
     # tests/fixtures/torchdata_train.py --nodes (torchdata's migration guide's pipeline), run in this process.
     # Its mapper's threads hold the GIL at times between the loop's steps: the script's clock counts that in its
-    # wait, the Loader's next() cannot (1-4 points less measured here, on 2 loaded cores).
+    # wait, the Loader's next() cannot. So pipeprof's share is the lower, by 1.2-4.2 points here on 2 loaded
+    # cores and 5.4 on a CI machine: the bound is one-sided, 8 points under and 2 over.
     import json
 
     fixture = _fixture("torchdata_train")
@@ -298,7 +299,7 @@ def test_the_torchdata_nodes_fixture_profiled_whole_matches_its_own_clock(tmp_pa
     (loader,) = s["loaders"]
     assert (loader["name"], loader["passes"], loader["samples"]) == ("train_loader", 2, own["samples"])
     assert "torchdata.nodes" in s["absences"]["transforms"]  # its nodes' insides, said absent
-    assert s["fractions"]["data_wait"] == pytest.approx(own["data_wait_share"], abs=0.05)
+    assert own["data_wait_share"] - 0.08 <= s["fractions"]["data_wait"] <= own["data_wait_share"] + 0.02, own
 
 
 def _trained_until_stopped(session, loader, model, optimizer) -> list[Any]:
