@@ -15,7 +15,15 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from pipeprof.errors import UsageError
 from pipeprof.script import overrides as ov
-from pipeprof.script.overrides import LoaderOverride, Overrides, apply_settings, looks_like_training, parse
+from pipeprof.script.overrides import (
+    ALLOWED,
+    LoaderOverride,
+    Overrides,
+    apply_settings,
+    is_dataloader_argument,
+    looks_like_training,
+    parse,
+)
 
 # --- parsing and checks -------------------------------------------------------------------------------------------
 
@@ -207,3 +215,10 @@ def test_a_lightning_train_dataloader_gets_it_and_the_sanity_check_loader_does_n
     assert {(lo["name"], lo["role"], lo["num_workers"]) for lo in s["loaders"]} == {
         ("train_dataloader", "train", 1), ("val_dataloader", "eval", 0)}  # validation runs under no_grad
     assert [r["name"] for r in meta["overrides"]["applied"]] == ["train_dataloader"]
+
+
+def test_every_key_settable_from_outside_is_an_argument_of_this_torchs_dataloader():
+    # parse() takes an allowed key without importing torch (the profile's parent never needs it): that holds
+    # only while each allowed key is one of DataLoader.__init__'s parameters
+    assert all(is_dataloader_argument(key) for key in ALLOWED)
+    assert not is_dataloader_argument("num_wrokers") and not is_dataloader_argument("self")

@@ -45,8 +45,6 @@ from multiprocessing.util import Finalize
 from pathlib import Path
 from typing import Any
 
-from torch.utils.data import DataLoader
-
 MAIN, WORKERS = "main", "workers"
 MAIN_FILE, WORKERS_FILE = "cprofile-main.prof", "cprofile-workers.prof"
 
@@ -201,6 +199,8 @@ def stats_rows(stats: Stats, process: str) -> list[dict[str, Any]]:
 
 
 def _no_workers_reason(batches: Any) -> str | None:
+    from torch.utils.data import DataLoader  # here, not at the top: reading a run folder never imports torch
+
     if not isinstance(batches, DataLoader):
         return "no DataLoader: batches are taken on the device, so there are no workers to profile"
     if batches.num_workers == 0:

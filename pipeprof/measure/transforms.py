@@ -56,6 +56,7 @@ from typing import Any
 import torch
 
 from pipeprof.measure.clock import Clock, monotonic_clock
+from pipeprof.measure.timed_depth import DEPTH
 
 NAME_REPR_MAX = 40
 cpu_thread_clock: Clock = time.thread_time
@@ -126,16 +127,6 @@ def _zero_tables() -> None:  # a forked child: what the parent had measured is n
 os.register_at_fork(after_in_child=_zero_tables)
 
 
-class _Depth:
-    """Timed calls running now in this process (a transform, a decode call): one inside another is not timed."""
-
-    __slots__ = ("n",)
-
-    def __init__(self) -> None:
-        self.n = 0
-
-
-DEPTH = _Depth()
 
 
 class Timed:

@@ -7,7 +7,7 @@ script has imported them). While a timed fetch runs in this process
 each function in ``DECODE_CALLS`` is timed (wall and thread CPU) and added
 to this process's totals under its name; a call inside another timed call
 (``convert`` calls ``load``; ``read_image`` calls ``read_file`` and
-``decode_image``) or inside a timed transform (``measure.transforms.DEPTH``:
+``decode_image``) or inside a timed transform (``measure.timed_depth.DEPTH``:
 its time is the transform's) is not timed again. ``take()`` gives and
 clears the totals, one batch's worth.
 
@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pipeprof.measure.transforms import DEPTH
+from pipeprof.measure.timed_depth import DEPTH
 from pipeprof.script.patches import Patches, wraps
 
 clock = time.perf_counter
