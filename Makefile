@@ -54,7 +54,8 @@ lint: install
 # known truth, and premises that need the machine's cores free. Both passes run; make fails if either failed.
 # TEST_WORKERS=0 runs the first pass in one process too.
 # Overlapped where nothing is lost: chromium's packages (apt) install while pip installs the project, and the lint
-# (ruff, mypy) runs beside the first pass, whose workers wait on their subprocesses; its findings are printed after
+# (ruff, mypy) runs beside the first pass at a lower priority (nice), in the time its workers wait on their
+# subprocesses; its findings are printed after
 # the pass and fail make as before. The serial pass starts once the lint is done: it needs the cores free.
 PARALLEL := not serial
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) + 1)" 2>/dev/null || echo auto)
@@ -65,7 +66,7 @@ test:
 	$(MAKE) --no-print-directory install; installed=$$?; \
 	wait $$browser; browsed=$$?; cat $$logs/browser; [ $$installed = 0 ] || exit $$installed; \
 	[ $$browsed = 0 ] || exit $$browsed; \
-	$(MAKE) --no-print-directory lint > $$logs/lint 2>&1 & lint=$$!; \
+	nice -n 10 $(MAKE) --no-print-directory lint > $$logs/lint 2>&1 & lint=$$!; \
 	status=0; \
 	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -p no:xdist -m "$(PARALLEL)" || status=$$?; \
 	else $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses $(TEST_MAX_WORKERS) --dist loadgroup -m "$(PARALLEL)" \

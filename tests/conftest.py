@@ -38,6 +38,7 @@ import jsonschema
 import psutil
 import pytest
 from support.profiled import ProfiledRuns
+from support.shared import made_once_folders
 
 import pipeprof
 from pipeprof.analysis import summary as summary_module
@@ -79,7 +80,8 @@ if not getattr(summary_module.summarize, "validated", False):
 def written_summaries_match_the_schema(tmp_path_factory):
     yield
     bad = []
-    for path in sorted(tmp_path_factory.getbasetemp().rglob("summary.json")):
+    folders = [tmp_path_factory.getbasetemp(), *made_once_folders(tmp_path_factory)]  # its own and the shared
+    for path in sorted({p for folder in folders for p in folder.rglob("summary.json")}):
         if path.is_symlink() or not path.is_file():
             continue  # a security test's link to a file that is not a summary
         try:
@@ -94,7 +96,7 @@ def written_summaries_match_the_schema(tmp_path_factory):
 @pytest.fixture(scope="session")
 def profiled_runs(tmp_path_factory) -> Iterator[ProfiledRuns]:
     """Real ``pipeprof profile`` runs shared by every test that reads one: one per command line a session."""
-    runs = ProfiledRuns(tmp_path_factory.mktemp("profiled"))
+    runs = ProfiledRuns(tmp_path_factory)
     yield runs
     changed = runs.changed()
     assert not changed, f"tests wrote into shared run folders (copy one first: Profiled.copy_to): {changed}"

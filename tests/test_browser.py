@@ -26,6 +26,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+from support.shared import made_once
 from tiny import tiny_toml
 
 try:
@@ -224,9 +225,14 @@ def reports(tmp_path_factory):
     """A reports folder made by the command line: run A (its name and description carry a <script> tag), run B
     (one worker), a sweep (one point trained, three skipped), then compare A B, which rebuilds index.html.
 
-    The runs and the sweep go side by side (each with its own data cache), the comparison after them.
+    The runs and the sweep go side by side (each with its own data cache), the comparison after them. Made once
+    for all the session's workers.
     """
-    tmp = tmp_path_factory.mktemp("browser")
+    pages = made_once(tmp_path_factory, "browser reports", _made_reports)
+    return {name: Path(path) for name, path in pages.items()}
+
+
+def _made_reports(tmp: Path) -> dict[str, str]:
     (tmp / "tiny.toml").write_text(tiny_toml("tiny", "a tiny run for the browser test", steps=40))
     common = ["--set", "train.threads=1", "--set", "profile.what_ifs=false", "--out", "reports"]  # pages, not probes
     a = pipeprof("run", "tiny.toml", "--set", f'name="tiny {EVIL}"', "--set", f'description="described {EVIL}"',
@@ -250,8 +256,8 @@ def reports(tmp_path_factory):
     finish(pipeprof("compare", str(run_a), str(run_b), "--out", "reports", cwd=tmp))
     (compare,) = out.glob("*-compare-*/compare.html")
     (sweep_page,) = out.glob("*-sweep-*/sweep.html")
-    return {"report": run_b / "report.html", "report-escaped": run_a / "report.html", "compare": compare,
-            "sweep": sweep_page, "index": out / "index.html"}
+    return {"report": str(run_b / "report.html"), "report-escaped": str(run_a / "report.html"),
+            "compare": str(compare), "sweep": str(sweep_page), "index": str(out / "index.html")}
 
 
 @pytest.fixture(scope="module")
@@ -361,14 +367,17 @@ def test_no_page_scrolls_sideways_at_1280_px(browser, reports, name):
 @pytest.fixture(scope="module")
 def script_report(tmp_path_factory) -> Path:
     """``pipeprof profile`` of a script that builds its training and validation loaders again for each of 4 fits
-    (tests/fixtures/refits_report.py): 8 loaders in 2 names, their names long, validation passes on the charts."""
-    tmp = tmp_path_factory.mktemp("browser-script")
-    script = Path(__file__).parent / "fixtures" / "refits_report.py"
-    finish(subprocess.Popen([sys.executable, "-m", "pipeprof", "profile", "--quiet", "--out", "reports", "--",
-                             sys.executable, str(script), "--fits", "4", "--val-sleep-ms", "30"], cwd=tmp,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    (report,) = (tmp / "reports").glob("*-refits_report/report.html")
-    return report
+    (tests/fixtures/refits_report.py): 8 loaders in 2 names, their names long, validation passes on the charts.
+    Made once for all the session's workers."""
+    def build(tmp: Path) -> str:
+        script = Path(__file__).parent / "fixtures" / "refits_report.py"
+        finish(subprocess.Popen([sys.executable, "-m", "pipeprof", "profile", "--quiet", "--out", "reports", "--",
+                                 sys.executable, str(script), "--fits", "4", "--val-sleep-ms", "30"], cwd=tmp,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        (report,) = (tmp / "reports").glob("*-refits_report/report.html")
+        return str(report)
+
+    return Path(made_once(tmp_path_factory, "browser script report", build))
 
 
 def wider_than_the_window(page: Page) -> list[str]:

@@ -15,20 +15,21 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from support.shared import made_once
 
 pytestmark = pytest.mark.integration
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 class Profiled:
-    def __init__(self, proc: subprocess.CompletedProcess, folder: Path) -> None:
-        self.own: dict[str, Any] = json.loads(next(line for line in reversed(proc.stdout.splitlines())
+    def __init__(self, stdout: str, stderr: str, folder: Path) -> None:
+        self.own: dict[str, Any] = json.loads(next(line for line in reversed(stdout.splitlines())
                                                    if line.startswith("{")))
         self.summary: dict[str, Any] = json.loads((folder / "summary.json").read_text())
         self.meta: dict[str, Any] = json.loads((folder / "run.json").read_text())
         self.steps = pd.read_csv(folder / "steps.csv")
         self.processes = pd.read_csv(folder / "processes.csv")
-        self.stderr = proc.stderr
+        self.stderr = stderr
 
     def train(self) -> dict[str, Any]:
         (loader,) = [d for d in self.summary["loaders"] if d["role"] == "train"]
@@ -38,37 +39,43 @@ class Profiled:
         return [t["name"] for t in self.summary.get("transforms") or []]
 
 
-def _profile(tmp: Path, script: str, *args: str) -> Profiled:
-    out = tmp / script
-    proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--quiet", "--out", str(out), "--",
-                           sys.executable, str(FIXTURES / script), *args],
-                          capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    (folder,) = [p for p in out.iterdir() if (p / "run.json").is_file() and not p.is_symlink()]
-    return Profiled(proc, folder)
+def _profile(factory: pytest.TempPathFactory, script: str, *args: str, data: str | None = None) -> Profiled:
+    """``pipeprof profile`` of the fixture ``script`` with ``args`` (and ``data`` followed by a folder for its
+    data), made once for all the session's workers."""
+    def build(tmp: Path) -> dict[str, str]:
+        out = tmp / script
+        (tmp / "data").mkdir()
+        proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--quiet", "--out", str(out), "--",
+                               sys.executable, str(FIXTURES / script), *args,
+                               *((data, str(tmp / "data")) if data else ())],
+                              capture_output=True, text=True, timeout=240,
+                              env={**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        (folder,) = [p for p in out.iterdir() if (p / "run.json").is_file() and not p.is_symlink()]
+        return {"stdout": proc.stdout, "stderr": proc.stderr, "folder": str(folder)}
+
+    made = made_once(factory, f"data library fixture {script} {args} {data}", build)
+    return Profiled(made["stdout"], made["stderr"], Path(made["folder"]))
 
 
 @pytest.fixture(scope="module")
 def timm_run(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
-    tmp = tmp_path_factory.mktemp("timm")
-    return _profile(tmp, "timm_train.py", "--data", str(tmp / "images"))
+    return _profile(tmp_path_factory, "timm_train.py", data="--data")
 
 
 @pytest.fixture(scope="module")
 def hf_run(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
-    return _profile(tmp_path_factory.mktemp("hf"), "hf_datasets_train.py", "--samples", "160")
+    return _profile(tmp_path_factory, "hf_datasets_train.py", "--samples", "160")
 
 
 @pytest.fixture(scope="module")
 def wds_batched_run(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
-    tmp = tmp_path_factory.mktemp("wds")
-    return _profile(tmp, "webdataset_train.py", "--batched", "--data", str(tmp))
+    return _profile(tmp_path_factory, "webdataset_train.py", "--batched", data="--data")
 
 
 @pytest.fixture(scope="module")
 def torchdata_run(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
-    return _profile(tmp_path_factory.mktemp("torchdata"), "torchdata_train.py")
+    return _profile(tmp_path_factory, "torchdata_train.py")
 
 
 def _same_wait(run: Profiled) -> None:

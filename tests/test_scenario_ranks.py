@@ -21,6 +21,7 @@ import pandas as pd
 import psutil
 import pytest
 import torch
+from support.shared import made_once
 from torch.utils.data import DistributedSampler
 
 from pipeprof.analysis.ranks import median_rank
@@ -266,13 +267,15 @@ def _fractions(steps):
 def two_jobs(tmp_path_factory):
     """ddp-straggler and ddp-balanced, each run once (2 ranks, gloo). No probes after the runs: these tests read
     the ranks' steps and collectives, not the predictions (5-7 s of probes a job, twice)."""
-    tmp = tmp_path_factory.mktemp("ranks")
-    out, cache = tmp / "reports", tmp / "cache"
-    common = ["--out", str(out), "--cache", str(cache), "--quiet", "--set", "profile.what_ifs=false"]
-    for name in ("ddp-straggler", "ddp-balanced"):
-        assert main(["run", str(REPO / "scenarios" / f"{name}.toml"), *common]) == 0
-    straggler, balanced = (next(p for p in out.iterdir() if p.name.endswith(f"-{n}"))
-                           for n in ("ddp-straggler", "ddp-balanced"))
+    def build(tmp: Path) -> list[str]:
+        out, cache = tmp / "reports", tmp / "cache"
+        common = ["--out", str(out), "--cache", str(cache), "--quiet", "--set", "profile.what_ifs=false"]
+        for name in ("ddp-straggler", "ddp-balanced"):
+            assert main(["run", str(REPO / "scenarios" / f"{name}.toml"), *common]) == 0
+        jobs = [next(p for p in out.iterdir() if p.name.endswith(f"-{n}")) for n in ("ddp-straggler", "ddp-balanced")]
+        return [str(out), str(cache), *map(str, jobs)]
+
+    out, cache, straggler, balanced = map(Path, made_once(tmp_path_factory, "ddp-straggler, ddp-balanced", build))
     return out, cache, straggler, balanced
 
 
@@ -315,8 +318,9 @@ def test_without_a_slow_rank_neither_rank_waits_mostly_for_data(two_jobs):
 
 
 @pytest.mark.integration
-def test_compare_reads_two_multi_rank_runs(two_jobs, capsys):
-    out, _, straggler, balanced = two_jobs
+def test_compare_reads_two_multi_rank_runs(two_jobs, capsys, tmp_path):
+    _, _, straggler, balanced = two_jobs
+    out = tmp_path  # the shared jobs' folder is read-only to the tests
     capsys.readouterr()
     assert main(["compare", str(straggler), str(balanced), "--out", str(out)]) == 0
     (folder,) = [p for p in out.iterdir() if "-compare-" in p.name]

@@ -178,9 +178,10 @@ def test_ctrl_c_keeps_the_finished_points_and_exits_130(tmp_path, scenario_file)
                 doc = json.loads(docs[0].read_text())
             except ValueError:
                 doc = {}
-            if len(doc.get("points", [])) == 1 and list(out.glob("*/scenarios/001.toml")):
-                time.sleep(10)  # the second point's child (200,000 steps) has imported torch and is training
-                break
+            if len(doc.get("points", [])) == 1 and any(
+                    len(p.read_text().splitlines()) > 40 and not (p.parents[1] / "run.json").exists()
+                    for p in out.rglob("recording/steps.*.csv")):
+                break  # the second point's child (200,000 steps) is training: its steps stream into its folder
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=120)

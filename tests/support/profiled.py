@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from support.shared import made_once
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 # The transformers / accelerate / Lightning fixtures never reach the network.
@@ -94,10 +96,11 @@ def _digest(folder: Path) -> str:
 
 
 class ProfiledRuns:
-    """The session's runs, one per command line (options, command, cwd and the added environment)."""
+    """The session's runs, one per command line (options, command, cwd and the added environment), made once
+    for all the session's test workers (``support.shared.made_once``)."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, where: Any) -> None:
+        self.where = where  # the session's tmp_path_factory, or a folder (``support.shared.made_once``)
         self._runs: dict[tuple[Any, ...], Profiled] = {}
         self._digests: dict[Path, str] = {}
 
@@ -106,11 +109,20 @@ class ProfiledRuns:
         """The run of ``pipeprof profile OPTIONS -- COMMAND``: made on first use, then the same one."""
         key = (tuple(options), tuple(command), str(cwd), tuple(sorted((env or {}).items())))
         if key not in self._runs:
-            run = profile(self.root / f"run-{len(self._runs)}", *command, options=options, cwd=cwd, env=env,
-                          timeout=timeout)
+            def build(out: Path) -> dict[str, Any]:
+                run = profile(out, *command, options=options, cwd=cwd, env=env, timeout=timeout)
+                return {"args": run.proc.args, "returncode": run.proc.returncode, "stdout": run.proc.stdout,
+                        "stderr": run.proc.stderr, "folder": None if run.folder is None else str(run.folder)}
+
+            made = made_once(self.where, f"profiled {json.dumps(key)}", build)
+            proc = subprocess.CompletedProcess(made["args"], made["returncode"], made["stdout"], made["stderr"])
+            folder = None if made["folder"] is None else Path(made["folder"])
+            if folder is None:
+                run = Profiled(proc, None, None, None)
+            else:
+                run = Profiled(proc, folder, _read_json(folder / "summary.json"), _read_json(folder / "run.json"))
+                self._digests[folder] = _digest(folder)
             self._runs[key] = run
-            if run.folder is not None:
-                self._digests[run.folder] = _digest(run.folder)
         return self._runs[key]
 
     def changed(self) -> list[Path]:
