@@ -48,9 +48,9 @@ lint: install
 # tests/test_docs.py runs `mkdocs build --strict` (into a temporary folder) as one of the suite's tests
 # The whole suite in two passes. First every test not marked `serial`, unit and integration alike, on TEST_WORKERS
 # pytest-xdist workers (one more than the cores this process may use: the workers spend much of their time waiting
-# on the subprocesses they start; at most TEST_MAX_WORKERS: each worker holds torch, about 1 GiB; a file's tests
-# stay on one worker, so its shared runs are made once). On 2 cores, the first pass took 469 s on 2 workers (the
-# lint beside them) and 431 s on 3 (alone). Then, alone, the `serial` tests: timings held to a
+# on the subprocesses they start; at most TEST_MAX_WORKERS: each worker holds torch, about 1 GiB; the runs several
+# tests read are made once for all the workers, tests/support/shared.py). On 2 cores, the first pass took 469 s on 2
+# workers (the lint beside them) and 431 s on 3 (alone), 398 s since. Then, alone, the `serial` tests: timings held to a
 # known truth, and premises that need the machine's cores free. Both passes run; make fails if either failed.
 # TEST_WORKERS=0 runs the first pass in one process too.
 # Overlapped where nothing is lost: chromium's packages (apt) install while pip installs the project, and the lint
