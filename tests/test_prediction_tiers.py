@@ -51,6 +51,12 @@ def compute_ceiling(run) -> float:
     return float(counted["samples"].sum() / (counted["compute_s"] + counted["h2d_s"]).sum())
 
 
+def paced(available: float, per_worker: float, busy: float, ceiling: float) -> float:
+    """Workers making ``per_worker`` samples/s each on a core, on the ``available`` cores less the training
+    process's at their pace X (``busy × X / ceiling``): X = (available − busy·X/C) · per_worker, solved."""
+    return available * per_worker / (1 + busy * per_worker / ceiling)
+
+
 def named_ceilings(text: str) -> list[float]:
     """Every "compute ceiling N samples/s" a recommendation's words name."""
     return [float(m.replace(",", "")) for m in re.findall(r"compute ceiling ([\d,.]+) samples/s", text)]
@@ -118,10 +124,11 @@ def test_a_change_on_every_rank_is_predicted_for_every_rank_on_the_shared_cores(
     ranked = machine_run(cores=2, workers=1, batch_s=0.4, main_cores=0.5, gpu=False, threads=1)
     ranked.meta["rank"] = {"rank": 1, "local_rank": 1, "world_size": 2}
     one, two = predicted(alone, {"loader.num_workers": 4}), predicted(ranked, {"loader.num_workers": 4})
-    # alone: the workers get 2 − 0.5 = 1.5 cores; a rank of two: 2/2 − 0.5 = 0.5
-    per_worker = BATCH / 0.4
-    assert one["predicted_samples_per_s"] == pytest.approx(1.5 * per_worker)
-    assert two["predicted_samples_per_s"] == pytest.approx(0.5 * per_worker)
+    # alone: the workers get 2 cores less the training process's at the new pace; a rank of two: 2/2 less it
+    per_worker, ceiling = BATCH / 0.4, compute_ceiling(alone)
+    busy = 0.5 / (1 - 0.4)  # the training process's cores while not waiting (0.5 on average, waiting 40%)
+    assert one["predicted_samples_per_s"] == pytest.approx(paced(2.0, per_worker, busy, ceiling))
+    assert two["predicted_samples_per_s"] == pytest.approx(paced(1.0, per_worker, busy, ceiling))
     assert "shared by 2 ranks" in two["model"]
 
 
@@ -194,7 +201,9 @@ def test_a_shared_machine_with_half_its_cores_busy_elsewhere_gets_workers_for_th
     per_worker = BATCH / 0.6
     assert on_free["change"] == {"loader.num_workers": 10}  # 10 × 213 reaches the 2,133 ceiling
     assert on_shared["change"] == {"loader.num_workers": 7}
-    assert on_shared["predicted_samples_per_s"] == pytest.approx(7 * per_worker)
+    # 8 cores left: 7 workers would have 7 of them, but the training process at that pace takes more than 1
+    expected = paced(8.0, per_worker, 1.0 / (1 - 0.4), compute_ceiling(shared))
+    assert expected < 7 * per_worker and on_shared["predicted_samples_per_s"] == pytest.approx(expected)
     assert "processes outside the job used 8.00 of 16" in on_shared["model"]
     assert "outside the job kept 8.00 of the 16 cores busy" in on_shared["reason"]
 

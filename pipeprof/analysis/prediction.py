@@ -47,7 +47,9 @@ class Cores:
     """The cores a run's training process and workers could use: ``cores`` usable, ``other`` busy with
     processes outside the job (mean, in cores), ``main`` the training process's use outside its waits for data
     and ``workers`` the workers' (mean, in cores), ``busy`` all that one rank of the job kept busy, ``ranks``
-    the job's ranks sharing them."""
+    the job's ranks sharing them. ``main_busy``: the training process's cores while it is not waiting for data
+    (None: unknown); it trains faster with more workers and takes that much more of the cores, ``main_busy ×
+    X / C`` at X samples/s (``Estimate.at``)."""
 
     cores: float
     other: float
@@ -55,6 +57,7 @@ class Cores:
     workers: float
     busy: float
     ranks: int = 1
+    main_busy: float | None = None
 
     @property
     def available(self) -> float:
@@ -86,7 +89,11 @@ def cores_of(rank: RankInfo | None, cores: float, main_pct: float | None, worker
     job = (main_all + workers) * ranks
     other = max((machine_pct or 0.0) / 100 * cores - job, 0.0) if machine_pct is not None else 0.0
     main = main_all * (1 - wait) if k == 0 else main_all
-    return Cores(cores, other, main, workers, main_all + workers, ranks)
+    # while not waiting: with 0 workers the training process is never idle (it loads or computes); with workers
+    # it is idle in its waits (a fraction ``wait`` of the time)
+    main_busy = None if main_pct is None or main_all <= 0 or wait >= 1 else \
+        main_all if k == 0 else main_all / (1 - wait)
+    return Cores(cores, other, main, workers, main_all + workers, ranks, main_busy)
 
 
 @dataclass(frozen=True)
@@ -129,13 +136,42 @@ class Estimate:
         if w <= 0:
             return not_predicted(f"no core left for workers: {self.cores.words()}, the training process "
                                  f"uses {self.cores.main if main is None else main:.2f}")
-        per = supply.io + supply.cpu * k / w
-        rate = k / per if per > 0 else math.inf
+        busy = self.cores.main_busy if main is None else None
+        if busy is not None:  # the training process at X takes busy × X/C of the cores: solve X = supply(X)
+            x, w = self._with_main_at(k, supply, c, busy)
+            if w <= 0:
+                return not_predicted(f"no core left for workers: {self.cores.words()}")
+            rate = k / (supply.io + supply.cpu * k / w) if supply.io + supply.cpu > 0 else math.inf
+            main_words = f" beside the training process's {busy * min(x, c) / c:.2f} at that pace"
+        else:
+            per = supply.io + supply.cpu * k / w
+            rate = k / per if per > 0 else math.inf
+            main_words = ""
         x = min(c, rate, self.storage)
         return Prediction(x, ESTIMATED,
                           f"min(compute ceiling {fmt.rate(c)}, {k} × {fmt.rate(1 / p) if p > 0 else 'unbounded'} a "
-                          f"worker on {w:.2f} free cores = {fmt.rate(rate)}{self._storage_words(True)}) = "
-                          f"{fmt.rate(x)}; {self.cores.words()}")
+                          f"worker on {w:.2f} free cores{main_words} = {fmt.rate(rate)}"
+                          f"{self._storage_words(True)}) = {fmt.rate(x)}; {self.cores.words()}")
+
+    def _with_main_at(self, k: int, supply: Supply, c: float, busy: float) -> tuple[float, float]:
+        """The pace X at which ``k`` workers supply X samples/s on the cores the training process leaves them at
+        X (``busy × min(X, C)/C``), and those cores; at most C and S. Bisection: supply falls as X rises."""
+        def free(x: float) -> float:
+            return min(float(k), self.cores.for_workers(busy * min(x, c) / c))
+
+        def supplied(x: float) -> float:
+            w = free(x)
+            per = supply.io + supply.cpu * k / w if w > 0 else math.inf
+            return k / per if per > 0 else math.inf
+
+        top = min(c, self.storage, supplied(0.0))
+        if supplied(top) >= top:
+            return top, free(top)
+        low, high = 0.0, top
+        for _ in range(60):
+            mid = (low + high) / 2
+            low, high = (mid, high) if supplied(mid) >= mid else (low, mid)
+        return low, free(low)
 
     def _storage_words(self, inside: bool = False) -> str:
         if not math.isfinite(self.storage):
