@@ -277,3 +277,21 @@ def test_an_estimate_the_run_saw_miss_gets_a_wider_interval_that_says_so():
     three = next(i for r, i in zip(recs, wider, strict=True) if r.change == {"loader.num_workers": 3})
     assert "as this run measured it" in three.method
     assert width(three) > width(floor)
+
+
+def test_a_verified_runs_intervals_take_the_re_run_noise_its_repeated_runs_measured():
+    # --verify ran the base and the change 3 times each, fresh processes: this machine's re-run noise, measured
+    run = noisy_run(0.01)
+    plain = summarize(run)["recommendations"][0]["interval"]
+    run.meta["verification"] = {"status": "complete", "predicted_samples_per_s": 1.0, "measured_samples_per_s": 1.0,
+                                "base_runs_samples_per_s": [1000.0, 1300.0, 800.0],
+                                "measured_runs_samples_per_s": [1500.0, 1900.0, 1200.0]}
+    verified = summarize(run)
+    interval = verified["recommendations"][0]["interval"]
+    noise = verified["verification"]["rerun_noise"]
+    assert noise["measured_cv"] > noise["cv"] > RERUN_CV and noise["df"] == 4
+    assert f"a re-run's noise z(0.9) × {100 * noise['cv']:.0f}% (with this machine's" in interval["method"]
+    low, high = interval["speedup"]
+    plain_low, plain_high = plain["speedup"]
+    assert high / low > plain_high / plain_low  # a noisier machine than the prior: wider
+    assert "with this machine's" not in plain["method"]

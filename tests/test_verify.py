@@ -1,6 +1,7 @@
 """run --verify: scenario variants, the child-process runner, the verification record, and a real re-run."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -10,7 +11,8 @@ import time
 
 import pytest
 
-from pipeprof.analysis.verification import NOISE, verification
+from pipeprof.analysis.intervals import RERUN_CV, Z_90
+from pipeprof.analysis.verification import PRIOR_DF, rerun_noise, verification
 from pipeprof.cli.main import main
 from pipeprof.errors import UsageError
 from pipeprof.pipeline.fresh_process import ChildRun, run_child
@@ -107,7 +109,29 @@ def test_verification_compares_the_prediction_with_the_re_run():
     assert "25% too high" in v["verdict_words"] and "beyond" in v["verdict_words"]
     low = verification(dict(record, measured_samples_per_s=2100.0), 1000.0)
     assert low["prediction_error"] == pytest.approx(2000 / 2100 - 1)
-    assert "too low" in low["verdict_words"] and f"within the ±{100 * NOISE:.0f}%" in low["verdict_words"]
+    band = Z_90 * math.sqrt(2) * RERUN_CV  # no side ran twice: the prior's noise, and said so
+    assert "too low" in low["verdict_words"] and f"within the ±{100 * band:.0f}% a re-run moves" in low["verdict_words"]
+    assert "the prior sd 10%: no side ran twice" in low["verdict_words"]
+    assert low["rerun_noise"] == {"cv": RERUN_CV, "measured_cv": None, "df": 0, "prior_cv": RERUN_CV}
+
+
+def test_the_re_run_noise_is_what_the_checks_repeated_runs_spread_each_side_about_its_own_mean():
+    # base runs 1000 and 1210 (ln spread 0.19), change runs 2000 and 2420: a spread of 0.135 sd a run
+    record = {"status": "complete", "predicted_samples_per_s": 2000.0, "measured_samples_per_s": 2200.0,
+              "base_runs_samples_per_s": [1000.0, 1210.0], "measured_runs_samples_per_s": [2000.0, 2420.0]}
+    noise = rerun_noise(record)
+    half = math.log(1.21) / 2
+    ss = 4 * half ** 2  # each run half the spread from its side's mean, 4 runs: the change's 2x is not noise
+    assert noise.df == 2 and noise.measured_cv == pytest.approx(math.sqrt(ss / 2))
+    assert noise.cv == pytest.approx(math.sqrt((PRIOR_DF * RERUN_CV ** 2 + ss) / (PRIOR_DF + 2)))
+    assert RERUN_CV < noise.cv < noise.measured_cv  # shrunk toward the prior, two runs a side say little
+    quiet = rerun_noise(dict(record, base_runs_samples_per_s=[1000.0] * 6, measured_runs_samples_per_s=[2000.0] * 6))
+    assert quiet.measured_cv == pytest.approx(0, abs=1e-12)
+    assert quiet.cv == pytest.approx(RERUN_CV * math.sqrt(PRIOR_DF / (PRIOR_DF + 10)))  # 10 df of no spread
+    v = verification(record, 1000.0)
+    assert v["rerun_noise"]["df"] == 2 and "these runs' own spread, sd 13% on 2 df" in v["verdict_words"]
+    assert rerun_noise({"base_runs_samples_per_s": [1000.0, None, -1.0]}).df == 0  # nothing to pool
+
 
 
 def test_a_failed_or_inapplicable_verification_says_so_without_numbers():

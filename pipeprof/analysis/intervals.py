@@ -282,13 +282,14 @@ def _resample_windows(value: Any, rng: np.random.Generator) -> Any:
 
 def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: dict[str, Any] | None = None,
               resamples: int = RESAMPLES, seed: int = SEED, rerun_cv: float = RERUN_CV,
-              model_error: dict[str, float] | None = None,
-              attr: Attribution | None = None) -> tuple[Interval, ...]:
+              model_error: dict[str, float] | None = None, attr: Attribution | None = None,
+              rerun_measured: bool = False) -> tuple[Interval, ...]:
     """One ``Interval`` per recommendation, in order (the module docstring's method).
 
     ``probe``: the machine probe the recommendations were derived with (default: run.json's); ``rerun_cv`` and
     ``model_error`` (by ``model_kind``): fixed terms of step 3 in place of ``RERUN_CV`` and the model's own error
-    (``own_error``); ``attr``: the run's attribution with ``probe``, where the caller has it (else computed here).
+    (``own_error``); ``attr``: the run's attribution with ``probe``, where the caller has it (else computed here);
+    ``rerun_measured``: ``rerun_cv`` is this machine's, measured by repeated runs (``verification.rerun_noise``).
     The honest negative (no change, no code change) and a recommendation without a prediction get no bounds.
     """
     if not recommendations:
@@ -322,7 +323,7 @@ def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: dic
         error, checked = (model_error[kind], False) if model_error is not None else \
             own_error(kind, check, int(rec.change.get("loader.num_workers", run_workers)))
         out.append(_bounds(float(predicted[i] or 0.0), draws[:, i], current, noise, int(found[i]), seed,
-                           rerun_cv, kind, error, checked))
+                           rerun_cv, kind, error, checked, rerun_measured))
     return tuple(out)
 
 
@@ -372,7 +373,8 @@ def model_kind(rec: Recommendation) -> str:
 
 
 def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None, found: int,
-            seed: int, rerun_cv: float, kind: str, model_error: float, checked: bool = False) -> Interval:
+            seed: int, rerun_cv: float, kind: str, model_error: float, checked: bool = False,
+            rerun_measured: bool = False) -> Interval:
     resamples = len(draws)
     logs = np.log(np.clip(draws, 1e-12, None))  # a prediction of no samples at all: very far down, not -inf
     spread = float(logs.std(ddof=1)) if resamples >= 2 else 0.0
@@ -390,7 +392,9 @@ def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None
               f"t(0.9) × sd of ln(prediction) = ±{100 * boot:.1f}%, widened by the run's window-to-window noise "
               + (f"z(0.9) × cv {100 * noise:.1f}% = ±{100 * widen:.1f}%" if noise is not None else
                  "(none: too few counted steps for 2 windows)")
-              + f", a re-run's noise z(0.9) × {100 * rerun_cv:.0f}% and the {kind} model's own error z(0.9) × "
+              + f", a re-run's noise z(0.9) × {100 * rerun_cv:.0f}%"
+              + (" (with this machine's, from --verify's repeated runs)" if rerun_measured else "")
+              + f" and the {kind} model's own error z(0.9) × "
                 f"{100 * model_error:.0f}% ("
               + ("as this run measured it: " + ("the workers' estimate against its own measurements" if kind ==
                                                 "estimated" else "the as-run loop measured again after the run")

@@ -61,7 +61,7 @@ from pipeprof.analysis.verdict import (
     with_memory_note,
     with_transforms,
 )
-from pipeprof.analysis.verification import verification
+from pipeprof.analysis.verification import rerun_noise, verification
 from pipeprof.analysis.windows import throughput_windows
 from pipeprof.analysis.worker_start import with_worker_start_note, worker_start_summary
 from pipeprof.resource_use import CpuUse, DiskUse, GpuUse, MemoryUse, UssSnapshot
@@ -419,7 +419,9 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
                                 step_source=info.step_source)
     probe = probe if probe is not None else info.probe
     listed = recommend(run, attr, judged)
-    recs, bounds = ranked(listed, intervals(run, listed, probe=probe, attr=attr))
+    noise = rerun_noise(info.verification)  # where --verify repeated runs: the machine's own re-run noise
+    recs, bounds = ranked(listed, intervals(run, listed, probe=probe, attr=attr, rerun_cv=noise.cv,
+                                                  rerun_measured=noise.measured_cv is not None))
     return Summary(
         scenario=run.name, device=info.device, steps=n, warmup_steps=int(steps["warmup"].astype(bool).sum()),
         samples=samples, duration_s=duration_s, samples_per_s=samples_per_s,

@@ -21,20 +21,61 @@ summary.json's ``verification`` from it and the run's own samples/s:
   may not help, not as a gain (``--verify`` checks the top recommendation
   all the same: plain_loop's only one, x1.22 in x0.85-x1.75, measured x0.67).
 
-Both runs are single measurements on whatever else the machine was doing:
-the same run repeats within about ±15% on a busy 2-core machine, so an
-error inside ``NOISE`` is reported as within the noise of one re-run.
+Both sides are measurements on whatever else the machine was doing. How far one fresh-process run moves is
+measured by the check itself where it repeated a side (``rerun_noise``): the pooled sd of ln(samples/s) of the
+base's runs and the change's about their own means, shrunk toward the prior ``RERUN_CV`` with ``PRIOR_DF``
+degrees of freedom (two runs a side say little alone). An error inside z(0.9) × √2 × that (one run against
+another) is reported as within the noise of a re-run; the summary's intervals take the same ``rerun_cv``.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 from pipeprof import format as fmt
-from pipeprof.analysis.intervals import Interval
+from pipeprof.analysis.intervals import RERUN_CV, Z_90, Interval
 from pipeprof.numbers import finite
 
-NOISE = 0.15  # one run against one re-run on a shared machine: measured spread of repeats
+NOISE = 0.15  # the base's runs spreading by more than 2 × this (max / min − 1) flag a disturbed machine
+PRIOR_DF = 2  # the prior's weight in the pooled re-run noise, as degrees of freedom of measured runs
+
+
+@dataclass(frozen=True)
+class RerunNoise:
+    """How far one fresh-process run moves (sd of ln samples/s): ``cv`` as used, ``measured_cv`` the check's
+    own repeated runs' (None: no side repeated), on ``df`` degrees of freedom, and the ``prior_cv``."""
+
+    cv: float
+    measured_cv: float | None
+    df: int
+    prior_cv: float = RERUN_CV
+
+    @property
+    def band(self) -> float:
+        """One run against another at 90 %: z(0.9) × √2 × cv (as a fraction of samples/s)."""
+        return Z_90 * math.sqrt(2) * self.cv
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cv": self.cv, "measured_cv": self.measured_cv, "df": self.df, "prior_cv": self.prior_cv}
+
+
+def rerun_noise(record: Any, prior_cv: float = RERUN_CV) -> RerunNoise:
+    """The re-run noise a verification record measured (``RerunNoise``), the prior alone where no side ran
+    twice. Each side's runs are taken about their own mean, so the change's effect is not noise."""
+    ss, df = 0.0, 0
+    if isinstance(record, dict):
+        for key in ("base_runs_samples_per_s", "measured_runs_samples_per_s"):
+            logs = [math.log(v) for v in (finite(r) for r in record.get(key) or []) if v is not None and v > 0]
+            if len(logs) >= 2:
+                mean = sum(logs) / len(logs)
+                ss += sum((x - mean) ** 2 for x in logs)
+                df += len(logs) - 1
+    if df == 0:
+        return RerunNoise(prior_cv, None, 0, prior_cv)
+    measured = math.sqrt(ss / df)
+    return RerunNoise(math.sqrt((PRIOR_DF * prior_cv ** 2 + ss) / (PRIOR_DF + df)), measured, df, prior_cv)
 
 
 def verification(record: Any, samples_per_s: float | None,
@@ -44,6 +85,7 @@ def verification(record: Any, samples_per_s: float | None,
     if not isinstance(record, dict):
         return None
     out = dict(record)
+    out["rerun_noise"] = rerun_noise(record).to_json()
     measured = finite(record.get("measured_samples_per_s"))
     within = interval.contains(measured) if interval is not None and record.get("status") == "complete" else None
     out.update(measured_speedup=None, prediction_error=None, within_interval=within, base_disturbed=None,
@@ -80,9 +122,13 @@ def _words(v: dict[str, Any]) -> str:
                      "speed-up is not to be trusted")
     if error is not None:
         how = "too high" if error > 0 else "too low"
-        noise = "within" if abs(error) <= NOISE else "beyond"
-        parts.append(f"the prediction was {100 * abs(error):.0f}% {how} ({noise} the ±{100 * NOISE:.0f}% "
-                     f"noise of one re-run)")
+        noise = rerun_noise(v)
+        where = "within" if abs(math.log1p(error)) <= noise.band else "beyond"
+        source = (f"these runs' own spread, sd {100 * noise.measured_cv:.0f}% on {noise.df} df with the "
+                  f"prior's {100 * noise.prior_cv:.0f}%" if noise.measured_cv is not None else
+                  f"the prior sd {100 * noise.prior_cv:.0f}%: no side ran twice")
+        parts.append(f"the prediction was {100 * abs(error):.0f}% {how} ({where} the ±{100 * noise.band:.0f}% "
+                     f"a re-run moves, from {source})")
     bounds = (v.get("interval") or {}).get("samples_per_s")
     if v.get("within_interval") is not None and bounds:
         where = "inside" if v["within_interval"] else "outside"
