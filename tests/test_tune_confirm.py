@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from test_verify import IMAGES
 
@@ -40,8 +42,13 @@ def test_the_best_is_confirmed_alternately_with_the_settings_as_run(scenario, tm
     record = confirm(scenario, tmp_path, children, 3)
     assert children.calls == ["as-run.toml", "best.toml"] * 3
     assert record["samples_per_s"] == 210.0  # the median of the best's runs
+    noise = record["interleaved"].pop("rerun_noise")
     assert record["interleaved"] == {"samples_per_s": [200.0, 240.0, 210.0], "base_samples_per_s": [100.0, 110.0, 105.0],
                                      "base_median_samples_per_s": 105.0, "base_disturbed": False}
+    # the machine's re-run noise, from each setting's three fresh-process runs about their own mean
+    logs = [[math.log(x) for x in side] for side in ([200.0, 240.0, 210.0], [100.0, 110.0, 105.0])]
+    ss = sum((x - sum(side) / 3) ** 2 for side in logs for x in side)
+    assert noise["df"] == 4 and noise["measured_cv"] == pytest.approx(math.sqrt(ss / 4))
 
 
 def test_a_disturbed_base_is_flagged(scenario, tmp_path):

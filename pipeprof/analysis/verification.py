@@ -64,14 +64,21 @@ class RerunNoise:
 def rerun_noise(record: Any, prior_cv: float = RERUN_CV) -> RerunNoise:
     """The re-run noise a verification record measured (``RerunNoise``), the prior alone where no side ran
     twice. Each side's runs are taken about their own mean, so the change's effect is not noise."""
+    sides = [record.get(key) for key in ("base_runs_samples_per_s", "measured_runs_samples_per_s")] \
+        if isinstance(record, dict) else []
+    return pooled_noise(sides, prior_cv)
+
+
+def pooled_noise(sides: Any, prior_cv: float = RERUN_CV) -> RerunNoise:
+    """``RerunNoise`` from groups of fresh-process runs' samples/s, each group one setting (a list each)."""
     ss, df = 0.0, 0
-    if isinstance(record, dict):
-        for key in ("base_runs_samples_per_s", "measured_runs_samples_per_s"):
-            logs = [math.log(v) for v in (finite(r) for r in record.get(key) or []) if v is not None and v > 0]
-            if len(logs) >= 2:
-                mean = sum(logs) / len(logs)
-                ss += sum((x - mean) ** 2 for x in logs)
-                df += len(logs) - 1
+    for side in sides:
+        logs = [math.log(v) for v in (finite(r) for r in (side if isinstance(side, list) else []))
+                if v is not None and v > 0]
+        if len(logs) >= 2:
+            mean = sum(logs) / len(logs)
+            ss += sum((x - mean) ** 2 for x in logs)
+            df += len(logs) - 1
     if df == 0:
         return RerunNoise(prior_cv, None, 0, prior_cv)
     measured = math.sqrt(ss / df)
@@ -95,8 +102,7 @@ def verification(record: Any, samples_per_s: float | None,
         out["verdict_words"] = _not_measured(record)
         return out
     base = finite(record.get("base_samples_per_s"))
-    runs = [r for r in record.get("base_runs_samples_per_s") or [] if finite(r)]
-    out["base_disturbed"] = bool(len(runs) >= 2 and min(runs) > 0 and max(runs) / min(runs) - 1 > 2 * NOISE)
+    out["base_disturbed"] = base_disturbed(record.get("base_runs_samples_per_s"))
     against = base or samples_per_s
     if against:
         out["measured_speedup"] = measured / against
@@ -104,6 +110,13 @@ def verification(record: Any, samples_per_s: float | None,
         out["prediction_error"] = predicted / measured - 1
     out["verdict_words"] = _words(out)
     return out
+
+
+def base_disturbed(runs: Any) -> bool:
+    """Whether the runs as run (samples/s, fresh processes) spread by more than ``2 × NOISE`` (max / min − 1):
+    the machine was disturbed during the check (``run --verify``, ``tune``'s confirmation)."""
+    rates = [r for r in (finite(x) for x in (runs if isinstance(runs, list) else [])) if r is not None]
+    return bool(len(rates) >= 2 and min(rates) > 0 and max(rates) / min(rates) - 1 > 2 * NOISE)
 
 
 def _words(v: dict[str, Any]) -> str:

@@ -28,7 +28,7 @@ from pipeprof.analysis.recommend import DEVICE_DATA_MAX_BYTES
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.sweep import best_summary, near_best, point_record
 from pipeprof.analysis.tune import FINALISTS, SEEDS, Evaluate, Search, Space, ceiling_words, search
-from pipeprof.analysis.verification import NOISE
+from pipeprof.analysis.verification import base_disturbed, pooled_noise
 from pipeprof.errors import UsageError
 from pipeprof.format import setting
 from pipeprof.loader_rules import without_worker_only
@@ -292,10 +292,10 @@ def confirm_best(scenario: Scenario, settings: dict[str, Any], folder: Path, *, 
         record["why"] = "the best trial, confirmed in fresh processes alternately with the settings as run"
         if rates:
             record["samples_per_s"] = statistics.median(rates)
-        disturbed = len(base_rates) >= 2 and min(base_rates) > 0 and max(base_rates) / min(base_rates) - 1 > 2 * NOISE
         record["interleaved"] = {"samples_per_s": rates, "base_samples_per_s": base_rates,
                                  "base_median_samples_per_s": statistics.median(base_rates) if base_rates else None,
-                                 "base_disturbed": disturbed}
+                                 "base_disturbed": base_disturbed(base_rates),
+                                 "rerun_noise": pooled_noise([rates, base_rates]).to_json()}
     return record
 
 
