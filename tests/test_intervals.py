@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 from test_verdict import make_run
+from test_verify import as_written
 
 from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.intervals import (
@@ -27,7 +28,6 @@ from pipeprof.analysis.intervals import (
 from pipeprof.analysis.recommend import Recommendation, recommend
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.verdict import verdict_from_attribution
-from pipeprof.analysis.verification import verification
 from pipeprof.render.console import print_summary
 
 
@@ -188,12 +188,12 @@ def test_verification_says_whether_the_measured_rate_fell_in_the_interval():
     interval = Interval((900.0, 1100.0), (0.9, 1.1), "m")
     record = {"status": "complete", "change": {"loader.num_workers": 2}, "predicted_samples_per_s": 1000.0,
               "predicted_speedup": 1.0, "measured_samples_per_s": 1050.0}
-    inside = verification(record, 1000.0, interval)
+    inside = as_written(record, 1000.0, interval)
     assert inside["within_interval"] is True and "inside the predicted interval 900–1,100" in inside["verdict_words"]
-    outside = verification({**record, "measured_samples_per_s": 1200.0}, 1000.0, interval)
+    outside = as_written({**record, "measured_samples_per_s": 1200.0}, 1000.0, interval)
     assert outside["within_interval"] is False and "outside" in outside["verdict_words"]
-    assert verification(record, 1000.0)["within_interval"] is None
-    assert verification({**record, "status": "failed"}, 1000.0, interval)["within_interval"] is None
+    assert as_written(record, 1000.0)["within_interval"] is None
+    assert as_written({**record, "status": "failed"}, 1000.0, interval)["within_interval"] is None
 
 
 def test_verifying_a_change_that_may_not_help_says_it_was_not_offered_as_a_gain():
@@ -202,12 +202,12 @@ def test_verifying_a_change_that_may_not_help_says_it_was_not_offered_as_a_gain(
     assert interval.may_not_help
     record = {"status": "complete", "change": {"loader.num_workers": 1}, "predicted_samples_per_s": 1220.0,
               "predicted_speedup": 1.22, "measured_samples_per_s": 670.0}
-    words = verification(record, 1000.0, interval)["verdict_words"]
+    words = as_written(record, 1000.0, interval)["verdict_words"]
     assert "predicted ×1.22, measured ×0.67" in words
     assert words.endswith("the change was presented as one that may not help (its interval reaches ×1.0), "
                           "not as a gain")
     gain = Interval((1100.0, 1750.0), (1.1, 1.75), "m")
-    assert "may not help" not in verification(record, 1000.0, gain)["verdict_words"]
+    assert "may not help" not in as_written(record, 1000.0, gain)["verdict_words"]
 
 
 def test_a_verified_run_records_within_interval_for_the_checked_recommendation():

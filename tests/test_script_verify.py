@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_verify import as_written
 
-from pipeprof.analysis.verification import verification
 from pipeprof.pipeline.script_verify import Child, child_command, combined, script_flags, verify_script
 from pipeprof.script.overrides import LoaderOverride, Overrides, parse
 
@@ -75,7 +75,7 @@ def test_the_record_has_a_scenarios_keys_and_what_the_re_run_measured(tmp_path):
     assert "train_loader.num_workers=2" in seen[1] and "train_loader.num_workers=2" not in seen[0]
     assert seen[1][seen[1].index("--steps") + 1] == "40" and seen[0][seen[0].index("--steps") + 1] == "40"
     assert record["base_runs_samples_per_s"] == [120.0] * 3 and record["measured_runs_samples_per_s"] == [120.0] * 3
-    derived = verification(record, 100.0)
+    derived = as_written(record, 100.0)
     assert derived["prediction_error"] == pytest.approx(150 / 120 - 1)
     assert derived["measured_speedup"] == pytest.approx(1.0)  # against the runs as run, not the first run
 

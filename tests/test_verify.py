@@ -17,6 +17,7 @@ from pipeprof.cli.main import main
 from pipeprof.errors import UsageError
 from pipeprof.pipeline.fresh_process import ChildRun, run_child
 from pipeprof.pipeline.verify import first_change, verify
+from pipeprof.render.verification_text import verification_words
 from pipeprof.scenario import load_scenario, scenario_from_dict
 from pipeprof.variants import to_toml, vary
 
@@ -41,6 +42,14 @@ epochs = 2
 warmup_steps = 4
 device = "cpu"
 """
+
+
+def as_written(record, samples_per_s, interval=None):
+    """summary.json's ``verification`` for run.json's ``record``: the typed record's JSON and, written at the
+    edge, its sentence (``pipeline.derive.summary_document``)."""
+    v = verification(record, samples_per_s, interval)
+    return None if v is None else {**v.to_json(), "verdict_words": verification_words(v)}
+
 
 
 @pytest.fixture
@@ -103,11 +112,11 @@ def test_a_variant_written_as_toml_loads_back_to_the_same_scenario(images, tmp_p
 def test_verification_compares_the_prediction_with_the_re_run():
     record = {"status": "complete", "predicted_samples_per_s": 2000.0, "predicted_speedup": 2.0,
               "measured_samples_per_s": 1600.0, "set": "--set loader.num_workers=2"}
-    v = verification(record, 1000.0)
+    v = as_written(record, 1000.0)
     assert v["measured_speedup"] == pytest.approx(1.6)
     assert v["prediction_error"] == pytest.approx(0.25)
     assert "25% too high" in v["verdict_words"] and "beyond" in v["verdict_words"]
-    low = verification(dict(record, measured_samples_per_s=2100.0), 1000.0)
+    low = as_written(dict(record, measured_samples_per_s=2100.0), 1000.0)
     assert low["prediction_error"] == pytest.approx(2000 / 2100 - 1)
     band = Z_90 * math.sqrt(2) * RERUN_CV  # no side ran twice: the prior's noise, and said so
     assert "too low" in low["verdict_words"] and f"within the ±{100 * band:.0f}% a re-run moves" in low["verdict_words"]
@@ -128,7 +137,7 @@ def test_the_re_run_noise_is_what_the_checks_repeated_runs_spread_each_side_abou
     quiet = rerun_noise(dict(record, base_runs_samples_per_s=[1000.0] * 6, measured_runs_samples_per_s=[2000.0] * 6))
     assert quiet.measured_cv == pytest.approx(0, abs=1e-12)
     assert quiet.cv == pytest.approx(RERUN_CV * math.sqrt(PRIOR_DF / (PRIOR_DF + 10)))  # 10 df of no spread
-    v = verification(record, 1000.0)
+    v = as_written(record, 1000.0)
     assert v["rerun_noise"]["df"] == 2 and "these runs' own spread, sd 13% on 2 df" in v["verdict_words"]
     assert rerun_noise({"base_runs_samples_per_s": [1000.0, None, -1.0]}).df == 0  # nothing to pool
 
@@ -136,11 +145,11 @@ def test_the_re_run_noise_is_what_the_checks_repeated_runs_spread_each_side_abou
 
 def test_a_failed_or_inapplicable_verification_says_so_without_numbers():
     assert verification(None, 1000.0) is None
-    failed = verification({"status": "failed", "reason": "RuntimeError: boom", "predicted_samples_per_s": 5.0},
+    failed = as_written({"status": "failed", "reason": "RuntimeError: boom", "predicted_samples_per_s": 5.0},
                           1000.0)
     assert failed["measured_speedup"] is None and failed["prediction_error"] is None
     assert failed["verdict_words"] == "re-run failed: RuntimeError: boom"
-    na = verification({"status": "not applicable", "reason": "compute-bound"}, 1000.0)
+    na = as_written({"status": "not applicable", "reason": "compute-bound"}, 1000.0)
     assert na["verdict_words"] == "nothing to verify: compute-bound"
 
 
@@ -196,7 +205,7 @@ def test_verify_runs_the_base_and_the_change_alternately_and_compares_their_medi
     assert children.calls == ["base.toml", "scenario.toml"] * 3  # A B A B A B, fresh processes each
     assert record["status"] == "complete"
     assert record["measured_samples_per_s"] == 2100.0 and record["base_samples_per_s"] == 1050.0
-    v = verification(record, 1200.0)  # this run's own 1,200: not what the change is read against
+    v = as_written(record, 1200.0)  # this run's own 1,200: not what the change is read against
     assert v["measured_speedup"] == pytest.approx(2100.0 / 1050.0) and v["base_disturbed"] is False
     assert "medians of 3 runs as run (1,000–1,100 samples/s) and 3 with the change (2,000–2,300)" \
         in v["verdict_words"]
@@ -207,7 +216,7 @@ def test_verify_runs_the_base_and_the_change_alternately_and_compares_their_medi
 def test_a_disturbed_base_is_flagged_not_trusted(images, tmp_path):
     # the base measured 118 samples/s in one trial and 506 in the next
     record, _ = interleaved(images, tmp_path, [118.0, 506.0, 480.0], [500.0, 510.0, 505.0])
-    v = verification(record, 500.0)
+    v = as_written(record, 500.0)
     assert v["base_disturbed"] is True and "the base was disturbed" in v["verdict_words"]
     assert v["measured_speedup"] == pytest.approx(505.0 / 480.0)  # the median, not the disturbed one
 

@@ -61,7 +61,7 @@ from pipeprof.analysis.verdict import (
     with_memory_note,
     with_transforms,
 )
-from pipeprof.analysis.verification import rerun_noise, verification
+from pipeprof.analysis.verification import Verification, rerun_noise, verification
 from pipeprof.analysis.windows import throughput_windows
 from pipeprof.analysis.worker_start import with_worker_start_note, worker_start_summary
 from pipeprof.resource_use import CpuUse, DiskUse, GpuUse, MemoryUse, UssSnapshot
@@ -172,7 +172,7 @@ class Summary:
     error: str | None = None
     job: dict[str, Any] | None = None  # a distributed job's: its id, world size, nodes, launcher and median rank
     script: ScriptSections | None = None  # None: not a script's run (no script keys in summary.json)
-    verification: dict[str, Any] | None = None  # run --verify: the top recommendation predicted against measured
+    verification: Verification | None = None  # run --verify: the top recommendation predicted against measured
     throughput: dict[str, Any] | None = None  # samples/s in windows of the counted steps (analysis.windows)
     code_profile: CodeView | None = None  # cProfile and py-spy (analysis.code_view), each absent when off
     damage: tuple[dict[str, Any], ...] = ()  # a damaged folder's set-aside rows and keys (status "damaged")
@@ -205,7 +205,8 @@ class Summary:
         }
         if self.script is not None:
             out.update(script=self.script.script, loaders=self.script.loaders, step_source=self.script.step_source)
-        out.update(verification=self.verification, throughput=self.throughput,
+        out.update(verification=self.verification.to_json() if self.verification is not None else None,
+                   throughput=self.throughput,
                    code_profile=self.code_profile.to_json() if self.code_profile is not None else None)
         if self.damage:
             out["damage"] = list(self.damage)
@@ -262,7 +263,7 @@ def summary_from_json(data: Any) -> Summary:
         transforms=d.get("transforms"), decode=d.get("decode"), cache=d.get("cache"),
         final_loss=d.get("final_loss"), accuracy=d.get("accuracy"), absences=dict(as_dict(d.get("absences"))),
         steady=d.get("steady"), status=d.get("status"), error=d.get("error"), job=d.get("job"), script=script,
-        verification=d.get("verification"), throughput=d.get("throughput"),
+        verification=Verification.from_json(d.get("verification")), throughput=d.get("throughput"),
         code_profile=CodeView.from_json(d.get("code_profile")),
         damage=tuple(x for x in d.get("damage") or [] if isinstance(x, dict)), light=d.get("light"),
         sampled=d.get("sampled"),

@@ -16,10 +16,8 @@ summary.json's ``verification`` from it and the run's own samples/s:
 * ``within_interval``: whether the measured samples/s fell inside the checked
   recommendation's interval (``analysis.intervals``; ``interval`` holds its
   bounds), null when it has none or nothing was measured;
-* ``verdict_words``: the comparison in one sentence; for a change whose
-  interval reached x1.0 it also says the change was presented as one that
-  may not help, not as a gain (``--verify`` checks the top recommendation
-  all the same: plain_loop's only one, x1.22 in x0.85-x1.75, measured x0.67).
+* ``verdict_words``: the comparison in one sentence, written at the edge (``render.verification_text``, which
+  summary.json's writer and the report call): this module returns the numbers (``Verification``).
 
 Both sides are measurements on whatever else the machine was doing. How far one fresh-process run moves is
 measured by the check itself where it repeated a side (``rerun_noise``): the pooled sd of ln(samples/s) of the
@@ -30,13 +28,14 @@ another) is reported as within the noise of a re-run; the summary's intervals ta
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from pipeprof import format as fmt
 from pipeprof.analysis.intervals import RERUN_CV, Z_90, Interval
 from pipeprof.numbers import finite
+from pipeprof.run_folder import as_dict
 
 NOISE = 0.15  # the base's runs spreading by more than 2 × this (max / min − 1) flag a disturbed machine
 PRIOR_DF = 2  # the prior's weight in the pooled re-run noise, as degrees of freedom of measured runs
@@ -85,31 +84,86 @@ def pooled_noise(sides: Any, prior_cv: float = RERUN_CV) -> RerunNoise:
     return RerunNoise(math.sqrt((PRIOR_DF * prior_cv ** 2 + ss) / (PRIOR_DF + df)), measured, df, prior_cv)
 
 
+DERIVED = ("rerun_noise", "measured_speedup", "prediction_error", "within_interval", "base_disturbed", "interval",
+           "verdict_words")  # summary.json's keys on top of run.json's record (the words written at the edge)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """summary.json's ``verification``: run.json's raw record (``record``: the change, the prediction made at
+    the time, the re-run's status, samples/s, runs and folder, kept as stored) and what is derived from it."""
+
+    record: dict[str, Any]
+    rerun_noise: RerunNoise
+    measured_speedup: float | None = None
+    prediction_error: float | None = None
+    within_interval: bool | None = None
+    base_disturbed: bool | None = None
+    interval: Interval | None = None
+
+    @property
+    def status(self) -> str:
+        return str(self.record.get("status") or "unknown")
+
+    @property
+    def measured(self) -> bool:
+        """Whether the re-run completed and measured samples/s (else there is nothing to compare)."""
+        return self.status == "complete" and finite(self.record.get("measured_samples_per_s")) is not None
+
+    def number(self, key: str) -> float | None:
+        """A number of the record (``predicted_samples_per_s``, ``predicted_speedup``...), None if not one."""
+        return finite(self.record.get(key))
+
+    def runs(self, key: str) -> list[float]:
+        """``base_runs_samples_per_s`` or ``measured_runs_samples_per_s``: the finite ones."""
+        values = self.record.get(key)
+        return [v for v in (finite(x) for x in (values if isinstance(values, list) else [])) if v is not None]
+
+    def text(self, key: str) -> str | None:
+        value = self.record.get(key)
+        return None if value is None else str(value)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.record, "rerun_noise": self.rerun_noise.to_json(), "measured_speedup": self.measured_speedup,
+                "prediction_error": self.prediction_error, "within_interval": self.within_interval,
+                "base_disturbed": self.base_disturbed,
+                "interval": self.interval.to_json() if self.interval is not None else None}
+
+    @staticmethod
+    def from_json(data: Any) -> Verification | None:
+        """summary.json's ``verification`` read back (None where there is none)."""
+        if not isinstance(data, dict):
+            return None
+        noise = as_dict(data.get("rerun_noise"))
+        within, disturbed = data.get("within_interval"), data.get("base_disturbed")
+        return Verification(
+            record={k: v for k, v in data.items() if k not in DERIVED},
+            rerun_noise=RerunNoise(float(finite(noise.get("cv")) or RERUN_CV), finite(noise.get("measured_cv")),
+                                   int(noise.get("df") or 0), float(finite(noise.get("prior_cv")) or RERUN_CV)),
+            measured_speedup=finite(data.get("measured_speedup")), prediction_error=finite(data.get("prediction_error")),
+            within_interval=within if isinstance(within, bool) else None,
+            base_disturbed=disturbed if isinstance(disturbed, bool) else None,
+            interval=Interval.from_json(data["interval"]) if isinstance(data.get("interval"), dict) else None)
+
+
 def verification(record: Any, samples_per_s: float | None,
-                 interval: Interval | None = None) -> dict[str, Any] | None:
+                 interval: Interval | None = None) -> Verification | None:
     """summary.json's ``verification`` from run.json's record (None when ``--verify`` was not asked);
     ``interval``: the checked recommendation's (``analysis.intervals``), None when it has none."""
     if not isinstance(record, dict):
         return None
-    out = dict(record)
-    out["rerun_noise"] = rerun_noise(record).to_json()
     measured = finite(record.get("measured_samples_per_s"))
-    within = interval.contains(measured) if interval is not None and record.get("status") == "complete" else None
-    out.update(measured_speedup=None, prediction_error=None, within_interval=within, base_disturbed=None,
-               interval=interval.to_json() if interval is not None else None)
+    complete = record.get("status") == "complete"
+    v = Verification(dict(record), rerun_noise(record), interval=interval,
+                     within_interval=interval.contains(measured) if interval is not None and complete else None)
+    if not complete or measured is None:
+        return v
+    against = finite(record.get("base_samples_per_s")) or samples_per_s
     predicted = finite(record.get("predicted_samples_per_s"))
-    if record.get("status") != "complete" or measured is None:
-        out["verdict_words"] = _not_measured(record)
-        return out
-    base = finite(record.get("base_samples_per_s"))
-    out["base_disturbed"] = base_disturbed(record.get("base_runs_samples_per_s"))
-    against = base or samples_per_s
-    if against:
-        out["measured_speedup"] = measured / against
-    if predicted is not None and measured > 0:
-        out["prediction_error"] = predicted / measured - 1
-    out["verdict_words"] = _words(out)
-    return out
+    return dataclasses.replace(
+        v, base_disturbed=base_disturbed(record.get("base_runs_samples_per_s")),
+        measured_speedup=measured / against if against else None,
+        prediction_error=predicted / measured - 1 if predicted is not None and measured > 0 else None)
 
 
 def base_disturbed(runs: Any) -> bool:
@@ -117,46 +171,3 @@ def base_disturbed(runs: Any) -> bool:
     the machine was disturbed during the check (``run --verify``, ``tune``'s confirmation)."""
     rates = [r for r in (finite(x) for x in (runs if isinstance(runs, list) else [])) if r is not None]
     return bool(len(rates) >= 2 and min(rates) > 0 and max(rates) / min(rates) - 1 > 2 * NOISE)
-
-
-def _words(v: dict[str, Any]) -> str:
-    predicted, measured = v.get("predicted_speedup"), v.get("measured_speedup")
-    error = v.get("prediction_error")
-    parts = []
-    if predicted is not None and measured is not None:
-        parts.append(f"predicted ×{predicted:.2f}, measured ×{measured:.2f}")
-    runs, base_runs = v.get("measured_runs_samples_per_s") or [], v.get("base_runs_samples_per_s") or []
-    if base_runs:
-        parts.append(f"medians of {len(base_runs)} runs as run ({fmt.significant(min(base_runs))}–"
-                     f"{fmt.significant(max(base_runs))} samples/s) and {len(runs)} with the change "
-                     f"({fmt.significant(min(runs))}–{fmt.significant(max(runs))}), interleaved")
-    if v.get("base_disturbed"):
-        parts.append("the runs as run spread by more than the machine's noise: the base was disturbed, so this "
-                     "speed-up is not to be trusted")
-    if error is not None:
-        how = "too high" if error > 0 else "too low"
-        noise = rerun_noise(v)
-        where = "within" if abs(math.log1p(error)) <= noise.band else "beyond"
-        source = (f"these runs' own spread, sd {100 * noise.measured_cv:.0f}% on {noise.df} df with the "
-                  f"prior's {100 * noise.prior_cv:.0f}%" if noise.measured_cv is not None else
-                  f"the prior sd {100 * noise.prior_cv:.0f}%: no side ran twice")
-        parts.append(f"the prediction was {100 * abs(error):.0f}% {how} ({where} the ±{100 * noise.band:.0f}% "
-                     f"a re-run moves, from {source})")
-    bounds = (v.get("interval") or {}).get("samples_per_s")
-    if v.get("within_interval") is not None and bounds:
-        where = "inside" if v["within_interval"] else "outside"
-        parts.append(f"measured {where} the predicted interval {fmt.significant(bounds[0])}–"
-                     f"{fmt.significant(bounds[1])} samples/s")
-    if (v.get("interval") or {}).get("may_not_help"):
-        parts.append("the change was presented as one that may not help (its interval reaches ×1.0), "
-                     "not as a gain")
-    return "; ".join(parts) or "measured, but nothing to compare with"
-
-
-def _not_measured(record: dict[str, Any]) -> str:
-    status = record.get("status") or "unknown"
-    reason = record.get("reason")
-    if status == "not applicable":
-        return f"nothing to verify: {reason}"
-    return f"re-run {status}" + (f": {reason}" if reason else "")
-

@@ -207,11 +207,11 @@ def _verify(args: argparse.Namespace, summary: dict[str, Any], run: Run, folder:
 
     record = verify_script(args.command, summary, folder, base=overrides, steps=args.steps,
                            warmup_steps=args.warmup_steps, sample_hz=args.sample_hz, repeats=args.verify_repeats)
+    from pipeprof.analysis.summary import as_summary
+    from pipeprof.render.verification_text import print_verification
+
     summary = store(run, folder, record)
-    v = summary.get("verification") or {}
-    print(f"verify: {v.get('set') or 'nothing'}: {v.get('verdict_words')}", file=sys.stderr)
-    if v.get("folder"):
-        print(f"verify run: {v['folder']}", file=sys.stderr)
+    print_verification(as_summary(summary).verification)
     return summary
 
 

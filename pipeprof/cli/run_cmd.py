@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from rich.console import Console
 
@@ -46,8 +45,10 @@ def execute(args: argparse.Namespace) -> int:
     # the scenario is checked first: bad input is refused before torch loads (2-5 s on 2 busy cores)
     scenario = load_scenario(args.scenario, args.overrides)
     # torch, pandas and the analysis load here, not when the parser is built (pipeprof --help stays fast)
+    from pipeprof.analysis.summary import as_summary
     from pipeprof.pipeline.scenario_run import PreparationFailed, run_scenario, verify_run
     from pipeprof.render.console import print_summary
+    from pipeprof.render.verification_text import print_verification
 
     progress = SILENT if args.quiet else Bars(Console(stderr=True), columns())
     try:
@@ -65,7 +66,7 @@ def execute(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     if args.verify and saved.status == "complete":
         saved = verify_run(saved, scenario, cache=args.cache, progress=progress, repeats=args.verify_repeats)
-        print_verification(saved.summary)
+        print_verification(as_summary(saved.summary).verification)
     print(f"report: {folder / 'report.html'}")
     if saved.status == "interrupted":
         print(f"pipeprof: {run.info.error or 'interrupted'}: {len(run.steps)} steps saved in {folder}",
@@ -76,15 +77,6 @@ def execute(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_FAILED
     return 0
-
-
-def print_verification(summary: dict[str, Any]) -> None:
-    """One line on stderr: what was verified and how the prediction fared."""
-    v = summary.get("verification") or {}
-    what = v.get("set") or "nothing"
-    print(f"verify: {what}: {v.get('verdict_words')}", file=sys.stderr)
-    if v.get("folder"):
-        print(f"verify run: {v['folder']}", file=sys.stderr)
 
 
 def _repeats(text: str) -> int:

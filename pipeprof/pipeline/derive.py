@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeprof.analysis.light_summary import is_light, light_summary
-from pipeprof.analysis.summary import summary_record
+from pipeprof.analysis.summary import Summary, summary_record
 from pipeprof.attach.summary import is_sampled, sampled_summary
 from pipeprof.render.html import render_html
+from pipeprof.render.verification_text import verification_words
 from pipeprof.run_folder import Run, to_json, write_text
 
 
@@ -16,9 +17,18 @@ def derived_files(run: Run, folder_name: str) -> tuple[dict[str, Any], dict[str,
     """The summary of ``run`` and the derived files (summary.json, report.html) as text."""
     # attached from outside: sampled shares; profile --light: window aggregates only
     record = sampled_summary(run) if is_sampled(run) else light_summary(run) if is_light(run) else summary_record(run)
-    summary = record.to_json()
+    summary = summary_document(record)
     return summary, {"summary.json": to_json(summary),
                      "report.html": render_html(run, record, folder_name=folder_name)}
+
+
+def summary_document(record: Summary) -> dict[str, Any]:
+    """summary.json: the summary's data (``Summary.to_json``) and the sentences written here, at the edge, by
+    render's text modules (``verification.verdict_words``)."""
+    summary = record.to_json()
+    if record.verification is not None:
+        summary["verification"]["verdict_words"] = verification_words(record.verification)
+    return summary
 
 
 def rederive(run: Run, folder: Path) -> dict[str, Any]:

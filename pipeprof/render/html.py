@@ -29,6 +29,7 @@ from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import rank_label, rank_rows, straggler_view
 from pipeprof.render.transform_plot import bars_svg
 from pipeprof.render.transform_view import loader_views, split_text, table_rows
+from pipeprof.render.verification_text import verification_words
 from pipeprof.render.window_plot import window_timeline_svg
 from pipeprof.run_folder import MAIN_PROCESS, Run, as_dict
 from pipeprof.run_meta import JobInfo, RankInfo, RunMeta
@@ -186,21 +187,22 @@ def _recommendations(summary: Summary) -> list[dict[str, Any]]:
 
 def _verification(summary: Summary) -> dict[str, Any] | None:
     """The verified-prediction block under the recommendations; None when ``--verify`` was not asked."""
-    v = as_dict(summary.verification)
-    if not v:
+    v = summary.verification
+    if v is None:
         return None
-    folder = v.get("folder")
-    return {"status": str(v.get("status") or "unknown"), "reason": str(v.get("reason") or ""),
-            "set": str(v.get("set") or "no change"), "dropped": [str(d) for d in v.get("dropped") or []],
+    folder = v.text("folder")
+    dropped = v.record.get("dropped")
+    return {"status": v.status, "reason": v.text("reason") or "", "set": v.text("set") or "no change",
+            "dropped": [str(d) for d in dropped] if isinstance(dropped, list) else [],
             "report": f"{folder}/report.html" if folder else None,
-            "predicted": format_significant(v.get("predicted_samples_per_s")),
-            "measured": format_significant(v.get("measured_samples_per_s")),
-            "predicted_speedup": _speedup(v.get("predicted_speedup")),
-            "measured_speedup": _speedup(v.get("measured_speedup")),
-            "within": {True: "inside", False: "outside"}.get(v["within_interval"]) if isinstance(
-                v.get("within_interval"), bool) else None,
-            "interval": _interval_words(as_dict(v.get("interval"))),
-            "words": str(v.get("verdict_words") or "")}
+            "predicted": format_significant(v.number("predicted_samples_per_s")),
+            "measured": format_significant(v.number("measured_samples_per_s")),
+            "predicted_speedup": _speedup(v.number("predicted_speedup")),
+            "measured_speedup": _speedup(v.measured_speedup),
+            "within": {True: "inside", False: "outside"}.get(v.within_interval) if v.within_interval is not None
+            else None,
+            "interval": _interval_words(v.interval.to_json() if v.interval is not None else {}),
+            "words": verification_words(v)}
 
 
 def _interval_words(interval: dict[str, Any]) -> str:
