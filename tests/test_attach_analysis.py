@@ -272,3 +272,43 @@ def test_attached_window_shows_the_trees_gpu_from_the_samplers_last_tick():
     assert w.gpu_util_pct == 73.0 and w.gpu_mem_bytes == 3e9 and "gpu" not in w.absent
     unmatched = attached_window(_rows(), 1.0, {"gpu_proc_util_pct": float("nan")}, "no GPU sampled")
     assert unmatched.gpu_util_pct is None and unmatched.absent["gpu"] == "no GPU sampled"
+
+
+def _fake_pyspy(tmp_path, answers: list[tuple[int, str]]):
+    """A py-spy whose ``dump`` gives ``answers`` in turn (exit status, stderr), then succeeds; it counts calls."""
+    import sys
+
+    script = tmp_path / "py-spy"
+    script.write_text(f"#!{sys.executable}\n" + (
+        "import pathlib, sys\n"
+        f"answers = {answers!r}\n"
+        f"count = pathlib.Path({str(tmp_path / 'calls')!r})\n"
+        "n = int(count.read_text()) if count.exists() else 0\n"
+        "count.write_text(str(n + 1))\n"
+        "print('Process 1: python train.py')\n"  # py-spy's header on stdout: never the reason
+        "if n < len(answers):\n"
+        "    sys.stderr.write(answers[n][1] + '\\n')\n"
+        "    sys.exit(answers[n][0])\n"))
+    script.chmod(0o755)
+    return str(script), lambda: int((tmp_path / "calls").read_text())
+
+
+def test_a_dump_that_fails_once_is_tried_again_and_a_refusal_is_not(tmp_path):
+    # a non-blocking dump reads a running process's memory as it changes: one read can fail, the next not
+    import os
+
+    from pipeprof.attach.stacks import Unattachable, check_attachable
+
+    exe, calls = _fake_pyspy(tmp_path, [(1, "Error: Failed to copy PyCodeObject")])
+    check_attachable(os.getpid(), exe, pause_s=0.0)
+    assert calls() == 2
+    (tmp_path / "always").mkdir()
+    exe, calls = _fake_pyspy(tmp_path / "always", [(1, "Error: Failed to find python version")] * 5)
+    with pytest.raises(Unattachable, match="^Error: Failed to find python version$"):  # its error, not the header
+        check_attachable(os.getpid(), exe, pause_s=0.0)
+    assert calls() == 3
+    (tmp_path / "denied").mkdir()
+    exe, calls = _fake_pyspy(tmp_path / "denied", [(1, "Error: Operation not permitted (os error 1)")] * 5)
+    with pytest.raises(Unattachable, match="not permitted"):
+        check_attachable(os.getpid(), exe, pause_s=0.0)
+    assert calls() == 1  # the user must change something: no point asking again

@@ -27,7 +27,15 @@ from typing import Any
 import pandas as pd
 import psutil
 
-from pipeprof.attach.stacks import StackLine, Unattachable, WindowRecorder, check_attachable, parse_raw, source_line
+from pipeprof.attach.stacks import (
+    PERMISSION_WORDS,
+    StackLine,
+    Unattachable,
+    WindowRecorder,
+    check_attachable,
+    parse_raw,
+    source_line,
+)
 from pipeprof.attach.stacks import stack_text as _stack_text
 from pipeprof.errors import UsageError
 from pipeprof.measure import gpu as gpu_mod
@@ -41,12 +49,11 @@ from pipeprof.version import __version__
 DEFAULT_RATE_HZ = 50
 STEP_LEVEL_ABSENT = ("attached from outside: steps cannot be cut without the hooks in the process, so step times, "
                      "samples/s and per-batch loading times are not measured; the shares are sampled stacks")
-_PERMISSION_WORDS = ("permission", "operation not permitted", "ptrace")
 
 
 def unattachable_error(pid: int, reason: str) -> UsageError:
     """The one line for a process py-spy cannot read: what to do about ptrace, or why else."""
-    if any(w in reason.lower() for w in _PERMISSION_WORDS):
+    if any(w in reason.lower() for w in PERMISSION_WORDS):
         return UsageError(f"pipeprof attach {pid}: not permitted to read the process ({reason}); run pipeprof as "
                           f"the job's user with kernel.yama.ptrace_scope = 0 (sudo sysctl kernel.yama.ptrace_scope=0)"
                           f", or as root, or in the job's container started with --cap-add SYS_PTRACE")

@@ -30,6 +30,7 @@ import re
 import signal
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,18 +133,33 @@ class Unattachable(Exception):
     """py-spy cannot read the process (no ptrace permission, not a Python process, gone): ``str`` says why."""
 
 
-def check_attachable(pid: int, pyspy: str | None = None, timeout_s: float = 30.0) -> None:
-    """One ``py-spy dump`` of ``pid``: raises Unattachable with py-spy's own reason when it cannot read it."""
+CHECK_TRIES = 3  # a non-blocking dump reads a running process's memory as it changes: one read may fail
+PERMISSION_WORDS = ("permission", "operation not permitted", "ptrace")  # py-spy refused to trace: not transient
+
+
+def check_attachable(pid: int, pyspy: str | None = None, timeout_s: float = 30.0, tries: int = CHECK_TRIES,
+                     pause_s: float = 0.2) -> None:
+    """``py-spy dump`` of ``pid``, up to ``tries`` times (a non-blocking read of a busy process can fail once
+    and not again; a refusal to trace it fails at once): raises Unattachable with py-spy's own reason (its
+    error output first) when no dump could read it."""
     exe = pyspy or locate_pyspy()
     if exe is None:
         raise Unattachable("py-spy is not installed: pip install 'pipeprof[pyspy]'")
-    try:
-        done = subprocess.run([exe, "dump", "--pid", str(pid), "--nonblocking"], stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=timeout_s, errors="replace")
-    except subprocess.TimeoutExpired:
-        raise Unattachable(f"py-spy dump of pid {pid} did not answer within {timeout_s:g} s") from None
-    if done.returncode != 0:
-        raise Unattachable(_output_reason(done.stdout + "\n" + done.stderr))
+    reason = "no dump was tried"
+    for attempt in range(max(tries, 1)):
+        if attempt:
+            time.sleep(pause_s)
+        try:
+            done = subprocess.run([exe, "dump", "--pid", str(pid), "--nonblocking"], stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=timeout_s, errors="replace")
+        except subprocess.TimeoutExpired:
+            raise Unattachable(f"py-spy dump of pid {pid} did not answer within {timeout_s:g} s") from None
+        if done.returncode == 0:
+            return
+        reason = _output_reason(done.stderr if done.stderr.strip() else done.stdout)  # its error, not its header
+        if any(word in reason.lower() for word in PERMISSION_WORDS):
+            break  # not transient: the user must change something
+    raise Unattachable(reason)
 
 
 @dataclass
