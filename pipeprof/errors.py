@@ -58,6 +58,7 @@ class Interrupts:
     def __init__(self) -> None:
         self.signals: list[int] = []
         self._holding = 0
+        self._redelivering = False  # a swallowed signal is being sent again: it is raised, not held
 
     @property
     def received(self) -> int:
@@ -75,8 +76,22 @@ class Interrupts:
 
     def handle(self, signum: int, frame: Any) -> None:
         self.signals.append(signum)
-        if len(self.signals) == 1 and not self._holding:
+        if (len(self.signals) == 1 or self._redelivering) and not self._holding:
+            self._redelivering = False
             raise _interrupt(signum)
+
+    def redeliver(self, signum: int) -> None:
+        """Send ``signum`` again a moment later, from another thread: it was raised where Python swallowed it
+        (raised here, inside the unraisable hook, it would be swallowed again). A signal that arrives while
+        the timer starts is counted, not raised here, and the one sent again is raised all the same."""
+        if self.signals:
+            self.signals.pop()  # the same signal again, not a second one (which would be held)
+        self._redelivering = True
+        self._holding += 1
+        try:
+            threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), signum)).start()
+        finally:
+            self._holding -= 1
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -88,6 +103,7 @@ class Interrupts:
         finally:
             self._holding -= 1
         if not self._holding and before == 0 and self.signals:
+            self._redelivering = False
             raise _interrupt(self.signals[0])
 
     def note(self, signum: int) -> None:
@@ -174,12 +190,7 @@ def _redeliver_swallowed(unraisable: Any) -> None:
     if not isinstance(exc, KeyboardInterrupt) or not _HOOKS:
         (_HOOKS[-1][0] if _HOOKS else sys.__unraisablehook__)(unraisable)
         return
-    signals = _HOOKS[-1][1].signals
-    if signals:
-        signals.pop()  # the same signal again, not a second one (which would be held)
-    # Sent from another thread a moment later: raised here, inside the hook, it would be swallowed again.
-    sig = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
-    threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), sig)).start()
+    _HOOKS[-1][1].redeliver(signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
 
 
 def half_built_iterator(unraisable: Any) -> bool:

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -206,6 +207,32 @@ def test_an_interrupt_python_swallowed_is_sent_again(monkeypatch):
     finally:
         errors.restore(previous)
     assert sys.unraisablehook == seen.append
+
+
+def test_a_second_ctrl_c_while_a_swallowed_one_is_sent_again_does_not_lose_both(monkeypatch):
+    """Two Ctrl-C 50 ms apart: the first raised inside a __del__ (swallowed), the second arriving while the hook
+    starts the thread that sends the first again. The second must not be raised inside the hook (swallowed
+    too) nor hold the first: the interrupt is raised a moment later, where it propagates."""
+    import threading
+
+    from pipeprof import errors
+
+    state, previous = errors.on_sigterm()
+    start = threading.Timer.start
+
+    def second_ctrl_c_meanwhile(timer):
+        state.handle(signal.SIGINT, None)  # what pipeprof's handler does when the second arrives here
+        start(timer)
+
+    monkeypatch.setattr(threading.Timer, "start", second_ctrl_c_meanwhile)
+    try:
+        state.signals = [signal.SIGINT]  # the first, swallowed
+        with pytest.raises(KeyboardInterrupt):
+            sys.unraisablehook(SimpleNamespace(exc_value=KeyboardInterrupt()))  # nothing escapes the hook
+            time.sleep(2)
+        assert state.received == 2 and state.hurried  # both counted: the save is not waited on for long
+    finally:
+        errors.restore(previous)
 
 
 @pytest.mark.integration
