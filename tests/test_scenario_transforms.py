@@ -35,7 +35,9 @@ def test_random_affine_is_the_costliest_transform_and_the_transforms_make_most_o
     assert sorted(r["name"] for r in rows) == sorted(LEAVES) and all(r["calls"] == counted for r in rows)
     shares = sum(r["share_of_prep"] for r in rows)
     assert 0.0 < shares <= 1.0 + 1e-9  # timed inside prep (its waits for a core included: the leaves' walls have theirs)
-    assert rows[0]["share_of_prep"] > 0.5 * shares
+    # RandomAffine does most of the transforms' work: in CPU (88-89 % here, quiet or not), not in wall time, whose
+    # waits for a core land in whichever leaf was running (its wall share fell to 50 % in a loaded CI suite)
+    assert rows[0]["cpu_per_sample_s"] > 0.6 * sum(r["cpu_per_sample_s"] for r in rows)
     # Most of prep's own work is the transforms': their CPU over prep without waiting for a core (on 2 shared cores
     # the wait can exceed the work, and lands between leaves too, so the walls' share is no fixed bound).
     assert sum(r["cpu_per_sample_s"] for r in rows) > 0.5 * summary["loading"]["prep_per_sample_s"]
