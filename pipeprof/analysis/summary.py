@@ -443,7 +443,8 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
         absences=dict(info.absences), steady=info.steady,
         # How the run ended (run.json's status and error): complete, interrupted (Ctrl-C, SIGTERM) or failed.
         status=info.status, error=info.error, script=script,
-        verification=verification(info.verification, samples_per_s, checked_interval(info.verification, recs, bounds)),
+        verification=verification(info.verification, samples_per_s, checked_interval(info.verification, recs, bounds),
+                                  noise),
         throughput=throughput_windows(run.steps), code_profile=CodeView.from_json(code_profile(run)))
 
 

@@ -146,15 +146,16 @@ class Verification:
             interval=Interval.from_json(data["interval"]) if isinstance(data.get("interval"), dict) else None)
 
 
-def verification(record: Any, samples_per_s: float | None,
-                 interval: Interval | None = None) -> Verification | None:
+def verification(record: Any, samples_per_s: float | None, interval: Interval | None = None,
+                 noise: RerunNoise | None = None) -> Verification | None:
     """summary.json's ``verification`` from run.json's record (None when ``--verify`` was not asked);
-    ``interval``: the checked recommendation's (``analysis.intervals``), None when it has none."""
+    ``interval``: the checked recommendation's (``analysis.intervals``), None when it has none; ``noise``: the
+    record's ``rerun_noise`` where the caller has it already."""
     if not isinstance(record, dict):
         return None
     measured = finite(record.get("measured_samples_per_s"))
     complete = record.get("status") == "complete"
-    v = Verification(dict(record), rerun_noise(record), interval=interval,
+    v = Verification(dict(record), noise if noise is not None else rerun_noise(record), interval=interval,
                      within_interval=interval.contains(measured) if interval is not None and complete else None)
     if not complete or measured is None:
         return v

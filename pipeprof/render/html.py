@@ -19,6 +19,7 @@ from markupsafe import Markup
 from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution
 from pipeprof.analysis.code_view import CProfileView, StepCost
+from pipeprof.analysis.intervals import Interval
 from pipeprof.analysis.steps import counted_steps, counted_window_s, step_breakdown
 from pipeprof.analysis.summary import SUMMARY_SCHEMA_VERSION, TAIL_FRACTION, Summary, as_summary
 from pipeprof.format import NOT_MEASURED, finite
@@ -201,17 +202,18 @@ def _verification(summary: Summary) -> dict[str, Any] | None:
             "measured_speedup": _speedup(v.measured_speedup),
             "within": {True: "inside", False: "outside"}.get(v.within_interval) if v.within_interval is not None
             else None,
-            "interval": _interval_words(v.interval.to_json() if v.interval is not None else {}),
+            "interval": _interval_words(v.interval),
             "words": verification_words(v)}
 
 
-def _interval_words(interval: dict[str, Any]) -> str:
+def _interval_words(interval: Interval | None) -> str:
     """The checked recommendation's samples/s interval in words, or why it has none."""
-    pair = interval.get("samples_per_s")
-    if isinstance(pair, list) and len(pair) == 2:
-        return (f"{format_significant(pair[0])}–{format_significant(pair[1])} samples/s "
-                f"({fmt.pct(interval.get('level'), 0)} interval)")
-    return str(interval.get("method") or "no interval")
+    if interval is None:
+        return "no interval"
+    if interval.samples_per_s is not None:
+        low, high = interval.samples_per_s
+        return f"{format_significant(low)}–{format_significant(high)} samples/s ({fmt.pct(interval.level, 0)} interval)"
+    return interval.method or "no interval"
 
 
 def _speedup(value: Any) -> str:
