@@ -182,6 +182,7 @@ class Probe:
     samples_per_s: float | None = None
     samples_per_s_per_window: tuple[float, ...] = ()
     compute_samples_per_s: float | None = None  # the loop's own compute beside the workers feeding it
+    worker_cpu_s_per_sample: float | None = None  # loader_workers: the workers' CPU seconds per sample
     num_workers: int | None = None
     threads: float | None = None  # torch threads the loop ran at
     startup_s: float | None = None
@@ -198,7 +199,8 @@ class Probe:
 
         return cls(samples_per_s=number("samples_per_s"),
                    samples_per_s_per_window=_floats(entry.get("samples_per_s_per_window")),
-                   compute_samples_per_s=number("compute_samples_per_s"), num_workers=as_int(entry.get("num_workers")),
+                   compute_samples_per_s=number("compute_samples_per_s"),
+                   worker_cpu_s_per_sample=number("worker_cpu_s_per_sample"), num_workers=as_int(entry.get("num_workers")),
                    threads=number("threads"), startup_s=number("startup_s"), took_s=number("took_s"),
                    absent=None if absent is None else str(absent))
 

@@ -257,3 +257,20 @@ def test_at_0_workers_the_run_itself_checks_nothing_of_the_workers_estimate():
 
     run = machine_run(cores=16, workers=0, gpu=False, threads=1, main_cores=1.0)
     assert model_check(run, attribution(run)).estimate_errors == ()  # 1/(p + 1/C) is the run's own sum
+
+
+def test_more_workers_are_estimated_at_the_cpu_a_sample_costs_in_a_worker_process_where_it_was_measured():
+    # 4 workers on 16 cores, each sample costing 0.3 s / 128 of CPU in the training process's own loading: the
+    # loader alone, probed with 4 workers, measured 1.5× that per sample in the workers (their processes' CPU:
+    # a worker hands its batch over, and pays for its neighbours), which 8 workers' estimate must take
+    run = machine_run(cores=16, workers=4, gpu=False, threads=1, main_cores=1.0, wait=0.6)
+    before = predicted(run, {"loader.num_workers": 8})
+    per_sample_s = 0.3 / BATCH
+    run.meta["what_ifs"] = {"loader_workers": {"4": {"samples_per_s": 1.0, "num_workers": 4,
+                                                     "worker_cpu_s_per_sample": 1.5 * per_sample_s}}}
+    after = predicted(run, {"loader.num_workers": 8})
+    assert before["tier"] == after["tier"] == "estimated"
+    supply = 8 / (1.5 * per_sample_s)  # 8 workers, each with a core of its own, at the measured cost
+    assert after["predicted_samples_per_s"] == pytest.approx(min(supply, compute_ceiling(run)), rel=1e-6)
+    assert after["predicted_samples_per_s"] < before["predicted_samples_per_s"]
+    assert "measured with 4 workers (what_ifs.loader_workers)" in after["model"]

@@ -148,6 +148,19 @@ class ChangeModel:
         io = self._io(fetch)
         return Supply(io, fetch - io + prep + collate)
 
+    def worker_supply(self, k: int) -> tuple[Supply, str]:
+        """What a sample costs ``k`` workers: the run's storage wait, and on a core the workers' CPU per sample
+        measured with the nearest number of workers probed (what_ifs.loader_workers: a worker process's cost,
+        with its neighbours', which the run's own loading at 0 workers does not show); else the run's own."""
+        assert self.parts is not None
+        supply = self.supply(*self.parts)
+        near = self.probes.worker_cpu_near(k) if k > 0 else None
+        if near is None:
+            return supply, ""
+        k_probed, cpu = near
+        return Supply(supply.io, cpu), (f"; a worker's CPU per sample {fmt.duration(cpu)}, measured with "
+                                        f"{fmt.plural(k_probed, 'worker')} (what_ifs.loader_workers)")
+
     # -- any change's prediction (predict_change; every candidate's number comes from here) ------
 
     def predict(self, change: dict[str, Any]) -> Prediction:
@@ -201,14 +214,15 @@ class ChangeModel:
             return not_predicted("no loading records to estimate workers from")
         if k < self.k:
             return not_predicted(f"fewer workers than the run's {self.k}: their effect was not measured")
-        supply = self.supply(*self.parts)
+        supply, cost_words = self.worker_supply(k)
         if threads is None:
             beside = self._compute_beside_workers(k)
             if beside is None:
-                return self.estimate.at(k, supply)
+                p = self.estimate.at(k, supply)
+                return dataclasses.replace(p, model=p.model + cost_words) if p.samples_per_s is not None else p
             c, k_probed = beside
             p = self.estimate.at(k, supply, ceiling=min(self.ceiling, c))
-            words = (f"; C beside workers = {fmt.rate(c)}, the loop's compute measured beside "
+            words = cost_words + (f"; C beside workers = {fmt.rate(c)}, the loop's compute measured beside "
                      f"{fmt.plural(k_probed, 'worker')} (receiving their batches included: what_ifs.train_workers)")
             probe = self.probes.trained.get((k_probed, self.threads))
             measured = self.probes.read(self.current, probe, "").samples_per_s if probe is not None else None
@@ -227,7 +241,7 @@ class ChangeModel:
             return not_predicted(f"compute at {fmt.plural(int(threads), 'torch thread')} was not measured")
         c = self.ceiling * loop[threads] / loop[self.threads]
         p = self.estimate.at(k, supply, ceiling=c, main=min(threads, self.cores.main))
-        return dataclasses.replace(p, model=f"{p.model}; C at {threads:g} threads = C × the loop alone at "
+        return dataclasses.replace(p, model=f"{p.model}{cost_words}; C at {threads:g} threads = C × the loop alone at "
                                             f"{threads:g} / at {self.threads:g} threads (what_ifs.device_loop_threads)")
 
     def self_check(self) -> ModelCheck:
@@ -237,7 +251,6 @@ class ChangeModel:
         the run against the run. Nothing fitted: the errors an estimate or a re-measurement made in this run."""
         checks: list[float] = []
         if self.current is not None and self.parts is not None and self.storage != "device":
-            supply = self.supply(*self.parts)
             # the run itself tests the supply model only with workers: at 0 it is 1/(p + 1/C), the run's own sum
             measured = {self.k: self.current} if self.k else {}
             for (k, threads), rate in self.probes.trained.items():
@@ -246,7 +259,7 @@ class ChangeModel:
                     if value:
                         measured[k] = value
             for k, value in sorted(measured.items()):
-                estimate = self.estimate.at(k, supply).samples_per_s
+                estimate = self.estimate.at(k, self.worker_supply(k)[0]).samples_per_s
                 if estimate and estimate > 0 and math.isfinite(estimate):
                     checks.append(math.log(estimate / value))
         again = (abs(math.log(self.probes.as_run / self.current))

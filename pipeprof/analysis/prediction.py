@@ -194,6 +194,18 @@ class Probes:
     # the loop's compute (n / Σ(compute + h2d)) beside k workers handing it batches, at the run's threads
     # (train_workers' compute_samples_per_s): receiving batches included, which compute alone does not have
     compute_beside: dict[int, float] = field(default_factory=dict)
+    # a worker's CPU seconds per sample with k workers making batches (loader_workers): what a sample costs in a
+    # worker process, beside k − 1 others, which the training process's own loading (0 workers) does not show
+    worker_cpu: dict[int, float] = field(default_factory=dict)
+
+    def worker_cpu_near(self, k: int) -> tuple[int, float] | None:
+        """The workers' measured CPU per sample at the most workers probed up to ``k`` (else the fewest
+        probed), and that number of workers; None: none measured."""
+        if not self.worker_cpu:
+            return None
+        below = [kp for kp in self.worker_cpu if kp <= k]
+        kp = max(below) if below else min(self.worker_cpu)
+        return kp, self.worker_cpu[kp]
 
     def read(self, run_samples_per_s: float, probe_samples_per_s: float, what: str) -> Prediction:
         """``X_run · probe(change) / probe(as run)`` where the as-run loop was measured, else the probe."""
@@ -227,7 +239,9 @@ def probes_of(what_ifs: WhatIfs, storage: str | None) -> Probes:
         rate, threads = _rate(probe), _positive(probe.threads) if probe is not None else None
         if rate is not None and threads is not None:
             loop_threads[threads] = rate
-    return Probes(trained, ram, loop, as_run, source if as_run else None, loop_threads, beside)
+    worker_cpu = {k: cpu for k, entry in what_ifs.family("loader_workers").items()
+                  if k > 0 and entry.absent is None and (cpu := _positive(entry.worker_cpu_s_per_sample)) is not None}
+    return Probes(trained, ram, loop, as_run, source if as_run else None, loop_threads, beside, worker_cpu)
 
 
 def _rate(entry: Probe | None) -> float | None:
