@@ -442,13 +442,22 @@ def test_more_workers_go_first_to_the_number_the_runs_own_step_asks_for_then_up_
     assert extras(0, 2) == [2, 3, 4] and extras(1, 2) == [3, 4]
     # a 64-core GPU machine with 4 workers: a budget of a few variants reaches tens of workers, not 6, 7, 8...
     assert extras(4, 64) == [6, 9, 14, 21, 32, 48, 72, 108, 128]
-    # its run waited half of each 200 ms step: 4 workers took 0.8 s a batch, 8 keep up with 0.1 s of compute
+    def planned(k, cores, wanted=None):  # the trained probes run whatever the extras' budget
+        return [v.num_workers for v in probe_plan(k, 1, cores, cpu=False, wanted=wanted)
+                if v.key == "train_workers" and not v.extra]
+
+    # its run waited half of each 200 ms step: 4 workers took 0.8 s a batch, 8 keep up with 0.1 s of compute;
+    # 8 is the top candidate, planned right after k ± 1 (measured, not estimated), and no longer an extra
     wanted = workers_wanted(4, 0.2, 0.1)
-    assert wanted == 8 and extras(4, 64, wanted)[:3] == [8, 6, 9]
+    assert wanted == 8 and planned(4, 64, wanted) == [5, 3, 8] and extras(4, 64, wanted)[:2] == [6, 9]
     # a 16-core machine, no workers, 30 ms of loading in a 40 ms step: 3 workers would feed 10 ms of compute
-    assert workers_wanted(0, 0.04, 0.03) == 3 and extras(0, 16, 3)[0] == 3
+    assert workers_wanted(0, 0.04, 0.03) == 3 and planned(0, 16, 3) == [1, 3] and 3 not in extras(0, 16, 3)
+    # a 2-core machine whose step asks for 4: the top candidate is the 2 there are cores for, then 4 first of
+    # the extras (a loader waiting on storage may use more workers than cores)
+    assert planned(0, 2, 4) == [1, 2] and extras(0, 2, 4) == [4, 3]
     # k + 1 is probed anyway, and a number past 2 x cores is not planned
-    assert extras(4, 64, 5) == extras(4, 64) and extras(4, 4, 40) == extras(4, 4)
+    assert extras(4, 64, 5) == extras(4, 64) and planned(4, 64, 5) == [5, 3]
+    assert extras(4, 4, 40) == extras(4, 4) and planned(4, 4, 40) == [5, 3]
     # nothing measured, or the whole step waiting: no estimate
     assert workers_wanted(2, None, 0.1) is None and workers_wanted(2, 0.1, 0.1) is None
     assert workers_wanted(2, 0.1, 0.0) == 2  # no wait: the run's own workers already keep up

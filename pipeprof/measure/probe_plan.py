@@ -5,11 +5,13 @@ The plan for a run with ``k`` workers at ``T`` torch threads on ``N`` usable cor
 
 1. ``train_as_run``: the run's own loop at its own settings (``k = 0`` with data not read cold: a measured
    prediction is read against it, ``analysis.prediction``);
-2. ``train_workers`` at ``k + 1`` and ``k − 1`` (0 too, but for data read cold);
+2. ``train_workers`` at ``k + 1`` and ``k − 1`` (0 too, but for data read cold), then at the number of
+   workers the run's own step says would feed its compute (``workers_wanted``), at most the usable cores: the
+   top candidate an estimate would name, measured rather than estimated wherever the budget reaches it;
 3. ``train_threads`` at ``k``: the other number of torch threads (1, or ``N`` from 1), for a job computing on
    the CPU (a script's: not known, so planned);
 4. then ``train_workers`` beyond ``k + 1`` (``extra``) while the budget lasts: first the number of workers the
-   run's own step says would feed its compute (``workers_wanted``), then a ladder from ``k + 2`` to ``2 × N``
+   run's own step says would feed its compute where that is more than the cores, then a ladder from ``k + 2`` to ``2 × N``
    that grows by half each rung (every number on a few cores; 6, 9, 14, 21, 32, 48... on 64), so a budget of a few
    variants reaches the numbers a many-core machine may need.
 
@@ -69,11 +71,14 @@ def probe_plan(k: int, threads: int, cores: int, *, cold: bool = False, cpu: boo
     out.append(Variant("train_workers", k + 1, threads))
     if k >= 1 and (k - 1 >= 1 or not cold):
         out.append(Variant("train_workers", k - 1, threads))
+    top = min(wanted, cores) if wanted is not None else None
+    if top is not None and top > k + 1:  # the top candidate the run's step names, on the cores there are
+        out.append(Variant("train_workers", top, threads))
     other = 1 if threads > 1 else cores
     if cpu and other != threads:
         out.append(Variant("train_threads", k, other))
-    more = ladder(k + 2, 2 * cores)
-    if wanted is not None and k + 2 <= wanted <= 2 * cores:
+    more = [n for n in ladder(k + 2, 2 * cores) if n != top]
+    if wanted is not None and k + 2 <= wanted <= 2 * cores and wanted != top:
         more = [wanted] + [n for n in more if n != wanted]
     out += [Variant("train_workers", n, threads, extra=True) for n in more]
     return out
