@@ -24,6 +24,7 @@ from pipeprof.render.interval_text import change_text, speedup_text
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import straggler_line
 from pipeprof.render.transform_view import eval_transforms_lines, transforms_line
+from pipeprof.render.verdict_text import bottleneck_words, verdict_notes, verdict_sentence
 from pipeprof.run_folder import as_dict
 
 # summary.json's bottleneck is the verdict's class in coarse form (input:* -> input): one style for both.
@@ -80,11 +81,11 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
         add(f"collective wait ({of})", share("collective_wait", "collective"))
     add(f"compute ({of})", share("compute", "compute"))
     add(f"other ({of})", share("other", "other"))
-    add("bottleneck", s.bottleneck_reason or klass or NOT_MEASURED, _BOTTLENECK_STYLE.get(klass, ""))
+    add("bottleneck", bottleneck_words(s.bottleneck_why) or klass or NOT_MEASURED, _BOTTLENECK_STYLE.get(klass, ""))
     verdict = s.verdict
     family = "input" if verdict.klass.startswith("input:") else verdict.klass
-    text = f"{verdict.klass}: {verdict.sentence}".strip()
-    text += "".join(f"\nnote: {note}" for note in verdict.notes)
+    text = f"{verdict.klass}: {verdict_sentence(verdict)}".strip()
+    text += "".join(f"\nnote: {note}" for note in verdict_notes(verdict))
     median = as_dict(s.job).get("median_rank") if s.ranks else None
     add("verdict" if not s.ranks else f"verdict (rank {median}, the median)" if median is not None
         else "verdict (the median rank)", text, _VERDICT_STYLE.get(family, ""))
