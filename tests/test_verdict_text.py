@@ -77,7 +77,7 @@ def test_notes_in_words():
                                                 "busy_cores": 1.96})) == (
         "2 workers + 2 torch threads on 2 usable cores: more threads than cores, so they compete for CPU whenever "
         "all are busy; the training process and workers kept 2.0 of them busy on average.")
-    assert note_words(Reason("cache_not_cold", {"why": None})) == (
+    assert note_words(Reason("cache_not_cold_note")) == (
         "The cold page cache was not cold, so the cost of reading from disk is understated.")
 
 

@@ -6,8 +6,8 @@ renders. ``summary_record(run)`` returns a ``Summary``: the stages' records
 its ``to_json()`` the data of ``summary.json``, the contract documented
 in docs/summary-json.md and in ``pipeprof/schemas/summary.schema.json``
 (``SUMMARY_SCHEMA_VERSION`` is bumped on incompatible change) but its sentences
-(``bottleneck_reason``, the verdicts' ``sentence`` and ``notes``), which ``render/`` words from the
-records' reasons and ``pipeline.derive.summary_document`` writes in, at the edge
+(``bottleneck_reason``, the verdicts' ``sentence`` and ``notes``, the page-cache check's ``reason``), which
+``render/`` words from the records' reasons and ``pipeline.derive.summary_document`` writes in, at the edge
 (``pipeline.derive.summarize(run)`` is the whole summary.json of a run).
 ``attribution`` comes from ``pipeprof.analysis.attribution``, ``verdict`` from
 ``pipeprof.analysis.verdict``, ``recommendations`` from ``pipeprof.analysis.recommend``.
@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from pipeprof.analysis.attribution import Attribution, attribution
+from pipeprof.analysis.cache import CacheCheck
 from pipeprof.analysis.code_view import CodeView
 from pipeprof.analysis.device_memory import DeviceMemory, device_memory
 from pipeprof.analysis.evidence import OFF_CPU_SPLIT
@@ -166,7 +167,7 @@ class Summary:
     loading: LoadingSummary | None = None  # the workers' loading times and its split (analysis.loading)
     transforms: list[dict[str, Any]] | None = None  # the training loader's transforms, costliest first
     decode: dict[str, Any] | None = None
-    cache: dict[str, Any] | None = None  # the page cache check (analysis.cache)
+    cache: CacheCheck | None = None  # the page cache check (analysis.cache)
     final_loss: float | None = None
     accuracy: float | None = None
     absences: dict[str, Any] = field(default_factory=dict)  # what was not measured, and why
@@ -203,7 +204,8 @@ class Summary:
             "gpu": self.gpu.to_json() if self.gpu is not None else None,
             "device_memory": self.device_memory.to_json() if self.device_memory is not None else None,
             "loading": self.loading.to_json() if self.loading is not None else None,
-            "transforms": self.transforms, "decode": self.decode, "cache": self.cache,
+            "transforms": self.transforms, "decode": self.decode,
+            "cache": self.cache.to_json() if self.cache is not None else None,
             "final_loss": self.final_loss, "accuracy": self.accuracy, "absences": dict(self.absences),
             "steady": self.steady, "status": self.status, "error": self.error, "job": self.job,
         }
@@ -264,7 +266,7 @@ def summary_from_json(data: Any) -> Summary:
         disk=DiskUse.from_json(d.get("disk")), timing=Timing.parse(d.get("timing")),
         gpu=GpuUse.from_json(d.get("gpu")), device_memory=DeviceMemory.from_json(d.get("device_memory")),
         loading=LoadingSummary.from_json(d.get("loading")),
-        transforms=d.get("transforms"), decode=d.get("decode"), cache=d.get("cache"),
+        transforms=d.get("transforms"), decode=d.get("decode"), cache=CacheCheck.from_json(d.get("cache")),
         final_loss=d.get("final_loss"), accuracy=d.get("accuracy"), absences=dict(as_dict(d.get("absences"))),
         steady=d.get("steady"), status=d.get("status"), error=d.get("error"), job=d.get("job"), script=script,
         verification=Verification.from_json(d.get("verification")), throughput=d.get("throughput"),

@@ -358,7 +358,7 @@ def _notes(attr: Attribution) -> list[Reason]:
         notes.append(Reason("pin_memory_without_cuda", {"device": settings.device}))
     cache = attr.cache
     if cache.cache == "cold" and cache.verified is False:
-        notes.append(Reason("cache_not_cold", {"why": cache.reason}))
+        notes.append(Reason("cache_not_cold_note", {}, (cache.reason,) if cache.reason is not None else ()))
     return notes
 
 

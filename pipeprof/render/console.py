@@ -20,6 +20,7 @@ from pipeprof.analysis.summary import Summary, as_summary
 from pipeprof.format import NOT_MEASURED
 from pipeprof.numbers import finite as _value
 from pipeprof.numbers import scaled
+from pipeprof.render.cache_text import cache_words
 from pipeprof.render.interval_text import change_text, speedup_text
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import straggler_line
@@ -125,10 +126,9 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
     code = _code_profile_line(s.code_profile)
     if code:
         add("code profile", code)
-    cache = as_dict(s.cache)
-    if cache.get("cache") == "cold":
-        verified = cache.get("verified")
-        add("page cache", f"cold: {cache.get('reason')}", "bold red" if verified is False else "")
+    cache = s.cache
+    if cache is not None and cache.cache == "cold":
+        add("page cache", f"cold: {cache_words(cache.reason)}", "bold red" if cache.verified is False else "")
     add("CPU mean / peak (of all cores)",
         _several(lambda percent: fmt.pct(scaled(percent, 0.01), 0),
                  cpu.mean_util, cpu.peak_util))

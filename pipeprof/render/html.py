@@ -24,6 +24,7 @@ from pipeprof.analysis.steps import counted_steps, counted_window_s, step_breakd
 from pipeprof.analysis.summary import SUMMARY_SCHEMA_VERSION, TAIL_FRACTION, Summary, as_summary
 from pipeprof.format import NOT_MEASURED, finite
 from pipeprof.render import plots
+from pipeprof.render.cache_text import cache_words
 from pipeprof.render.gpu_view import gpu_telemetry_rows
 from pipeprof.render.interval_text import change_text, speedup_text
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
@@ -105,6 +106,7 @@ def render_html(run: Run, summary: Summary | Mapping[str, Any], *, folder_name: 
     return env.get_template("report.html.j2").render(
         s=summary,
         bottleneck_reason=bottleneck_words(summary.bottleneck_why),
+        cache_reason=cache_words(summary.cache.reason) if summary.cache is not None else None,
         is_script=bool(summary.script and summary.script.script),
         schema_version=SUMMARY_SCHEMA_VERSION,
         meta=meta,

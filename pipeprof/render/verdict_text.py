@@ -11,6 +11,7 @@ from typing import Any
 from pipeprof import format as fmt
 from pipeprof.analysis.reasons import WRITTEN, Reason
 from pipeprof.analysis.verdict import Verdict
+from pipeprof.render.cache_text import cache_words
 from pipeprof.render.cause_text import cause_words, rate_text, share_text
 
 _CAUSE_WORDS = {
@@ -182,8 +183,8 @@ _NOTES: dict[str, Callable[[Reason], str]] = {
     "oversubscribed": _oversubscribed,
     "pin_memory_without_cuda": lambda r: (f"pin_memory=True has no effect here: the batches went to the "
                                           f"{r['device']}, and pinning only speeds up copies to a CUDA device."),
-    "cache_not_cold": lambda r: ("The cold page cache was not cold, so the cost of reading from disk is understated. "
-                                 f"{r['why'] or ''}").strip(),
+    "cache_not_cold_note": lambda r: ("The cold page cache was not cold, so the cost of reading from disk is "
+                                      f"understated. {''.join(cache_words(p) or '' for p in r.parts)}").strip(),
     "memory_creep": lambda r: (
         f"Allocated GPU memory grew by {fmt.byte_size(r['growth_bytes'])} over the counted steps "
         f"({fmt.byte_size(r['per_step_bytes'])} a step): tensors outlive their step (a loss or outputs kept "

@@ -1,0 +1,59 @@
+"""The page-cache check in words (summary.json's ``cache.reason``, the terminal's page-cache row, the report's
+banner), from the ``CacheCheck`` reasons ``analysis.cache`` records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeprof import format as fmt
+from pipeprof.analysis.cache import CacheCheck
+from pipeprof.analysis.reasons import WRITTEN, Reason
+
+
+def cache_json(check: CacheCheck) -> dict[str, Any]:
+    """summary.json's ``cache``: the check's data and its reason in words."""
+    return {**check.to_json(), "reason": cache_words(check.reason)}
+
+
+def cache_words(r: Reason | None) -> str | None:
+    """The check's reason in one sentence (None: none given)."""
+    if r is None:
+        return None
+    if r.kind == WRITTEN:
+        return str(r["text"])
+    if r.kind == "cache_not_cold":
+        return ("NOT COLD: " + "; ".join(_short(p) for p in r.parts)
+                + f". A cold epoch should read at least {r['threshold']:.0%} "
+                "of the data set from disk; the timings of these epochs are warm-cache timings.")
+    if r.kind == "cache_cold":
+        return (f"every epoch read at least {r['min_read_fraction']:.0%} of the data set "
+                f"({fmt.byte_size(r['dataset_bytes'])}) from disk")
+    return _FIXED[r.kind]
+
+
+_FIXED = {
+    "cache_not_on_disk": "the data is not read from files on disk",
+    "cache_warm": "warm page cache: disk reads are reported, there is nothing to verify",
+    "cache_no_epochs": "no epochs were recorded, so the cold cache cannot be verified",
+    "cache_reads_not_measured": ("disk reads were not measured (no read_bytes readings: io_counters absent?), "
+                                 "so the cold cache cannot be verified"),
+}
+
+
+def _short(r: Reason) -> str:
+    """Why one epoch of a cold run read less than it should have."""
+    head = f"epoch {r['epoch']} read only {r['read_fraction']:.0%} of the data set from disk"
+    if r["drop"] == "none":
+        why = "no page-cache drop was recorded before it, so it was probably served from the cache"
+    elif r["drop"] == "failed":
+        why = f"the page cache was not dropped before it — {r['drop_reason'] or 'the drop failed'}"
+    else:
+        after = r["resident_after_bytes"]
+        left = f" ({fmt.byte_size(after)} left resident)" if after is not None else ""
+        why = (f"the page cache was dropped before it{left}, yet the data came from the cache: "
+               "something read the files back in between (kernel readahead on a memory map, "
+               "another process), or the reads were made by processes the sampler did not watch")
+    if r["unattributed_may_account"]:
+        why += (f"; note that {r['unattributed_fraction']:.0%} more was read by workers before the sampler "
+                "first saw them, which could account for the rest")
+    return f"{head}: {why}"
