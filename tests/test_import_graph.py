@@ -166,7 +166,7 @@ UPWARD_ALLOWED = {
 # fills the same Recommendation record as recommend, whose reason and model are words until they carry
 # structured reasons: it goes off the list with recommend.)
 ANALYSIS_FORMATS_ALLOWED = {f"pipeprof.analysis.{m}" for m in (
-    "change_model", "differential", "prediction", "ranks", "recommend",
+    "change_model", "prediction", "ranks", "recommend",
     "sampled_advice", "transform_advice")}
 
 # Render only formats what the summary carries: these render modules still call analysis (the import, the
