@@ -85,3 +85,38 @@ def test_a_script_getitem_off_the_cpu_is_said_as_such():
     part = Reason("part", {"part": "fetch", "time_s": None, "off_cpu_split": True, "core_wait_told_apart": False})
     assert cause_words(part) == ("time in __getitem__ off the CPU — reading storage, the network, sleeping or "
                                  "waiting for a core (not told apart in this run) (an unknown time per sample)")
+
+
+def _kinds_recorded() -> set[str]:
+    """Every reason kind analysis/ writes as a literal: ``Reason("kind", ...)`` (either branch of a conditional)
+    and the kinds handed to differential's ``out_of_order``."""
+    import ast
+    from pathlib import Path
+
+    import pipeprof.analysis
+
+    kinds: set[str] = set()
+    for path in Path(pipeprof.analysis.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
+                continue
+            if node.func.id not in ("Reason", "out_of_order"):
+                continue
+            first = node.args[0]
+            branches = [first.body, first.orelse] if isinstance(first, ast.IfExp) else [first]
+            kinds.update(b.value for b in branches if isinstance(b, ast.Constant) and isinstance(b.value, str))
+    return kinds
+
+
+def test_every_reason_analysis_records_has_words_in_render():
+    import ast
+    from pathlib import Path
+
+    import pipeprof.render
+
+    said: set[str] = set()
+    for path in Path(pipeprof.render.__file__).parent.glob("*_text.py"):
+        said.update(n.value for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                    if isinstance(n, ast.Constant) and isinstance(n.value, str))
+    kinds = _kinds_recorded()
+    assert len(kinds) > 60 and kinds - said == set()

@@ -3,6 +3,7 @@ banner), from the ``CacheCheck`` reasons ``analysis.cache`` records."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pipeprof import format as fmt
@@ -19,25 +20,7 @@ def cache_words(r: Reason | None) -> str | None:
     """The check's reason in one sentence (None: none given)."""
     if r is None:
         return None
-    if r.kind == WRITTEN:
-        return str(r["text"])
-    if r.kind == "cache_not_cold":
-        return ("NOT COLD: " + "; ".join(_short(p) for p in r.parts)
-                + f". A cold epoch should read at least {r['threshold']:.0%} "
-                "of the data set from disk; the timings of these epochs are warm-cache timings.")
-    if r.kind == "cache_cold":
-        return (f"every epoch read at least {r['min_read_fraction']:.0%} of the data set "
-                f"({fmt.byte_size(r['dataset_bytes'])}) from disk")
-    return _FIXED[r.kind]
-
-
-_FIXED = {
-    "cache_not_on_disk": "the data is not read from files on disk",
-    "cache_warm": "warm page cache: disk reads are reported, there is nothing to verify",
-    "cache_no_epochs": "no epochs were recorded, so the cold cache cannot be verified",
-    "cache_reads_not_measured": ("disk reads were not measured (no read_bytes readings: io_counters absent?), "
-                                 "so the cold cache cannot be verified"),
-}
+    return _WORDS[r.kind](r)
 
 
 def _short(r: Reason) -> str:
@@ -57,3 +40,19 @@ def _short(r: Reason) -> str:
         why += (f"; note that {r['unattributed_fraction']:.0%} more was read by workers before the sampler "
                 "first saw them, which could account for the rest")
     return f"{head}: {why}"
+
+
+_WORDS: dict[str, Callable[[Reason], str]] = {
+    WRITTEN: lambda r: str(r["text"]),
+    "cache_not_on_disk": lambda r: "the data is not read from files on disk",
+    "cache_warm": lambda r: "warm page cache: disk reads are reported, there is nothing to verify",
+    "cache_no_epochs": lambda r: "no epochs were recorded, so the cold cache cannot be verified",
+    "cache_reads_not_measured": lambda r: ("disk reads were not measured (no read_bytes readings: io_counters "
+                                           "absent?), so the cold cache cannot be verified"),
+    "cache_cold": lambda r: (f"every epoch read at least {r['min_read_fraction']:.0%} of the data set "
+                             f"({fmt.byte_size(r['dataset_bytes'])}) from disk"),
+    "cache_not_cold": lambda r: ("NOT COLD: " + "; ".join(_WORDS[p.kind](p) for p in r.parts)
+                                 + f". A cold epoch should read at least {r['threshold']:.0%} of the data set "
+                                 "from disk; the timings of these epochs are warm-cache timings."),
+    "cache_epoch_short": _short,
+}

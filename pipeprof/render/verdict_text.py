@@ -85,6 +85,8 @@ def _disk(r: Reason) -> str:
     """The disk's read rate against the probed ceiling, after a storage verdict's cause."""
     if r.kind == "disk_idle":
         return "; the disk read next to nothing (the bytes came from memory or the page cache)"
+    if r.kind != "disk_read":
+        raise ValueError(f"no words for a disk reason of kind {r.kind!r}")
     words = (f"; the disk read {rate_text(r['mean_read_bytes_per_s'])} on average "
              f"(peak {rate_text(r['peak_read_bytes_per_s'])})")
     if r["ceiling_absent"] is not None:
@@ -214,7 +216,9 @@ def bottleneck_words(r: Reason) -> str:
     if r.kind == "bottleneck_input":
         words = (f"input-bound: {pct:.0f}% of step time was spent waiting for data "
                  f"(input-bound from {100 * r['cut_fraction']:.0f}%)")
-    else:
+    elif r.kind == "bottleneck_partly_input":
         words = (f"partly input-bound: {pct:.0f}% of step time was spent waiting for data "
                  f"(between {100 * r['low_fraction']:.0f}% and {100 * r['high_fraction']:.0f}%)")
+    else:
+        raise ValueError(f"no words for a bottleneck reason of kind {r.kind!r}")
     return words + ("; no single cause" if r["no_single_cause"] else "")
