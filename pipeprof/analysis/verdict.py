@@ -165,7 +165,7 @@ class Verdict:
     klass: str  # "class" in summary.json
     rule: str
     degree: str | None
-    reason: Reason  # summary.json's "sentence", in words
+    reason: Reason  # worded by render.verdict_text: summary.json's "sentence"
     evidence: dict[str, Any] = field(default_factory=dict)
     notes: tuple[Reason, ...] = ()
     uncertain: bool = False
