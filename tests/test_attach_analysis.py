@@ -18,7 +18,7 @@ from pipeprof.attach.shares import sampled_shares, wilson
 from pipeprof.attach.stacks import Frame, parse_frames, parse_raw, stack_text
 from pipeprof.attach.summary import sampled_summary
 from pipeprof.errors import UsageError
-from pipeprof.pipeline.derive import derived_files
+from pipeprof.pipeline.derive import derived_files, summary_document
 from pipeprof.render.live import live_frame
 from pipeprof.run_folder import STACK_COLUMNS, STEP_COLUMNS, Run, load_run, save_run
 
@@ -155,7 +155,7 @@ def test_too_few_samples_give_no_verdict():
     rows = [r for r in _rows() if r["pid"] == 3]
     for r in rows:
         r["samples"] = 2
-    summary = sampled_summary(_attached_run(rows)).to_json()
+    summary = summary_document(sampled_summary(_attached_run(rows)))
     assert summary["bottleneck"] == "unknown" and "attach for longer" in summary["bottleneck_reason"]
 
 

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from pipeprof.analysis.cache import MIN_COLD_READ_FRACTION, cold_cache_check, epoch_reads
+from pipeprof.render.cache_text import cache_json
 from pipeprof.run_folder import PROCESS_COLUMNS, STEP_COLUMNS
 
 MB = 1_000_000
@@ -90,6 +91,11 @@ def _epochs(*read_bytes, samples=640, unattributed=0.0):
                          "read_bytes": read_bytes, "unattributed_read_bytes": unattributed})
 
 
+def checked(*args, **kwargs):
+    """The check as summary.json keeps it: the record's data, its reason worded (render.cache_text)."""
+    return cache_json(cold_cache_check(*args, **kwargs))
+
+
 def _drop(dropped=True, after=0, reason=None):
     return {"files": 1, "bytes_total": DATASET_BYTES, "resident_before_bytes": DATASET_BYTES,
             "resident_after_bytes": after, "dropped": dropped, "reason": reason}
@@ -97,7 +103,7 @@ def _drop(dropped=True, after=0, reason=None):
 
 def test_cold_is_verified_when_every_epoch_read_the_data_set():
     drops = [_drop(), _drop()]
-    verdict = cold_cache_check(_epochs(98 * MB, 85 * MB), DATASET_BYTES, "cold", drops)
+    verdict = checked(_epochs(98 * MB, 85 * MB), DATASET_BYTES, "cold", drops)
     assert verdict["verified"] is True
     assert verdict["min_read_fraction"] == pytest.approx(0.85)
     assert [e["read_fraction"] for e in verdict["epochs"]] == pytest.approx([0.98, 0.85])
@@ -110,10 +116,13 @@ def test_cold_is_verified_when_every_epoch_read_the_data_set():
 def test_an_epoch_served_from_the_cache_fails_loudly_and_cites_the_drop():
     why = "37% of the data set is still in the page cache after POSIX_FADV_DONTNEED: memory maps"
     drops = [_drop(), _drop(), _drop(dropped=False, after=37 * MB, reason=why)]
-    verdict = cold_cache_check(_epochs(99 * MB, 95 * MB, 12 * MB), DATASET_BYTES, "cold", drops)
+    verdict = checked(_epochs(99 * MB, 95 * MB, 12 * MB), DATASET_BYTES, "cold", drops)
     assert verdict["verified"] is False
     assert verdict["min_read_fraction"] == pytest.approx(0.12)
     assert "epoch 2 read only 12% of the data set from disk" in verdict["reason"]
+    reason = cold_cache_check(_epochs(99 * MB, 95 * MB, 12 * MB), DATASET_BYTES, "cold", drops).reason
+    assert reason.kind == "cache_not_cold" and [(p["epoch"], p["drop"]) for p in reason.parts] == [(2, "failed")]
+    assert reason.parts[0]["read_fraction"] == pytest.approx(0.12) and reason.parts[0]["drop_reason"] == why
     assert "the page cache was not dropped" in verdict["reason"] and why in verdict["reason"]
     assert "epoch 0" not in verdict["reason"] and "epoch 1" not in verdict["reason"]
 
@@ -121,7 +130,7 @@ def test_an_epoch_served_from_the_cache_fails_loudly_and_cites_the_drop():
 def test_a_missing_drop_and_a_drop_that_did_not_help_are_told_apart():
     # Drops carrying an "epoch" key are matched by it: none was recorded for epoch 0.
     drops = [dict(_drop(), epoch=1)]
-    verdict = cold_cache_check(_epochs(5 * MB, 3 * MB), DATASET_BYTES, "cold", drops)
+    verdict = checked(_epochs(5 * MB, 3 * MB), DATASET_BYTES, "cold", drops)
     assert verdict["verified"] is False
     assert "epoch 0 read only 5%" in verdict["reason"]
     assert "no page-cache drop was recorded" in verdict["reason"]
@@ -131,7 +140,7 @@ def test_a_missing_drop_and_a_drop_that_did_not_help_are_told_apart():
 
 
 def test_reads_hidden_before_a_worker_was_seen_are_mentioned():
-    verdict = cold_cache_check(_epochs(60 * MB, unattributed=30 * MB), DATASET_BYTES, "cold", [_drop()])
+    verdict = checked(_epochs(60 * MB, unattributed=30 * MB), DATASET_BYTES, "cold", [_drop()])
     assert verdict["verified"] is False
     assert "30% more was read by workers before the sampler first saw them" in verdict["reason"]
 
@@ -139,16 +148,16 @@ def test_reads_hidden_before_a_worker_was_seen_are_mentioned():
 def test_a_short_last_epoch_is_held_to_its_share():
     # 1000 samples in the data set; the last epoch was cut at 320 samples and read 30 MB.
     epochs = _epochs(95 * MB, 30 * MB, samples=[1000, 320])
-    verdict = cold_cache_check(epochs, DATASET_BYTES, "cold", None, dataset_samples=1000)
+    verdict = checked(epochs, DATASET_BYTES, "cold", None, dataset_samples=1000)
     assert verdict["epochs"][1]["expected_bytes"] == pytest.approx(32 * MB)
     assert verdict["epochs"][1]["read_fraction"] == pytest.approx(30 / 32)
     assert verdict["verified"] is True
     # Without the sample count the same epoch is judged against the whole data set.
-    assert cold_cache_check(epochs, DATASET_BYTES, "cold", None)["verified"] is False
+    assert checked(epochs, DATASET_BYTES, "cold", None)["verified"] is False
 
 
 def test_warm_reports_reads_without_a_verdict():
-    verdict = cold_cache_check(_epochs(1 * MB, 0.0), DATASET_BYTES, "warm", None)
+    verdict = checked(_epochs(1 * MB, 0.0), DATASET_BYTES, "warm", None)
     assert verdict["verified"] is None
     assert verdict["cache"] == "warm"
     assert [e["read_fraction"] for e in verdict["epochs"]] == pytest.approx([0.01, 0.0])
@@ -156,7 +165,7 @@ def test_warm_reports_reads_without_a_verdict():
 
 
 def test_unmeasured_reads_cannot_verify():
-    verdict = cold_cache_check(_epochs(math.nan, math.nan), DATASET_BYTES, "cold", [_drop(), _drop()])
+    verdict = checked(_epochs(math.nan, math.nan), DATASET_BYTES, "cold", [_drop(), _drop()])
     assert verdict["verified"] is None
     assert "not measured" in verdict["reason"]
     assert verdict["epochs"][0]["read_bytes"] is None and verdict["min_read_fraction"] is None
@@ -164,14 +173,14 @@ def test_unmeasured_reads_cannot_verify():
 
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError):
-        cold_cache_check(_epochs(1.0), DATASET_BYTES, "lukewarm", None)
+        checked(_epochs(1.0), DATASET_BYTES, "lukewarm", None)
     with pytest.raises(ValueError):
-        cold_cache_check(_epochs(1.0), 0, "cold", None)
+        checked(_epochs(1.0), 0, "cold", None)
 
 
 def test_epoch_reads_feed_the_check_end_to_end():
     readings = [(0.0, 1, 0.0), (1.0, 1, 92 * MB), (2.0, 1, 92 * MB + 4 * MB)]
     epochs = epoch_reads(make_steps(), make_processes(readings))
-    verdict = cold_cache_check(epochs, DATASET_BYTES, "cold", [_drop(), _drop()])
+    verdict = checked(epochs, DATASET_BYTES, "cold", [_drop(), _drop()])
     assert verdict["verified"] is False
     assert "epoch 1 read only 4%" in verdict["reason"]

@@ -4,18 +4,27 @@ from pathlib import Path
 
 import pytest
 
-from pipeprof.analysis.differential import (
-    MIN_STALL_TO_SPLIT,
-    TOLERANCE,
-    cross_check,
-    differential,
-    stall_fractions,
-    throughput,
-)
+from pipeprof.analysis import differential as analysis
+from pipeprof.analysis.differential import MIN_STALL_TO_SPLIT, TOLERANCE, throughput
 from pipeprof.errors import UsageError
 from pipeprof.pipeline.diagnose import build_diagnosis, sub_scenarios
+from pipeprof.render.diagnosis_text import diagnosis_words
 from pipeprof.scenario import ON_DISK, load_scenario, scenario_from_dict
 from pipeprof.variants import scenario_dict
+
+
+# The analysis as diagnosis.json keeps it: its reasons (kinds and numbers) in words (render.diagnosis_text).
+def differential(*args, **kwargs):
+    return diagnosis_words(analysis.differential(*args, **kwargs))
+
+
+def stall_fractions(*args, **kwargs):
+    return diagnosis_words(analysis.stall_fractions(*args, **kwargs))
+
+
+def cross_check(*args, **kwargs):
+    return diagnosis_words(analysis.cross_check(*args, **kwargs))
+
 
 SCENARIOS = sorted(Path(__file__).parent.parent.joinpath("scenarios").glob("*.toml"))
 
@@ -79,6 +88,9 @@ def test_a_prep_run_faster_than_the_ceiling_clamps_the_prep_stall():
     assert f["prep_stall"] == 0.0 and f["fetch_stall"] == pytest.approx(0.5) and f["compute"] == pytest.approx(0.5)
     assert set(r["clamped"]) == {"prep_stall", "fetch_stall"}
     assert "faster than the compute ceiling" in r["clamped"]["prep_stall"]
+    reason = analysis.stall_fractions({"compute": 1000.0, "prep": 1250.0, "real": 500.0})["clamped"]["prep_stall"]
+    assert (reason.kind, reason["unclamped"], reason["clamped"]) == ("clamped", pytest.approx(-0.1), 0.0)
+    assert [(c.kind, c["run"], c["other"]) for c in reason.parts] == [("run_faster", "prep", "compute")]
 
 
 def test_clamping_without_the_compute_run():

@@ -166,8 +166,8 @@ UPWARD_ALLOWED = {
 # fills the same Recommendation record as recommend, whose reason and model are words until they carry
 # structured reasons: it goes off the list with recommend.)
 ANALYSIS_FORMATS_ALLOWED = {f"pipeprof.analysis.{m}" for m in (
-    "cache", "causes", "change_model", "differential", "prediction", "ranks", "recommend",
-    "sampled_advice", "summary", "transform_advice", "variation", "verdict", "worker_start")}
+    "change_model", "prediction", "ranks", "recommend",
+    "sampled_advice", "transform_advice")}
 
 # Render only formats what the summary carries: these render modules still call analysis (the import, the
 # analysis module); no other import of analysis may start.
@@ -222,7 +222,8 @@ def test_analysis_does_not_write_words():
 SUMMARY_RECORDS = frozenset({"Summary", "as_summary", "SUMMARY_SCHEMA_VERSION", "Recommendation", "Interval",
                              "LoadingSummary", "WorkerLoading", "DeviceMemory", "MemoryCreep",
                              "CodeView", "CProfileView", "StepCost",
-                             "Attribution", "Verdict", "RankEntry", "Straggler", "Verification"})
+                             "Attribution", "Verdict", "RankEntry", "Straggler", "Verification",
+                             "Reason", "WRITTEN", "CacheCheck"})
 
 
 def _imported_names(module: str) -> dict[str, set[str]]:

@@ -26,8 +26,8 @@ from pipeprof.analysis.intervals import (
     t_90,
 )
 from pipeprof.analysis.recommend import Recommendation, recommend
-from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.verdict import verdict_from_attribution
+from pipeprof.pipeline.derive import summarize
 from pipeprof.render.console import print_summary
 
 

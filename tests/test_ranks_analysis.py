@@ -19,8 +19,9 @@ from pipeprof.analysis.ranks import (
     straggler,
 )
 from pipeprof.analysis.recommend import Recommendation
-from pipeprof.analysis.summary import summarize, summary_record
+from pipeprof.analysis.summary import summary_record
 from pipeprof.analysis.thresholds import MIN_GAIN, STRAGGLER_MARGIN
+from pipeprof.pipeline.derive import summarize
 from pipeprof.run_folder import SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
 
 N_STEPS, WARMUP = 30, 3

@@ -10,12 +10,13 @@ from test_verdict import STEP_S, make_run
 
 from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.recommend import Recommendation, _Model, is_no_op, recommend
-from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS
 from pipeprof.analysis.verdict import verdict_from_attribution
+from pipeprof.pipeline.derive import summarize
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
 from pipeprof.render.interval_text import change_text
+from pipeprof.render.verdict_text import verdict_notes
 from pipeprof.scenario import SCHEMA
 
 BATCH = 128
@@ -315,11 +316,11 @@ def test_the_code_profile_of_a_script_run_does_not_offer_pipeprof_run_flags():
 def test_pin_memory_on_cpu_is_noted_for_a_script():
     run = _script_run([_train_loader(0, 1, pin_memory=True)], wait=0.3, ready=0, loading=(0.01, 0.15, 0.005))
     run.meta["scenario"]["loader"]["pin_memory"] = True
-    notes = verdict_from_attribution(attribution(run)).notes
+    notes = verdict_notes(verdict_from_attribution(attribution(run)))
     assert any("pin_memory=True has no effect here: the batches went to the cpu" in n for n in notes)
     scenario = make_run(wait=0.3)  # a scenario notes it in run.json when it builds its loader
     scenario.meta["scenario"]["loader"]["pin_memory"] = True
-    assert not any("pin_memory" in n for n in verdict_from_attribution(attribution(scenario)).notes)
+    assert not any("pin_memory" in n for n in verdict_notes(verdict_from_attribution(attribution(scenario))))
 
 
 @pytest.mark.parametrize("framework, text", [

@@ -9,9 +9,12 @@ import pandas as pd
 import pytest
 from conftest import schema_errors
 
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.steps import fractions, step_breakdown
-from pipeprof.analysis.summary import Summary, bottleneck, summarize, summary_record, uss_snapshot
+from pipeprof.analysis.summary import Summary, bottleneck, summary_record, uss_snapshot
 from pipeprof.analysis.verdict import Verdict
+from pipeprof.pipeline.derive import summarize, summary_document
+from pipeprof.render.verdict_text import bottleneck_words
 from pipeprof.resource_use import UssSnapshot
 from pipeprof.run_folder import PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
 
@@ -84,9 +87,11 @@ def test_bottleneck_is_the_verdicts_class_in_coarse_form(wait, klass, words):
 def test_every_verdict_class_has_one_coarse_class(klass, coarse):
     degree = None if klass in ("compute", "h2d", "unknown") else "partly input-bound"
     evidence = {"data_wait_fraction": None if klass == "unknown" else 0.1, "h2d_fraction": 0.3}
-    got, reason = bottleneck(Verdict(klass, "R0", degree, "", evidence))
-    assert got == coarse and reason
-    assert ("no single cause" in reason) == (klass == "balanced")
+    got, reason = bottleneck(Verdict(klass, "R0", degree, Reason.written(""), evidence))
+    assert got == coarse and reason.kind == {"compute": "bottleneck_compute", "h2d": "bottleneck_h2d",
+                                             "unknown": "bottleneck_unknown"}.get(klass, "bottleneck_partly_input")
+    words = bottleneck_words(reason)
+    assert words and ("no single cause" in words) == (klass == "balanced")
 
 
 def test_empty_run_has_no_statistics_but_does_not_crash():
@@ -173,7 +178,11 @@ def test_summaries_match_the_published_schema_and_the_schema_is_strict():
 def test_the_summary_record_is_what_summary_json_is_made_of():
     run = make_run(make_steps())
     record = summary_record(run)
-    assert isinstance(record, Summary) and record.to_json() == summarize(run)
+    assert isinstance(record, Summary) and summary_document(record) == summarize(run)
+    # the record's data is summary.json but the words written at the edge
+    assert set(summarize(run)) - set(record.to_json()) == {"bottleneck_reason"}
+    assert {k: v for k, v in summarize(run)["verdict"].items() if k not in ("sentence", "notes")} == \
+        record.verdict.to_json()
     assert record.bottleneck == record.verdict.coarse == "input"
     assert record.recommendations and {**record.recommendations[0].to_json(), "interval": record.intervals[0].to_json()
                                        } == summarize(run)["recommendations"][0]
@@ -229,7 +238,7 @@ def test_a_recorded_script_wall_time_wins_over_the_sampler_span():
 def _round_trips(doc):
     """summary.json read back (summary_from_json) and written again is the same summary.json."""
     from pipeprof.analysis.summary import summary_from_json
-    again = json.loads(to_json(summary_from_json(doc).to_json()))
+    again = json.loads(to_json(summary_document(summary_from_json(doc))))
     assert again == json.loads(to_json(doc))
 
 
@@ -242,7 +251,9 @@ def test_a_summary_with_ranks_a_straggler_and_damage_reads_back_into_the_same_su
     doc = json.loads((FIXTURE_RUNS / "script-plain-loop" / "summary.json").read_text())
     doc["ranks"] = [{"rank": r, "local_rank": r, "node": "n0", "pid": 100 + r, "steps": 20, "samples_per_s": 10.0 * (r + 1),
                      "fractions": {"data_wait": 0.5 - r / 10, "h2d": None}, "loading": None,
-                     "verdict": {"class": "compute"}, "status": "complete"} for r in (0, 1)]
+                     "verdict": {"class": "compute", "rule": "R2", "degree": None, "sentence": "Compute-bound.",
+                                 "evidence": {"data_wait_fraction": 0.01}, "notes": [], "uncertain": False,
+                                 "candidates": ["compute"]}, "status": "complete"} for r in (0, 1)]
     doc["straggler"] = {"rank": 0, "node": "n0", "kind": "input", "evidence": {"data_wait_fraction": 0.5},
                         "sentence": "Rank 0 waits for data."}
     doc["status"], doc["damage"] = "damaged", [{"file": "steps.csv", "line": 7, "reason": "cut off"}]

@@ -17,6 +17,7 @@ from pipeprof.analysis.transform_advice import (
 )
 from pipeprof.analysis.transforms import DecodeCost, LoaderTransforms, PrepSplit, TransformCost
 from pipeprof.analysis.verdict import verdict, verdict_from_attribution, with_transforms
+from pipeprof.render.verdict_text import verdict_sentence
 
 BATCH = 128
 # make_run's batches: fetch 3 ms, prep 25 ms, collate 2 ms per batch of 128, made by the training process.
@@ -61,7 +62,8 @@ def test_a_prep_bound_verdict_names_the_costliest_transform_with_its_measured_sh
     assert judged.klass == "input:prep"
     named = with_transforms(judged, lt())
     # Resize: 120 µs of the 195.3 µs prep per sample = 61.44%
-    assert named.sentence == judged.sentence[:-1] + "; Resize(size=256) takes 61% of preparation, 120 µs per sample."
+    assert verdict_sentence(named) == (verdict_sentence(judged)[:-1] +
+                                       "; Resize(size=256) takes 61% of preparation, 120 µs per sample.")
     assert named.evidence["prep_costliest"] == "Resize(size=256)"
     assert named.evidence["prep_costliest_per_sample_s"] == pytest.approx(120e-6)
     assert named.evidence["prep_costliest_fraction"] == pytest.approx(120e-6 / PREP)
@@ -73,7 +75,7 @@ def test_decoding_is_named_instead_where_it_costs_more_than_any_transform():
     slow_decode = DecodeCost(150e-6, 140e-6, 4096, "PIL.Image.open+convert")
     named = with_transforms(judged, lt(decode=slow_decode))
     # prep per sample = Resize's 120 µs / its 61.44% share = 195.3 µs; decode 150 µs of it = 76.8%
-    assert named.sentence.endswith("; decoding (PIL.Image.open+convert) takes 77% of preparation, 150 µs per sample.")
+    assert verdict_sentence(named).endswith("; decoding (PIL.Image.open+convert) takes 77% of preparation, 150 µs per sample.")
     assert costliest(lt(decode=slow_decode)).share_of_prep == pytest.approx(150e-6 / PREP)
 
 
@@ -85,7 +87,7 @@ def test_the_verdict_is_unchanged_without_transforms_or_when_prep_does_not_set_t
     assert with_transforms(fetch_bound, lt()) == fetch_bound
     # a run folder without transforms.csv: verdict() as before
     run = make_run(wait=0.3, loading=LOADING)
-    assert verdict(run).sentence == prep_bound.sentence
+    assert verdict_sentence(verdict(run)) == verdict_sentence(prep_bound)
 
 
 def test_a_costliest_transform_that_waited_says_its_time_on_the_cpu_beside_its_wall_time():
@@ -93,7 +95,7 @@ def test_a_costliest_transform_that_waited_says_its_time_on_the_cpu_beside_its_w
     # under contention: 120 µs of wall, 60 µs on the CPU (the rest waited for a core)
     waited = TransformCost("Resize(size=256)", 0, 120e-6, 60e-6, 4096, 120e-6 / PREP, False)
     named = with_transforms(judged, lt((waited, NORMALIZE, FLIP)))
-    assert named.sentence.endswith("; Resize(size=256) takes 61% of preparation, 120 µs per sample (60.0 µs of it on "
+    assert verdict_sentence(named).endswith("; Resize(size=256) takes 61% of preparation, 120 µs per sample (60.0 µs of it on "
                                    "the CPU).")
 
 
@@ -105,7 +107,7 @@ def test_a_scripts_off_cpu_fetch_spent_inside_the_transforms_is_said_and_the_tra
     quick = TransformCost("Cheap", 0, 200e-6, 190e-6, 4096, 0.08, None)
     inside = lt((sleepy, quick), decode=None, split=PrepSplit(100e-6, None, 0.0, 2.2e-3, 50e-6))
     said = with_transforms(fetch_bound, inside, fetch_off_cpu=True)
-    assert said.sentence == fetch_bound.sentence[:-1] + (
+    assert verdict_sentence(said) == verdict_sentence(fetch_bound)[:-1] + (
         "; most of that time off the CPU is spent inside the transforms, not outside them reading: Expensive takes "
         "2.00 ms per sample, 1.99 ms of it off the CPU.")
     assert said.evidence["fetch_in_transforms_per_sample_s"] == pytest.approx(2e-3 - 10e-6 + 10e-6)
@@ -249,7 +251,7 @@ def run_with_transforms_csv(per_sample: dict[str, float], decode_s: float, *, wa
 
 
 def test_from_transforms_csv_to_the_verdict_a_certain_gain_and_the_report():
-    from pipeprof.analysis.summary import summarize
+    from pipeprof.pipeline.derive import summarize
     from pipeprof.render.html import render_html
 
     # 0 workers; per batch fetch 3 ms, prep 50 ms, collate 2 ms; compute + h2d 40 ms a step of 100 ms

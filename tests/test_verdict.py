@@ -15,11 +15,13 @@ from rich.console import Console
 
 from pipeprof.analysis.attribution import NO_PROBE, Attribution, attribution
 from pipeprof.analysis.evidence import CpuEvidence, DiskCeiling, GpuEvidence, LoadingEvidence, StepShares
-from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS
 from pipeprof.analysis.verdict import CLASSES, verdict, verdict_from_attribution
+from pipeprof.pipeline.derive import summarize
+from pipeprof.render.cache_text import cache_words
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
+from pipeprof.render.verdict_text import verdict_json, verdict_notes, verdict_sentence
 from pipeprof.run_folder import LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
 
 STEP_S = 0.1  # every step lasts 100 ms
@@ -80,7 +82,8 @@ def test_compute_bound():
     v = verdict(make_run(wait=0.02, loading=(0.001, 0.0, 0.0005)))
     assert (v.klass, v.rule, v.degree) == ("compute", "R2", None)
     assert v.evidence["data_wait_fraction"] == pytest.approx(0.02)
-    assert "Compute-bound" in v.sentence and "2.0%" in v.sentence
+    assert (v.reason.kind, v.reason["data_wait_fraction"]) == ("compute", pytest.approx(0.02))  # numbers, not words
+    assert "Compute-bound" in verdict_sentence(v) and "2.0%" in verdict_sentence(v)
 
 
 @pytest.mark.parametrize("loading, klass, words", [
@@ -91,7 +94,9 @@ def test_compute_bound():
 def test_no_workers_split_by_loading_fractions(loading, klass, words):
     v = verdict(make_run(wait=0.3, loading=loading))  # a 30 ms batch for a 30 ms wait
     assert (v.klass, v.rule, v.degree) == (klass, "R4", "input-bound")
-    assert words in v.sentence and "num_workers = 0" in v.sentence
+    assert words in verdict_sentence(v) and "num_workers = 0" in verdict_sentence(v)
+    cause = v.reason.parts[0]  # the input's reason holds its cause's: the largest part, with its share
+    assert (cause.kind, cause["fraction"]) == ("serial", pytest.approx(25 / 30))
     assert max(v.evidence[f"{p}_fraction"] for p in ("fetch", "prep", "collate")) == pytest.approx(25 / 30)
 
 
@@ -110,7 +115,7 @@ def test_no_workers_own_work_counts_against_each_part_not_all_of_them(loading, k
     # run the training process's own work is the largest share of the wait.
     wait = 0.28 if rule == "R3" else 0.3
     v = verdict(make_run(wait=wait, loading=loading))
-    assert (v.klass, v.rule) == (klass, rule), v.sentence
+    assert (v.klass, v.rule) == (klass, rule), verdict_sentence(v)
     assert v.evidence["production_over_wait_fraction"] > 0.5
 
 
@@ -122,16 +127,16 @@ def test_workers_with_a_full_queue_yet_waiting_is_the_training_process():
     assert ev["capacity_batches"] == 8 and ev["full_step_fraction"] == 1.0 and ev["empty_step_fraction"] == 0.0
     assert ev["ready_wait_fraction"] == 1.0
     assert "wait_when_empty_mean_s" not in ev  # no step found it empty: no such mean, not a zero
-    assert "prefetch queue full (all 8 batches it holds ready)" in v.sentence
+    assert "prefetch queue full (all 8 batches it holds ready)" in verdict_sentence(v)
 
 
 def test_saturated_workers_set_the_pace_whatever_the_queue_showed():
     # Each worker makes every other batch in 190 of its 200 ms (busy ~95%): a batch "ready" at
     # next() was not the one the loop needed in time; the workers are the limit, by fetch.
     v = verdict(make_run(wait=0.5, workers=2, ready=1, loading=(0.15, 0.03, 0.01)))
-    assert (v.klass, v.rule) == ("input:fetch", "R6"), v.sentence
+    assert (v.klass, v.rule) == ("input:fetch", "R6"), verdict_sentence(v)
     assert v.evidence["ready_wait_fraction"] == pytest.approx(1.0)
-    assert v.evidence["worker_busy_mean_fraction"] >= 0.8 and "busy" in v.sentence
+    assert v.evidence["worker_busy_mean_fraction"] >= 0.8 and "busy" in verdict_sentence(v)
 
 
 def test_workers_with_an_empty_queue_and_fetch_dominant_is_storage():
@@ -139,7 +144,7 @@ def test_workers_with_an_empty_queue_and_fetch_dominant_is_storage():
     assert (v.klass, v.rule) == ("input:fetch", "R6")
     assert v.evidence["empty_step_fraction"] == 1.0
     assert v.evidence["capacity_batches"] == 4  # prefetch_factor None -> PyTorch's default 2
-    assert "cannot keep up" in v.sentence
+    assert "cannot keep up" in verdict_sentence(v)
 
 
 def test_workers_with_an_empty_queue_and_prep_dominant_is_preprocessing():
@@ -172,7 +177,7 @@ def test_balanced_when_the_queue_is_neither_ready_nor_empty():
     v = verdict(make_run(wait=0.3, workers=2, prefetch_factor=4, ready=ready, loading=(0.01, 0.01, 0.0)))
     assert (v.klass, v.rule) == ("balanced", "R7")
     assert v.evidence["ready_wait_fraction"] == pytest.approx(0.5)
-    assert "bursty" in v.sentence
+    assert "bursty" in verdict_sentence(v)
 
 
 def test_no_counted_steps():
@@ -183,7 +188,7 @@ def test_no_counted_steps():
 def test_partly_input_bound_between_5_and_20_percent():
     v = verdict(make_run(wait=0.12, loading=(0.01, 0.001, 0.001)))
     assert v.klass == "input:fetch" and v.degree == "partly input-bound"
-    assert v.sentence.startswith("Partly input-bound (12% of step time")
+    assert verdict_sentence(v).startswith("Partly input-bound (12% of step time")
 
 
 def test_every_class_is_reachable_and_known():
@@ -203,7 +208,7 @@ def test_oversubscription_is_detected_and_said():
     assert (cpu.num_workers, cpu.torch_threads, cpu.cores_usable, cpu.threads_wanted) == (2, 2, 2, 4)
     assert cpu.oversubscribed is True
     assert cpu.busy_cores == pytest.approx(1.7)  # 120% + 50% of one core
-    notes = verdict(run).notes
+    notes = verdict_notes(verdict(run))
     assert any("2 workers + 2 torch threads on 2 usable cores" in n for n in notes)
 
 
@@ -211,7 +216,7 @@ def test_oversubscription_is_detected_and_said():
 def test_no_oversubscription_when_cores_suffice(workers, threads, cores):
     run = make_run(wait=0.01, workers=workers, threads=threads, cores=cores, ready=1 if workers else None)
     assert attribution(run).cpu.oversubscribed is False
-    assert not any("torch threads" in n for n in verdict(run).notes)
+    assert not any("torch threads" in n for n in verdict_notes(verdict(run)))
 
 
 def test_absent_probe_and_gpu_are_reasons_never_zeros():
@@ -236,8 +241,8 @@ def test_disk_against_the_probed_ceiling():
     assert ceiling.random_4k_cold_bytes_per_s == 20_000 * 4096
     assert ceiling.peak_over_sequential_fraction == pytest.approx(0.05)
     v = verdict(run, probe)
-    assert v.klass == "input:fetch" and "of the probed cold sequential ceiling" in v.sentence
-    assert "no machine probe" in verdict(run).sentence
+    assert v.klass == "input:fetch" and "of the probed cold sequential ceiling" in verdict_sentence(v)
+    assert "no machine probe" in verdict_sentence(verdict(run))
     refused = {"disk": {"sequential_read_cold": {"absent": "the page cache was not dropped"},
                         "random_read_cold": {"absent": "the page cache was not dropped"}}}
     assert attribution(run, refused).disk.ceiling == DiskCeiling(absent="machine probe: the page cache was not dropped")
@@ -266,7 +271,7 @@ def test_cold_cache_that_was_not_cold_is_said():
     run.processes = pd.DataFrame({"t_s": [0.0, 4.0], "pid": 1, "role": "main", "cpu_pct": 100.0,
                                   "rss_bytes": 1e8, "read_bytes": [0.0, 1e5], "uss_bytes": np.nan})[PROCESS_COLUMNS]
     v = verdict(run)
-    assert any(n.startswith("The cold page cache was not cold") for n in v.notes)
+    assert any(n.startswith("The cold page cache was not cold") for n in verdict_notes(v))
 
 
 # -- older runs ------------------------------------------------------------------------
@@ -275,7 +280,7 @@ def test_cold_cache_that_was_not_cold_is_said():
 def test_older_run_without_queue_or_loading_records_still_gets_a_verdict():
     disk_bound = verdict(make_run(wait=0.5, workers=2, read_bytes_per_s=5e7))
     assert (disk_bound.klass, disk_bound.rule) == ("input:fetch", "R9")
-    assert disk_bound.evidence["cause_measured"] is False and "inferred" in disk_bound.sentence
+    assert disk_bound.evidence["cause_measured"] is False and "inferred" in verdict_sentence(disk_bound)
     assert verdict(make_run(wait=0.5, workers=2)).klass == "input:prep"
     assert verdict(make_run(wait=0.5, workers=0)).klass == "input:main"
     attr = attribution(make_run(wait=0.5, workers=2))
@@ -365,8 +370,10 @@ GOLDEN = Path(__file__).parent / "fixtures" / "runs"
 def test_attribution_read_back_from_summary_json_gives_the_same_json_and_verdict(name):
     s = json.loads((GOLDEN / name / "summary.json").read_text())
     record = Attribution.from_json(s["attribution"])
-    assert record.to_json() == s["attribution"]
-    assert verdict_from_attribution(record).to_json() == s["verdict"]  # the verdict reads nothing else
+    written = record.to_json()  # the cache's reason is words, written at the edge (pipeline.derive)
+    written["cache"]["reason"] = cache_words(record.cache.reason)
+    assert written == s["attribution"]
+    assert verdict_json(verdict_from_attribution(record)) == s["verdict"]  # the verdict reads nothing else
 
 
 def test_attribution_from_json_is_lenient():
@@ -388,7 +395,7 @@ def test_too_few_counted_steps_give_no_verdict_and_say_how_many(n, counted, word
     # no bottleneck, whatever its few steps waited (here 50%: a "confident" input verdict before).
     v = verdict(make_run(n=n, warmup=4, wait=0.5, loading=(0.02, 0.01, 0.005)))
     assert (v.klass, v.rule, v.degree) == ("unknown", "R0", None)
-    assert words in v.sentence and f"at least {MIN_COUNTED_STEPS} counted steps" in v.sentence
+    assert words in verdict_sentence(v) and f"at least {MIN_COUNTED_STEPS} counted steps" in verdict_sentence(v)
     assert v.evidence["counted_steps"] == counted and v.evidence["min_counted_steps"] == MIN_COUNTED_STEPS
 
 
@@ -419,7 +426,7 @@ def test_workers_busy_around_the_cut_off_give_the_same_verdict_every_time(ready)
         assert not verdicts[0].uncertain and verdicts[0].candidates == ("input:prep",)
     else:  # a batch was ready: the queue says the training process, the busy workers say prep
         assert verdicts[0].uncertain and verdicts[0].candidates[0] == "input:prep"
-        assert len(verdicts[0].candidates) == 2 and "uncertain between" in verdicts[0].sentence
+        assert len(verdicts[0].candidates) == 2 and "uncertain between" in verdict_sentence(verdicts[0])
 
 
 def test_saturated_cores_settle_busy_workers_doing_cpu_work_as_prep():
@@ -438,7 +445,7 @@ def test_saturated_cores_settle_busy_workers_doing_cpu_work_as_prep():
 ])
 def test_far_from_the_cut_offs_the_verdicts_are_as_before(busy, ready, wait, klass, rule):
     v = verdict(_busy_run(busy, ready, wait=wait))
-    assert (v.klass, v.rule, v.uncertain, v.candidates) == (klass, rule, False, (klass,)), v.sentence
+    assert (v.klass, v.rule, v.uncertain, v.candidates) == (klass, rule, False, (klass,)), verdict_sentence(v)
 
 
 @pytest.mark.parametrize("busy", [0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95])
@@ -447,15 +454,15 @@ def test_no_sentence_contradicts_its_own_queue_numbers(busy, ready):
     v = verdict(_busy_run(busy, ready))
     full, empty = v.evidence["full_step_fraction"], v.evidence["empty_step_fraction"]
     if full >= 0.5:  # "72% of steps found the prefetch queue full" never beside "cannot keep up"
-        assert "cannot keep up" not in v.sentence, v.sentence
-    if "cannot keep up" in v.sentence:
+        assert "cannot keep up" not in verdict_sentence(v), verdict_sentence(v)
+    if "cannot keep up" in verdict_sentence(v):
         assert empty > 0 and v.evidence["ready_wait_fraction"] <= 0.45
-    if "keep up, and" in v.sentence:  # R5's "the workers keep up": not when they are saturated
+    if "keep up, and" in verdict_sentence(v):  # R5's "the workers keep up": not when they are saturated
         assert v.evidence.get("worker_busy_mean_fraction", 0.0) < 0.7
     if v.uncertain:
-        assert "uncertain between" in v.sentence and len(v.candidates) >= 2
+        assert "uncertain between" in verdict_sentence(v) and len(v.candidates) >= 2
     else:
-        assert "uncertain" not in v.sentence.lower() and v.candidates == (v.klass,)
+        assert "uncertain" not in verdict_sentence(v).lower() and v.candidates == (v.klass,)
 
 
 def test_waiting_for_a_core_is_cpu_contention_never_storage():
@@ -466,32 +473,32 @@ def test_waiting_for_a_core_is_cpu_contention_never_storage():
     loading = dataclasses.replace(attr.loading, fetch_fraction=0.05, prep_fraction=0.35, collate_fraction=0.05,
                                   core_wait_fraction=0.55)
     v = verdict_from_attribution(dataclasses.replace(attr, loading=loading))
-    assert (v.klass, v.uncertain) == ("input:prep", False), v.sentence
-    assert "storage" not in v.sentence and "55% was waiting for a core (CPU contention" in v.sentence
+    assert (v.klass, v.uncertain) == ("input:prep", False), verdict_sentence(v)
+    assert "storage" not in verdict_sentence(v) and "55% was waiting for a core (CPU contention" in verdict_sentence(v)
     assert v.evidence["core_wait_fraction"] == 0.55
     # A core wait larger than the gap between real shares of fetch and CPU work: either could limit.
     loading = dataclasses.replace(attr.loading, fetch_fraction=0.24, prep_fraction=0.38, collate_fraction=0.05,
                                   core_wait_fraction=0.33)
     v = verdict_from_attribution(dataclasses.replace(attr, loading=loading))
-    assert (v.klass, v.uncertain, v.candidates) == ("input:fetch", True, ("input:fetch", "input:prep")), v.sentence
+    assert (v.klass, v.uncertain, v.candidates) == ("input:fetch", True, ("input:fetch", "input:prep")), verdict_sentence(v)
     # With 0 workers too: the core wait goes to no part, so the real storage wait still decides.
     serial = attribution(make_run(wait=0.3, loading=(0.016, 0.008, 0.002)))
     loading = dataclasses.replace(serial.loading, fetch_fraction=0.4, prep_fraction=0.3, collate_fraction=0.05,
                                   core_wait_fraction=0.25)
     v = verdict_from_attribution(dataclasses.replace(serial, loading=loading))
-    assert v.klass == "input:fetch" and "was waiting for a core" in v.sentence, v.sentence
-    assert sum(_shares(v.sentence)) <= 100.5, v.sentence  # every share of one whole: the wait
+    assert v.klass == "input:fetch" and "was waiting for a core" in verdict_sentence(v), verdict_sentence(v)
+    assert sum(_shares(verdict_sentence(v))) <= 100.5, verdict_sentence(v)  # every share of one whole: the wait
     assert v.candidates == ("input:fetch", "input:prep")  # 25% of core wait outweighs the gap between them
     loading = dataclasses.replace(loading, fetch_fraction=0.6, prep_fraction=0.2, core_wait_fraction=0.15)
     v = verdict_from_attribution(dataclasses.replace(serial, loading=loading))
-    assert (v.klass, v.uncertain) == ("input:fetch", False), v.sentence
+    assert (v.klass, v.uncertain) == ("input:fetch", False), verdict_sentence(v)
 
 
 @pytest.mark.parametrize("h2d", [0.18, 0.20, 0.22])
 def test_h2d_near_its_cut_off_is_named_beside_the_other_cause(h2d):
     v = verdict(make_run(wait=0.1, h2d=h2d, loading=(0.01, 0.001, 0.001)))
     assert (v.klass, v.rule, v.uncertain, v.candidates) == ("h2d", "R1", True, ("h2d", "input:fetch"))
-    assert v.sentence.startswith("Uncertain: the copy to the device takes")
+    assert verdict_sentence(v).startswith("Uncertain: the copy to the device takes")
     assert verdict(make_run(wait=0.1, h2d=0.25)).candidates == ("h2d",)
     assert verdict(make_run(wait=0.1, h2d=0.15, loading=(0.01, 0.001, 0.001))).candidates == ("input:fetch",)
 
@@ -506,7 +513,7 @@ def test_a_wait_near_five_percent_is_compute_or_input_uncertain(wait):
 def test_two_parts_too_close_to_tell_apart_are_both_named():
     v = verdict(make_run(wait=0.3, loading=(0.0145, 0.0155, 0.0)))  # fetch 48%, prep 52% of a 30 ms wait
     assert (v.klass, v.rule, v.uncertain, v.candidates) == ("input:fetch", "R4", True, ("input:fetch", "input:prep"))
-    assert "too close to tell apart" in v.sentence
+    assert "too close to tell apart" in verdict_sentence(v)
     v = verdict(make_run(wait=0.3, loading=(0.0155, 0.0145, 0.0)))
     assert (v.klass, v.candidates) == ("input:fetch", ("input:fetch", "input:prep"))
 
@@ -524,23 +531,23 @@ def test_a_ready_batch_that_takes_as_long_as_making_one_was_not_delivered(busy, 
     worker takes per batch, the queue seldom full, and R5 blamed the training process on 4 of 6 identical runs.
     A batch counted in the queue but sent late by a worker busy with CPU work: the workers set the pace."""
     v = verdict(_busy_run(busy, 1, wait=0.35))  # 35 ms waits with a batch ready; a batch every 55 / 62 ms
-    assert (v.klass, v.rule, v.uncertain) == ("input:prep", "R6", uncertain), v.sentence
+    assert (v.klass, v.rule, v.uncertain) == ("input:prep", "R6", uncertain), verdict_sentence(v)
     assert v.evidence["wait_when_ready_over_supply_fraction"] == pytest.approx(35 / (busy * 100))
     assert v.evidence["supply_interval_s"] == pytest.approx(busy * 0.1)
-    assert "sends it late" in v.sentence and "keep up" not in v.sentence
+    assert "sends it late" in verdict_sentence(v) and "keep up" not in verdict_sentence(v)
     if uncertain:  # 0.56 of the supply interval: inside the band, the training process is named too
         assert v.candidates == ("input:prep", "input:main")
 
 
 def test_undelivered_batches_of_storage_bound_workers_keep_the_training_process_a_candidate():
     v = verdict(_busy_run(0.55, 1, mix=(0.85, 0.1, 0.05), wait=0.35))  # sleep-like fetch releases the interpreter
-    assert v.uncertain and v.candidates == ("input:fetch", "input:main"), v.sentence
+    assert v.uncertain and v.candidates == ("input:fetch", "input:main"), verdict_sentence(v)
 
 
 def test_a_full_queue_with_long_waits_stays_the_training_process():
     # memmap-workers: the queue full on most steps, yet each step waits: the batches were there to take
     v = verdict(_busy_run(0.55, 4, wait=0.35))
-    assert (v.klass, v.rule) == ("input:main", "R5"), v.sentence
+    assert (v.klass, v.rule) == ("input:main", "R5"), verdict_sentence(v)
     assert "wait_when_ready_over_supply_fraction" not in v.evidence
 
 
@@ -550,7 +557,7 @@ def test_a_core_wait_too_small_to_matter_is_not_said():
     for core, said in ((0.0, False), (0.015, False), (0.05, True)):
         loading = dataclasses.replace(attr.loading, core_wait_fraction=core)
         v = verdict_from_attribution(dataclasses.replace(attr, loading=loading))
-        assert ("was waiting for a core" in v.sentence) is said, (core, v.sentence)
+        assert ("was waiting for a core" in verdict_sentence(v)) is said, (core, verdict_sentence(v))
 
 
 def test_a_rank_that_waits_in_collectives_more_than_it_computes_is_told_it_waits_for_the_others():
@@ -558,10 +565,10 @@ def test_a_rank_that_waits_in_collectives_more_than_it_computes_is_told_it_waits
     run.steps["collective_wait_s"] = 0.8 * STEP_S
     run.steps["compute_s"] = 0.18 * STEP_S
     judged = verdict(run)
-    assert judged.klass == "compute" and judged.sentence.startswith("Waiting for the other ranks: 80%")
+    assert judged.klass == "compute" and verdict_sentence(judged).startswith("Waiting for the other ranks: 80%")
     assert judged.evidence["collective_wait_fraction"] == pytest.approx(0.8)
     plain = verdict(make_run(wait=0.02, h2d=0.0))
-    assert plain.sentence.startswith("Compute-bound") and "collective_wait_fraction" not in plain.evidence
+    assert verdict_sentence(plain).startswith("Compute-bound") and "collective_wait_fraction" not in plain.evidence
 
 
 def _shares(sentence: str) -> list[float]:
@@ -577,8 +584,8 @@ def test_shares_said_of_one_wait_add_up_to_it_with_the_wait_for_a_core():
     loading = dataclasses.replace(serial.loading, fetch_fraction=0.0, prep_fraction=0.15, collate_fraction=0.04,
                                   core_wait_fraction=0.81)
     v = verdict_from_attribution(dataclasses.replace(serial, loading=loading))
-    assert "was waiting for a core" in v.sentence and "more was waiting" not in v.sentence, v.sentence
-    assert sum(_shares(v.sentence)) <= 100.5, v.sentence
+    assert "was waiting for a core" in verdict_sentence(v) and "more was waiting" not in verdict_sentence(v), verdict_sentence(v)
+    assert sum(_shares(verdict_sentence(v))) <= 100.5, verdict_sentence(v)
 
 
 def _varying_run(first: float, second: float) -> Run:

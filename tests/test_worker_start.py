@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.analysis.worker_start import NO_PARTS, passes, with_worker_start_note, worker_start_summary
+from pipeprof.render.verdict_text import verdict_notes, verdict_sentence
 from pipeprof.script import worker_start
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -61,12 +63,14 @@ def test_the_process_start_is_read_from_proc_onto_the_monotonic_clock(tmp_path):
 
 
 def test_the_verdict_names_the_start_up_where_it_matters():
-    judged = Verdict("compute", "R2", None, "The run is compute-bound.")
+    judged = Verdict("compute", "R2", None, Reason.written("The run is compute-bound."))
     rows = [_row(10.0), _row(50.0, import_s=3.0)]
     costly = with_worker_start_note(judged, worker_start_summary(rows, wall_s=20.0))
-    (note,) = costly.notes
+    (reason,) = costly.notes
+    assert (reason.kind, reason["passes"], reason["share_of_wall"]) == ("worker_start", 2, pytest.approx(5.4 / 20.0))
+    (note,) = verdict_notes(costly)
     assert note.startswith("Starting the DataLoader workers (spawn / forkserver) took 27% of the script's wall time")
-    assert "importing the script's main module again" in note and costly.sentence == judged.sentence
+    assert "importing the script's main module again" in note and verdict_sentence(costly) == verdict_sentence(judged)
     assert costly.evidence["worker_start_share_of_wall"] == pytest.approx(5.4 / 20.0)
     cheap = worker_start_summary(rows, wall_s=1000.0)  # 0.5% of a long run: not worth a word
     assert with_worker_start_note(judged, cheap) is judged and with_worker_start_note(judged, None) is judged

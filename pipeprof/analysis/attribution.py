@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeprof.analysis.cache import cache_check
+from pipeprof.analysis.cache import CacheCheck, cache_check
 from pipeprof.analysis.evidence import (
     CacheEvidence,
     CpuEvidence,
@@ -66,7 +66,7 @@ class Attribution:
     cache: CacheEvidence
     fractions: dict[str, float] = field(default_factory=dict)
     loading_summary: LoadingSummary | None = None
-    cache_check: dict[str, Any] | None = None
+    cache_check: CacheCheck | None = None
     # The run's settings as run.json recorded them (a scenario's or a script's: ``kind``), for words that fit
     # the command that made the run; not in summary.json's ``attribution`` (None when read back from it).
     settings: RunSettings | None = None
@@ -152,7 +152,7 @@ def attribution(run: Run, probe: dict | None = None) -> Attribution:
         prefetch=_prefetch(steps, settings.loader.prefetch_factor, num_workers),
         data=DataEvidence(storage=settings.data.storage, throttle=settings.data.throttle,
                           pin_memory=pins_memory(settings.loader.pin_memory, settings.device)),
-        cache=(CacheEvidence(cache=cache.get("cache"), verified=cache.get("verified"), reason=cache.get("reason"))
+        cache=(CacheEvidence(cache=cache.cache, verified=cache.verified, reason=cache.reason)
                if cache else CacheEvidence(absent="this run has no page-cache record (recorded before page-cache "
                                                   "control)")),
         fractions=frac, loading_summary=loading, cache_check=cache, settings=settings)

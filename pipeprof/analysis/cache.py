@@ -15,19 +15,24 @@ worker is found at the next tick on Linux, else at the next process-tree
 refresh, ``tree_refresh_s``, 1 s by default) are lost. They are reported as ``unattributed_read_bytes`` (an upper
 bound: some may predate the window), so ``read_bytes`` is a lower bound and a
 cold check can fail when it should not, never pass when it should not.
+
+``cache_check`` returns a ``CacheCheck`` (summary.json's ``cache``); its ``reason`` is a kind plus its
+numbers, which ``render.cache_text`` words at the edge.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from pipeprof import format as fmt
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.thresholds import MIN_COLD_READ_FRACTION
-from pipeprof.run_folder import Run
+from pipeprof.numbers import finite
+from pipeprof.run_folder import Run, as_dict
 
 EPOCH_COLUMNS = ["epoch", "start_s", "end_s", "samples", "read_bytes", "unattributed_read_bytes"]
 
@@ -101,6 +106,74 @@ def epoch_reads(steps: pd.DataFrame, processes: pd.DataFrame) -> pd.DataFrame:
 # ---- the verdict -------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class CacheEpoch:
+    """One epoch's disk reads against what it should have read cold (``expected_bytes``: its share of the
+    data set), and the page-cache drop recorded before it (run.json's, as recorded)."""
+
+    epoch: int
+    start_s: float
+    end_s: float
+    read_bytes: float | None  # None: not measured
+    unattributed_read_bytes: float | None
+    expected_bytes: float
+    read_fraction: float | None
+    drop: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "start_s": self.start_s, "end_s": self.end_s, "read_bytes": self.read_bytes,
+                "unattributed_read_bytes": self.unattributed_read_bytes, "expected_bytes": self.expected_bytes,
+                "read_fraction": self.read_fraction, "drop": self.drop}
+
+    @classmethod
+    def from_json(cls, data: Any) -> CacheEpoch:
+        d = as_dict(data)
+        drop = d.get("drop")
+        return cls(epoch=int(d.get("epoch") or 0), start_s=float(d.get("start_s") or 0.0),
+                   end_s=float(d.get("end_s") or 0.0), read_bytes=finite(d.get("read_bytes")),
+                   unattributed_read_bytes=finite(d.get("unattributed_read_bytes")),
+                   expected_bytes=float(d.get("expected_bytes") or 0.0), read_fraction=finite(d.get("read_fraction")),
+                   drop=dict(drop) if isinstance(drop, dict) else None)
+
+
+@dataclass(frozen=True)
+class CacheCheck:
+    """summary.json's ``cache``: the page-cache mode, whether a cold run was verified cold (None: warm, or not
+    measurable), why (``reason``), and, where the data set is read from files on disk, each epoch's reads
+    (``epochs``; None where it is not: the short form), the smallest ``read_fraction``, the ``threshold`` and
+    the ``drops`` as recorded."""
+
+    cache: str | None
+    verified: bool | None
+    reason: Reason | None
+    epochs: tuple[CacheEpoch, ...] | None = None
+    min_read_fraction: float | None = None
+    threshold: float | None = None
+    drops: tuple[dict[str, Any], ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """summary.json's ``cache`` but its ``reason``, worded at the edge (``render.cache_text``)."""
+        out: dict[str, Any] = {"cache": self.cache, "verified": self.verified}
+        if self.epochs is not None:
+            out.update(min_read_fraction=self.min_read_fraction, threshold=self.threshold,
+                       epochs=[e.to_json() for e in self.epochs],
+                       drops=list(self.drops) if self.drops is not None else None)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> CacheCheck | None:
+        """The inverse of ``to_json`` for a summary read back (its reason as written); None: no check."""
+        if not isinstance(data, dict):
+            return None
+        reason, epochs, drops = data.get("reason"), data.get("epochs"), data.get("drops")
+        full = "epochs" in data
+        return cls(cache=data.get("cache"), verified=data.get("verified"),
+                   reason=Reason.written(reason) if isinstance(reason, str) else None,
+                   epochs=tuple(CacheEpoch.from_json(e) for e in epochs or ()) if full else None,
+                   min_read_fraction=finite(data.get("min_read_fraction")), threshold=finite(data.get("threshold")),
+                   drops=tuple(d for d in drops if isinstance(d, dict)) if isinstance(drops, list) else None)
+
+
 def _drop_for(drops: list[dict] | None, epoch: int, position: int) -> dict | None:
     """The drop recorded before ``epoch``: by its ``epoch`` key if drops carry one, else by position."""
     if not drops:
@@ -110,26 +183,23 @@ def _drop_for(drops: list[dict] | None, epoch: int, position: int) -> dict | Non
     return drops[position] if position < len(drops) else None
 
 
-def _why_short(epoch: int, fraction: float, unattributed_fraction: float, drop: dict | None) -> str:
-    head = f"epoch {epoch} read only {fraction:.0%} of the data set from disk"
-    if drop is None:
-        why = "no page-cache drop was recorded before it, so it was probably served from the cache"
-    elif not drop.get("dropped", False):
-        why = f"the page cache was not dropped before it — {drop.get('reason') or 'the drop failed'}"
-    else:
-        after = drop.get("resident_after_bytes")
-        left = f" ({fmt.byte_size(after)} left resident)" if after is not None else ""
-        why = (f"the page cache was dropped before it{left}, yet the data came from the cache: "
-               "something read the files back in between (kernel readahead on a memory map, "
-               "another process), or the reads were made by processes the sampler did not watch")
-    if fraction + unattributed_fraction >= MIN_COLD_READ_FRACTION:
-        why += (f"; note that {unattributed_fraction:.0%} more was read by workers before the sampler "
-                "first saw them, which could account for the rest")
-    return f"{head}: {why}"
+def _short(e: CacheEpoch) -> Reason:
+    """Why an epoch of a cold run read less than it should have: no drop recorded, a drop that failed, or a
+    drop after which something read the files back in; and whether workers' reads the sampler missed could
+    account for the rest."""
+    fraction = e.read_fraction or 0.0
+    unattributed = (e.unattributed_read_bytes or 0.0) / e.expected_bytes
+    drop = e.drop
+    return Reason("cache_epoch_short", {
+        "epoch": e.epoch, "read_fraction": fraction, "unattributed_fraction": unattributed,
+        "drop": "none" if drop is None else "dropped" if drop.get("dropped", False) else "failed",
+        "drop_reason": drop.get("reason") if drop is not None else None,
+        "resident_after_bytes": drop.get("resident_after_bytes") if drop is not None else None,
+        "unattributed_may_account": fraction + unattributed >= MIN_COLD_READ_FRACTION})
 
 
 def cold_cache_check(epochs_df: pd.DataFrame, dataset_bytes: int, cache: str,
-                     drops: list[dict] | None, dataset_samples: int | None = None) -> dict[str, Any]:
+                     drops: list[dict] | None, dataset_samples: int | None = None) -> CacheCheck:
     """Per-epoch disk reads as a fraction of the data set, and whether a cold run was cold.
 
     ``epochs_df`` comes from ``epoch_reads``; ``dataset_bytes`` is the data
@@ -138,78 +208,61 @@ def cold_cache_check(epochs_df: pd.DataFrame, dataset_bytes: int, cache: str,
     ``dataset_samples``, an epoch that consumed fewer samples (a run cut short
     by ``steps``) is held to its share of the data set.
 
-    Returns ``{"cache", "verified", "min_read_fraction", "threshold",
-    "epochs": [...], "drops", "reason"}``. ``verified`` is True when every
-    epoch read at least ``MIN_COLD_READ_FRACTION`` of (its share of) the data
-    set, False otherwise, None for a warm cache or when reads were not measured.
+    ``verified`` is True when every epoch read at least ``MIN_COLD_READ_FRACTION``
+    of (its share of) the data set, False otherwise, None for a warm cache or when
+    reads were not measured.
     """
     if cache not in ("warm", "cold"):
         raise ValueError(f"cache must be 'warm' or 'cold', got {cache!r}")
     if dataset_bytes <= 0:
         raise ValueError(f"dataset_bytes must be > 0, got {dataset_bytes}")
-    epochs: list[dict[str, Any]] = []
+    epochs: list[CacheEpoch] = []
     for position, row in enumerate(epochs_df.to_dict("records")):
         share = 1.0
         if dataset_samples and not pd.isna(row["samples"]):
             share = min(1.0, float(row["samples"]) / dataset_samples)
         expected = dataset_bytes * share
         measured = not pd.isna(row["read_bytes"])
-        epochs.append({
-            "epoch": int(row["epoch"]),
-            "start_s": float(row["start_s"]),
-            "end_s": float(row["end_s"]),
-            "read_bytes": float(row["read_bytes"]) if measured else None,
-            "unattributed_read_bytes": (None if pd.isna(row["unattributed_read_bytes"])
-                                        else float(row["unattributed_read_bytes"])),
-            "expected_bytes": expected,
-            "read_fraction": float(row["read_bytes"]) / expected if measured and expected > 0 else None,
-            "drop": _drop_for(drops, int(row["epoch"]), position),
-        })
+        epochs.append(CacheEpoch(
+            epoch=int(row["epoch"]),
+            start_s=float(row["start_s"]),
+            end_s=float(row["end_s"]),
+            read_bytes=float(row["read_bytes"]) if measured else None,
+            unattributed_read_bytes=(None if pd.isna(row["unattributed_read_bytes"])
+                                     else float(row["unattributed_read_bytes"])),
+            expected_bytes=expected,
+            read_fraction=float(row["read_bytes"]) / expected if measured and expected > 0 else None,
+            drop=_drop_for(drops, int(row["epoch"]), position),
+        ))
 
-    fractions: list[float] = [e["read_fraction"] for e in epochs if e["read_fraction"] is not None]
-    result: dict[str, Any] = {
-        "cache": cache,
-        "verified": None,
-        "min_read_fraction": min(fractions) if fractions else None,
-        "threshold": MIN_COLD_READ_FRACTION,
-        "epochs": epochs,
-        "drops": list(drops) if drops is not None else None,
-        "reason": None,
-    }
+    fractions: list[float] = [e.read_fraction for e in epochs if e.read_fraction is not None]
+
+    def result(verified: bool | None, reason: Reason) -> CacheCheck:
+        return CacheCheck(cache=cache, verified=verified, reason=reason, epochs=tuple(epochs),
+                          min_read_fraction=min(fractions) if fractions else None, threshold=MIN_COLD_READ_FRACTION,
+                          drops=tuple(drops) if drops is not None else None)
+
     if cache == "warm":
-        result["reason"] = "warm page cache: disk reads are reported, there is nothing to verify"
-        return result
+        return result(None, Reason("cache_warm"))
     if not epochs:
-        result["reason"] = "no epochs were recorded, so the cold cache cannot be verified"
-        return result
+        return result(None, Reason("cache_no_epochs"))
     if len(fractions) < len(epochs):
-        result["reason"] = ("disk reads were not measured (no read_bytes readings: io_counters absent?), "
-                            "so the cold cache cannot be verified")
-        return result
-
-    short = [e for e in epochs if e["read_fraction"] < MIN_COLD_READ_FRACTION]
-    result["verified"] = not short
+        return result(None, Reason("cache_reads_not_measured"))
+    short = [e for e in epochs if (e.read_fraction or 0.0) < MIN_COLD_READ_FRACTION]
     if short:
-        reasons = [_why_short(e["epoch"], e["read_fraction"],
-                              (e["unattributed_read_bytes"] or 0.0) / e["expected_bytes"], e["drop"])
-                   for e in short]
-        result["reason"] = ("NOT COLD: " + "; ".join(reasons)
-                            + f". A cold epoch should read at least {MIN_COLD_READ_FRACTION:.0%} "
-                            "of the data set from disk; the timings of these epochs are warm-cache timings.")
-    else:
-        result["reason"] = (f"every epoch read at least {min(fractions):.0%} of the data set "
-                            f"({fmt.byte_size(dataset_bytes)}) from disk")
-    return result
+        return result(False, Reason("cache_not_cold", {"threshold": MIN_COLD_READ_FRACTION},
+                                    tuple(_short(e) for e in short)))
+    return result(True, Reason("cache_cold", {"min_read_fraction": min(fractions), "dataset_bytes": dataset_bytes}))
 
 
-def cache_check(run: Run) -> dict[str, Any] | None:
+def cache_check(run: Run) -> CacheCheck | None:
     """Disk reads per epoch against the data set's size; for a cold cache, whether it really was cold."""
     cache = run.info.cache
     if cache is None:
         return None  # runs from before page-cache control
     mode, dataset_bytes = cache.get("mode", "warm"), cache.get("dataset_bytes") or 0
     if dataset_bytes <= 0:
-        return {"cache": mode, "verified": None, "reason": "the data is not read from files on disk"}
+        return CacheCheck(cache=mode, verified=None, reason=Reason("cache_not_on_disk"))
     samples = run.settings.data.samples
     return cold_cache_check(epoch_reads(run.steps, run.processes), dataset_bytes, mode, cache.get("drops"),
                             dataset_samples=samples)

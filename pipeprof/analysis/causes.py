@@ -1,7 +1,8 @@
 """The causes of a run that waits for data: rules R3-R9 of the verdict's decision table (``verdict``).
 
 Pure functions over an ``Attribution`` (no torch). ``input_cause`` returns a
-``Cause``: the class, its rule, the reason in words, the evidence behind it,
+``Cause``: the class, its rule, the reason (a ``Reason``, worded by
+``render.cause_text``), the evidence behind it,
 and every candidate class (more than one: the verdict is uncertain). The
 decision table, the physics behind each rule and the uncertain bands are in
 ``pipeprof.analysis.verdict``'s docstring; the cut-offs and bands in ``thresholds``.
@@ -12,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution
 from pipeprof.analysis.evidence import OFF_CPU_SPLIT, PARTS, DataEvidence, LoadingEvidence
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.thresholds import (
     CORE_WAIT_WORTH_SAYING,
     DISK_READ_FLOOR_BYTES_PER_S,
@@ -38,12 +39,12 @@ from pipeprof.run_folder import as_dict
 
 @dataclass(frozen=True)
 class Cause:
-    """What R3-R9 found: the class, its rule, the reason in words, evidence, and every candidate (the class
-    first; more than one: uncertain)."""
+    """What R3-R9 found: the class, its rule, the reason (``render.cause_text`` words it), evidence, and every
+    candidate (the class first; more than one: uncertain)."""
 
     klass: str
     rule: str
-    why: str
+    reason: Reason
     evidence: dict[str, Any]
     candidates: tuple[str, ...] = ()
 
@@ -73,7 +74,7 @@ def input_cause(attr: Attribution) -> Cause:
     """The cause of a run that waits for data (R3-R9)."""
     loading, prefetch = attr.loading, attr.prefetch
     workers = attr.cpu.num_workers
-    storage = _storage_words(attr.data)
+    storage = _storage(attr.data)
     has_loading = loading.absent is None
     if workers == 0 and has_loading:
         return _serial_cause(attr, storage)
@@ -84,31 +85,27 @@ def input_cause(attr: Attribution) -> Cause:
     if workers != 0 and busy is not None:
         ev: dict[str, Any] = {"worker_busy_mean_fraction": busy}
         busy_side = side(busy, WORKERS_BUSY, WORKERS_BUSY_BAND)
-        unseen = "(the queue itself was not observed in this run)"
         if busy <= WORKERS_IDLE_BUSY - WORKERS_IDLE_BUSY_BAND:
-            return Cause("input:main", "R8", (
-                f"the workers were busy only {share_text(busy)} of the time, so batches were ready; the time goes into "
-                f"moving them into the training process {unseen}"), ev)
+            return Cause("input:main", "R8", Reason("workers_idle", {"busy_fraction": busy}), ev)
         if busy <= WORKERS_IDLE_BUSY + WORKERS_IDLE_BUSY_BAND:
-            return Cause("input:main", "R8", (
-                f"the workers were busy {share_text(busy)} of the time, close to the {share_text(WORKERS_IDLE_BUSY)} at or "
-                f"below which they have slack {unseen}: the time goes into moving batches into the training "
-                "process, or supply is bursty"), ev, ("input:main", "balanced"))
+            return Cause("input:main", "R8", Reason("workers_idle_near", {"busy_fraction": busy,
+                                                                          "cut_fraction": WORKERS_IDLE_BUSY}),
+                         ev, ("input:main", "balanced"))
         if busy_side > 0:
             split = _workers_split(loading, storage, ev)
-            return Cause(split.klass, "R8", f"the workers were busy {share_text(busy)} of the time; {split.why}", ev,
-                          split.candidates)
+            return Cause(split.klass, "R8", Reason("workers_busy", {"busy_fraction": busy}, (split.reason,)), ev,
+                         split.candidates)
         if busy_side == 0:
             split = _workers_split(loading, storage, ev)
-            return Cause(split.klass, "R8", (
-                f"the workers were busy {share_text(busy)} of the time, close to the {share_text(WORKERS_BUSY)} at which they "
-                f"set the pace {unseen}; if they do, {split.why}"), ev, join_candidates(split.candidates, ("balanced",)))
-        return Cause("balanced", "R8", (f"the workers were busy {share_text(busy)} of the time, neither idle nor "
-                                         f"saturated {unseen}"), ev)
+            return Cause(split.klass, "R8", Reason("workers_busy_near", {"busy_fraction": busy,
+                                                                         "cut_fraction": WORKERS_BUSY},
+                                                   (split.reason,)),
+                         ev, join_candidates(split.candidates, ("balanced",)))
+        return Cause("balanced", "R8", Reason("workers_between", {"busy_fraction": busy}), ev)
     return _inferred(attr)
 
 
-def _queue_cause(attr: Attribution, share: float, storage: str | None) -> Cause:
+def _queue_cause(attr: Attribution, share: float, storage: Reason | None) -> Cause:
     """R5-R7: workers and the prefetch queue observed; ``share`` of the wait fell on steps with a batch ready."""
     loading, prefetch = attr.loading, attr.prefetch
     has_loading = loading.absent is None
@@ -127,21 +124,16 @@ def _queue_cause(attr: Attribution, share: float, storage: str | None) -> Cause:
         ev["worker_busy_mean_fraction"] = busy
     capacity = prefetch.capacity_batches
     full = prefetch.full_step_fraction or 0.0
-    queue = (f"{share_text(prefetch.full_step_fraction)} of steps found the prefetch queue full "
-             f"(all {fmt.plural(capacity, 'batch', 'batches')} it holds ready), " if capacity else "")
-    queue += f"{share_text(prefetch.empty_step_fraction)} found it empty"
+    queue = Reason("queue", {"capacity_batches": capacity, "full_step_fraction": prefetch.full_step_fraction,
+                             "empty_step_fraction": prefetch.empty_step_fraction})
     # The queue was run dry only if it was not mostly full and the wait fell mostly on steps that found it empty.
     ran_dry = full < QUEUE_MOSTLY_FULL and share <= READY_WAIT_WORKERS + READY_WAIT_BAND
-    main_words = ("the time goes into moving batches into the training process (unpickling, shared "
-                  f"memory{', the pin-memory thread' if attr.data.pin_memory else ''})")
+    main = Reason("into_main", {"pin_memory": bool(attr.data.pin_memory)})
+    numbers = {"busy_fraction": busy, "ready_wait_fraction": share}
     if busy is not None and busy_side > 0:
         split = _workers_split(loading, storage, ev)
-        lead = (f"the workers cannot keep up — busy {share_text(busy)} of the time, they set the pace" if ran_dry else
-                f"the workers set the pace — busy {share_text(busy)} of the time, they have no slack to get ahead of "
-                "the loop, though the queue held batches when asked")
-        return Cause(split.klass, "R6", (f"{lead} ({queue}; {share_text(share)} of the wait fell on steps that had a "
-                                          f"batch in the queue, not necessarily the next one); {split.why}"),
-                      ev, split.candidates)
+        return Cause(split.klass, "R6", Reason("workers_set_pace", {**numbers, "ran_dry": ran_dry},
+                                               (queue, split.reason)), ev, split.candidates)
     ready_main = side(share, READY_WAIT_MAIN, READY_WAIT_BAND)
     ready_workers = -side(share, READY_WAIT_WORKERS, READY_WAIT_BAND)  # 1: clearly little wait on ready steps
     if share <= READY_WAIT_WORKERS - READY_WAIT_BAND:
@@ -149,23 +141,19 @@ def _queue_cause(attr: Attribution, share: float, storage: str | None) -> Cause:
     if busy is not None and busy_side == 0:
         split = _workers_split(loading, storage, ev)
         if ready_workers >= 0 and share <= READY_WAIT_WORKERS + READY_WAIT_BAND:  # the queue agrees: it ran dry
-            return Cause(split.klass, "R6", (
-                f"the workers cannot keep up — busy {share_text(busy)} of the time, {queue}, and {share_text(1 - share)} "
-                f"of the wait fell on steps that found it empty; {split.why}"), ev, split.candidates)
+            return Cause(split.klass, "R6", Reason("workers_ran_dry", numbers, (queue, split.reason)), ev,
+                         split.candidates)
         saturated = attr.cpu.busy_over_usable_fraction
         if split.klass == "input:prep" and len(split.candidates) == 1 and saturated is not None \
                 and saturated >= SATURATED_FRACTION:
             ev["busy_over_usable_fraction"] = saturated
-            return Cause("input:prep", "R6", (
-                f"the workers were busy {share_text(busy)} of the time on CPU work while the training process and "
-                f"workers kept {share_text(saturated)} of the usable cores busy: a batch was often ready ({queue}), "
-                f"but making the next ones takes the cores the training needs; {split.why}"), ev)
-        other = "input:main" if share >= READY_WAIT_MAIN - READY_WAIT_BAND else "balanced"
-        return Cause(split.klass, "R6", (
-            f"the workers were busy {share_text(busy)} of the time, close to the {share_text(WORKERS_BUSY)} at which they "
-            f"set the pace, while {queue} and {share_text(share)} of the wait fell on steps that had a batch ready; "
-            f"if the workers set the pace, {split.why}; if not, "
-            + (main_words if other == "input:main" else "supply is bursty")), ev, join_candidates(split.candidates, (other,)))
+            return Cause("input:prep", "R6", Reason("workers_take_cores",
+                                                    {**numbers, "busy_over_usable_fraction": saturated},
+                                                    (queue, split.reason)), ev)
+        into_main = share >= READY_WAIT_MAIN - READY_WAIT_BAND
+        return Cause(split.klass, "R6", Reason("workers_busy_near_ready", {**numbers, "cut_fraction": WORKERS_BUSY},
+                                               (queue, split.reason, main if into_main else Reason("bursty"))),
+                     ev, join_candidates(split.candidates, ("input:main" if into_main else "balanced",)))
     undelivered, seen = _undelivered(attr)
     if undelivered is not None and undelivered >= 0 and ready_main >= 0 and has_loading and full < QUEUE_MOSTLY_FULL:
         # "Ready" batches that still took about as long as making one, the queue seldom full: the workers set
@@ -175,44 +163,33 @@ def _queue_cause(attr: Attribution, share: float, storage: str | None) -> Cause:
         split = _workers_split(loading, storage, ev)
         if split.klass != "input:prep":
             undelivered = 0
-        words = (f"the workers set the pace — {queue}, but a step that found a batch ready still waited "
-                 f"{fmt.duration(prefetch.wait_when_ready_mean_s)} on average, "
-                 f"{share_text(ev['wait_when_ready_over_supply_fraction'])} of the "
-                 f"{fmt.duration(ev['supply_interval_s'])} the workers take per batch: the batch was counted in "
-                 f"the queue before it could be received (a worker busy with CPU work sends it late); {split.why}")
+        late = {"wait_when_ready_mean_s": prefetch.wait_when_ready_mean_s,
+                "wait_when_ready_over_supply_fraction": ev["wait_when_ready_over_supply_fraction"],
+                "supply_interval_s": ev["supply_interval_s"]}
         if undelivered > 0:
-            return Cause(split.klass, "R6", words, ev, split.candidates)
-        return Cause(split.klass, "R6", words + f"; if not, {main_words}", ev,
+            return Cause(split.klass, "R6", Reason("sent_late", late, (queue, split.reason)), ev, split.candidates)
+        return Cause(split.klass, "R6", Reason("sent_late_or_main", late, (queue, split.reason, main)), ev,
                      join_candidates(split.candidates, ("input:main",)))
     if ready_main > 0:
-        return Cause("input:main", "R5", (
-            f"{queue}, and {share_text(share)} of the wait fell on steps that had a batch ready — the workers "
-            f"keep up, and {main_words}"), ev)
+        return Cause("input:main", "R5", Reason("workers_keep_up", numbers, (queue, main)), ev)
     if ready_main == 0:
-        return Cause("input:main", "R5", (
-            f"{queue}, and {share_text(share)} of the wait fell on steps that had a batch ready, close to the "
-            f"{share_text(READY_WAIT_MAIN)} from which the workers keep up: either {main_words}, or supply is "
-            "bursty"), ev, ("input:main", "balanced"))
+        return Cause("input:main", "R5", Reason("workers_keep_up_near", {**numbers, "cut_fraction": READY_WAIT_MAIN},
+                                                (queue, main)), ev, ("input:main", "balanced"))
     if share <= READY_WAIT_WORKERS + READY_WAIT_BAND:
         near = share > READY_WAIT_WORKERS - READY_WAIT_BAND
-        lead = "the workers cannot keep up" if ran_dry else "the workers fall behind at times"
         if has_loading:
             split = _workers_split(loading, storage, ev)
-            klass, why, cands = split.klass, split.why, split.candidates
+            klass, why, cands = split.klass, split.reason, split.candidates
         else:
             inferred = _inferred(attr)
             ev.update(inferred.evidence)
-            klass, why, cands = inferred.klass, inferred.why, inferred.candidates
-            lead += f" ({queue})"
-        words = (f"{lead} — {queue}, and {share_text(1 - share)} of the wait fell on steps that found it empty; {why}"
-                 if has_loading else f"{lead}; {why}")
+            klass, why, cands = inferred.klass, inferred.reason, inferred.candidates
         if near:
-            words += "; close to the cut-off, supply may instead be bursty"
             cands = join_candidates(cands, ("balanced",))
-        return Cause(klass, "R6" if has_loading else "R9", words, ev, cands)
-    return Cause("balanced", "R7", (
-        f"{queue}; {share_text(share)} of the wait fell on steps that had a batch ready and the rest on steps that "
-        "had none — supply is bursty (a larger prefetch_factor may smooth it)"), ev)
+        return Cause(klass, "R6" if has_loading else "R9",
+                     Reason("workers_behind", {**numbers, "ran_dry": ran_dry, "measured": has_loading, "near": near},
+                            (queue, why)), ev, cands)
+    return Cause("balanced", "R7", Reason("bursty_supply", numbers, (queue,)), ev)
 
 
 def _undelivered(attr: Attribution) -> tuple[int | None, dict[str, float]]:
@@ -229,7 +206,7 @@ def _undelivered(attr: Attribution) -> tuple[int | None, dict[str, float]]:
         "supply_interval_s": supply_s, "wait_when_ready_over_supply_fraction": ratio}
 
 
-def _serial_cause(attr: Attribution, storage: str | None) -> Cause:
+def _serial_cause(attr: Attribution, storage: Reason | None) -> Cause:
     """R3-R4: with 0 workers, the largest share of the mean wait (fetch, prep, the training process's own)."""
     loading = attr.loading
     ev: dict[str, Any] = {"fetch_fraction": loading.fetch_fraction, "prep_fraction": loading.prep_fraction,
@@ -257,29 +234,23 @@ def _serial_cause(attr: Attribution, storage: str | None) -> Cause:
     if close:  # the class does not flip with which of the two came out ahead: the table's order decides
         part = next(p for p in PARTS if p in (part, second))
     if wait_s is not None and part == "collate" and wait_s["own"] >= wait_s["collate"]:
-        return Cause("input:main", "R3", (
-            f"making a batch takes {time_text(loading.batch_s)} but the loop waited "
-            f"{time_text(attr.step.data_wait_mean_s)} per step; the other {time_text(wait_s['own'])} is the training "
-            "process's own work outside fetch, prep and collate (DataLoader bookkeeping, pinning) — with "
-            f"collating {share_text(by_class['collate'] / whole)} of the wait, against fetching's "
-            f"{share_text(by_class['fetch'] / whole)} and decoding's {share_text(by_class['prep'] / whole)}"
-            f"{_core_words(core_s / whole)}"), ev, candidates)
+        return Cause("input:main", "R3", Reason("own_work", {
+            "batch_s": loading.batch_s, "data_wait_mean_s": attr.step.data_wait_mean_s, "own_s": wait_s["own"],
+            "collate_fraction": by_class["collate"] / whole, "fetch_fraction": by_class["fetch"] / whole,
+            "prep_fraction": by_class["prep"] / whole}, (_core(core_s / whole),)), ev, candidates)
     if close:
         shares = {p: by_class[p] / whole for p in PARTS}
         other = second if part == order[0] else order[0]
-        why = (f"the training process makes every batch (num_workers = 0) and two parts of the wait are too close "
-               f"to tell apart: {_share_words(part, shares[part], loading, storage)} against "
-               f"{_share_words(other, shares[other], loading, storage)}{_core_words(core_s / whole)}")
-        return Cause(_PART_CLASS[part], "R4", why, ev, candidates)
-    return Cause(_PART_CLASS[part], "R4", (
-        f"the training process makes every batch (num_workers = 0) and {share_text(loading.part_fraction(part))} "
-        f"of that time is {_part_words(part, loading, storage)}{_core_words(core)}"), ev)
+        return Cause(_PART_CLASS[part], "R4", Reason("serial_close", {}, (
+            _share(part, shares[part], loading, storage), _share(other, shares[other], loading, storage),
+            _core(core_s / whole))), ev, candidates)
+    return Cause(_PART_CLASS[part], "R4", Reason("serial", {"fraction": loading.part_fraction(part)}, (
+        _part(part, loading, storage), _core(core))), ev)
 
 
-def _share_words(part: str, share: float, loading: LoadingEvidence, storage: str | None) -> str:
-    if part == "collate":
-        return f"{share_text(share)} collating and the training process's own work"
-    return f"{share_text(share)} {_part_words(part, loading, storage)}"
+def _share(part: str, share: float, loading: LoadingEvidence, storage: Reason | None) -> Reason:
+    """A part's share of the wait (collate with the training process's own work)."""
+    return Reason("part_share", {"part": part, "fraction": share}, (_part(part, loading, storage),))
 
 
 _PART_CLASS = {"fetch": "input:fetch", "prep": "input:prep", "collate": "input:main"}
@@ -303,7 +274,7 @@ def _serial_wait_s(loading: LoadingEvidence, wait_mean_s: float | None) -> dict[
     return {**parts, "own": max(wait_mean_s - batch_s, 0.0)}
 
 
-def _workers_split(loading: LoadingEvidence, storage: str | None, ev: dict[str, Any]) -> Cause:
+def _workers_split(loading: LoadingEvidence, storage: Reason | None, ev: dict[str, Any]) -> Cause:
     """input:fetch or input:prep by where the workers' time goes (collate counts as CPU work with prep; waiting
     for a core is contention, never storage, and counts for neither); both when too close to tell
     (``PART_MARGIN``)."""
@@ -315,28 +286,26 @@ def _workers_split(loading: LoadingEvidence, storage: str | None, ev: dict[str, 
                "prep_per_sample_s": loading.prep_per_sample_s})
     if core is not None:
         ev["core_wait_fraction"] = core
-    fetch_words = f"{share_text(fetch)} of their batch-making time is {_part_words('fetch', loading, storage)}"
-    cpu_words = (f"{share_text(cpu)} of their batch-making time is CPU work: {_part_words('prep', loading, storage)} "
-                 "and collating")
+    fetch_part = Reason("workers_fetch", {"fraction": fetch}, (_part("fetch", loading, storage),))
+    cpu_part = Reason("workers_cpu", {"fraction": cpu}, (_part("prep", loading, storage),))
     total = fetch + cpu
     # A wait for a core follows a read as well as it interrupts CPU work: where it outweighs the gap between
     # the two (and each is a real share), the split cannot say which limits.
     contended = core is not None and min(fetch, cpu) >= PART_MARGIN and core >= abs(fetch - cpu)
     if total > 0 and (abs(fetch - cpu) / total < PART_MARGIN or contended):
-        return Cause("input:fetch", "", f"{fetch_words}, against {cpu_words} — too close to tell which limits"
-                      + _core_words(core), {}, ("input:fetch", "input:prep"))
+        return Cause("input:fetch", "", Reason("workers_split_close", {}, (fetch_part, cpu_part, _core(core))), {},
+                     ("input:fetch", "input:prep"))
     if fetch >= cpu:
-        return Cause("input:fetch", "", fetch_words + _core_words(core), {})
-    return Cause("input:prep", "", cpu_words + _core_words(core), {})
+        return Cause("input:fetch", "", Reason("workers_split", {}, (fetch_part, _core(core))), {})
+    return Cause("input:prep", "", Reason("workers_split", {}, (cpu_part, _core(core))), {})
 
 
-def _core_words(core: float | None) -> str:
+def _core(core: float | None) -> Reason:
     """The share spent waiting for a core, said apart from the parts (it is none of them) but of the same whole
-    as the shares beside it, so that they add up to it at most; nothing under ``CORE_WAIT_WORTH_SAYING``
+    as the shares beside it, so that they add up to it at most; said only from ``CORE_WAIT_WORTH_SAYING``
     (0.0 % "was waiting" reads as a claim of contention)."""
-    if not core or core < CORE_WAIT_WORTH_SAYING:
-        return ""
-    return f"; {share_text(core)} was waiting for a core (CPU contention: every core was busy)"
+    worth_saying = core is not None and core != 0 and core >= CORE_WAIT_WORTH_SAYING
+    return Reason("core_wait", {"fraction": core, "worth_saying": worth_saying})
 
 
 def _inferred(attr: Attribution) -> Cause:
@@ -344,56 +313,32 @@ def _inferred(attr: Attribution) -> Cause:
     mean_bps = attr.disk.mean_read_bytes_per_s
     ev: dict[str, Any] = {"mean_read_bytes_per_s": mean_bps, "cause_measured": False}
     if mean_bps is not None and mean_bps >= DISK_READ_FLOOR_BYTES_PER_S:
-        return Cause("input:fetch", "R9", (f"inferred, not measured (no loading records): the process tree read "
-                                            f"{rate_text(mean_bps)} from disk while it waited"), ev)
+        return Cause("input:fetch", "R9", Reason("inferred_disk", {"mean_read_bytes_per_s": mean_bps}), ev)
     if attr.cpu.num_workers:
-        return Cause("input:prep", "R9", ("inferred, not measured (no loading records): the workers read next to "
-                                           "nothing from disk, so their time is CPU work"), ev)
-    return Cause("input:main", "R9", ("inferred, not measured (no loading records): the training process makes "
-                                       "every batch and reads next to nothing from disk"), ev)
+        return Cause("input:prep", "R9", Reason("inferred_workers_cpu"), ev)
+    return Cause("input:main", "R9", Reason("inferred_main"), ev)
 
 
-
-
-def _storage_words(data: DataEvidence) -> str | None:
+def _storage(data: DataEvidence) -> Reason | None:
+    """The storage a scenario read from, with the throttle that emulated another (None: not named)."""
     storage, throttle = data.storage, data.throttle
-    if storage and throttle:
-        spec = as_dict(throttle)
-        label = spec.get("preset") or (throttle if isinstance(throttle, str) else None)
-        if label:
-            return f"{storage}, throttled to emulate {label} storage"
-        return (f"{storage}, throttled to {fmt.duration(_scaled(spec.get('latency_ms'), 1e-3))} + "
-                f"{fmt.byte_rate(_scaled(spec.get('bandwidth_mb_s'), 1e6))} per read (emulated)")
-    return storage
+    if not storage:
+        return None
+    if not throttle:
+        return Reason("storage", {"name": storage, "throttled": False})
+    spec = as_dict(throttle)
+    label = spec.get("preset") or (throttle if isinstance(throttle, str) else None)
+    return Reason("storage", {"name": storage, "throttled": True, "preset": label or None,
+                              "latency_s": _scaled(spec.get("latency_ms"), 1e-3),
+                              "bandwidth_bytes_per_s": _scaled(spec.get("bandwidth_mb_s"), 1e6)})
 
 
-def _part_words(part: str, loading: LoadingEvidence, storage: str | None) -> str:
-    where = f", storage: {storage}" if storage else ""
-    if loading.split == OFF_CPU_SPLIT and part in ("fetch", "prep"):  # a script's __getitem__
-        if part == "fetch":
-            what = ("reading storage, the network or sleeping" if _core_wait_fraction(loading) is not None else
-                    "reading storage, the network, sleeping or waiting for a core (not told apart in this run)")
-            return f"time in __getitem__ off the CPU — {what} ({time_text(loading.fetch_per_sample_s)} per sample)"
-        return (f"CPU work in __getitem__ — decoding and transforms "
-                f"({time_text(loading.prep_per_sample_s)} per sample)")
-    if part == "fetch":
-        return f"fetching samples ({time_text(loading.fetch_per_sample_s)} per sample{where})"
-    if part == "prep":
-        return f"decoding and transforming ({time_text(loading.prep_per_sample_s)} per sample)"
-    return f"collating samples into batches ({time_text(loading.collate_per_batch_s)} per batch)"
-
-
-# Sentences format through pipeprof.format; these name the words for a value that is missing.
-def share_text(fraction: Any) -> str:
-    """A share (0-1) as a percentage in a sentence; "an unknown share" where it is missing."""
-    return fmt.pct(fraction, missing="an unknown share")
-
-
-def time_text(seconds: Any) -> str:
-    """A duration in seconds in a sentence; "an unknown time" where it is missing."""
-    return fmt.duration(seconds, missing="an unknown time")
-
-
-def rate_text(bytes_per_s: Any) -> str:
-    """A byte rate in a sentence; "an unknown rate" where it is missing."""
-    return fmt.byte_rate(bytes_per_s, missing="an unknown rate")
+def _part(part: str, loading: LoadingEvidence, storage: Reason | None) -> Reason:
+    """A part of making a batch (fetch, prep, collate) with its time; a script's ``__getitem__`` split on and
+    off the CPU (``OFF_CPU_SPLIT``) is said as such."""
+    time_s = (loading.fetch_per_sample_s if part == "fetch" else loading.prep_per_sample_s if part == "prep"
+              else loading.collate_per_batch_s)
+    return Reason("part", {"part": part, "time_s": time_s,
+                           "off_cpu_split": loading.split == OFF_CPU_SPLIT and part in ("fetch", "prep"),
+                           "core_wait_told_apart": _core_wait_fraction(loading) is not None},
+                  (storage,) if storage is not None else ())

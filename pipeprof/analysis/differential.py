@@ -60,6 +60,10 @@ Cross-check against the direct attribution of run ``real`` (its own
 
 A disagreement beyond the tolerance is reported (``agree: false``, both
 numbers), never hidden.
+
+Why a fraction is null or clamped, and a check's reason and notes, are ``Reason``
+records (a kind plus its numbers); ``render.diagnosis_text`` words them where
+``pipeline.diagnose`` writes diagnosis.json.
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeprof import format as fmt
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.thresholds import MIN_STALL_TO_SPLIT
 from pipeprof.numbers import finite as _finite
 
@@ -102,57 +106,65 @@ def throughput(summary: Mapping[str, Any] | None) -> float | None:
     return value if value is not None and value > 0 else None
 
 
+def _why_missing(missing: Mapping[str, str | Reason] | None) -> dict[str, Reason]:
+    """Why each run is missing: the caller's words (a run's status and error, as recorded) or a reason."""
+    return {run: why if isinstance(why, Reason) else Reason.written(why) for run, why in (missing or {}).items()}
+
+
 def stall_fractions(samples_per_s: Mapping[str, float | None],
-                    missing: Mapping[str, str] | None = None) -> dict[str, Any]:
+                    missing: Mapping[str, str | Reason] | None = None) -> dict[str, Any]:
     """Fetch, prep and total stall and the compute share from the three runs' samples/s.
 
     ``samples_per_s`` maps ``compute`` / ``prep`` / ``real`` to samples/s
     (None: the run is missing); ``missing`` gives the reason a run is missing.
     Returns ``{"fractions", "unclamped", "clamped", "null_reasons"}``: each a
     dict keyed by ``FRACTIONS`` (``clamped`` and ``null_reasons`` only hold the
-    affected ones, with the reason as text).
+    affected ones, with the ``Reason``).
     """
-    missing = dict(missing or {})
+    why_missing = _why_missing(missing)
     t = {run: (1.0 / v if v else None) for run, v in ((r, samples_per_s.get(r)) for r in RUNS)}
     for run in RUNS:
         if t[run] is None:
-            missing.setdefault(run, "no throughput was measured")
+            why_missing.setdefault(run, Reason("no_throughput"))
     unclamped: dict[str, float | None] = dict.fromkeys(FRACTIONS)
-    null_reasons: dict[str, str] = {}
+    null_reasons: dict[str, Reason] = {}
     for name in FRACTIONS:
         lacking = [r for r in _NEEDS[name] if t[r] is None]
         if lacking:
-            null_reasons[name] = "needs the " + " and ".join(
-                f"{r} run ({missing[r]})" for r in lacking)
+            null_reasons[name] = Reason("needs_runs", {}, tuple(
+                Reason("missing_run", {"run": r}, (why_missing[r],)) for r in lacking))
     unclamped.update(_fractions(t["compute"], t["prep"], t["real"], null_reasons))
 
     # Noise can order the runs the wrong way round; clamp the per-sample times
     # into the model's order t_compute <= t_prep <= t_real, so that every
     # fraction stays in [0, 1] and fetch + prep + compute still sum to 1.
     tc, tp, tr = t["compute"], t["prep"], t["real"]
-    rate = {r: _rate(samples_per_s.get(r)) for r in RUNS}
     causes = []
+
+    def out_of_order(kind: str, run: str, other: str) -> Reason:
+        return Reason(kind, {"run": run, "samples_per_s": samples_per_s.get(run), "other": other,
+                             "other_samples_per_s": samples_per_s.get(other)})
+
     if tc is not None and tr is not None and tr < tc:
-        causes.append(f"the real run ({rate['real']}) was faster than the compute ceiling ({rate['compute']})")
+        causes.append(out_of_order("run_faster", "real", "compute"))
         tr = tc
     if tp is not None and tr is not None and tp > tr:
-        causes.append(f"the prep run ({rate['prep']}) was slower than the real run ({rate['real']})")
+        causes.append(out_of_order("run_slower", "prep", "real"))
         tp = tr
     if tp is not None and tc is not None and tp < tc:
-        causes.append(f"the prep run ({rate['prep']}) was faster than the compute ceiling ({rate['compute']})")
+        causes.append(out_of_order("run_faster", "prep", "compute"))
         tp = tc
     fractions = _fractions(tc, tp, tr, null_reasons)
-    clamped: dict[str, str] = {}
+    clamped: dict[str, Reason] = {}
     for name, value in fractions.items():
         before = unclamped[name]
         if value is not None and before is not None and abs(value - before) > 1e-12:
-            clamped[name] = (f"{fmt.pct(before, 1)} clamped to {fmt.pct(value, 1)}: {'; '.join(causes)} — the model needs "
-                             f"t_compute <= t_prep <= t_real, so this is run-to-run noise or interference")
+            clamped[name] = Reason("clamped", {"unclamped": before, "clamped": value}, tuple(causes))
     return {"fractions": fractions, "unclamped": unclamped, "clamped": clamped, "null_reasons": null_reasons}
 
 
 def _fractions(tc: float | None, tp: float | None, tr: float | None,
-               null_reasons: Mapping[str, str]) -> dict[str, float | None]:
+               null_reasons: Mapping[str, Reason]) -> dict[str, float | None]:
     """The model's formulas on per-sample times (seconds); None where ``null_reasons`` says so."""
     out: dict[str, float | None] = dict.fromkeys(FRACTIONS)
     if "fetch_stall" not in null_reasons and tr is not None and tp is not None:
@@ -167,7 +179,7 @@ def _fractions(tc: float | None, tp: float | None, tr: float | None,
 
 def cross_check(real: Mapping[str, Any] | None, fractions: Mapping[str, float | None], *,
                 storage: str | None = None, num_workers: int | None = None,
-                missing_reason: str | None = None, tolerance: float = TOLERANCE) -> dict[str, Any]:
+                missing_reason: str | Reason | None = None, tolerance: float = TOLERANCE) -> dict[str, Any]:
     """Direct attribution of run ``real`` against the differential fractions (see the module docstring).
 
     ``real`` is the real run's summary (None when it failed, ``missing_reason``
@@ -176,18 +188,19 @@ def cross_check(real: Mapping[str, Any] | None, fractions: Mapping[str, float | 
     ``{"tolerance", "agree", "data_wait", "fetch_share"}``: each check has
     ``direct``, ``differential``, ``difference`` (direct - differential),
     ``agree`` (True / False / None when a number is missing), ``reason`` (why
-    null) and ``notes``; the top-level ``agree`` is False when any check
+    null) and ``notes`` (``Reason`` records); the top-level ``agree`` is False when any check
     disagrees, True when all agree, None when none could be made.
     """
-    real_reason = f"the real run is missing ({missing_reason or 'no summary'})"
+    why = _why_missing({"real": missing_reason}).get("real") if missing_reason else None
+    real_reason = Reason("real_missing", {}, (why,) if why is not None else ())
     direct_wait = _finite(((real or {}).get("fractions") or {}).get("data_wait"))
     wait_reason = None
     if real is None:
         wait_reason = real_reason
     elif direct_wait is None:
-        wait_reason = "the real run has no data-wait fraction (no counted steps)"
+        wait_reason = Reason("no_data_wait")
     elif fractions.get("stall") is None:
-        wait_reason = "the differential stall is not known (see null_reasons)"
+        wait_reason = Reason("stall_unknown")
     data_wait = _check(direct_wait, fractions.get("stall"), wait_reason, tolerance)
 
     loading = (real or {}).get("loading")
@@ -198,26 +211,18 @@ def cross_check(real: Mapping[str, Any] | None, fractions: Mapping[str, float | 
     if real is None:
         split_reason = real_reason
     elif direct_fetch is None:
-        split_reason = ("the real run has no loading records (data on the device, or profile.loading = false)"
-                        if not loading else "the real run measured no loading time")
+        split_reason = Reason("no_loading_records" if not loading else "no_loading_time")
     elif stall is None:
-        split_reason = "the differential fetch/prep split is not known (see null_reasons)"
+        split_reason = Reason("split_unknown")
     elif stall < MIN_STALL_TO_SPLIT:
-        split_reason = (f"the differential stall ({fmt.pct(stall, 1)}) is under {fmt.pct(MIN_STALL_TO_SPLIT, 1)}: "
-                        f"too little to split between fetch and prep")
+        split_reason = Reason("stall_too_small", {"stall": stall, "min_stall": MIN_STALL_TO_SPLIT})
     share = fetch / stall if split_reason is None and fetch is not None and stall is not None else None
     fetch_share = _check(direct_fetch, share, split_reason, tolerance)
     if storage == "images":
-        fetch_share["notes"].append(
-            "decoding is prep in the direct attribution (prep_s) but fetch in the differential one "
-            "(the prep run holds decoded samples), so the differential fetch share is larger by the decode cost")
+        fetch_share["notes"].append(Reason("decode_is_fetch_here"))
     if num_workers:
-        fetch_share["notes"].append(
-            f"with {num_workers} workers loading overlaps compute: the direct split is of loading work, "
-            "the differential one of the stall the workers did not hide")
-        data_wait["notes"].append(
-            "workers share the CPU with the training step; a step slowed by them counts as compute in the "
-            "direct attribution and as stall in the differential one")
+        fetch_share["notes"].append(Reason("workers_overlap", {"num_workers": num_workers}))
+        data_wait["notes"].append(Reason("workers_share_the_cpu"))
 
     flags = [c["agree"] for c in (data_wait, fetch_share) if c["agree"] is not None]
     return {"tolerance": tolerance, "agree": (all(flags) if flags else None),
@@ -225,7 +230,7 @@ def cross_check(real: Mapping[str, Any] | None, fractions: Mapping[str, float | 
 
 
 def differential(summaries: Mapping[str, Mapping[str, Any] | None], *,
-                 missing: Mapping[str, str] | None = None, storage: str | None = None,
+                 missing: Mapping[str, str | Reason] | None = None, storage: str | None = None,
                  num_workers: int | None = None, tolerance: float = TOLERANCE) -> dict[str, Any]:
     """The whole analysis from the three runs' summaries (None: the run failed, ``missing`` says why).
 
@@ -233,12 +238,12 @@ def differential(summaries: Mapping[str, Mapping[str, Any] | None], *,
     "unclamped", "clamped", "null_reasons", "cross_check"}``; see
     ``stall_fractions`` and ``cross_check``.
     """
-    missing = dict(missing or {})
+    missing = _why_missing(missing)
     rates = {}
     for run in RUNS:
         rates[run] = throughput(summaries.get(run))
         if rates[run] is None and summaries.get(run) is not None:
-            missing.setdefault(run, "its summary has no samples/s (no counted steps)")
+            missing.setdefault(run, Reason("no_samples_per_s"))
     result = stall_fractions(rates, missing)
     return {
         "samples_per_s": rates,
@@ -250,17 +255,14 @@ def differential(summaries: Mapping[str, Mapping[str, Any] | None], *,
     }
 
 
-def _check(direct: float | None, differential_value: float | None, reason: str | None,
+def _check(direct: float | None, differential_value: float | None, reason: Reason | None,
            tolerance: float) -> dict[str, Any]:
     if reason is not None or direct is None or differential_value is None:
         return {"direct": direct, "differential": differential_value, "difference": None, "agree": None,
-                "reason": reason or "a number is missing", "notes": []}
+                "reason": reason or Reason("number_missing"), "notes": []}
     difference = direct - differential_value
     # A hair of float slack, so that exactly "tolerance apart" agrees.
     agree = abs(difference) <= tolerance + 1e-12
     return {"direct": direct, "differential": differential_value, "difference": difference, "agree": agree,
             "reason": None, "notes": []}
 
-
-def _rate(samples_per_s: float | None) -> str:
-    return fmt.rate(samples_per_s)

@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+from pipeprof.analysis.reasons import Reason
 from pipeprof.run_folder import as_dict
 
 _S = TypeVar("_S", bound="_Section")
@@ -193,9 +194,23 @@ class DataEvidence(_Section):
 
 @dataclass(frozen=True)
 class CacheEvidence(_Section):
-    """``cache``: the page-cache mode asked for, whether it was verified, and why not."""
+    """``cache``: the page-cache mode asked for, whether it was verified, and why not (``reason``: the page-cache
+    check's, worded at the edge by ``render.cache_text``; as written where a summary was read back)."""
 
     cache: str | None = None
     verified: bool | None = None
-    reason: str | None = None
+    reason: Reason | None = None
     absent: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """summary.json's ``attribution.cache`` but its ``reason``, worded at the edge."""
+        return {"absent": self.absent} if self.absent is not None else {"cache": self.cache, "verified": self.verified}
+
+    @classmethod
+    def from_json(cls, data: Any) -> CacheEvidence:
+        d = as_dict(data)
+        if d.get("absent") is not None:
+            return cls(absent=str(d["absent"]))
+        reason = d.get("reason")
+        return cls(cache=d.get("cache"), verified=d.get("verified"),
+                   reason=Reason.written(reason) if isinstance(reason, str) else None)

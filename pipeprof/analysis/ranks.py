@@ -100,11 +100,14 @@ class RankEntry:
     samples_per_s: float | None
     fractions: dict[str, float]
     loading: LoadingSummary | None
-    verdict: dict[str, Any]
+    verdict: Verdict  # summary.json's with its words written at the edge (render.verdict_text)
     status: str | None
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "loading": self.loading.to_json() if self.loading is not None else None}
+        return {"rank": self.rank, "local_rank": self.local_rank, "node": self.node, "pid": self.pid,
+                "steps": self.steps, "samples_per_s": self.samples_per_s, "fractions": dict(self.fractions),
+                "loading": self.loading.to_json() if self.loading is not None else None,
+                "verdict": self.verdict.to_json(), "status": self.status}
 
     @classmethod
     def from_json(cls, data: Any) -> RankEntry:
@@ -112,7 +115,7 @@ class RankEntry:
         return cls(rank=d.get("rank"), local_rank=d.get("local_rank"), node=d.get("node"), pid=d.get("pid"),
                    steps=int(d.get("steps") or 0), samples_per_s=finite(d.get("samples_per_s")),
                    fractions={k: _nan_if_none(finite(v)) for k, v in as_dict(d.get("fractions")).items()},
-                   loading=LoadingSummary.from_json(d.get("loading")), verdict=dict(as_dict(d.get("verdict"))),
+                   loading=LoadingSummary.from_json(d.get("loading")), verdict=Verdict.from_json(d.get("verdict")),
                    status=d.get("status"))
 
 
@@ -192,7 +195,7 @@ def rank_entry(result: RankResult) -> RankEntry:
     rank = meta.rank or RankInfo()
     return RankEntry(rank=result.rank, local_rank=rank.local_rank, node=result.node, pid=rank.pid, steps=result.steps,
                      samples_per_s=result.samples_per_s, fractions=dict(result.fractions), loading=result.loading,
-                     verdict=result.verdict.to_json(), status=rank.status or meta.status)
+                     verdict=result.verdict, status=rank.status or meta.status)
 
 
 @dataclass(frozen=True)

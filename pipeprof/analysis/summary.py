@@ -3,9 +3,12 @@
 Pure functions over the run's DataFrames; nothing here times, samples or
 renders. ``summary_record(run)`` returns a ``Summary``: the stages' records
 (``Attribution``, ``Verdict``, ``Recommendation``) with the statistics;
-``summarize(run)`` its ``to_json()``, the ``summary.json`` contract documented
+its ``to_json()`` the data of ``summary.json``, the contract documented
 in docs/summary-json.md and in ``pipeprof/schemas/summary.schema.json``
-(``SUMMARY_SCHEMA_VERSION`` is bumped on incompatible change).
+(``SUMMARY_SCHEMA_VERSION`` is bumped on incompatible change) but its sentences
+(``bottleneck_reason``, the verdicts' ``sentence`` and ``notes``, the page-cache check's ``reason``), which
+``render/`` words from the records' reasons and ``pipeline.derive.summary_document`` writes in, at the edge
+(``pipeline.derive.summarize(run)`` is the whole summary.json of a run).
 ``attribution`` comes from ``pipeprof.analysis.attribution``, ``verdict`` from
 ``pipeprof.analysis.verdict``, ``recommendations`` from ``pipeprof.analysis.recommend``.
 """
@@ -21,8 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution, attribution
+from pipeprof.analysis.cache import CacheCheck
 from pipeprof.analysis.code_view import CodeView
 from pipeprof.analysis.device_memory import DeviceMemory, device_memory
 from pipeprof.analysis.evidence import OFF_CPU_SPLIT
@@ -38,6 +41,7 @@ from pipeprof.analysis.ranks import (
     rank_entry,
     straggler,
 )
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.recommend import Recommendation, recommend
 from pipeprof.analysis.steps import counted_steps, counted_window_s
 from pipeprof.analysis.thresholds import (
@@ -74,31 +78,29 @@ SUMMARY_SCHEMA_VERSION = 2  # 2 (issue 13): loading times renamed with their uni
 TAIL_FRACTION = 0.10
 
 
-def bottleneck(verdict: Verdict) -> tuple[str, str]:
+def bottleneck(verdict: Verdict) -> tuple[str, Reason]:
     """summary.json's ``bottleneck`` and ``bottleneck_reason``: the verdict's class in its coarse form
-    (``verdict.COARSE_CLASSES``) and the reason in plain words, from the verdict's own evidence."""
+    (``verdict.COARSE_CLASSES``) and the reason (``render.verdict_text`` words it), from the verdict's own
+    evidence and the cut-offs it was judged by."""
     klass = verdict.coarse
     evidence = verdict.evidence
     wait, h2d = evidence.get("data_wait_fraction"), evidence.get("h2d_fraction")
     if klass == "unknown" or wait is None:
-        counted = evidence.get("counted_steps")
-        return klass, (f"too few counted steps to judge: {fmt.plural(counted or 0, 'step')} counted, at least "
-                       f"{MIN_COUNTED_STEPS} needed")
-    pct = 100 * wait
+        return klass, Reason("bottleneck_unknown", {"counted_steps": evidence.get("counted_steps") or 0,
+                                                    "min_counted_steps": MIN_COUNTED_STEPS})
     if klass == "compute":
-        return klass, (f"compute-bound: only {pct:.1f}% of step time was spent waiting for data "
-                       f"(under {100 * COMPUTE_BOUND_FRACTION:.0f}%)")
+        return klass, Reason("bottleneck_compute", {"data_wait_fraction": wait,
+                                                    "cut_fraction": COMPUTE_BOUND_FRACTION})
     if klass == "h2d":
-        return klass, (f"bound by the copy to the device: {100 * (h2d or 0.0):.0f}% of step time moved batches "
-                       f"host → device (from {100 * H2D_BOUND_FRACTION:.0f}%, and no less than the "
-                       f"{pct:.0f}% waiting for data)")
+        return klass, Reason("bottleneck_h2d", {"h2d_fraction": h2d or 0.0, "cut_fraction": H2D_BOUND_FRACTION,
+                                                "data_wait_fraction": wait})
+    balanced = klass == "balanced"
     if verdict.degree == "input-bound":
-        reason = (f"input-bound: {pct:.0f}% of step time was spent waiting for data "
-                  f"(input-bound from {100 * INPUT_BOUND_FRACTION:.0f}%)")
-    else:
-        reason = (f"partly input-bound: {pct:.0f}% of step time was spent waiting for data "
-                  f"(between {100 * COMPUTE_BOUND_FRACTION:.0f}% and {100 * INPUT_BOUND_FRACTION:.0f}%)")
-    return klass, reason + ("; no single cause" if klass == "balanced" else "")
+        return klass, Reason("bottleneck_input", {"data_wait_fraction": wait, "cut_fraction": INPUT_BOUND_FRACTION,
+                                                  "no_single_cause": balanced})
+    return klass, Reason("bottleneck_partly_input", {
+        "data_wait_fraction": wait, "low_fraction": COMPUTE_BOUND_FRACTION, "high_fraction": INPUT_BOUND_FRACTION,
+        "no_single_cause": balanced})
 
 
 def _in_window(samples: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:
@@ -129,8 +131,10 @@ class ScriptSections:
 class Summary:
     """One run's summary: the analysis stages' records and the statistics reported as they are.
 
-    ``to_json()`` is summary.json (docs/summary-json.md; ``pipeprof/schemas/summary.schema.json``).
-    ``bottleneck`` and ``bottleneck_reason`` are the verdict's coarse class and its words;
+    ``to_json()`` is summary.json (docs/summary-json.md; ``pipeprof/schemas/summary.schema.json``) but the
+    sentences ``pipeline.derive.summary_document`` writes in.
+    ``bottleneck`` and ``bottleneck_why`` are the verdict's coarse class and its reason (summary.json's
+    ``bottleneck_reason`` once worded, at the edge, by ``render.verdict_text``);
     ``cpu``, ``memory`` and ``disk`` are typed (``pipeprof.resource_use``), and ``timing`` (``run_meta.Timing``).
     Every other summary.json key is a field of its own name; ``script`` (a script's three keys), ``damage``
     (a damaged folder's), ``light`` (``profile --light``) and ``sampled`` (``attach``) are written only where
@@ -163,7 +167,7 @@ class Summary:
     loading: LoadingSummary | None = None  # the workers' loading times and its split (analysis.loading)
     transforms: list[dict[str, Any]] | None = None  # the training loader's transforms, costliest first
     decode: dict[str, Any] | None = None
-    cache: dict[str, Any] | None = None  # the page cache check (analysis.cache)
+    cache: CacheCheck | None = None  # the page cache check (analysis.cache)
     final_loss: float | None = None
     accuracy: float | None = None
     absences: dict[str, Any] = field(default_factory=dict)  # what was not measured, and why
@@ -178,14 +182,15 @@ class Summary:
     damage: tuple[dict[str, Any], ...] = ()  # a damaged folder's set-aside rows and keys (status "damaged")
     light: dict[str, Any] | None = None  # profile --light: the windows' timeline and its change point
     sampled: dict[str, Any] | None = None  # attach: the stacks' shares, workers, timeline and loader
-    reason: str | None = None  # bottleneck_reason where it is not the verdict's own words (an attach)
+    reason: Reason | None = None  # bottleneck_reason where it is not the verdict's own (an attach, a summary read back)
 
     @property
     def bottleneck(self) -> str:
         return self.verdict.coarse
 
     @property
-    def bottleneck_reason(self) -> str:
+    def bottleneck_why(self) -> Reason:
+        """summary.json's ``bottleneck_reason`` before it is worded."""
         return self.reason if self.reason is not None else bottleneck(self.verdict)[1]
 
     def _intervals(self) -> tuple[Interval, ...]:
@@ -199,7 +204,8 @@ class Summary:
             "gpu": self.gpu.to_json() if self.gpu is not None else None,
             "device_memory": self.device_memory.to_json() if self.device_memory is not None else None,
             "loading": self.loading.to_json() if self.loading is not None else None,
-            "transforms": self.transforms, "decode": self.decode, "cache": self.cache,
+            "transforms": self.transforms, "decode": self.decode,
+            "cache": self.cache.to_json() if self.cache is not None else None,
             "final_loss": self.final_loss, "accuracy": self.accuracy, "absences": dict(self.absences),
             "steady": self.steady, "status": self.status, "error": self.error, "job": self.job,
         }
@@ -222,7 +228,7 @@ class Summary:
             "steps": self.steps, "warmup_steps": self.warmup_steps, "samples": self.samples,
             "duration_s": self.duration_s, "samples_per_s": self.samples_per_s, "step_time_s": dict(self.step_time_s),
             "fractions": dict(self.fractions), "bottleneck": self.bottleneck,
-            "bottleneck_reason": self.bottleneck_reason, "cpu": self.cpu.to_json(), "memory": self.memory.to_json(),
+            "cpu": self.cpu.to_json(), "memory": self.memory.to_json(),
             "disk": self.disk.to_json(), "timing": self.timing.to_json(), **self._sections(),
             "attribution": self.attribution.to_json(), "verdict": self.verdict.to_json(),
             "recommendations": [{**r.to_json(), "interval": i.to_json()}
@@ -260,24 +266,19 @@ def summary_from_json(data: Any) -> Summary:
         disk=DiskUse.from_json(d.get("disk")), timing=Timing.parse(d.get("timing")),
         gpu=GpuUse.from_json(d.get("gpu")), device_memory=DeviceMemory.from_json(d.get("device_memory")),
         loading=LoadingSummary.from_json(d.get("loading")),
-        transforms=d.get("transforms"), decode=d.get("decode"), cache=d.get("cache"),
+        transforms=d.get("transforms"), decode=d.get("decode"), cache=CacheCheck.from_json(d.get("cache")),
         final_loss=d.get("final_loss"), accuracy=d.get("accuracy"), absences=dict(as_dict(d.get("absences"))),
         steady=d.get("steady"), status=d.get("status"), error=d.get("error"), job=d.get("job"), script=script,
         verification=Verification.from_json(d.get("verification")), throughput=d.get("throughput"),
         code_profile=CodeView.from_json(d.get("code_profile")),
         damage=tuple(x for x in d.get("damage") or [] if isinstance(x, dict)), light=d.get("light"),
         sampled=d.get("sampled"),
-        reason=reason if isinstance(reason, str) and reason != bottleneck(verdict)[1] else None)
+        reason=Reason.written(reason) if isinstance(reason, str) else None)
 
 
 def as_summary(value: Summary | Mapping[str, Any]) -> Summary:
     """``value`` itself, or a summary.json's dict read back (``summary_from_json``): what the renderers take."""
     return value if isinstance(value, Summary) else summary_from_json(value)
-
-
-def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
-    """summary.json for ``run``: ``summary_record(run, probe).to_json()``."""
-    return summary_record(run, probe).to_json()
 
 
 def summary_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution
 from pipeprof.analysis.causes import input_cause, join_candidates
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.thresholds import COMPUTE_BOUND_FRACTION, INPUT_BOUND_FRACTION, RUN_VARIATION_POINTS
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.analysis.windows import MIN_STEPS_PER_WINDOW, TARGET_WINDOW_S, assign_windows, window_count
@@ -126,19 +126,11 @@ def with_variation(judged: Verdict, variation: RunVariation | None, attr: Attrib
         other = ()
     evidence = {**judged.evidence, "window_data_wait_low_fraction": low.data_wait_fraction,
                 "window_data_wait_high_fraction": high.data_wait_fraction}
-    note = (f"The run itself varied: steps {low.first_step}-{low.last_step} waited {fmt.pct(low.data_wait_fraction)} "
-            f"of their time for data{_load_words(low)}, steps {high.first_step}-{high.last_step} "
-            f"{fmt.pct(high.data_wait_fraction)}{_load_words(high)}; a re-run may be judged either way, so the "
-            f"class is uncertain.")
-    sentence = judged.sentence.rstrip()
-    sentence = (sentence[:-1] if sentence.endswith(".") else sentence) + \
-        "; uncertain: the run itself varied between its windows (a note names them)."
-    return dataclasses.replace(judged, sentence=sentence, uncertain=True,
+    note = Reason("run_varied_windows", {
+        "low_first_step": low.first_step, "low_last_step": low.last_step,
+        "low_data_wait_fraction": low.data_wait_fraction, "low_other_load_fraction": low.other_load_fraction,
+        "high_first_step": high.first_step, "high_last_step": high.last_step,
+        "high_data_wait_fraction": high.data_wait_fraction, "high_other_load_fraction": high.other_load_fraction})
+    return dataclasses.replace(judged, reason=Reason("run_varied", {}, (judged.reason,)), uncertain=True,
                                candidates=join_candidates(judged.candidates, other), evidence=evidence,
                                notes=(*judged.notes, note))
-
-
-def _load_words(w: WindowWait) -> str:
-    if w.other_load_fraction is None:
-        return " (the machine's other load not sampled)"
-    return f" (other processes used {fmt.pct(w.other_load_fraction)} of the machine's cores)"

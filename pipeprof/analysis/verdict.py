@@ -1,8 +1,9 @@
-"""The verdict: what limits this run's training, in one class with a sentence, from its attribution.
+"""The verdict: what limits this run's training, in one class with its reason, from its attribution.
 
 Pure functions (no torch). ``pipeprof.analysis.attribution`` gathers the
-direct evidence; ``verdict`` turns it into one class and a sentence in plain
-words by the decision table below. Both land in summary.json
+direct evidence; ``verdict`` turns it into one class and a reason (a kind plus
+its numbers, which ``pipeprof.render.verdict_text`` puts in plain words) by the
+decision table below. Both land in summary.json
 (``attribution``, ``verdict``), and so does the verdict's coarse form,
 ``bottleneck`` (``coarse``: every ``input:*`` class is ``input``), so the two
 can never disagree.
@@ -103,11 +104,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution, attribution
-from pipeprof.analysis.causes import input_cause, rate_text, share_text, side
+from pipeprof.analysis.causes import input_cause, side
 from pipeprof.analysis.device_memory import DeviceMemory, device_memory
 from pipeprof.analysis.evidence import OFF_CPU_SPLIT, DiskCeiling, DiskEvidence
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.thresholds import (
     COMPUTE_BOUND_BAND,
     COMPUTE_BOUND_FRACTION,
@@ -117,7 +118,7 @@ from pipeprof.analysis.thresholds import (
     INPUT_BOUND_FRACTION,
     MIN_COUNTED_STEPS,
 )
-from pipeprof.analysis.transform_advice import costliest, costliest_words
+from pipeprof.analysis.transform_advice import WAITED_NOTABLE, costliest
 from pipeprof.analysis.transforms import LoaderTransforms, training_transforms
 from pipeprof.run_folder import Run, as_dict
 
@@ -137,12 +138,9 @@ def input_degree(data_wait_fraction: float) -> str:
     return "input-bound" if data_wait_fraction >= INPUT_BOUND_FRACTION else "partly input-bound"
 
 
-def too_few_steps_sentence(counted: int | None) -> str:
-    """R0's sentence: how many steps were counted and how many a verdict needs (``MIN_COUNTED_STEPS``)."""
-    n = int(counted or 0)
-    counted_words = "No step was counted" if n == 0 else f"Only {fmt.plural(n, 'step')} {'was' if n == 1 else 'were'} counted"
-    return (f"{counted_words} (after warm-up); a verdict needs at least {fmt.plural(MIN_COUNTED_STEPS, 'counted step')}, "
-            "so there is no bottleneck to name and nothing to recommend.")
+def too_few_steps(counted: int | None) -> Reason:
+    """R0's reason: how many steps were counted and how many a verdict needs (``MIN_COUNTED_STEPS``)."""
+    return Reason("too_few_steps", {"counted_steps": int(counted or 0), "min_counted_steps": MIN_COUNTED_STEPS})
 
 
 # ---- verdict ----------------------------------------------------------------------------
@@ -150,24 +148,26 @@ def too_few_steps_sentence(counted: int | None) -> str:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What limits the run: one class (``CLASSES``) with its evidence and a sentence.
+    """What limits the run: one class (``CLASSES``) with its evidence and its reason.
 
     ``rule`` is the row of the decision table that decided; ``degree`` is
     ``"input-bound"`` (data wait >= 20%) or ``"partly input-bound"`` (5-20%) for
-    ``input:*`` and ``balanced``, else None; ``evidence`` holds the numbers behind the
-    decision (units in the names); ``notes`` are sentences about oversubscribed cores
-    and a cold cache that was not cold. ``uncertain``: a number the decision turned on
+    ``input:*`` and ``balanced``, else None; ``reason`` is what the sentence says (worded by
+    ``render.verdict_text``); ``evidence`` holds the numbers behind the
+    decision (units in the names); ``notes`` are the reasons of notes about oversubscribed cores,
+    a cold cache that was not cold and the like. ``uncertain``: a number the decision turned on
     fell inside its uncertain band (``thresholds``) and the other evidence did not settle
     it; ``candidates`` then names every class it could be (the class first), else it is
-    the class alone. summary.json's ``verdict`` is ``to_json()``.
+    the class alone. summary.json's ``verdict`` is ``to_json()`` with the ``sentence`` and ``notes`` that
+    ``render.verdict_text`` writes at the edge.
     """
 
     klass: str  # "class" in summary.json
     rule: str
     degree: str | None
-    sentence: str
+    reason: Reason  # worded by render.verdict_text: summary.json's "sentence"
     evidence: dict[str, Any] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
+    notes: tuple[Reason, ...] = ()
     uncertain: bool = False
     candidates: tuple[str, ...] = ()
 
@@ -183,18 +183,20 @@ class Verdict:
         return coarse(self.klass)
 
     def to_json(self) -> dict[str, Any]:
-        return {"class": self.klass, "rule": self.rule, "degree": self.degree, "sentence": self.sentence,
-                "evidence": dict(self.evidence), "notes": list(self.notes), "uncertain": self.uncertain,
-                "candidates": list(self.candidates)}
+        """summary.json's ``verdict`` but its words (``sentence``, ``notes``: ``render.verdict_text``)."""
+        return {"class": self.klass, "rule": self.rule, "degree": self.degree, "evidence": dict(self.evidence),
+                "uncertain": self.uncertain, "candidates": list(self.candidates)}
 
     @classmethod
     def from_json(cls, data: Any) -> Verdict:
-        """The inverse of ``to_json``, for a summary read back (an unknown class reads as ``unknown``)."""
+        """The inverse of ``to_json``, for a summary read back (an unknown class reads as ``unknown``); the
+        sentence and notes are the words the summary kept (``Reason.written``)."""
         d = as_dict(data)
         klass = str(d.get("class") or "unknown")
         return cls(klass=klass if klass in CLASSES else "unknown", rule=str(d.get("rule") or ""),
-                   degree=d.get("degree"), sentence=str(d.get("sentence") or ""),
-                   evidence=dict(as_dict(d.get("evidence"))), notes=tuple(str(n) for n in d.get("notes") or ()),
+                   degree=d.get("degree"), reason=Reason.written(str(d.get("sentence") or "")),
+                   evidence=dict(as_dict(d.get("evidence"))),
+                   notes=tuple(Reason.written(str(n)) for n in d.get("notes") or ()),
                    uncertain=bool(d.get("uncertain")),
                    candidates=tuple(str(c) for c in d.get("candidates") or ()))
 
@@ -211,7 +213,7 @@ def with_transforms(judged: Verdict, transforms: LoaderTransforms | None, *, fet
     (``input:prep``) and the training loader's transforms or decode calls were timed (issue 18): "...;
     RandomResizedCrop(size=224) takes 61% of preparation, 1.30 ms per sample." (decoding instead where it costs
     more than any transform), with the numbers in the evidence. Where fetching sets the pace and fetch is
-    ``__getitem__``'s time off the CPU (``fetch_off_cpu``: a script's), the sentence says how much of it was
+    ``__getitem__``'s time off the CPU (``fetch_off_cpu``: a script's), the reason says how much of it was
     inside the transforms. Otherwise ``judged`` as it is."""
     if judged.klass == "input:fetch" and fetch_off_cpu:
         return _off_cpu_in_transforms(judged, transforms)
@@ -221,15 +223,20 @@ def with_transforms(judged: Verdict, transforms: LoaderTransforms | None, *, fet
     evidence = {**judged.evidence, "prep_costliest": part.name, "prep_costliest_per_sample_s": part.per_sample_s}
     if part.share_of_prep is not None:
         evidence["prep_costliest_fraction"] = part.share_of_prep
-    sentence = judged.sentence.rstrip()
-    sentence = (sentence[:-1] if sentence.endswith(".") else sentence) + f"; {costliest_words(part)}."
-    return dataclasses.replace(judged, sentence=sentence, evidence=evidence)
+    cpu = part.cpu_per_sample_s
+    reason = Reason("costliest_prep", {
+        "name": part.name, "per_sample_s": part.per_sample_s, "cpu_per_sample_s": cpu,
+        "share_of_prep": part.share_of_prep,
+        # the rest waited: for a core (contention), I/O, a lock
+        "cpu_said": cpu is not None and cpu == cpu and cpu < (1 - WAITED_NOTABLE) * part.per_sample_s},
+        (judged.reason,))
+    return dataclasses.replace(judged, reason=reason, evidence=evidence)
 
 
 def _off_cpu_in_transforms(judged: Verdict, lt: LoaderTransforms | None) -> Verdict:
     """A script's "fetch" is ``__getitem__``'s time off the CPU: where that time was spent mostly inside its
     transforms (waiting in them: a sleep, a lock, a GPU call, a file a transform opens) rather than outside
-    them reading, the sentence says so and names the transform that waited most."""
+    them reading, the reason says so and names the transform that waited most."""
     if lt is None or lt.split is None or not lt.transforms:
         return judged
     waits = sorted(((c.per_sample_s - c.cpu_per_sample_s, c) for c in lt.transforms), key=lambda w: -w[0])
@@ -239,28 +246,23 @@ def _off_cpu_in_transforms(judged: Verdict, lt: LoaderTransforms | None) -> Verd
     waited_s, top = waits[0]
     evidence = {**judged.evidence, "fetch_in_transforms_per_sample_s": in_transforms_s,
                 "fetch_in_transforms_costliest": top.name}
-    sentence = judged.sentence.rstrip()
-    sentence = ((sentence[:-1] if sentence.endswith(".") else sentence) +
-                "; most of that time off the CPU is spent inside the transforms, not outside them reading: "
-                f"{top.name} takes {fmt.duration(top.per_sample_s)} per sample, "
-                f"{fmt.duration(waited_s)} of it off the CPU.")
-    return dataclasses.replace(judged, sentence=sentence, evidence=evidence)
+    reason = Reason("off_cpu_in_transforms", {"name": top.name, "per_sample_s": top.per_sample_s,
+                                              "off_cpu_per_sample_s": waited_s}, (judged.reason,))
+    return dataclasses.replace(judged, reason=reason, evidence=evidence)
 
 
 def with_memory_note(judged: Verdict, memory: DeviceMemory) -> Verdict:
     """``judged`` with a note when allocated device memory crept up across the counted steps
-    (``device_memory.CREEP_RULE``); the class, rule and sentence stay as they are."""
+    (``device_memory.CREEP_RULE``); the class, rule and reason stay as they are."""
     creep = memory.creep
     if creep is None or not creep.growing:
         return judged
-    note = (f"Allocated GPU memory grew by {fmt.byte_size(creep.growth_bytes)} over the counted steps "
-            f"({fmt.byte_size(creep.per_step_bytes)} a step): tensors outlive their step (a loss or outputs kept "
-            "without .item() / .detach(), a growing list); a long run will run out of device memory.")
+    note = Reason("memory_creep", {"growth_bytes": creep.growth_bytes, "per_step_bytes": creep.per_step_bytes})
     return dataclasses.replace(judged, notes=(*judged.notes, note))
 
 
 def verdict_from_attribution(record: Attribution) -> Verdict:
-    """The verdict from an ``attribution(...)`` result (what ``summarize`` uses: computed once)."""
+    """The verdict from an ``attribution(...)`` result (what ``summary_record`` uses: computed once)."""
     step = record.step
     wait, h2d = step.data_wait_fraction, step.h2d_fraction
     evidence: dict[str, Any] = {"data_wait_fraction": wait, "h2d_fraction": h2d,
@@ -269,131 +271,98 @@ def verdict_from_attribution(record: Attribution) -> Verdict:
     if (step.steps or 0) < MIN_COUNTED_STEPS or wait is None:
         evidence["counted_steps"] = int(step.steps or 0)
         evidence["min_counted_steps"] = MIN_COUNTED_STEPS
-        return _result("unknown", "R0", None, too_few_steps_sentence(step.steps), evidence, notes)
+        return _result("unknown", "R0", None, too_few_steps(step.steps), evidence, notes)
     h2d = h2d or 0.0
     h2d_side = side(h2d, H2D_BOUND_FRACTION, H2D_BOUND_BAND)
     if h2d >= wait and h2d_side > 0:
-        return _result("h2d", "R1", None,
-                       f"Bound by the copy to the device: {share_text(h2d)} of step time moves batches host → device "
-                       f"(data wait {share_text(wait)}, compute {share_text(step.compute_fraction)}).", evidence, notes)
+        return _result("h2d", "R1", None, Reason("h2d", {"h2d_fraction": h2d, "data_wait_fraction": wait,
+                                                         "compute_fraction": step.compute_fraction}), evidence, notes)
     rest = _after_h2d(record, dict(evidence), notes)
     if h2d >= wait and h2d_side == 0:
-        return _either("h2d", "R1", None, rest,
-                       f"Uncertain: the copy to the device takes {share_text(h2d)} of step time, close to the "
-                       f"{share_text(H2D_BOUND_FRACTION)} from which it is the bound (data wait {share_text(wait)}); "
-                       "if it is not, ")
+        return _either("h2d", "R1", None, rest, Reason("h2d_near", {
+            "h2d_fraction": h2d, "cut_fraction": H2D_BOUND_FRACTION, "data_wait_fraction": wait}))
     return rest
 
 
-def _after_h2d(record: Attribution, evidence: dict[str, Any], notes: list[str]) -> Verdict:
+def _after_h2d(record: Attribution, evidence: dict[str, Any], notes: list[Reason]) -> Verdict:
     """R2-R9: the verdict of a run that R1 did not settle."""
     step = record.step
     wait = step.data_wait_fraction or 0.0
     wait_side = side(wait, COMPUTE_BOUND_FRACTION, COMPUTE_BOUND_BAND)
-    compute_words = (f"Compute-bound: only {share_text(wait)} of step time waits for data; forward, backward and the "
-                     f"optimizer step take {share_text(step.compute_fraction)}.")
+    compute = Reason("compute", {"data_wait_fraction": wait, "compute_fraction": step.compute_fraction})
     collective = step.collective_wait_fraction or 0.0
     if collective > (step.compute_fraction or 0.0):  # a rank of a job that waits for the others more than it works
         evidence["collective_wait_fraction"] = collective
-        compute_words = (f"Waiting for the other ranks: {share_text(collective)} of step time is blocked in "
-                         f"collectives (DDP's all-reduce), more than its own forward, backward and optimizer step "
-                         f"({share_text(step.compute_fraction)}); only {share_text(wait)} waits for data. The job "
-                         "goes at its slowest rank's pace: see the straggler.")
+        compute = Reason("collective_wait", {"collective_wait_fraction": collective,
+                                             "compute_fraction": step.compute_fraction, "data_wait_fraction": wait})
     if wait_side < 0:
-        return _result("compute", "R2", None, compute_words, evidence, notes)
+        return _result("compute", "R2", None, compute, evidence, notes)
     degree = input_degree(wait)
     cause = input_cause(record)
     evidence.update(cause.evidence)
-    head = f"{degree.capitalize()} ({share_text(wait)} of step time waiting for data)"
-    why = cause.why
-    if cause.klass == "input:fetch" or "input:fetch" in cause.candidates:
-        why += _disk_words(record.disk, evidence)
-    if len(cause.candidates) > 1:
-        sentence = (f"{head}, uncertain between {' and '.join(_CLASS_WORDS[c] for c in cause.candidates)}: "
-                    f"{why}.")
-    elif cause.klass == "balanced":
-        sentence = f"{head}, with no single cause: {why}."
-    else:
-        sentence = f"{head}, {_CAUSE_WORDS[cause.klass]}: {why}."
-    judged = Verdict(cause.klass, cause.rule, degree, sentence, evidence, tuple(notes),
+    disk = (_disk(record.disk, evidence) if cause.klass == "input:fetch" or "input:fetch" in cause.candidates
+            else None)
+    reason = Reason("input", {"degree": degree, "data_wait_fraction": wait, "class": cause.klass,
+                              "candidates": cause.candidates},
+                    (cause.reason,) if disk is None else (cause.reason, disk))
+    judged = Verdict(cause.klass, cause.rule, degree, reason, evidence, tuple(notes),
                      len(cause.candidates) > 1, cause.candidates)
     if wait_side == 0:
-        return _either("compute", "R2", None, judged,
-                       f"Uncertain: {share_text(wait)} of step time waits for data, close to the "
-                       f"{share_text(COMPUTE_BOUND_FRACTION)} under which the run is compute-bound; if it is not, ")
+        return _either("compute", "R2", None, judged, Reason("compute_near", {
+            "data_wait_fraction": wait, "cut_fraction": COMPUTE_BOUND_FRACTION}))
     return judged
 
 
-def _either(klass: str, rule: str, degree: str | None, other: Verdict, words: str) -> Verdict:
-    """An uncertain verdict between ``klass`` (an earlier rule, near its cut-off) and ``other``'s candidates."""
-    rest = other.sentence[0].lower() + other.sentence[1:]
+def _either(klass: str, rule: str, degree: str | None, other: Verdict, near: Reason) -> Verdict:
+    """An uncertain verdict between ``klass`` (an earlier rule, near its cut-off: ``near``) and ``other``'s
+    candidates; its reason is ``near``'s, then ``other``'s."""
     candidates = (klass, *(c for c in other.candidates if c != klass))
-    return Verdict(klass, rule, degree, words + rest, other.evidence, other.notes, True, candidates)
+    reason = Reason(near.kind, near.values, (other.reason,))
+    return Verdict(klass, rule, degree, reason, other.evidence, other.notes, True, candidates)
 
 
-_CAUSE_WORDS = {
-    "input:fetch": "by storage (reading samples)",
-    "input:prep": "by preprocessing on the CPU (decoding and transforms)",
-    "input:main": "in the training process itself",
-}
-_CLASS_WORDS = {
-    "input:fetch": "storage (reading samples)",
-    "input:prep": "preprocessing on the CPU (decoding and transforms)",
-    "input:main": "the training process itself",
-    "balanced": "no single cause (bursty supply)",
-    "compute": "compute",
-    "h2d": "the copy to the device",
-}
-
-
-def _disk_words(disk: DiskEvidence, evidence: dict[str, Any]) -> str:
-    """The disk's read rate against the probed ceiling, for a storage verdict (and its evidence)."""
+def _disk(disk: DiskEvidence, evidence: dict[str, Any]) -> Reason | None:
+    """The disk's read rate against the probed ceiling, for a storage verdict (and its evidence); None where
+    the disk was not sampled."""
     if disk.absent is not None:
-        return ""
+        return None
     ceiling = disk.ceiling or DiskCeiling()
     evidence["mean_read_bytes_per_s"] = disk.mean_read_bytes_per_s
     evidence["peak_read_bytes_per_s"] = disk.peak_read_bytes_per_s
     peak_bps = disk.peak_read_bytes_per_s or 0.0
     if peak_bps < DISK_READ_FLOOR_BYTES_PER_S:
-        return "; the disk read next to nothing (the bytes came from memory or the page cache)"
-    words = f"; the disk read {rate_text(disk.mean_read_bytes_per_s)} on average (peak {rate_text(peak_bps)})"
+        return Reason("disk_idle")
+    read = {"mean_read_bytes_per_s": disk.mean_read_bytes_per_s, "peak_read_bytes_per_s": peak_bps,
+            "ceiling_absent": ceiling.absent}
     if ceiling.absent is not None:
         evidence["disk_ceiling"] = ceiling.absent
-        return words + " — no ceiling to compare with (" + ceiling.absent + ")"
+        return Reason("disk_read", read)
     evidence.update({"sequential_cold_bytes_per_s": ceiling.sequential_cold_bytes_per_s,
                      "peak_over_sequential_fraction": ceiling.peak_over_sequential_fraction,
                      "random_4k_cold_bytes_per_s": ceiling.random_4k_cold_bytes_per_s,
                      "peak_over_random_4k_fraction": ceiling.peak_over_random_4k_fraction})
-    parts = []
-    if ceiling.peak_over_sequential_fraction is not None:
-        parts.append(f"{share_text(ceiling.peak_over_sequential_fraction)} of the probed cold sequential ceiling "
-                     f"({rate_text(ceiling.sequential_cold_bytes_per_s)})")
-    if ceiling.peak_over_random_4k_fraction is not None:
-        parts.append(f"{share_text(ceiling.peak_over_random_4k_fraction)} of the cold random 4 KiB ceiling "
-                     f"({rate_text(ceiling.random_4k_cold_bytes_per_s)})")
-    return words + (", at peak " + " and ".join(parts) if parts else "")
+    return Reason("disk_read", {**read, "sequential_cold_bytes_per_s": ceiling.sequential_cold_bytes_per_s,
+                                "peak_over_sequential_fraction": ceiling.peak_over_sequential_fraction,
+                                "random_4k_cold_bytes_per_s": ceiling.random_4k_cold_bytes_per_s,
+                                "peak_over_random_4k_fraction": ceiling.peak_over_random_4k_fraction})
 
 
-def _notes(attr: Attribution) -> list[str]:
+def _notes(attr: Attribution) -> list[Reason]:
     cpu, notes = attr.cpu, []
     if cpu.oversubscribed:
-        busy = (f"; the training process and workers kept {cpu.busy_cores:.1f} of them busy on average"
-                if cpu.busy_cores is not None else "")
-        notes.append(f"{fmt.plural(cpu.num_workers, 'worker')} + {fmt.plural(cpu.torch_threads, 'torch thread')} on "
-                     f"{cpu.cores_usable} usable cores: more threads than cores, so they compete for CPU "
-                     f"whenever all are busy{busy}.")
+        notes.append(Reason("oversubscribed", {"num_workers": cpu.num_workers, "torch_threads": cpu.torch_threads,
+                                               "cores_usable": cpu.cores_usable, "busy_cores": cpu.busy_cores}))
     settings = attr.settings
     # A scenario run notes this when it builds its loader (run.json's notes); a script's loader is its own.
     if settings is not None and settings.kind == "script" and settings.loader.pin_memory and not attr.data.pin_memory:
-        notes.append(f"pin_memory=True has no effect here: the batches went to the {settings.device}, and pinning "
-                     "only speeds up copies to a CUDA device.")
+        notes.append(Reason("pin_memory_without_cuda", {"device": settings.device}))
     cache = attr.cache
     if cache.cache == "cold" and cache.verified is False:
-        notes.append("The cold page cache was not cold, so the cost of reading from disk is understated. "
-                     f"{cache.reason or ''}".strip())
+        notes.append(Reason("cache_not_cold_note", {}, (cache.reason,) if cache.reason is not None else ()))
     return notes
 
 
-def _result(klass: str, rule: str, degree: str | None, sentence: str, evidence: dict, notes: list[str]) -> Verdict:
-    return Verdict(klass, rule, degree, sentence, evidence, tuple(notes))
+def _result(klass: str, rule: str, degree: str | None, reason: Reason, evidence: dict,
+            notes: list[Reason]) -> Verdict:
+    return Verdict(klass, rule, degree, reason, evidence, tuple(notes))
 

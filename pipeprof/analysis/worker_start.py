@@ -10,7 +10,7 @@ import math
 import statistics
 from typing import Any
 
-from pipeprof import format as fmt
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.thresholds import WORKER_START_WORTH_SAYING
 from pipeprof.analysis.verdict import Verdict
 
@@ -85,19 +85,15 @@ def worker_start_summary(rows: list[dict[str, Any]] | None, wall_s: float | None
 
 def with_worker_start_note(judged: Verdict, started: dict[str, Any] | None) -> Verdict:
     """``judged`` with a note, and the numbers in its evidence, where spawned workers' start-up took at least
-    ``WORKER_START_WORTH_SAYING`` of the script's wall time; the class, rule and sentence stay as they are."""
+    ``WORKER_START_WORTH_SAYING`` of the script's wall time; the class, rule and reason stay as they are."""
     share = (started or {}).get("share_of_wall")
     if started is None or share is None or share < WORKER_START_WORTH_SAYING:
         return judged
     parts = started.get("parts") or {}
-    inside = ""
-    if "main_import_s" in parts and None not in parts.values():
-        inside = (f": {fmt.duration(parts['interpreter_s'])} starting the interpreter, "
-                  f"{fmt.duration(parts['main_import_s'])} importing the script's main module again, "
-                  f"{fmt.duration(parts['dataset_unpickle_s'])} unpickling the dataset")
-    note = (f"Starting the DataLoader workers (spawn / forkserver) took {share:.0%} of the script's wall time, "
-            f"{fmt.duration(started['per_pass_s'])} a pass over {started['passes']} pass(es); a worker "
-            f"took {fmt.duration(started['median_s'])}{inside}.")
+    timed = "main_import_s" in parts and None not in parts.values()  # each part of a worker's start-up
+    note = Reason("worker_start", {"share_of_wall": share, "per_pass_s": started["per_pass_s"],
+                                   "passes": started["passes"], "median_s": started["median_s"],
+                                   **{name: parts[name] if timed else None for name in PARTS}})
     evidence = {**judged.evidence, "worker_start_share_of_wall": share, "worker_start_per_pass_s":
                 started["per_pass_s"]}
     return dataclasses.replace(judged, notes=(*judged.notes, note), evidence=evidence)

@@ -29,6 +29,7 @@ from typing import Any
 from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.evidence import LoadingEvidence, StepShares
 from pipeprof.analysis.intervals import none
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.sampled_advice import recommend_sampled
 from pipeprof.analysis.summary import Summary, bottleneck, summary_record
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS
@@ -61,21 +62,22 @@ def sampled_summary(run: Run) -> Summary:
                       compute_fraction=finite(fractions["compute"]), other_fraction=finite(fractions["other"]))
     judged = verdict_from_attribution(dataclasses.replace(attr, step=step, fractions=fractions,
                                                           loading=loading))
+    too_few = (f"Too few samples of the training threads to judge: {shares.training_samples} "
+               f"sampled, at least {MIN_TRAINING_SAMPLES} needed (attach for longer).")
     if not enough:
         judged = dataclasses.replace(
-            judged, sentence=(f"Too few samples of the training threads to judge: {shares.training_samples} "
-                              f"sampled, at least {MIN_TRAINING_SAMPLES} needed (attach for longer)."),
+            judged, reason=Reason.written(too_few),
             evidence={"training_samples": shares.training_samples, "min_training_samples": MIN_TRAINING_SAMPLES})
     _, reason = bottleneck(judged)
     absences = dict(summary.absences)
     evidence = sampled_evidence(run.stacks, shares, run.samples, run.info, _ended_early(run))
     recs = tuple(recommend_sampled(dataclasses.replace(attr, step=step, loading=loading), judged, evidence))
-    if not recs:
-        absences["recommendations"] = judged.sentence
+    if not recs:  # none where the verdict could not judge: too few samples (or shares it could not read)
+        absences["recommendations"] = too_few if not enough else "the sampled shares could not be judged"
     absences.update({f"loader.{key}": why for key, why in evidence.loader.absent.items()})  # settings not read
     return dataclasses.replace(
         summary, fractions=fractions, verdict=judged,
-        reason=(reason + " (sampled)") if enough else judged.sentence,
+        reason=Reason("sampled", {}, (reason,)) if enough else judged.reason,
         recommendations=recs, intervals=tuple(none(NOT_PREDICTED_INTERVAL) for _ in recs),
         absences=absences,
         sampled={**shares.to_json(), "timeline": [_window(w) for w in window_shares(run.stacks)],

@@ -24,6 +24,7 @@ from pipeprof.pipeline.progress import BAD, OK, SILENT, WARN, Progress
 from pipeprof.pipeline.recording import scenario_record_to, start_recording
 from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
 from pipeprof.render.diagnosis import render_diagnosis_html
+from pipeprof.render.diagnosis_text import diagnosis_words
 from pipeprof.run_folder import ensure_out_folder, save_run, staged_folder, write_json, write_text
 from pipeprof.scenario import Scenario
 from pipeprof.variants import vary
@@ -194,7 +195,7 @@ def build_diagnosis(scenario: Scenario, plans: dict[str, SubRun], outcomes: dict
         "warmup_steps": scenario.train.warmup_steps,
         "status": status,
         "runs": runs,
-        **analysis,
+        **diagnosis_words(analysis),  # its reasons in words, here at the edge
     }
 
 

@@ -20,10 +20,12 @@ from pipeprof.analysis.summary import Summary, as_summary
 from pipeprof.format import NOT_MEASURED
 from pipeprof.numbers import finite as _value
 from pipeprof.numbers import scaled
+from pipeprof.render.cache_text import cache_words
 from pipeprof.render.interval_text import change_text, speedup_text
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import straggler_line
 from pipeprof.render.transform_view import eval_transforms_lines, transforms_line
+from pipeprof.render.verdict_text import bottleneck_words, verdict_notes, verdict_sentence
 from pipeprof.run_folder import as_dict
 
 # summary.json's bottleneck is the verdict's class in coarse form (input:* -> input): one style for both.
@@ -80,11 +82,11 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
         add(f"collective wait ({of})", share("collective_wait", "collective"))
     add(f"compute ({of})", share("compute", "compute"))
     add(f"other ({of})", share("other", "other"))
-    add("bottleneck", s.bottleneck_reason or klass or NOT_MEASURED, _BOTTLENECK_STYLE.get(klass, ""))
+    add("bottleneck", bottleneck_words(s.bottleneck_why) or klass or NOT_MEASURED, _BOTTLENECK_STYLE.get(klass, ""))
     verdict = s.verdict
     family = "input" if verdict.klass.startswith("input:") else verdict.klass
-    text = f"{verdict.klass}: {verdict.sentence}".strip()
-    text += "".join(f"\nnote: {note}" for note in verdict.notes)
+    text = f"{verdict.klass}: {verdict_sentence(verdict)}".strip()
+    text += "".join(f"\nnote: {note}" for note in verdict_notes(verdict))
     median = as_dict(s.job).get("median_rank") if s.ranks else None
     add("verdict" if not s.ranks else f"verdict (rank {median}, the median)" if median is not None
         else "verdict (the median rank)", text, _VERDICT_STYLE.get(family, ""))
@@ -124,10 +126,9 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
     code = _code_profile_line(s.code_profile)
     if code:
         add("code profile", code)
-    cache = as_dict(s.cache)
-    if cache.get("cache") == "cold":
-        verified = cache.get("verified")
-        add("page cache", f"cold: {cache.get('reason')}", "bold red" if verified is False else "")
+    cache = s.cache
+    if cache is not None and cache.cache == "cold":
+        add("page cache", f"cold: {cache_words(cache.reason)}", "bold red" if cache.verified is False else "")
     add("CPU mean / peak (of all cores)",
         _several(lambda percent: fmt.pct(scaled(percent, 0.01), 0),
                  cpu.mean_util, cpu.peak_util))

@@ -24,12 +24,14 @@ from pipeprof.analysis.steps import counted_steps, counted_window_s, step_breakd
 from pipeprof.analysis.summary import SUMMARY_SCHEMA_VERSION, TAIL_FRACTION, Summary, as_summary
 from pipeprof.format import NOT_MEASURED, finite
 from pipeprof.render import plots
+from pipeprof.render.cache_text import cache_words
 from pipeprof.render.gpu_view import gpu_telemetry_rows
 from pipeprof.render.interval_text import change_text, speedup_text
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import rank_label, rank_rows, straggler_view
 from pipeprof.render.transform_plot import bars_svg
 from pipeprof.render.transform_view import loader_views, split_text, table_rows
+from pipeprof.render.verdict_text import bottleneck_words, verdict_notes, verdict_sentence
 from pipeprof.render.verification_text import verification_words
 from pipeprof.render.window_plot import window_timeline_svg
 from pipeprof.run_folder import MAIN_PROCESS, Run, as_dict
@@ -103,6 +105,8 @@ def render_html(run: Run, summary: Summary | Mapping[str, Any], *, folder_name: 
     excluded = not_counted_spans(run.steps, meta.loaders, meta.timing.method)
     return env.get_template("report.html.j2").render(
         s=summary,
+        bottleneck_reason=bottleneck_words(summary.bottleneck_why),
+        cache_reason=cache_words(summary.cache.reason) if summary.cache is not None else None,
         is_script=bool(summary.script and summary.script.script),
         schema_version=SUMMARY_SCHEMA_VERSION,
         meta=meta,
@@ -172,8 +176,8 @@ def _verdict(summary: Summary) -> dict[str, Any]:
         title = f"Balanced: {title}"
     family = "input" if klass.startswith("input:") else klass
     rows = [(_EVIDENCE_LABELS.get(k, k.replace("_", " ")), format_evidence(k, value)) for k, value in v.evidence.items()]
-    return {"class": klass, "family": family, "title": title, "rule": v.rule, "sentence": v.sentence,
-            "notes": list(v.notes), "rows": rows + _context_rows(summary.attribution)}
+    return {"class": klass, "family": family, "title": title, "rule": v.rule, "sentence": verdict_sentence(v),
+            "notes": verdict_notes(v), "rows": rows + _context_rows(summary.attribution)}
 
 
 def _recommendations(summary: Summary) -> list[dict[str, Any]]:
