@@ -222,7 +222,9 @@ def test_analysis_does_not_write_words():
 SUMMARY_RECORDS = frozenset({"Summary", "as_summary", "SUMMARY_SCHEMA_VERSION", "Recommendation", "Interval",
                              "LoadingSummary", "WorkerLoading", "DeviceMemory", "MemoryCreep",
                              "CodeView", "CProfileView", "StepCost",
-                             "Attribution", "Verdict", "RankEntry", "Straggler", "Verification"})
+                             "Attribution", "Verdict", "RankEntry", "Straggler", "Verification",
+                             "TransformRow", "DecodeRow", "Throughput", "JobSection", "LightSection", "LightWindow",
+                             "LightChange", "SampledSection", "SampledShare", "SampledWindow"})
 
 
 def _imported_names(module: str) -> dict[str, set[str]]:

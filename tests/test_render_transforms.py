@@ -10,6 +10,7 @@ from rich.console import Console
 from test_render import make_run
 
 from pipeprof.analysis.summary import summarize
+from pipeprof.analysis.transforms import DecodeRow, TransformRow
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
 from pipeprof.render.transform_view import loader_views, ranked_parts, transforms_line
@@ -43,9 +44,10 @@ def section(html: str) -> str:
 
 
 def test_decode_is_ranked_among_the_transforms_by_its_time_per_sample():
-    names = [p.name for p in ranked_parts(TRANSFORMS, DECODE)]
+    rows = [TransformRow.from_json(t) for t in TRANSFORMS]  # summary.json's rows, read back
+    names = [p.name for p in ranked_parts(rows, DecodeRow.from_json(DECODE))]
     assert names == ["RandomAffine(degrees=15)", "decode (PIL.Image.open+convert)", "Resize(size=64)", "Normalize"]
-    assert [p.name for p in ranked_parts(TRANSFORMS, None)] == [t["name"] for t in TRANSFORMS]
+    assert [p.name for p in ranked_parts(rows, None)] == [t["name"] for t in TRANSFORMS]
 
 
 def test_the_report_shows_the_chart_and_the_table_in_rank_order(plain):

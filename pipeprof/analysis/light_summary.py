@@ -25,10 +25,12 @@ from typing import Any
 from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.change_point import MIN_RELATIVE_CHANGE, MIN_SIDE, THRESHOLD_SIGMAS, change_point
 from pipeprof.analysis.evidence import StepShares
+from pipeprof.analysis.sections import LightChange, LightSection, LightWindow
 from pipeprof.analysis.summary import Summary, summary_record
 from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.numbers import finite
 from pipeprof.run_folder import Run, as_dict
+from pipeprof.run_meta import as_number
 
 CHANGE_POINT_TEST = (f"two-segment split of the windows' median step times: the best split (at least {MIN_SIDE} "
                      f"windows a side) is a change when its difference of means is at least {THRESHOLD_SIGMAS:g} "
@@ -77,11 +79,12 @@ def light_summary(run: Run) -> Summary:
                       compute_fraction=finite(fractions["compute"]), other_fraction=finite(fractions["other"]),
                       step_mean_s=total_s / steps if steps else None)
     judged = verdict_from_attribution(dataclasses.replace(attr, step=step, fractions=fractions))
-    timeline = [{"t_start_s": w.get("t_start_s"), "t_end_s": w.get("t_end_s"), "steps": w.get("steps"),
-                 "step_median_s": as_dict(w.get("step_s")).get("median"), "step_p90_s": as_dict(w.get("step_s")).get("p90"),
-                 "data_wait_fraction": as_dict(w.get("fractions")).get("data_wait"),
-                 "gpu_util_pct_mean": w.get("gpu_util_pct_mean")} for w in windows]
-    medians = [(t, finite(t["step_median_s"])) for t in timeline]
+    timeline = [LightWindow.from_json({"t_start_s": w.get("t_start_s"), "t_end_s": w.get("t_end_s"),
+                                       "steps": w.get("steps"), "step_median_s": as_dict(w.get("step_s")).get("median"),
+                                       "step_p90_s": as_dict(w.get("step_s")).get("p90"),
+                                       "data_wait_fraction": as_dict(w.get("fractions")).get("data_wait"),
+                                       "gpu_util_pct_mean": w.get("gpu_util_pct_mean")}) for w in windows]
+    medians = [(t, finite(t.step_median_s)) for t in timeline]
     with_steps = [t for t, m in medians if m is not None]
     cp = change_point([m for _, m in medians if m is not None])
     absences = dict(summary.absences)
@@ -93,6 +96,8 @@ def light_summary(run: Run) -> Summary:
         step_time_s={"median": None, "p90": None, "mean": total_s / steps if steps else None},
         fractions=fractions, attribution=dataclasses.replace(summary.attribution, step=step), verdict=judged,
         absences=absences,
-        light={"window_s": as_dict(run.info.light).get("window_s"), "windows": len(windows),
-               "timeline": timeline, "change_point_test": CHANGE_POINT_TEST,
-               "change_point": None if cp is None else {**cp.to_json(), "t_s": with_steps[cp.index]["t_start_s"]}})
+        light=LightSection(window_s=as_number(as_dict(run.info.light).get("window_s")), windows=len(windows),
+                           timeline=tuple(timeline), change_point_test=CHANGE_POINT_TEST,
+                           change_point=None if cp is None else LightChange(
+                               index=cp.index, t_s=with_steps[cp.index].t_start_s, before_s=cp.before_s,
+                               after_s=cp.after_s, ratio=cp.ratio, sigmas=cp.sigmas)))

@@ -30,6 +30,7 @@ from pipeprof.analysis.hotspots import code_profile
 from pipeprof.analysis.intervals import Interval, intervals, none, ranked
 from pipeprof.analysis.loading import LoadingSummary
 from pipeprof.analysis.ranks import (
+    JobSection,
     RankEntry,
     RankResult,
     Straggler,
@@ -39,6 +40,7 @@ from pipeprof.analysis.ranks import (
     straggler,
 )
 from pipeprof.analysis.recommend import Recommendation, recommend
+from pipeprof.analysis.sections import LightSection, SampledSection, Steady
 from pipeprof.analysis.steps import counted_steps, counted_window_s
 from pipeprof.analysis.thresholds import (
     COMPUTE_BOUND_FRACTION,
@@ -47,11 +49,15 @@ from pipeprof.analysis.thresholds import (
     MIN_COUNTED_STEPS,
 )
 from pipeprof.analysis.transforms import (
+    DecodeRow,
     LoaderTransforms,
+    TransformRow,
     decode_json,
+    decode_row,
     loader_transforms,
     split_json,
     training_loader,
+    transform_rows,
     transforms_json,
 )
 from pipeprof.analysis.variation import run_variation, with_variation
@@ -62,9 +68,10 @@ from pipeprof.analysis.verdict import (
     with_transforms,
 )
 from pipeprof.analysis.verification import Verification, rerun_noise, verification
-from pipeprof.analysis.windows import throughput_windows
+from pipeprof.analysis.windows import Throughput, throughput_windows
 from pipeprof.analysis.worker_start import with_worker_start_note, worker_start_summary
 from pipeprof.resource_use import CpuUse, DiskUse, GpuUse, MemoryUse, UssSnapshot
+from pipeprof.run_check import Damage
 from pipeprof.run_folder import Run, as_dict
 from pipeprof.run_meta import JobInfo, Timing
 
@@ -161,23 +168,23 @@ class Summary:
     gpu: GpuUse | None = None  # NVML's utilisation and memory over the counted window; None: no GPU
     device_memory: DeviceMemory | None = None  # torch.cuda's peaks and the creep check (analysis.device_memory)
     loading: LoadingSummary | None = None  # the workers' loading times and its split (analysis.loading)
-    transforms: list[dict[str, Any]] | None = None  # the training loader's transforms, costliest first
-    decode: dict[str, Any] | None = None
+    transforms: tuple[TransformRow, ...] | None = None  # the training loader's transforms, costliest first
+    decode: DecodeRow | None = None
     cache: dict[str, Any] | None = None  # the page cache check (analysis.cache)
     final_loss: float | None = None
     accuracy: float | None = None
-    absences: dict[str, Any] = field(default_factory=dict)  # what was not measured, and why
-    steady: Any = None  # the steady-state stop, as recorded
+    absences: dict[str, str] = field(default_factory=dict)  # what was not measured, and why
+    steady: Steady | None = None  # the steady-state stop, as recorded
     status: str | None = None  # complete, interrupted, failed; damaged where load_run set something aside
     error: str | None = None
-    job: dict[str, Any] | None = None  # a distributed job's: its id, world size, nodes, launcher and median rank
+    job: JobSection | None = None  # a distributed job's: its id, world size, nodes, launcher and median rank
     script: ScriptSections | None = None  # None: not a script's run (no script keys in summary.json)
     verification: Verification | None = None  # run --verify: the top recommendation predicted against measured
-    throughput: dict[str, Any] | None = None  # samples/s in windows of the counted steps (analysis.windows)
+    throughput: Throughput | None = None  # samples/s in windows of the counted steps (analysis.windows)
     code_profile: CodeView | None = None  # cProfile and py-spy (analysis.code_view), each absent when off
-    damage: tuple[dict[str, Any], ...] = ()  # a damaged folder's set-aside rows and keys (status "damaged")
-    light: dict[str, Any] | None = None  # profile --light: the windows' timeline and its change point
-    sampled: dict[str, Any] | None = None  # attach: the stacks' shares, workers, timeline and loader
+    damage: tuple[Damage, ...] = ()  # a damaged folder's set-aside rows and keys (status "damaged")
+    light: LightSection | None = None  # profile --light: the windows' timeline and its change point
+    sampled: SampledSection | None = None  # attach: the stacks' shares, workers, timeline and loader
     reason: str | None = None  # bottleneck_reason where it is not the verdict's own words (an attach)
 
     @property
@@ -199,21 +206,23 @@ class Summary:
             "gpu": self.gpu.to_json() if self.gpu is not None else None,
             "device_memory": self.device_memory.to_json() if self.device_memory is not None else None,
             "loading": self.loading.to_json() if self.loading is not None else None,
-            "transforms": self.transforms, "decode": self.decode, "cache": self.cache,
+            "transforms": [t.to_json() for t in self.transforms] if self.transforms is not None else None,
+            "decode": self.decode.to_json() if self.decode is not None else None, "cache": self.cache,
             "final_loss": self.final_loss, "accuracy": self.accuracy, "absences": dict(self.absences),
-            "steady": self.steady, "status": self.status, "error": self.error, "job": self.job,
+            "steady": self.steady.to_json() if self.steady is not None else None, "status": self.status, "error": self.error,
+            "job": self.job.to_json() if self.job is not None else None,
         }
         if self.script is not None:
             out.update(script=self.script.script, loaders=self.script.loaders, step_source=self.script.step_source)
         out.update(verification=self.verification.to_json() if self.verification is not None else None,
-                   throughput=self.throughput,
+                   throughput=self.throughput.to_json() if self.throughput is not None else None,
                    code_profile=self.code_profile.to_json() if self.code_profile is not None else None)
         if self.damage:
-            out["damage"] = list(self.damage)
+            out["damage"] = [d.to_json() for d in self.damage]
         if self.light is not None:
-            out["light"] = self.light
+            out["light"] = self.light.to_json()
         if self.sampled is not None:
-            out["sampled"] = self.sampled
+            out["sampled"] = self.sampled.to_json()
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -260,13 +269,17 @@ def summary_from_json(data: Any) -> Summary:
         disk=DiskUse.from_json(d.get("disk")), timing=Timing.parse(d.get("timing")),
         gpu=GpuUse.from_json(d.get("gpu")), device_memory=DeviceMemory.from_json(d.get("device_memory")),
         loading=LoadingSummary.from_json(d.get("loading")),
-        transforms=d.get("transforms"), decode=d.get("decode"), cache=d.get("cache"),
-        final_loss=d.get("final_loss"), accuracy=d.get("accuracy"), absences=dict(as_dict(d.get("absences"))),
-        steady=d.get("steady"), status=d.get("status"), error=d.get("error"), job=d.get("job"), script=script,
-        verification=Verification.from_json(d.get("verification")), throughput=d.get("throughput"),
+        transforms=(tuple(TransformRow.from_json(t) for t in d["transforms"])
+                    if isinstance(d.get("transforms"), list) else None),
+        decode=DecodeRow.from_json(d.get("decode")), cache=d.get("cache"),
+        final_loss=d.get("final_loss"), accuracy=d.get("accuracy"),
+        absences={k: v for k, v in as_dict(d.get("absences")).items() if isinstance(v, str)},
+        steady=Steady.from_json(d.get("steady")), status=d.get("status"),
+        error=d.get("error"), job=JobSection.from_json(d.get("job")), script=script,
+        verification=Verification.from_json(d.get("verification")), throughput=Throughput.from_json(d.get("throughput")),
         code_profile=CodeView.from_json(d.get("code_profile")),
-        damage=tuple(x for x in d.get("damage") or [] if isinstance(x, dict)), light=d.get("light"),
-        sampled=d.get("sampled"),
+        damage=tuple(Damage.from_json(x) for x in d.get("damage") or [] if isinstance(x, dict)),
+        light=LightSection.from_json(d.get("light")), sampled=SampledSection.from_json(d.get("sampled")),
         reason=reason if isinstance(reason, str) and reason != bottleneck(verdict)[1] else None)
 
 
@@ -328,7 +341,7 @@ def marked_damaged(record: Summary, run: Run) -> Summary:
     folder's summary never looks healthy (what was recorded as its status stays in run.json)."""
     if not run.damage:
         return record
-    return dataclasses.replace(record, status="damaged", damage=tuple(d.to_json() for d in run.damage))
+    return dataclasses.replace(record, status="damaged", damage=tuple(run.damage))
 
 
 def job_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
@@ -355,8 +368,8 @@ def job_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
         samples_per_s=job_samples_per_s, recommendations=job_recs, status=info.status, error=info.error,
         # a job's --verify re-run is the job's (run.json's verification), measured against the job's samples/s
         verification=verification(info.verification, job_samples_per_s),
-        job={"id": job.id, "world_size": job.world_size or len(run.ranks), "nodes": list(job.nodes),
-             "launcher": job.launcher, "median_rank": results[median].rank, "untraced": len(job.untraced)},
+        job=JobSection(id=job.id, world_size=job.world_size or len(run.ranks), nodes=tuple(job.nodes),
+                       launcher=job.launcher, median_rank=results[median].rank, untraced=len(job.untraced)),
         intervals=tuple(none("a distributed job's prediction is not resampled (its ranks are, one by one)")
                         for _ in job_recs),
         ranks=tuple(rank_entry(r) for r in results), straggler=paced)
@@ -435,12 +448,12 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
         gpu=_gpu_summary(during) if info.gpu.available else None,
         device_memory=memory, loading=loading,
         # inside the sample (analysis.transforms): the training loader's transforms, costliest first, and decode
-        transforms=transforms_json(trained),
-        decode=decode_json(trained.decode if trained is not None else None),
+        transforms=transform_rows(trained),
+        decode=decode_row(trained.decode if trained is not None else None),
         cache=attr.cache_check,
         final_loss=float(tail["loss"].mean()) if n else None,
         accuracy=_accuracy(tail["correct"], tail_samples),
-        absences=dict(info.absences), steady=info.steady,
+        absences=dict(info.absences), steady=Steady.from_json(info.steady),
         # How the run ended (run.json's status and error): complete, interrupted (Ctrl-C, SIGTERM) or failed.
         status=info.status, error=info.error, script=script,
         verification=verification(info.verification, samples_per_s, checked_interval(info.verification, recs, bounds),

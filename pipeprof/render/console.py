@@ -16,6 +16,7 @@ from rich.text import Text
 
 from pipeprof import format as fmt
 from pipeprof.analysis.code_view import CodeView
+from pipeprof.analysis.sections import LightSection
 from pipeprof.analysis.summary import Summary, as_summary
 from pipeprof.format import NOT_MEASURED
 from pipeprof.numbers import finite as _value
@@ -56,12 +57,11 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
             or ("not visible from outside (attached)" if s.sampled else "none iterated"))
     else:
         add("scenario", s.scenario or NOT_MEASURED)
-    sampled = as_dict(s.sampled)  # pipeprof attach: shares of py-spy's samples, no step timed
-    of = "sampled share, 95% interval" if sampled else "share of step time"
-    if sampled:
-        attached = as_dict(sampled.get("attach"))
-        add("sampled", f"{fmt.number(sampled.get('training_samples'), 0)} samples of the training threads at "
-                       f"{attached.get('rate_hz')} Hz over {fmt.duration(attached.get('sampled_s'))} (py-spy, from "
+    sampled = s.sampled  # pipeprof attach: shares of py-spy's samples, no step timed
+    of = "sampled share, 95% interval" if sampled is not None else "share of step time"
+    if sampled is not None:
+        add("sampled", f"{fmt.number(sampled.training_samples, 0)} samples of the training threads at "
+                       f"{sampled.rate_hz} Hz over {fmt.duration(sampled.sampled_s)} (py-spy, from "
                        "outside): the shares below are sampled; steps and throughput cannot be measured so")
     add("steps (counted)", fmt.number(s.steps, 0))
     add("throughput", fmt.rate(s.samples_per_s), "bold")
@@ -69,8 +69,9 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
 
     def share(part: str, key: str) -> str:
         text = fmt.pct(frac.get(part), 1)
-        interval = as_dict(as_dict(sampled.get("training")).get(key)).get("interval")
-        if isinstance(interval, list) and len(interval) == 2:
+        shared = sampled.training.get(key) if sampled is not None else None
+        interval = shared.interval if shared is not None else None
+        if interval is not None:
             text += f" [{fmt.pct(interval[0], 0)}, {fmt.pct(interval[1], 0)}]"
         return text
 
@@ -85,7 +86,7 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
     family = "input" if verdict.klass.startswith("input:") else verdict.klass
     text = f"{verdict.klass}: {verdict.sentence}".strip()
     text += "".join(f"\nnote: {note}" for note in verdict.notes)
-    median = as_dict(s.job).get("median_rank") if s.ranks else None
+    median = s.job.median_rank if s.ranks and s.job is not None else None
     add("verdict" if not s.ranks else f"verdict (rank {median}, the median)" if median is not None
         else "verdict (the median rank)", text, _VERDICT_STYLE.get(family, ""))
     straggler = straggler_line(s)
@@ -134,14 +135,14 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
     add("peak RSS", fmt.byte_size(memory.peak_rss_bytes))
     add("accuracy", fmt.pct(s.accuracy, 1))
     add("final loss", fmt.number(s.final_loss, 4))
-    light = as_dict(s.light)
-    if light:  # profile --light: the whole job's timeline of window medians, and its change point
+    light = s.light
+    if light is not None:  # profile --light: the whole job's timeline of window medians, and its change point
         add("timeline (median step time)", light_timeline(light))
-        cp = as_dict(light.get("change_point"))
-        add("change point", (f"at {fmt.duration(cp.get('t_s'))}: step time {fmt.duration(cp.get('before_s'))} → "
-                             f"{fmt.duration(cp.get('after_s'))} (×{fmt.significant(cp.get('ratio'), 3)}, "
-                             f"{fmt.significant(cp.get('sigmas'), 2)} standard errors)") if cp else
-            f"none ({light.get('windows')} windows; test: {light.get('change_point_test')})")
+        cp = light.change_point
+        add("change point", (f"at {fmt.duration(cp.t_s)}: step time {fmt.duration(cp.before_s)} → "
+                             f"{fmt.duration(cp.after_s)} (×{fmt.significant(cp.ratio, 3)}, "
+                             f"{fmt.significant(cp.sigmas, 2)} standard errors)") if cp is not None else
+            f"none ({light.windows} windows; test: {light.change_point_test})")
     add("run folder", str(folder))
     return table
 
@@ -196,11 +197,10 @@ SPARK = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 40
 
 
-def light_timeline(light: dict[str, Any]) -> str:
+def light_timeline(light: LightSection) -> str:
     """The windows' median step times as a sparkline of at most SPARK_WIDTH cells (a cell: the mean of its
     windows), with the range it spans."""
-    values = [v for v in (_value(as_dict(w).get("step_median_s")) for w in light.get("timeline") or [])
-              if v is not None]
+    values = [v for v in (_value(w.step_median_s) for w in light.timeline) if v is not None]
     if not values:
         return NOT_MEASURED
     per = max(1, -(-len(values) // SPARK_WIDTH))

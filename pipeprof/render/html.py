@@ -134,15 +134,9 @@ def render_html(run: Run, summary: Summary | Mapping[str, Any], *, folder_name: 
         uss_reason=meta.absences.get("uss") or "no USS snapshot was taken",
         status=str(summary.status or meta.status or "unknown"),
         cpu=summary.cpu, memory=summary.memory, disk=summary.disk, timing=summary.timing,
-        damage=[_damage_text(d) for d in summary.damage],
+        damage=[d.text() for d in summary.damage],
         tail_pct=round(100 * TAIL_FRACTION),
     )
-
-
-def _damage_text(damage: Any) -> str:
-    d = as_dict(damage)
-    line = d.get("line")
-    return f"{d.get('file')}{'' if line is None else f' line {line}'}: {d.get('reason')}"
 
 
 def _environment() -> Environment:
@@ -329,18 +323,18 @@ def _plots(run: Run, meta: RunMeta, summary: Summary,
 
 def _window_plots(summary: Summary) -> list[tuple[str, str, str | None, str, str]]:
     """A light run's timeline of step times with its change point; an attach's sampled shares per window."""
-    light, sampled = as_dict(summary.light), as_dict(summary.sampled)
-    if light:
-        cp = as_dict(light.get("change_point"))
-        svg = window_timeline_svg(light.get("timeline") or [], [("step_median_s", "median step", plots.MAIN_COLOR),
-                                                                  ("step_p90_s", "p90 step", plots.WORKERS_COLOR)],
-                                  "ms per step", 1e3, cp.get("t_s"))
-        caption = (f"Each window's median and p90 step time over the whole job (windows of {light.get('window_s')} s)"
-                   + (f"; dashed: the change point, step time ×{fmt.significant(cp.get('ratio'), 3)}" if cp else
-                      f"; no change point ({light.get('change_point_test')})") + ".")
+    light, sampled = summary.light, summary.sampled
+    if light is not None:
+        cp = light.change_point
+        svg = window_timeline_svg(light.timeline, [("step_median_s", "median step", plots.MAIN_COLOR),
+                                                   ("step_p90_s", "p90 step", plots.WORKERS_COLOR)],
+                                  "ms per step", 1e3, cp.t_s if cp is not None else None)
+        caption = (f"Each window's median and p90 step time over the whole job (windows of {light.window_s} s)"
+                   + (f"; dashed: the change point, step time ×{fmt.significant(cp.ratio, 3)}" if cp is not None else
+                      f"; no change point ({light.change_point_test})") + ".")
         return [("timeline", "The whole job, window by window", svg, "no window with a counted step", caption)]
-    if sampled:
-        svg = window_timeline_svg(sampled.get("timeline") or [], [("data_wait_fraction", "data wait", "#d62728"),
+    if sampled is not None:
+        svg = window_timeline_svg(sampled.timeline, [("data_wait_fraction", "data wait", "#d62728"),
                                                                     ("compute_fraction", "compute", plots.MAIN_COLOR)],
                                   "share of samples (%)", 100.0)
         return [("timeline", "Sampled shares, window by window", svg, "no window of samples",
