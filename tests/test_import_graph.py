@@ -224,7 +224,8 @@ SUMMARY_RECORDS = frozenset({"Summary", "as_summary", "SUMMARY_SCHEMA_VERSION", 
                              "CodeView", "CProfileView", "StepCost",
                              "Attribution", "Verdict", "RankEntry", "Straggler", "Verification",
                              "TransformRow", "DecodeRow", "Throughput", "JobSection", "LightSection", "LightWindow",
-                             "LightChange", "SampledSection", "SampledShare", "SampledWindow"})
+                             "LightChange", "SampledSection", "SampledShare", "SampledWindow",
+                             "Comparison", "FractionChange", "ThroughputRatio", "as_comparison"})
 
 
 def _imported_names(module: str) -> dict[str, set[str]]:

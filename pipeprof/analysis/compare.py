@@ -32,13 +32,15 @@ runs to include run-to-run noise.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipeprof.analysis.steps import PHASES as STEP_PHASES
-from pipeprof.analysis.windows import t_975
+from pipeprof.analysis.windows import Throughput, t_975
 from pipeprof.numbers import finite
 from pipeprof.run_folder import Run, as_dict
+from pipeprof.run_meta import as_str
 
 COMPARE_SCHEMA_VERSION = 1
 FRACTION_NOISE_PP = 2.0  # percentage points of step time
@@ -196,3 +198,150 @@ def compare_runs(runs: Sequence[tuple[str, str, Run, dict[str, Any]]], *,
         "settings": differing_settings([run.info.scenario for _, _, run, _ in runs]),
         "noise": {"fraction_pp": FRACTION_NOISE_PP, "rules": NOISE_RULES},
     }
+
+
+# -- compare.json read back ----------------------------------------------------------------------------------------
+# The typed reader of compare.json (what ``compare_runs`` writes, with each run's ``report`` link): the renderers
+# parse the document once (``Comparison.from_json``) and read these fields.
+
+
+@dataclass(frozen=True)
+class ThroughputRatio:
+    """A comparison's ``throughput_ratio``: the ratio of samples/s to the baseline's, its 95% interval, the
+    degrees of freedom, the method in words, whether it is within noise and why there is no interval."""
+
+    ratio: float | None = None
+    low: float | None = None
+    high: float | None = None
+    df: float | None = None
+    method: str | None = None
+    within_noise: bool | None = None
+    reason: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> ThroughputRatio:
+        d = as_dict(data)
+        return cls(ratio=finite(d.get("ratio")), low=finite(d.get("low")), high=finite(d.get("high")),
+                   df=finite(d.get("df")), method=as_str(d.get("method")), within_noise=_bool(d.get("within_noise")),
+                   reason=as_str(d.get("reason")))
+
+
+@dataclass(frozen=True)
+class FractionChange:
+    """A phase's share of step time in the baseline and in this run, the change in percentage points and whether
+    it is within noise."""
+
+    baseline: float | None = None
+    value: float | None = None
+    delta_pp: float | None = None
+    within_noise: bool | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> FractionChange:
+        d = as_dict(data)
+        return cls(baseline=finite(d.get("baseline")), value=finite(d.get("value")),
+                   delta_pp=finite(d.get("delta_pp")), within_noise=_bool(d.get("within_noise")))
+
+
+@dataclass(frozen=True)
+class ComparedRun:
+    """One of compare.json's ``runs`` (``run_entry``), with the link to its report where the comparison has one.
+    ``samples_per_s`` and ``fractions`` as the summary recorded them (None: not measured)."""
+
+    label: str | None = None
+    folder: str | None = None
+    scenario: str | None = None
+    status: str | None = None
+    report: str | None = None
+    overrides: tuple[str, ...] = ()
+    samples_per_s: float | None = None
+    throughput: Throughput | None = None
+    fractions: dict[str, float | None] = field(default_factory=dict)
+    verdict_class: str | None = None
+    verdict_sentence: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> ComparedRun:
+        d = as_dict(data)
+        verdict = as_dict(d.get("verdict"))
+        return cls(label=_text(d.get("label")), folder=_text(d.get("folder")), scenario=_text(d.get("scenario")),
+                   status=_text(d.get("status")), report=as_str(d.get("report")),
+                   overrides=tuple(str(o) for o in d.get("overrides") or []),
+                   samples_per_s=finite(d.get("samples_per_s")), throughput=Throughput.from_json(d.get("throughput")),
+                   fractions={str(k): finite(v) for k, v in as_dict(d.get("fractions")).items()},
+                   verdict_class=_text(verdict.get("class")), verdict_sentence=_text(verdict.get("sentence")))
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """One of compare.json's ``comparisons``: run ``run`` against the baseline."""
+
+    run: int | None
+    throughput_ratio: ThroughputRatio
+    fractions: dict[str, FractionChange]
+    verdict_changed: bool
+
+    @classmethod
+    def from_json(cls, data: Any) -> RunComparison:
+        d = as_dict(data)
+        run = d.get("run")
+        return cls(run=run if isinstance(run, int) and not isinstance(run, bool) else None,
+                   throughput_ratio=ThroughputRatio.from_json(d.get("throughput_ratio")),
+                   fractions={str(k): FractionChange.from_json(v) for k, v in as_dict(d.get("fractions")).items()},
+                   verdict_changed=bool(as_dict(d.get("verdict")).get("changed")))
+
+
+@dataclass(frozen=True)
+class SettingDifference:
+    """A scenario key whose value differs between the runs: one value per run, and the runs without it."""
+
+    key: str
+    values: tuple[Any, ...]
+    absent_in: frozenset[int]
+
+    @classmethod
+    def from_json(cls, data: Any) -> SettingDifference:
+        d = as_dict(data)
+        return cls(key=str(d.get("key")), values=tuple(d.get("values") or []),
+                   absent_in=frozenset(i for i in d.get("absent_in") or [] if isinstance(i, int)))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """compare.json read back: when it was made, its runs (the first the baseline), each other run's comparison,
+    the settings that differ, and the noise rules (``fraction_pp``: a share's threshold in percentage points)."""
+
+    created_utc: str | None
+    runs: tuple[ComparedRun, ...]
+    comparisons: tuple[RunComparison, ...]
+    settings: tuple[SettingDifference, ...]
+    fraction_pp: float | None
+    rules: dict[str, Any]
+
+    def comparison_of(self, run: int) -> RunComparison | None:
+        """The comparison of run ``run`` (None for the baseline, or a run not compared)."""
+        return next((c for c in self.comparisons if c.run == run), None)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Comparison:
+        d = as_dict(data)
+        noise = as_dict(d.get("noise"))
+        return cls(created_utc=as_str(d.get("created_utc")),
+                   runs=tuple(ComparedRun.from_json(r) for r in d.get("runs") or []),
+                   comparisons=tuple(RunComparison.from_json(c) for c in d.get("comparisons") or []),
+                   settings=tuple(SettingDifference.from_json(s) for s in d.get("settings") or []),
+                   fraction_pp=finite(noise.get("fraction_pp")), rules=dict(as_dict(noise.get("rules"))))
+
+
+def as_comparison(value: Comparison | Mapping[str, Any]) -> Comparison:
+    """``value`` itself, or compare.json's dict read back (``Comparison.from_json``): what the renderers take."""
+    return value if isinstance(value, Comparison) else Comparison.from_json(value)
+
+
+def _bool(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str | None:
+    """A value compare.json holds as text, as text (``str`` of a number); None where it is null or missing."""
+    return None if value is None else str(value)
