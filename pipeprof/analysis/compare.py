@@ -327,15 +327,20 @@ class Comparison:
         d = as_dict(data)
         noise = as_dict(d.get("noise"))
         return cls(created_utc=as_str(d.get("created_utc")),
-                   runs=tuple(ComparedRun.from_json(r) for r in d.get("runs") or []),
-                   comparisons=tuple(RunComparison.from_json(c) for c in d.get("comparisons") or []),
-                   settings=tuple(SettingDifference.from_json(s) for s in d.get("settings") or []),
+                   runs=tuple(ComparedRun.from_json(r) for r in _objects(d.get("runs"))),
+                   comparisons=tuple(RunComparison.from_json(c) for c in _objects(d.get("comparisons"))),
+                   settings=tuple(SettingDifference.from_json(s) for s in _objects(d.get("settings"))),
                    fraction_pp=finite(noise.get("fraction_pp")), rules=dict(as_dict(noise.get("rules"))))
 
 
 def as_comparison(value: Comparison | Mapping[str, Any]) -> Comparison:
     """``value`` itself, or compare.json's dict read back (``Comparison.from_json``): what the renderers take."""
     return value if isinstance(value, Comparison) else Comparison.from_json(value)
+
+
+def _objects(value: Any) -> list[dict[str, Any]]:
+    """The JSON objects of a list (an entry of another type is not one of ours: left out)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def _bool(value: Any) -> bool | None:

@@ -36,6 +36,8 @@ from typing import Any
 from jinja2 import ChainableUndefined, Environment, PackageLoader
 
 from pipeprof import format as fmt
+from pipeprof.analysis.compare import Comparison
+from pipeprof.analysis.summary import as_summary
 from pipeprof.numbers import finite
 from pipeprof.run_folder import as_dict, write_text
 
@@ -142,20 +144,22 @@ def _run_entry(path: Path, meta: dict[str, Any], link: str | None, root: Path) -
     scenario = as_dict(meta.get("scenario")).get("name")
     if summary is None:
         return _entry(path, "run", meta, link, scenario=scenario, problem="no summary.json: run pipeprof report")
-    verdict = as_dict(summary.get("verdict"))
-    return _entry(path, "run", meta, link, scenario=summary.get("scenario") or scenario,
-                  samples_per_s=finite(summary.get("samples_per_s")),
-                  data_wait=finite(as_dict(summary.get("fractions")).get("data_wait")),
-                  verdict=verdict.get("class") or summary.get("bottleneck"))
+    try:
+        s = as_summary(summary)  # read once, typed
+    except (TypeError, ValueError) as e:  # not a summary pipeprof wrote: listed, never a crash
+        raise _Unreadable(f"summary.json: {e}") from e
+    # an older summary.json (schema 1) has no verdict: listed by its bottleneck
+    verdict = s.verdict.klass if "verdict" in summary else summary.get("bottleneck")
+    return _entry(path, "run", meta, link, scenario=s.scenario or scenario, samples_per_s=finite(s.samples_per_s),
+                  data_wait=finite(s.fractions.get("data_wait")), verdict=verdict)
 
 
 def _compare_entry(path: Path, data: dict[str, Any], link: str | None) -> dict[str, Any]:
-    runs = [r for r in data.get("runs") or [] if isinstance(r, dict)]
-    ratios = [finite(as_dict(c.get("throughput_ratio")).get("ratio"))
-              for c in data.get("comparisons") or [] if isinstance(c, dict)]
-    scenarios = sorted({str(r.get("scenario")) for r in runs if r.get("scenario") is not None})
+    compare = Comparison.from_json(data)  # read once, typed
+    ratios = [c.throughput_ratio.ratio for c in compare.comparisons]
+    scenarios = sorted({r.scenario for r in compare.runs if r.scenario is not None})
     return _entry(path, "compare", data, link, scenario=", ".join(scenarios) or None,
-                  runs=[str(r.get("label") or r.get("folder") or "?") for r in runs],
+                  runs=[r.label or r.folder or "?" for r in compare.runs],
                   ratios=[r for r in ratios if r is not None])
 
 
