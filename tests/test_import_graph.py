@@ -225,7 +225,8 @@ SUMMARY_RECORDS = frozenset({"Summary", "as_summary", "SUMMARY_SCHEMA_VERSION", 
                              "Attribution", "Verdict", "RankEntry", "Straggler", "Verification",
                              "TransformRow", "DecodeRow", "Throughput", "JobSection", "LightSection", "LightWindow",
                              "LightChange", "SampledSection", "SampledShare", "SampledWindow",
-                             "Comparison", "FractionChange", "ThroughputRatio", "as_comparison"})
+                             "Comparison", "FractionChange", "ThroughputRatio", "as_comparison",
+                             "Disturbance", "PredictionCheck"})
 
 
 def _imported_names(module: str) -> dict[str, set[str]]:
