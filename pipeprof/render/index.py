@@ -37,6 +37,7 @@ from jinja2 import ChainableUndefined, Environment, PackageLoader
 
 from pipeprof import format as fmt
 from pipeprof.analysis.compare import Comparison
+from pipeprof.analysis.differential import Diagnosis
 from pipeprof.analysis.summary import as_summary
 from pipeprof.numbers import finite
 from pipeprof.run_folder import as_dict, write_text
@@ -120,9 +121,9 @@ def describe_folder(path: Path, root: Path) -> dict[str, Any]:
             if kind == "run":
                 return _run_entry(path, data, link, root)
             if kind == "diagnosis":
-                fractions = as_dict(data.get("fractions"))
-                return _entry(path, kind, data, link, fetch_stall=finite(fractions.get("fetch_stall")),
-                              prep_stall=finite(fractions.get("prep_stall")))
+                fractions = Diagnosis.from_json(data).fractions  # read once, typed
+                return _entry(path, kind, data, link, fetch_stall=fractions.get("fetch_stall"),
+                              prep_stall=fractions.get("prep_stall"))
             if kind == "compare":
                 return _compare_entry(path, data, link)
             best = as_dict(data.get("best"))
