@@ -26,6 +26,7 @@ from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import straggler_line
 from pipeprof.render.transform_view import eval_transforms_lines, transforms_line
 from pipeprof.run_folder import as_dict
+from pipeprof.run_meta import LoaderInfo, ScriptInfo
 
 # summary.json's bottleneck is the verdict's class in coarse form (input:* -> input): one style for both.
 _BOTTLENECK_STYLE: dict[str | None, str] = {"input": "bold red", "compute": "bold green", "balanced": "bold yellow",
@@ -49,10 +50,10 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
     def add(label: str, value: str, style: str = "") -> None:
         table.add_row(Text(label), Text(value, style=style if value != NOT_MEASURED else "dim italic"))
 
-    script = as_dict(s.script.script) if s.script else {}
-    loaders = (s.script.loaders if s.script else None) or []
-    if script:
-        add("script", str(script.get("command_line") or NOT_MEASURED))
+    script = ScriptInfo.parse(s.script.script) if s.script else None  # read once, typed
+    loaders = LoaderInfo.parse_all(s.script.loaders) if s.script else ()
+    if script is not None and script.recorded:
+        add("script", str(script.command_line or NOT_MEASURED))
         add("loaders", ", ".join(_loader_group_text(g) for g in fold_loaders(loaders))
             or ("not visible from outside (attached)" if s.sampled else "none iterated"))
     else:
@@ -110,8 +111,7 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
         add("fetch/prep/collate per sample",
             _several(fmt.duration, *((loading.fetch_per_sample_s, loading.prep_per_sample_s,
                                       loading.collate_per_sample_s) if loading is not None else (None,))))
-    burst = next((d.get("wait_by_position_s") for d in loaders
-                  if isinstance(d, dict) and d.get("role") == "train" and d.get("wait_by_position_s")), None)
+    burst = next((d.wait_by_position_s for d in loaders if d.role == "train" and d.wait_by_position_s), None)
     if burst:  # steps of several batches (gradient accumulation): where in the step the waits fall
         add("wait by batch in the step", " / ".join(fmt.duration(w) for w in burst))
     transforms = transforms_line(s)

@@ -18,6 +18,7 @@ from pipeprof import format as fmt
 from pipeprof.analysis.summary import Summary, as_summary
 from pipeprof.analysis.transforms import DecodeRow, TransformRow
 from pipeprof.numbers import finite
+from pipeprof.run_meta import LoaderInfo
 
 TOP_IN_LINE = 3  # transforms named on the terminal's line
 
@@ -77,17 +78,17 @@ def loader_views(summary: Summary | Mapping[str, Any]) -> list[LoaderView]:
     views: list[LoaderView] = []
     seen: set[tuple[str, str]] = set()
     record = as_summary(summary)
-    loaders = [d for d in (record.script.loaders if record.script else None) or [] if isinstance(d, dict)]
+    loaders = LoaderInfo.parse_all(record.script.loaders if record.script else None)
     train_split = (record.loading.split if record.loading is not None else None) or None
-    first_train = next((d for d in loaders if d.get("role") == "train"), None)
+    first_train = next((d for d in loaders if d.role == "train"), None)
     for loader in loaders:
         parts = ranked_parts(*_loader_rows(loader))
-        key = (str(loader.get("name")), str(loader.get("role")))
+        key = (str(loader.name), str(loader.role))
         if not parts or key in seen:
             continue
         seen.add(key)
-        same = sum(1 for d in loaders if (str(d.get("name")), str(d.get("role"))) == key)
-        title = f"{loader.get('name') or 'loader'} ({loader.get('role') or 'role unknown'}"
+        same = sum(1 for d in loaders if (str(d.name), str(d.role)) == key)
+        title = f"{loader.name or 'loader'} ({loader.role or 'role unknown'}"
         title += f", the first of {same} loaders of that name)" if same > 1 else ")"
         views.append(LoaderView(title, parts, train_split if loader is first_train else None))
     if not views:
@@ -107,11 +108,11 @@ def transforms_line(summary: Summary | Mapping[str, Any]) -> str | None:
     return _parts_line(record.transforms, record.decode)
 
 
-def _loader_rows(loader: Mapping[str, Any]) -> tuple[tuple[TransformRow, ...] | None, DecodeRow | None]:
-    """A script's loader's ``transforms`` and ``decode`` (its summary.json entry's, as recorded) read as rows."""
-    transforms = loader.get("transforms")
+def _loader_rows(loader: LoaderInfo) -> tuple[tuple[TransformRow, ...] | None, DecodeRow | None]:
+    """A script's loader's ``transforms`` and ``decode`` (its summary.json entry's, as written) read as rows."""
+    transforms = loader.transforms
     return (tuple(TransformRow.from_json(t) for t in transforms) if isinstance(transforms, list) else None,
-            DecodeRow.from_json(loader.get("decode")))
+            DecodeRow.from_json(loader.decode))
 
 
 def _parts_line(transforms: Sequence[TransformRow] | None, decode_cost: DecodeRow | None) -> str | None:
@@ -137,9 +138,9 @@ def eval_transforms_lines(summary: Summary | Mapping[str, Any]) -> list[tuple[st
     training loader's line (loaders re-created under one name: the first that has any)."""
     record = as_summary(summary)
     lines: list[tuple[str, str]] = []
-    for loader in (d for d in (record.script.loaders if record.script else None) or [] if isinstance(d, dict)):
-        name = str(loader.get("name") or "loader")
-        line = _parts_line(*_loader_rows(loader)) if loader.get("role") == "eval" else None
+    for loader in LoaderInfo.parse_all(record.script.loaders if record.script else None):
+        name = str(loader.name or "loader")
+        line = _parts_line(*_loader_rows(loader)) if loader.role == "eval" else None
         if line and name not in {n for n, _ in lines}:
             lines.append((name, line))
     return lines
