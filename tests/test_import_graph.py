@@ -226,7 +226,7 @@ SUMMARY_RECORDS = frozenset({"Summary", "as_summary", "SUMMARY_SCHEMA_VERSION", 
                              "TransformRow", "DecodeRow", "Throughput", "JobSection", "LightSection", "LightWindow",
                              "LightChange", "SampledSection", "SampledShare", "SampledWindow",
                              "Comparison", "FractionChange", "ThroughputRatio", "as_comparison",
-                             "Disturbance", "PredictionCheck", "CrossCheck", "Diagnosis"})
+                             "Disturbance", "PredictionCheck", "CrossCheck", "Diagnosis", "SampleSplit"})
 
 
 def _imported_names(module: str) -> dict[str, set[str]]:

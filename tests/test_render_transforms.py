@@ -9,6 +9,7 @@ import pytest
 from rich.console import Console
 from test_render import make_run
 
+from pipeprof.analysis.loading import SampleSplit
 from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.transforms import DecodeRow, TransformRow
 from pipeprof.render.console import print_summary
@@ -102,7 +103,7 @@ def test_a_scripts_loaders_each_get_their_own_chart():
     views = loader_views({"loaders": loaders, "transforms": TRANSFORMS[:2], "loading": {"split": SPLIT}})
     assert [v.title for v in views] == ["train_loader (train)", "val_loader (eval, the first of 2 loaders of that name)"]
     assert [p.name for p in views[1].parts] == ["decode (PIL.Image.open+convert)", "Normalize"]
-    assert views[0].split == SPLIT and views[1].split is None  # the split is the training loader's
+    assert views[0].split == SampleSplit.from_json(SPLIT) and views[1].split is None  # the training loader's
 
 
 def test_the_terminal_shows_each_evaluation_loaders_transforms_apart(plain):

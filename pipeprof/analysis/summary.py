@@ -55,7 +55,7 @@ from pipeprof.analysis.transforms import (
     decode_json,
     decode_row,
     loader_transforms,
-    split_json,
+    split_row,
     training_loader,
     transform_rows,
     transforms_json,
@@ -466,7 +466,7 @@ def _with_split(loading: LoadingSummary | None, lt: LoaderTransforms | None) -> 
     (``analysis.transforms``), null where neither a transform nor a decode call was timed."""
     if loading is None:
         return None
-    return dataclasses.replace(loading, split=split_json(lt.split if lt is not None else None))
+    return dataclasses.replace(loading, split=split_row(lt.split if lt is not None else None))
 
 
 def _loaders_inside(loaders: Any, inside: dict[int, LoaderTransforms]) -> Any:

@@ -53,7 +53,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeprof.analysis.loading import counted_batches
+from pipeprof.analysis.loading import SampleSplit, counted_batches
 from pipeprof.run_folder import TRANSFORM_COLUMNS, Run, as_dict
 from pipeprof.run_meta import as_number
 
@@ -377,6 +377,16 @@ def decode_json(decode: DecodeCost | None) -> dict[str, Any] | None:
     """summary.json ``decode``: ``{"per_sample_s", "cpu_per_sample_s", "calls", "how"}``; None: no decode seen."""
     row = decode_row(decode)
     return None if row is None else row.to_json()
+
+
+def split_row(split: PrepSplit | None) -> SampleSplit | None:
+    """summary.json ``loading.split`` (``loading.SampleSplit``); None where neither a transform nor a decode call
+    was timed."""
+    if split is None:
+        return None
+    return SampleSplit(fetch_per_sample_s=split.fetch_s, core_wait_per_sample_s=split.core_wait_s,
+                       decode_per_sample_s=split.decode_s, transform_per_sample_s=split.transform_s,
+                       other_per_sample_s=split.other_s)
 
 
 def split_json(split: PrepSplit | None) -> dict[str, Any] | None:

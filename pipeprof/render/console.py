@@ -102,10 +102,11 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
             text += f"\nnote: {top.note}"
         certain = bool(top.change or top.code_change) and not (interval is not None and interval.may_not_help)
         add("top recommendation", text, "bold" if certain else "")
-    split = as_dict(loading.split) if loading is not None else {}
-    if split and loading is not None:  # decode and transforms timed inside __getitem__
+    split = loading.split if loading is not None else None
+    if split is not None and loading is not None:  # decode and transforms timed inside __getitem__
         add("fetch/decode/transform/other per sample",
-            _several(fmt.duration, *(split.get(f"{k}_per_sample_s") for k in ("fetch", "decode", "transform", "other"))))
+            _several(fmt.duration, split.fetch_per_sample_s, split.decode_per_sample_s, split.transform_per_sample_s,
+                     split.other_per_sample_s))
         add("collate per sample", fmt.duration(loading.collate_per_sample_s))
     else:
         add("fetch/prep/collate per sample",

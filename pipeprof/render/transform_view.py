@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeprof import format as fmt
+from pipeprof.analysis.loading import SampleSplit
 from pipeprof.analysis.summary import Summary, as_summary
 from pipeprof.analysis.transforms import DecodeRow, TransformRow
 from pipeprof.numbers import finite
@@ -43,7 +44,7 @@ class LoaderView:
 
     title: str
     parts: tuple[Part, ...]
-    split: dict[str, Any] | None
+    split: SampleSplit | None
 
 
 def _part(row: TransformRow) -> Part | None:
@@ -157,16 +158,13 @@ def table_rows(view: LoaderView) -> list[dict[str, str]]:
             for p in view.parts]
 
 
-SPLIT_PARTS = (("fetch_per_sample_s", "fetch"), ("core_wait_per_sample_s", "waiting for a core"),
-               ("decode_per_sample_s", "decode"), ("transform_per_sample_s", "transform"),
-               ("other_per_sample_s", "other"))
-
-
-def split_text(split: dict[str, Any] | None) -> str | None:
+def split_text(split: SampleSplit | None) -> str | None:
     """"fetch 20.0 µs · decode 150 µs · transform 30.0 µs · other 15.0 µs per sample" (waiting for a core where
     known); None without a split."""
-    if not split:
+    if split is None:
         return None
-    words = [f"{label} {fmt.duration(split.get(key))}" for key, label in SPLIT_PARTS
-             if finite(split.get(key)) is not None]
+    parts = ((split.fetch_per_sample_s, "fetch"), (split.core_wait_per_sample_s, "waiting for a core"),
+             (split.decode_per_sample_s, "decode"), (split.transform_per_sample_s, "transform"),
+             (split.other_per_sample_s, "other"))
+    words = [f"{label} {fmt.duration(value)}" for value, label in parts if finite(value) is not None]
     return " · ".join(words) + " per sample" if words else None
