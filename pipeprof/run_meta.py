@@ -123,6 +123,8 @@ class RankInfo:
     status: str | None = None
     error: str | None = None
     recorded: JsonObject = field(default_factory=dict)
+    node_rank: int | None = None
+    backend: str | None = None  # torch.distributed's, where recorded
 
     @classmethod
     def parse(cls, value: Any) -> RankInfo | None:
@@ -131,7 +133,8 @@ class RankInfo:
         return cls(rank=as_int(value.get("rank")), local_rank=as_int(value.get("local_rank")),
                    world_size=as_int(value.get("world_size")), local_world_size=as_int(value.get("local_world_size")),
                    node=value.get("node"), pid=as_int(value.get("pid")), status=as_str(value.get("status")),
-                   error=as_str(value.get("error")), recorded=value)
+                   error=as_str(value.get("error")), recorded=value, node_rank=as_int(value.get("node_rank")),
+                   backend=as_str(value.get("backend")))
 
 
 @dataclass(frozen=True)
