@@ -86,12 +86,15 @@ class GpuInfo:
     reason: str | None = None
     cuda_index: int | None = None
     recorded: JsonObject = field(default_factory=dict)
+    sm_clock_max_mhz: float | None = None  # the device's limits, where NVML gave them
+    power_limit_w: float | None = None
 
     @classmethod
     def parse(cls, value: Any) -> GpuInfo:
         gpu = as_object(value)
         return cls(available=bool(gpu.get("available")), reason=gpu.get("reason"),
-                   cuda_index=as_int(gpu.get("cuda_index")), recorded=gpu)
+                   cuda_index=as_int(gpu.get("cuda_index")), recorded=gpu,
+                   sm_clock_max_mhz=finite(gpu.get("sm_clock_max_mhz")), power_limit_w=finite(gpu.get("power_limit_w")))
 
 
 @dataclass(frozen=True)

@@ -147,19 +147,38 @@ class CProfileView:
 
 
 @dataclass(frozen=True)
-class CodeView:
-    """summary.json's ``code_profile``: ``cprofile`` (``CProfileView``) and ``pyspy`` (py-spy's record as
-    summary.json has it: its file, rate and cost, or ``{"absent": reason}``)."""
+class PySpyView:
+    """summary.json's ``code_profile.pyspy``: py-spy's record as summary.json has it (``recorded``: its file,
+    samples, rate and cost, which the report shows), with its ``file`` and ``absent`` reason as recorded (None:
+    not there)."""
 
-    cprofile: CProfileView
-    pyspy: dict[str, Any]
+    recorded: dict[str, Any] = field(default_factory=dict)
+    file: Any = None
+    absent: Any = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"cprofile": self.cprofile.to_json(), "pyspy": dict(self.pyspy)}
+        return dict(self.recorded)
+
+    @classmethod
+    def from_json(cls, data: Any) -> PySpyView:
+        d = dict(_dict(data))
+        return cls(recorded=d, file=d.get("file"), absent=d.get("absent"))
+
+
+@dataclass(frozen=True)
+class CodeView:
+    """summary.json's ``code_profile``: ``cprofile`` (``CProfileView``) and ``pyspy`` (``PySpyView``: py-spy's
+    file, rate and cost, or its absence)."""
+
+    cprofile: CProfileView
+    pyspy: PySpyView
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cprofile": self.cprofile.to_json(), "pyspy": self.pyspy.to_json()}
 
     @classmethod
     def from_json(cls, data: Any) -> CodeView | None:
         """None for a summary without the section (an older one)."""
         if not isinstance(data, dict):
             return None
-        return cls(cprofile=CProfileView.from_json(data.get("cprofile")), pyspy=dict(_dict(data.get("pyspy"))))
+        return cls(cprofile=CProfileView.from_json(data.get("cprofile")), pyspy=PySpyView.from_json(data.get("pyspy")))

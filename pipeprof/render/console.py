@@ -175,8 +175,8 @@ def _code_profile_line(code: CodeView | None) -> str | None:
                      if outside is not None else "cost not measured")
     elif not (cprofile.absent or "off").startswith(_NOT_ASKED):
         parts.append(f"cProfile: {cprofile.absent}")
-    if pyspy and not str(pyspy.get("absent", "")).startswith(_NOT_ASKED):
-        parts.append(f"py-spy: {pyspy['file']}" if pyspy.get("file") else f"py-spy: {pyspy.get('absent')}")
+    if pyspy.recorded and not str(pyspy.absent if "absent" in pyspy.recorded else "").startswith(_NOT_ASKED):
+        parts.append(f"py-spy: {pyspy.file}" if pyspy.file else f"py-spy: {pyspy.absent}")
     return "; ".join(parts) or None
 
 

@@ -108,7 +108,7 @@ def render_html(run: Run, summary: Summary | Mapping[str, Any], *, folder_name: 
         meta=meta,
         folder_name=folder_name,
         scenario_name=summary.scenario or run.name,
-        scenario_description=as_dict(meta.scenario).get("description"),
+        scenario_description=meta.settings.description,
         bottleneck_title=title,
         verdict=verdict,
         recommendations=_recommendations(summary),
@@ -448,9 +448,9 @@ def _code_profile(summary: Summary) -> dict[str, Any] | None:
     if code is None:
         return None
     cprofile, pyspy = code.cprofile, code.pyspy
-    if str(cprofile.absent or "").startswith("off") and str(pyspy.get("absent", "")).startswith("off"):
+    if str(cprofile.absent or "").startswith("off") and str(pyspy.absent or "").startswith("off"):
         return None
-    return {"cprofile": _cprofile_view(cprofile), "pyspy": pyspy}
+    return {"cprofile": _cprofile_view(cprofile), "pyspy": pyspy.recorded}
 
 
 def _cprofile_view(cprofile: CProfileView) -> dict[str, Any]:
