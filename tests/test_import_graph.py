@@ -226,7 +226,8 @@ SUMMARY_RECORDS = frozenset({"Summary", "as_summary", "SUMMARY_SCHEMA_VERSION", 
                              "TransformRow", "DecodeRow", "Throughput", "JobSection", "LightSection", "LightWindow",
                              "LightChange", "SampledSection", "SampledShare", "SampledWindow",
                              "Comparison", "FractionChange", "ThroughputRatio", "as_comparison",
-                             "Disturbance", "PredictionCheck", "CrossCheck", "Diagnosis", "SampleSplit"})
+                             "Disturbance", "PredictionCheck", "CrossCheck", "Diagnosis", "SampleSplit",
+                             "Sweep", "SweepPoint"})
 
 
 def _imported_names(module: str) -> dict[str, set[str]]:

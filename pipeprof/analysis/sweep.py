@@ -177,16 +177,26 @@ class Sweep:
     best_index: Any
     near_best: frozenset[Any]
     prediction_check: PredictionCheck | None
+    best_samples_per_s: float | None = None  # the best point's
+    best_settings: dict[str, Any] | None = None  # the best point's change over the base
+    point_count: int | None = None  # the points (a script's tune: its trials); None: not a list
 
     @classmethod
     def from_json(cls, data: Any) -> Sweep:
         d = data if isinstance(data, dict) else {}
-        best = d.get("best") or {}
+        raw_best = d.get("best")
+        best: dict[str, Any] = raw_best if isinstance(raw_best, dict) else {}
+        settings = best.get("settings")
+        counted = d.get("points") if "points" in d else d.get("trials")
         return cls(kind=str(d.get("kind", "sweep")), scenario=d.get("scenario"),
-                   axes=tuple(SweepAxis(key=a["key"], values=tuple(a.get("values") or [])) for a in d.get("axes") or []),
+                   axes=tuple(SweepAxis(key=a["key"], values=tuple(a.get("values") or []))
+                              for a in d.get("axes") or [] if isinstance(a, dict) and "key" in a),
                    points=tuple(SweepPoint.from_json(p) for p in d.get("points") or []),
                    best_index=best.get("index"), near_best=frozenset(d.get("near_best") or []),
-                   prediction_check=PredictionCheck.from_json(d.get("prediction_check")))
+                   prediction_check=PredictionCheck.from_json(d.get("prediction_check")),
+                   best_samples_per_s=finite(best.get("samples_per_s")),
+                   best_settings=settings if isinstance(settings, dict) else {},
+                   point_count=len(counted) if isinstance(counted, list) else None)
 
 
 def _str(value: Any) -> str | None:
