@@ -123,6 +123,17 @@ class CProfileView:
     files: dict[str, str] = field(default_factory=dict)
     overhead_note: str | None = None
 
+    @property
+    def first_step(self) -> Any:
+        """The window's first profiled step, as recorded (None: no window)."""
+        return (self.window or {}).get("first_step")
+
+    @property
+    def profiled_steps(self) -> Any:
+        """How many steps the window profiled, as recorded (an older summary's ``steps``)."""
+        window = self.window or {}
+        return window.get("profiled_steps", window.get("steps"))
+
     def to_json(self) -> dict[str, Any]:
         if self.absent is not None:
             return _present(absent=self.absent, window=self.window)

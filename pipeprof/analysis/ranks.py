@@ -103,6 +103,11 @@ class RankEntry:
     verdict: dict[str, Any]
     status: str | None
 
+    @property
+    def verdict_class(self) -> Any:
+        """The rank's verdict class as summary.json holds it (None: not judged)."""
+        return self.verdict.get("class")
+
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "loading": self.loading.to_json() if self.loading is not None else None}
 

@@ -456,9 +456,8 @@ def _code_profile(summary: Summary) -> dict[str, Any] | None:
 def _cprofile_view(cprofile: CProfileView) -> dict[str, Any]:
     if cprofile.absent is not None:
         return {"absent": cprofile.absent}
-    window = cprofile.window or {}
     overhead = cprofile.overhead or StepCost()
-    first, steps = window.get("first_step"), window.get("profiled_steps", window.get("steps"))
+    first, steps = cprofile.first_step, cprofile.profiled_steps
     processes = []
     for key, info in cprofile.processes.items():
         processes.append({

@@ -66,7 +66,7 @@ class LoaderGroup:
         return _weighted([(x.prep_per_sample_s, x.samples) for x in self.loaders])
 
     def setting(self, key: str) -> Any:
-        return dict(self.settings).get(key)
+        return self.loaders[0].setting(key)  # the group's settings are its first loader's
 
 
 def _weighted(values: list[tuple[float | None, float | None]]) -> float | None:

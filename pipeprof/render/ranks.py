@@ -81,7 +81,7 @@ def rank_rows(summary: Summary | Mapping[str, Any]) -> list[dict[str, Any]]:
                      "fractions": {p: finite(e.fractions.get(p)) for p in FRACTIONS},
                      "fetch_per_sample_s": loading.fetch_per_sample_s if loading is not None else None,
                      "prep_per_sample_s": loading.prep_per_sample_s if loading is not None else None,
-                     "verdict": e.verdict.get("class") or NOT_MEASURED,
+                     "verdict": e.verdict_class or NOT_MEASURED,
                      "status": str(e.status or "unknown"),
                      "straggler": straggler is not None and e.rank == straggler})
     return rows

@@ -38,7 +38,7 @@ import pandas as pd
 from pipeprof.format import MIB
 from pipeprof.numbers import finite
 from pipeprof.run_folder import LOADING_PARTS as PARTS
-from pipeprof.run_folder import Run
+from pipeprof.run_folder import FolderHead, Run
 from pipeprof.run_meta import JobInfo, RankInfo
 from pipeprof.version import __version__
 
@@ -136,9 +136,9 @@ def _pids(loading: pd.DataFrame) -> list[int]:
 def _metadata(run: Run) -> dict[str, Any]:
     metadata = {"pipeprof_version": __version__,
                 "time_origin": "seconds since the run started; ts = microseconds"}
-    scenario, status = run.info.scenario, run.info.status
-    if scenario is not None and scenario.get("name") is not None:
-        metadata["run"] = str(scenario["name"])
+    name, status = FolderHead.from_json(run.meta).scenario, run.info.status
+    if name is not None:
+        metadata["run"] = name
     if status is not None:
         metadata["status"] = status
     return metadata
