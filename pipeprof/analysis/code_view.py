@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeprof.numbers import finite
+from pipeprof.run_meta import JsonObject
 
 
 def _present(**values: Any) -> dict[str, Any]:
@@ -163,11 +164,11 @@ class PySpyView:
     samples, rate and cost, which the report shows), with its ``file`` and ``absent`` reason as recorded (None:
     not there)."""
 
-    recorded: dict[str, Any] = field(default_factory=dict)
+    recorded: JsonObject = field(default_factory=dict)
     file: Any = None
     absent: Any = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return dict(self.recorded)
 
     @classmethod

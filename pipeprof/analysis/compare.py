@@ -40,7 +40,7 @@ from pipeprof.analysis.steps import PHASES as STEP_PHASES
 from pipeprof.analysis.windows import Throughput, t_975
 from pipeprof.numbers import finite
 from pipeprof.run_folder import Run, as_dict
-from pipeprof.run_meta import as_str
+from pipeprof.run_meta import JsonObject, as_str
 
 COMPARE_SCHEMA_VERSION = 1
 FRACTION_NOISE_PP = 2.0  # percentage points of step time
@@ -316,7 +316,7 @@ class Comparison:
     comparisons: tuple[RunComparison, ...]
     settings: tuple[SettingDifference, ...]
     fraction_pp: float | None
-    rules: dict[str, Any]
+    rules: JsonObject
 
     def comparison_of(self, run: int) -> RunComparison | None:
         """The comparison of run ``run`` (None for the baseline, or a run not compared)."""
@@ -338,7 +338,7 @@ def as_comparison(value: Comparison | Mapping[str, Any]) -> Comparison:
     return value if isinstance(value, Comparison) else Comparison.from_json(value)
 
 
-def _objects(value: Any) -> list[dict[str, Any]]:
+def _objects(value: Any) -> list[JsonObject]:
     """The JSON objects of a list (an entry of another type is not one of ours: left out)."""
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 

@@ -71,6 +71,7 @@ from typing import Any
 from pipeprof import format as fmt
 from pipeprof.analysis.thresholds import MIN_STALL_TO_SPLIT
 from pipeprof.numbers import finite as _finite
+from pipeprof.run_meta import JsonObject
 
 RUNS = ("compute", "prep", "real")
 
@@ -325,9 +326,9 @@ class Diagnosis:
     runs: dict[str, DiagnosedRun]
     seconds_per_sample: dict[str, float | None]
     fractions: dict[str, float | None]
-    clamped: dict[str, Any]
+    clamped: JsonObject
     unclamped: dict[str, float | None]
-    null_reasons: dict[str, Any]
+    null_reasons: JsonObject
     tolerance: float | None
     checks: dict[str, CrossCheck]
 
@@ -335,7 +336,7 @@ class Diagnosis:
     def from_json(cls, data: Any) -> Diagnosis:
         d = data if isinstance(data, dict) else {}
 
-        def obj(key: str) -> dict[str, Any]:
+        def obj(key: str) -> JsonObject:
             value = d.get(key)
             return value if isinstance(value, dict) else {}
 

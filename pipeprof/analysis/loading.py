@@ -28,7 +28,7 @@ import pandas as pd
 from pipeprof.numbers import finite as _finite
 from pipeprof.run_folder import LOADING_PARTS as PARTS
 from pipeprof.run_folder import MAIN_PROCESS
-from pipeprof.run_meta import as_number
+from pipeprof.run_meta import JsonObject, as_number
 
 BREAKDOWN_COLUMNS = [
     "worker",  # DataLoader worker id; -1 = the training process
@@ -105,7 +105,7 @@ class SampleSplit:
     transform_per_sample_s: float | None = None
     other_per_sample_s: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"fetch_per_sample_s": self.fetch_per_sample_s, "core_wait_per_sample_s": self.core_wait_per_sample_s,
                 "decode_per_sample_s": self.decode_per_sample_s, "transform_per_sample_s": self.transform_per_sample_s,
                 "other_per_sample_s": self.other_per_sample_s}

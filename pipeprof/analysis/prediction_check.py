@@ -32,6 +32,7 @@ from typing import Any
 from pipeprof.analysis.thresholds import OTHER_LOAD_WORTH_SAYING
 from pipeprof.loader_rules import prefetch_factor
 from pipeprof.numbers import finite
+from pipeprof.run_meta import JsonObject
 
 
 def point_predictions(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -134,7 +135,7 @@ class CheckedPair:
     (predicted / measured - 1), whether the measurement fell inside the interval, and what disturbed either end."""
 
     source: Any
-    change: dict[str, Any]
+    change: JsonObject
     target: Any
     predicted: float | None
     measured: float | None
@@ -160,7 +161,7 @@ class PredictionCheck:
     inside share; ``undisturbed`` the same over the undisturbed pairs)."""
 
     rows: tuple[CheckedPair, ...]
-    summary: dict[str, Any]
+    summary: JsonObject
 
     @classmethod
     def from_json(cls, data: Any) -> PredictionCheck | None:

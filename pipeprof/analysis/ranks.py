@@ -58,7 +58,7 @@ from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS, MIN_GAIN, STRAGGLER_
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.numbers import finite
 from pipeprof.run_folder import Run, as_dict
-from pipeprof.run_meta import RankInfo, as_int, as_str
+from pipeprof.run_meta import JsonObject, RankInfo, as_int, as_str
 
 STRAGGLER_KINDS = ("input", "compute", "h2d", "none")
 # The phase whose excess names the straggler's kind; compute includes the step's untimed rest (its own work too).
@@ -134,7 +134,7 @@ class JobSection:
     median_rank: int | None
     untraced: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"id": self.id, "world_size": self.world_size, "nodes": list(self.nodes), "launcher": self.launcher,
                 "median_rank": self.median_rank, "untraced": self.untraced}
 

@@ -29,7 +29,7 @@ class LightWindow:
     data_wait_fraction: float | None = None
     gpu_util_pct_mean: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"t_start_s": self.t_start_s, "t_end_s": self.t_end_s, "steps": self.steps,
                 "step_median_s": self.step_median_s, "step_p90_s": self.step_p90_s,
                 "data_wait_fraction": self.data_wait_fraction, "gpu_util_pct_mean": self.gpu_util_pct_mean}
@@ -55,7 +55,7 @@ class LightChange:
     ratio: float | None
     sigmas: float | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"index": self.index, "before_s": self.before_s, "after_s": self.after_s, "sigmas": self.sigmas,
                 "ratio": self.ratio, "t_s": self.t_s}
 
@@ -79,7 +79,7 @@ class LightSection:
     change_point_test: str
     change_point: LightChange | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"window_s": self.window_s, "windows": self.windows, "timeline": [w.to_json() for w in self.timeline],
                 "change_point_test": self.change_point_test,
                 "change_point": self.change_point.to_json() if self.change_point is not None else None}
@@ -105,7 +105,7 @@ class SampledShare:
     of_samples: int
     interval: tuple[float, float] | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"fraction": self.fraction, "samples": self.samples, "of_samples": self.of_samples,
                 "interval": list(self.interval) if self.interval is not None else None}
 
@@ -134,7 +134,7 @@ class SampledWindow:
     other_fraction: float | None = None
     worker_busy_mean_fraction: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"t_start_s": self.t_start_s, "t_end_s": self.t_end_s, "training_samples": self.training_samples,
                 **{f"{k}_fraction": getattr(self, f"{k}_fraction") for k in SAMPLED_PARTS},
                 "worker_busy_mean_fraction": self.worker_busy_mean_fraction}
@@ -176,7 +176,7 @@ class SampledSection:
         """How long the attach sampled, seconds."""
         return as_number(self.attach.get("sampled_s"))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {**self.shares, "training_samples": self.training_samples,
                 "training": {k: s.to_json() for k, s in self.training.items()},
                 "timeline": [w.to_json() for w in self.timeline], "attach": self.attach, "loader": self.loader}
@@ -212,7 +212,7 @@ class Steady:
     counted_from_step: int | None = None
     window_samples_per_s: tuple[float | None, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"steady": self.steady, "cv_threshold": self.cv_threshold, "windows": self.windows,
                 "window_s": self.window_s, "max_seconds": self.max_seconds, "stopped": self.stopped, "cv": self.cv,
                 "windows_measured": self.windows_measured, "counted_from_step": self.counted_from_step,

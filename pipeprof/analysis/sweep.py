@@ -19,6 +19,7 @@ from typing import Any
 from pipeprof.analysis.prediction_check import PredictionCheck, point_predictions
 from pipeprof.numbers import finite
 from pipeprof.resource_use import CpuUse, MemoryUse
+from pipeprof.run_meta import JsonObject
 
 POINT_STATUSES = ("complete", "failed", "invalid", "interrupted", "skipped", "not run")
 
@@ -132,7 +133,7 @@ class SweepPoint:
 
     index: Any
     label: Any
-    change: dict[str, Any]
+    change: JsonObject
     status: str | None
     reason: str | None
     samples_per_s: float | None
@@ -178,14 +179,14 @@ class Sweep:
     near_best: frozenset[Any]
     prediction_check: PredictionCheck | None
     best_samples_per_s: float | None = None  # the best point's
-    best_settings: dict[str, Any] | None = None  # the best point's change over the base
+    best_settings: JsonObject | None = None  # the best point's change over the base
     point_count: int | None = None  # the points (a script's tune: its trials); None: not a list
 
     @classmethod
     def from_json(cls, data: Any) -> Sweep:
         d = data if isinstance(data, dict) else {}
         raw_best = d.get("best")
-        best: dict[str, Any] = raw_best if isinstance(raw_best, dict) else {}
+        best: JsonObject = raw_best if isinstance(raw_best, dict) else {}
         settings = best.get("settings")
         counted = d.get("points") if "points" in d else d.get("trials")
         return cls(kind=str(d.get("kind", "sweep")), scenario=d.get("scenario"),

@@ -55,7 +55,7 @@ import pandas as pd
 
 from pipeprof.analysis.loading import SampleSplit, counted_batches
 from pipeprof.run_folder import TRANSFORM_COLUMNS, Run, as_dict
-from pipeprof.run_meta import as_number
+from pipeprof.run_meta import JsonObject, as_number
 
 TRANSFORM, DECODE, BATCH = "transform", "decode", "batch"  # transforms.csv's kinds
 
@@ -315,7 +315,7 @@ class TransformRow:
     def of(cls, cost: TransformCost) -> TransformRow:
         return cls(cost.name, cost.per_sample_s, cost.cpu_per_sample_s, cost.calls, cost.share_of_prep, cost.random)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"name": self.name, "per_sample_s": self.per_sample_s, "cpu_per_sample_s": self.cpu_per_sample_s,
                 "calls": self.calls, "share_of_prep": self.share_of_prep, "random": self.random}
 
@@ -342,7 +342,7 @@ class DecodeRow:
     def of(cls, cost: DecodeCost) -> DecodeRow:
         return cls(cost.per_sample_s, cost.cpu_per_sample_s, cost.calls, cost.how)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"per_sample_s": self.per_sample_s, "cpu_per_sample_s": self.cpu_per_sample_s,
                 "calls": self.calls, "how": self.how}
 

@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from pipeprof.numbers import finite
-from pipeprof.run_meta import as_number, as_object, as_str
+from pipeprof.run_meta import JsonObject, as_number, as_object, as_str
 
 TARGET_WINDOW_S = 1.0  # seconds of counted step time per window, when the run is long enough
 MIN_STEPS_PER_WINDOW = 5
@@ -96,7 +96,7 @@ class Throughput:
     min_steps_per_window: int = MIN_STEPS_PER_WINDOW
     reason: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         steps = self.steps_per_window
         return {"windows": self.windows, "window_s": self.window_s,
                 "steps_per_window": {"min": steps[0], "max": steps[1]} if steps is not None else None,
