@@ -391,8 +391,5 @@ def split_row(split: PrepSplit | None) -> SampleSplit | None:
 
 def split_json(split: PrepSplit | None) -> dict[str, Any] | None:
     """summary.json ``loading.split``: seconds per sample of fetch / core_wait / decode / transform / other."""
-    if split is None:
-        return None
-    return {"fetch_per_sample_s": split.fetch_s, "core_wait_per_sample_s": split.core_wait_s,
-            "decode_per_sample_s": split.decode_s, "transform_per_sample_s": split.transform_s,
-            "other_per_sample_s": split.other_s}
+    row = split_row(split)
+    return None if row is None else row.to_json()
