@@ -27,6 +27,7 @@ from pipeprof.analysis.attribution import attribution
 from pipeprof.analysis.change_point import MIN_RELATIVE_CHANGE, MIN_SIDE, THRESHOLD_SIGMAS, change_point
 from pipeprof.analysis.evidence import StepShares
 from pipeprof.analysis.sections import LightChange, LightSection, LightWindow
+from pipeprof.analysis.steps import StepTime
 from pipeprof.analysis.summary import Summary, summary_record
 from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.numbers import finite
@@ -123,7 +124,7 @@ def light_summary(run: Run) -> Summary:
     return dataclasses.replace(
         summary, steps=steps, samples=round(samples), duration_s=total_s,
         samples_per_s=samples / total_s if total_s else None,
-        step_time_s={"median": None, "p90": None, "mean": total_s / steps if steps else None},
+        step_time_s=StepTime(mean=total_s / steps if steps else None),
         fractions=fractions, attribution=dataclasses.replace(summary.attribution, step=step), verdict=judged,
         absences=absences,
         light=LightSection(window_s=as_number(as_dict(run.info.light).get("window_s")), windows=len(windows),

@@ -41,7 +41,7 @@ from pipeprof.analysis.ranks import (
 )
 from pipeprof.analysis.recommend import Recommendation, recommend
 from pipeprof.analysis.sections import LightSection, SampledSection, Steady
-from pipeprof.analysis.steps import counted_steps, counted_window_s
+from pipeprof.analysis.steps import StepTime, counted_steps, counted_window_s
 from pipeprof.analysis.thresholds import (
     COMPUTE_BOUND_FRACTION,
     H2D_BOUND_FRACTION,
@@ -151,7 +151,7 @@ class Summary:
     samples: int
     duration_s: float
     samples_per_s: float | None
-    step_time_s: dict[str, float | None]  # median, p90, mean of counted steps
+    step_time_s: StepTime  # median, p90, mean of counted steps
     fractions: dict[str, float]  # data_wait, h2d, compute, other: shares of counted step time (NaN: no steps)
     attribution: Attribution
     verdict: Verdict
@@ -229,7 +229,7 @@ class Summary:
         return {
             "schema_version": SUMMARY_SCHEMA_VERSION, "scenario": self.scenario, "device": self.device,
             "steps": self.steps, "warmup_steps": self.warmup_steps, "samples": self.samples,
-            "duration_s": self.duration_s, "samples_per_s": self.samples_per_s, "step_time_s": dict(self.step_time_s),
+            "duration_s": self.duration_s, "samples_per_s": self.samples_per_s, "step_time_s": self.step_time_s.to_json(),
             "fractions": dict(self.fractions), "bottleneck": self.bottleneck,
             "bottleneck_reason": self.bottleneck_reason, "cpu": self.cpu.to_json(), "memory": self.memory.to_json(),
             "disk": self.disk.to_json(), "timing": self.timing.to_json(), **self._sections(),
@@ -259,7 +259,7 @@ def summary_from_json(data: Any) -> Summary:
         scenario=str(d.get("scenario") or ""), device=d.get("device"), steps=int(d.get("steps") or 0),
         warmup_steps=int(d.get("warmup_steps") or 0), samples=d.get("samples") or 0,
         duration_s=float(d.get("duration_s") or 0.0), samples_per_s=d.get("samples_per_s"),
-        step_time_s=dict(as_dict(d.get("step_time_s"))), fractions=_nan_for_null(d.get("fractions")),
+        step_time_s=StepTime.from_json(d.get("step_time_s")), fractions=_nan_for_null(d.get("fractions")),
         attribution=Attribution.from_json(d.get("attribution")), verdict=verdict,
         recommendations=tuple(Recommendation.from_json(r) for r in recs),
         intervals=tuple(Interval.from_json(r.get("interval")) for r in recs),
@@ -439,9 +439,9 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
     return Summary(
         scenario=run.name, device=info.device, steps=n, warmup_steps=int(steps["warmup"].astype(bool).sum()),
         samples=samples, duration_s=duration_s, samples_per_s=samples_per_s,
-        step_time_s={"median": float(np.median(step_s)) if n else None,
-                     "p90": float(np.percentile(step_s, 90)) if n else None,
-                     "mean": float(step_s.mean()) if n else None},
+        step_time_s=StepTime(median=float(np.median(step_s)) if n else None,
+                             p90=float(np.percentile(step_s, 90)) if n else None,
+                             mean=float(step_s.mean()) if n else None),
         fractions=frac, attribution=attr, verdict=judged,
         recommendations=recs, intervals=bounds, cpu=cpu, memory=rss, disk=disk,
         timing=info.timing.with_parts(),

@@ -66,7 +66,7 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
                        "outside): the shares below are sampled; steps and throughput cannot be measured so")
     add("steps (counted)", fmt.number(s.steps, 0))
     add("throughput", fmt.rate(s.samples_per_s), "bold")
-    add("step time median / p90", _several(fmt.duration, step.get("median"), step.get("p90")))
+    add("step time median / p90", _several(fmt.duration, step.median, step.p90))
 
     def share(part: str, key: str) -> str:
         text = fmt.pct(frac.get(part), 1)
