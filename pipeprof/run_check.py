@@ -63,6 +63,14 @@ class Damage:
     def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "reason": self.reason}
 
+    @classmethod
+    def from_json(cls, data: Any) -> Damage:
+        """summary.json's ``damage`` row read back."""
+        d = data if isinstance(data, dict) else {}
+        line = d.get("line")
+        return cls(str(d.get("file") or ""), line if isinstance(line, int) and not isinstance(line, bool) else None,
+                   str(d.get("reason") or ""))
+
     def under(self, prefix: str) -> Damage:
         """The same damage, its file named from a folder above (a rank's, seen from its job)."""
         return Damage(f"{prefix}/{self.file}", self.line, self.reason)

@@ -269,6 +269,27 @@ class Run:
 as_dict = as_object
 
 
+@dataclass(frozen=True)
+class FolderHead:
+    """What a pipeprof folder's document (run.json, diagnosis.json, compare.json, sweep.json, tune.json) says of
+    itself at its top, each as text (None: it says nothing): when it was made (``created_utc``, an ISO time;
+    only a string counts), its scenario's name (run.json's ``scenario`` is the whole table: its ``name``) and its
+    status."""
+
+    created_utc: str | None = None
+    scenario: str | None = None
+    status: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> FolderHead:
+        d = as_object(data)
+        created, scenario, status = d.get("created_utc"), d.get("scenario"), d.get("status")
+        if isinstance(scenario, dict):
+            scenario = scenario.get("name")
+        return cls(created_utc=created if isinstance(created, str) else None,
+                   scenario=None if scenario is None else str(scenario), status=None if status is None else str(status))
+
+
 def _same(recorded: dict[str, Any], meta: dict[str, Any]) -> bool:
     try:
         return recorded == meta

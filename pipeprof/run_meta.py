@@ -86,12 +86,15 @@ class GpuInfo:
     reason: str | None = None
     cuda_index: int | None = None
     recorded: JsonObject = field(default_factory=dict)
+    sm_clock_max_mhz: float | None = None  # the device's limits, where NVML gave them
+    power_limit_w: float | None = None
 
     @classmethod
     def parse(cls, value: Any) -> GpuInfo:
         gpu = as_object(value)
         return cls(available=bool(gpu.get("available")), reason=gpu.get("reason"),
-                   cuda_index=as_int(gpu.get("cuda_index")), recorded=gpu)
+                   cuda_index=as_int(gpu.get("cuda_index")), recorded=gpu,
+                   sm_clock_max_mhz=finite(gpu.get("sm_clock_max_mhz")), power_limit_w=finite(gpu.get("power_limit_w")))
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,8 @@ class RankInfo:
     status: str | None = None
     error: str | None = None
     recorded: JsonObject = field(default_factory=dict)
+    node_rank: int | None = None
+    backend: str | None = None  # torch.distributed's, where recorded
 
     @classmethod
     def parse(cls, value: Any) -> RankInfo | None:
@@ -131,7 +136,8 @@ class RankInfo:
         return cls(rank=as_int(value.get("rank")), local_rank=as_int(value.get("local_rank")),
                    world_size=as_int(value.get("world_size")), local_world_size=as_int(value.get("local_world_size")),
                    node=value.get("node"), pid=as_int(value.get("pid")), status=as_str(value.get("status")),
-                   error=as_str(value.get("error")), recorded=value)
+                   error=as_str(value.get("error")), recorded=value, node_rank=as_int(value.get("node_rank")),
+                   backend=as_str(value.get("backend")))
 
 
 @dataclass(frozen=True)
@@ -165,13 +171,78 @@ class ScriptInfo:
     wall_s: float | None = None
     started_pid: int | None = None  # the process the hooks started in
     recorded: JsonObject = field(default_factory=dict)  # every key, copied into summary.json
+    # what ran, where, and how it ended, as recorded (None: not recorded)
+    command_line: Any = None
+    cwd: Any = None
+    python: Any = None
+    returncode: int | None = None
+    exit_status: Any = None
+    ended_how: Any = None  # exit, exception, interrupted, stopped
+    ended_detail: Any = None  # the exit status, the exception, the steps --steps stopped it after
 
     @classmethod
     def parse(cls, value: Any) -> ScriptInfo | None:
         if not isinstance(value, dict):
             return None
+        ended = as_object(value.get("ended"))
         return cls(wall_s=finite(value.get("wall_s")),
-                   started_pid=as_int(as_object(value.get("started")).get("pid")), recorded=value)
+                   started_pid=as_int(as_object(value.get("started")).get("pid")), recorded=value,
+                   command_line=value.get("command_line"), cwd=value.get("cwd"), python=value.get("python"),
+                   returncode=as_int(value.get("returncode")), exit_status=value.get("exit_status"),
+                   ended_how=ended.get("how"), ended_detail=ended.get("detail"))
+
+
+# What a DataLoader was built with: loaders equal in all of these (and in name and role) fold together.
+LOADER_SETTINGS = ("dataset", "batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers",
+                   "drop_last", "multiprocessing_context")
+
+
+@dataclass(frozen=True)
+class LoaderInfo:
+    """One of a script's DataLoaders as the hooks recorded it (run.json's ``loaders``; summary.json's, which add
+    its ``transforms`` and ``decode``): its name, role and number as recorded, its settings (``LOADER_SETTINGS``),
+    its counts and times (seconds; None: not recorded) and the data-wait by batch position in a step."""
+
+    name: Any = None
+    role: Any = None
+    number: Any = None
+    settings: tuple[tuple[str, Any], ...] = ()  # (key, value as recorded) in LOADER_SETTINGS order
+    batches: float | None = None
+    samples: float | None = None
+    passes: float | None = None
+    wait_s: float | None = None
+    eval_s: float | None = None  # an evaluation loader's passes
+    wait_per_batch_s: float | None = None
+    fetch_per_sample_s: float | None = None
+    prep_per_sample_s: float | None = None
+    wait_by_position_s: Any = None  # as recorded: seconds per batch position in a step of several batches
+    transforms: Any = None  # summary.json's, as written (analysis.transforms reads them)
+    decode: Any = None
+
+    def setting(self, key: str) -> Any:
+        return dict(self.settings).get(key)
+
+    @classmethod
+    def parse(cls, value: Any) -> LoaderInfo | None:
+        """One loader's record; None where it is not a JSON object."""
+        if not isinstance(value, dict):
+            return None
+        return cls(name=value.get("name"), role=value.get("role"), number=value.get("number"),
+                   settings=tuple((k, value.get(k)) for k in LOADER_SETTINGS),
+                   batches=as_number(value.get("batches")), samples=as_number(value.get("samples")),
+                   passes=as_number(value.get("passes")), wait_s=as_number(value.get("wait_s")),
+                   eval_s=as_number(value.get("eval_s")), wait_per_batch_s=as_number(value.get("wait_per_batch_s")),
+                   fetch_per_sample_s=as_number(value.get("fetch_per_sample_s")),
+                   prep_per_sample_s=as_number(value.get("prep_per_sample_s")),
+                   wait_by_position_s=value.get("wait_by_position_s"), transforms=value.get("transforms"),
+                   decode=value.get("decode"))
+
+    @classmethod
+    def parse_all(cls, values: Any) -> tuple[LoaderInfo, ...]:
+        """A ``loaders`` list read once; entries that are not JSON objects are left out."""
+        if not isinstance(values, (list, tuple)):
+            return ()
+        return tuple(x for x in (cls.parse(v) for v in values) if x is not None)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from conftest import schema_errors
 from rich.console import Console
 
 from pipeprof.analysis.live_window import LiveWindow, timed_window
+from pipeprof.analysis.summary import summary_from_json
 from pipeprof.attach.classify import training_class, worker_class
 from pipeprof.attach.live import attached_window
 from pipeprof.attach.session import record_stacks, stack_rows, unattachable_error
@@ -20,7 +21,7 @@ from pipeprof.attach.summary import sampled_summary
 from pipeprof.errors import UsageError
 from pipeprof.pipeline.derive import derived_files, summary_document
 from pipeprof.render.live import live_frame
-from pipeprof.run_folder import STACK_COLUMNS, STEP_COLUMNS, Run, load_run, save_run
+from pipeprof.run_folder import STACK_COLUMNS, STEP_COLUMNS, Run, load_run, save_run, to_json
 
 TORCH = "/venv/lib/python3.11/site-packages/torch"
 DL = f"{TORCH}/utils/data/dataloader.py"
@@ -149,6 +150,8 @@ def test_sampled_summary_keeps_the_contract_and_says_what_is_sampled(tmp_path):
     assert interval[0] < 0.5 < interval[1]
     assert [w["t_start_s"] for w in summary["sampled"]["timeline"]] == [0.0, 1.0]
     assert summary["attribution"]["loading"]["workers"] == 1  # the verdict knew the workers were there
+    # read back (summary_from_json: the typed sections) and written again, the same summary.json
+    assert to_json(summary_from_json(json.loads(files["summary.json"])).to_json()) == files["summary.json"]
 
 
 def test_too_few_samples_give_no_verdict():

@@ -223,7 +223,11 @@ SUMMARY_RECORDS = frozenset({"Summary", "as_summary", "SUMMARY_SCHEMA_VERSION", 
                              "LoadingSummary", "WorkerLoading", "DeviceMemory", "MemoryCreep",
                              "CodeView", "CProfileView", "StepCost",
                              "Attribution", "Verdict", "RankEntry", "Straggler", "Verification",
-                             "Reason", "WRITTEN", "CacheCheck"})
+                             "TransformRow", "DecodeRow", "Throughput", "JobSection", "LightSection", "LightWindow",
+                             "LightChange", "SampledSection", "SampledShare", "SampledWindow",
+                             "Comparison", "FractionChange", "ThroughputRatio", "as_comparison",
+                             "Disturbance", "PredictionCheck", "CrossCheck", "Diagnosis", "SampleSplit",
+                             "Sweep", "SweepPoint", "Reason", "WRITTEN", "CacheCheck"})
 
 
 def _imported_names(module: str) -> dict[str, set[str]]:

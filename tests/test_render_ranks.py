@@ -19,6 +19,7 @@ from support.profiled import STRAGGLER_JOB
 
 from pipeprof.analysis.compare import compare_runs
 from pipeprof.analysis.steps import counted_steps
+from pipeprof.analysis.sweep import SweepPoint
 from pipeprof.cli.main import main
 from pipeprof.pipeline.derive import summarize
 from pipeprof.render import plots
@@ -302,9 +303,11 @@ def test_compare_lists_collective_wait_only_when_a_run_waited_in_collectives():
 
 
 def test_sweep_lists_collective_wait_only_when_a_point_waited_in_collectives():
-    alone = [{"fractions": {"data_wait": 0.3, "h2d": 0.0, "collective_wait": 0.0, "compute": 0.6, "other": 0.1}}]
+    alone = [SweepPoint.from_json({"fractions": {"data_wait": 0.3, "h2d": 0.0, "collective_wait": 0.0, "compute": 0.6,
+                                                 "other": 0.1}})]  # sweep.json's points, read back
     assert "collective_wait" not in sweep_phases(alone)
-    job = [{"fractions": {"data_wait": 0.02, "h2d": 0.0, "collective_wait": 0.7, "compute": 0.2, "other": 0.08}}]
+    job = [SweepPoint.from_json({"fractions": {"data_wait": 0.02, "h2d": 0.0, "collective_wait": 0.7, "compute": 0.2,
+                                               "other": 0.08}})]
     assert sweep_phases(alone + job)[2] == "collective_wait"
 
 

@@ -9,6 +9,8 @@ import pytest
 from rich.console import Console
 from test_render import make_run
 
+from pipeprof.analysis.loading import SampleSplit
+from pipeprof.analysis.transforms import DecodeRow, TransformRow
 from pipeprof.pipeline.derive import summarize
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
@@ -43,9 +45,10 @@ def section(html: str) -> str:
 
 
 def test_decode_is_ranked_among_the_transforms_by_its_time_per_sample():
-    names = [p.name for p in ranked_parts(TRANSFORMS, DECODE)]
+    rows = [TransformRow.from_json(t) for t in TRANSFORMS]  # summary.json's rows, read back
+    names = [p.name for p in ranked_parts(rows, DecodeRow.from_json(DECODE))]
     assert names == ["RandomAffine(degrees=15)", "decode (PIL.Image.open+convert)", "Resize(size=64)", "Normalize"]
-    assert [p.name for p in ranked_parts(TRANSFORMS, None)] == [t["name"] for t in TRANSFORMS]
+    assert [p.name for p in ranked_parts(rows, None)] == [t["name"] for t in TRANSFORMS]
 
 
 def test_the_report_shows_the_chart_and_the_table_in_rank_order(plain):
@@ -100,7 +103,7 @@ def test_a_scripts_loaders_each_get_their_own_chart():
     views = loader_views({"loaders": loaders, "transforms": TRANSFORMS[:2], "loading": {"split": SPLIT}})
     assert [v.title for v in views] == ["train_loader (train)", "val_loader (eval, the first of 2 loaders of that name)"]
     assert [p.name for p in views[1].parts] == ["decode (PIL.Image.open+convert)", "Normalize"]
-    assert views[0].split == SPLIT and views[1].split is None  # the split is the training loader's
+    assert views[0].split == SampleSplit.from_json(SPLIT) and views[1].split is None  # the training loader's
 
 
 def test_the_terminal_shows_each_evaluation_loaders_transforms_apart(plain):

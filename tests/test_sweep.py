@@ -6,7 +6,7 @@ import json
 import pytest
 from tiny import tiny_file
 
-from pipeprof.analysis.sweep import best_point, interval, near_best, point_record, series
+from pipeprof.analysis.sweep import SweepPoint, best_point, interval, near_best, point_record, series
 from pipeprof.cli.main import main
 from pipeprof.errors import UsageError
 from pipeprof.grid import axes_from_table, build_axes, parse_axis, plan
@@ -85,8 +85,9 @@ def test_the_best_point_and_those_within_its_noise():
     assert best["index"] == 1
     assert near_best(points, best) == [1, 2]
     assert points[3]["samples_per_s"] is None and points[3]["report"] is None
-    assert series(points, "loader.num_workers", None) == {"": [(0, 100, 95, 105), (1, 200, 190, 210),
-                                                              (2, 195, 180, 191)]}
+    read = [SweepPoint.from_json(p) for p in points]  # sweep.json's points, read back
+    assert series(read, "loader.num_workers", None) == {"": [(0, 100, 95, 105), (1, 200, 190, 210),
+                                                            (2, 195, 180, 191)]}
     assert best_point([points[3]]) is None
 
 

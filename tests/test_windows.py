@@ -33,7 +33,7 @@ def test_known_window_rates_give_known_mean_and_interval():
     # 4 windows of 10 steps x 0.1 s (4 s: one window per second); rates set by the batch sizes
     rates = [1000, 1100, 900, 1000]
     samples = [r * 0.1 for r in rates for _ in range(10)]
-    w = throughput_windows(make_steps([0.1] * 40, samples, warmup=5))  # the 5 s warm-up steps do not count
+    w = throughput_windows(make_steps([0.1] * 40, samples, warmup=5)).to_json()  # the 5 s warm-up steps do not count
     assert w["reason"] is None and w["split"] == "time"
     assert w["windows"] == 4 and w["window_s"] == pytest.approx(1.0)
     assert w["steps_per_window"] == {"min": 10, "max": 10}
@@ -49,16 +49,16 @@ def test_known_window_rates_give_known_mean_and_interval():
 
 
 def test_too_few_steps_give_nulls_with_a_reason():
-    w = throughput_windows(make_steps([0.01] * 9, [10] * 9, warmup=3))
+    w = throughput_windows(make_steps([0.01] * 9, [10] * 9, warmup=3)).to_json()
     assert w["windows"] == 0 and w["per_window_samples_per_s"] == []
     assert all(w[k] is None for k in ("mean", "median", "min", "max", "cv", "ci95_low", "ci95_high", "window_s"))
     assert "only 9 counted steps" in w["reason"] and "10" in w["reason"]
 
-    none = throughput_windows(make_steps([], [], warmup=4))
+    none = throughput_windows(make_steps([], [], warmup=4)).to_json()
     assert none["reason"] == "no counted steps" and none["mean"] is None
-    empty = throughput_windows(pd.DataFrame(columns=STEP_COLUMNS))
+    empty = throughput_windows(pd.DataFrame(columns=STEP_COLUMNS)).to_json()
     assert empty["reason"] == "no counted steps"
-    still = throughput_windows(make_steps([0.0] * 20, [10] * 20))
+    still = throughput_windows(make_steps([0.0] * 20, [10] * 20)).to_json()
     assert "no time" in still["reason"] and still["mean"] is None
 
 
@@ -72,7 +72,7 @@ def test_window_count_rule():
 
 
 def test_long_run_gets_one_second_windows():
-    w = throughput_windows(make_steps([0.05] * 1000, [64] * 1000))
+    w = throughput_windows(make_steps([0.05] * 1000, [64] * 1000)).to_json()
     assert w["windows"] == 50 and w["window_s"] == pytest.approx(1.0)
     assert w["cv"] == pytest.approx(0.0, abs=1e-9)
     assert w["ci95_low"] == pytest.approx(1280) and w["ci95_high"] == pytest.approx(1280)
@@ -82,7 +82,7 @@ def test_a_stall_falls_back_to_equal_step_counts():
     step_s = [0.01] * 15 + [10.0] + [0.01] * 15  # one 10 s stall: time windows would hold 1 step
     index, split = assign_windows(np.array(step_s), 6)
     assert split == "steps" and np.bincount(index).tolist() == [6, 5, 5, 5, 5, 5]
-    w = throughput_windows(make_steps(step_s, [10] * 31))
+    w = throughput_windows(make_steps(step_s, [10] * 31)).to_json()
     assert w["split"] == "steps" and w["windows"] == 6 and w["steps_per_window"]["min"] >= 5
     # the stall window is slow, and so the spread is wide
     assert min(w["per_window_samples_per_s"]) < 10 and w["cv"] > 0.4
@@ -92,7 +92,7 @@ def test_unequal_windows_weigh_by_duration():
     # 3 windows of 5 steps (too few steps for time windows): 0.5 s, 1 s and 0.25 s, all at 1000 samples/s but one
     step_s = [0.1] * 5 + [0.2] * 5 + [0.05] * 5
     samples = [100] * 5 + [100] * 5 + [25] * 5  # rates 1000, 500, 500
-    w = throughput_windows(make_steps(step_s, samples))
+    w = throughput_windows(make_steps(step_s, samples)).to_json()
     assert w["split"] == "steps" and w["windows"] == 3
     assert w["per_window_samples_per_s"] == pytest.approx([1000, 500, 500])
     assert w["mean"] == pytest.approx(1125 / 1.75)  # total samples over total time, not the plain mean 666.7
@@ -107,7 +107,7 @@ def test_unequal_windows_weigh_by_duration():
 def test_mean_of_time_windows_matches_the_overall_rate_for_steady_steps():
     rng = np.random.default_rng(0)
     step_s = rng.uniform(0.009, 0.011, 400)
-    w = throughput_windows(make_steps(step_s, [128] * 400))
+    w = throughput_windows(make_steps(step_s, [128] * 400)).to_json()
     assert w["windows"] == 4
     assert w["mean"] == pytest.approx(128 * 400 / step_s.sum())
     assert w["ci95_low"] < 128 * 400 / step_s.sum() < w["ci95_high"]
@@ -141,7 +141,7 @@ def test_is_stable():
 
 
 def test_is_stable_uses_the_same_cv_as_the_windows():
-    w = throughput_windows(make_steps([0.1] * 50, [10, 11] * 25))
+    w = throughput_windows(make_steps([0.1] * 50, [10, 11] * 25)).to_json()
     rates = w["per_window_samples_per_s"]
     assert w["windows"] == 5
     assert coefficient_of_variation(rates) == pytest.approx(w["cv"])

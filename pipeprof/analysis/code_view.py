@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeprof.numbers import finite
+from pipeprof.run_meta import JsonObject
 
 
 def _present(**values: Any) -> dict[str, Any]:
@@ -123,6 +124,17 @@ class CProfileView:
     files: dict[str, str] = field(default_factory=dict)
     overhead_note: str | None = None
 
+    @property
+    def first_step(self) -> Any:
+        """The window's first profiled step, as recorded (None: no window)."""
+        return (self.window or {}).get("first_step")
+
+    @property
+    def profiled_steps(self) -> Any:
+        """How many steps the window profiled, as recorded (an older summary's ``steps``)."""
+        window = self.window or {}
+        return window.get("profiled_steps", window.get("steps"))
+
     def to_json(self) -> dict[str, Any]:
         if self.absent is not None:
             return _present(absent=self.absent, window=self.window)
@@ -147,19 +159,38 @@ class CProfileView:
 
 
 @dataclass(frozen=True)
+class PySpyView:
+    """summary.json's ``code_profile.pyspy``: py-spy's record as summary.json has it (``recorded``: its file,
+    samples, rate and cost, which the report shows), with its ``file`` and ``absent`` reason as recorded (None:
+    not there)."""
+
+    recorded: JsonObject = field(default_factory=dict)
+    file: Any = None
+    absent: Any = None
+
+    def to_json(self) -> JsonObject:
+        return dict(self.recorded)
+
+    @classmethod
+    def from_json(cls, data: Any) -> PySpyView:
+        d = dict(_dict(data))
+        return cls(recorded=d, file=d.get("file"), absent=d.get("absent"))
+
+
+@dataclass(frozen=True)
 class CodeView:
-    """summary.json's ``code_profile``: ``cprofile`` (``CProfileView``) and ``pyspy`` (py-spy's record as
-    summary.json has it: its file, rate and cost, or ``{"absent": reason}``)."""
+    """summary.json's ``code_profile``: ``cprofile`` (``CProfileView``) and ``pyspy`` (``PySpyView``: py-spy's
+    file, rate and cost, or its absence)."""
 
     cprofile: CProfileView
-    pyspy: dict[str, Any]
+    pyspy: PySpyView
 
     def to_json(self) -> dict[str, Any]:
-        return {"cprofile": self.cprofile.to_json(), "pyspy": dict(self.pyspy)}
+        return {"cprofile": self.cprofile.to_json(), "pyspy": self.pyspy.to_json()}
 
     @classmethod
     def from_json(cls, data: Any) -> CodeView | None:
         """None for a summary without the section (an older one)."""
         if not isinstance(data, dict):
             return None
-        return cls(cprofile=CProfileView.from_json(data.get("cprofile")), pyspy=dict(_dict(data.get("pyspy"))))
+        return cls(cprofile=CProfileView.from_json(data.get("cprofile")), pyspy=PySpyView.from_json(data.get("pyspy")))

@@ -32,13 +32,17 @@ runs to include run-to-run noise.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from pipeprof.analysis.reasons import WRITTEN
 from pipeprof.analysis.steps import PHASES as STEP_PHASES
-from pipeprof.analysis.windows import t_975
+from pipeprof.analysis.summary import Summary, as_summary
+from pipeprof.analysis.windows import Throughput, t_975
 from pipeprof.numbers import finite
-from pipeprof.run_folder import Run, as_dict
+from pipeprof.run_folder import Run
+from pipeprof.run_meta import JsonObject, as_object, as_str
 
 COMPARE_SCHEMA_VERSION = 1
 FRACTION_NOISE_PP = 2.0  # percentage points of step time
@@ -84,18 +88,18 @@ def differing_settings(scenarios: Sequence[Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def throughput_ratio(baseline: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+def throughput_ratio(baseline: Summary | Mapping[str, Any], other: Summary | Mapping[str, Any]) -> dict[str, Any]:
     """``other`` over ``baseline`` throughput with its 95% interval (see the module's noise rules).
 
     Both arguments are summaries (``samples_per_s`` and the ``throughput``
-    windows). Returns ``ratio``, ``low``, ``high``, ``df`` (degrees of
-    freedom), ``method``, ``within_noise`` and ``reason`` (why there is no
-    interval, else null).
+    windows; a summary.json's dict is read first, ``as_summary``). Returns ``ratio``, ``low``, ``high``, ``df``
+    (degrees of freedom), ``method``, ``within_noise`` and ``reason`` (why there is no interval, else null).
     """
-    wa, wb = as_dict(baseline.get("throughput")), as_dict(other.get("throughput"))
-    ma, mb = finite(wa.get("mean")), finite(wb.get("mean"))
-    sa, sb = finite(wa.get("se")), finite(wb.get("se"))
-    ka, kb = int(wa.get("windows") or 0), int(wb.get("windows") or 0)
+    a, b = as_summary(baseline), as_summary(other)
+    wa, wb = a.throughput or Throughput(), b.throughput or Throughput()
+    ma, mb = finite(wa.mean), finite(wb.mean)
+    sa, sb = finite(wa.se), finite(wb.se)
+    ka, kb = wa.windows, wb.windows
     if ma is not None and mb is not None and sa is not None and sb is not None and ma > 0 and mb > 0 \
             and ka >= 2 and kb >= 2:
         ratio = mb / ma
@@ -107,10 +111,10 @@ def throughput_ratio(baseline: dict[str, Any], other: dict[str, Any]) -> dict[st
         half = t_975(df) * se
         return _ratio(ratio, ratio * math.exp(-half), ratio * math.exp(half), df,
                       "ratio of samples/s, 95% interval by the delta method in log space (Welch df)")
-    ra, rb = finite(baseline.get("samples_per_s")), finite(other.get("samples_per_s"))
+    ra, rb = finite(a.samples_per_s), finite(b.samples_per_s)
     plain = rb / ra if ra and rb is not None and ra > 0 else None
-    reasons = [f"{name}: {w.get('reason') or 'no throughput windows'}"
-               for name, w in (("the baseline", wa), ("this run", wb)) if finite(w.get("mean")) is None]
+    reasons = [f"{name}: {w.reason or 'no throughput windows'}"
+               for name, w in (("the baseline", wa), ("this run", wb)) if finite(w.mean) is None]
     reason = "; ".join(reasons) or "a run's window rates have no usable spread"
     return dict(_ratio(plain, None, None, None, "ratio of samples/s (no interval)"), reason=reason)
 
@@ -122,9 +126,10 @@ def _ratio(ratio: float | None, low: float | None, high: float | None, df: float
             "reason": None}
 
 
-def fraction_changes(baseline: dict[str, Any], other: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def fraction_changes(baseline: Summary | Mapping[str, Any],
+                     other: Summary | Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Per phase: ``baseline`` and ``value`` (fractions of step time), ``delta_pp`` and ``within_noise``."""
-    fa, fb = as_dict(baseline.get("fractions")), as_dict(other.get("fractions"))
+    fa, fb = as_summary(baseline).fractions, as_summary(other).fractions
     out = {}
     for phase in PHASES:
         a, b = finite(fa.get(phase)), finite(fb.get(phase))
@@ -134,28 +139,29 @@ def fraction_changes(baseline: dict[str, Any], other: dict[str, Any]) -> dict[st
     return out
 
 
-def run_entry(label: str, folder: str, run: Run, summary: dict[str, Any]) -> dict[str, Any]:
+def run_entry(label: str, folder: str, run: Run, summary: Summary | Mapping[str, Any]) -> dict[str, Any]:
     """What compare.json keeps of one run: identity, status, throughput, fractions, verdict."""
-    meta = run.info
-    verdict = as_dict(summary.get("verdict"))
+    meta, s = run.info, as_summary(summary)
     return {
         "label": label,
         "folder": folder,
-        "scenario": summary.get("scenario") or run.name,
+        "scenario": s.scenario or run.name,
         "created_utc": meta.created_utc,
         "status": meta.status,
-        "device": summary.get("device"),
+        "device": s.device,
         "overrides": [str(o) for o in meta.overrides or []],
-        "steps": summary.get("steps"),
-        "samples_per_s": summary.get("samples_per_s"),
-        "throughput": as_dict(summary.get("throughput")),
-        "fractions": {p: finite(as_dict(summary.get("fractions")).get(p)) for p in PHASES},
-        "bottleneck": summary.get("bottleneck"),
-        "verdict": {"class": verdict.get("class"), "sentence": verdict.get("sentence")},
+        "steps": s.steps,
+        "samples_per_s": s.samples_per_s,
+        "throughput": s.throughput.to_json() if s.throughput is not None else {},
+        "fractions": {p: finite(s.fractions.get(p)) for p in PHASES},
+        "bottleneck": s.bottleneck,
+        # the sentence as the run's summary.json has it (written at the edge: pipeline.derive.summarize)
+        "verdict": {"class": s.verdict.klass, "sentence": s.verdict.reason.values.get("text")
+                    if s.verdict.reason.kind == WRITTEN else None},
     }
 
 
-def compare_runs(runs: Sequence[tuple[str, str, Run, dict[str, Any]]], *,
+def compare_runs(runs: Sequence[tuple[str, str, Run, Summary | Mapping[str, Any]]], *,
                  created_utc: str | None = None) -> dict[str, Any]:
     """compare.json for ``runs`` = ``(label, folder, run, summary)``, the first being the baseline.
 
@@ -169,10 +175,11 @@ def compare_runs(runs: Sequence[tuple[str, str, Run, dict[str, Any]]], *,
     """
     if len(runs) < 2:
         raise ValueError("comparing needs at least two runs")
-    entries = [run_entry(label, folder, run, summary) for label, folder, run, summary in runs]
-    base_summary = runs[0][3]
+    summaries = [as_summary(summary) for _, _, _, summary in runs]  # read once, typed
+    entries = [run_entry(label, folder, run, summary) for (label, folder, run, _), summary in zip(runs, summaries)]
+    base_summary = summaries[0]
     comparisons = []
-    for i, (_, _, run, summary) in enumerate(runs[1:], start=1):
+    for i, ((_, _, run, _), summary) in enumerate(zip(runs[1:], summaries[1:]), start=1):
         ratio = throughput_ratio(base_summary, summary)
         fractions = fraction_changes(base_summary, summary)
         checks = {"throughput": ratio["within_noise"], **{p: f["within_noise"] for p, f in fractions.items()}}
@@ -196,3 +203,155 @@ def compare_runs(runs: Sequence[tuple[str, str, Run, dict[str, Any]]], *,
         "settings": differing_settings([run.info.scenario for _, _, run, _ in runs]),
         "noise": {"fraction_pp": FRACTION_NOISE_PP, "rules": NOISE_RULES},
     }
+
+
+# -- compare.json read back ----------------------------------------------------------------------------------------
+# The typed reader of compare.json (what ``compare_runs`` writes, with each run's ``report`` link): the renderers
+# parse the document once (``Comparison.from_json``) and read these fields.
+
+
+@dataclass(frozen=True)
+class ThroughputRatio:
+    """A comparison's ``throughput_ratio``: the ratio of samples/s to the baseline's, its 95% interval, the
+    degrees of freedom, the method in words, whether it is within noise and why there is no interval."""
+
+    ratio: float | None = None
+    low: float | None = None
+    high: float | None = None
+    df: float | None = None
+    method: str | None = None
+    within_noise: bool | None = None
+    reason: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> ThroughputRatio:
+        d = as_object(data)
+        return cls(ratio=finite(d.get("ratio")), low=finite(d.get("low")), high=finite(d.get("high")),
+                   df=finite(d.get("df")), method=as_str(d.get("method")), within_noise=_bool(d.get("within_noise")),
+                   reason=as_str(d.get("reason")))
+
+
+@dataclass(frozen=True)
+class FractionChange:
+    """A phase's share of step time in the baseline and in this run, the change in percentage points and whether
+    it is within noise."""
+
+    baseline: float | None = None
+    value: float | None = None
+    delta_pp: float | None = None
+    within_noise: bool | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> FractionChange:
+        d = as_object(data)
+        return cls(baseline=finite(d.get("baseline")), value=finite(d.get("value")),
+                   delta_pp=finite(d.get("delta_pp")), within_noise=_bool(d.get("within_noise")))
+
+
+@dataclass(frozen=True)
+class ComparedRun:
+    """One of compare.json's ``runs`` (``run_entry``), with the link to its report where the comparison has one.
+    ``samples_per_s`` and ``fractions`` as the summary recorded them (None: not measured)."""
+
+    label: str | None = None
+    folder: str | None = None
+    scenario: str | None = None
+    status: str | None = None
+    report: str | None = None
+    overrides: tuple[str, ...] = ()
+    samples_per_s: float | None = None
+    throughput: Throughput | None = None
+    fractions: dict[str, float | None] = field(default_factory=dict)
+    verdict_class: str | None = None
+    verdict_sentence: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> ComparedRun:
+        d = as_object(data)
+        verdict = as_object(d.get("verdict"))
+        return cls(label=_text(d.get("label")), folder=_text(d.get("folder")), scenario=_text(d.get("scenario")),
+                   status=_text(d.get("status")), report=as_str(d.get("report")),
+                   overrides=tuple(str(o) for o in d.get("overrides") or []),
+                   samples_per_s=finite(d.get("samples_per_s")), throughput=Throughput.from_json(d.get("throughput")),
+                   fractions={str(k): finite(v) for k, v in as_object(d.get("fractions")).items()},
+                   verdict_class=_text(verdict.get("class")), verdict_sentence=_text(verdict.get("sentence")))
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """One of compare.json's ``comparisons``: run ``run`` against the baseline."""
+
+    run: int | None
+    throughput_ratio: ThroughputRatio
+    fractions: dict[str, FractionChange]
+    verdict_changed: bool
+
+    @classmethod
+    def from_json(cls, data: Any) -> RunComparison:
+        d = as_object(data)
+        run = d.get("run")
+        return cls(run=run if isinstance(run, int) and not isinstance(run, bool) else None,
+                   throughput_ratio=ThroughputRatio.from_json(d.get("throughput_ratio")),
+                   fractions={str(k): FractionChange.from_json(v) for k, v in as_object(d.get("fractions")).items()},
+                   verdict_changed=bool(as_object(d.get("verdict")).get("changed")))
+
+
+@dataclass(frozen=True)
+class SettingDifference:
+    """A scenario key whose value differs between the runs: one value per run, and the runs without it."""
+
+    key: str
+    values: tuple[Any, ...]
+    absent_in: frozenset[int]
+
+    @classmethod
+    def from_json(cls, data: Any) -> SettingDifference:
+        d = as_object(data)
+        return cls(key=str(d.get("key")), values=tuple(d.get("values") or []),
+                   absent_in=frozenset(i for i in d.get("absent_in") or [] if isinstance(i, int)))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """compare.json read back: when it was made, its runs (the first the baseline), each other run's comparison,
+    the settings that differ, and the noise rules (``fraction_pp``: a share's threshold in percentage points)."""
+
+    created_utc: str | None
+    runs: tuple[ComparedRun, ...]
+    comparisons: tuple[RunComparison, ...]
+    settings: tuple[SettingDifference, ...]
+    fraction_pp: float | None
+    rules: JsonObject
+
+    def comparison_of(self, run: int) -> RunComparison | None:
+        """The comparison of run ``run`` (None for the baseline, or a run not compared)."""
+        return next((c for c in self.comparisons if c.run == run), None)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Comparison:
+        d = as_object(data)
+        noise = as_object(d.get("noise"))
+        return cls(created_utc=as_str(d.get("created_utc")),
+                   runs=tuple(ComparedRun.from_json(r) for r in _objects(d.get("runs"))),
+                   comparisons=tuple(RunComparison.from_json(c) for c in _objects(d.get("comparisons"))),
+                   settings=tuple(SettingDifference.from_json(s) for s in _objects(d.get("settings"))),
+                   fraction_pp=finite(noise.get("fraction_pp")), rules=dict(as_object(noise.get("rules"))))
+
+
+def as_comparison(value: Comparison | Mapping[str, Any]) -> Comparison:
+    """``value`` itself, or compare.json's dict read back (``Comparison.from_json``): what the renderers take."""
+    return value if isinstance(value, Comparison) else Comparison.from_json(value)
+
+
+def _objects(value: Any) -> list[JsonObject]:
+    """The JSON objects of a list (an entry of another type is not one of ours: left out)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _bool(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str | None:
+    """A value compare.json holds as text, as text (``str`` of a number); None where it is null or missing."""
+    return None if value is None else str(value)

@@ -69,11 +69,13 @@ records (a kind plus its numbers); ``render.diagnosis_text`` words them where
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.thresholds import MIN_STALL_TO_SPLIT
 from pipeprof.numbers import finite as _finite
+from pipeprof.run_meta import JsonObject
 
 RUNS = ("compute", "prep", "real")
 
@@ -266,3 +268,83 @@ def _check(direct: float | None, differential_value: float | None, reason: Reaso
     return {"direct": direct, "differential": differential_value, "difference": difference, "agree": agree,
             "reason": None, "notes": []}
 
+# -- diagnosis.json read back ---------------------------------------------------------------------------------------
+# The typed reader of diagnosis.json (``pipeline.diagnose.build_diagnosis``: the runs, then ``differential``'s keys):
+# the renderers parse it once and read these fields.
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """One cross-check: the direct and the differential share, their difference, whether they agree (None: not
+    checked, ``reason`` says why) and its notes."""
+
+    direct: float | None = None
+    differential: float | None = None
+    difference: float | None = None
+    agree: bool | None = None
+    reason: Any = None
+    notes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Any) -> CrossCheck:
+        d = data if isinstance(data, dict) else {}
+        agree = d.get("agree")
+        return cls(direct=_finite(d.get("direct")), differential=_finite(d.get("differential")),
+                   difference=_finite(d.get("difference")), agree=agree if isinstance(agree, bool) else None,
+                   reason=d.get("reason"), notes=tuple(str(n) for n in d.get("notes") or []))
+
+
+@dataclass(frozen=True)
+class DiagnosedRun:
+    """One of the diagnosis's runs (real, no-fetch, no-prep): what it was, how it ended, its samples/s and its
+    data-wait share (None: not measured). Values printed as recorded stay as recorded."""
+
+    title: Any = None
+    storage: Any = None
+    num_workers: Any = None
+    status: Any = None
+    error: Any = None
+    samples_per_s: float | None = None
+    data_wait: float | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> DiagnosedRun:
+        d = data if isinstance(data, dict) else {}
+        return cls(title=d.get("title"), storage=d.get("storage"), num_workers=d.get("num_workers"),
+                   status=d.get("status"), error=d.get("error"), samples_per_s=_finite(d.get("samples_per_s")),
+                   data_wait=_finite(d.get("data_wait")))
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """diagnosis.json read back: its scenario and steps per run, the runs by role, seconds per sample, the stall
+    fractions (clamped ones with their reason and unclamped value; null ones with theirs) and the cross-checks
+    with their tolerance (a share of step time)."""
+
+    scenario: Any
+    steps_per_run: Any
+    runs: dict[str, DiagnosedRun]
+    seconds_per_sample: dict[str, float | None]
+    fractions: dict[str, float | None]
+    clamped: JsonObject
+    unclamped: dict[str, float | None]
+    null_reasons: JsonObject
+    tolerance: float | None
+    checks: dict[str, CrossCheck]
+
+    @classmethod
+    def from_json(cls, data: Any) -> Diagnosis:
+        d = data if isinstance(data, dict) else {}
+
+        def obj(key: str) -> JsonObject:
+            value = d.get(key)
+            return value if isinstance(value, dict) else {}
+
+        check = obj("cross_check")
+        return cls(scenario=d.get("scenario"), steps_per_run=d.get("steps_per_run"),
+                   runs={str(k): DiagnosedRun.from_json(v) for k, v in obj("runs").items()},
+                   seconds_per_sample={str(k): _finite(v) for k, v in obj("seconds_per_sample").items()},
+                   fractions={str(k): _finite(v) for k, v in obj("fractions").items()},
+                   clamped=dict(obj("clamped")), unclamped={str(k): _finite(v) for k, v in obj("unclamped").items()},
+                   null_reasons=dict(obj("null_reasons")), tolerance=_finite(check.get("tolerance")),
+                   checks={str(k): CrossCheck.from_json(v) for k, v in check.items() if isinstance(v, dict)})

@@ -18,12 +18,12 @@ windows) the gate cannot tell a slowdown from noise: the outcome is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pipeprof.analysis.compare import Comparison, ThroughputRatio, as_comparison
 from pipeprof.numbers import finite
-from pipeprof.run_folder import as_dict
 
 Outcome = Literal["slower", "slower-within-threshold", "within-noise", "faster", "undecided"]
 FAILING: frozenset[str] = frozenset({"slower"})
@@ -62,16 +62,19 @@ def check_pct(fail_if_slower_pct: float) -> float:
     return value
 
 
-def gate_one(ratio: dict[str, Any], fail_if_slower_pct: float, *, label: str, baseline_label: str) -> GateResult:
-    """The gate for one comparison's ``throughput_ratio`` (``throughput_ratio()``'s dict)."""
+def gate_one(ratio: ThroughputRatio | Mapping[str, Any], fail_if_slower_pct: float, *, label: str,
+             baseline_label: str) -> GateResult:
+    """The gate for one comparison's ``throughput_ratio`` (``throughput_ratio()``'s dict, read as
+    ``compare.ThroughputRatio``)."""
     pct = check_pct(fail_if_slower_pct)
     threshold = 1.0 - pct / 100.0
-    r, low, high = finite(ratio.get("ratio")), finite(ratio.get("low")), finite(ratio.get("high"))
+    read = ratio if isinstance(ratio, ThroughputRatio) else ThroughputRatio.from_json(ratio)
+    r, low, high = read.ratio, read.low, read.high
     outcome: Outcome
     reason = None
     if r is None or low is None or high is None:
         outcome = "undecided"
-        reason = ratio.get("reason") or "no throughput ratio with an interval"
+        reason = read.reason or "no throughput ratio with an interval"
     elif low <= 1.0 <= high:
         outcome = "within-noise"
     elif low > 1.0:
@@ -84,13 +87,14 @@ def gate_one(ratio: dict[str, Any], fail_if_slower_pct: float, *, label: str, ba
                       threshold_ratio=threshold, ratio=r, low=low, high=high, reason=reason)
 
 
-def regression_gate(compare: dict[str, Any], fail_if_slower_pct: float) -> list[GateResult]:
-    """One ``GateResult`` per run compared with the baseline in ``compare`` (compare.json's content)."""
-    runs = compare.get("runs") or []
-    base = as_dict(runs[0]).get("label", "baseline") if runs else "baseline"
-    return [gate_one(as_dict(c.get("throughput_ratio")), fail_if_slower_pct,
-                     label=str(as_dict(runs[c["run"]]).get("label", f"run {c['run']}")), baseline_label=str(base))
-            for c in compare.get("comparisons") or []]
+def regression_gate(compare: Comparison | Mapping[str, Any], fail_if_slower_pct: float) -> list[GateResult]:
+    """One ``GateResult`` per run compared with the baseline in ``compare`` (compare.json's content, read once:
+    ``compare.Comparison``)."""
+    c = as_comparison(compare)
+    base = (c.runs[0].label or "baseline") if c.runs else "baseline"
+    return [gate_one(r.throughput_ratio, fail_if_slower_pct, baseline_label=base,
+                     label=(c.runs[r.run].label if r.run is not None and r.run < len(c.runs) else None) or f"run {r.run}")
+            for r in c.comparisons]
 
 
 def gate_exit_status(results: Sequence[GateResult]) -> int:

@@ -310,7 +310,7 @@ def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: dic
         for i, value in _predict(again, probe, recommendations, wanted).items():
             found[i] += value is not None
             draws[b, i] = value if value is not None else rate_b  # not predicted (not listed): no gain
-    noise = finite(throughput_windows(run.steps).get("cv"))
+    noise = finite(throughput_windows(run.steps).cv)
     attr = attr if attr is not None else attribution(run, probe)  # the summary's own, where it has one
     check = model_check(run, attr)
     run_workers = int(attr.cpu.num_workers or 0)

@@ -28,6 +28,7 @@ import pandas as pd
 from pipeprof.numbers import finite as _finite
 from pipeprof.run_folder import LOADING_PARTS as PARTS
 from pipeprof.run_folder import MAIN_PROCESS
+from pipeprof.run_meta import JsonObject, as_number
 
 BREAKDOWN_COLUMNS = [
     "worker",  # DataLoader worker id; -1 = the training process
@@ -94,6 +95,33 @@ class WorkerLoading:
 
 
 @dataclass(frozen=True)
+class SampleSplit:
+    """summary.json ``loading.split``: a sample's making in seconds per sample, fetch / waiting for a core /
+    decode / transform / other (``analysis.transforms``; None: not known), summing to its ``__getitem__`` time."""
+
+    fetch_per_sample_s: float | None = None
+    core_wait_per_sample_s: float | None = None
+    decode_per_sample_s: float | None = None
+    transform_per_sample_s: float | None = None
+    other_per_sample_s: float | None = None
+
+    def to_json(self) -> JsonObject:
+        return {"fetch_per_sample_s": self.fetch_per_sample_s, "core_wait_per_sample_s": self.core_wait_per_sample_s,
+                "decode_per_sample_s": self.decode_per_sample_s, "transform_per_sample_s": self.transform_per_sample_s,
+                "other_per_sample_s": self.other_per_sample_s}
+
+    @classmethod
+    def from_json(cls, data: Any) -> SampleSplit | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(fetch_per_sample_s=as_number(data.get("fetch_per_sample_s")),
+                   core_wait_per_sample_s=as_number(data.get("core_wait_per_sample_s")),
+                   decode_per_sample_s=as_number(data.get("decode_per_sample_s")),
+                   transform_per_sample_s=as_number(data.get("transform_per_sample_s")),
+                   other_per_sample_s=as_number(data.get("other_per_sample_s")))
+
+
+@dataclass(frozen=True)
 class LoadingSummary:
     """summary.json's ``loading`` (``loading_summary``'s keys), with ``split`` (``analysis.transforms``: fetch /
     core wait / decode / transform / other per sample, None where nothing inside the sample was timed) and a
@@ -110,7 +138,7 @@ class LoadingSummary:
     batch_s: float | None
     fractions: dict[str, float | None]
     by_worker: dict[str, WorkerLoading]
-    split: dict[str, Any] | None = None
+    split: SampleSplit | None = None
     worker_start: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -120,7 +148,7 @@ class LoadingSummary:
             "prep_per_sample_s": self.prep_per_sample_s, "collate_per_batch_s": self.collate_per_batch_s,
             "collate_per_sample_s": self.collate_per_sample_s, "batch_s": self.batch_s,
             "fractions": dict(self.fractions), "by_worker": {k: w.to_json() for k, w in self.by_worker.items()},
-            "split": self.split}
+            "split": self.split.to_json() if self.split is not None else None}
         if self.worker_start is not None:
             out["worker_start"] = self.worker_start
         return out
@@ -143,7 +171,7 @@ class LoadingSummary:
                    batch_s=_finite(data.get("batch_s")),
                    fractions={k: _finite(v) for k, v in fractions.items()},
                    by_worker={str(k): WorkerLoading.from_json(v) for k, v in by_worker.items()},
-                   split=data.get("split"), worker_start=data.get("worker_start"))
+                   split=SampleSplit.from_json(data.get("split")), worker_start=data.get("worker_start"))
 
 
 def worker_label(worker: Any) -> str:

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pipeprof.analysis.thresholds import OTHER_LOAD_WORTH_SAYING
 from pipeprof.loader_rules import prefetch_factor
 from pipeprof.numbers import finite
+from pipeprof.run_meta import JsonObject
 
 
 def point_predictions(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -103,3 +105,68 @@ def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return {"pairs": len(rows), "median_abs_error": statistics.median(errors) if errors else None,
             "worst_abs_error": max(errors) if errors else None,
             "inside_share": sum(bounded) / len(bounded) if bounded else None}
+
+
+# -- read back ------------------------------------------------------------------------------------------------------
+# The typed reader of sweep.json's (tune.json's) ``prediction_check``: the renderers parse it once and read fields.
+
+
+@dataclass(frozen=True)
+class Disturbance:
+    """``disturbance``'s record read back: the point, whether it never settled (its last ``cv``), and the share
+    of the cores processes outside the job kept busy (None: not worth saying)."""
+
+    point: Any
+    never_settled: bool
+    cv: float | None
+    outside_share: float | None
+
+    @classmethod
+    def from_json(cls, data: Any) -> Disturbance:
+        d = data if isinstance(data, dict) else {}
+        return cls(point=d.get("point"), never_settled=bool(d.get("never_settled")), cv=finite(d.get("cv")),
+                   outside_share=finite(d.get("outside_share")))
+
+
+@dataclass(frozen=True)
+class CheckedPair:
+    """One row of ``prediction_check.rows``: a prediction from one point's recommendations (``source``, its
+    ``change``) against the point measured with that change (``target``), in samples/s, with the error
+    (predicted / measured - 1), whether the measurement fell inside the interval, and what disturbed either end."""
+
+    source: Any
+    change: JsonObject
+    target: Any
+    predicted: float | None
+    measured: float | None
+    error: float
+    inside: bool | None
+    tier: Any
+    disturbed: tuple[Disturbance, ...]
+
+    @classmethod
+    def from_json(cls, data: Any) -> CheckedPair:
+        d = data if isinstance(data, dict) else {}
+        change, inside, disturbed = d.get("change"), d.get("inside"), d.get("disturbed")
+        return cls(source=d.get("from"), change=dict(change) if isinstance(change, dict) else {}, target=d.get("to"),
+                   predicted=finite(d.get("predicted")), measured=finite(d.get("measured")), error=float(d["error"]),
+                   inside=inside if isinstance(inside, bool) else None, tier=d.get("tier"),
+                   disturbed=tuple(Disturbance.from_json(x) for x in disturbed if isinstance(x, dict))
+                   if isinstance(disturbed, list) else ())
+
+
+@dataclass(frozen=True)
+class PredictionCheck:
+    """``prediction_check`` read back: its rows, and its ``summary`` as written (pairs, median and worst |error|,
+    inside share; ``undisturbed`` the same over the undisturbed pairs)."""
+
+    rows: tuple[CheckedPair, ...]
+    summary: JsonObject
+
+    @classmethod
+    def from_json(cls, data: Any) -> PredictionCheck | None:
+        if not isinstance(data, dict):
+            return None
+        rows, summary = data.get("rows"), data.get("summary")
+        return cls(rows=tuple(CheckedPair.from_json(r) for r in rows if isinstance(r, dict)) if rows else (),
+                   summary=summary if isinstance(summary, dict) and summary else {})

@@ -58,7 +58,7 @@ from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS, MIN_GAIN, STRAGGLER_
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.numbers import finite
 from pipeprof.run_folder import Run, as_dict
-from pipeprof.run_meta import RankInfo
+from pipeprof.run_meta import JsonObject, RankInfo, as_int, as_str
 
 STRAGGLER_KINDS = ("input", "compute", "h2d", "none")
 # The phase whose excess names the straggler's kind; compute includes the step's untimed rest (its own work too).
@@ -117,6 +117,34 @@ class RankEntry:
                    fractions={k: _nan_if_none(finite(v)) for k, v in as_dict(d.get("fractions")).items()},
                    loading=LoadingSummary.from_json(d.get("loading")), verdict=Verdict.from_json(d.get("verdict")),
                    status=d.get("status"))
+
+
+@dataclass(frozen=True)
+class JobSection:
+    """summary.json ``job`` (a distributed job; None for one process): its id, world size, nodes and launcher
+    (run.json's), the median rank whose records give the job's keys, and how many of its processes were not
+    traced."""
+
+    id: str | None
+    world_size: int
+    nodes: tuple[str, ...]
+    launcher: str | None
+    median_rank: int | None
+    untraced: int
+
+    def to_json(self) -> JsonObject:
+        return {"id": self.id, "world_size": self.world_size, "nodes": list(self.nodes), "launcher": self.launcher,
+                "median_rank": self.median_rank, "untraced": self.untraced}
+
+    @classmethod
+    def from_json(cls, data: Any) -> JobSection | None:
+        if not isinstance(data, dict):
+            return None
+        nodes = data.get("nodes")
+        return cls(id=as_str(data.get("id")), world_size=as_int(data.get("world_size")) or 0,
+                   nodes=tuple(n for n in nodes if isinstance(n, str)) if isinstance(nodes, list) else (),
+                   launcher=as_str(data.get("launcher")), median_rank=as_int(data.get("median_rank")),
+                   untraced=as_int(data.get("untraced")) or 0)
 
 
 @dataclass(frozen=True)

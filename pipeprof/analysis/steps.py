@@ -8,11 +8,33 @@ import from here, never the other way round.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
+from pipeprof.run_meta import JsonObject, as_number, as_object
+
 # The parts of a training step the step timer measures; "other" is the rest of the step.
 PHASES = ("data_wait", "h2d", "collective_wait", "compute")
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """summary.json ``step_time_s``: the counted steps' median, p90 and mean step time in seconds (None: no
+    counted step, or a light run's median and p90, which only its windows keep)."""
+
+    median: float | None = None
+    p90: float | None = None
+    mean: float | None = None
+
+    def to_json(self) -> JsonObject:
+        return {"median": self.median, "p90": self.p90, "mean": self.mean}
+
+    @classmethod
+    def from_json(cls, data: Any) -> StepTime:
+        d = as_object(data)
+        return cls(median=as_number(d.get("median")), p90=as_number(d.get("p90")), mean=as_number(d.get("mean")))
 
 
 def counted_steps(steps: pd.DataFrame) -> pd.DataFrame:

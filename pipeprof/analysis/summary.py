@@ -33,6 +33,7 @@ from pipeprof.analysis.hotspots import code_profile
 from pipeprof.analysis.intervals import Interval, intervals, none, ranked
 from pipeprof.analysis.loading import LoadingSummary
 from pipeprof.analysis.ranks import (
+    JobSection,
     RankEntry,
     RankResult,
     Straggler,
@@ -43,7 +44,8 @@ from pipeprof.analysis.ranks import (
 )
 from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.recommend import Recommendation, recommend
-from pipeprof.analysis.steps import counted_steps, counted_window_s
+from pipeprof.analysis.sections import LightSection, SampledSection, Steady
+from pipeprof.analysis.steps import StepTime, counted_steps, counted_window_s
 from pipeprof.analysis.thresholds import (
     COMPUTE_BOUND_FRACTION,
     H2D_BOUND_FRACTION,
@@ -51,11 +53,15 @@ from pipeprof.analysis.thresholds import (
     MIN_COUNTED_STEPS,
 )
 from pipeprof.analysis.transforms import (
+    DecodeRow,
     LoaderTransforms,
+    TransformRow,
     decode_json,
+    decode_row,
     loader_transforms,
-    split_json,
+    split_row,
     training_loader,
+    transform_rows,
     transforms_json,
 )
 from pipeprof.analysis.variation import run_variation, with_variation
@@ -66,9 +72,10 @@ from pipeprof.analysis.verdict import (
     with_transforms,
 )
 from pipeprof.analysis.verification import Verification, rerun_noise, verification
-from pipeprof.analysis.windows import throughput_windows
+from pipeprof.analysis.windows import Throughput, throughput_windows
 from pipeprof.analysis.worker_start import with_worker_start_note, worker_start_summary
 from pipeprof.resource_use import CpuUse, DiskUse, GpuUse, MemoryUse, UssSnapshot
+from pipeprof.run_check import Damage
 from pipeprof.run_folder import Run, as_dict
 from pipeprof.run_meta import JobInfo, Timing
 
@@ -148,7 +155,7 @@ class Summary:
     samples: int
     duration_s: float
     samples_per_s: float | None
-    step_time_s: dict[str, float | None]  # median, p90, mean of counted steps
+    step_time_s: StepTime  # median, p90, mean of counted steps
     fractions: dict[str, float]  # data_wait, h2d, compute, other: shares of counted step time (NaN: no steps)
     attribution: Attribution
     verdict: Verdict
@@ -165,23 +172,23 @@ class Summary:
     gpu: GpuUse | None = None  # NVML's utilisation and memory over the counted window; None: no GPU
     device_memory: DeviceMemory | None = None  # torch.cuda's peaks and the creep check (analysis.device_memory)
     loading: LoadingSummary | None = None  # the workers' loading times and its split (analysis.loading)
-    transforms: list[dict[str, Any]] | None = None  # the training loader's transforms, costliest first
-    decode: dict[str, Any] | None = None
+    transforms: tuple[TransformRow, ...] | None = None  # the training loader's transforms, costliest first
+    decode: DecodeRow | None = None
     cache: CacheCheck | None = None  # the page cache check (analysis.cache)
     final_loss: float | None = None
     accuracy: float | None = None
-    absences: dict[str, Any] = field(default_factory=dict)  # what was not measured, and why
-    steady: Any = None  # the steady-state stop, as recorded
+    absences: dict[str, str] = field(default_factory=dict)  # what was not measured, and why
+    steady: Steady | None = None  # the steady-state stop, as recorded
     status: str | None = None  # complete, interrupted, failed; damaged where load_run set something aside
     error: str | None = None
-    job: dict[str, Any] | None = None  # a distributed job's: its id, world size, nodes, launcher and median rank
+    job: JobSection | None = None  # a distributed job's: its id, world size, nodes, launcher and median rank
     script: ScriptSections | None = None  # None: not a script's run (no script keys in summary.json)
     verification: Verification | None = None  # run --verify: the top recommendation predicted against measured
-    throughput: dict[str, Any] | None = None  # samples/s in windows of the counted steps (analysis.windows)
+    throughput: Throughput | None = None  # samples/s in windows of the counted steps (analysis.windows)
     code_profile: CodeView | None = None  # cProfile and py-spy (analysis.code_view), each absent when off
-    damage: tuple[dict[str, Any], ...] = ()  # a damaged folder's set-aside rows and keys (status "damaged")
-    light: dict[str, Any] | None = None  # profile --light: the windows' timeline and its change point
-    sampled: dict[str, Any] | None = None  # attach: the stacks' shares, workers, timeline and loader
+    damage: tuple[Damage, ...] = ()  # a damaged folder's set-aside rows and keys (status "damaged")
+    light: LightSection | None = None  # profile --light: the windows' timeline and its change point
+    sampled: SampledSection | None = None  # attach: the stacks' shares, workers, timeline and loader
     reason: Reason | None = None  # bottleneck_reason where it is not the verdict's own (an attach, a summary read back)
 
     @property
@@ -204,29 +211,31 @@ class Summary:
             "gpu": self.gpu.to_json() if self.gpu is not None else None,
             "device_memory": self.device_memory.to_json() if self.device_memory is not None else None,
             "loading": self.loading.to_json() if self.loading is not None else None,
-            "transforms": self.transforms, "decode": self.decode,
+            "transforms": [t.to_json() for t in self.transforms] if self.transforms is not None else None,
+            "decode": self.decode.to_json() if self.decode is not None else None,
             "cache": self.cache.to_json() if self.cache is not None else None,
             "final_loss": self.final_loss, "accuracy": self.accuracy, "absences": dict(self.absences),
-            "steady": self.steady, "status": self.status, "error": self.error, "job": self.job,
+            "steady": self.steady.to_json() if self.steady is not None else None, "status": self.status, "error": self.error,
+            "job": self.job.to_json() if self.job is not None else None,
         }
         if self.script is not None:
             out.update(script=self.script.script, loaders=self.script.loaders, step_source=self.script.step_source)
         out.update(verification=self.verification.to_json() if self.verification is not None else None,
-                   throughput=self.throughput,
+                   throughput=self.throughput.to_json() if self.throughput is not None else None,
                    code_profile=self.code_profile.to_json() if self.code_profile is not None else None)
         if self.damage:
-            out["damage"] = list(self.damage)
+            out["damage"] = [d.to_json() for d in self.damage]
         if self.light is not None:
-            out["light"] = self.light
+            out["light"] = self.light.to_json()
         if self.sampled is not None:
-            out["sampled"] = self.sampled
+            out["sampled"] = self.sampled.to_json()
         return out
 
     def to_json(self) -> dict[str, Any]:
         return {
             "schema_version": SUMMARY_SCHEMA_VERSION, "scenario": self.scenario, "device": self.device,
             "steps": self.steps, "warmup_steps": self.warmup_steps, "samples": self.samples,
-            "duration_s": self.duration_s, "samples_per_s": self.samples_per_s, "step_time_s": dict(self.step_time_s),
+            "duration_s": self.duration_s, "samples_per_s": self.samples_per_s, "step_time_s": self.step_time_s.to_json(),
             "fractions": dict(self.fractions), "bottleneck": self.bottleneck,
             "cpu": self.cpu.to_json(), "memory": self.memory.to_json(),
             "disk": self.disk.to_json(), "timing": self.timing.to_json(), **self._sections(),
@@ -256,7 +265,7 @@ def summary_from_json(data: Any) -> Summary:
         scenario=str(d.get("scenario") or ""), device=d.get("device"), steps=int(d.get("steps") or 0),
         warmup_steps=int(d.get("warmup_steps") or 0), samples=d.get("samples") or 0,
         duration_s=float(d.get("duration_s") or 0.0), samples_per_s=d.get("samples_per_s"),
-        step_time_s=dict(as_dict(d.get("step_time_s"))), fractions=_nan_for_null(d.get("fractions")),
+        step_time_s=StepTime.from_json(d.get("step_time_s")), fractions=_nan_for_null(d.get("fractions")),
         attribution=Attribution.from_json(d.get("attribution")), verdict=verdict,
         recommendations=tuple(Recommendation.from_json(r) for r in recs),
         intervals=tuple(Interval.from_json(r.get("interval")) for r in recs),
@@ -266,13 +275,17 @@ def summary_from_json(data: Any) -> Summary:
         disk=DiskUse.from_json(d.get("disk")), timing=Timing.parse(d.get("timing")),
         gpu=GpuUse.from_json(d.get("gpu")), device_memory=DeviceMemory.from_json(d.get("device_memory")),
         loading=LoadingSummary.from_json(d.get("loading")),
-        transforms=d.get("transforms"), decode=d.get("decode"), cache=CacheCheck.from_json(d.get("cache")),
-        final_loss=d.get("final_loss"), accuracy=d.get("accuracy"), absences=dict(as_dict(d.get("absences"))),
-        steady=d.get("steady"), status=d.get("status"), error=d.get("error"), job=d.get("job"), script=script,
-        verification=Verification.from_json(d.get("verification")), throughput=d.get("throughput"),
+        transforms=(tuple(TransformRow.from_json(t) for t in d["transforms"])
+                    if isinstance(d.get("transforms"), list) else None),
+        decode=DecodeRow.from_json(d.get("decode")), cache=CacheCheck.from_json(d.get("cache")),
+        final_loss=d.get("final_loss"), accuracy=d.get("accuracy"),
+        absences={k: v for k, v in as_dict(d.get("absences")).items() if isinstance(v, str)},
+        steady=Steady.from_json(d.get("steady")), status=d.get("status"),
+        error=d.get("error"), job=JobSection.from_json(d.get("job")), script=script,
+        verification=Verification.from_json(d.get("verification")), throughput=Throughput.from_json(d.get("throughput")),
         code_profile=CodeView.from_json(d.get("code_profile")),
-        damage=tuple(x for x in d.get("damage") or [] if isinstance(x, dict)), light=d.get("light"),
-        sampled=d.get("sampled"),
+        damage=tuple(Damage.from_json(x) for x in d.get("damage") or [] if isinstance(x, dict)),
+        light=LightSection.from_json(d.get("light")), sampled=SampledSection.from_json(d.get("sampled")),
         reason=Reason.written(reason) if isinstance(reason, str) else None)
 
 
@@ -329,7 +342,7 @@ def marked_damaged(record: Summary, run: Run) -> Summary:
     folder's summary never looks healthy (what was recorded as its status stays in run.json)."""
     if not run.damage:
         return record
-    return dataclasses.replace(record, status="damaged", damage=tuple(d.to_json() for d in run.damage))
+    return dataclasses.replace(record, status="damaged", damage=tuple(run.damage))
 
 
 def job_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
@@ -356,8 +369,8 @@ def job_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
         samples_per_s=job_samples_per_s, recommendations=job_recs, status=info.status, error=info.error,
         # a job's --verify re-run is the job's (run.json's verification), measured against the job's samples/s
         verification=verification(info.verification, job_samples_per_s),
-        job={"id": job.id, "world_size": job.world_size or len(run.ranks), "nodes": list(job.nodes),
-             "launcher": job.launcher, "median_rank": results[median].rank, "untraced": len(job.untraced)},
+        job=JobSection(id=job.id, world_size=job.world_size or len(run.ranks), nodes=tuple(job.nodes),
+                       launcher=job.launcher, median_rank=results[median].rank, untraced=len(job.untraced)),
         intervals=tuple(none("a distributed job's prediction is not resampled (its ranks are, one by one)")
                         for _ in job_recs),
         ranks=tuple(rank_entry(r) for r in results), straggler=paced)
@@ -427,21 +440,21 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
     return Summary(
         scenario=run.name, device=info.device, steps=n, warmup_steps=int(steps["warmup"].astype(bool).sum()),
         samples=samples, duration_s=duration_s, samples_per_s=samples_per_s,
-        step_time_s={"median": float(np.median(step_s)) if n else None,
-                     "p90": float(np.percentile(step_s, 90)) if n else None,
-                     "mean": float(step_s.mean()) if n else None},
+        step_time_s=StepTime(median=float(np.median(step_s)) if n else None,
+                             p90=float(np.percentile(step_s, 90)) if n else None,
+                             mean=float(step_s.mean()) if n else None),
         fractions=frac, attribution=attr, verdict=judged,
         recommendations=recs, intervals=bounds, cpu=cpu, memory=rss, disk=disk,
         timing=info.timing.with_parts(),
         gpu=_gpu_summary(during) if info.gpu.available else None,
         device_memory=memory, loading=loading,
         # inside the sample (analysis.transforms): the training loader's transforms, costliest first, and decode
-        transforms=transforms_json(trained),
-        decode=decode_json(trained.decode if trained is not None else None),
+        transforms=transform_rows(trained),
+        decode=decode_row(trained.decode if trained is not None else None),
         cache=attr.cache_check,
         final_loss=float(tail["loss"].mean()) if n else None,
         accuracy=_accuracy(tail["correct"], tail_samples),
-        absences=dict(info.absences), steady=info.steady,
+        absences=dict(info.absences), steady=Steady.from_json(info.steady),
         # How the run ended (run.json's status and error): complete, interrupted (Ctrl-C, SIGTERM) or failed.
         status=info.status, error=info.error, script=script,
         verification=verification(info.verification, samples_per_s, checked_interval(info.verification, recs, bounds),
@@ -454,7 +467,7 @@ def _with_split(loading: LoadingSummary | None, lt: LoaderTransforms | None) -> 
     (``analysis.transforms``), null where neither a transform nor a decode call was timed."""
     if loading is None:
         return None
-    return dataclasses.replace(loading, split=split_json(lt.split if lt is not None else None))
+    return dataclasses.replace(loading, split=split_row(lt.split if lt is not None else None))
 
 
 def _loaders_inside(loaders: Any, inside: dict[int, LoaderTransforms]) -> Any:

@@ -12,12 +12,14 @@ on a noisy machine the ranking among them is not meaningful.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from pipeprof.analysis.prediction_check import point_predictions
+from pipeprof.analysis.prediction_check import PredictionCheck, point_predictions
 from pipeprof.numbers import finite
 from pipeprof.resource_use import CpuUse, MemoryUse
+from pipeprof.run_meta import JsonObject
 
 POINT_STATUSES = ("complete", "failed", "invalid", "interrupted", "skipped", "not run")
 
@@ -108,13 +110,100 @@ def best_summary(best: dict[str, Any] | None, base_settings: dict[str, Any]) -> 
             "folder": best["folder"], "base": base_settings}
 
 
-def series(points: list[dict[str, Any]], x_key: str, group_key: str | None) -> dict[str, list[tuple]]:
+def series(points: Sequence[SweepPoint], x_key: str, group_key: str | None) -> dict[str, list[tuple]]:
     """samples/s against ``x_key`` for each value of ``group_key``: {group: [(x, rate, low, high), ...]}."""
     out: dict[str, list[tuple]] = {}
     for p in points:
-        if p["status"] != "complete" or p.get("samples_per_s") is None or x_key not in p["change"]:
+        if p.status != "complete" or p.samples_per_s is None or x_key not in p.change:
             continue
-        group = str(p["change"].get(group_key, "")) if group_key else ""
-        out.setdefault(group, []).append((p["change"][x_key], p["samples_per_s"], p.get("samples_per_s_low"),
-                                          p.get("samples_per_s_high")))
+        group = str(p.change.get(group_key, "")) if group_key else ""
+        out.setdefault(group, []).append((p.change[x_key], p.samples_per_s, p.samples_per_s_low,
+                                          p.samples_per_s_high))
     return {g: sorted(v, key=lambda t: t[0]) for g, v in out.items()}
+
+
+# -- read back ------------------------------------------------------------------------------------------------------
+# The typed reader of sweep.json (and tune.json): the renderers parse the document once and read these fields.
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One of sweep.json's ``points`` (``point_record``): its settings (``change``), outcome, samples/s with its
+    bounds, shares of step time and verdict class, as written (None: not measured)."""
+
+    index: Any
+    label: Any
+    change: JsonObject
+    status: str | None
+    reason: str | None
+    samples_per_s: float | None
+    samples_per_s_low: float | None
+    samples_per_s_high: float | None
+    fractions: dict[str, float | None]
+    verdict: str | None
+
+    @classmethod
+    def from_json(cls, data: Any) -> SweepPoint:
+        d = data if isinstance(data, dict) else {}
+        fractions, change = d.get("fractions"), d.get("change")
+        return cls(index=d.get("index"), label=d.get("label"), change=dict(change) if isinstance(change, dict) else {},
+                   status=_str(d.get("status")), reason=_str(d.get("reason")),
+                   samples_per_s=_number(d.get("samples_per_s")), samples_per_s_low=_number(d.get("samples_per_s_low")),
+                   samples_per_s_high=_number(d.get("samples_per_s_high")),
+                   fractions={str(k): finite(v) for k, v in fractions.items()} if isinstance(fractions, dict) else {},
+                   verdict=_str(d.get("verdict")))
+
+
+@dataclass(frozen=True)
+class SweepAxis:
+    """One of sweep.json's ``axes``: the setting swept and its values."""
+
+    key: str
+    values: tuple[Any, ...]
+
+    @property
+    def numeric(self) -> bool:
+        return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.values)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """sweep.json (or tune.json: ``kind`` "tune") read back: its scenario, axes, points, the best point's index,
+    the points within noise of it, and the prediction check (None: none)."""
+
+    kind: str
+    scenario: Any
+    axes: tuple[SweepAxis, ...]
+    points: tuple[SweepPoint, ...]
+    best_index: Any
+    near_best: frozenset[Any]
+    prediction_check: PredictionCheck | None
+    best_samples_per_s: float | None = None  # the best point's
+    best_settings: JsonObject | None = None  # the best point's change over the base
+    point_count: int | None = None  # the points (a script's tune: its trials); None: not a list
+
+    @classmethod
+    def from_json(cls, data: Any) -> Sweep:
+        d = data if isinstance(data, dict) else {}
+        raw_best = d.get("best")
+        best: JsonObject = raw_best if isinstance(raw_best, dict) else {}
+        settings = best.get("settings")
+        counted = d.get("points") if "points" in d else d.get("trials")
+        return cls(kind=str(d.get("kind", "sweep")), scenario=d.get("scenario"),
+                   axes=tuple(SweepAxis(key=a["key"], values=tuple(a.get("values") or []))
+                              for a in d.get("axes") or [] if isinstance(a, dict) and "key" in a),
+                   points=tuple(SweepPoint.from_json(p) for p in d.get("points") or []),
+                   best_index=best.get("index"), near_best=frozenset(d.get("near_best") or []),
+                   prediction_check=PredictionCheck.from_json(d.get("prediction_check")),
+                   best_samples_per_s=finite(best.get("samples_per_s")),
+                   best_settings=settings if isinstance(settings, dict) else {},
+                   point_count=len(counted) if isinstance(counted, list) else None)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _number(value: Any) -> float | None:
+    """A number as written (an int stays an int); None for anything else."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -53,8 +53,9 @@ from typing import Any
 
 import pandas as pd
 
-from pipeprof.analysis.loading import counted_batches
+from pipeprof.analysis.loading import SampleSplit, counted_batches
 from pipeprof.run_folder import TRANSFORM_COLUMNS, Run, as_dict
+from pipeprof.run_meta import JsonObject, as_number
 
 TRANSFORM, DECODE, BATCH = "transform", "decode", "batch"  # transforms.csv's kinds
 
@@ -298,27 +299,97 @@ def _split(timed: pd.DataFrame, decoded: pd.DataFrame, samples: int, loading: pd
 
 # -- summary.json -------------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class TransformRow:
+    """One row of summary.json ``transforms`` (a loader's leaf transform, costliest first): seconds per sample
+    of wall and CPU time, its calls, its share of the samples' prep time and whether it is random."""
+
+    name: str
+    per_sample_s: float | None
+    cpu_per_sample_s: float | None
+    calls: int | None
+    share_of_prep: float | None
+    random: bool | None
+
+    @classmethod
+    def of(cls, cost: TransformCost) -> TransformRow:
+        return cls(cost.name, cost.per_sample_s, cost.cpu_per_sample_s, cost.calls, cost.share_of_prep, cost.random)
+
+    def to_json(self) -> JsonObject:
+        return {"name": self.name, "per_sample_s": self.per_sample_s, "cpu_per_sample_s": self.cpu_per_sample_s,
+                "calls": self.calls, "share_of_prep": self.share_of_prep, "random": self.random}
+
+    @classmethod
+    def from_json(cls, data: Any) -> TransformRow:
+        d = as_dict(data)
+        random, calls = d.get("random"), as_number(d.get("calls"))
+        return cls(name=str(d.get("name")), per_sample_s=as_number(d.get("per_sample_s")),
+                   cpu_per_sample_s=as_number(d.get("cpu_per_sample_s")),
+                   calls=int(calls) if calls is not None else None, share_of_prep=as_number(d.get("share_of_prep")),
+                   random=random if isinstance(random, bool) else None)
+
+
+@dataclass(frozen=True)
+class DecodeRow:
+    """summary.json ``decode``: the decode calls together, seconds per sample, and ``how`` (their names)."""
+
+    per_sample_s: float | None
+    cpu_per_sample_s: float | None
+    calls: int | None
+    how: str | None
+
+    @classmethod
+    def of(cls, cost: DecodeCost) -> DecodeRow:
+        return cls(cost.per_sample_s, cost.cpu_per_sample_s, cost.calls, cost.how)
+
+    def to_json(self) -> JsonObject:
+        return {"per_sample_s": self.per_sample_s, "cpu_per_sample_s": self.cpu_per_sample_s,
+                "calls": self.calls, "how": self.how}
+
+    @classmethod
+    def from_json(cls, data: Any) -> DecodeRow | None:
+        if not isinstance(data, dict):
+            return None
+        calls, how = as_number(data.get("calls")), data.get("how")
+        return cls(per_sample_s=as_number(data.get("per_sample_s")),
+                   cpu_per_sample_s=as_number(data.get("cpu_per_sample_s")),
+                   calls=int(calls) if calls is not None else None, how=how if isinstance(how, str) else None)
+
+
+def transform_rows(lt: LoaderTransforms | None) -> tuple[TransformRow, ...] | None:
+    """summary.json ``transforms``: the loader's leaf transforms costliest first; None when nothing was timed."""
+    return None if lt is None else tuple(TransformRow.of(c) for c in lt.transforms)
+
+
+def decode_row(decode: DecodeCost | None) -> DecodeRow | None:
+    """summary.json ``decode``; None: no decode seen."""
+    return None if decode is None else DecodeRow.of(decode)
+
+
 def transforms_json(lt: LoaderTransforms | None) -> list[dict[str, Any]] | None:
     """summary.json ``transforms``: ``[{"name", "per_sample_s", "cpu_per_sample_s", "calls", "share_of_prep",
     "random"}]`` costliest first; None when nothing was timed."""
-    if lt is None:
-        return None
-    return [{"name": c.name, "per_sample_s": c.per_sample_s, "cpu_per_sample_s": c.cpu_per_sample_s,
-             "calls": c.calls, "share_of_prep": c.share_of_prep, "random": c.random} for c in lt.transforms]
+    rows = transform_rows(lt)
+    return None if rows is None else [r.to_json() for r in rows]
 
 
 def decode_json(decode: DecodeCost | None) -> dict[str, Any] | None:
     """summary.json ``decode``: ``{"per_sample_s", "cpu_per_sample_s", "calls", "how"}``; None: no decode seen."""
-    if decode is None:
+    row = decode_row(decode)
+    return None if row is None else row.to_json()
+
+
+def split_row(split: PrepSplit | None) -> SampleSplit | None:
+    """summary.json ``loading.split`` (``loading.SampleSplit``); None where neither a transform nor a decode call
+    was timed."""
+    if split is None:
         return None
-    return {"per_sample_s": decode.per_sample_s, "cpu_per_sample_s": decode.cpu_per_sample_s,
-            "calls": decode.calls, "how": decode.how}
+    return SampleSplit(fetch_per_sample_s=split.fetch_s, core_wait_per_sample_s=split.core_wait_s,
+                       decode_per_sample_s=split.decode_s, transform_per_sample_s=split.transform_s,
+                       other_per_sample_s=split.other_s)
 
 
 def split_json(split: PrepSplit | None) -> dict[str, Any] | None:
     """summary.json ``loading.split``: seconds per sample of fetch / core_wait / decode / transform / other."""
-    if split is None:
-        return None
-    return {"fetch_per_sample_s": split.fetch_s, "core_wait_per_sample_s": split.core_wait_s,
-            "decode_per_sample_s": split.decode_s, "transform_per_sample_s": split.transform_s,
-            "other_per_sample_s": split.other_s}
+    row = split_row(split)
+    return None if row is None else row.to_json()

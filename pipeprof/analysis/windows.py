@@ -45,11 +45,15 @@ Pure functions over the steps DataFrame (``pipeprof.run_folder.STEP_COLUMNS``); 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from pipeprof.numbers import finite
+from pipeprof.run_meta import JsonObject, as_number, as_object, as_str
 
 TARGET_WINDOW_S = 1.0  # seconds of counted step time per window, when the run is long enough
 MIN_STEPS_PER_WINDOW = 5
@@ -62,6 +66,69 @@ _T_975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.262
 _Z_975 = 1.959963984540054
 
 STAT_KEYS = ("mean", "median", "min", "max", "std", "cv", "se", "ci95_low", "ci95_high")
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """summary.json ``throughput``: samples/s per window of counted steps and its spread (``throughput_windows``).
+
+    ``windows`` (count), ``window_s`` (mean seconds of step time per window), ``steps_per_window`` (fewest and
+    most steps in a window), ``split`` (``time`` or ``steps``), ``per_window_samples_per_s``, the rates'
+    statistics in samples/s (``cv`` has no unit), the rule's parameters, and ``reason``: None, or why the
+    statistics are None. ``to_json`` is its summary.json form, ``from_json`` reads it back.
+    """
+
+    windows: int = 0
+    window_s: float | None = None
+    steps_per_window: tuple[int, int] | None = None  # (min, max)
+    split: str | None = None
+    per_window_samples_per_s: tuple[float, ...] = ()
+    mean: float | None = None  # = the summary's samples_per_s
+    median: float | None = None
+    min: float | None = None
+    max: float | None = None
+    std: float | None = None
+    cv: float | None = None
+    se: float | None = None
+    ci95_low: float | None = None
+    ci95_high: float | None = None
+    target_window_s: float = TARGET_WINDOW_S
+    min_steps_per_window: int = MIN_STEPS_PER_WINDOW
+    reason: str | None = None
+
+    def to_json(self) -> JsonObject:
+        steps = self.steps_per_window
+        return {"windows": self.windows, "window_s": self.window_s,
+                "steps_per_window": {"min": steps[0], "max": steps[1]} if steps is not None else None,
+                "split": self.split, "per_window_samples_per_s": list(self.per_window_samples_per_s),
+                **{k: getattr(self, k) for k in STAT_KEYS},
+                "target_window_s": self.target_window_s, "min_steps_per_window": self.min_steps_per_window,
+                "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Throughput | None:
+        """A summary.json's ``throughput`` read back; None where it has none."""
+        if not isinstance(data, dict):
+            return None
+        steps = as_object(data.get("steps_per_window"))
+        low, high = as_number(steps.get("min")), as_number(steps.get("max"))
+        rates = data.get("per_window_samples_per_s")
+        read = cls(windows=int(as_number(data.get("windows")) or 0), window_s=as_number(data.get("window_s")),
+                   steps_per_window=(int(low), int(high)) if low is not None and high is not None else None,
+                   split=as_str(data.get("split")),
+                   per_window_samples_per_s=tuple(float(v) for v in rates if finite(v) is not None)
+                   if isinstance(rates, list) else (),
+                   target_window_s=as_number(data.get("target_window_s")) or TARGET_WINDOW_S,
+                   min_steps_per_window=int(as_number(data.get("min_steps_per_window")) or MIN_STEPS_PER_WINDOW),
+                   reason=as_str(data.get("reason")))
+        return _with_stats(read, {k: as_number(data.get(k)) for k in STAT_KEYS})
+
+
+def _with_stats(t: Throughput, stats: Mapping[str, float | None]) -> Throughput:
+    """``t`` with the rates' statistics (``STAT_KEYS``) of ``stats``."""
+    return replace(t, mean=stats["mean"], median=stats["median"], min=stats["min"], max=stats["max"],
+                   std=stats["std"], cv=stats["cv"], se=stats["se"], ci95_low=stats["ci95_low"],
+                   ci95_high=stats["ci95_high"])
 
 
 def t_975(df: float) -> float:
@@ -106,43 +173,33 @@ def assign_windows(step_s: np.ndarray, k: int, *, min_steps: int = MIN_STEPS_PER
 
 
 def throughput_windows(steps: pd.DataFrame, *, target_window_s: float = TARGET_WINDOW_S,
-                       min_steps: int = MIN_STEPS_PER_WINDOW, min_windows: int = MIN_WINDOWS) -> dict[str, Any]:
-    """samples/s per window of counted steps and its spread (the ``throughput`` key of summary.json).
-
-    Returns ``windows`` (count), ``window_s`` (mean seconds of step time per
-    window), ``steps_per_window`` (min and max), ``split``,
-    ``per_window_samples_per_s``, and in samples/s ``mean`` (= samples_per_s),
-    ``median``, ``min``, ``max``, ``std``, ``se``, ``ci95_low``, ``ci95_high``;
-    ``cv`` (no unit); ``target_window_s`` and ``min_steps_per_window`` (the
-    rule's parameters); ``reason`` is None, or why the statistics are None.
-    """
+                       min_steps: int = MIN_STEPS_PER_WINDOW, min_windows: int = MIN_WINDOWS) -> Throughput:
+    """samples/s per window of counted steps and its spread (the ``throughput`` key of summary.json:
+    ``Throughput``); every statistic None, and ``reason`` why, where there are fewer than 2 windows."""
     counted = steps.loc[~steps["warmup"].astype(bool)] if len(steps) else steps
     step_s = pd.to_numeric(counted["step_s"], errors="coerce").to_numpy(dtype=float)
     samples = pd.to_numeric(counted["samples"], errors="coerce").to_numpy(dtype=float)
-    result: dict[str, Any] = {"windows": 0, "window_s": None, "steps_per_window": None, "split": None,
-                              "per_window_samples_per_s": [], **{k: None for k in STAT_KEYS},
-                              "target_window_s": target_window_s, "min_steps_per_window": min_steps,
-                              "reason": None}
+    result = Throughput(target_window_s=target_window_s, min_steps_per_window=min_steps)
     n = len(step_s)
     if n == 0:
-        return dict(result, reason="no counted steps")
+        return replace(result, reason="no counted steps")
     if not (np.isfinite(step_s).all() and np.isfinite(samples).all()):
-        return dict(result, reason="a counted step has no step_s or samples value")
+        return replace(result, reason="a counted step has no step_s or samples value")
     total_s = float(step_s.sum())
     if not total_s > 0:
-        return dict(result, reason="the counted steps took no time")
+        return replace(result, reason="the counted steps took no time")
     k = window_count(n, total_s, target_window_s=target_window_s, min_steps=min_steps, min_windows=min_windows)
     if k < 2:
-        return dict(result, reason=f"only {n} counted steps: a spread needs at least 2 windows of "
-                                   f"{min_steps} steps ({2 * min_steps} steps)")
+        return replace(result, reason=f"only {n} counted steps: a spread needs at least 2 windows of "
+                                      f"{min_steps} steps ({2 * min_steps} steps)")
     index, split = assign_windows(step_s, k, min_steps=min_steps)
     window_s = np.bincount(index, weights=step_s, minlength=k)
     window_samples = np.bincount(index, weights=samples, minlength=k)
     counts = np.bincount(index, minlength=k)
-    return dict(result, windows=k, window_s=float(window_s.mean()), split=split,
-                steps_per_window={"min": int(counts.min()), "max": int(counts.max())},
-                per_window_samples_per_s=[float(r) for r in window_samples / window_s],
-                **rate_stats(window_samples, window_s))
+    return _with_stats(replace(result, windows=k, window_s=float(window_s.mean()), split=split,
+                   steps_per_window=(int(counts.min()), int(counts.max())),
+                   per_window_samples_per_s=tuple(float(r) for r in window_samples / window_s)),
+                       rate_stats(window_samples, window_s))
 
 
 def rate_stats(samples: Sequence[float] | np.ndarray, seconds: Sequence[float] | np.ndarray) -> dict[str, float | None]:

@@ -31,6 +31,7 @@ from pipeprof.analysis.evidence import LoadingEvidence, StepShares
 from pipeprof.analysis.intervals import none
 from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.sampled_advice import recommend_sampled
+from pipeprof.analysis.sections import SampledSection, SampledShare, SampledWindow
 from pipeprof.analysis.summary import Summary, bottleneck, summary_record
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS
 from pipeprof.analysis.verdict import verdict_from_attribution
@@ -80,8 +81,7 @@ def sampled_summary(run: Run) -> Summary:
         reason=Reason("sampled", {}, (reason,)) if enough else judged.reason,
         recommendations=recs, intervals=tuple(none(NOT_PREDICTED_INTERVAL) for _ in recs),
         absences=absences,
-        sampled={**shares.to_json(), "timeline": [_window(w) for w in window_shares(run.stacks)],
-                 "attach": run.info.attach, "loader": evidence.loader.to_json()},
+        sampled=sampled_section(shares, window_shares(run.stacks), run.info.attach, evidence.loader.to_json()),
         # no step counted: the shares are sampled
         attribution=dataclasses.replace(summary.attribution, step=dataclasses.replace(step, steps=0), loading=loading))
 
@@ -114,8 +114,20 @@ def sampled_loading(shares: SampledShares) -> LoadingEvidence:
                            worker_busy_mean_fraction=sum(busy_shares) / len(busy_shares))
 
 
-def _window(w: SampledShares) -> dict[str, Any]:
+def sampled_section(shares: SampledShares, windows: list[SampledShares], attach: dict[str, Any],
+                    loader: dict[str, Any]) -> SampledSection:
+    """summary.json ``sampled``: the shares, the timeline of ``windows``, the attach's settings and the loader's."""
+    written = shares.to_json()
+    return SampledSection(training_samples=shares.training_samples,
+                          training={k: SampledShare.from_json(v.to_json()) for k, v in shares.training.items()},
+                          timeline=tuple(_window(w) for w in windows), attach=attach, loader=loader,
+                          shares={k: v for k, v in written.items() if k not in ("training_samples", "training")})
+
+
+def _window(w: SampledShares) -> SampledWindow:
     busy = [x.busy.fraction for x in w.workers]
-    return {"t_start_s": w.t_start_s, "t_end_s": w.t_end_s, "training_samples": w.training_samples,
-            **{f"{k}_fraction": v for k, v in w.fractions().items()},
-            "worker_busy_mean_fraction": sum(busy) / len(busy) if busy else None}
+    f = w.fractions()
+    return SampledWindow(t_start_s=w.t_start_s, t_end_s=w.t_end_s, training_samples=w.training_samples,
+                         data_wait_fraction=f["data_wait"], h2d_fraction=f["h2d"],
+                         collective_wait_fraction=f["collective_wait"], compute_fraction=f["compute"],
+                         other_fraction=f["other"], worker_busy_mean_fraction=sum(busy) / len(busy) if busy else None)

@@ -28,6 +28,7 @@ from rich.text import Text
 
 from pipeprof.cli.output import stdout_console
 from pipeprof.errors import EXIT_INTERRUPTED
+from pipeprof.measure.probe_record import ProbeRecord
 from pipeprof.render.probe import probe_table, provenance
 
 
@@ -54,7 +55,8 @@ def execute(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(to_json(probe))
         return 0
+    record = ProbeRecord.from_json(probe)  # read once, typed
     console = stdout_console()
-    console.print(probe_table(probe))
-    console.print(Text(provenance(probe), style="dim"))
+    console.print(probe_table(record))
+    console.print(Text(provenance(record), style="dim"))
     return 0

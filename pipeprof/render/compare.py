@@ -1,13 +1,15 @@
-"""Render a comparison (``compare.json``'s dict): the terminal table and compare.html.
+"""Render a comparison (compare.json, read once into ``analysis.compare.Comparison``): the terminal table and
+compare.html.
 
 Formatting only: every number comes from ``analysis.compare`` through the
-dict. The page is self-contained (inline CSS bars, no scripts, nothing
+comparison's records. The page is self-contained (inline CSS bars, no scripts, nothing
 fetched) and all text goes through Jinja2 autoescaping; the terminal tables
 are built from ``rich.text.Text`` cells so names are never read as markup.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeprof import format as fmt
+from pipeprof.analysis.compare import Comparison, FractionChange, ThroughputRatio, as_comparison
+from pipeprof.analysis.windows import Throughput
 from pipeprof.format import NOT_MEASURED, finite
 from pipeprof.render.plots import PHASE_COLORS, PHASE_LABELS
 
@@ -26,73 +30,71 @@ ABSENT = "(absent)"
 # ---- what both show -------------------------------------------------------------------------
 
 
-def shown_phases(compare: dict[str, Any]) -> list[str]:
+def shown_phases(compare: Comparison | Mapping[str, Any]) -> list[str]:
     """The phases of ``PHASE_COLORS`` to list: collective wait only when some run waited in collectives
     (a job of ranks); runs of one process never do, and get no column of zeros."""
-    waited = any((finite((r.get("fractions") or {}).get("collective_wait")) or 0.0) > 0
-                 for r in compare.get("runs") or [])
+    waited = any((r.fractions.get("collective_wait") or 0.0) > 0 for r in as_comparison(compare).runs)
     return [p for p in PHASE_COLORS if p != "collective_wait" or waited]
 
 
-def run_rows(compare: dict[str, Any]) -> list[dict[str, Any]]:
+def run_rows(compare: Comparison | Mapping[str, Any]) -> list[dict[str, Any]]:
     """One formatted row per run: throughput ± half-width, ratio with interval, fractions with deltas."""
-    runs = compare.get("runs") or []
-    by_run = {c.get("run"): c for c in compare.get("comparisons") or []}
-    phases = shown_phases(compare)
+    c = as_comparison(compare)
+    phases = shown_phases(c)
     rows = []
-    for i, r in enumerate(runs):
-        c = by_run.get(i) or {}
-        t = r.get("throughput") or {}
-        ratio = c.get("throughput_ratio") or {}
-        fractions = r.get("fractions") or {}
-        deltas = c.get("fractions") or {}
-        verdict = r.get("verdict") or {}
+    for i, r in enumerate(c.runs):
+        compared = c.comparison_of(i)
+        t = r.throughput
+        ratio = compared.throughput_ratio if compared is not None else ThroughputRatio()
+        deltas = compared.fractions if compared is not None else {}
         rows.append({
             "index": i,
-            "label": str(r.get("label") or f"run {i}"),
-            "scenario": str(r.get("scenario") or ""),
-            "status": str(r.get("status") or "unknown"),
-            "report": r.get("report"),
-            "overrides": [str(o) for o in r.get("overrides") or []],
-            "samples_per_s": _num(r.get("samples_per_s")),
+            "label": r.label or f"run {i}",
+            "scenario": r.scenario or "",
+            "status": r.status or "unknown",
+            "report": r.report,
+            "overrides": list(r.overrides),
+            "samples_per_s": _num(r.samples_per_s),
             "uncertainty": _uncertainty(t),
-            "windows": t.get("windows") or 0,
+            "windows": t.windows if t is not None else 0,
             "ratio": "baseline" if i == 0 else _ratio(ratio),
-            "ratio_noise": None if i == 0 else ratio.get("within_noise"),
-            "ratio_reason": ratio.get("reason"),
+            "ratio_noise": None if i == 0 else ratio.within_noise,
+            "ratio_reason": ratio.reason,
             "phases": [{"key": p, "label": PHASE_LABELS[p], "color": PHASE_COLORS[p],
-                        "value": finite(fractions.get(p)), "pct": fmt.pct(fractions.get(p), 1),
-                        "delta": None if i == 0 else _pp((deltas.get(p) or {}).get("delta_pp")),
-                        "noise": None if i == 0 else (deltas.get(p) or {}).get("within_noise")}
+                        "value": r.fractions.get(p), "pct": fmt.pct(r.fractions.get(p), 1),
+                        "delta": None if i == 0 else _pp(_change(deltas, p).delta_pp),
+                        "noise": None if i == 0 else _change(deltas, p).within_noise}
                        for p in phases],
-            "verdict": str(verdict.get("class") or NOT_MEASURED),
-            "verdict_sentence": str(verdict.get("sentence") or ""),
-            "verdict_changed": bool((c.get("verdict") or {}).get("changed")),
+            "verdict": r.verdict_class or NOT_MEASURED,
+            "verdict_sentence": r.verdict_sentence or "",
+            "verdict_changed": compared is not None and compared.verdict_changed,
         })
     return rows
 
 
-def setting_rows(compare: dict[str, Any]) -> list[dict[str, Any]]:
+def _change(deltas: Mapping[str, FractionChange], phase: str) -> FractionChange:
+    return deltas.get(phase) or FractionChange()
+
+
+def setting_rows(compare: Comparison | Mapping[str, Any]) -> list[dict[str, Any]]:
     """The differing settings: key, then one display value per run, and whether it differs from the baseline."""
     rows = []
-    for s in compare.get("settings") or []:
-        absent = set(s.get("absent_in") or [])
-        values = s.get("values") or []
-        shown = [ABSENT if i in absent else fmt.setting(v) for i, v in enumerate(values)]
-        rows.append({"key": str(s.get("key")),
+    for s in as_comparison(compare).settings:
+        shown = [ABSENT if i in s.absent_in else fmt.setting(v) for i, v in enumerate(s.values)]
+        rows.append({"key": s.key,
                      "values": [{"text": t, "differs": i > 0 and t != shown[0]} for i, t in enumerate(shown)]})
     return rows
 
 
-def _uncertainty(t: dict[str, Any]) -> str:
-    low, high = finite(t.get("ci95_low")), finite(t.get("ci95_high"))
+def _uncertainty(t: Throughput | None) -> str:
+    low, high = (finite(t.ci95_low), finite(t.ci95_high)) if t is not None else (None, None)
     if low is None or high is None:
-        return f"no interval: {t.get('reason')}" if t.get("reason") else "no interval"
+        return f"no interval: {t.reason}" if t is not None and t.reason else "no interval"
     return f"± {_num((high - low) / 2)}"
 
 
-def _ratio(ratio: dict[str, Any]) -> str:
-    r, low, high = finite(ratio.get("ratio")), finite(ratio.get("low")), finite(ratio.get("high"))
+def _ratio(ratio: ThroughputRatio) -> str:
+    r, low, high = ratio.ratio, ratio.low, ratio.high
     if r is None:
         return NOT_MEASURED
     return f"×{fmt.number(r, 3)}" + (f" ({fmt.number(low, 3)}–{fmt.number(high, 3)})"
@@ -114,17 +116,18 @@ def _noise_word(within: Any) -> str:
 # ---- HTML -----------------------------------------------------------------------------------
 
 
-def render_compare_html(compare: dict[str, Any], *, folder_name: str | None = None) -> str:
+def render_compare_html(compare: Comparison | Mapping[str, Any], *, folder_name: str | None = None) -> str:
     """compare.html as one string (UTF-8, no external resources)."""
     env = Environment(loader=PackageLoader("pipeprof", "render/templates"), autoescape=True,
                       undefined=ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(noise=_noise_word, flex=_flex)
-    rows = run_rows(compare)
+    c = as_comparison(compare)
+    rows = run_rows(c)
     return env.get_template("compare.html.j2").render(
-        c=compare, folder_name=folder_name, rows=rows, settings=setting_rows(compare),
+        c=c, folder_name=folder_name, rows=rows, settings=setting_rows(c),
         labels=[r["label"] for r in rows],
-        legend=[{"label": PHASE_LABELS[p], "color": PHASE_COLORS[p]} for p in shown_phases(compare)],
-        rules=(compare.get("noise") or {}).get("rules") or {},
+        legend=[{"label": PHASE_LABELS[p], "color": PHASE_COLORS[p]} for p in shown_phases(c)],
+        rules=c.rules,
     )
 
 
@@ -142,8 +145,9 @@ def run_id(index: int) -> str:
     return chr(ord("A") + index) if index < 26 else f"R{index + 1}"
 
 
-def compare_table(compare: dict[str, Any], folder: str | Path) -> Group:
+def compare_table(compare: Comparison | Mapping[str, Any], folder: str | Path) -> Group:
     """The runs (as A, B, ...), throughput against A, shares of step time, differing settings: rich tables."""
+    compare = as_comparison(compare)
     rows = run_rows(compare)
 
     def table(title: str) -> Table:
@@ -195,7 +199,7 @@ def compare_table(compare: dict[str, Any], folder: str | Path) -> Group:
         differ.add_column(run_id(r["index"]), overflow="fold")
     for s in settings:
         differ.add_row(Text(s["key"]), *(Text(v["text"], style="bold" if v["differs"] else "") for v in s["values"]))
-    fraction_pp = (compare.get("noise") or {}).get("fraction_pp")
+    fraction_pp = compare.fraction_pp
     parts: list[Any] = [runs, Text(""), speed, Text(""), shares, Text("")]
     parts.append(differ if settings else Text("settings: every run has the same scenario settings", style="dim"))
     parts += [Text(""),

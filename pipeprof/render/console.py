@@ -16,6 +16,7 @@ from rich.text import Text
 
 from pipeprof import format as fmt
 from pipeprof.analysis.code_view import CodeView
+from pipeprof.analysis.sections import LightSection
 from pipeprof.analysis.summary import Summary, as_summary
 from pipeprof.format import NOT_MEASURED
 from pipeprof.numbers import finite as _value
@@ -26,7 +27,7 @@ from pipeprof.render.loaders import LoaderGroup, fold_loaders
 from pipeprof.render.ranks import straggler_line
 from pipeprof.render.transform_view import eval_transforms_lines, transforms_line
 from pipeprof.render.verdict_text import bottleneck_words, verdict_notes, verdict_sentence
-from pipeprof.run_folder import as_dict
+from pipeprof.run_meta import LoaderInfo, ScriptInfo
 
 # summary.json's bottleneck is the verdict's class in coarse form (input:* -> input): one style for both.
 _BOTTLENECK_STYLE: dict[str | None, str] = {"input": "bold red", "compute": "bold green", "balanced": "bold yellow",
@@ -50,29 +51,29 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
     def add(label: str, value: str, style: str = "") -> None:
         table.add_row(Text(label), Text(value, style=style if value != NOT_MEASURED else "dim italic"))
 
-    script = as_dict(s.script.script) if s.script else {}
-    loaders = (s.script.loaders if s.script else None) or []
-    if script:
-        add("script", str(script.get("command_line") or NOT_MEASURED))
+    script = ScriptInfo.parse(s.script.script) if s.script else None  # read once, typed
+    loaders = LoaderInfo.parse_all(s.script.loaders) if s.script else ()
+    if script is not None and script.recorded:
+        add("script", str(script.command_line or NOT_MEASURED))
         add("loaders", ", ".join(_loader_group_text(g) for g in fold_loaders(loaders))
             or ("not visible from outside (attached)" if s.sampled else "none iterated"))
     else:
         add("scenario", s.scenario or NOT_MEASURED)
-    sampled = as_dict(s.sampled)  # pipeprof attach: shares of py-spy's samples, no step timed
-    of = "sampled share, 95% interval" if sampled else "share of step time"
-    if sampled:
-        attached = as_dict(sampled.get("attach"))
-        add("sampled", f"{fmt.number(sampled.get('training_samples'), 0)} samples of the training threads at "
-                       f"{attached.get('rate_hz')} Hz over {fmt.duration(attached.get('sampled_s'))} (py-spy, from "
+    sampled = s.sampled  # pipeprof attach: shares of py-spy's samples, no step timed
+    of = "sampled share, 95% interval" if sampled is not None else "share of step time"
+    if sampled is not None:
+        add("sampled", f"{fmt.number(sampled.training_samples, 0)} samples of the training threads at "
+                       f"{sampled.rate_hz} Hz over {fmt.duration(sampled.sampled_s)} (py-spy, from "
                        "outside): the shares below are sampled; steps and throughput cannot be measured so")
     add("steps (counted)", fmt.number(s.steps, 0))
     add("throughput", fmt.rate(s.samples_per_s), "bold")
-    add("step time median / p90", _several(fmt.duration, step.get("median"), step.get("p90")))
+    add("step time median / p90", _several(fmt.duration, step.median, step.p90))
 
     def share(part: str, key: str) -> str:
         text = fmt.pct(frac.get(part), 1)
-        interval = as_dict(as_dict(sampled.get("training")).get(key)).get("interval")
-        if isinstance(interval, list) and len(interval) == 2:
+        shared = sampled.training.get(key) if sampled is not None else None
+        interval = shared.interval if shared is not None else None
+        if interval is not None:
             text += f" [{fmt.pct(interval[0], 0)}, {fmt.pct(interval[1], 0)}]"
         return text
 
@@ -87,7 +88,7 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
     family = "input" if verdict.klass.startswith("input:") else verdict.klass
     text = f"{verdict.klass}: {verdict_sentence(verdict)}".strip()
     text += "".join(f"\nnote: {note}" for note in verdict_notes(verdict))
-    median = as_dict(s.job).get("median_rank") if s.ranks else None
+    median = s.job.median_rank if s.ranks and s.job is not None else None
     add("verdict" if not s.ranks else f"verdict (rank {median}, the median)" if median is not None
         else "verdict (the median rank)", text, _VERDICT_STYLE.get(family, ""))
     straggler = straggler_line(s)
@@ -102,17 +103,17 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
             text += f"\nnote: {top.note}"
         certain = bool(top.change or top.code_change) and not (interval is not None and interval.may_not_help)
         add("top recommendation", text, "bold" if certain else "")
-    split = as_dict(loading.split) if loading is not None else {}
-    if split and loading is not None:  # decode and transforms timed inside __getitem__
+    split = loading.split if loading is not None else None
+    if split is not None and loading is not None:  # decode and transforms timed inside __getitem__
         add("fetch/decode/transform/other per sample",
-            _several(fmt.duration, *(split.get(f"{k}_per_sample_s") for k in ("fetch", "decode", "transform", "other"))))
+            _several(fmt.duration, split.fetch_per_sample_s, split.decode_per_sample_s, split.transform_per_sample_s,
+                     split.other_per_sample_s))
         add("collate per sample", fmt.duration(loading.collate_per_sample_s))
     else:
         add("fetch/prep/collate per sample",
             _several(fmt.duration, *((loading.fetch_per_sample_s, loading.prep_per_sample_s,
                                       loading.collate_per_sample_s) if loading is not None else (None,))))
-    burst = next((d.get("wait_by_position_s") for d in loaders
-                  if isinstance(d, dict) and d.get("role") == "train" and d.get("wait_by_position_s")), None)
+    burst = next((d.wait_by_position_s for d in loaders if d.role == "train" and d.wait_by_position_s), None)
     if burst:  # steps of several batches (gradient accumulation): where in the step the waits fall
         add("wait by batch in the step", " / ".join(fmt.duration(w) for w in burst))
     transforms = transforms_line(s)
@@ -135,14 +136,14 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
     add("peak RSS", fmt.byte_size(memory.peak_rss_bytes))
     add("accuracy", fmt.pct(s.accuracy, 1))
     add("final loss", fmt.number(s.final_loss, 4))
-    light = as_dict(s.light)
-    if light:  # profile --light: the whole job's timeline of window medians, and its change point
+    light = s.light
+    if light is not None:  # profile --light: the whole job's timeline of window medians, and its change point
         add("timeline (median step time)", light_timeline(light))
-        cp = as_dict(light.get("change_point"))
-        add("change point", (f"at {fmt.duration(cp.get('t_s'))}: step time {fmt.duration(cp.get('before_s'))} → "
-                             f"{fmt.duration(cp.get('after_s'))} (×{fmt.significant(cp.get('ratio'), 3)}, "
-                             f"{fmt.significant(cp.get('sigmas'), 2)} standard errors)") if cp else
-            f"none ({light.get('windows')} windows; test: {light.get('change_point_test')})")
+        cp = light.change_point
+        add("change point", (f"at {fmt.duration(cp.t_s)}: step time {fmt.duration(cp.before_s)} → "
+                             f"{fmt.duration(cp.after_s)} (×{fmt.significant(cp.ratio, 3)}, "
+                             f"{fmt.significant(cp.sigmas, 2)} standard errors)") if cp is not None else
+            f"none ({light.windows} windows; test: {light.change_point_test})")
     add("run folder", str(folder))
     return table
 
@@ -174,8 +175,8 @@ def _code_profile_line(code: CodeView | None) -> str | None:
                      if outside is not None else "cost not measured")
     elif not (cprofile.absent or "off").startswith(_NOT_ASKED):
         parts.append(f"cProfile: {cprofile.absent}")
-    if pyspy and not str(pyspy.get("absent", "")).startswith(_NOT_ASKED):
-        parts.append(f"py-spy: {pyspy['file']}" if pyspy.get("file") else f"py-spy: {pyspy.get('absent')}")
+    if pyspy.recorded and not str(pyspy.absent if "absent" in pyspy.recorded else "").startswith(_NOT_ASKED):
+        parts.append(f"py-spy: {pyspy.file}" if pyspy.file else f"py-spy: {pyspy.absent}")
     return "; ".join(parts) or None
 
 
@@ -197,11 +198,10 @@ SPARK = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 40
 
 
-def light_timeline(light: dict[str, Any]) -> str:
+def light_timeline(light: LightSection) -> str:
     """The windows' median step times as a sparkline of at most SPARK_WIDTH cells (a cell: the mean of its
     windows), with the range it spans."""
-    values = [v for v in (_value(as_dict(w).get("step_median_s")) for w in light.get("timeline") or [])
-              if v is not None]
+    values = [v for v in (_value(w.step_median_s) for w in light.timeline) if v is not None]
     if not values:
         return NOT_MEASURED
     per = max(1, -(-len(values) // SPARK_WIDTH))

@@ -11,7 +11,6 @@ from typing import Any
 from pipeprof import format as fmt
 from pipeprof.analysis.device_memory import DeviceMemory
 from pipeprof.analysis.summary import Summary
-from pipeprof.numbers import finite
 from pipeprof.run_meta import RunMeta
 
 Row = tuple[str, str, str]  # label, value, note (plain text: the template escapes it)
@@ -23,7 +22,7 @@ def gpu_telemetry_rows(summary: Summary, meta: RunMeta) -> list[Row]:
     rows: list[Row] = []
     gpu = summary.gpu
     absences = summary.absences or meta.absences
-    info = meta.gpu.recorded
+    info = meta.gpu
     if gpu is not None:
         util, mem = gpu.mean_proc_util_pct, gpu.peak_proc_mem_bytes
         value = (f"SM {_or_not(util, lambda v: fmt.pct(v / 100))}"
@@ -34,8 +33,8 @@ def gpu_telemetry_rows(summary: Summary, meta: RunMeta) -> list[Row]:
         rows.append(("GPU, training process", value,
                      "; ".join(why) or "NVML per-process, mean over counted steps; all its processes together"))
         clock, power = gpu.mean_sm_clock_mhz, gpu.mean_power_w
-        limits = [f"max {fmt.number(info['sm_clock_max_mhz'], 0)} MHz" if finite(info.get("sm_clock_max_mhz")) else "",
-                  f"limit {fmt.number(info['power_limit_w'], 0)} W" if finite(info.get("power_limit_w")) else ""]
+        limits = [f"max {fmt.number(info.sm_clock_max_mhz, 0)} MHz" if info.sm_clock_max_mhz else "",
+                  f"limit {fmt.number(info.power_limit_w, 0)} W" if info.power_limit_w else ""]
         why = [f"{what}: {absences[key]}" for what, key, v in (("SM clock", "gpu_sm_clock_mhz", clock),
                                                                ("power", "gpu_power_w", power))
                if v is None and absences.get(key)]

@@ -35,7 +35,7 @@ from pipeprof.render.verdict_text import bottleneck_words, verdict_notes, verdic
 from pipeprof.render.verification_text import verification_words
 from pipeprof.render.window_plot import window_timeline_svg
 from pipeprof.run_folder import MAIN_PROCESS, Run, as_dict
-from pipeprof.run_meta import JobInfo, RankInfo, RunMeta
+from pipeprof.run_meta import JobInfo, LoaderInfo, RankInfo, RunMeta, ScriptInfo
 
 # Verdict classes (analysis.verdict.CLASSES): a title, and the CSS family for its color.
 _VERDICT_TITLES = {
@@ -112,7 +112,7 @@ def render_html(run: Run, summary: Summary | Mapping[str, Any], *, folder_name: 
         meta=meta,
         folder_name=folder_name,
         scenario_name=summary.scenario or run.name,
-        scenario_description=as_dict(meta.scenario).get("description"),
+        scenario_description=meta.settings.description,
         bottleneck_title=title,
         verdict=verdict,
         recommendations=_recommendations(summary),
@@ -138,15 +138,9 @@ def render_html(run: Run, summary: Summary | Mapping[str, Any], *, folder_name: 
         uss_reason=meta.absences.get("uss") or "no USS snapshot was taken",
         status=str(summary.status or meta.status or "unknown"),
         cpu=summary.cpu, memory=summary.memory, disk=summary.disk, timing=summary.timing,
-        damage=[_damage_text(d) for d in summary.damage],
+        damage=[d.text() for d in summary.damage],
         tail_pct=round(100 * TAIL_FRACTION),
     )
-
-
-def _damage_text(damage: Any) -> str:
-    d = as_dict(damage)
-    line = d.get("line")
-    return f"{d.get('file')}{'' if line is None else f' line {line}'}: {d.get('reason')}"
 
 
 def _environment() -> Environment:
@@ -333,18 +327,18 @@ def _plots(run: Run, meta: RunMeta, summary: Summary,
 
 def _window_plots(summary: Summary) -> list[tuple[str, str, str | None, str, str]]:
     """A light run's timeline of step times with its change point; an attach's sampled shares per window."""
-    light, sampled = as_dict(summary.light), as_dict(summary.sampled)
-    if light:
-        cp = as_dict(light.get("change_point"))
-        svg = window_timeline_svg(light.get("timeline") or [], [("step_median_s", "median step", plots.MAIN_COLOR),
-                                                                  ("step_p90_s", "p90 step", plots.WORKERS_COLOR)],
-                                  "ms per step", 1e3, cp.get("t_s"))
-        caption = (f"Each window's median and p90 step time over the whole job (windows of {light.get('window_s')} s)"
-                   + (f"; dashed: the change point, step time ×{fmt.significant(cp.get('ratio'), 3)}" if cp else
-                      f"; no change point ({light.get('change_point_test')})") + ".")
+    light, sampled = summary.light, summary.sampled
+    if light is not None:
+        cp = light.change_point
+        svg = window_timeline_svg(light.timeline, [("step_median_s", "median step", plots.MAIN_COLOR),
+                                                   ("step_p90_s", "p90 step", plots.WORKERS_COLOR)],
+                                  "ms per step", 1e3, cp.t_s if cp is not None else None)
+        caption = (f"Each window's median and p90 step time over the whole job (windows of {light.window_s} s)"
+                   + (f"; dashed: the change point, step time ×{fmt.significant(cp.ratio, 3)}" if cp is not None else
+                      f"; no change point ({light.change_point_test})") + ".")
         return [("timeline", "The whole job, window by window", svg, "no window with a counted step", caption)]
-    if sampled:
-        svg = window_timeline_svg(sampled.get("timeline") or [], [("data_wait_fraction", "data wait", "#d62728"),
+    if sampled is not None:
+        svg = window_timeline_svg(sampled.timeline, [("data_wait_fraction", "data wait", "#d62728"),
                                                                     ("compute_fraction", "compute", plots.MAIN_COLOR)],
                                   "share of samples (%)", 100.0)
         return [("timeline", "Sampled shares, window by window", svg, "no window of samples",
@@ -376,7 +370,7 @@ def not_counted_spans(steps: Any, loaders: Any, timing: Any = "host-clock") -> l
     step_s = df["step_s"].to_numpy(dtype=float)
     consecutive = (df["step"].to_numpy()[1:] - df["step"].to_numpy()[:-1]) == 1
     left_out = t[1:] - t[:-1] - step_s[:-1]
-    roles = {str(as_dict(x).get("role")) for x in loaders or []}
+    roles = {str(x.role) for x in LoaderInfo.parse_all(loaders)}
     label = EVALUATION_LABEL if "eval" in roles else OTHER_LABEL
     return [(float(a), float(a + d), label) for a, d, ok in zip(t[:-1], left_out, consecutive)
             if ok and d >= _MIN_SPAN_S]
@@ -386,7 +380,7 @@ def _not_counted_note(excluded: list[tuple[float, float, str]], loaders: Any) ->
     """The time charts' caption for the shaded spans; empty when there are none."""
     if not excluded:
         return ""
-    names = sorted({str(as_dict(x).get("name")) for x in loaders or [] if as_dict(x).get("role") == "eval"})
+    names = sorted({str(x.name) for x in LoaderInfo.parse_all(loaders) if x.role == "eval"})
     total_s = sum(b - a for a, b, _ in excluded)
     whose = f" of {', '.join(names)}" if names else ""
     what = f"the evaluation passes{whose}" if excluded[0][2] == EVALUATION_LABEL else "time no counted step holds"
@@ -458,17 +452,16 @@ def _code_profile(summary: Summary) -> dict[str, Any] | None:
     if code is None:
         return None
     cprofile, pyspy = code.cprofile, code.pyspy
-    if str(cprofile.absent or "").startswith("off") and str(pyspy.get("absent", "")).startswith("off"):
+    if str(cprofile.absent or "").startswith("off") and str(pyspy.absent or "").startswith("off"):
         return None
-    return {"cprofile": _cprofile_view(cprofile), "pyspy": pyspy}
+    return {"cprofile": _cprofile_view(cprofile), "pyspy": pyspy.recorded}
 
 
 def _cprofile_view(cprofile: CProfileView) -> dict[str, Any]:
     if cprofile.absent is not None:
         return {"absent": cprofile.absent}
-    window = cprofile.window or {}
     overhead = cprofile.overhead or StepCost()
-    first, steps = window.get("first_step"), window.get("profiled_steps", window.get("steps"))
+    first, steps = cprofile.first_step, cprofile.profiled_steps
     processes = []
     for key, info in cprofile.processes.items():
         processes.append({
@@ -514,24 +507,23 @@ def _script(meta: RunMeta) -> dict[str, Any] | None:
     """A profiled script's command, folder and end, and its loaders (None for a scenario run)."""
     if not meta.is_script:
         return None
-    script = meta.script.recorded if meta.script is not None else {}
-    ended = as_dict(script.get("ended"))
-    hows: dict[str | None, str] = {
-        "exit": f"exit status {ended.get('detail')}", "exception": f"raised {ended.get('detail')}",
+    script = meta.script or ScriptInfo()
+    hows: dict[Any, str] = {
+        "exit": f"exit status {script.ended_detail}", "exception": f"raised {script.ended_detail}",
         "interrupted": "interrupted (KeyboardInterrupt)",
-        "stopped": f"stopped by pipeprof after {ended.get('detail')} steps (--steps)"}
-    how = hows.get(ended.get("how"))
+        "stopped": f"stopped by pipeprof after {script.ended_detail} steps (--steps)"}
+    how = hows.get(script.ended_how)
     if how is None:
-        code = script.get("returncode")
-        how = f"exit status {script.get('exit_status')}" + (" (killed by a signal)" if code is not None and code < 0
-                                                            else "") if code is not None else "not recorded"
+        code = script.returncode
+        how = f"exit status {script.exit_status}" + (" (killed by a signal)" if code is not None and code < 0
+                                                     else "") if code is not None else "not recorded"
     sources: dict[str | None, str] = {
         "optimizer": "optimizer.step() (PyTorch's global step hook)", "prof.step": "prof.step() marks",
         "backward": "backward passes (no torch.optim optimizer step was seen)",
         "optimizer and backward": "optimizer.step(), and backward passes where a fit had no optimizer step",
         "loader batches": "each batch of the training loader (no optimizer step was seen)"}
-    return {"command_line": script.get("command_line"), "cwd": script.get("cwd"), "python": script.get("python"),
-            "ended": how, "loaders": [_loader_row(g) for g in fold_loaders(meta.loaders)],
+    return {"command_line": script.command_line, "cwd": script.cwd, "python": script.python,
+            "ended": how, "loaders": [_loader_row(g) for g in fold_loaders(LoaderInfo.parse_all(meta.loaders))],
             "step_source": sources.get(meta.step_source, "no training steps")}
 
 
@@ -546,10 +538,9 @@ def _loader_row(group: LoaderGroup) -> dict[str, Any]:
     built = [f"{k}={_python(group.setting(k))}" for k in _SHOWN_SETTINGS]
     built += [f"{k}={_python(v)}" for k, v in group.settings
               if k in _DEFAULT_SETTINGS and v != _DEFAULT_SETTINGS[k]]
-    each = [{"number": x.get("number"), "batches": x.get("batches"), "samples": x.get("samples"),
-             "passes": x.get("passes"), "wait_per_batch_s": x.get("wait_per_batch_s"),
-             "fetch_per_sample_s": x.get("fetch_per_sample_s"), "prep_per_sample_s": x.get("prep_per_sample_s"),
-             "eval_s": x.get("eval_s")} for x in group.loaders]
+    each = [{"number": x.number, "batches": x.batches, "samples": x.samples, "passes": x.passes,
+             "wait_per_batch_s": x.wait_per_batch_s, "fetch_per_sample_s": x.fetch_per_sample_s,
+             "prep_per_sample_s": x.prep_per_sample_s, "eval_s": x.eval_s} for x in group.loaders]
     return {"name": group.name, "role": group.role, "count": group.count, "dataset": group.setting("dataset"),
             "built": built, "batches": group.batches, "samples": group.samples, "passes": group.passes,
             "wait_per_batch_s": group.wait_per_batch_s, "fetch_per_sample_s": group.fetch_per_sample_s,

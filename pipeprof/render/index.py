@@ -36,8 +36,12 @@ from typing import Any
 from jinja2 import ChainableUndefined, Environment, PackageLoader
 
 from pipeprof import format as fmt
+from pipeprof.analysis.compare import Comparison
+from pipeprof.analysis.differential import Diagnosis
+from pipeprof.analysis.summary import as_summary
+from pipeprof.analysis.sweep import Sweep
 from pipeprof.numbers import finite
-from pipeprof.run_folder import as_dict, write_text
+from pipeprof.run_folder import FolderHead, as_dict, write_text
 
 INDEX_NAME = "index.html"
 MAX_JSON_BYTES = 20 * 1024 * 1024  # a summary is tens of kB; anything this big is not ours
@@ -117,16 +121,16 @@ def describe_folder(path: Path, root: Path) -> dict[str, Any]:
         try:
             if kind == "run":
                 return _run_entry(path, data, link, root)
+            head = FolderHead.from_json(data)
             if kind == "diagnosis":
-                fractions = as_dict(data.get("fractions"))
-                return _entry(path, kind, data, link, fetch_stall=finite(fractions.get("fetch_stall")),
-                              prep_stall=finite(fractions.get("prep_stall")))
+                stalls = Diagnosis.from_json(data).fractions  # read once, typed
+                return _entry(path, kind, head, link, fetch_stall=stalls.get("fetch_stall"),
+                              prep_stall=stalls.get("prep_stall"))
             if kind == "compare":
-                return _compare_entry(path, data, link)
-            best = as_dict(data.get("best"))
-            return _entry(path, kind, data, link, samples_per_s=finite(best.get("samples_per_s")),
-                          best_settings=as_dict(best.get("settings")),
-                          points=_count(data.get("points") if "points" in data else data.get("trials")))  # script: trials
+                return _compare_entry(path, data, head, link)
+            sweep = Sweep.from_json(data)  # read once, typed (a script's tune counts its trials)
+            return _entry(path, kind, head, link, samples_per_s=sweep.best_samples_per_s,
+                          best_settings=sweep.best_settings, points=sweep.point_count)
         except _Unreadable as e:
             return _entry(path, "unreadable", problem=str(e))
     try:
@@ -139,37 +143,36 @@ def describe_folder(path: Path, root: Path) -> dict[str, Any]:
 
 def _run_entry(path: Path, meta: dict[str, Any], link: str | None, root: Path) -> dict[str, Any]:
     summary = _read_json(path / "summary.json", root)
-    scenario = as_dict(meta.get("scenario")).get("name")
+    head = FolderHead.from_json(meta)
+    scenario = head.scenario
     if summary is None:
-        return _entry(path, "run", meta, link, scenario=scenario, problem="no summary.json: run pipeprof report")
-    verdict = as_dict(summary.get("verdict"))
-    return _entry(path, "run", meta, link, scenario=summary.get("scenario") or scenario,
-                  samples_per_s=finite(summary.get("samples_per_s")),
-                  data_wait=finite(as_dict(summary.get("fractions")).get("data_wait")),
-                  verdict=verdict.get("class") or summary.get("bottleneck"))
+        return _entry(path, "run", head, link, scenario=scenario, problem="no summary.json: run pipeprof report")
+    try:
+        s = as_summary(summary)  # read once, typed
+    except (TypeError, ValueError) as e:  # not a summary pipeprof wrote: listed, never a crash
+        raise _Unreadable(f"summary.json: {e}") from e
+    # an older summary.json (schema 1) has no verdict: listed by its bottleneck
+    verdict = s.verdict.klass if "verdict" in summary else summary.get("bottleneck")
+    return _entry(path, "run", head, link, scenario=s.scenario or scenario, samples_per_s=finite(s.samples_per_s),
+                  data_wait=finite(s.fractions.get("data_wait")), verdict=verdict)
 
 
-def _compare_entry(path: Path, data: dict[str, Any], link: str | None) -> dict[str, Any]:
-    runs = [r for r in data.get("runs") or [] if isinstance(r, dict)]
-    ratios = [finite(as_dict(c.get("throughput_ratio")).get("ratio"))
-              for c in data.get("comparisons") or [] if isinstance(c, dict)]
-    scenarios = sorted({str(r.get("scenario")) for r in runs if r.get("scenario") is not None})
-    return _entry(path, "compare", data, link, scenario=", ".join(scenarios) or None,
-                  runs=[str(r.get("label") or r.get("folder") or "?") for r in runs],
+def _compare_entry(path: Path, data: dict[str, Any], head: FolderHead, link: str | None) -> dict[str, Any]:
+    compare = Comparison.from_json(data)  # read once, typed
+    ratios = [c.throughput_ratio.ratio for c in compare.comparisons]
+    scenarios = sorted({r.scenario for r in compare.runs if r.scenario is not None})
+    return _entry(path, "compare", head, link, scenario=", ".join(scenarios) or None,
+                  runs=[r.label or r.folder or "?" for r in compare.runs],
                   ratios=[r for r in ratios if r is not None])
 
 
-def _entry(path: Path, kind: str, data: dict[str, Any] | None = None, link: str | None = None,
+def _entry(path: Path, kind: str, head: FolderHead | None = None, link: str | None = None,
            **fields: Any) -> dict[str, Any]:
-    data = data or {}
-    created = data.get("created_utc") if isinstance(data.get("created_utc"), str) else None
-    scenario = fields.pop("scenario", data.get("scenario"))
-    if isinstance(scenario, dict):  # run.json's scenario is the whole table
-        scenario = scenario.get("name")
-    return {"name": path.name, "kind": kind, "link": link, "created_utc": created,
-            "scenario": None if scenario is None else str(scenario),
-            "status": None if data.get("status") is None else str(data.get("status")),
-            "sort_key": _sort_key(path, created), **_EMPTY, **fields}
+    head = head or FolderHead()
+    scenario = fields.pop("scenario", head.scenario)
+    return {"name": path.name, "kind": kind, "link": link, "created_utc": head.created_utc,
+            "scenario": None if scenario is None else str(scenario), "status": head.status,
+            "sort_key": _sort_key(path, head.created_utc), **_EMPTY, **fields}
 
 
 def _read_json(path: Path, root: Path) -> dict[str, Any] | None:
@@ -218,10 +221,6 @@ def _sort_key(path: Path, created: str | None) -> str:
 def _stamp(name: str) -> str | None:
     m = _STAMP.match(name)
     return m.group(1) if m else None
-
-
-def _count(value: Any) -> int | None:
-    return len(value) if isinstance(value, list) else None
 
 
 

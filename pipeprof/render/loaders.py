@@ -13,11 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pipeprof.numbers import finite
+from pipeprof.run_meta import LOADER_SETTINGS, LoaderInfo
 
-# What a loader was built with: loaders equal in all of these (and in name and role) fold together.
-SETTINGS = ("dataset", "batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers",
-            "drop_last", "multiprocessing_context")
+SETTINGS = LOADER_SETTINGS  # what a loader was built with: loaders equal in these (and name and role) fold
 
 
 @dataclass(frozen=True)
@@ -27,7 +25,7 @@ class LoaderGroup:
     name: str
     role: str
     settings: tuple[tuple[str, Any], ...]  # (key, value) in SETTINGS order
-    loaders: tuple[dict[str, Any], ...]
+    loaders: tuple[LoaderInfo, ...]
 
     @property
     def count(self) -> int:
@@ -35,62 +33,60 @@ class LoaderGroup:
 
     @property
     def batches(self) -> int:
-        return int(self._sum("batches"))
+        return int(sum(x.batches or 0.0 for x in self.loaders))
 
     @property
     def samples(self) -> int:
-        return int(self._sum("samples"))
+        return int(sum(x.samples or 0.0 for x in self.loaders))
 
     @property
     def passes(self) -> int:
-        return int(self._sum("passes"))
+        return int(sum(x.passes or 0.0 for x in self.loaders))
 
     @property
     def wait_s(self) -> float:
-        return self._sum("wait_s")
+        return sum(x.wait_s or 0.0 for x in self.loaders)
 
     @property
     def eval_s(self) -> float | None:
         """Time in this group's passes (evaluation loaders only; None for training loaders)."""
-        return self._sum("eval_s") if any(finite(x.get("eval_s")) is not None for x in self.loaders) else None
+        timed = [x.eval_s for x in self.loaders]
+        return sum(t or 0.0 for t in timed) if any(t is not None for t in timed) else None
 
     @property
     def wait_per_batch_s(self) -> float | None:
-        return self._weighted("wait_per_batch_s", "batches")
+        return _weighted([(x.wait_per_batch_s, x.batches) for x in self.loaders])
 
     @property
     def fetch_per_sample_s(self) -> float | None:
-        return self._weighted("fetch_per_sample_s", "samples")
+        return _weighted([(x.fetch_per_sample_s, x.samples) for x in self.loaders])
 
     @property
     def prep_per_sample_s(self) -> float | None:
-        return self._weighted("prep_per_sample_s", "samples")
+        return _weighted([(x.prep_per_sample_s, x.samples) for x in self.loaders])
 
     def setting(self, key: str) -> Any:
-        return dict(self.settings).get(key)
-
-    def _sum(self, key: str) -> float:
-        return sum(finite(x.get(key)) or 0.0 for x in self.loaders)
-
-    def _weighted(self, key: str, weight: str) -> float | None:
-        pairs = [(v, finite(x.get(weight)) or 0.0) for x in self.loaders if (v := finite(x.get(key))) is not None]
-        total = sum(w for _, w in pairs)
-        if not pairs:
-            return None
-        if total <= 0:
-            return sum(v for v, _ in pairs) / len(pairs)
-        return sum(v * w for v, w in pairs) / total
+        return self.loaders[0].setting(key)  # the group's settings are its first loader's
 
 
-def fold_loaders(loaders: Iterable[dict[str, Any]]) -> list[LoaderGroup]:
-    """The loaders (run.json's / summary.json's ``loaders``) folded by name, role and ``SETTINGS``."""
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+def _weighted(values: list[tuple[float | None, float | None]]) -> float | None:
+    """The mean of the values recorded, weighted by their weights (plain where no weight is > 0)."""
+    pairs = [(v, w or 0.0) for v, w in values if v is not None]
+    total = sum(w for _, w in pairs)
+    if not pairs:
+        return None
+    if total <= 0:
+        return sum(v for v, _ in pairs) / len(pairs)
+    return sum(v * w for v, w in pairs) / total
+
+
+def fold_loaders(loaders: Iterable[LoaderInfo]) -> list[LoaderGroup]:
+    """The loaders (run.json's / summary.json's ``loaders``, read: ``LoaderInfo.parse_all``) folded by name, role
+    and ``SETTINGS``."""
+    groups: dict[tuple[Any, ...], list[LoaderInfo]] = {}
     for loader in loaders:
-        if not isinstance(loader, dict):
-            continue
-        key = (str(loader.get("name")), str(loader.get("role")),
-               *(repr(loader.get(k)) for k in SETTINGS))  # repr: unhashable values (a list) fold too
+        key = (str(loader.name), str(loader.role),
+               *(repr(v) for _, v in loader.settings))  # repr: unhashable values (a list) fold too
         groups.setdefault(key, []).append(loader)
-    return [LoaderGroup(str(members[0].get("name")), str(members[0].get("role")),
-                        tuple((k, members[0].get(k)) for k in SETTINGS), tuple(members))
+    return [LoaderGroup(str(members[0].name), str(members[0].role), members[0].settings, tuple(members))
             for members in groups.values()]

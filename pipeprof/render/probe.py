@@ -8,22 +8,28 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeprof import format as fmt
+from pipeprof.measure.probe_record import Measurement, ProbeRecord
 
 _ABSENT_STYLE = "dim italic"
 
 
-def provenance(probe: dict[str, Any]) -> str:
+def provenance(probe: ProbeRecord | dict[str, Any]) -> str:
     """Whether the probe was measured now or reused from the cache (how old, where), in one line."""
-    cache = probe.get("cache") or {}
-    kind = "quick probe" if probe.get("quick") else "probe"
-    if cache.get("reused"):
-        return (f"cached {kind} from {probe.get('measured_at_utc')} ({_age(cache.get('age_s'))} ago), "
-                f"{cache.get('path')}; pipeprof probe --refresh measures again")
-    return f"{kind} measured now ({cache.get('reason')}), saved to {cache.get('path')}"
+    p = _record(probe)
+    kind = "quick probe" if p.quick else "probe"
+    if p.cache_reused:
+        return (f"cached {kind} from {p.measured_at_utc} ({_age(p.cache_age_s)} ago), "
+                f"{p.cache_path}; pipeprof probe --refresh measures again")
+    return f"{kind} measured now ({p.cache_reason}), saved to {p.cache_path}"
 
 
-def _age(seconds: Any) -> str:
-    if not isinstance(seconds, (int, float)):
+def _record(probe: ProbeRecord | dict[str, Any]) -> ProbeRecord:
+    """``probe`` itself, or the probe's dict read once (``ProbeRecord.from_json``)."""
+    return probe if isinstance(probe, ProbeRecord) else ProbeRecord.from_json(probe)
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
         return "unknown time"
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
         if seconds >= size:
@@ -31,20 +37,21 @@ def _age(seconds: Any) -> str:
     return f"{max(seconds, 0):.0f} s"
 
 
-def _stat(entry: Any, unit: str, scale: float, digits: int = 1) -> tuple[str, str]:
+def _stat(entry: Measurement | None, scale: float, digits: int = 1) -> tuple[str, str]:
     """``median [min - max]`` of one measurement, scaled, or its absence."""
-    if not isinstance(entry, dict):
+    if entry is None:
         return "not measured", _ABSENT_STYLE
-    if "absent" in entry:
-        return f"absent: {entry['absent']}", _ABSENT_STYLE
-    med, lo, hi = (entry.get(f"{k}_{unit}") for k in ("median", "min", "max"))
-    if not (isinstance(med, (int, float)) and isinstance(lo, (int, float)) and isinstance(hi, (int, float))):
+    if entry.absent is not None:
+        return f"absent: {entry.absent}", _ABSENT_STYLE
+    med, lo, hi = entry.median, entry.min, entry.max
+    if med is None or lo is None or hi is None:
         return "not measured", _ABSENT_STYLE
     return f"{fmt.number(med / scale, digits)}  [{fmt.number(lo / scale, digits)} – {fmt.number(hi / scale, digits)}]", ""
 
 
-def probe_table(probe: dict[str, Any]) -> Table:
+def probe_table(probe: ProbeRecord | dict[str, Any]) -> Table:
     """The probe as a two-column table: measure (with unit), median [min – max] over repeats."""
+    p = _record(probe)
     table = Table(title=Text("pipeprof probe: this machine's ceilings", style="bold"), show_header=False,
                   box=None, pad_edge=False, padding=(0, 2, 0, 0))
     table.add_column("measure", style="dim", no_wrap=True)
@@ -53,45 +60,35 @@ def probe_table(probe: dict[str, Any]) -> Table:
     def add(label: str, value: str, style: str = "") -> None:
         table.add_row(Text(label), Text(value, style=style))
 
-    machine = probe.get("machine") or {}
-    cpu = probe.get("cpu") or {}
-    add("machine", f"{machine.get('hostname')} · {machine.get('cpu_model')} · "
-                   f"{fmt.byte_size(machine.get('ram_bytes'))} RAM · key {machine.get('key')}")
-    add("cores usable / logical, torch threads",
-        f"{cpu.get('usable_cores')} / {cpu.get('cpu_count_logical')}, {cpu.get('torch_threads')}")
-    add("memory copy (MiB/s, read + write)", *_stat(probe.get("memory_bandwidth"), "bytes_per_s", fmt.MIB, 0))
-    disk = probe.get("disk") or {}
-    if "absent" in disk:
-        add("disk", f"absent: {disk['absent']}", _ABSENT_STYLE)
+    add("machine", f"{p.hostname} · {p.cpu_model} · {fmt.byte_size(p.ram_bytes)} RAM · key {p.machine_key}")
+    add("cores usable / logical, torch threads", f"{p.usable_cores} / {p.cpu_count_logical}, {p.torch_threads}")
+    add("memory copy (MiB/s, read + write)", *_stat(p.memory_bandwidth, fmt.MIB, 0))
+    disk = p.disk
+    if disk.absent is not None:
+        add("disk", f"absent: {disk.absent}", _ABSENT_STYLE)
     else:
-        where = f"{disk.get('folder')} ({disk.get('filesystem')}, {fmt.byte_size(disk.get('file_bytes'))} file)"
-        add("disk test file", where)
-        add("sequential read cold (MiB/s)", *_stat(disk.get("sequential_read_cold"), "bytes_per_s", fmt.MIB, 0))
-        add("sequential read warm (MiB/s)", *_stat(disk.get("sequential_read_warm"), "bytes_per_s", fmt.MIB, 0))
-        add("random 4 KiB read cold (IOPS)", *_stat(disk.get("random_read_cold"), "reads_per_s", 1, 0))
-        add("random 4 KiB read warm (IOPS)", *_stat(disk.get("random_read_warm"), "reads_per_s", 1, 0))
-    h2d = probe.get("h2d") or {}
-    if "absent" in h2d:
-        add("host → device (MiB/s)", f"absent: {h2d['absent']}", _ABSENT_STYLE)
+        add("disk test file", f"{disk.folder} ({disk.filesystem}, {fmt.byte_size(disk.file_bytes)} file)")
+        add("sequential read cold (MiB/s)", *_stat(disk.sequential_read_cold, fmt.MIB, 0))
+        add("sequential read warm (MiB/s)", *_stat(disk.sequential_read_warm, fmt.MIB, 0))
+        add("random 4 KiB read cold (IOPS)", *_stat(disk.random_read_cold, 1, 0))
+        add("random 4 KiB read warm (IOPS)", *_stat(disk.random_read_warm, 1, 0))
+    if p.h2d_absent is not None:
+        add("host → device (MiB/s)", f"absent: {p.h2d_absent}", _ABSENT_STYLE)
     else:
-        add("host → device pinned (MiB/s)", *_stat(h2d.get("pinned"), "bytes_per_s", fmt.MIB, 0))
-        add("host → device pageable (MiB/s)", *_stat(h2d.get("pageable"), "bytes_per_s", fmt.MIB, 0))
-    matmul = probe.get("matmul") or {}
-    for n, entry in (matmul.get("sizes") or {}).items():
-        value, style = _stat(entry, "gflop_per_s", 1)
-        ratio = entry.get("ratio_to_reference")
-        if isinstance(ratio, (int, float)):
-            value += f"  ×{ratio:.2f} of {matmul.get('reference_n')}"
-        add(f"matmul {n}² float32 on {matmul.get('device')} (GFLOP/s)", value, style)
-    gpu = probe.get("gpu") or {}
-    if "absent" in gpu:
-        add("GPU", f"absent: {gpu['absent']}", _ABSENT_STYLE)
-    for device in gpu.get("devices") or []:
-        memory = device.get("memory_total_bytes")
-        memory_text = fmt.byte_size(memory, missing="memory unknown")
-        bus = device.get("memory_bus_width_bits")
+        add("host → device pinned (MiB/s)", *_stat(p.h2d_pinned, fmt.MIB, 0))
+        add("host → device pageable (MiB/s)", *_stat(p.h2d_pageable, fmt.MIB, 0))
+    for n, size in p.matmul_sizes.items():
+        value, style = _stat(size.gflop_per_s, 1)
+        if size.ratio_to_reference is not None:
+            value += f"  ×{size.ratio_to_reference:.2f} of {p.matmul_reference_n}"
+        add(f"matmul {n}² float32 on {p.matmul_device} (GFLOP/s)", value, style)
+    if p.gpu_absent is not None:
+        add("GPU", f"absent: {p.gpu_absent}", _ABSENT_STYLE)
+    for device in p.gpus:
+        memory_text = fmt.byte_size(device.memory_total_bytes, missing="memory unknown")
+        bus = device.memory_bus_width_bits
         bus_text = f"{bus}-bit memory bus" if bus is not None else "memory bus width unknown"
-        add(f"GPU {device.get('nvml_index')}", f"{device.get('name')} · {memory_text} · {bus_text}")
-    add("measured (UTC)", f"{probe.get('measured_at_utc')} in {probe.get('probe_duration_s', 0):.1f} s"
-                          f"{' (quick)' if probe.get('quick') else ''}, pipeprof {probe.get('pipeprof')}")
+        add(f"GPU {device.nvml_index}", f"{device.name} · {memory_text} · {bus_text}")
+    add("measured (UTC)", f"{p.measured_at_utc} in {p.probe_duration_s:.1f} s"
+                          f"{' (quick)' if p.quick else ''}, pipeprof {p.pipeprof}")
     return table

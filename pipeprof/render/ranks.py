@@ -29,12 +29,6 @@ _UNITS = (("_fraction", "share"), ("_per_sample_s", "per sample"), ("_bytes_per_
           ("_s", ""), ("_bytes", ""))
 
 
-def is_job(summary: dict[str, Any]) -> bool:
-    """True for a summary of a job of ranks (``ranks`` not empty)."""
-    ranks = summary.get("ranks")
-    return isinstance(ranks, list) and len(ranks) > 0
-
-
 def rank_label(rank: Any, node: Any) -> str:
     """``rank 1 (node-a)``; ``rank 1`` without a node."""
     text = f"rank {rank}"

@@ -9,6 +9,7 @@ autoescaping; terminal cells are ``rich.text.Text`` (never markup).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeprof import format as fmt
-from pipeprof.analysis.sweep import series
+from pipeprof.analysis.prediction_check import Disturbance, PredictionCheck
+from pipeprof.analysis.sweep import Sweep, SweepPoint, series
 from pipeprof.numbers import finite
 from pipeprof.render import plots
 from pipeprof.render.html import FILTERS, measured
@@ -27,50 +29,49 @@ PHASES = tuple(plots.PHASE_COLORS)  # summary.json's fractions, in the order dra
 
 
 def render_sweep_html(doc: dict[str, Any], *, folder_name: str | None = None) -> str:
-    """sweep.html (or tune.html: the same page with ``doc["kind"] == "tune"``) as one string."""
+    """sweep.html (or tune.html: the same page with ``doc["kind"] == "tune"``) as one string; the document is
+    read once (``analysis.sweep.Sweep``) for what is computed here, and shown as written."""
     env = Environment(loader=PackageLoader("pipeprof", "render/templates"), autoescape=True,
                       undefined=ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(FILTERS)
     env.tests["measured"] = measured
-    points = [dict(p, stack_title=_stack_title(p)) for p in doc.get("points") or []]
-    best = (doc.get("best") or {}).get("index")
+    sweep = Sweep.from_json(doc)
+    points = [dict(raw, stack_title=_stack_title(p)) for raw, p in zip(doc.get("points") or [], sweep.points)]
+    axes = [a.key for a in sweep.axes]
     return env.get_template("sweep.html.j2").render(
-        d=doc, folder_name=folder_name, points=points, best_index=best,
-        axes=[a["key"] for a in doc.get("axes") or []],
-        numeric_axes={a["key"] for a in doc.get("axes") or []
-                      if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in a.get("values") or [])},
-        near_best=set(doc.get("near_best") or []),
-        phases=[{"key": k, "label": plots.PHASE_LABELS[k], "color": plots.PHASE_COLORS[k]} for k in shown_phases(points)],
-        workers_plot=workers_svg(points, [a["key"] for a in doc.get("axes") or []]),
-        max_rate=max([p.get("samples_per_s_high") or p.get("samples_per_s") or 0 for p in points] or [0]),
-        check=_check(doc.get("prediction_check")),
+        d=doc, folder_name=folder_name, points=points, best_index=sweep.best_index,
+        axes=axes, numeric_axes={a.key for a in sweep.axes if a.numeric},
+        near_best=set(sweep.near_best),
+        phases=[{"key": k, "label": plots.PHASE_LABELS[k], "color": plots.PHASE_COLORS[k]}
+                for k in shown_phases(sweep.points)],
+        workers_plot=workers_svg(sweep.points, axes),
+        max_rate=max([p.samples_per_s_high or p.samples_per_s or 0 for p in sweep.points] or [0]),
+        check=_check(sweep.prediction_check),
     )
 
 
-def _check(check: Any) -> dict[str, Any] | None:
+def _check(check: PredictionCheck | None) -> dict[str, Any] | None:
     """sweep.json's ``prediction_check`` with each row's change and error written out; None where absent."""
-    if not isinstance(check, dict):
+    if check is None:
         return None
-    rows = [dict(r, change_text=", ".join(f"{k}={fmt.setting_arg(v)}" for k, v in (r.get("change") or {}).items()),
-                 error_text=f"{100 * r['error']:+.0f}%",
-                 disturbed_text="; ".join(disturbed_words(d) for d in r.get("disturbed") or [] if isinstance(d, dict)))
-            for r in check.get("rows") or [] if isinstance(r, dict)]
-    return {"rows": rows, "summary": check.get("summary") or {}}
+    rows = [{"from": r.source, "to": r.target, "predicted": r.predicted, "measured": r.measured, "inside": r.inside,
+             "tier": r.tier, "change_text": ", ".join(f"{k}={fmt.setting_arg(v)}" for k, v in r.change.items()),
+             "error_text": f"{100 * r.error:+.0f}%", "disturbed_text": "; ".join(disturbed_words(d) for d in r.disturbed)}
+            for r in check.rows]
+    return {"rows": rows, "summary": check.summary}
 
 
-def disturbed_words(d: dict[str, Any]) -> str:
+def disturbed_words(d: Disturbance) -> str:
     """How one end of a checked pair was disturbed (``analysis.prediction_check.disturbance``), in words."""
     why = []
-    if d.get("never_settled"):
-        cv = finite(d.get("cv"))
-        why.append(f"never settled (cv {100 * cv:.0f}%)" if cv is not None else "never settled (too few windows)")
-    outside = finite(d.get("outside_share"))
-    if outside is not None:
-        why.append(f"processes outside the job kept {100 * outside:.0f}% of the cores busy")
-    return f"{d.get('point')}: {', '.join(why)}"
+    if d.never_settled:
+        why.append(f"never settled (cv {100 * d.cv:.0f}%)" if d.cv is not None else "never settled (too few windows)")
+    if d.outside_share is not None:
+        why.append(f"processes outside the job kept {100 * d.outside_share:.0f}% of the cores busy")
+    return f"{d.point}: {', '.join(why)}"
 
 
-def workers_svg(points: list[dict[str, Any]], axes: list[str]) -> str | None:
+def workers_svg(points: Sequence[SweepPoint], axes: list[str]) -> str | None:
     """samples/s against num_workers, one line per storage kind (or per other axis), with the uncertainty."""
     if "loader.num_workers" not in axes:
         return None
@@ -100,43 +101,41 @@ def workers_svg(points: list[dict[str, Any]], axes: list[str]) -> str | None:
 
 def sweep_table(doc: dict[str, Any], folder: Path) -> Table:
     """The terminal table: points by samples/s, the best first, failures and skips last."""
-    axes = [a["key"] for a in doc.get("axes") or []]
-    table = Table(title=f"{doc.get('kind', 'sweep')} {doc.get('scenario')}: {len(doc.get('points') or [])} points",
-                  title_justify="left")
+    sweep = Sweep.from_json(doc)  # read once, typed
+    axes = [a.key for a in sweep.axes]
+    table = Table(title=f"{sweep.kind} {sweep.scenario}: {len(sweep.points)} points", title_justify="left")
     for key in axes:
         table.add_column(key.rpartition(".")[2])
     for name in ("samples/s", "±", "data wait", "verdict", "status"):
         table.add_column(name, justify="right" if name in ("samples/s", "±", "data wait") else "left")
-    points = sorted(doc.get("points") or [], key=lambda p: -(p.get("samples_per_s") or -1))
-    best = (doc.get("best") or {}).get("index")
+    points = sorted(sweep.points, key=lambda p: -(p.samples_per_s or -1))
     for p in points:
-        rate = finite(p.get("samples_per_s"))
-        low, high = finite(p.get("samples_per_s_low")), finite(p.get("samples_per_s_high"))
+        rate = finite(p.samples_per_s)
+        low, high = finite(p.samples_per_s_low), finite(p.samples_per_s_high)
         spread = fmt.number((high - low) / 2, 0) if low is not None and high is not None else ""
-        wait = finite((p.get("fractions") or {}).get("data_wait"))
-        status = p.get("status") or ""
-        if p.get("reason") and status not in ("complete", "skipped"):
-            status += f": {p['reason'][:60]}"
-        cells = [Text(fmt.setting(p["change"].get(k))) for k in axes]
-        cells += [Text(fmt.number(rate, 0, missing=""), style="bold" if p["index"] == best else ""),
-                  Text(spread), Text(fmt.pct(wait, 1, missing="")), Text(p.get("verdict") or ""),
-                  Text(status, style="red" if p.get("status") in ("failed", "invalid", "interrupted") else "")]
+        wait = p.fractions.get("data_wait")
+        status = p.status or ""
+        if p.reason and status not in ("complete", "skipped"):
+            status += f": {p.reason[:60]}"
+        cells = [Text(fmt.setting(p.change.get(k))) for k in axes]
+        cells += [Text(fmt.number(rate, 0, missing=""), style="bold" if p.index == sweep.best_index else ""),
+                  Text(spread), Text(fmt.pct(wait, 1, missing="")), Text(p.verdict or ""),
+                  Text(status, style="red" if p.status in ("failed", "invalid", "interrupted") else "")]
         table.add_row(*cells)
-    skipped = sum(p.get("status") == "skipped" for p in points)
+    skipped = sum(p.status == "skipped" for p in points)
     table.caption = (f"{fmt.plural(skipped, 'point')} skipped: invalid together (reasons in the page); "
                      if skipped else "") \
         + str(folder)
     return table
 
 
-def shown_phases(points: list[dict[str, Any]]) -> list[str]:
+def shown_phases(points: Sequence[SweepPoint]) -> list[str]:
     """``PHASES`` to list: collective wait only when some point waited in collectives (a job of ranks)."""
-    waited = any((finite((p.get("fractions") or {}).get("collective_wait")) or 0.0) > 0 for p in points)
+    waited = any((p.fractions.get("collective_wait") or 0.0) > 0 for p in points)
     return [k for k in PHASES if k != "collective_wait" or waited]
 
 
-def _stack_title(point: dict[str, Any]) -> str:
-    fractions = point.get("fractions") or {}
+def _stack_title(point: SweepPoint) -> str:
     return ", ".join(f"{plots.PHASE_LABELS[k]} {fmt.pct(v, 1)}" for k in PHASES
-                     if (v := finite(fractions.get(k))) is not None and (k != "collective_wait" or v > 0))
+                     if (v := point.fractions.get(k)) is not None and (k != "collective_wait" or v > 0))
 

@@ -29,14 +29,16 @@ twice (ranks on two nodes can share one) is given a spare number; the rank's pid
 
 from __future__ import annotations
 
-from typing import Any, cast
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
 from pipeprof.format import MIB
 from pipeprof.numbers import finite
 from pipeprof.run_folder import LOADING_PARTS as PARTS
-from pipeprof.run_folder import Run
+from pipeprof.run_folder import FolderHead, Run
 from pipeprof.run_meta import JobInfo, RankInfo
 from pipeprof.version import __version__
 
@@ -89,7 +91,7 @@ def _job_trace(run: Run) -> dict[str, Any]:
         name = f"rank {rank} ({node})" if node else f"rank {rank}"
         sort = RANK_SORT * (rank + 1)
         events += [_meta(pid, 0, "process_name", name=name), _meta(pid, 0, "process_sort_index", sort_index=sort),
-                   _meta(pid, 0, "process_labels", labels=_rank_labels(info.recorded))]
+                   _meta(pid, 0, "process_labels", labels=_rank_labels(info))]
         for tid, thread in ((STEPS_TID, "steps"), (PHASES_TID, "phases")):
             events += _thread(pid, tid, thread)
         events += step_events(rank_run.steps, pid)
@@ -119,10 +121,10 @@ def rank_pid(run: Run) -> int | None:
     return rank.pid if rank is not None else None
 
 
-def _rank_labels(info: dict[str, Any]) -> str:
-    parts = [f"{k} {info[k]}" for k in ("local_rank", "world_size", "node_rank", "pid", "backend", "status")
-             if info.get(k) is not None]
-    return ", ".join(parts)
+def _rank_labels(info: RankInfo) -> str:
+    labels = (("local_rank", info.local_rank), ("world_size", info.world_size), ("node_rank", info.node_rank),
+              ("pid", info.pid), ("backend", info.backend), ("status", info.status))
+    return ", ".join(f"{k} {v}" for k, v in labels if v is not None)
 
 
 def _pids(loading: pd.DataFrame) -> list[int]:
@@ -134,9 +136,9 @@ def _pids(loading: pd.DataFrame) -> list[int]:
 def _metadata(run: Run) -> dict[str, Any]:
     metadata = {"pipeprof_version": __version__,
                 "time_origin": "seconds since the run started; ts = microseconds"}
-    scenario, status = run.info.scenario, run.info.status
-    if scenario is not None and scenario.get("name") is not None:
-        metadata["run"] = str(scenario["name"])
+    name, status = FolderHead.from_json(run.meta).scenario, run.info.status
+    if name is not None:
+        metadata["run"] = name
     if status is not None:
         metadata["status"] = status
     return metadata
@@ -153,29 +155,30 @@ def main_pid(processes: pd.DataFrame) -> int:
 
 def step_events(steps: pd.DataFrame, pid: int) -> list[dict[str, Any]]:
     """One "step N" slice per step on the steps thread, its phases end to end on the phases thread."""
-    rows = [r for r in _records(steps) if finite(r.get("t_start_s")) is not None]
-    rows.sort(key=lambda r: float(r["t_start_s"]))
+    rows = [r for r in _rows(steps, STEP_NUMBERS) if r.t_start_s is not None]
+    rows.sort(key=lambda r: r.start_s)
     events = []
     for i, r in enumerate(rows):
-        start = float(r["t_start_s"])
-        step_s = finite(r.get("step_s"))
+        start = r.start_s
+        step_s = r.number("step_s")
         if step_s is None or step_s < 0:
             continue
         end = start + step_s
         if i + 1 < len(rows):
-            end = min(end, float(rows[i + 1]["t_start_s"]))
-        flag = r.get("warmup")
+            end = min(end, rows[i + 1].start_s)
+        flag = r.warmup
         warmup = flag is True or (not isinstance(flag, bool) and bool(finite(flag)))  # NaN (unknown) is not warm-up
         cat = "warmup" if warmup else "step"
-        n = finite(r.get("step"))
-        args = _args(r, ("epoch", "samples"), ints=True)
-        args.update(warmup=warmup, **_args(r, ("data_wait_s", "h2d_s", "compute_s", "step_s")))
-        if (finite(r.get("collective_wait_s")) or 0.0) > 0:  # one process never waits in collectives: no arg
-            args["collective_wait_s"] = float(r["collective_wait_s"])
+        n = r.number("step")
+        args = r.args(("epoch", "samples"), ints=True)
+        args.update(warmup=warmup, **r.args(("data_wait_s", "h2d_s", "compute_s", "step_s")))
+        collective = r.number("collective_wait_s")
+        if collective is not None and collective > 0:  # one process never waits in collectives: no arg
+            args["collective_wait_s"] = collective
         events.append(_slice(f"step {int(n) if n is not None else i}", cat, pid, STEPS_TID, start, end, args))
         t = start
         for name, column in PHASES:
-            width = max(0.0, finite(r.get(column)) or 0.0)
+            width = max(0.0, r.number(column) or 0.0)
             t_next = min(t + width, end)
             if t_next > t:
                 events.append(_slice(name, cat, pid, PHASES_TID, t, t_next, {column: width}))
@@ -195,18 +198,17 @@ def _loading_events(loading: pd.DataFrame, main: int, used: set[int], spare: int
     """``loading_events`` with the pids already ``used`` (added to), the next ``spare`` pid (returned), the
     workers' process names ``worker_name + K`` and their sort index after ``sort``."""
     events: list[dict[str, Any]] = []
-    rows = [r for r in _records(loading)
-            if finite(r.get("t_start_s")) is not None and finite(r.get("t_end_s")) is not None]
-    groups: dict[tuple[int, int | None], list[dict[str, Any]]] = {}
+    rows = [r for r in _rows(loading, BATCH_NUMBERS) if r.t_start_s is not None and r.t_end_s is not None]
+    groups: dict[tuple[int, int | None], list[_Row]] = {}
     for r in rows:
-        worker, pid = finite(r.get("worker")), finite(r.get("pid"))
+        worker, pid = r.number("worker"), r.number("pid")
         worker = int(worker) if worker is not None else -1
         # a worker re-made each epoch (persistent_workers off) is a new process: its own trace process
         key = (worker, int(pid) if pid is not None and worker >= 0 else None)
         groups.setdefault(key, []).append(r)
     spare = max([spare, main + 1] + [p + 1 for _, p in groups if p is not None])  # for a pid not recorded or reused
     for worker, pid in sorted(groups, key=lambda k: (k[0], k[1] if k[1] is not None else -1)):
-        batch_rows = sorted(groups[(worker, pid)], key=lambda r: float(r["t_start_s"]))
+        batch_rows = sorted(groups[(worker, pid)], key=lambda r: r.start_s)
         if worker < 0:
             proc, tid = main, LOADING_TID
             events += _thread(proc, tid, "loading (main)")
@@ -223,20 +225,63 @@ def _loading_events(loading: pd.DataFrame, main: int, used: set[int], spare: int
     return events, spare
 
 
-def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """``df``'s rows as dicts; the run tables' column names are strings (pandas types them Hashable)."""
-    return cast("list[dict[str, Any]]", df.to_dict("records"))
+STEP_NUMBERS = ("step", "epoch", "samples", "t_start_s", "step_s", "data_wait_s", "h2d_s", "compute_s",
+                "collective_wait_s")  # steps.csv's columns the trace reads as numbers
+BATCH_NUMBERS = ("batch", "step", "worker", "pid", "samples", "t_start_s", "t_end_s",
+                 *(f"{part}_s" for part in PARTS))  # loading.csv's
 
 
-def _batch(r: dict[str, Any], pid: int, tid: int) -> list[dict[str, Any]]:
-    start, end = float(r["t_start_s"]), float(r["t_end_s"])
+@dataclass(frozen=True)
+class _Row:
+    """One row of a run table as the trace reads it: its cells of ``columns`` as finite numbers (None: missing,
+    empty or not a number) and steps.csv's ``warmup`` flag as recorded."""
+
+    numbers: Mapping[str, float | None]  # every column the table is read for (``STEP_NUMBERS``, ...)
+    warmup: Any = None
+
+    def number(self, column: str) -> float | None:
+        return self.numbers[column]
+
+    @property
+    def t_start_s(self) -> float | None:
+        return self.number("t_start_s")
+
+    @property
+    def t_end_s(self) -> float | None:
+        return self.number("t_end_s")
+
+    @property
+    def start_s(self) -> float:
+        return self.t_start_s or 0.0  # only read on rows that have one
+
+    def args(self, columns: tuple[str, ...], ints: bool = False) -> dict[str, Any]:
+        """The row's finite values of ``columns`` (a missing value is left out, never written as NaN or 0)."""
+        out: dict[str, Any] = {}
+        for c in columns:
+            v = self.number(c)
+            if v is not None:
+                out[c] = int(v) if ints else v
+        return out
+
+
+def _rows(df: pd.DataFrame, columns: tuple[str, ...]) -> list[_Row]:
+    """``df``'s rows, their ``columns`` read as numbers, column by column (a column the table lacks: None)."""
+    cells = [[finite(v) for v in df[c]] if c in df.columns else [None] * len(df) for c in columns]
+    flags = df["warmup"].tolist() if "warmup" in df.columns else [None] * len(df)
+    return [_Row(dict(zip(columns, values, strict=True)), flag)
+            for values, flag in zip(zip(*cells, strict=True) if cells else [() for _ in range(len(df))], flags,
+                                    strict=True)]
+
+
+def _batch(r: _Row, pid: int, tid: int) -> list[dict[str, Any]]:
+    start, end = r.start_s, r.t_end_s or 0.0
     if end < start:
         return []
-    n = finite(r.get("batch"))
-    args = _args(r, ("fetch_s", "core_wait_s", "prep_s", "collate_s"))
-    args.update(_args(r, ("samples", "step"), ints=True))
+    n = r.number("batch")
+    args = r.args(("fetch_s", "core_wait_s", "prep_s", "collate_s"))
+    args.update(r.args(("samples", "step"), ints=True))
     events = [_slice(f"batch {int(n) if n is not None else '?'}", "loading", pid, tid, start, end, args)]
-    widths = [max(0.0, finite(r.get(f"{part}_s")) or 0.0) for part in PARTS]
+    widths = [max(0.0, r.number(f"{part}_s") or 0.0) for part in PARTS]
     total = sum(widths)
     if total <= 0 or end <= start:
         return events
@@ -252,13 +297,13 @@ def _batch(r: dict[str, Any], pid: int, tid: int) -> list[dict[str, Any]]:
 def counter_events(samples: pd.DataFrame, pid: int) -> list[dict[str, Any]]:
     """One counter event per track and tick, with the series that have a value at that tick."""
     events = []
-    rows = _records(samples)
+    columns = ("t_s", *(column for series in COUNTERS.values() for _, column, _ in series))
+    rows = _rows(samples, columns)
     for track, series in COUNTERS.items():
         present = [(name, column, factor) for name, column, factor in series if column in samples.columns]
         for r in rows:
-            t = finite(r.get("t_s"))
-            values = {name: v * factor for name, column, factor in present
-                      if (v := finite(r.get(column))) is not None}
+            t = r.number("t_s")
+            values = {name: v * factor for name, column, factor in present if (v := r.number(column)) is not None}
             if t is not None and values:
                 events.append({"name": track, "cat": "system", "ph": "C", "ts": _us(t), "pid": pid, "tid": 0,
                                "args": values})
@@ -283,13 +328,3 @@ def _thread(pid: int, tid: int, name: str) -> list[dict[str, Any]]:
 def _us(seconds: float) -> float:
     # nanosecond resolution: more is noise, and the trace stays small
     return round(float(seconds) * 1e6, 3)
-
-
-def _args(r: dict[str, Any], columns: tuple[str, ...], ints: bool = False) -> dict[str, Any]:
-    """The row's finite values of ``columns`` (a missing value is left out, never written as NaN or 0)."""
-    out = {}
-    for c in columns:
-        v = finite(r.get(c))
-        if v is not None:
-            out[c] = int(v) if ints else v
-    return out

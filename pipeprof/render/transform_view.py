@@ -10,14 +10,16 @@ with none renders nothing at all. No matplotlib here (the console imports it): t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pipeprof import format as fmt
+from pipeprof.analysis.loading import SampleSplit
 from pipeprof.analysis.summary import Summary, as_summary
+from pipeprof.analysis.transforms import DecodeRow, TransformRow
 from pipeprof.numbers import finite
-from pipeprof.run_folder import as_dict
+from pipeprof.run_meta import LoaderInfo
 
 TOP_IN_LINE = 3  # transforms named on the terminal's line
 
@@ -42,25 +44,29 @@ class LoaderView:
 
     title: str
     parts: tuple[Part, ...]
-    split: dict[str, Any] | None
+    split: SampleSplit | None
 
 
-def _part(entry: dict[str, Any], decode: bool = False) -> Part | None:
-    per_sample = finite(entry.get("per_sample_s"))
+def _part(row: TransformRow) -> Part | None:
+    per_sample = finite(row.per_sample_s)
     if per_sample is None:
         return None
-    calls = finite(entry.get("calls"))
-    name = (f"decode ({entry['how']})" if entry.get("how") else "decode") if decode else str(entry.get("name"))
-    random = entry.get("random")
-    return Part(name, per_sample, finite(entry.get("cpu_per_sample_s")), int(calls) if calls is not None else None,
-                finite(entry.get("share_of_prep")), random if isinstance(random, bool) else None, decode)
+    return Part(row.name, per_sample, finite(row.cpu_per_sample_s), row.calls, finite(row.share_of_prep), row.random)
 
 
-def ranked_parts(transforms: Any, decode: Any) -> tuple[Part, ...]:
+def _decode_part(row: DecodeRow) -> Part | None:
+    per_sample = finite(row.per_sample_s)
+    if per_sample is None:
+        return None
+    return Part(f"decode ({row.how})" if row.how else "decode", per_sample, finite(row.cpu_per_sample_s), row.calls,
+                None, None, decode=True)
+
+
+def ranked_parts(transforms: Sequence[TransformRow] | None, decode: DecodeRow | None) -> tuple[Part, ...]:
     """summary.json's ``transforms`` (costliest first) with ``decode`` placed before the first transform that
     costs less per sample."""
-    parts = [p for p in (_part(as_dict(t)) for t in transforms or []) if p is not None]
-    decoded = _part(as_dict(decode), decode=True) if decode else None
+    parts = [p for p in (_part(t) for t in transforms or ()) if p is not None]
+    decoded = _decode_part(decode) if decode is not None else None
     if decoded is not None:
         at = next((i for i, p in enumerate(parts) if p.per_sample_s < decoded.per_sample_s), len(parts))
         parts.insert(at, decoded)
@@ -73,17 +79,17 @@ def loader_views(summary: Summary | Mapping[str, Any]) -> list[LoaderView]:
     views: list[LoaderView] = []
     seen: set[tuple[str, str]] = set()
     record = as_summary(summary)
-    loaders = [d for d in (record.script.loaders if record.script else None) or [] if isinstance(d, dict)]
+    loaders = LoaderInfo.parse_all(record.script.loaders if record.script else None)
     train_split = (record.loading.split if record.loading is not None else None) or None
-    first_train = next((d for d in loaders if d.get("role") == "train"), None)
+    first_train = next((d for d in loaders if d.role == "train"), None)
     for loader in loaders:
-        parts = ranked_parts(loader.get("transforms"), loader.get("decode"))
-        key = (str(loader.get("name")), str(loader.get("role")))
+        parts = ranked_parts(*_loader_rows(loader))
+        key = (str(loader.name), str(loader.role))
         if not parts or key in seen:
             continue
         seen.add(key)
-        same = sum(1 for d in loaders if (str(d.get("name")), str(d.get("role"))) == key)
-        title = f"{loader.get('name') or 'loader'} ({loader.get('role') or 'role unknown'}"
+        same = sum(1 for d in loaders if (str(d.name), str(d.role)) == key)
+        title = f"{loader.name or 'loader'} ({loader.role or 'role unknown'}"
         title += f", the first of {same} loaders of that name)" if same > 1 else ")"
         views.append(LoaderView(title, parts, train_split if loader is first_train else None))
     if not views:
@@ -103,8 +109,15 @@ def transforms_line(summary: Summary | Mapping[str, Any]) -> str | None:
     return _parts_line(record.transforms, record.decode)
 
 
-def _parts_line(transforms: Any, decode_cost: Any) -> str | None:
-    """One loader's transforms and decode (summary.json's lists and dict) as ``transforms_line`` writes them."""
+def _loader_rows(loader: LoaderInfo) -> tuple[tuple[TransformRow, ...] | None, DecodeRow | None]:
+    """A script's loader's ``transforms`` and ``decode`` (its summary.json entry's, as written) read as rows."""
+    transforms = loader.transforms
+    return (tuple(TransformRow.from_json(t) for t in transforms) if isinstance(transforms, list) else None,
+            DecodeRow.from_json(loader.decode))
+
+
+def _parts_line(transforms: Sequence[TransformRow] | None, decode_cost: DecodeRow | None) -> str | None:
+    """One loader's transforms and decode as ``transforms_line`` writes them."""
     parts = ranked_parts(transforms, decode_cost)
     if not parts:
         return None
@@ -126,9 +139,9 @@ def eval_transforms_lines(summary: Summary | Mapping[str, Any]) -> list[tuple[st
     training loader's line (loaders re-created under one name: the first that has any)."""
     record = as_summary(summary)
     lines: list[tuple[str, str]] = []
-    for loader in (d for d in (record.script.loaders if record.script else None) or [] if isinstance(d, dict)):
-        name = str(loader.get("name") or "loader")
-        line = _parts_line(loader.get("transforms"), loader.get("decode")) if loader.get("role") == "eval" else None
+    for loader in LoaderInfo.parse_all(record.script.loaders if record.script else None):
+        name = str(loader.name or "loader")
+        line = _parts_line(*_loader_rows(loader)) if loader.role == "eval" else None
         if line and name not in {n for n, _ in lines}:
             lines.append((name, line))
     return lines
@@ -145,16 +158,13 @@ def table_rows(view: LoaderView) -> list[dict[str, str]]:
             for p in view.parts]
 
 
-SPLIT_PARTS = (("fetch_per_sample_s", "fetch"), ("core_wait_per_sample_s", "waiting for a core"),
-               ("decode_per_sample_s", "decode"), ("transform_per_sample_s", "transform"),
-               ("other_per_sample_s", "other"))
-
-
-def split_text(split: dict[str, Any] | None) -> str | None:
+def split_text(split: SampleSplit | None) -> str | None:
     """"fetch 20.0 µs · decode 150 µs · transform 30.0 µs · other 15.0 µs per sample" (waiting for a core where
     known); None without a split."""
-    if not split:
+    if split is None:
         return None
-    words = [f"{label} {fmt.duration(split.get(key))}" for key, label in SPLIT_PARTS
-             if finite(split.get(key)) is not None]
+    parts = ((split.fetch_per_sample_s, "fetch"), (split.core_wait_per_sample_s, "waiting for a core"),
+             (split.decode_per_sample_s, "decode"), (split.transform_per_sample_s, "transform"),
+             (split.other_per_sample_s, "other"))
+    words = [f"{label} {fmt.duration(value)}" for value, label in parts if finite(value) is not None]
     return " · ".join(words) + " per sample" if words else None

@@ -7,11 +7,11 @@ Only draws: the points come from summary.json (``light.timeline`` /
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 from matplotlib import rc_context
 
+from pipeprof.analysis.sections import LightWindow, SampledWindow
 from pipeprof.render import plots
 
 
@@ -23,12 +23,12 @@ def _hours(t_s: np.ndarray) -> tuple[np.ndarray, str]:
     return t_s, "s"
 
 
-def window_timeline_svg(windows: Sequence[dict[str, Any]], series: Sequence[tuple[str, str, str]], ylabel: str,
-                        scale: float = 1.0, change_t_s: float | None = None) -> str | None:
-    """``series``: (key in each window, label, colour), drawn against the window's middle; ``scale`` multiplies the
+def window_timeline_svg(windows: Sequence[LightWindow] | Sequence[SampledWindow], series: Sequence[tuple[str, str, str]],
+                        ylabel: str, scale: float = 1.0, change_t_s: float | None = None) -> str | None:
+    """``series``: (the window's field, label, colour), drawn against the window's middle; ``scale`` multiplies the
     values (1e3: seconds as ms); a dashed line at ``change_t_s``, the change point's time."""
-    mids = [(float(w["t_start_s"]) + float(w["t_end_s"])) / 2 for w in windows
-            if w.get("t_start_s") is not None and w.get("t_end_s") is not None]
+    mids = [(float(w.t_start_s) + float(w.t_end_s)) / 2 for w in windows
+            if w.t_start_s is not None and w.t_end_s is not None]
     if len(mids) != len(windows) or not windows:
         return None
     x, unit = _hours(np.array(mids))
@@ -36,7 +36,8 @@ def window_timeline_svg(windows: Sequence[dict[str, Any]], series: Sequence[tupl
     with rc_context(plots._RC):
         fig, ax = plots._figure()
         for key, label, color in series:
-            y = np.array([np.nan if w.get(key) is None else float(w[key]) * scale for w in windows])
+            values = [getattr(w, key) for w in windows]
+            y = np.array([np.nan if v is None else float(v) * scale for v in values])
             if np.isfinite(y).any():
                 ax.plot(x, y, color=color, label=label, linewidth=1.2, marker="." if len(x) <= 60 else None)
                 drawn = True
