@@ -151,7 +151,7 @@ def test_sampled_summary_keeps_the_contract_and_says_what_is_sampled(tmp_path):
     assert [w["t_start_s"] for w in summary["sampled"]["timeline"]] == [0.0, 1.0]
     assert summary["attribution"]["loading"]["workers"] == 1  # the verdict knew the workers were there
     # read back (summary_from_json: the typed sections) and written again, the same summary.json
-    assert to_json(summary_from_json(json.loads(files["summary.json"])).to_json()) == files["summary.json"]
+    assert to_json(summary_document(summary_from_json(json.loads(files["summary.json"])))) == files["summary.json"]
 
 
 def test_too_few_samples_give_no_verdict():

@@ -18,7 +18,7 @@ from rich.console import Console
 from pipeprof.analysis.change_point import change_point
 from pipeprof.analysis.summary import summary_from_json
 from pipeprof.measure.light import EventTail, LightWindows, RotatingWindows, read_windows, window_aggregate
-from pipeprof.pipeline.derive import derived_files
+from pipeprof.pipeline.derive import derived_files, summary_document
 from pipeprof.render.console import summary_table
 from pipeprof.run_folder import STEP_COLUMNS, Run, load_run, save_run, to_json
 from pipeprof.script.event_steps import script_steps
@@ -129,7 +129,7 @@ def test_report_of_a_light_folder_shows_the_timeline_and_names_the_change(tmp_pa
     assert "▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁██████████ 100 ms–150 ms" in text
     assert "at 3 min 20 s: step time 100 ms → 150 ms (×1.5" in text
     # read back (summary_from_json: the typed sections) and written again, the same summary.json
-    assert to_json(summary_from_json(json.loads(files["summary.json"])).to_json()) == files["summary.json"]
+    assert to_json(summary_document(summary_from_json(json.loads(files["summary.json"])))) == files["summary.json"]
 
 
 @pytest.mark.integration
