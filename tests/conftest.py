@@ -41,7 +41,7 @@ from support.profiled import ProfiledRuns
 from support.shared import made_once_folders
 
 import pipeprof
-from pipeprof.analysis import summary as summary_module
+from pipeprof.pipeline import derive as summary_module
 from pipeprof.run_folder import to_json
 from pipeprof.script.protocol import WHAT_IFS_ENV
 

@@ -17,6 +17,7 @@ from pipeprof.attach.session import stack_rows
 from pipeprof.attach.shares import sampled_shares
 from pipeprof.attach.stacks import parse_raw
 from pipeprof.attach.summary import sampled_summary
+from pipeprof.pipeline.derive import summary_document
 from pipeprof.render.console import print_summary
 from pipeprof.run_folder import SAMPLE_COLUMNS, STACK_COLUMNS, STEP_COLUMNS, Run
 
@@ -67,7 +68,7 @@ def attached(stacks: pd.DataFrame, *, cores: int = 16, tree_pct: float | None = 
 
 
 def recs(run: Run) -> list[dict]:
-    summary = sampled_summary(run).to_json()
+    summary = summary_document(sampled_summary(run))
     assert schema_errors(summary) == []
     out = summary["recommendations"]
     for r in out:  # never a number: nothing was timed
@@ -145,7 +146,7 @@ def test_the_loader_read_from_the_stacks_and_what_cannot_be_read():
 
 
 def test_the_terminal_shows_the_top_recommendation_as_not_predicted(tmp_path):
-    summary = json.loads(json.dumps(sampled_summary(attached(job(wait=300, compute=100), tree_pct=100.0)).to_json()))
+    summary = json.loads(json.dumps(summary_document(sampled_summary(attached(job(wait=300, compute=100), tree_pct=100.0)))))
     console = Console(width=200, record=True, color_system=None)
     print_summary(summary, tmp_path, console)
     text = console.export_text()

@@ -27,12 +27,12 @@ from pipeprof.analysis.hotspots import (
     top_functions,
     window_overhead,
 )
-from pipeprof.analysis.summary import summarize
 from pipeprof.cli.main import build_parser, main
 from pipeprof.errors import UsageError
 from pipeprof.measure.codeprofile import CodeProfile, CProfileWindow, read_worker_dumps, stats_rows
 from pipeprof.measure.pyspy import FILE as PYSPY_FILE
 from pipeprof.measure.pyspy import PySpy, locate_pyspy
+from pipeprof.pipeline.derive import summarize
 from pipeprof.render.console import _code_profile_line, summary_table
 from pipeprof.render.html import render_html
 from pipeprof.run_folder import FUNCTION_COLUMNS, STEP_COLUMNS, Run, load_run, save_run

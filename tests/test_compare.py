@@ -17,9 +17,9 @@ from pipeprof.analysis.compare import (
     fraction_changes,
     throughput_ratio,
 )
-from pipeprof.analysis.summary import summarize
 from pipeprof.cli.main import main
 from pipeprof.pipeline.compare import comparison_name, run_labels
+from pipeprof.pipeline.derive import summarize
 from pipeprof.render.compare import compare_table, render_compare_html
 from pipeprof.run_folder import STEP_COLUMNS, Run
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeprof.analysis.summary import summarize
 from pipeprof.cli.main import main
 from pipeprof.errors import UsageError
+from pipeprof.pipeline.derive import summarize
 from pipeprof.run_check import TEXT_COLUMNS
 from pipeprof.run_folder import TABLES, Run, load_run
 

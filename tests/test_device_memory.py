@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from pipeprof.analysis.device_memory import CREEP_RULE, NOISE_FLOOR_BYTES, MemoryCreep, device_memory
-from pipeprof.analysis.summary import summarize
 from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.cuda_memory import CudaMemoryWindows
+from pipeprof.pipeline.derive import summarize
 from pipeprof.pipeline.train import DeviceMemoryRows
 from pipeprof.render.html import render_html
 from pipeprof.run_folder import DEVICE_MEMORY_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, load_run, save_run

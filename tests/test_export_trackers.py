@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from test_compare import fake_run
 
-from pipeprof.analysis.summary import summarize
 from pipeprof.cli.main import main
 from pipeprof.export.series import export_series
 from pipeprof.export.text import export_texts
+from pipeprof.pipeline.derive import summarize
 from pipeprof.run_folder import LOADING_COLUMNS, PROCESS_COLUMNS, load_run
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"

@@ -10,9 +10,9 @@ import signal
 import pytest
 from tiny import tiny_file
 
-from pipeprof.analysis.summary import summarize
 from pipeprof.cli.main import main
 from pipeprof.errors import one_line
+from pipeprof.pipeline.derive import summarize
 from pipeprof.pipeline.train import profile_scenario
 from pipeprof.render.html import render_html
 from pipeprof.scenario import load_scenario

@@ -65,12 +65,12 @@ import torch
 from torch.utils.data import DataLoader, Sampler, default_collate
 
 from pipeprof.analysis.steps import counted_steps
-from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.thresholds import COMPUTE_BOUND_FRACTION, INPUT_BOUND_FRACTION
 from pipeprof.analysis.verdict import coarse, input_degree
 from pipeprof.measure.clock import Clock, FakeClock, monotonic_clock
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.measure.transforms import cpu_thread_clock
+from pipeprof.pipeline.derive import summarize
 from pipeprof.pipeline.train import COMPUTE_PROBE_STEPS, COMPUTE_PROBE_WARMUP, Workload, profile_workload
 from pipeprof.run_folder import Run
 from pipeprof.scenario import DataSpec, LoaderSpec, ProfileSpec, Scenario, TrainSpec

@@ -162,12 +162,11 @@ UPWARD_ALLOWED = {
 }
 
 # Words at the edge: analysis returns numbers and records, render writes the sentences. These analysis modules
-# still phrase with pipeprof.format; no other may start to. (sampled_advice, an attached run's recommendations,
-# fills the same Recommendation record as recommend, whose reason and model are words until they carry
-# structured reasons: it goes off the list with recommend.)
+# still phrase with pipeprof.format; no other may start to. (sampled_advice, ranks and transform_advice still hand
+# the Recommendation record some of its reasons as sentences already written, ``reasons.text``.)
 ANALYSIS_FORMATS_ALLOWED = {f"pipeprof.analysis.{m}" for m in (
-    "cache", "causes", "change_model", "differential", "prediction", "ranks", "recommend",
-    "sampled_advice", "summary", "transform_advice", "variation", "verdict", "worker_start")}
+    "cache", "causes", "differential", "ranks", "sampled_advice", "summary", "transform_advice", "variation",
+    "verdict", "worker_start")}
 
 # Render only formats what the summary carries: these render modules still call analysis (the import, the
 # analysis module); no other import of analysis may start.
@@ -222,7 +221,8 @@ def test_analysis_does_not_write_words():
 SUMMARY_RECORDS = frozenset({"Summary", "as_summary", "SUMMARY_SCHEMA_VERSION", "Recommendation", "Interval",
                              "LoadingSummary", "WorkerLoading", "DeviceMemory", "MemoryCreep",
                              "CodeView", "CProfileView", "StepCost",
-                             "Attribution", "Verdict", "RankEntry", "Straggler", "Verification"})
+                             "Attribution", "Verdict", "RankEntry", "Straggler", "Verification",
+                             "Reason", "TEXT"})
 
 
 def _imported_names(module: str) -> dict[str, set[str]]:

@@ -14,10 +14,10 @@ from torch.utils.data import DataLoader, default_collate
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from pipeprof.analysis.loading import BREAKDOWN_COLUMNS, counted_batches, loading_breakdown, loading_summary
-from pipeprof.analysis.summary import summarize
 from pipeprof.measure.clock import FakeClock
 from pipeprof.measure.loading import MAIN_PROCESS, LoadingRecorder, LoadRecord, TimedCollate, TimedDataset
 from pipeprof.measure.schedstat import no_run_queue
+from pipeprof.pipeline.derive import summarize
 from pipeprof.run_folder import LOADING_COLUMNS, STEP_COLUMNS, Run
 from pipeprof.storage.base import SampleDataset
 

@@ -333,7 +333,7 @@ def test_reference_classification_presets_are_opened_and_the_test_loader_timed_a
     train_at, test_at = html.index("data_loader (train)"), html.index("data_loader_test (eval)")
     assert train_at < test_at and "CenterCrop" in html[test_at:] and "CenterCrop" not in html[train_at:test_at]
     # read back (pipeprof report): the test loader's rows, outside every step, are sound, and re-derive the same
-    from pipeprof.analysis.summary import summarize
+    from pipeprof.pipeline.derive import summarize
     from pipeprof.run_folder import load_run
 
     run = load_run(folder)

@@ -11,7 +11,7 @@ from rich.console import Console
 from test_intervals import noisy_run
 
 from pipeprof.analysis.loading import counted_batches, loading_breakdown
-from pipeprof.analysis.summary import summarize
+from pipeprof.pipeline.derive import summarize
 from pipeprof.render import plots
 from pipeprof.render.console import print_summary, summary_table
 from pipeprof.render.html import format_bytes, format_duration, render_html

@@ -19,8 +19,8 @@ from support.profiled import STRAGGLER_JOB
 
 from pipeprof.analysis.compare import compare_runs
 from pipeprof.analysis.steps import counted_steps
-from pipeprof.analysis.summary import summarize
 from pipeprof.cli.main import main
+from pipeprof.pipeline.derive import summarize
 from pipeprof.render import plots
 from pipeprof.render.compare import compare_table, render_compare_html
 from pipeprof.render.compare import shown_phases as compare_phases

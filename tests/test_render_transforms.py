@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 from test_render import make_run
 
-from pipeprof.analysis.summary import summarize
+from pipeprof.pipeline.derive import summarize
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
 from pipeprof.render.transform_view import loader_views, ranked_parts, transforms_line

@@ -60,7 +60,7 @@ def test_older_runs_without_loading_csv_still_load(tmp_path):
     (folder / "loading.csv").unlink()  # what a run folder from before worker-side timing looks like
     run = load_run(folder)
     assert run.loading.empty and list(run.loading.columns) == LOADING_COLUMNS
-    from pipeprof.analysis.summary import summarize
+    from pipeprof.pipeline.derive import summarize
 
     assert summarize(run)["loading"] is None
 

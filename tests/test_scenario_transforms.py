@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from tiny import tiny_file
 
-from pipeprof.analysis.summary import summarize
+from pipeprof.pipeline.derive import summarize
 from pipeprof.pipeline.train import profile_scenario
 from pipeprof.run_folder import load_run, save_run
 from pipeprof.scenario import load_scenario

@@ -10,8 +10,8 @@ import re
 import pytest
 
 from pipeprof.analysis.compare import compare_runs
-from pipeprof.analysis.summary import summarize
 from pipeprof.cli.main import main
+from pipeprof.pipeline.derive import summarize
 from pipeprof.render.compare import render_compare_html
 from pipeprof.render.html import render_html
 from pipeprof.render.index import rebuild_index

@@ -10,8 +10,10 @@ import pytest
 from conftest import schema_errors
 
 from pipeprof.analysis.steps import fractions, step_breakdown
-from pipeprof.analysis.summary import Summary, bottleneck, summarize, summary_record, uss_snapshot
+from pipeprof.analysis.summary import Summary, bottleneck, summary_record, uss_snapshot
 from pipeprof.analysis.verdict import Verdict
+from pipeprof.pipeline.derive import summarize, summary_document
+from pipeprof.render.advice_text import recommendation_words
 from pipeprof.resource_use import UssSnapshot
 from pipeprof.run_folder import PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
 
@@ -173,10 +175,13 @@ def test_summaries_match_the_published_schema_and_the_schema_is_strict():
 def test_the_summary_record_is_what_summary_json_is_made_of():
     run = make_run(make_steps())
     record = summary_record(run)
-    assert isinstance(record, Summary) and record.to_json() == summarize(run)
+    assert isinstance(record, Summary) and summary_document(record) == summarize(run)
     assert record.bottleneck == record.verdict.coarse == "input"
-    assert record.recommendations and {**record.recommendations[0].to_json(), "interval": record.intervals[0].to_json()
+    # its data, and the words written at the edge (render.advice_text)
+    assert record.recommendations and {**record.recommendations[0].to_json(), "interval": record.intervals[0].to_json(),
+                                       **recommendation_words(record.recommendations[0])
                                        } == summarize(run)["recommendations"][0]
+    assert {"reason", "model"}.isdisjoint(record.recommendations[0].to_json())
     assert record.attribution.fractions == record.fractions and record.loading is None
 
 
@@ -227,9 +232,9 @@ def test_a_recorded_script_wall_time_wins_over_the_sampler_span():
 
 
 def _round_trips(doc):
-    """summary.json read back (summary_from_json) and written again is the same summary.json."""
+    """summary.json read back (summary_from_json) and written again (its words as read) is the same summary.json."""
     from pipeprof.analysis.summary import summary_from_json
-    again = json.loads(to_json(summary_from_json(doc).to_json()))
+    again = json.loads(to_json(summary_document(summary_from_json(doc))))
     assert again == json.loads(to_json(doc))
 
 

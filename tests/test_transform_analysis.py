@@ -8,7 +8,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.transforms import (
     decode_json,
     loader_transforms,
@@ -17,6 +16,7 @@ from pipeprof.analysis.transforms import (
     training_transforms,
     transforms_json,
 )
+from pipeprof.pipeline.derive import summarize
 from pipeprof.run_folder import LOADING_COLUMNS, STEP_COLUMNS, TRANSFORM_COLUMNS, Run, load_run
 
 

@@ -15,9 +15,9 @@ from rich.console import Console
 
 from pipeprof.analysis.attribution import NO_PROBE, Attribution, attribution
 from pipeprof.analysis.evidence import CpuEvidence, DiskCeiling, GpuEvidence, LoadingEvidence, StepShares
-from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS
 from pipeprof.analysis.verdict import CLASSES, verdict, verdict_from_attribution
+from pipeprof.pipeline.derive import summarize
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
 from pipeprof.run_folder import LOADING_COLUMNS, PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json

@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.windows import (
     assign_windows,
     coefficient_of_variation,
@@ -15,6 +14,7 @@ from pipeprof.analysis.windows import (
     throughput_windows,
     window_count,
 )
+from pipeprof.pipeline.derive import summarize
 from pipeprof.run_folder import STEP_COLUMNS, Run
 
 

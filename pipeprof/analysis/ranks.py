@@ -52,6 +52,7 @@ from pipeprof import format as fmt
 from pipeprof.analysis.advice_text import script_text
 from pipeprof.analysis.evidence import CpuEvidence
 from pipeprof.analysis.loading import LoadingSummary
+from pipeprof.analysis.reasons import reason, text
 from pipeprof.analysis.recommend import Recommendation
 from pipeprof.analysis.steps import PHASES, counted_steps, step_breakdown
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS, MIN_GAIN, STRAGGLER_CONSISTENCY, STRAGGLER_MARGIN
@@ -307,8 +308,8 @@ def job_recommendations(results: Sequence[RankResult], median: int, straggler_: 
 def _scaled(rec: Recommendation, job_samples_per_s: float | None, world_size: int) -> Recommendation:
     predicted = (job_samples_per_s * rec.predicted_speedup
                  if job_samples_per_s is not None and rec.predicted_speedup is not None else None)
-    reason = f"on every rank: {rec.reason}" if world_size > 1 else rec.reason
-    return dataclasses.replace(rec, predicted_samples_per_s=predicted, reason=reason)
+    why = reason("on_every_rank", reason=rec.reason) if world_size > 1 else rec.reason
+    return dataclasses.replace(rec, predicted_samples_per_s=predicted, reason=why)
 
 
 def _straggler_advice(results: Sequence[RankResult], straggler_: Straggler,
@@ -319,13 +320,12 @@ def _straggler_advice(results: Sequence[RankResult], straggler_: Straggler,
     next_slowest = max(others, key=lambda p: p.own_s)
     bound = next_slowest.samples_per_step / next_slowest.own_s if next_slowest.own_s > 0 else math.inf
     world = len(results)
-    where = f" on node {slow.node}" if slow.node else ""
-    label = f"rank {slow.rank} (the straggler{where}): "
+    label = {"rank": slow.rank, "node": slow.node}
     out = []
     for rec in slow.recommendations:
         if not rec.change and rec.code_change is None:  # its honest negative: nothing to gain for the job either
             out.append(dataclasses.replace(rec, predicted_samples_per_s=job_samples_per_s, predicted_speedup=1.0,
-                                           reason=label + rec.reason))
+                                           reason=reason("straggler", **label, reason=rec.reason)))
             continue
         if rec.predicted_samples_per_s is None or not job_samples_per_s:
             continue
@@ -334,19 +334,17 @@ def _straggler_advice(results: Sequence[RankResult], straggler_: Straggler,
         speedup = predicted / job_samples_per_s
         if speedup < MIN_GAIN:
             continue
-        limit = (f", bounded by rank {next_slowest.rank}'s own pace {fmt.rate(bound)}"
-                 if bound < rec.predicted_samples_per_s else "")
         out.append(dataclasses.replace(
             rec, predicted_samples_per_s=predicted, predicted_speedup=speedup,
-            reason=(f"{label}{rec.reason}; the job goes at the slowest rank's pace: {world} ranks × "
-                    f"{fmt.rate(pace)}{limit} = {fmt.rate(predicted)} for the job ({fmt.rate(job_samples_per_s)} "
-                    f"now)"),
-            model=f"world_size × min(X', R_next), X' = {rec.model}"))
+            reason=reason("straggler_pace", **label, reason=rec.reason, world=world, pace=pace,
+                          next_rank=next_slowest.rank, bound=bound if bound < rec.predicted_samples_per_s else None,
+                          predicted=predicted, job=job_samples_per_s),
+            model=reason("job_pace", model=rec.model)))
     if not out:
         out.append(Recommendation({}, job_samples_per_s, 1.0,
-                                  f"{label}none of its changes would speed the job up by {fmt.pct(MIN_GAIN - 1, 0)} or "
-                                  f"more: past {fmt.rate(bound)} rank {next_slowest.rank} sets the pace",
-                                  "world_size × min(X', R_next)", tier="measured"))
+                                  reason("straggler_no_gain", **label, min_gain=MIN_GAIN - 1, bound=bound,
+                                         next_rank=next_slowest.rank),
+                                  reason("job_pace", model=None), tier="measured"))
     return out
 
 
@@ -382,13 +380,11 @@ def oversubscription(results: Sequence[RankResult]) -> list[Recommendation]:
         else:
             how = " + ".join(f"rank {r.rank}: ({w} + {t})" for r, (w, t) in zip(known, wanted, strict=True))
         where = f"node {node}" if node else "the node"
-        reason = (f"{how} = {busy} busy threads on {fmt.plural(cores, 'core')} of {where}: the ranks' workers and "
-                  f"torch threads take turns on the cores, each rank's model sees only its own; "
-                  f"{fmt.plural(share, 'core')} per rank: {fmt.plural(new_workers, 'worker')} + "
-                  f"{fmt.plural(new_threads, 'torch thread')} on each rank")
+        why = (f"{how} = {busy} busy threads on {fmt.plural(cores, 'core')} of {where}: the ranks' workers and "
+               f"torch threads take turns on the cores, each rank's model sees only its own; "
+               f"{fmt.plural(share, 'core')} per rank: {fmt.plural(new_workers, 'worker')} + "
+               f"{fmt.plural(new_threads, 'torch thread')} on each rank")
         loader = next((d for d in known[0].run.info.loaders if d.get("role") == "train"), None)
-        extra = {"script_text": script_text(change, loader)} if loader is not None and change else {}
-        out.append(Recommendation(change, None, None, reason,
-                                  "Σ over the node's ranks (num_workers + torch threads) against its usable cores; "
-                                  "⌊N / ranks⌋ cores per rank; not predicted", tier="not_predicted", **extra))
+        out.append(Recommendation(change, None, None, text(why), reason("node_cores"), tier="not_predicted",
+                                  script_text=script_text(change, loader) if loader is not None and change else None))
     return out

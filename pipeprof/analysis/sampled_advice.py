@@ -24,13 +24,13 @@ the ``not_predicted`` tier: no samples/s, no speed-up; the reason says what the 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
 from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution
 from pipeprof.analysis.prediction import NOT_PREDICTED, Cores
+from pipeprof.analysis.reasons import text
 from pipeprof.analysis.recommend import Recommendation
 from pipeprof.analysis.thresholds import (
     COMPUTE_BOUND_FRACTION,
@@ -105,13 +105,14 @@ def recommend_sampled(attr: Attribution, verdict: Verdict, evidence: SampledEvid
     return recs
 
 
-def _rec(change: dict[str, object], reason: str, **extra: str) -> Recommendation:
-    return Recommendation(change, None, None, f"{reason}; {TRY_PROFILE}", SAMPLED_MODEL, tier=NOT_PREDICTED,
-                          **extra)
+def _rec(change: dict[str, object], why: str, note: str | None = None, code_change: str | None = None
+         ) -> Recommendation:
+    return Recommendation(change, None, None, text(f"{why}; {TRY_PROFILE}"), text(SAMPLED_MODEL),
+                          note=(text(note),) if note is not None else (), code_change=code_change, tier=NOT_PREDICTED)
 
 
 def _with_note(rec: Recommendation, note: str) -> Recommendation:
-    return dataclasses.replace(rec, note=f"{rec.note}; {note}" if rec.note else note)
+    return rec.with_note(text(note))
 
 
 def _saturated(cores: Cores | None) -> bool:
@@ -160,12 +161,12 @@ def _pin_memory(evidence: SampledEvidence, h2d: float) -> Recommendation | None:
     if not evidence.device.startswith("cuda") or pins_memory(bool(pinned), evidence.device) \
             or h2d < PIN_MEMORY_H2D:
         return None
-    extra = {}
+    note = None
     if pinned is None:
-        extra["note"] = f"pin_memory could not be read ({evidence.loader.absent.get('pin_memory', 'not seen')})"
+        note = f"pin_memory could not be read ({evidence.loader.absent.get('pin_memory', 'not seen')})"
     return _rec({"loader.pin_memory": True},
                 f"host → device copies took {fmt.pct(h2d)} of the training threads' samples and no pinning was "
-                "seen; pinned memory can make them faster and lets them overlap compute", **extra)
+                "seen; pinned memory can make them faster and lets them overlap compute", note=note)
 
 
 def _decodes(evidence: SampledEvidence, wait: float) -> bool:
@@ -213,5 +214,5 @@ def _negative(attr: Attribution, verdict: Verdict, evidence: SampledEvidence, wa
                    and busy < WORKERS_BUSY else "")
         why = (f"no setting change is supported by the samples: {fmt.pct(wait)} of the training threads' samples "
                f"wait for data{workers} (where the wait falls is in the verdict)")
-    return Recommendation({}, None, None, f"{why}; pipeprof profile on the script measures steps and predicts "
-                                          "changes", SAMPLED_MODEL, tier=NOT_PREDICTED)
+    return Recommendation({}, None, None, text(f"{why}; pipeprof profile on the script measures steps and predicts "
+                                               "changes"), text(SAMPLED_MODEL), tier=NOT_PREDICTED)

@@ -3,8 +3,8 @@
 Pure functions over the run's DataFrames; nothing here times, samples or
 renders. ``summary_record(run)`` returns a ``Summary``: the stages' records
 (``Attribution``, ``Verdict``, ``Recommendation``) with the statistics;
-``summarize(run)`` its ``to_json()``, the ``summary.json`` contract documented
-in docs/summary-json.md and in ``pipeprof/schemas/summary.schema.json``
+its ``to_json()`` with the sentences written at the edge (``pipeline.derive.summarize``) is the
+``summary.json`` contract documented in docs/summary-json.md and in ``pipeprof/schemas/summary.schema.json``
 (``SUMMARY_SCHEMA_VERSION`` is bumped on incompatible change).
 ``attribution`` comes from ``pipeprof.analysis.attribution``, ``verdict`` from
 ``pipeprof.analysis.verdict``, ``recommendations`` from ``pipeprof.analysis.recommend``.
@@ -273,11 +273,6 @@ def summary_from_json(data: Any) -> Summary:
 def as_summary(value: Summary | Mapping[str, Any]) -> Summary:
     """``value`` itself, or a summary.json's dict read back (``summary_from_json``): what the renderers take."""
     return value if isinstance(value, Summary) else summary_from_json(value)
-
-
-def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
-    """summary.json for ``run``: ``summary_record(run, probe).to_json()``."""
-    return summary_record(run, probe).to_json()
 
 
 def summary_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:

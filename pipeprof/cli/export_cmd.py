@@ -100,10 +100,10 @@ def _out_folder(path: Path) -> Path:
 
 def _tracker(run: Any, folder: Path, args: argparse.Namespace) -> int:
     from pipeprof.analysis.compare import flatten_settings
-    from pipeprof.analysis.summary import summarize
     from pipeprof.export import trackers
     from pipeprof.export.series import export_series
     from pipeprof.export.text import export_texts
+    from pipeprof.pipeline.derive import summarize
 
     name = folder.resolve().name
     series = export_series(run)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeprof.analysis.compare import compare_runs
-from pipeprof.analysis.summary import summarize
+from pipeprof.pipeline.derive import summarize
 from pipeprof.render.compare import render_compare_html
 from pipeprof.run_check import refuse_damaged
 from pipeprof.run_folder import ensure_out_folder, load_run, staged_folder, write_json, write_text

@@ -8,6 +8,7 @@ from typing import Any
 from pipeprof.analysis.light_summary import is_light, light_summary
 from pipeprof.analysis.summary import Summary, summary_record
 from pipeprof.attach.summary import is_sampled, sampled_summary
+from pipeprof.render.advice_text import recommendation_words
 from pipeprof.render.html import render_html
 from pipeprof.render.verification_text import verification_words
 from pipeprof.run_folder import Run, to_json, write_text
@@ -24,11 +25,19 @@ def derived_files(run: Run, folder_name: str) -> tuple[dict[str, Any], dict[str,
 
 def summary_document(record: Summary) -> dict[str, Any]:
     """summary.json: the summary's data (``Summary.to_json``) and the sentences written here, at the edge, by
-    render's text modules (``verification.verdict_words``)."""
+    render's text modules (``verification.verdict_words``; each recommendation's ``reason``, ``model`` and
+    ``note``)."""
     summary = record.to_json()
+    for entry, rec in zip(summary["recommendations"], record.recommendations, strict=True):
+        entry.update(recommendation_words(rec))
     if record.verification is not None:
         summary["verification"]["verdict_words"] = verification_words(record.verification)
     return summary
+
+
+def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
+    """summary.json for ``run`` (a run's full summary, ``summary_record``; never the light or the sampled one)."""
+    return summary_document(summary_record(run, probe))
 
 
 def rederive(run: Run, folder: Path) -> dict[str, Any]:

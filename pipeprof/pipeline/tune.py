@@ -25,7 +25,6 @@ import torch
 from pipeprof.analysis.advice_text import dataloader_kwargs
 from pipeprof.analysis.prediction_check import prediction_check
 from pipeprof.analysis.recommend import DEVICE_DATA_MAX_BYTES
-from pipeprof.analysis.summary import summarize
 from pipeprof.analysis.sweep import best_summary, near_best, point_record
 from pipeprof.analysis.tune import FINALISTS, SEEDS, Evaluate, Search, Space, ceiling_words, search
 from pipeprof.analysis.verification import base_disturbed, pooled_noise
@@ -34,6 +33,7 @@ from pipeprof.format import setting
 from pipeprof.loader_rules import without_worker_only
 from pipeprof.measure.environment import usable_cores
 from pipeprof.measure.loading import LoadingRecorder
+from pipeprof.pipeline.derive import summarize
 from pipeprof.pipeline.fresh_process import ChildRun, run_child
 from pipeprof.pipeline.progress import SILENT, Progress
 from pipeprof.pipeline.sweep import Measure, create_folder, new_document, save_document

@@ -1,0 +1,158 @@
+"""A recommendation in words: its reason, its model and its notes, from the ``Reason``s the record carries
+(``analysis.recommend``: a kind and its numbers). The terminal, the report and summary.json (written at the edge,
+``pipeline.derive.summary_document``) all say these."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pipeprof import format as fmt
+from pipeprof.analysis.reasons import TEXT, Reason
+from pipeprof.analysis.recommend import Recommendation
+from pipeprof.render.prediction_text import model_text
+
+
+def reason_text(r: Reason | None) -> str:
+    """A reason's sentence (a recommendation's ``reason`` or a part of one); "" for None."""
+    if r is None:
+        return ""
+    return _REASONS[r.kind](r.numbers)
+
+
+def note_text(notes: tuple[Reason, ...]) -> str | None:
+    """A recommendation's notes, joined by "; "; None without any."""
+    return "; ".join(reason_text(n) for n in notes) if notes else None
+
+
+def recommendation_words(rec: Recommendation) -> dict[str, str]:
+    """summary.json's words of one recommendation: ``reason``, ``model`` and, where it has one, ``note``."""
+    words = {"reason": reason_text(rec.reason), "model": model_text(rec.model)}
+    note = note_text(rec.note)
+    if note is not None:
+        words["note"] = note
+    return words
+
+
+def _now(current: float) -> str:
+    return f"{fmt.rate(current)} now"
+
+
+def _other(other: Reason | None) -> str:
+    return f"; {reason_text(other)}" if other is not None else ""
+
+
+def _predicted_change(n: dict[str, Any]) -> str:
+    what = ("taking whole batches at once" if n["whole_batches"] else
+            ", ".join(f"{k}={v!r}" for k, v in n["settings"].items()))
+    return what or "no change"
+
+
+def _workers(n: dict[str, Any]) -> str:
+    k, made_s = n["k"], n["made_s"]
+    how = (f"a worker makes a sample in {fmt.duration(made_s)} "
+           f"({fmt.rate(1 / made_s) if made_s > 0 else 'unbounded'} each); with {fmt.plural(k, 'worker')}"
+           if k else f"the training process makes each sample in {fmt.duration(made_s)} between steps")
+    return how + _other(n["other"])
+
+
+def _threads_busy(n: dict[str, Any]) -> str:
+    return (f"{fmt.plural(n['k'], 'worker')} + {fmt.plural(n['threads'], 'torch thread')} keep "
+            f"{n['busy']:.2f} of the {n['available']:.2f} cores available busy")
+
+
+def _oversubscribed(n: dict[str, Any]) -> str:
+    fewer = n["fewer"]
+    how = f"try torch.set_num_threads({fewer}) in the script" if n["script"] else f"measure --set train.threads={fewer}"
+    return f"its {_threads_busy(n)}: {how}"
+
+
+def _compute_bound(n: dict[str, Any]) -> str:
+    current, ceiling = n["current"], n["ceiling"]
+    headroom = fmt.change_pct(ceiling, current)
+    above = f"is the same as the {_now(current)}" if headroom == "the same" else f"is {headroom} the {_now(current)}"
+    threads = f"; {reason_text(n['threads'])}" if n["threads"] is not None else ""
+    return (f"the run is compute-bound: only {fmt.pct(n['wait'], 1)} of step time waits for data; "
+            f"the compute ceiling {fmt.rate(ceiling)} {above}, so a faster input pipeline "
+            f"cannot gain more — make the model's step cheaper instead{threads}{_other(n['other'])}")
+
+
+_FETCH_HOW = {"cold": "cold", "throttled": "throttled", "files": "one file per sample"}
+
+_REASONS: dict[str, Callable[[dict[str, Any]], str]] = {
+    TEXT: lambda n: str(n["text"]),
+    "predicted": lambda n: (f"{reason_text(n['why'])}: predicted {fmt.rate(n['x'])} ({n['tier']}; "
+                            f"{_now(n['current'])})"),
+    "not_predicted_change": lambda n: f"{reason_text(n['why'])}; not predicted: try --verify or tune",
+    "predicted_change": _predicted_change,
+    "ended_early": lambda n: (f"the run ended early ({n['status']}) after {fmt.plural(n['steps'], 'step')} "
+                              f"({n['counted']} counted): this advice rests on those steps only, and a full run may "
+                              "behave differently"),
+    "needs_workers": lambda n: (f"drop {n['key']}= from the DataLoader(...) call: it needs workers" if n["script"]
+                                else f"remove loader.{n['key']} from the scenario: it needs workers"),
+    "other_load": lambda n: (f"processes outside the job kept {n['other']:.2f} of the {n['cores']:g} cores busy "
+                             "during the run (not this job's threads)"),
+    "workers": _workers,
+    "fewer_threads": lambda n: (f"{_threads_busy(n)}; with {fmt.plural(n['fewer'], 'torch thread')} the workers get "
+                                "more of them"),
+    "images_only": lambda n: "remove data.format / data.quality from the scenario: they apply to images only",
+    "throttle_on_device": lambda n: "remove data.throttle from the scenario: it does not apply to on-device data",
+    "throttle_cache": lambda n: "remove data.throttle from the scenario (slow storage is what the cache avoids)",
+    "on_device": lambda n: (f"the data set is small ({fmt.byte_size(n['data_bytes'])}): held on the device, "
+                            f"batches are taken by index with no loading at all ({fmt.pct(n['wait'])} of "
+                            "step time waits for data now)"),
+    "pin_memory": lambda n: (f"host → device copies take {fmt.pct(n['h2d'])} of step time; pinned memory can make "
+                             "them faster and lets them overlap compute"),
+    "batch_fetch": lambda n: (f"per-sample indexing and collate are {fmt.pct(n['share'])} of making a batch "
+                              f"({fmt.duration(n['fetch'])} + {fmt.duration(n['collate'])} per sample): take whole "
+                              "batches at once"),
+    "decode_share": lambda n: (f"decoding is {fmt.pct(n['share'])} of making a batch ({fmt.duration(n['prep'])} per "
+                               "sample)"),
+    "fetch_share": lambda n: (f"fetching from {n['storage']} ({_FETCH_HOW[n['how']]}) is {fmt.pct(n['share'])} of "
+                              f"making a batch ({fmt.duration(n['fetch'])} per sample)"),
+    "cache_in_ram": lambda n: (f"{reason_text(n['what'])}; with decoded samples cached in RAM "
+                               f"fetch{' and decode' if n['decode'] else ''} go away"),
+    "transform_saving": lambda n: f"{reason_text(n['why'])}, from the measured per-transform costs",
+    "code_change_only": lambda n: "a code change: no scenario setting expresses it, so --verify cannot re-run it",
+    "prefetch": lambda n: (f"supply is bursty: {fmt.pct(n['empty'])} of steps found the queue empty while the workers "
+                           f"were busy only {fmt.pct(n['busy'])} of the time; a deeper queue "
+                           f"({n['k']} × {n['factor']} batches) lets them run ahead, saving the bursts' waits"),
+    "oversubscribed": _oversubscribed,
+    "compute_bound": _compute_bound,
+    "cores_saturated": lambda n: (f"more workers will not help: the job keeps {fmt.pct(n['busy'])} of the "
+                                  f"{n['available']:.2f} cores available busy (training process and workers)"
+                                  f"{_other(n['other'])}"),
+    "no_gain": lambda n: (f"no change predicts a gain of {fmt.pct(n['min_gain'], 0)} or more from what this run "
+                          f"measured ({_now(n['current'])}, compute ceiling {fmt.rate(n['ceiling'])}; "
+                          f"{model_text(n['storage'])}){_other(n['other'])}; --verify or tune measures a change"),
+    "persistent": lambda n: (f"the first step of {fmt.plural(n['epochs'], 'epoch')} waited "
+                             f"{fmt.duration(n['wait'])} on average against a median wait "
+                             f"of {fmt.duration(n['median_wait'])} (median step {fmt.duration(n['median_step'])}): "
+                             "workers are started anew every time the loader is iterated again; keeping them saves "
+                             f"{fmt.duration(n['saved'])} of {fmt.duration(n['total'])}"),
+    "recreated_loaders": lambda n: (f"{n['count']} DataLoaders named {n['name']} were built, each iterated once (a "
+                                    "new DataLoader per fit); the first step of each new one's pass waited "
+                                    f"{fmt.duration(n['wait'])} on average against a median wait of "
+                                    f"{fmt.duration(n['median_wait'])}, starting its workers: one loader built once "
+                                    f"and iterated again, its workers kept, saves {fmt.duration(n['saved'])} of "
+                                    f"{fmt.duration(n['total'])}"),
+    # The risk of persistent workers on loaders re-created per fit (predicted x1.13, ~3x slower).
+    "recreated_loaders_risk": lambda n: ("a new DataLoader is built per fit: persistent_workers would keep each one's "
+                                         "workers alive until garbage collection; build the loader once and reuse it"),
+    # analysis.ranks: a rank's recommendation said for the job
+    "on_every_rank": lambda n: f"on every rank: {reason_text(n['reason'])}",
+    "straggler": lambda n: f"{_straggler(n)}{reason_text(n['reason'])}",
+    "straggler_pace": lambda n: (f"{_straggler(n)}{reason_text(n['reason'])}; the job goes at the slowest rank's "
+                                 f"pace: {n['world']} ranks × {fmt.rate(n['pace'])}"
+                                 + (f", bounded by rank {n['next_rank']}'s own pace {fmt.rate(n['bound'])}"
+                                    if n["bound"] is not None else "")
+                                 + f" = {fmt.rate(n['predicted'])} for the job ({fmt.rate(n['job'])} now)"),
+    "straggler_no_gain": lambda n: (f"{_straggler(n)}none of its changes would speed the job up by "
+                                    f"{fmt.pct(n['min_gain'], 0)} or more: past {fmt.rate(n['bound'])} rank "
+                                    f"{n['next_rank']} sets the pace"),
+}
+
+
+def _straggler(n: dict[str, Any]) -> str:
+    where = f" on node {n['node']}" if n["node"] else ""
+    return f"rank {n['rank']} (the straggler{where}): "
