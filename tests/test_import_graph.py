@@ -162,11 +162,11 @@ UPWARD_ALLOWED = {
 }
 
 # Words at the edge: analysis returns numbers and records, render writes the sentences. These analysis modules
-# still phrase with pipeprof.format; no other may start to. (sampled_advice, ranks and transform_advice still hand
-# the Recommendation record some of its reasons as sentences already written, ``reasons.text``.)
+# still phrase with pipeprof.format; no other may start to. (ranks and transform_advice still hand the
+# Recommendation record some of its reasons as sentences already written, ``reasons.text``.)
 ANALYSIS_FORMATS_ALLOWED = {f"pipeprof.analysis.{m}" for m in (
-    "cache", "causes", "differential", "ranks", "sampled_advice", "summary", "transform_advice", "variation",
-    "verdict", "worker_start")}
+    "cache", "causes", "differential", "ranks", "summary", "transform_advice", "variation", "verdict",
+    "worker_start")}
 
 # Render only formats what the summary carries: these render modules still call analysis (the import, the
 # analysis module); no other import of analysis may start.

@@ -156,3 +156,67 @@ _REASONS: dict[str, Callable[[dict[str, Any]], str]] = {
 def _straggler(n: dict[str, Any]) -> str:
     where = f" on node {n['node']}" if n["node"] else ""
     return f"rank {n['rank']} (the straggler{where}): "
+
+
+# -- analysis.sampled_advice: an attached run's recommendations, from sampled shares ---------------------------
+
+TRY_PROFILE = "not predicted (sampled from outside): try pipeprof profile --verify or pipeprof tune on the script"
+
+
+def _sampled_workers_none(n: dict[str, Any]) -> str:
+    wait, wanted = n["wait"], n["wanted"]
+    how = (f"the training process makes its own batches (no worker sampled): {fmt.pct(wait)} of its samples "
+           f"wait for them and {fmt.pct(1 - wait)} compute, so ⌈{wait:.2f} / {1 - wait:.2f}⌉ = "
+           f"{fmt.plural(wanted, 'worker')} making batches at its pace keep up")
+    return how + (f"; {n['idle']:.2f} cores were left idle" if n["idle"] is not None else "")
+
+
+def _sampled_workers(n: dict[str, Any]) -> str:
+    k, busy, wait = n["k"], n["busy"], n["wait"]
+    how = (f"{fmt.plural(k, 'worker')} were busy {fmt.pct(busy)} of their samples while the training threads "
+           f"waited for a batch in {fmt.pct(wait)} of theirs: ⌈{k} × {busy:.2f} / {1 - wait:.2f}⌉ = "
+           f"{fmt.plural(n['wanted'], 'worker')} keep up at the sampled pace")
+    return how + (f"; {reason_text(n['idle'])}" if n["idle"] is not None else "")
+
+
+def _sampled_idle(n: dict[str, Any]) -> str:
+    words = f"{n['left']:.2f} cores were left idle, and a worker kept {n['each']:.2f} busy"
+    return words + (f", so at most {n['cap']}" if n["cap"] is not None else "")
+
+
+def _sampled_decode(n: dict[str, Any]) -> str:
+    how = f" ({', '.join(n['names'])})" if n["names"] else ""
+    return f"decoding{how} took {fmt.pct(n['fraction'])} of the workers' busy samples"
+
+
+def _sampled_nothing(n: dict[str, Any]) -> str:
+    workers = f"; the workers were busy only {fmt.pct(n['busy'])} of their samples" if n["busy"] is not None else ""
+    return (f"no setting change is supported by the samples: {fmt.pct(n['wait'])} of the training threads' samples "
+            f"wait for data{workers} (where the wait falls is in the verdict)")
+
+
+_REASONS.update({
+    "sampled_not_predicted": lambda n: f"{reason_text(n['why'])}; {TRY_PROFILE}",
+    "sampled_workers_none": _sampled_workers_none,
+    "sampled_workers": _sampled_workers,
+    "sampled_idle": _sampled_idle,
+    "sampled_no_core": lambda n: f"more workers will not help: {reason_text(n['idle'])}",
+    "sampled_cores_unsampled": lambda n: (f"{reason_text(n['how'])}; the cores left idle were not sampled "
+                                          f"({n['absent'] or 'no CPU samples'})"),
+    "sampled_pin_memory": lambda n: (f"host → device copies took {fmt.pct(n['h2d'])} of the training threads' "
+                                     "samples and no pinning was seen; pinned memory can make them faster and lets "
+                                     "them overlap compute"),
+    "sampled_pin_unread": lambda n: f"pin_memory could not be read ({n['absent']})",
+    "sampled_decode": _sampled_decode,
+    "sampled_decode_in_ram": lambda n: f"{reason_text(n['decode'])}: decoded once, it costs nothing after",
+    "sampled_decode_jpeg": lambda n: (f"{reason_text(n['decode'])}, PIL's among them: torchvision's decode_jpeg "
+                                      "decodes JPEG files faster"),
+    "sampled_compute_bound": lambda n: (f"the job is compute-bound: only {fmt.pct(n['wait'], 1)} of the training "
+                                        "threads' samples wait for data, so a faster input pipeline cannot gain "
+                                        "more — make the model's step cheaper instead"),
+    "sampled_saturated": lambda n: (f"more workers will not help: the job kept {n['busy']:.2f} of the "
+                                    f"{n['available']:.2f} cores available to a rank busy"),
+    "sampled_nothing": _sampled_nothing,
+    "sampled_negative": lambda n: (f"{reason_text(n['why'])}; pipeprof profile on the script measures steps and "
+                                   "predicts changes"),
+})

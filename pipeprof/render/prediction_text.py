@@ -146,6 +146,8 @@ _MODELS: dict[str, Callable[[dict[str, Any]], str]] = {
     # analysis.ranks: the job at its slowest rank's pace, and a node's cores shared by its ranks
     "job_pace": lambda n: "world_size × min(X', R_next)" + (f", X' = {model_text(n['model'])}"
                                                             if n["model"] is not None else ""),
+    # analysis.sampled_advice: an attached run's, never predicted
+    "sampled_shares": lambda n: "sampled shares (attach): no step times to predict from",
     "node_cores": lambda n: ("Σ over the node's ranks (num_workers + torch threads) against its usable cores; "
                              "⌊N / ranks⌋ cores per rank; not predicted"),
 }
