@@ -163,7 +163,7 @@ UPWARD_ALLOWED = {
 
 # Words at the edge: analysis returns numbers and records, render writes the sentences. These analysis modules
 # still phrase with pipeprof.format; no other may start to. (ranks and transform_advice still hand the
-# Recommendation record some of its reasons as sentences already written, ``reasons.text``.)
+# Recommendation record some of its reasons as sentences already written, ``Reason.written``.)
 ANALYSIS_FORMATS_ALLOWED = {f"pipeprof.analysis.{m}" for m in (
     "cache", "causes", "differential", "ranks", "summary", "transform_advice", "variation", "verdict",
     "worker_start")}
@@ -222,7 +222,7 @@ SUMMARY_RECORDS = frozenset({"Summary", "as_summary", "SUMMARY_SCHEMA_VERSION", 
                              "LoadingSummary", "WorkerLoading", "DeviceMemory", "MemoryCreep",
                              "CodeView", "CProfileView", "StepCost",
                              "Attribution", "Verdict", "RankEntry", "Straggler", "Verification",
-                             "Reason", "TEXT"})
+                             "Reason", "WRITTEN"})
 
 
 def _imported_names(module: str) -> dict[str, set[str]]:

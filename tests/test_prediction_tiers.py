@@ -212,7 +212,7 @@ def test_a_shared_machine_with_half_its_cores_busy_elsewhere_gets_workers_for_th
 def test_the_tier_is_shown_beside_every_predicted_number():
     from rich.console import Console
 
-    from pipeprof.analysis.reasons import text
+    from pipeprof.analysis.reasons import Reason
     from pipeprof.analysis.recommend import Recommendation
     from pipeprof.analysis.summary import summary_record
     from pipeprof.render.console import print_summary
@@ -227,7 +227,8 @@ def test_the_tier_is_shown_beside_every_predicted_number():
     print_summary(summary, "runs/x", console=console)
     assert f"{top}:" in console.export_text()
     assert top in render_html(run, summary)
-    assert speedup_text(Recommendation({"loader.pin_memory": True}, None, None, text(""), text(""), tier="not_predicted"),
+    assert speedup_text(Recommendation({"loader.pin_memory": True}, None, None, Reason.written(""), Reason.written(""),
+                                       tier="not_predicted"),
                         None) == "not predicted: try --verify or tune"
 
 

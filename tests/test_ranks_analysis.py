@@ -18,7 +18,7 @@ from pipeprof.analysis.ranks import (
     oversubscription,
     straggler,
 )
-from pipeprof.analysis.reasons import text
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.recommend import Recommendation
 from pipeprof.analysis.summary import summary_record
 from pipeprof.analysis.thresholds import MIN_GAIN, STRAGGLER_MARGIN
@@ -196,7 +196,8 @@ def _results(job: Run, recs: dict[int, list[Recommendation]] | None = None) -> l
 ])
 def test_the_straggler_s_advice_predicts_the_job_at_the_slowest_ranks_pace(predicted, job_expected):
     job = input_straggler_job()
-    fix = Recommendation({"loader.num_workers": 4}, predicted, predicted / 1280, text("more workers"), text("X(k)"))
+    fix = Recommendation({"loader.num_workers": 4}, predicted, predicted / 1280, Reason.written("more workers"),
+                         Reason.written("X(k)"))
     results = _results(job, {1: [fix]})
     recs = job_recommendations(results, 0, straggler(job.ranks), 2560.0)
     (rec,) = recs
@@ -215,7 +216,7 @@ def test_a_straggler_fix_the_next_rank_would_cap_under_the_minimum_gain_is_not_a
     # Rank 2 is nearly as slow as rank 1: fixing rank 1 alone gains the job under MIN_GAIN.
     job = make_job([make_rank(0, collective=0.75, cores=8), make_rank(1, wait=0.8, cores=8),
                     make_rank(2, wait=0.79, collective=0.01, cores=8)], median=0)
-    fix = Recommendation({"loader.num_workers": 4}, 4000.0, 4000.0 / 1280, text("more workers"), text("X(k)"))
+    fix = Recommendation({"loader.num_workers": 4}, 4000.0, 4000.0 / 1280, Reason.written("more workers"), Reason.written("X(k)"))
     (rec,) = job_recommendations(_results(job, {1: [fix]}), 0, straggler(job.ranks), 3 * 1280.0)
     assert rec.change == {} and rec.predicted_speedup == 1.0
     assert rec.reason.kind == "straggler_no_gain" and rec.reason["next_rank"] == 2

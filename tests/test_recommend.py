@@ -9,7 +9,7 @@ from rich.console import Console
 from test_verdict import STEP_S, make_run
 
 from pipeprof.analysis.attribution import attribution
-from pipeprof.analysis.reasons import text
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.recommend import Recommendation, _Model, is_no_op, recommend
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS
 from pipeprof.analysis.verdict import verdict_from_attribution
@@ -197,7 +197,7 @@ def test_a_change_equal_to_the_current_settings_is_never_recommended(monkeypatch
     attr = attribution(run)
     model = _Model(run, attr)
     assert model.current_settings()["loader.num_workers"] == 1 and model.current_settings()["train.threads"] == 2
-    noop = Recommendation(dict(change), 1e9, 10.0, text("a no-op"), text("none"))
+    noop = Recommendation(dict(change), 1e9, 10.0, Reason.written("a no-op"), Reason.written("none"))
     monkeypatch.setattr(_Model, candidate, lambda self: noop)
     recs = recommend(run, attr, verdict_from_attribution(attr))
     assert all(r.change != change for r in recs) and recs

@@ -25,7 +25,7 @@ from pipeprof.analysis.prediction import (
     not_predicted,
     probes_of,
 )
-from pipeprof.analysis.reasons import Reason, reason
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.steps import counted_steps
 from pipeprof.analysis.thresholds import SLOW_EPOCH_START_STEPS
 from pipeprof.analysis.transforms import LoaderTransforms, training_transforms
@@ -119,16 +119,16 @@ class ChangeModel:
 
     def _storage_ceiling(self) -> tuple[float, Reason]:
         if not self.cold:
-            return math.inf, reason("storage_ceiling", case="not_cold")
+            return math.inf, Reason("storage_ceiling", {"case": "not_cold"})
         ceiling = self.attr.disk.ceiling
         if ceiling is None or ceiling.absent is not None:
             why = ceiling.absent if ceiling is not None else self.attr.disk.absent
-            return math.inf, reason("storage_ceiling", case="absent", absent=why)
+            return math.inf, Reason("storage_ceiling", {"case": "absent", "absent": why})
         limits = [v for v in (ceiling.random_4k_cold_reads_per_s,
                               (ceiling.sequential_cold_bytes_per_s or 0) / self._bytes_per_sample() or None) if v]
         if not limits:
-            return math.inf, reason("storage_ceiling", case="no_rates")
-        return min(limits), reason("storage_ceiling", case="probe", rate=min(limits))
+            return math.inf, Reason("storage_ceiling", {"case": "no_rates"})
+        return min(limits), Reason("storage_ceiling", {"case": "probe", "rate": min(limits)})
 
     def _bytes_per_sample(self) -> float:
         loading = self.run.loading
@@ -153,37 +153,37 @@ class ChangeModel:
     def predict(self, change: dict[str, Any]) -> Prediction:
         """The prediction for ``change``, in its tier (``analysis.prediction``)."""
         if not set(change) <= PREDICTABLE_KEYS:
-            return not_predicted(reason("not_a_setting", keys=sorted(set(change) - PREDICTABLE_KEYS)))
+            return not_predicted(Reason("not_a_setting", {"keys": sorted(set(change) - PREDICTABLE_KEYS)}))
         if self.current is None:
-            return not_predicted(reason("no_counted_steps"))
+            return not_predicted(Reason("no_counted_steps"))
         storage = change.get("data.storage", self.data.storage)
         k = int(change.get("loader.num_workers", self.k))
         threads = change.get("train.threads")
         threads = None if threads is None or threads == self.cpu.torch_threads else float(threads)
         placement = {"data.storage", "data.cache", "loader.num_workers", "loader.persistent_workers"}
         if change.get(WHOLE_BATCHES):
-            return self._batch_x() if set(change) == {WHOLE_BATCHES} else not_predicted(reason("combined"))
+            return self._batch_x() if set(change) == {WHOLE_BATCHES} else not_predicted(Reason("combined"))
         if storage == "device" and self.storage != "device":
-            return self._device_x() if set(change) <= placement else not_predicted(reason("combined"))
+            return self._device_x() if set(change) <= placement else not_predicted(Reason("combined"))
         if storage != self.data.storage:
             if storage == "ram" and self.storage in ON_DISK and threads is None and set(change) <= placement:
                 return self._ram_x(k)
-            return not_predicted(reason("storage_change", to=storage, **{"from": self.storage}))
+            return not_predicted(Reason("storage_change", {"to": storage, "from": self.storage}))
         if change.get("data.cache", self.data.cache) != self.data.cache:
-            return not_predicted(reason("warm_and_cold"))
+            return not_predicted(Reason("warm_and_cold"))
         if "loader.pin_memory" in change:
             if len(change) == 1 and change["loader.pin_memory"] and \
                     (not self.gpu or pins_memory(self.loader.pin_memory, self.device)):
-                return Prediction(self.current, MEASURED, reason("pin_memory_unchanged"))
-            return not_predicted(reason("pin_memory_unmeasured"))
+                return Prediction(self.current, MEASURED, Reason("pin_memory_unchanged"))
+            return not_predicted(Reason("pin_memory_unmeasured"))
         if "loader.persistent_workers" in change and k == self.k and len(change) == 1:
             if bool(change["loader.persistent_workers"]) == bool(self.loader.persistent_workers):
-                return Prediction(self.current, MEASURED, reason("as_measured"))
+                return Prediction(self.current, MEASURED, Reason("as_measured"))
             return self._persistent_x() if change["loader.persistent_workers"] else \
-                not_predicted(reason("persistent_off"))
+                not_predicted(Reason("persistent_off"))
         if "loader.prefetch_factor" in change:
             if not k or k != self.k or len(change) > 1:
-                return not_predicted(reason("prefetch_other_workers"))
+                return not_predicted(Reason("prefetch_other_workers"))
             return self._prefetch_x()
         return self._workers_x(k, threads)
 
@@ -191,14 +191,14 @@ class ChangeModel:
         """``k`` workers at ``threads`` torch threads (None: the run's)."""
         assert self.current is not None
         if k == self.k and threads is None:
-            return Prediction(self.current, MEASURED, reason("as_measured"))
+            return Prediction(self.current, MEASURED, Reason("as_measured"))
         probe = self.probes.trained.get((k, threads if threads is not None else self.threads))
         if probe is not None:
-            return self.probes.read(self.current, probe, reason("loop_fed_by", k=k, threads=threads))
+            return self.probes.read(self.current, probe, Reason("loop_fed_by", {"k": k, "threads": threads}))
         if self.parts is None or self.storage == "device":
-            return not_predicted(reason("no_loading_records_workers"))
+            return not_predicted(Reason("no_loading_records_workers"))
         if k < self.k:
-            return not_predicted(reason("fewer_workers", k=self.k))
+            return not_predicted(Reason("fewer_workers", {"k": self.k}))
         supply = self.supply(*self.parts)
         if threads is None:
             beside = self._compute_beside_workers(k)
@@ -214,17 +214,17 @@ class ChangeModel:
                 if cap < p.samples_per_s:
                     p = dataclasses.replace(p, samples_per_s=cap)
                     capped = cap
-            return dataclasses.replace(p, model=reason("beside_workers", model=p.model, c=c, k=k, k_probed=k_probed,
-                                                       cap=capped))
+            return dataclasses.replace(p, model=Reason("beside_workers", {"model": p.model, "c": c, "k": k,
+                                                                          "k_probed": k_probed, "cap": capped}))
         if self.gpu:
-            return not_predicted(reason("gpu_threads"))
+            return not_predicted(Reason("gpu_threads"))
         loop = self.probes.loop_threads
         if threads not in loop or self.threads not in loop:
-            return not_predicted(reason("threads_unmeasured", threads=threads))
+            return not_predicted(Reason("threads_unmeasured", {"threads": threads}))
         c = self.ceiling * loop[threads] / loop[self.threads]
         p = self.estimate.at(k, supply, ceiling=c, main=min(threads, self.cores.main))
-        return dataclasses.replace(p, model=reason("threads_ceiling", model=p.model, threads=threads,
-                                                   run_threads=self.threads))
+        return dataclasses.replace(p, model=Reason("threads_ceiling", {"model": p.model, "threads": threads,
+                                                                       "run_threads": self.threads}))
 
     def self_check(self) -> ModelCheck:
         """The model against what this run measured itself (``ModelCheck``): the estimate ``min(C, supply, S)`` at
@@ -266,18 +266,18 @@ class ChangeModel:
         (measured), plus the run's host -> device copy. With workers: not predicted."""
         loop = self.probes.device_loop
         if self.k or loop is None or not self.samples:
-            return not_predicted(reason("batches_unmeasured", workers=bool(self.k)))
+            return not_predicted(Reason("batches_unmeasured", {"workers": bool(self.k)}))
         x = 1.0 / (1.0 / loop + self.h2d_s / self.samples)
-        return Prediction(x, ESTIMATED, reason("whole_batches"))
+        return Prediction(x, ESTIMATED, Reason("whole_batches"))
 
     def _device_x(self) -> Prediction:
         assert self.current is not None
         if self.probes.device_loop:
-            return self.probes.read(self.current, self.probes.device_loop, reason("device_loop"))
+            return self.probes.read(self.current, self.probes.device_loop, Reason("device_loop"))
         c = self.ceiling_alone or self.ceiling
         if not math.isfinite(c):
-            return not_predicted(reason("no_ceiling"))
-        return Prediction(c, ESTIMATED, reason("device_ceiling", c=c, alone=bool(self.ceiling_alone)))
+            return not_predicted(Reason("no_ceiling"))
+        return Prediction(c, ESTIMATED, Reason("device_ceiling", {"c": c, "alone": bool(self.ceiling_alone)}))
 
     def _ram_x(self, k: int) -> Prediction:
         """Decoded samples cached in RAM: the loop fed by ``k`` workers over them where measured; else the
@@ -285,35 +285,35 @@ class ChangeModel:
         assert self.current is not None
         if k in self.probes.trained_ram and k:
             return self.probes.read(self.current, self.probes.trained_ram[k],
-                                    reason("loop_fed_by_ram", k=k))
+                                    Reason("loop_fed_by_ram", {"k": k}))
         est = dataclasses.replace(self.estimate, storage=math.inf)
         ram = self.run.info.what_ifs.probe("ram_loader")
         rate = ram.samples_per_s if ram is not None and ram.absent is None else None
         if rate is not None and rate > 0:
             p = est.at(k, Supply(0.0, 1.0 / rate))
-            return dataclasses.replace(p, model=reason("ram_loader", model=p.model))
+            return dataclasses.replace(p, model=Reason("ram_loader", {"model": p.model}))
         if self.parts is None:
-            return not_predicted(reason("no_loading_records"))
+            return not_predicted(Reason("no_loading_records"))
         fetch, prep, collate = self.parts
         decode = self.transforms.decode if self.transforms is not None else None
         if decode is not None:
             return est.at(k, Supply(0.0, max(prep - decode.per_sample_s, 0.0) + collate))
         if self.storage == "images" and self.data.transform != "augment":
-            return not_predicted(reason("decode_share_unmeasured"))
+            return not_predicted(Reason("decode_share_unmeasured"))
         return est.at(k, Supply(0.0, prep + collate))
 
     def _persistent_x(self) -> Prediction:
         """Persistent workers: the run without the excess wait of re-iterated passes' first steps."""
         firsts = self._pass_firsts
         if not self.k or firsts is None:
-            return not_predicted(reason("no_passes"))
+            return not_predicted(Reason("no_passes"))
         assert self.current is not None
         if firsts.empty:
-            return Prediction(self.current, ESTIMATED, reason("persistent", case="no_start"))
+            return Prediction(self.current, ESTIMATED, Reason("persistent", {"case": "no_start"}))
         slow = self._slow_starts(self._pass_starts(firsts)[0], float(self.counted["data_wait_s"].median()),
                                  float(self.counted["step_s"].median()), threshold=False)
         return Prediction(slow[1] if slow is not None else self.current, ESTIMATED,
-                          reason("persistent", case="saved" if slow is not None else "none_longer"))
+                          Reason("persistent", {"case": "saved" if slow is not None else "none_longer"}))
 
     def _pass_starts(self, firsts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """The counted first steps of re-iterated passes, and of new loaders' first passes (not the first's)."""
@@ -378,4 +378,4 @@ class ChangeModel:
         busy = self.loading.worker_busy_mean_fraction
         cap = self.current / min(busy, 1.0) if busy and busy > 0 else math.inf
         x = max(self.current, min(self.samples / max(self.total_s - saved, 1e-12), cap))
-        return Prediction(x, ESTIMATED, reason("prefetch", busy=min(busy, 1.0) if busy else None))
+        return Prediction(x, ESTIMATED, Reason("prefetch", {"busy": min(busy, 1.0) if busy else None}))

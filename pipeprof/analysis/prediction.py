@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeprof.analysis.reasons import Reason, reason
+from pipeprof.analysis.reasons import Reason
 from pipeprof.run_meta import Probe, RankInfo, WhatIfs
 
 MEASURED, ESTIMATED, NOT_PREDICTED = "measured", "estimated", "not_predicted"
@@ -39,7 +39,7 @@ class Prediction:
 
 
 def not_predicted(why: Reason) -> Prediction:
-    return Prediction(None, NOT_PREDICTED, reason("not_predicted", why=why))
+    return Prediction(None, NOT_PREDICTED, Reason("not_predicted", {"why": why}))
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class Cores:
 
     def words(self) -> Reason:
         """The cores in a ``Reason`` (``render.prediction_text``: "N cores available ...")."""
-        return reason("cores", available=self.available, cores=self.cores, other=self.other, ranks=self.ranks)
+        return Reason("cores", {"available": self.available, "cores": self.cores, "other": self.other, "ranks": self.ranks})
 
 
 def cores_of(rank: RankInfo | None, cores: float, main_pct: float | None, workers_pct: float | None,
@@ -125,19 +125,19 @@ class Estimate:
         c = self.ceiling if ceiling is None else ceiling
         p = supply.per_sample_s
         if not math.isfinite(c) or c <= 0:
-            return not_predicted(reason("no_ceiling"))
+            return not_predicted(Reason("no_ceiling"))
         if k == 0:
             x = min(1.0 / (p + 1.0 / c), self.storage)
-            return Prediction(x, ESTIMATED, reason("estimate_no_workers", p=p, c=c, x=x, storage=self.storage))
+            return Prediction(x, ESTIMATED, Reason("estimate_no_workers", {"p": p, "c": c, "x": x, "storage": self.storage}))
         w = min(float(k), self.cores.for_workers(main))
         if w <= 0:
-            return not_predicted(reason("no_core_left", cores=self.cores.words(),
-                                        main=self.cores.main if main is None else main))
+            return not_predicted(Reason("no_core_left", {"cores": self.cores.words(),
+                                                         "main": self.cores.main if main is None else main}))
         busy = self.cores.main_busy if main is None else None
         if busy is not None:  # the training process at X takes busy × X/C of the cores: solve X = supply(X)
             x, w = self._with_main_at(k, supply, c, busy)
             if w <= 0:
-                return not_predicted(reason("no_core_left", cores=self.cores.words(), main=None))
+                return not_predicted(Reason("no_core_left", {"cores": self.cores.words(), "main": None}))
             rate = k / (supply.io + supply.cpu * k / w) if supply.io + supply.cpu > 0 else math.inf
             main_at: float | None = busy * min(x, c) / c
         else:
@@ -145,8 +145,9 @@ class Estimate:
             rate = k / per if per > 0 else math.inf
             main_at = None
         x = min(c, rate, self.storage)
-        return Prediction(x, ESTIMATED, reason("estimate_workers", c=c, k=k, p=p, w=w, main_at=main_at, rate=rate,
-                                               storage=self.storage, x=x, cores=self.cores.words()))
+        return Prediction(x, ESTIMATED, Reason("estimate_workers", {
+            "c": c, "k": k, "p": p, "w": w, "main_at": main_at, "rate": rate, "storage": self.storage, "x": x,
+            "cores": self.cores.words()}))
 
     def _with_main_at(self, k: int, supply: Supply, c: float, busy: float) -> tuple[float, float]:
         """The pace X at which ``k`` workers supply X samples/s on the cores the training process leaves them at
@@ -189,9 +190,10 @@ class Probes:
         """``X_run · probe(change) / probe(as run)`` where the as-run loop was measured, else the probe."""
         if self.as_run:
             x = run_samples_per_s * probe_samples_per_s / self.as_run
-            return Prediction(x, MEASURED, reason("probe_beside_run", run=run_samples_per_s, probe=probe_samples_per_s,
-                                                  as_run=self.as_run, what=what, source=self.as_run_source))
-        return Prediction(probe_samples_per_s, MEASURED, reason("probe_as_read", what=what))
+            return Prediction(x, MEASURED, Reason("probe_beside_run", {
+                "run": run_samples_per_s, "probe": probe_samples_per_s, "as_run": self.as_run, "what": what,
+                "source": self.as_run_source}))
+        return Prediction(probe_samples_per_s, MEASURED, Reason("probe_as_read", {"what": what}))
 
 
 def probes_of(what_ifs: WhatIfs, storage: str | None) -> Probes:
@@ -231,11 +233,11 @@ def ratio(before: Prediction, after: Prediction, current: float, what: Reason) -
     """The run's samples/s moved by the estimate's ratio for a saving: ``X_run · X(after) / X(before)``; the
     tier of the weaker of the two."""
     if before.samples_per_s is None or after.samples_per_s is None or before.samples_per_s <= 0:
-        return not_predicted(reason("ratio_missing", what=what,
-                                    model=after.model if after.samples_per_s is None else before.model))
+        return not_predicted(Reason("ratio_missing", {"what": what,
+                                                      "model": after.model if after.samples_per_s is None else before.model}))
     x = current * after.samples_per_s / before.samples_per_s
     tier = MEASURED if before.tier == after.tier == MEASURED else ESTIMATED
-    return Prediction(x, tier, reason("ratio", what=what, before=before.model, after=after.model))
+    return Prediction(x, tier, Reason("ratio", {"what": what, "before": before.model, "after": after.model}))
 
 
 def rank_key(tier: str, speedup: float | None) -> tuple[int, float]:

@@ -52,7 +52,7 @@ from pipeprof import format as fmt
 from pipeprof.analysis.advice_text import script_text
 from pipeprof.analysis.evidence import CpuEvidence
 from pipeprof.analysis.loading import LoadingSummary
-from pipeprof.analysis.reasons import reason, text
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.recommend import Recommendation
 from pipeprof.analysis.steps import PHASES, counted_steps, step_breakdown
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS, MIN_GAIN, STRAGGLER_CONSISTENCY, STRAGGLER_MARGIN
@@ -308,7 +308,7 @@ def job_recommendations(results: Sequence[RankResult], median: int, straggler_: 
 def _scaled(rec: Recommendation, job_samples_per_s: float | None, world_size: int) -> Recommendation:
     predicted = (job_samples_per_s * rec.predicted_speedup
                  if job_samples_per_s is not None and rec.predicted_speedup is not None else None)
-    why = reason("on_every_rank", reason=rec.reason) if world_size > 1 else rec.reason
+    why = Reason("on_every_rank", {"reason": rec.reason}) if world_size > 1 else rec.reason
     return dataclasses.replace(rec, predicted_samples_per_s=predicted, reason=why)
 
 
@@ -325,7 +325,7 @@ def _straggler_advice(results: Sequence[RankResult], straggler_: Straggler,
     for rec in slow.recommendations:
         if not rec.change and rec.code_change is None:  # its honest negative: nothing to gain for the job either
             out.append(dataclasses.replace(rec, predicted_samples_per_s=job_samples_per_s, predicted_speedup=1.0,
-                                           reason=reason("straggler", **label, reason=rec.reason)))
+                                           reason=Reason("straggler", {**label, "reason": rec.reason})))
             continue
         if rec.predicted_samples_per_s is None or not job_samples_per_s:
             continue
@@ -336,15 +336,16 @@ def _straggler_advice(results: Sequence[RankResult], straggler_: Straggler,
             continue
         out.append(dataclasses.replace(
             rec, predicted_samples_per_s=predicted, predicted_speedup=speedup,
-            reason=reason("straggler_pace", **label, reason=rec.reason, world=world, pace=pace,
-                          next_rank=next_slowest.rank, bound=bound if bound < rec.predicted_samples_per_s else None,
-                          predicted=predicted, job=job_samples_per_s),
-            model=reason("job_pace", model=rec.model)))
+            reason=Reason("straggler_pace", {
+                **label, "reason": rec.reason, "world": world, "pace": pace, "next_rank": next_slowest.rank,
+                "bound": bound if bound < rec.predicted_samples_per_s else None, "predicted": predicted,
+                "job": job_samples_per_s}),
+            model=Reason("job_pace", {"model": rec.model})))
     if not out:
         out.append(Recommendation({}, job_samples_per_s, 1.0,
-                                  reason("straggler_no_gain", **label, min_gain=MIN_GAIN - 1, bound=bound,
-                                         next_rank=next_slowest.rank),
-                                  reason("job_pace", model=None), tier="measured"))
+                                  Reason("straggler_no_gain", {**label, "min_gain": MIN_GAIN - 1, "bound": bound,
+                                                               "next_rank": next_slowest.rank}),
+                                  Reason("job_pace", {"model": None}), tier="measured"))
     return out
 
 
@@ -385,6 +386,6 @@ def oversubscription(results: Sequence[RankResult]) -> list[Recommendation]:
                f"{fmt.plural(share, 'core')} per rank: {fmt.plural(new_workers, 'worker')} + "
                f"{fmt.plural(new_threads, 'torch thread')} on each rank")
         loader = next((d for d in known[0].run.info.loaders if d.get("role") == "train"), None)
-        out.append(Recommendation(change, None, None, text(why), reason("node_cores"), tier="not_predicted",
+        out.append(Recommendation(change, None, None, Reason.written(why), Reason("node_cores"), tier="not_predicted",
                                   script_text=script_text(change, loader) if loader is not None and change else None))
     return out

@@ -1,37 +1,33 @@
-"""Words at the edge: what analysis says, as a ``Reason`` (a kind and its numbers), never as a sentence.
+"""A reason: what a sentence says, as a kind plus its numbers, for ``render/`` to word.
 
-A prediction's model (``analysis.prediction``) and a recommendation's reason and notes (``analysis.recommend``)
-are ``Reason``s; ``render.prediction_text`` and ``render.advice_text`` write their sentences, once for the
-terminal, the report and summary.json (written at the edge, ``pipeline.derive.summary_document``). A number may
-be another ``Reason`` (a model built on another, a reason wrapped by the job's ranks).
-
-``TEXT``: a sentence already written: a summary.json read back holds its words, not their numbers, and the
-modules that still phrase (``ranks``, ``sampled_advice``, ``transform_advice``) hand theirs as text.
+Analysis decides (which rule, which part, which share) and records the decision as a ``Reason``; the
+sentence a person reads is written once, in ``render/`` (``render.cause_text``, ``render.verdict_text``),
+for the terminal, the report and summary.json alike. A reason read back from a summary.json holds the words
+as that file kept them (``WRITTEN``): the numbers behind them are in the record's evidence.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-TEXT = "text"
+WRITTEN = "written"  # the words as a summary.json kept them (a summary read back)
 
 
 @dataclass(frozen=True)
 class Reason:
-    """A ``kind`` of sentence and the ``numbers`` (names, flags, other ``Reason``s) it is written from."""
+    """``kind`` names the sentence; ``values`` hold its numbers (units in the names), flags and names;
+    ``parts`` the reasons it is built on, in the order the sentence says them."""
 
     kind: str
-    numbers: dict[str, Any] = field(default_factory=dict)
+    values: Mapping[str, Any] = field(default_factory=dict)
+    parts: tuple[Reason, ...] = ()
 
     def __getitem__(self, key: str) -> Any:
-        return self.numbers[key]
+        return self.values[key]
 
-
-def reason(kind: str, **numbers: Any) -> Reason:
-    return Reason(kind, numbers)
-
-
-def text(words: str) -> Reason:
-    """A sentence already written (``TEXT``)."""
-    return Reason(TEXT, {"text": words})
+    @classmethod
+    def written(cls, text: str) -> Reason:
+        """The words themselves, as read back from a summary.json."""
+        return cls(WRITTEN, {"text": text})

@@ -31,7 +31,7 @@ from pipeprof.analysis.prediction import (
     rank_key,
     ratio,
 )
-from pipeprof.analysis.reasons import Reason, reason, text
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.steps import counted_steps
 from pipeprof.analysis.thresholds import (
     BURSTY_EMPTY_FRACTION,
@@ -65,7 +65,7 @@ class Recommendation:
     ``to_json()`` with the words written at the edge (``pipeline.derive.summary_document``: ``reason``, ``model``
     and ``note`` by ``render.advice_text``). ``predicted_speedup`` is ``predicted_samples_per_s`` over the run's
     measured samples/s (both None: not predicted). ``reason`` says why, ``model`` the prediction's arithmetic,
-    ``note`` the risks (joined by "; "), each a ``Reason`` (a summary.json read back: the words, ``reasons.TEXT``).
+    ``note`` the risks (joined by "; "), each a ``Reason`` (a summary.json read back: the words, ``reasons.WRITTEN``).
     Optional: ``code_change`` (a change no setting makes) and, for a profiled script, ``script_text`` (the Python
     to change where it builds its loader)."""
 
@@ -90,12 +90,13 @@ class Recommendation:
     @classmethod
     def from_json(cls, data: Any) -> Recommendation:
         """A summary.json entry read back (its ``interval`` is ``intervals.Interval.from_json``'s): its words as
-        written (``reasons.TEXT``)."""
+        written (``reasons.WRITTEN``)."""
         d = as_dict(data)
         note = d.get("note")
         return cls(change=dict(as_dict(d.get("change"))), predicted_samples_per_s=finite(d.get("predicted_samples_per_s")),
-                   predicted_speedup=finite(d.get("predicted_speedup")), reason=text(str(d.get("reason") or "")),
-                   model=text(str(d.get("model") or "")), note=(text(str(note)),) if note is not None else (),
+                   predicted_speedup=finite(d.get("predicted_speedup")),
+                   reason=Reason.written(str(d.get("reason") or "")), model=Reason.written(str(d.get("model") or "")),
+                   note=(Reason.written(str(note)),) if note is not None else (),
                    code_change=d.get("code_change"), script_text=d.get("script_text"),
                    tier=str(d.get("tier") or ESTIMATED))
 
@@ -142,7 +143,7 @@ def predict_change(run: Run, attribution: Attribution, verdict: Verdict,
         return None
     code = bool(change.get(WHOLE_BATCHES))
     settings = {key: value for key, value in change.items() if key != WHOLE_BATCHES}
-    return m._rec(settings, p, reason("predicted_change", whole_batches=code, settings=dict(settings)),
+    return m._rec(settings, p, Reason("predicted_change", {"whole_batches": code, "settings": dict(settings)}),
                   code_change=WHOLE_BATCHES_CODE if code else None)
 
 
@@ -162,7 +163,7 @@ def ended_early_caveat(run: Run) -> Reason | None:
     status = run.info.status
     if status not in ("failed", "interrupted"):
         return None
-    return reason("ended_early", status=status, steps=len(run.steps), counted=len(counted_steps(run.steps)))
+    return Reason("ended_early", {"status": status, "steps": len(run.steps), "counted": len(counted_steps(run.steps))})
 
 
 def _for_script(recs: list[Recommendation], loader: dict[str, Any]) -> list[Recommendation]:
@@ -185,11 +186,11 @@ class _Model(ChangeModel):
         """A recommendation from prediction ``p``: its number and tier beside the reason."""
         assert self.current is not None
         if p.samples_per_s is None:
-            return Recommendation(change, None, None, reason("not_predicted_change", why=why), p.model, note=note,
+            return Recommendation(change, None, None, Reason("not_predicted_change", {"why": why}), p.model, note=note,
                                   code_change=code_change, tier=NOT_PREDICTED)
         x = float(p.samples_per_s)
         return Recommendation(change, x, x / self.current,
-                              reason("predicted", why=why, x=x, tier=p.tier, current=self.current), p.model,
+                              Reason("predicted", {"why": why, "x": x, "tier": p.tier, "current": self.current}), p.model,
                               note=note, code_change=code_change, tier=p.tier)
 
     def _drop_worker_only(self, change: dict[str, Any]) -> list[Reason]:
@@ -200,7 +201,7 @@ class _Model(ChangeModel):
             if key == "persistent_workers" and not self.script:
                 change[f"loader.{key}"] = False
             else:
-                notes.append(reason("needs_workers", key=key, script=self.script))
+                notes.append(Reason("needs_workers", {"key": key, "script": self.script}))
         return notes
 
     def _other_load(self) -> Reason | None:
@@ -208,7 +209,7 @@ class _Model(ChangeModel):
         c = self.cores
         if c.other < OTHER_LOAD_WORTH_SAYING * c.cores:
             return None
-        return reason("other_load", other=c.other, cores=c.cores)
+        return Reason("other_load", {"other": c.other, "cores": c.cores})
 
     # -- candidates ----------------------------------------------------------------------
 
@@ -225,7 +226,8 @@ class _Model(ChangeModel):
             return None
         change: dict[str, Any] = {"loader.num_workers": k}
         notes = self._drop_worker_only(change) if k == 0 else []
-        return self._rec(change, predicted[k], reason("workers", k=k, made_s=sum(self.parts), other=self._other_load()),
+        return self._rec(change, predicted[k], Reason("workers", {"k": k, "made_s": sum(self.parts),
+                                                                  "other": self._other_load()}),
                          note=tuple(notes))
 
     def fewer_threads(self) -> Recommendation | None:
@@ -244,8 +246,8 @@ class _Model(ChangeModel):
         if p.samples_per_s is None:
             return None
         return self._rec({"train.threads": threads}, p,
-                         reason("fewer_threads", k=self.k, threads=int(self.threads), busy=c.busy,
-                                available=c.available, fewer=threads))
+                         Reason("fewer_threads", {"k": self.k, "threads": int(self.threads), "busy": c.busy,
+                                                  "available": c.available, "fewer": threads}))
 
     def on_device(self) -> Recommendation | None:
         n = self.data.samples
@@ -257,22 +259,22 @@ class _Model(ChangeModel):
             change["loader.num_workers"] = 0
         notes = self._drop_worker_only(change)
         if self.storage == "images":
-            notes.append(reason("images_only"))
+            notes.append(Reason("images_only"))
         if self.throttled:
-            notes.append(reason("throttle_on_device"))
+            notes.append(Reason("throttle_on_device"))
         if self.data.cache == "cold":
             change["data.cache"] = "warm"
         p = self.predict(change)
         if p.samples_per_s is None:
             return None
-        return self._rec(change, p, reason("on_device", data_bytes=n * SAMPLE_BYTES, wait=self.wait),
+        return self._rec(change, p, Reason("on_device", {"data_bytes": n * SAMPLE_BYTES, "wait": self.wait}),
                          note=tuple(notes))
 
     def pin_memory(self) -> Recommendation | None:
         if not self.gpu or pins_memory(self.loader.pin_memory, self.device) or self.h2d < PIN_MEMORY_H2D:
             return None
         return self._rec({"loader.pin_memory": True}, self.predict({"loader.pin_memory": True}),
-                         reason("pin_memory", h2d=self.h2d))
+                         Reason("pin_memory", {"h2d": self.h2d}))
 
     def batch_fetch(self) -> Recommendation | None:
         if self.parts is None or self.storage != "ram" or self.wait < COMPUTE_BOUND_FRACTION:
@@ -281,8 +283,8 @@ class _Model(ChangeModel):
         p = fetch + prep + collate
         if p <= 0 or (fetch + collate) / p < SHARE_DOMINATES:
             return None
-        return self._rec({}, self._batch_x(), reason("batch_fetch", share=(fetch + collate) / p, fetch=fetch,
-                                                     collate=collate),
+        return self._rec({}, self._batch_x(), Reason("batch_fetch", {"share": (fetch + collate) / p, "fetch": fetch,
+                                                                     "collate": collate}),
                          code_change=WHOLE_BATCHES_CODE)
 
     def cache_in_ram(self) -> Recommendation | None:
@@ -303,15 +305,17 @@ class _Model(ChangeModel):
         measured_words = (decode_words(self.transforms) if self.transforms is not None and measured is not None
                           else None)
         if decode:
-            what = text(measured_words) if measured_words else reason("decode_share", share=prep / p, prep=prep)
+            what = (Reason.written(measured_words) if measured_words else
+                    Reason("decode_share", {"share": prep / p, "prep": prep}))
         else:
-            what = reason("fetch_share", storage=self.storage, how=how, share=fetch / p, fetch=fetch)
+            what = Reason("fetch_share", {"storage": self.storage, "how": how, "share": fetch / p, "fetch": fetch})
         note: tuple[Reason, ...] = ()
         if self.storage == "images":
-            note = (reason("images_only"),)
+            note = (Reason("images_only"),)
         if self.throttled:
-            note = (reason("throttle_cache"),)
-        return self._rec(change, self.predict(change), reason("cache_in_ram", what=what, decode=decode), note=note)
+            note = (Reason("throttle_cache"),)
+        return self._rec(change, self.predict(change), Reason("cache_in_ram", {"what": what, "decode": decode}),
+                         note=note)
 
     def transform_changes(self) -> list[Recommendation]:
         """The training loader's transform and decode changes (``transform_advice``), each predicted from the
@@ -325,10 +329,10 @@ class _Model(ChangeModel):
             p = self.saved_x(saving)
             if p is None:
                 continue
-            notes: tuple[Reason, ...] = (text(str(saving.note)),)
+            notes: tuple[Reason, ...] = (Reason.written(str(saving.note)),)
             if not self.script:
-                notes = (*notes, reason("code_change_only"))
-            out.append(self._rec({}, p, reason("transform_saving", why=text(saving.why)),
+                notes = (*notes, Reason("code_change_only"))
+            out.append(self._rec({}, p, Reason("transform_saving", {"why": Reason.written(saving.why)}),
                                  code_change=saving.code_change, note=notes))
         return out
 
@@ -342,8 +346,8 @@ class _Model(ChangeModel):
         after_estimate = dataclasses.replace(self.estimate, storage=math.inf) if saving.fetch_saved_s else self.estimate
         after = after_estimate.at(self.k, self.supply(fetch - min(saving.fetch_saved_s, fetch),
                                                       prep - min(saving.prep_saved_s, prep), collate))
-        p = ratio(before, after, self.current, reason("prep_saved", saved_s=min(saving.prep_saved_s, prep)))
-        return dataclasses.replace(p, model=reason("assumed", model=p.model, assumed=saving.assumed)) \
+        p = ratio(before, after, self.current, Reason("prep_saved", {"saved_s": min(saving.prep_saved_s, prep)}))
+        return dataclasses.replace(p, model=Reason("assumed", {"model": p.model, "assumed": saving.assumed})) \
             if saving.assumed else p
 
     def prefetch(self) -> Recommendation | None:
@@ -356,7 +360,7 @@ class _Model(ChangeModel):
         factor = prefetch_factor(self.k, pre.prefetch_factor) or 1
         change = {"loader.prefetch_factor": 2 * factor}
         return self._rec(change, self.predict(change),
-                         reason("prefetch", empty=empty, busy=busy or 0, k=self.k, factor=2 * factor))
+                         Reason("prefetch", {"empty": empty, "busy": busy or 0, "k": self.k, "factor": 2 * factor}))
 
     # -- the honest negative -------------------------------------------------------------
 
@@ -368,19 +372,21 @@ class _Model(ChangeModel):
         if verdict.klass == "compute":
             threads = None
             if not self.gpu and self.k and self.cpu.oversubscribed and busy is not None and busy >= SATURATED_FRACTION:
-                threads = reason("oversubscribed", k=self.k, threads=int(self.threads), busy=c.busy,
-                                 available=c.available, fewer=int(max(1, c.available - self.k)), script=self.script)
+                threads = Reason("oversubscribed", {"k": self.k, "threads": int(self.threads), "busy": c.busy,
+                                                    "available": c.available, "fewer": int(max(1, c.available - self.k)),
+                                                    "script": self.script})
             return _negative(self.current,
-                             reason("compute_bound", wait=self.wait, ceiling=self.ceiling, current=self.current,
-                                    threads=threads, other=other),
-                             reason("compute_ceiling"))
+                             Reason("compute_bound", {"wait": self.wait, "ceiling": self.ceiling,
+                                                      "current": self.current, "threads": threads, "other": other}),
+                             Reason("compute_ceiling"))
         if busy is not None and busy >= SATURATED_FRACTION:
-            return _negative(self.current, reason("cores_saturated", busy=busy, available=c.available, other=other),
-                             reason("cores_none_left"))
+            return _negative(self.current,
+                             Reason("cores_saturated", {"busy": busy, "available": c.available, "other": other}),
+                             Reason("cores_none_left"))
         return _negative(self.current,
-                         reason("no_gain", min_gain=MIN_GAIN - 1, current=self.current, ceiling=self.ceiling,
-                                storage=self.storage_words, other=other),
-                         reason("all_candidates"))
+                         Reason("no_gain", {"min_gain": MIN_GAIN - 1, "current": self.current, "ceiling": self.ceiling,
+                                            "storage": self.storage_words, "other": other}),
+                         Reason("all_candidates"))
 
     def persistent(self) -> Recommendation | None:
         """Persistent workers save the start of a *re-iterated* loader's pass (its workers are kept), never a new
@@ -399,19 +405,20 @@ class _Model(ChangeModel):
         if slow is not None:
             saved, _ = slow
             return self._rec({"loader.persistent_workers": True}, self._persistent_x(),
-                             reason("persistent", epochs=len(again), wait=float(again["data_wait_s"].mean()),
-                                    median_wait=median_wait, median_step=median_step, saved=saved,
-                                    total=self.total_s))
+                             Reason("persistent", {"epochs": len(again), "wait": float(again["data_wait_s"].mean()),
+                                                   "median_wait": median_wait, "median_step": median_step,
+                                                   "saved": saved, "total": self.total_s}))
         recreated = self._recreated()
         slow = self._slow_starts(new, median_wait, median_step) if recreated else None
         if slow is None or recreated is None:
             return None
         saved, x = slow
         name, count = recreated
-        return self._rec({}, Prediction(x, ESTIMATED, reason("new_loaders")),
-                         reason("recreated_loaders", count=count, name=name, wait=float(new["data_wait_s"].mean()),
-                                median_wait=median_wait, saved=saved, total=self.total_s),
-                         code_change=RECREATED_LOADERS_CODE, note=(reason("recreated_loaders_risk"),))
+        return self._rec({}, Prediction(x, ESTIMATED, Reason("new_loaders")),
+                         Reason("recreated_loaders", {"count": count, "name": name,
+                                                      "wait": float(new["data_wait_s"].mean()),
+                                                      "median_wait": median_wait, "saved": saved, "total": self.total_s}),
+                         code_change=RECREATED_LOADERS_CODE, note=(Reason("recreated_loaders_risk"),))
 
 
 def _negative(current: float | None, why: Reason, model: Reason) -> Recommendation:

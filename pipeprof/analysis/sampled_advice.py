@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from pipeprof.analysis.attribution import Attribution
 from pipeprof.analysis.prediction import NOT_PREDICTED, Cores
-from pipeprof.analysis.reasons import Reason, reason, text
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.recommend import Recommendation
 from pipeprof.analysis.thresholds import (
     COMPUTE_BOUND_FRACTION,
@@ -97,13 +97,13 @@ def recommend_sampled(attr: Attribution, verdict: Verdict, evidence: SampledEvid
     recs = [rec for _, rec in ranked] or [_negative(attr, verdict, evidence, wait,
                                                     workers if isinstance(workers, Reason) else None)]
     if evidence.ended_early:
-        recs = [r.with_note(text(evidence.ended_early)) for r in recs]  # the attach's words (attach.summary)
+        recs = [r.with_note(Reason.written(evidence.ended_early)) for r in recs]  # the attach's words (attach.summary)
     return recs
 
 
 def _rec(change: dict[str, object], why: Reason, note: Reason | None = None, code_change: str | None = None
          ) -> Recommendation:
-    return Recommendation(change, None, None, reason("sampled_not_predicted", why=why), reason("sampled_shares"),
+    return Recommendation(change, None, None, Reason("sampled_not_predicted", {"why": why}), Reason("sampled_shares"),
                           note=(note,) if note is not None else (), code_change=code_change, tier=NOT_PREDICTED)
 
 
@@ -121,8 +121,8 @@ def _workers(attr: Attribution, evidence: SampledEvidence, wait: float) -> Recom
         if _saturated(cores):
             return None  # the making moves to workers, which need cores beside the training process's
         wanted = max(1, math.ceil(wait / (1 - wait) - 1e-9))
-        how = reason("sampled_workers_none", wait=wait, wanted=wanted,
-                     idle=max(cores.available - cores.busy, 0.0) if cores is not None else None)
+        how = Reason("sampled_workers_none", {"wait": wait, "wanted": wanted, "idle": max(cores.available - cores.busy,
+                                                                                          0.0) if cores is not None else None})
     else:
         busy = attr.loading.worker_busy_mean_fraction
         if busy is None or busy < WORKERS_BUSY:
@@ -134,13 +134,13 @@ def _workers(attr: Attribution, evidence: SampledEvidence, wait: float) -> Recom
             left, each = max(cores.available - cores.busy, 0.0), cores.workers / k
             cap = k + (math.floor(left / each + 1e-9) if each > 0 else wanted)
             if cap <= k:
-                return reason("sampled_no_core", idle=reason("sampled_idle", left=left, each=each, cap=None))
-            idle = reason("sampled_idle", left=left, each=each, cap=cap if wanted > cap else None)
+                return Reason("sampled_no_core", {"idle": Reason("sampled_idle", {"left": left, "each": each, "cap": None})})
+            idle = Reason("sampled_idle", {"left": left, "each": each, "cap": cap if wanted > cap else None})
             most = min(wanted, cap)
-        how = reason("sampled_workers", k=k, busy=busy, wait=wait, wanted=wanted, idle=idle)
+        how = Reason("sampled_workers", {"k": k, "busy": busy, "wait": wait, "wanted": wanted, "idle": idle})
         wanted = most
     if cores is None:
-        how = reason("sampled_cores_unsampled", how=how, absent=evidence.cores_absent)
+        how = Reason("sampled_cores_unsampled", {"how": how, "absent": evidence.cores_absent})
     return _rec({"loader.num_workers": wanted}, how)
 
 
@@ -151,8 +151,8 @@ def _pin_memory(evidence: SampledEvidence, h2d: float) -> Recommendation | None:
         return None
     note = None
     if pinned is None:
-        note = reason("sampled_pin_unread", absent=evidence.loader.absent.get("pin_memory", "not seen"))
-    return _rec({"loader.pin_memory": True}, reason("sampled_pin_memory", h2d=h2d), note=note)
+        note = Reason("sampled_pin_unread", {"absent": evidence.loader.absent.get("pin_memory", "not seen")})
+    return _rec({"loader.pin_memory": True}, Reason("sampled_pin_memory", {"h2d": h2d}), note=note)
 
 
 def _decodes(evidence: SampledEvidence, wait: float) -> bool:
@@ -161,21 +161,21 @@ def _decodes(evidence: SampledEvidence, wait: float) -> bool:
 
 
 def _decode(evidence: SampledEvidence) -> Reason:
-    return reason("sampled_decode", names=evidence.decode_names, fraction=evidence.decode_fraction)
+    return Reason("sampled_decode", {"names": evidence.decode_names, "fraction": evidence.decode_fraction})
 
 
 def _decode_in_ram(evidence: SampledEvidence, wait: float) -> Recommendation | None:
     if not _decodes(evidence, wait):
         return None
-    return _rec({}, reason("sampled_decode_in_ram", decode=_decode(evidence)),
-                code_change=DECODE_IN_RAM_CODE, note=text(DECODE_IN_RAM_NOTE))
+    return _rec({}, Reason("sampled_decode_in_ram", {"decode": _decode(evidence)}),
+                code_change=DECODE_IN_RAM_CODE, note=Reason.written(DECODE_IN_RAM_NOTE))
 
 
 def _decode_jpeg(evidence: SampledEvidence, wait: float) -> Recommendation | None:
     if not _decodes(evidence, wait) or not any("PIL" in name for name in evidence.decode_names):
         return None
-    return _rec({}, reason("sampled_decode_jpeg", decode=_decode(evidence)), code_change=DECODE_JPEG_CODE,
-                note=text(DECODE_JPEG_NOTE))
+    return _rec({}, Reason("sampled_decode_jpeg", {"decode": _decode(evidence)}), code_change=DECODE_JPEG_CODE,
+                note=Reason.written(DECODE_JPEG_NOTE))
 
 
 def _negative(attr: Attribution, verdict: Verdict, evidence: SampledEvidence, wait: float,
@@ -183,16 +183,15 @@ def _negative(attr: Attribution, verdict: Verdict, evidence: SampledEvidence, wa
     """No change the samples support, and why (nothing predicted: no samples/s was measured); ``no_workers``:
     why more workers, which would set the pace, cannot have cores."""
     if verdict.klass == "compute" or wait < COMPUTE_BOUND_FRACTION:
-        why = reason("sampled_compute_bound", wait=wait)
+        why = Reason("sampled_compute_bound", {"wait": wait})
     elif no_workers is not None:
         why = no_workers
     elif _saturated(evidence.cores):
         cores = evidence.cores
         assert cores is not None
-        why = reason("sampled_saturated", busy=cores.busy, available=cores.available)
+        why = Reason("sampled_saturated", {"busy": cores.busy, "available": cores.available})
     else:
         busy = attr.loading.worker_busy_mean_fraction
-        why = reason("sampled_nothing", wait=wait,
-                     busy=busy if busy is not None and busy < WORKERS_BUSY else None)
-    return Recommendation({}, None, None, reason("sampled_negative", why=why), reason("sampled_shares"),
+        why = Reason("sampled_nothing", {"wait": wait, "busy": busy if busy is not None and busy < WORKERS_BUSY else None})
+    return Recommendation({}, None, None, Reason("sampled_negative", {"why": why}), Reason("sampled_shares"),
                           tier=NOT_PREDICTED)

@@ -36,7 +36,7 @@ def summary_document(record: Summary) -> dict[str, Any]:
 
 
 def summarize(run: Run, probe: dict[str, Any] | None = None) -> dict[str, Any]:
-    """summary.json for ``run`` (a run's full summary, ``summary_record``; never the light or the sampled one)."""
+    """summary.json for ``run`` (one process or a job of ranks; ``analysis.summary.summary_record``)."""
     return summary_document(summary_record(run, probe))
 
 

@@ -4,11 +4,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pipeprof import format as fmt
-from pipeprof.analysis.reasons import TEXT, Reason
+from pipeprof.analysis.reasons import WRITTEN, Reason
 from pipeprof.analysis.recommend import Recommendation
 from pipeprof.render.prediction_text import model_text
 
@@ -17,7 +17,7 @@ def reason_text(r: Reason | None) -> str:
     """A reason's sentence (a recommendation's ``reason`` or a part of one); "" for None."""
     if r is None:
         return ""
-    return _REASONS[r.kind](r.numbers)
+    return _REASONS[r.kind](r.values)
 
 
 def note_text(notes: tuple[Reason, ...]) -> str | None:
@@ -42,13 +42,13 @@ def _other(other: Reason | None) -> str:
     return f"; {reason_text(other)}" if other is not None else ""
 
 
-def _predicted_change(n: dict[str, Any]) -> str:
+def _predicted_change(n: Mapping[str, Any]) -> str:
     what = ("taking whole batches at once" if n["whole_batches"] else
             ", ".join(f"{k}={v!r}" for k, v in n["settings"].items()))
     return what or "no change"
 
 
-def _workers(n: dict[str, Any]) -> str:
+def _workers(n: Mapping[str, Any]) -> str:
     k, made_s = n["k"], n["made_s"]
     how = (f"a worker makes a sample in {fmt.duration(made_s)} "
            f"({fmt.rate(1 / made_s) if made_s > 0 else 'unbounded'} each); with {fmt.plural(k, 'worker')}"
@@ -56,18 +56,18 @@ def _workers(n: dict[str, Any]) -> str:
     return how + _other(n["other"])
 
 
-def _threads_busy(n: dict[str, Any]) -> str:
+def _threads_busy(n: Mapping[str, Any]) -> str:
     return (f"{fmt.plural(n['k'], 'worker')} + {fmt.plural(n['threads'], 'torch thread')} keep "
             f"{n['busy']:.2f} of the {n['available']:.2f} cores available busy")
 
 
-def _oversubscribed(n: dict[str, Any]) -> str:
+def _oversubscribed(n: Mapping[str, Any]) -> str:
     fewer = n["fewer"]
     how = f"try torch.set_num_threads({fewer}) in the script" if n["script"] else f"measure --set train.threads={fewer}"
     return f"its {_threads_busy(n)}: {how}"
 
 
-def _compute_bound(n: dict[str, Any]) -> str:
+def _compute_bound(n: Mapping[str, Any]) -> str:
     current, ceiling = n["current"], n["ceiling"]
     headroom = fmt.change_pct(ceiling, current)
     above = f"is the same as the {_now(current)}" if headroom == "the same" else f"is {headroom} the {_now(current)}"
@@ -79,8 +79,8 @@ def _compute_bound(n: dict[str, Any]) -> str:
 
 _FETCH_HOW = {"cold": "cold", "throttled": "throttled", "files": "one file per sample"}
 
-_REASONS: dict[str, Callable[[dict[str, Any]], str]] = {
-    TEXT: lambda n: str(n["text"]),
+_REASONS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    WRITTEN: lambda n: str(n["text"]),
     "predicted": lambda n: (f"{reason_text(n['why'])}: predicted {fmt.rate(n['x'])} ({n['tier']}; "
                             f"{_now(n['current'])})"),
     "not_predicted_change": lambda n: f"{reason_text(n['why'])}; not predicted: try --verify or tune",
@@ -153,7 +153,7 @@ _REASONS: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
-def _straggler(n: dict[str, Any]) -> str:
+def _straggler(n: Mapping[str, Any]) -> str:
     where = f" on node {n['node']}" if n["node"] else ""
     return f"rank {n['rank']} (the straggler{where}): "
 
@@ -163,7 +163,7 @@ def _straggler(n: dict[str, Any]) -> str:
 TRY_PROFILE = "not predicted (sampled from outside): try pipeprof profile --verify or pipeprof tune on the script"
 
 
-def _sampled_workers_none(n: dict[str, Any]) -> str:
+def _sampled_workers_none(n: Mapping[str, Any]) -> str:
     wait, wanted = n["wait"], n["wanted"]
     how = (f"the training process makes its own batches (no worker sampled): {fmt.pct(wait)} of its samples "
            f"wait for them and {fmt.pct(1 - wait)} compute, so ⌈{wait:.2f} / {1 - wait:.2f}⌉ = "
@@ -171,7 +171,7 @@ def _sampled_workers_none(n: dict[str, Any]) -> str:
     return how + (f"; {n['idle']:.2f} cores were left idle" if n["idle"] is not None else "")
 
 
-def _sampled_workers(n: dict[str, Any]) -> str:
+def _sampled_workers(n: Mapping[str, Any]) -> str:
     k, busy, wait = n["k"], n["busy"], n["wait"]
     how = (f"{fmt.plural(k, 'worker')} were busy {fmt.pct(busy)} of their samples while the training threads "
            f"waited for a batch in {fmt.pct(wait)} of theirs: ⌈{k} × {busy:.2f} / {1 - wait:.2f}⌉ = "
@@ -179,17 +179,17 @@ def _sampled_workers(n: dict[str, Any]) -> str:
     return how + (f"; {reason_text(n['idle'])}" if n["idle"] is not None else "")
 
 
-def _sampled_idle(n: dict[str, Any]) -> str:
+def _sampled_idle(n: Mapping[str, Any]) -> str:
     words = f"{n['left']:.2f} cores were left idle, and a worker kept {n['each']:.2f} busy"
     return words + (f", so at most {n['cap']}" if n["cap"] is not None else "")
 
 
-def _sampled_decode(n: dict[str, Any]) -> str:
+def _sampled_decode(n: Mapping[str, Any]) -> str:
     how = f" ({', '.join(n['names'])})" if n["names"] else ""
     return f"decoding{how} took {fmt.pct(n['fraction'])} of the workers' busy samples"
 
 
-def _sampled_nothing(n: dict[str, Any]) -> str:
+def _sampled_nothing(n: Mapping[str, Any]) -> str:
     workers = f"; the workers were busy only {fmt.pct(n['busy'])} of their samples" if n["busy"] is not None else ""
     return (f"no setting change is supported by the samples: {fmt.pct(n['wait'])} of the training threads' samples "
             f"wait for data{workers} (where the wait falls is in the verdict)")

@@ -5,11 +5,11 @@ text, written at the edge (``pipeline.derive.summary_document``)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pipeprof import format as fmt
-from pipeprof.analysis.reasons import TEXT, Reason
+from pipeprof.analysis.reasons import WRITTEN, Reason
 
 TRY_MEASURING = "not predicted: nothing this run measured carries this change; try --verify or tune"
 
@@ -18,7 +18,7 @@ def model_text(r: Reason | None) -> str:
     """The sentence of a prediction's model (or of a part of one); "" for None."""
     if r is None:
         return ""
-    return _MODELS[r.kind](r.numbers)
+    return _MODELS[r.kind](r.values)
 
 
 def _storage(storage: float, inside: bool = False) -> str:
@@ -27,18 +27,18 @@ def _storage(storage: float, inside: bool = False) -> str:
     return f", storage {fmt.rate(storage)}" if inside else f", at most storage {fmt.rate(storage)}"
 
 
-def _cores(n: dict[str, Any]) -> str:
+def _cores(n: Mapping[str, Any]) -> str:
     shared = f" a rank (the {n['cores'] - n['other']:.2f} shared by {n['ranks']} ranks)" if n["ranks"] > 1 else ""
     other = f" (processes outside the job used {n['other']:.2f} of {n['cores']:g})" if n["other"] >= 0.05 else ""
     return f"{n['available']:.2f} cores available{shared}{other}"
 
 
-def _no_core_left(n: dict[str, Any]) -> str:
+def _no_core_left(n: Mapping[str, Any]) -> str:
     main = f", the training process uses {n['main']:.2f}" if n["main"] is not None else ""
     return f"no core left for workers: {model_text(n['cores'])}{main}"
 
 
-def _estimate_workers(n: dict[str, Any]) -> str:
+def _estimate_workers(n: Mapping[str, Any]) -> str:
     p = n["p"]
     main = (f" beside the training process's {n['main_at']:.2f} at that pace" if n["main_at"] is not None else "")
     return (f"min(compute ceiling {fmt.rate(n['c'])}, {n['k']} × {fmt.rate(1 / p) if p > 0 else 'unbounded'} a "
@@ -46,19 +46,19 @@ def _estimate_workers(n: dict[str, Any]) -> str:
             f"{_storage(n['storage'], True)}) = {fmt.rate(n['x'])}; {model_text(n['cores'])}")
 
 
-def _probe_beside_run(n: dict[str, Any]) -> str:
+def _probe_beside_run(n: Mapping[str, Any]) -> str:
     return (f"X_run · probe/probe(as run) = {fmt.rate(n['run'])} × {fmt.rate(n['probe'])} / "
             f"{fmt.rate(n['as_run'])}: {model_text(n['what'])} measured after the run beside the run's own loop "
             f"(what_ifs.{n['source']})")
 
 
-def _loop_fed_by(n: dict[str, Any]) -> str:
+def _loop_fed_by(n: Mapping[str, Any]) -> str:
     threads = n.get("threads")
     return (f"the training loop fed by {fmt.plural(n['k'], 'worker')}"
             + (f" at {fmt.plural(int(threads), 'torch thread')}" if threads is not None else ""))
 
 
-def _beside_workers(n: dict[str, Any]) -> str:
+def _beside_workers(n: Mapping[str, Any]) -> str:
     k, kp = n["k"], n["k_probed"]
     words = (f"; C beside workers = {fmt.rate(n['c'])}, the loop's compute measured beside "
              f"{fmt.plural(kp, 'worker')} (receiving their batches included: what_ifs.train_workers)")
@@ -68,7 +68,7 @@ def _beside_workers(n: dict[str, Any]) -> str:
     return model_text(n["model"]) + words
 
 
-def _storage_ceiling(n: dict[str, Any]) -> str:
+def _storage_ceiling(n: Mapping[str, Any]) -> str:
     case = n["case"]
     if case == "probe":
         return f"storage ceiling {fmt.rate(n['rate'])} (probe, cold reads)"
@@ -79,8 +79,8 @@ def _storage_ceiling(n: dict[str, Any]) -> str:
 
 PERSISTENT_MODEL = "n / (counted time − excess wait of re-iterated passes' first steps)"
 
-_MODELS: dict[str, Callable[[dict[str, Any]], str]] = {
-    TEXT: lambda n: str(n["text"]),
+_MODELS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    WRITTEN: lambda n: str(n["text"]),
     "not_predicted": lambda n: f"{TRY_MEASURING} ({model_text(n['why'])})",
     "no_ceiling": lambda n: "no compute ceiling measured",
     "cores": _cores,
