@@ -162,8 +162,9 @@ UPWARD_ALLOWED = {
 }
 
 # Words at the edge: analysis returns numbers and records, render writes the sentences. These analysis modules
-# still phrase with pipeprof.format; no other may start to. (ranks and transform_advice still hand the
-# Recommendation record some of its reasons as sentences already written, ``Reason.written``.)
+# still phrase with pipeprof.format; no other may start to. (ranks still hands the Recommendation record some of
+# its reasons as sentences already written, ``Reason.written``; transform_advice phrases only costliest_words, the
+# verdict's.)
 ANALYSIS_FORMATS_ALLOWED = {f"pipeprof.analysis.{m}" for m in (
     "cache", "causes", "differential", "ranks", "summary", "transform_advice", "variation", "verdict",
     "worker_start")}

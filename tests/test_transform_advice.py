@@ -152,7 +152,9 @@ def test_the_cache_point_takes_the_deterministic_transforms_after_the_dominant_o
                                   "CenterCrop(size=56) once (e.g. in a first pass into a tensor held in RAM or saved "
                                   "to disk) and keep RandomHorizontalFlip(p=0.5) → ToTensor() → Normalize in the "
                                   "per-sample transform")
-    assert "(the first random transform is RandomHorizontalFlip(p=0.5))" in saving.why
+    assert saving.why.kind == "cache_after" and saving.why["first_random"] == "RandomHorizontalFlip(p=0.5)"
+    assert saving.why["prefix"] == ("Resize(size=64)", "CenterCrop(size=56)")
+    assert "(the first random transform is RandomHorizontalFlip(p=0.5))" in reason_text(saving.why)
 
 
 def test_no_advice_without_measured_transforms():

@@ -45,7 +45,7 @@ from pipeprof.analysis.thresholds import (
     SHARE_DOMINATES,
     WORKERS_BUSY,
 )
-from pipeprof.analysis.transform_advice import DECODE_IN_RAM, PrepSaving, decode_share, decode_words, prep_savings
+from pipeprof.analysis.transform_advice import DECODE_IN_RAM, PrepSaving, decode_reason, decode_share, prep_savings
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.loader_rules import pins_memory, prefetch_factor, worker_only_conflicts
 from pipeprof.numbers import finite
@@ -302,11 +302,10 @@ class _Model(ChangeModel):
         if self.data.cache == "cold":
             change["data.cache"] = "warm"
         how = "cold" if self.cold else "throttled" if self.throttled else "files"
-        measured_words = (decode_words(self.transforms) if self.transforms is not None and measured is not None
-                          else None)
+        measured_decode = (decode_reason(self.transforms) if self.transforms is not None and measured is not None
+                           else None)
         if decode:
-            what = (Reason.written(measured_words) if measured_words else
-                    Reason("decode_share", {"share": prep / p, "prep": prep}))
+            what = measured_decode or Reason("decode_share", {"share": prep / p, "prep": prep})
         else:
             what = Reason("fetch_share", {"storage": self.storage, "how": how, "share": fetch / p, "fetch": fetch})
         note: tuple[Reason, ...] = ()
@@ -329,10 +328,10 @@ class _Model(ChangeModel):
             p = self.saved_x(saving)
             if p is None:
                 continue
-            notes: tuple[Reason, ...] = (Reason.written(str(saving.note)),)
+            notes = (saving.note,) if saving.note is not None else ()
             if not self.script:
                 notes = (*notes, Reason("code_change_only"))
-            out.append(self._rec({}, p, Reason("transform_saving", {"why": Reason.written(saving.why)}),
+            out.append(self._rec({}, p, Reason("transform_saving", {"why": saving.why}),
                                  code_change=saving.code_change, note=notes))
         return out
 

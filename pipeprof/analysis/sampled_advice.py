@@ -168,14 +168,14 @@ def _decode_in_ram(evidence: SampledEvidence, wait: float) -> Recommendation | N
     if not _decodes(evidence, wait):
         return None
     return _rec({}, Reason("sampled_decode_in_ram", {"decode": _decode(evidence)}),
-                code_change=DECODE_IN_RAM_CODE, note=Reason.written(DECODE_IN_RAM_NOTE))
+                code_change=DECODE_IN_RAM_CODE, note=DECODE_IN_RAM_NOTE)
 
 
 def _decode_jpeg(evidence: SampledEvidence, wait: float) -> Recommendation | None:
     if not _decodes(evidence, wait) or not any("PIL" in name for name in evidence.decode_names):
         return None
     return _rec({}, Reason("sampled_decode_jpeg", {"decode": _decode(evidence)}), code_change=DECODE_JPEG_CODE,
-                note=Reason.written(DECODE_JPEG_NOTE))
+                note=DECODE_JPEG_NOTE)
 
 
 def _negative(attr: Attribution, verdict: Verdict, evidence: SampledEvidence, wait: float,

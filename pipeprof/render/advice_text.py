@@ -10,7 +10,7 @@ from typing import Any
 from pipeprof import format as fmt
 from pipeprof.analysis.reasons import WRITTEN, Reason
 from pipeprof.analysis.recommend import Recommendation
-from pipeprof.render.prediction_text import model_text
+from pipeprof.render.prediction_text import DECODE_JPEG_BASIS, model_text
 
 
 def reason_text(r: Reason | None) -> str:
@@ -219,4 +219,38 @@ _REASONS.update({
     "sampled_nothing": _sampled_nothing,
     "sampled_negative": lambda n: (f"{reason_text(n['why'])}; pipeprof profile on the script measures steps and "
                                    "predicts changes"),
+})
+
+
+# -- analysis.transform_advice: the transform and decode changes, from the measured per-transform costs -----------
+
+
+def _decode_measured(n: Mapping[str, Any]) -> str:
+    how = f" ({n['how']})" if n["how"] else ""
+    at = f"{fmt.pct(n['share'])} of a sample's making, " if n["share"] is not None else ""
+    return f"decoding{how} measured at {at}{fmt.duration(n['per_sample_s'])} per sample"
+
+
+def _cache_after(n: Mapping[str, Any]) -> str:
+    prefix = n["prefix"]
+    return (f"{n['top']} is deterministic and takes {fmt.pct(n['top_share'])} of the transforms' time "
+            f"({fmt.duration(n['top_s'])} per sample); {' → '.join(prefix)} give{'s' if len(prefix) == 1 else ''} "
+            f"the same output every epoch (the first random transform is {n['first_random']}): caching the samples "
+            f"after {n['last']} saves {fmt.duration(n['prefix_s'])} of transforms"
+            + (f" and {fmt.duration(n['decode_s'])} of decoding" if n["decode_s"] else "") + " per sample")
+
+
+_REASONS.update({
+    "decode_measured": _decode_measured,
+    "cache_after": _cache_after,
+    "decode_in_ram": lambda n: f"{reason_text(n['decode'])}: decoded once, it costs nothing after",
+    "decode_jpeg": lambda n: (f"{reason_text(n['decode'])}; decode_jpeg is estimated to save "
+                              f"{fmt.pct(1 - n['keeps'])} of it, {fmt.duration(n['saved'])} per sample (an estimate: "
+                              f"{DECODE_JPEG_BASIS})"),
+    "cache_after_risk": lambda n: (f"the cached samples take memory (or disk) at their size after {n['last']}; read "
+                                   "from a disk instead of RAM they can cost more than they save"),
+    "decode_in_ram_risk": lambda n: ("the decoded data set must fit in RAM (decoded images are several times their "
+                                     "files' size)"),
+    "decode_jpeg_risk": lambda n: ("only for JPEG files; transforms that need a PIL image convert back and can lose "
+                                   "the saving"),
 })

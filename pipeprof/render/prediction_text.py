@@ -12,6 +12,9 @@ from pipeprof import format as fmt
 from pipeprof.analysis.reasons import WRITTEN, Reason
 
 TRY_MEASURING = "not predicted: nothing this run measured carries this change; try --verify or tune"
+# What analysis.transform_advice.DECODE_JPEG_KEEPS rests on, said with every estimate made from it.
+DECODE_JPEG_BASIS = ("decode_jpeg took 0.48-0.66 of PIL's open + convert on 64-500 px JPEGs (measured once on "
+                     "pipeprof's 2-core machine, not in this run)")
 
 
 def model_text(r: Reason | None) -> str:
@@ -95,7 +98,8 @@ _MODELS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "ratio": lambda n: (f"X_run · X(after)/X(before), {model_text(n['what'])}: X(before) = "
                         f"{model_text(n['before'])}; X(after) = {model_text(n['after'])}"),
     "prep_saved": lambda n: f"prep − {fmt.duration(n['saved_s'])}",
-    "assumed": lambda n: f"{model_text(n['model'])}; {n['assumed']}",
+    "assumed": lambda n: f"{model_text(n['model'])}; {model_text(n['assumed'])}",
+    "decode_jpeg_assumed": lambda n: f"decode × {n['keeps']} with decode_jpeg (assumed: {DECODE_JPEG_BASIS})",
     # analysis.change_model
     "not_a_setting": lambda n: f"{', '.join(n['keys'])}: not a setting predicted",
     "no_counted_steps": lambda n: "no counted steps",
