@@ -162,12 +162,10 @@ UPWARD_ALLOWED = {
 }
 
 # Words at the edge: analysis returns numbers and records, render writes the sentences. These analysis modules
-# still phrase with pipeprof.format; no other may start to. (ranks still hands the Recommendation record some of
-# its reasons as sentences already written, ``Reason.written``; transform_advice phrases only costliest_words, the
-# verdict's.)
+# still phrase with pipeprof.format; no other may start to. (transform_advice phrases only costliest_words, the
+# verdict's sentence.)
 ANALYSIS_FORMATS_ALLOWED = {f"pipeprof.analysis.{m}" for m in (
-    "cache", "causes", "differential", "ranks", "summary", "transform_advice", "variation", "verdict",
-    "worker_start")}
+    "cache", "causes", "differential", "summary", "transform_advice", "variation", "verdict", "worker_start")}
 
 # Render only formats what the summary carries: these render modules still call analysis (the import, the
 # analysis module); no other import of analysis may start.

@@ -25,6 +25,7 @@ from pipeprof.analysis.thresholds import MIN_GAIN, STRAGGLER_MARGIN
 from pipeprof.pipeline.derive import summarize
 from pipeprof.render.advice_text import reason_text
 from pipeprof.render.prediction_text import model_text
+from pipeprof.render.straggler_text import straggler_words
 from pipeprof.run_folder import SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
 
 N_STEPS, WARMUP = 30, 3
@@ -84,7 +85,9 @@ def test_input_straggler_is_the_rank_waiting_for_data_while_the_others_wait_in_c
     assert ev["others_median_collective_wait_fraction"] == pytest.approx(0.75)
     assert ev["own_step_excess_fraction"] == pytest.approx(3.0)  # 100 ms against 25 ms
     assert ev["data_wait_excess_s"] == pytest.approx(0.08)
-    assert "Rank 1" in s.sentence and "waiting for data" in s.sentence and "75%" in s.sentence
+    assert s.why.kind == "straggler_named" and s.why["others_collective_wait"] == pytest.approx(0.75)
+    words = straggler_words(s)
+    assert "Rank 1" in words and "waiting for data" in words and "75%" in words
 
 
 def test_compute_and_h2d_stragglers():
@@ -103,7 +106,7 @@ def test_ranks_within_noise_name_no_straggler(slower, named):
     s = straggler([make_rank(0, wait=0.1, collective=collective), make_rank(1, wait=0.1)])
     assert (s.rank, s.kind) == ((1, "compute") if named else (None, "none"))
     if not named:
-        assert "No rank sets the pace" in s.sentence
+        assert s.why.kind == "straggler_within" and "No rank sets the pace" in straggler_words(s)
 
 
 def test_equal_ranks_have_no_straggler_and_the_job_gets_the_median_ranks_advice_on_every_rank():
@@ -268,7 +271,8 @@ def test_a_rank_slow_on_a_few_steps_only_is_no_straggler():
     found = straggler([steady, spiky])
     assert found.evidence["own_step_excess_fraction"] > STRAGGLER_MARGIN
     assert found.evidence["slower_step_fraction"] < 0.2
-    assert found.kind == "none" and found.rank is None and "within noise" in found.sentence
+    assert found.kind == "none" and found.rank is None and found.why.kind == "straggler_noise"
+    assert "within noise" in straggler_words(found)
     slow = make_rank(1, step_s=0.12)  # slower step after step, by 20%: named
     assert straggler([steady, slow]).rank == 1 and straggler([steady, slow]).evidence["slower_step_fraction"] == 1.0
 

@@ -48,7 +48,6 @@ from typing import Any
 
 import numpy as np
 
-from pipeprof import format as fmt
 from pipeprof.analysis.advice_text import script_text
 from pipeprof.analysis.evidence import CpuEvidence
 from pipeprof.analysis.loading import LoadingSummary
@@ -119,21 +118,23 @@ class RankEntry:
 
 @dataclass(frozen=True)
 class Straggler:
-    """summary.json's ``straggler``: which rank sets the job's pace, and why (module docstring)."""
+    """summary.json's ``straggler``: which rank sets the job's pace, and why (module docstring). ``why`` is
+    worded by ``render.straggler_text`` (summary.json's ``sentence``, written at the edge); read back, the words
+    as written (``Reason.written``)."""
 
     rank: int | None
     node: str | None
     kind: str  # one of STRAGGLER_KINDS
     evidence: dict[str, Any]  # the numbers that decided it, units in their names
-    sentence: str
+    why: Reason
 
     def __post_init__(self) -> None:
         if self.kind not in STRAGGLER_KINDS:
             raise ValueError(f"not a straggler kind: {self.kind!r}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"rank": self.rank, "node": self.node, "kind": self.kind, "evidence": dict(self.evidence),
-                "sentence": self.sentence}
+        """summary.json's ``straggler`` but its ``sentence`` (written at the edge)."""
+        return {"rank": self.rank, "node": self.node, "kind": self.kind, "evidence": dict(self.evidence)}
 
     @classmethod
     def from_json(cls, data: Any) -> Straggler | None:
@@ -141,7 +142,7 @@ class Straggler:
         if d.get("kind") not in STRAGGLER_KINDS:
             return None
         return cls(rank=d.get("rank"), node=d.get("node"), kind=str(d["kind"]),
-                   evidence=dict(as_dict(d.get("evidence"))), sentence=str(d.get("sentence") or ""))
+                   evidence=dict(as_dict(d.get("evidence"))), why=Reason.written(str(d.get("sentence") or "")))
 
 
 def _nan_if_none(value: float | None) -> float:
@@ -247,8 +248,7 @@ def straggler(ranks: Sequence[Run]) -> Straggler:
     by_rank = {str(p.rank): p.own_s for p in paces}
     if len(paces) < 2:
         return Straggler(None, None, "none", {"ranks_compared": len(paces), "own_step_s_by_rank": by_rank},
-                         f"No straggler to name: {fmt.plural(len(paces), 'rank')} with at least "
-                         f"{MIN_COUNTED_STEPS} counted steps, 2 needed to compare.")
+                         Reason("straggler_too_few", {"ranks": len(paces), "min_steps": MIN_COUNTED_STEPS}))
     slow = max(paces, key=lambda p: (p.own_s, -p.rank))
     others = [p for p in paces if p is not slow]
 
@@ -270,25 +270,18 @@ def straggler(ranks: Sequence[Run]) -> Straggler:
     slower = evidence["slower_step_fraction"]
     if excess > STRAGGLER_MARGIN and slower is not None and slower < STRAGGLER_CONSISTENCY:
         return Straggler(None, None, "none", evidence,
-                         f"No rank sets the pace: rank {slow.rank}'s own work per step is "
-                         f"{fmt.pct(excess)} above the others' on average, but it was the slower in only "
-                         f"{fmt.pct(slower)} of the steps (a straggler is slower step after step, in "
-                         f"{fmt.pct(STRAGGLER_CONSISTENCY)} or more): a few slow steps, within noise.")
+                         Reason("straggler_noise", {"rank": slow.rank, "excess": excess, "slower": slower,
+                                                    "consistency": STRAGGLER_CONSISTENCY}))
     if excess <= STRAGGLER_MARGIN:
         return Straggler(None, None, "none", evidence,
-                         f"No rank sets the pace: the ranks' own work per step is within {fmt.pct(STRAGGLER_MARGIN)} "
-                         f"of each other (slowest, rank {slow.rank}: {fmt.duration(slow.own_s)}; the others' median "
-                         f"{fmt.duration(median_own)}).")
+                         Reason("straggler_within", {"margin": STRAGGLER_MARGIN, "rank": slow.rank,
+                                                     "own_s": slow.own_s, "median_own_s": median_own}))
     phase = max(_KIND_OF_PHASE, key=lambda p: evidence[f"{p}_excess_s"])
     kind = _KIND_OF_PHASE[phase]
-    what = {"input": "waiting for data", "h2d": "copying batches to the device", "compute": "computing"}[kind]
-    where = f" (node {slow.node})" if slow.node else ""
-    sentence = (f"Rank {slow.rank}{where} sets the job's pace: its own work takes {fmt.duration(slow.own_s)} a step "
-                f"against {fmt.duration(median_own)} on the other ranks (median), {fmt.duration(slow.phase_s[phase])} "
-                f"of it {what} (the others {fmt.duration(slow.phase_s[phase] - evidence[f'{phase}_excess_s'])}); "
-                f"meanwhile the other ranks wait {fmt.pct(evidence['others_median_collective_wait_fraction'])} of "
-                f"their steps in collectives.")
-    return Straggler(slow.rank, slow.node, kind, evidence, sentence)
+    return Straggler(slow.rank, slow.node, kind, evidence, Reason("straggler_named", {
+        "rank": slow.rank, "node": slow.node, "kind": kind, "own_s": slow.own_s, "median_own_s": median_own,
+        "phase_s": slow.phase_s[phase], "others_phase_s": slow.phase_s[phase] - evidence[f"{phase}_excess_s"],
+        "others_collective_wait": evidence["others_median_collective_wait_fraction"]}))
 
 
 def job_recommendations(results: Sequence[RankResult], median: int, straggler_: Straggler,
@@ -376,16 +369,11 @@ def oversubscription(results: Sequence[RankResult]) -> list[Recommendation]:
             change["train.threads"] = new_threads
         if not change:  # already at one worker and one thread a rank, or fewer: nothing to lower
             continue
-        if len(set(wanted)) == 1:
-            how = f"{len(known)} ranks × ({fmt.plural(workers, 'worker')} + {fmt.plural(threads, 'torch thread')})"
-        else:
-            how = " + ".join(f"rank {r.rank}: ({w} + {t})" for r, (w, t) in zip(known, wanted, strict=True))
-        where = f"node {node}" if node else "the node"
-        why = (f"{how} = {busy} busy threads on {fmt.plural(cores, 'core')} of {where}: the ranks' workers and "
-               f"torch threads take turns on the cores, each rank's model sees only its own; "
-               f"{fmt.plural(share, 'core')} per rank: {fmt.plural(new_workers, 'worker')} + "
-               f"{fmt.plural(new_threads, 'torch thread')} on each rank")
+        why = Reason("oversubscribed_node", {
+            "ranks": tuple((r.rank, w, t) for r, (w, t) in zip(known, wanted, strict=True)),
+            "alike": len(set(wanted)) == 1, "busy": busy, "cores": cores, "node": node, "share": share,
+            "new_workers": new_workers, "new_threads": new_threads})
         loader = next((d for d in known[0].run.info.loaders if d.get("role") == "train"), None)
-        out.append(Recommendation(change, None, None, Reason.written(why), Reason("node_cores"), tier="not_predicted",
+        out.append(Recommendation(change, None, None, why, Reason("node_cores"), tier="not_predicted",
                                   script_text=script_text(change, loader) if loader is not None and change else None))
     return out

@@ -10,6 +10,7 @@ from pipeprof.analysis.summary import Summary, summary_record
 from pipeprof.attach.summary import is_sampled, sampled_summary
 from pipeprof.render.advice_text import recommendation_words
 from pipeprof.render.html import render_html
+from pipeprof.render.straggler_text import straggler_words
 from pipeprof.render.verification_text import verification_words
 from pipeprof.run_folder import Run, to_json, write_text
 
@@ -26,10 +27,12 @@ def derived_files(run: Run, folder_name: str) -> tuple[dict[str, Any], dict[str,
 def summary_document(record: Summary) -> dict[str, Any]:
     """summary.json: the summary's data (``Summary.to_json``) and the sentences written here, at the edge, by
     render's text modules (``verification.verdict_words``; each recommendation's ``reason``, ``model`` and
-    ``note``)."""
+    ``note``; ``straggler.sentence``)."""
     summary = record.to_json()
     for entry, rec in zip(summary["recommendations"], record.recommendations, strict=True):
         entry.update(recommendation_words(rec))
+    if record.straggler is not None:
+        summary["straggler"]["sentence"] = straggler_words(record.straggler)
     if record.verification is not None:
         summary["verification"]["verdict_words"] = verification_words(record.verification)
     return summary

@@ -254,3 +254,23 @@ _REASONS.update({
     "decode_jpeg_risk": lambda n: ("only for JPEG files; transforms that need a PIL image convert back and can lose "
                                    "the saving"),
 })
+
+
+# -- analysis.ranks: a node's ranks that want more cores than it has ------------------------------------------
+
+
+def _oversubscribed_node(n: Mapping[str, Any]) -> str:
+    ranks = n["ranks"]
+    if n["alike"]:
+        _, workers, threads = ranks[0]
+        how = f"{len(ranks)} ranks × ({fmt.plural(workers, 'worker')} + {fmt.plural(threads, 'torch thread')})"
+    else:
+        how = " + ".join(f"rank {rank}: ({w} + {t})" for rank, w, t in ranks)
+    where = f"node {n['node']}" if n["node"] else "the node"
+    return (f"{how} = {n['busy']} busy threads on {fmt.plural(n['cores'], 'core')} of {where}: the ranks' workers and "
+            f"torch threads take turns on the cores, each rank's model sees only its own; "
+            f"{fmt.plural(n['share'], 'core')} per rank: {fmt.plural(n['new_workers'], 'worker')} + "
+            f"{fmt.plural(n['new_threads'], 'torch thread')} on each rank")
+
+
+_REASONS["oversubscribed_node"] = _oversubscribed_node
