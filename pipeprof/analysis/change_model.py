@@ -309,11 +309,11 @@ class ChangeModel:
             return not_predicted(Reason("no_passes"))
         assert self.current is not None
         if firsts.empty:
-            return Prediction(self.current, ESTIMATED, Reason("persistent", {"case": "no_start"}))
+            return Prediction(self.current, ESTIMATED, Reason("persistent_model", {"case": "no_start"}))
         slow = self._slow_starts(self._pass_starts(firsts)[0], float(self.counted["data_wait_s"].median()),
                                  float(self.counted["step_s"].median()), threshold=False)
         return Prediction(slow[1] if slow is not None else self.current, ESTIMATED,
-                          Reason("persistent", {"case": "saved" if slow is not None else "none_longer"}))
+                          Reason("persistent_model", {"case": "saved" if slow is not None else "none_longer"}))
 
     def _pass_starts(self, firsts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """The counted first steps of re-iterated passes, and of new loaders' first passes (not the first's)."""
@@ -378,4 +378,4 @@ class ChangeModel:
         busy = self.loading.worker_busy_mean_fraction
         cap = self.current / min(busy, 1.0) if busy and busy > 0 else math.inf
         x = max(self.current, min(self.samples / max(self.total_s - saved, 1e-12), cap))
-        return Prediction(x, ESTIMATED, Reason("prefetch", {"busy": min(busy, 1.0) if busy else None}))
+        return Prediction(x, ESTIMATED, Reason("prefetch_model", {"busy": min(busy, 1.0) if busy else None}))

@@ -135,12 +135,13 @@ _MODELS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "no_loading_records": lambda n: "no loading records",
     "decode_share_unmeasured": lambda n: "the decode's share of preparing a sample was not measured",
     "no_passes": lambda n: "no workers or no epochs to tell passes by",
-    "persistent": lambda n: PERSISTENT_MODEL + {"saved": "", "no_start": ": no counted pass start, nothing to save",
-                                                "none_longer": ": none waited longer"}[n["case"]],
-    "prefetch": lambda n: ("min(n / (counted time − Σ max(wait − median wait, 0)), X / busy): the bursts' waits "
-                           "saved, at most the workers' output busy all the time"
-                           + (f" (busy {fmt.pct(n['busy'])})" if n["busy"] is not None
-                              else " (their busy share not measured)")),
+    "persistent_model": lambda n: PERSISTENT_MODEL + {"saved": "",
+                                                      "no_start": ": no counted pass start, nothing to save",
+                                                      "none_longer": ": none waited longer"}[n["case"]],
+    "prefetch_model": lambda n: ("min(n / (counted time − Σ max(wait − median wait, 0)), X / busy): the bursts' "
+                                 "waits saved, at most the workers' output busy all the time"
+                                 + (f" (busy {fmt.pct(n['busy'])})" if n["busy"] is not None
+                                    else " (their busy share not measured)")),
     "storage_ceiling": _storage_ceiling,
     # analysis.recommend: the persistent workers of loaders built anew, and the negatives
     "new_loaders": lambda n: "n / (counted time − excess wait of new loaders' first steps)",
