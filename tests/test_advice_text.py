@@ -11,9 +11,10 @@ import pytest
 import pipeprof
 from pipeprof.analysis.ranks import Straggler
 from pipeprof.analysis.reasons import Reason
-from pipeprof.analysis.recommend import Recommendation
+from pipeprof.analysis.recommend import Recommendation, script_change
 from pipeprof.render import advice_text, prediction_text, straggler_text
 from pipeprof.render.advice_text import note_text, reason_text, recommendation_words
+from pipeprof.render.interval_text import change_text
 from pipeprof.render.prediction_text import model_text
 from pipeprof.render.straggler_text import straggler_words
 
@@ -33,7 +34,7 @@ def _kinds_built(module: str) -> set[str]:
 
 @pytest.mark.parametrize("module", WORDED_HERE)
 def test_every_kind_analysis_builds_has_a_sentence(module):
-    worded = set(advice_text._REASONS) | set(prediction_text._MODELS) | set(straggler_text._WORDS)
+    worded = set(advice_text._REASONS) | set(prediction_text._MODELS) | set(straggler_text._WORDS) | {"script_text"}
     kinds = _kinds_built(module)
     assert kinds, f"the scan found no Reason in analysis/{module}.py"
     assert kinds - worded == set()
@@ -46,12 +47,23 @@ def test_a_kind_names_one_sentence_across_the_recommendation_and_model_tables():
 
 def test_words_read_back_are_written_back_as_they_were():
     entry = {"change": {"loader.num_workers": 2}, "predicted_samples_per_s": 10.0, "predicted_speedup": 2.0,
-             "reason": "why, in words", "model": "the arithmetic", "note": "a; b", "tier": "estimated"}
+             "reason": "why, in words", "model": "the arithmetic", "note": "a; b", "tier": "estimated",
+             "script_text": "train_loader: DataLoader(dataset(...), num_workers=2)"}
     rec = Recommendation.from_json(entry)
     assert rec.reason == Reason.written("why, in words") and rec.note == (Reason.written("a; b"),)
     assert {**rec.to_json(), **recommendation_words(rec)} == entry
     straggler = Straggler.from_json({"rank": 1, "node": None, "kind": "input", "evidence": {}, "sentence": "Rank 1."})
     assert straggler is not None and straggler_words(straggler) == "Rank 1."
+
+
+def test_a_scripts_python_is_written_from_the_change_and_its_loader():
+    loader = {"name": "train_loader", "dataset": "Images", "num_workers": 0}
+    rec = Recommendation({"loader.num_workers": 2}, None, None, Reason("images_only"), Reason("all_candidates"),
+                         script_text=script_change({"loader.num_workers": 2}, loader))
+    assert rec.script_text is not None and rec.script_text.kind == "script_text"
+    assert "script_text" not in rec.to_json()
+    assert recommendation_words(rec)["script_text"] == "train_loader: DataLoader(Images(...), num_workers=2)"
+    assert change_text(rec) == "train_loader: DataLoader(Images(...), num_workers=2)"
 
 
 def test_a_recommendation_with_no_note_writes_none():

@@ -339,7 +339,7 @@ def test_pin_memory_on_cpu_is_noted_for_a_script():
     (None, "torch.set_num_threads(1); train_iter: DataLoader(SyntheticImages(...), num_workers=1)"),
 ])
 def test_advice_code_is_what_the_user_can_write_for_their_framework(framework, text):
-    from pipeprof.analysis.advice_text import script_text
+    from pipeprof.render.script_text import script_text
     loader = _train_loader(0, 1, framework=framework, built_in="train_dataloader" if framework else None)
     assert script_text({"loader.num_workers": 1, "train.threads": 1}, loader) == text
     assert script_text({"train.threads": 1}, loader) == "torch.set_num_threads(1)"  # never a loader's name
@@ -354,7 +354,7 @@ def test_advice_code_is_what_the_user_can_write_for_their_framework(framework, t
 
 def test_a_lightning_script_passing_its_own_loaders_to_fit_is_told_the_loaders_name():
     # No train_dataloader() in the script: its loaders were built in main() and handed to trainer.fit.
-    from pipeprof.analysis.advice_text import script_text
+    from pipeprof.render.script_text import script_text
     loader = _train_loader(0, 1, framework="lightning", built_in=None, name="train_loader")
     assert script_text({"loader.num_workers": 1}, loader) == \
         "train_loader: DataLoader(SyntheticImages(...), num_workers=1)"

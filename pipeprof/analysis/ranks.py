@@ -48,11 +48,10 @@ from typing import Any
 
 import numpy as np
 
-from pipeprof.analysis.advice_text import script_text
 from pipeprof.analysis.evidence import CpuEvidence
 from pipeprof.analysis.loading import LoadingSummary
 from pipeprof.analysis.reasons import Reason
-from pipeprof.analysis.recommend import Recommendation
+from pipeprof.analysis.recommend import Recommendation, script_change
 from pipeprof.analysis.steps import PHASES, counted_steps, step_breakdown
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS, MIN_GAIN, STRAGGLER_CONSISTENCY, STRAGGLER_MARGIN
 from pipeprof.analysis.verdict import Verdict
@@ -375,5 +374,5 @@ def oversubscription(results: Sequence[RankResult]) -> list[Recommendation]:
             "new_workers": new_workers, "new_threads": new_threads})
         loader = next((d for d in known[0].run.info.loaders if d.get("role") == "train"), None)
         out.append(Recommendation(change, None, None, why, Reason("node_cores"), tier="not_predicted",
-                                  script_text=script_text(change, loader) if loader is not None and change else None))
+                                  script_text=script_change(change, loader) if loader is not None and change else None))
     return out

@@ -20,7 +20,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pipeprof.analysis.advice_text import script_text
 from pipeprof.analysis.attribution import Attribution
 from pipeprof.analysis.change_model import WHOLE_BATCHES, ChangeModel, ModelCheck
 from pipeprof.analysis.prediction import (
@@ -67,7 +66,8 @@ class Recommendation:
     measured samples/s (both None: not predicted). ``reason`` says why, ``model`` the prediction's arithmetic,
     ``note`` the risks (joined by "; "), each a ``Reason`` (a summary.json read back: the words, ``reasons.WRITTEN``).
     Optional: ``code_change`` (a change no setting makes) and, for a profiled script, ``script_text`` (the Python
-    to change where it builds its loader)."""
+    to change where it builds its loader: kind ``script_text``, the change and the loader's description, written
+    by ``render.script_text``)."""
 
     change: dict[str, Any]
     predicted_samples_per_s: float | None
@@ -76,15 +76,16 @@ class Recommendation:
     model: Reason
     note: tuple[Reason, ...] = ()
     code_change: str | None = None
-    script_text: str | None = None
+    script_text: Reason | None = None
     tier: str = ESTIMATED
 
     def to_json(self) -> dict[str, Any]:
-        """summary.json's entry but its words (``reason``, ``model``, ``note``: written at the edge)."""
+        """summary.json's entry but its words (``reason``, ``model``, ``note``, ``script_text``: written at the
+        edge)."""
         out = {"change": dict(self.change), "predicted_samples_per_s": self.predicted_samples_per_s,
                "predicted_speedup": self.predicted_speedup, "tier": self.tier}
-        out.update({k: v for k, v in (("code_change", self.code_change),
-                                      ("script_text", self.script_text)) if v is not None})
+        if self.code_change is not None:
+            out["code_change"] = self.code_change
         return out
 
     @classmethod
@@ -97,7 +98,8 @@ class Recommendation:
                    predicted_speedup=finite(d.get("predicted_speedup")),
                    reason=Reason.written(str(d.get("reason") or "")), model=Reason.written(str(d.get("model") or "")),
                    note=(Reason.written(str(note)),) if note is not None else (),
-                   code_change=d.get("code_change"), script_text=d.get("script_text"),
+                   code_change=d.get("code_change"),
+                   script_text=Reason.written(str(d["script_text"])) if d.get("script_text") is not None else None,
                    tier=str(d.get("tier") or ESTIMATED))
 
     def with_note(self, note: Reason) -> Recommendation:
@@ -168,13 +170,20 @@ def ended_early_caveat(run: Run) -> Reason | None:
 
 def _for_script(recs: list[Recommendation], loader: dict[str, Any]) -> list[Recommendation]:
     """A script's recommendations: only settings its code can change where it builds the training loader
-    (placement is the script's design), each with the Python to write (``script_text``)."""
+    (placement is the script's design), each with the Python to write (``script_text``: the change and the loader
+    it is written for)."""
     out = []
     for rec in recs:
         if any(key.startswith("data.") for key in rec.change):
             continue
-        out.append(dataclasses.replace(rec, script_text=script_text(rec.change, loader)) if rec.change else rec)
+        out.append(dataclasses.replace(rec, script_text=script_change(rec.change, loader)) if rec.change else rec)
     return out
+
+def script_change(change: dict[str, Any], loader: dict[str, Any]) -> Reason:
+    """The Python a script's author writes for ``change`` where their code builds ``loader`` (its description in
+    run.json's ``loaders``), as a Reason (kind ``script_text``, written by ``render.script_text``)."""
+    return Reason("script_text", {"change": dict(change), "loader": dict(loader)})
+
 
 class _Model(ChangeModel):
     """The candidates of ``recommend``, each with its reason (``render.advice_text`` words it) and prediction."""

@@ -11,6 +11,7 @@ from pipeprof import format as fmt
 from pipeprof.analysis.reasons import WRITTEN, Reason
 from pipeprof.analysis.recommend import Recommendation
 from pipeprof.render.prediction_text import DECODE_JPEG_BASIS, model_text
+from pipeprof.render.script_text import script_words
 
 
 def reason_text(r: Reason | None) -> str:
@@ -26,11 +27,14 @@ def note_text(notes: tuple[Reason, ...]) -> str | None:
 
 
 def recommendation_words(rec: Recommendation) -> dict[str, str]:
-    """summary.json's words of one recommendation: ``reason``, ``model`` and, where it has one, ``note``."""
+    """summary.json's words of one recommendation: ``reason``, ``model`` and, where it has them, ``note`` and
+    ``script_text``."""
     words = {"reason": reason_text(rec.reason), "model": model_text(rec.model)}
     note = note_text(rec.note)
     if note is not None:
         words["note"] = note
+    if rec.script_text is not None:
+        words["script_text"] = script_words(rec.script_text)
     return words
 
 
