@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeprof.analysis.summary import summarize  # noqa: E402
 from pipeprof.measure.pyspy import locate_pyspy  # noqa: E402
+from pipeprof.pipeline.derive import summarize  # noqa: E402
 from pipeprof.pipeline.train import profile_scenario  # noqa: E402
 from pipeprof.scenario import load_scenario  # noqa: E402
 

@@ -43,11 +43,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeprof.analysis.summary import summarize  # noqa: E402
 from pipeprof.measure.clock import FakeClock  # noqa: E402
 from pipeprof.measure.loading import LoadingRecorder, LoadRecord  # noqa: E402
 from pipeprof.measure.spool import Spool  # noqa: E402
 from pipeprof.measure.steps import StepTimer  # noqa: E402
+from pipeprof.pipeline.derive import summarize  # noqa: E402
 from pipeprof.render.html import render_html  # noqa: E402
 from pipeprof.run_folder import PROCESS_COLUMNS, STEP_COLUMNS, Run, sample_tables  # noqa: E402
 from pipeprof.script.event_file import read_events  # noqa: E402

@@ -40,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.hook_costs import hook_costs_us  # noqa: E402
-from pipeprof.analysis.summary import summarize  # noqa: E402
+from pipeprof.pipeline.derive import summarize  # noqa: E402
 from pipeprof.pipeline.train import measure_unprofiled, profile_scenario  # noqa: E402
 from pipeprof.scenario import load_scenario  # noqa: E402
 
