@@ -34,21 +34,25 @@ def _kinds_built(module: str) -> set[str]:
 
 @pytest.mark.parametrize("module", WORDED_HERE)
 def test_every_kind_analysis_builds_has_a_sentence(module):
-    worded = set(advice_text._REASONS) | set(prediction_text._MODELS) | set(straggler_text._WORDS) | {"script_text"}
+    worded = (set(advice_text._REASONS) | set(prediction_text._MODELS) | set(advice_text._CODES)
+              | set(straggler_text._WORDS) | {"script_text"})
     kinds = _kinds_built(module)
     assert kinds, f"the scan found no Reason in analysis/{module}.py"
     assert kinds - worded == set()
 
 
 def test_a_kind_names_one_sentence_across_the_recommendation_and_model_tables():
-    # advice_text words reasons and notes, prediction_text models; a kind in both would be ambiguous to a reader
-    assert set(advice_text._REASONS) & set(prediction_text._MODELS) == {"written"}
+    # advice_text words reasons, notes and code changes, prediction_text models; a kind in two would be ambiguous
+    tables = (set(advice_text._REASONS), set(prediction_text._MODELS), set(advice_text._CODES))
+    for i, a in enumerate(tables):
+        for b in tables[i + 1:]:
+            assert a & b == {"written"}
 
 
 def test_words_read_back_are_written_back_as_they_were():
     entry = {"change": {"loader.num_workers": 2}, "predicted_samples_per_s": 10.0, "predicted_speedup": 2.0,
              "reason": "why, in words", "model": "the arithmetic", "note": "a; b", "tier": "estimated",
-             "script_text": "train_loader: DataLoader(dataset(...), num_workers=2)"}
+             "script_text": "train_loader: DataLoader(dataset(...), num_workers=2)", "code_change": "some code"}
     rec = Recommendation.from_json(entry)
     assert rec.reason == Reason.written("why, in words") and rec.note == (Reason.written("a; b"),)
     assert {**rec.to_json(), **recommendation_words(rec)} == entry

@@ -17,7 +17,7 @@ from pipeprof.analysis.transform_advice import (
 )
 from pipeprof.analysis.transforms import DecodeCost, LoaderTransforms, PrepSplit, TransformCost
 from pipeprof.analysis.verdict import verdict, verdict_from_attribution, with_transforms
-from pipeprof.render.advice_text import note_text, reason_text
+from pipeprof.render.advice_text import code_text, note_text, reason_text
 from pipeprof.render.prediction_text import model_text
 
 BATCH = 128
@@ -52,7 +52,7 @@ def recs_with(monkeypatch, record: LoaderTransforms | None, **run_kw):
 
 
 def code(recs, starts: str):
-    return [r for r in recs if (r.code_change or "").startswith(starts)]
+    return [r for r in recs if r.code_change is not None and code_text(r.code_change).startswith(starts)]
 
 
 # -- the verdict ---------------------------------------------------------------------------------------------------
@@ -148,7 +148,8 @@ def test_the_cache_point_takes_the_deterministic_transforms_after_the_dominant_o
     assert top is resize and prefix == (resize, crop)
     (saving,) = [s for s in prep_savings(record) if s.kind == "cache_after"]
     assert saving.prep_saved_s == pytest.approx(640e-6) and saving.fetch_saved_s == 0
-    assert saving.code_change == ("cache the samples after CenterCrop(size=56): apply Resize(size=64) → "
+    assert saving.code_change.kind == "cache_after_code"
+    assert code_text(saving.code_change) == ("cache the samples after CenterCrop(size=56): apply Resize(size=64) → "
                                   "CenterCrop(size=56) once (e.g. in a first pass into a tensor held in RAM or saved "
                                   "to disk) and keep RandomHorizontalFlip(p=0.5) → ToTensor() → Normalize in the "
                                   "per-sample transform")
@@ -174,7 +175,7 @@ def test_cache_after_the_deterministic_prefix_predicts_from_the_measured_costs(m
     assert rec.change == {}
     assert rec.predicted_samples_per_s == pytest.approx(x)
     assert rec.predicted_speedup == pytest.approx(x / NOW)
-    assert "RandomHorizontalFlip(p=0.5)" in rec.code_change
+    assert rec.code_change is not None and "RandomHorizontalFlip(p=0.5)" in code_text(rec.code_change)
     assert rec.reason.kind == "predicted" and rec.reason["why"].kind == "transform_saving"
     reason, note = reason_text(rec.reason), note_text(rec.note) or ""
     assert "measured per-transform costs" in reason and "80%" in reason  # 120 of the transforms' 150 µs

@@ -52,10 +52,9 @@ from pipeprof.run_folder import Run, as_dict
 from pipeprof.scenario import ON_DISK, SAMPLE_BYTES
 
 DEVICE_DATA_MAX_BYTES = 2 * 1024**3
-WHOLE_BATCHES_CODE = ("give the Dataset a __getitems__(indices) that returns the whole batch, or use a BatchSampler "
-                      "with batch_size=None")
-RECREATED_LOADERS_CODE = ("build the DataLoader once, outside fit, and iterate that one loader in every fit (with "
-                          "persistent_workers=True it keeps its workers between passes)")
+# The code changes no setting makes (written by render.advice_text.code_text).
+WHOLE_BATCHES_CODE = Reason("whole_batches_code")
+RECREATED_LOADERS_CODE = Reason("reuse_loader_code")
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,8 @@ class Recommendation:
     and ``note`` by ``render.advice_text``). ``predicted_speedup`` is ``predicted_samples_per_s`` over the run's
     measured samples/s (both None: not predicted). ``reason`` says why, ``model`` the prediction's arithmetic,
     ``note`` the risks (joined by "; "), each a ``Reason`` (a summary.json read back: the words, ``reasons.WRITTEN``).
-    Optional: ``code_change`` (a change no setting makes) and, for a profiled script, ``script_text`` (the Python
+    Optional: ``code_change`` (a change no setting makes, a ``Reason`` worded by ``render.advice_text.code_text``)
+    and, for a profiled script, ``script_text`` (the Python
     to change where it builds its loader: kind ``script_text``, the change and the loader's description, written
     by ``render.script_text``)."""
 
@@ -75,18 +75,15 @@ class Recommendation:
     reason: Reason
     model: Reason
     note: tuple[Reason, ...] = ()
-    code_change: str | None = None
+    code_change: Reason | None = None
     script_text: Reason | None = None
     tier: str = ESTIMATED
 
     def to_json(self) -> dict[str, Any]:
-        """summary.json's entry but its words (``reason``, ``model``, ``note``, ``script_text``: written at the
-        edge)."""
-        out = {"change": dict(self.change), "predicted_samples_per_s": self.predicted_samples_per_s,
-               "predicted_speedup": self.predicted_speedup, "tier": self.tier}
-        if self.code_change is not None:
-            out["code_change"] = self.code_change
-        return out
+        """summary.json's entry but its words (``reason``, ``model``, ``note``, ``code_change``, ``script_text``:
+        written at the edge)."""
+        return {"change": dict(self.change), "predicted_samples_per_s": self.predicted_samples_per_s,
+                "predicted_speedup": self.predicted_speedup, "tier": self.tier}
 
     @classmethod
     def from_json(cls, data: Any) -> Recommendation:
@@ -98,7 +95,7 @@ class Recommendation:
                    predicted_speedup=finite(d.get("predicted_speedup")),
                    reason=Reason.written(str(d.get("reason") or "")), model=Reason.written(str(d.get("model") or "")),
                    note=(Reason.written(str(note)),) if note is not None else (),
-                   code_change=d.get("code_change"),
+                   code_change=Reason.written(str(d["code_change"])) if d.get("code_change") is not None else None,
                    script_text=Reason.written(str(d["script_text"])) if d.get("script_text") is not None else None,
                    tier=str(d.get("tier") or ESTIMATED))
 
@@ -191,7 +188,7 @@ class _Model(ChangeModel):
     # -- reasons -------------------------------------------------------------------------
 
     def _rec(self, change: dict[str, Any], p: Prediction, why: Reason, *, note: tuple[Reason, ...] = (),
-             code_change: str | None = None) -> Recommendation:
+             code_change: Reason | None = None) -> Recommendation:
         """A recommendation from prediction ``p``: its number and tier beside the reason."""
         assert self.current is not None
         if p.samples_per_s is None:

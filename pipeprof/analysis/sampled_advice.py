@@ -101,7 +101,7 @@ def recommend_sampled(attr: Attribution, verdict: Verdict, evidence: SampledEvid
     return recs
 
 
-def _rec(change: dict[str, object], why: Reason, note: Reason | None = None, code_change: str | None = None
+def _rec(change: dict[str, object], why: Reason, note: Reason | None = None, code_change: Reason | None = None
          ) -> Recommendation:
     return Recommendation(change, None, None, Reason("sampled_not_predicted", {"why": why}), Reason("sampled_shares"),
                           note=(note,) if note is not None else (), code_change=code_change, tier=NOT_PREDICTED)

@@ -41,11 +41,9 @@ WAITED_NOTABLE = 0.2
 
 # The code changes of decoding once into RAM and of decode_jpeg, and their risks (also said for sampled shares:
 # analysis.sampled_advice).
-DECODE_IN_RAM_CODE = ("decode the data set once into RAM (e.g. a TensorDataset of decoded samples) and apply only "
-                      "the transforms per sample")
+DECODE_IN_RAM_CODE = Reason("decode_in_ram_code")
 DECODE_IN_RAM_NOTE = Reason("decode_in_ram_risk")
-DECODE_JPEG_CODE = ("decode JPEG files with torchvision.io.decode_jpeg(torchvision.io.read_file(path)) instead of "
-                    "PIL.Image.open(path).convert('RGB'), and transforms.v2 on the uint8 tensor it returns")
+DECODE_JPEG_CODE = Reason("decode_jpeg_code")
 DECODE_JPEG_NOTE = Reason("decode_jpeg_risk")
 
 CACHE_AFTER = "cache_after"
@@ -75,7 +73,7 @@ class PrepSaving:
     kind: str  # CACHE_AFTER, DECODE_IN_RAM or DECODE_JPEG
     prep_saved_s: float
     fetch_saved_s: float
-    code_change: str
+    code_change: Reason
     why: Reason
     assumed: Reason | None = None
     note: Reason | None = None
@@ -185,14 +183,12 @@ def _cache_after(lt: LoaderTransforms) -> PrepSaving | None:
     decode_s = lt.decode.per_sample_s if lt.decode is not None else 0.0
     rest = [c for c in sorted(lt.transforms, key=lambda c: c.order) if c.order > last.order]
     first_random = next(c for c in rest if c.random)
-    names = " → ".join(c.name for c in prefix)
     why = Reason(CACHE_AFTER, {"top": top.name, "top_share": top.per_sample_s / total, "top_s": top.per_sample_s,
                                "prefix": tuple(c.name for c in prefix), "first_random": first_random.name,
                                "last": last.name, "prefix_s": prefix_s, "decode_s": decode_s})
     return PrepSaving(CACHE_AFTER, prefix_s + decode_s, 0.0,
-                      f"cache the samples after {last.name}: apply {names} once (e.g. in a first pass into a tensor "
-                      f"held in RAM or saved to disk) and keep {' → '.join(c.name for c in rest)} in the per-sample "
-                      "transform",
+                      Reason("cache_after_code", {"last": last.name, "prefix": tuple(c.name for c in prefix),
+                                                  "rest": tuple(c.name for c in rest)}),
                       why, note=Reason("cache_after_risk", {"last": last.name}))
 
 

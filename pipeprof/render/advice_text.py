@@ -33,9 +33,33 @@ def recommendation_words(rec: Recommendation) -> dict[str, str]:
     note = note_text(rec.note)
     if note is not None:
         words["note"] = note
+    if rec.code_change is not None:
+        words["code_change"] = code_text(rec.code_change)
     if rec.script_text is not None:
         words["script_text"] = script_words(rec.script_text)
     return words
+
+
+def code_text(r: Reason) -> str:
+    """A code change no setting makes, as its author would write it."""
+    return _CODES[r.kind](r.values)
+
+
+_CODES: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    WRITTEN: lambda n: str(n["text"]),
+    "whole_batches_code": lambda n: ("give the Dataset a __getitems__(indices) that returns the whole batch, or use "
+                                     "a BatchSampler with batch_size=None"),
+    "reuse_loader_code": lambda n: ("build the DataLoader once, outside fit, and iterate that one loader in every "
+                                    "fit (with persistent_workers=True it keeps its workers between passes)"),
+    "decode_in_ram_code": lambda n: ("decode the data set once into RAM (e.g. a TensorDataset of decoded samples) "
+                                     "and apply only the transforms per sample"),
+    "decode_jpeg_code": lambda n: ("decode JPEG files with torchvision.io.decode_jpeg(torchvision.io.read_file(path)) "
+                                   "instead of PIL.Image.open(path).convert('RGB'), and transforms.v2 on the uint8 "
+                                   "tensor it returns"),
+    "cache_after_code": lambda n: (f"cache the samples after {n['last']}: apply {' → '.join(n['prefix'])} once (e.g. "
+                                   "in a first pass into a tensor held in RAM or saved to disk) and keep "
+                                   f"{' → '.join(n['rest'])} in the per-sample transform"),
+}
 
 
 def _now(current: float) -> str:

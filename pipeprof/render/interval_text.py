@@ -12,6 +12,7 @@ from pipeprof import format as fmt
 from pipeprof.analysis.intervals import Interval
 from pipeprof.analysis.recommend import Recommendation
 from pipeprof.numbers import finite
+from pipeprof.render.advice_text import code_text
 from pipeprof.render.script_text import script_words
 
 MAY_NOT_HELP = "may not help"
@@ -25,7 +26,8 @@ def change_text(rec: Recommendation) -> str:
         return words
     if rec.change:
         return " ".join(f"--set {key}={fmt.setting_arg(value)}" for key, value in rec.change.items())
-    return f"code: {rec.code_change}" if rec.code_change else "no change"
+    code = code_text(rec.code_change) if rec.code_change is not None else ""
+    return f"code: {code}" if code else "no change"
 
 
 def speedup_text(rec: Recommendation, interval: Interval | None, *, missing: str = fmt.NOT_MEASURED) -> str:
