@@ -347,14 +347,15 @@ class ChangeModel:
             epoch += max(int(loader.get("passes") or 1), 1)
         return out
 
-    def _recreated(self) -> tuple[str, int] | None:
-        """(name, count) of training loaders built again with the same name and settings, else None."""
+    def _recreated(self) -> tuple[str | None, int] | None:
+        """(name, count) of training loaders built again with the same name and settings (name None: the loader
+        had none), else None."""
         groups: dict[tuple, int] = {}
         for d in self.train_loaders:
             key = (d.get("name"), d.get("dataset"), d.get("batch_size"), d.get("num_workers"))
             groups[key] = groups.get(key, 0) + 1
         key, count = max(groups.items(), key=lambda kv: kv[1], default=((None,), 0))
-        return (str(key[0] or "the training loader"), count) if count >= 2 else None
+        return (str(key[0]) if key[0] else None, count) if count >= 2 else None
 
     @functools.cached_property
     def _pass_firsts(self) -> pd.DataFrame | None:

@@ -151,7 +151,7 @@ def _pin_memory(evidence: SampledEvidence, h2d: float) -> Recommendation | None:
         return None
     note = None
     if pinned is None:
-        note = Reason("sampled_pin_unread", {"absent": evidence.loader.absent.get("pin_memory", "not seen")})
+        note = Reason("sampled_pin_unread", {"absent": evidence.loader.absent.get("pin_memory")})
     return _rec({"loader.pin_memory": True}, Reason("sampled_pin_memory", {"h2d": h2d}), note=note)
 
 

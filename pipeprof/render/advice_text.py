@@ -158,9 +158,10 @@ _REASONS: dict[str, Callable[[Mapping[str, Any]], str]] = {
                              f"of {fmt.duration(n['median_wait'])} (median step {fmt.duration(n['median_step'])}): "
                              "workers are started anew every time the loader is iterated again; keeping them saves "
                              f"{fmt.duration(n['saved'])} of {fmt.duration(n['total'])}"),
-    "recreated_loaders": lambda n: (f"{n['count']} DataLoaders named {n['name']} were built, each iterated once (a "
-                                    "new DataLoader per fit); the first step of each new one's pass waited "
-                                    f"{fmt.duration(n['wait'])} on average against a median wait of "
+    "recreated_loaders": lambda n: (f"{n['count']} DataLoaders named {n['name'] or 'the training loader'} were "
+                                    "built, each iterated once (a new DataLoader per fit); the first step of each "
+                                    f"new one's pass waited {fmt.duration(n['wait'])} on average against a median "
+                                    "wait of "
                                     f"{fmt.duration(n['median_wait'])}, starting its workers: one loader built once "
                                     f"and iterated again, its workers kept, saves {fmt.duration(n['saved'])} of "
                                     f"{fmt.duration(n['total'])}"),
@@ -234,7 +235,7 @@ _REASONS.update({
     "sampled_pin_memory": lambda n: (f"host → device copies took {fmt.pct(n['h2d'])} of the training threads' "
                                      "samples and no pinning was seen; pinned memory can make them faster and lets "
                                      "them overlap compute"),
-    "sampled_pin_unread": lambda n: f"pin_memory could not be read ({n['absent']})",
+    "sampled_pin_unread": lambda n: f"pin_memory could not be read ({n['absent'] or 'not seen'})",
     "sampled_decode": _sampled_decode,
     "sampled_decode_in_ram": lambda n: f"{reason_text(n['decode'])}: decoded once, it costs nothing after",
     "sampled_decode_jpeg": lambda n: (f"{reason_text(n['decode'])}, PIL's among them: torchvision's decode_jpeg "
