@@ -18,6 +18,7 @@ from pipeprof.attach.shares import sampled_shares
 from pipeprof.attach.stacks import parse_raw
 from pipeprof.attach.summary import sampled_summary
 from pipeprof.pipeline.derive import summary_document
+from pipeprof.render.advice_text import code_text
 from pipeprof.render.console import print_summary
 from pipeprof.run_folder import SAMPLE_COLUMNS, STACK_COLUMNS, STEP_COLUMNS, Run
 
@@ -108,7 +109,7 @@ def test_workers_with_slack_get_no_more_workers():
 def test_decode_that_dominates_the_workers_gets_the_decode_changes():
     stacks = job(wait=200, compute=200, workers=((80, 15, 5), (80, 15, 5)))  # decode 80/95 of busy
     out = recs(attached(stacks, cores=4, tree_pct=390.0))  # no core left: no workers, the code changes still
-    assert [r["code_change"] for r in out] == [DECODE_IN_RAM_CODE, DECODE_JPEG_CODE]
+    assert [r["code_change"] for r in out] == [code_text(DECODE_IN_RAM_CODE), code_text(DECODE_JPEG_CODE)]
     assert "PIL.Image.open" in out[0]["reason"] and "84%" in out[0]["reason"]
 
 

@@ -161,13 +161,9 @@ UPWARD_ALLOWED = {
     ("pipeprof.measure.light", "pipeprof.script.event_steps"),
 }
 
-# Words at the edge: analysis returns numbers and records, render writes the sentences. These analysis modules
-# still phrase with pipeprof.format; no other may start to. (sampled_advice, an attached run's recommendations,
-# fills the same Recommendation record as recommend, whose reason and model are words until they carry
-# structured reasons: it goes off the list with recommend.)
-ANALYSIS_FORMATS_ALLOWED = {f"pipeprof.analysis.{m}" for m in (
-    "change_model", "prediction", "ranks", "recommend",
-    "sampled_advice", "transform_advice")}
+# Words at the edge: analysis returns numbers and records (reasons: a kind plus its numbers), render writes the
+# sentences. No analysis module phrases with pipeprof.format.
+ANALYSIS_FORMATS_ALLOWED: set[str] = set()
 
 # Render only formats what the summary carries: these render modules still call analysis (the import, the
 # analysis module); no other import of analysis may start.

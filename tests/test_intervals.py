@@ -25,6 +25,7 @@ from pipeprof.analysis.intervals import (
     resample_run,
     t_90,
 )
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.recommend import Recommendation, recommend
 from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.pipeline.derive import summarize
@@ -121,7 +122,7 @@ def test_a_change_whose_interval_includes_one_is_not_presented_as_a_gain():
 
 def test_changes_that_may_not_help_are_ranked_after_the_certain_gains():
     def rec(name: str, speedup: float) -> Recommendation:
-        return Recommendation({name: 1}, 100 * speedup, speedup, "why", "model")
+        return Recommendation({name: 1}, 100 * speedup, speedup, Reason.written("why"), Reason.written("model"))
 
     recs = [rec("a", 2.0), rec("b", 1.6), rec("c", 1.3)]
     bounds = [Interval((90.0, 300.0), (0.9, 3.0), "m"), Interval((150.0, 170.0), (1.5, 1.7), "m"),

@@ -10,6 +10,7 @@ import math
 import re
 
 import pytest
+from test_recommend import as_written
 from test_verdict import STEP_S, make_run
 
 from pipeprof.analysis.attribution import attribution
@@ -37,13 +38,13 @@ def machine_run(*, cores: int, workers: int, wait: float = 0.4, batch_s: float =
 
 def recs_of(run):
     attr = attribution(run)
-    return [r.to_json() for r in recommend(run, attr, verdict_from_attribution(attr))]
+    return [as_written(r) for r in recommend(run, attr, verdict_from_attribution(attr))]
 
 
 def predicted(run, change):
     attr = attribution(run)
     rec = predict_change(run, attr, verdict_from_attribution(attr), change)
-    return rec.to_json() if rec is not None else None
+    return as_written(rec) if rec is not None else None
 
 
 def compute_ceiling(run) -> float:
@@ -211,6 +212,7 @@ def test_a_shared_machine_with_half_its_cores_busy_elsewhere_gets_workers_for_th
 def test_the_tier_is_shown_beside_every_predicted_number():
     from rich.console import Console
 
+    from pipeprof.analysis.reasons import Reason
     from pipeprof.analysis.recommend import Recommendation
     from pipeprof.analysis.summary import summary_record
     from pipeprof.render.console import print_summary
@@ -225,7 +227,8 @@ def test_the_tier_is_shown_beside_every_predicted_number():
     print_summary(summary, "runs/x", console=console)
     assert f"{top}:" in console.export_text()
     assert top in render_html(run, summary)
-    assert speedup_text(Recommendation({"loader.pin_memory": True}, None, None, "", "", tier="not_predicted"),
+    assert speedup_text(Recommendation({"loader.pin_memory": True}, None, None, Reason.written(""), Reason.written(""),
+                                       tier="not_predicted"),
                         None) == "not predicted: try --verify or tune"
 
 

@@ -18,10 +18,14 @@ from pipeprof.analysis.ranks import (
     oversubscription,
     straggler,
 )
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.recommend import Recommendation
 from pipeprof.analysis.summary import summary_record
 from pipeprof.analysis.thresholds import MIN_GAIN, STRAGGLER_MARGIN
 from pipeprof.pipeline.derive import summarize
+from pipeprof.render.advice_text import reason_text
+from pipeprof.render.prediction_text import model_text
+from pipeprof.render.straggler_text import straggler_words
 from pipeprof.run_folder import SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
 
 N_STEPS, WARMUP = 30, 3
@@ -81,7 +85,9 @@ def test_input_straggler_is_the_rank_waiting_for_data_while_the_others_wait_in_c
     assert ev["others_median_collective_wait_fraction"] == pytest.approx(0.75)
     assert ev["own_step_excess_fraction"] == pytest.approx(3.0)  # 100 ms against 25 ms
     assert ev["data_wait_excess_s"] == pytest.approx(0.08)
-    assert "Rank 1" in s.sentence and "waiting for data" in s.sentence and "75%" in s.sentence
+    assert s.why.kind == "straggler_named" and s.why["others_collective_wait"] == pytest.approx(0.75)
+    words = straggler_words(s)
+    assert "Rank 1" in words and "waiting for data" in words and "75%" in words
 
 
 def test_compute_and_h2d_stragglers():
@@ -100,7 +106,7 @@ def test_ranks_within_noise_name_no_straggler(slower, named):
     s = straggler([make_rank(0, wait=0.1, collective=collective), make_rank(1, wait=0.1)])
     assert (s.rank, s.kind) == ((1, "compute") if named else (None, "none"))
     if not named:
-        assert "No rank sets the pace" in s.sentence
+        assert s.why.kind == "straggler_within" and "No rank sets the pace" in straggler_words(s)
 
 
 def test_equal_ranks_have_no_straggler_and_the_job_gets_the_median_ranks_advice_on_every_rank():
@@ -171,7 +177,7 @@ def test_oversubscribed_node_advice_counts_every_ranks_workers_and_threads():
 def test_oversubscription_names_each_rank_when_they_differ():
     ranks = [make_rank(0, workers=5, threads=4, cores=8), make_rank(1, workers=2, threads=4, cores=8)]
     (rec,) = oversubscription(_results(make_job(ranks)))
-    assert "rank 0: (5 + 4) + rank 1: (2 + 4) = 15 busy threads on 8 cores" in rec.reason
+    assert "rank 0: (5 + 4) + rank 1: (2 + 4) = 15 busy threads on 8 cores" in reason_text(rec.reason)
     assert rec.change == {"loader.num_workers": 2, "train.threads": 2}  # 4 cores a rank, 5:4 -> 2 + 2
 
 
@@ -193,25 +199,32 @@ def _results(job: Run, recs: dict[int, list[Recommendation]] | None = None) -> l
 ])
 def test_the_straggler_s_advice_predicts_the_job_at_the_slowest_ranks_pace(predicted, job_expected):
     job = input_straggler_job()
-    fix = Recommendation({"loader.num_workers": 4}, predicted, predicted / 1280, "more workers", "X(k)")
+    fix = Recommendation({"loader.num_workers": 4}, predicted, predicted / 1280, Reason.written("more workers"),
+                         Reason.written("X(k)"))
     results = _results(job, {1: [fix]})
     recs = job_recommendations(results, 0, straggler(job.ranks), 2560.0)
     (rec,) = recs
     assert rec.change == {"loader.num_workers": 4}
     assert rec.predicted_samples_per_s == pytest.approx(job_expected)
     assert rec.predicted_speedup == pytest.approx(job_expected / 2560.0)
-    assert rec.reason.startswith("rank 1 (the straggler on node node-a): more workers")
-    assert ("bounded by rank 0" in rec.reason) == (predicted > 5120)
+    assert rec.reason.kind == "straggler_pace" and rec.reason["rank"] == 1 and rec.reason["node"] == "node-a"
+    assert (rec.reason["bound"] is not None) == (predicted > 5120)
+    words = reason_text(rec.reason)
+    assert words.startswith("rank 1 (the straggler on node node-a): more workers")
+    assert ("bounded by rank 0" in words) == (predicted > 5120)
+    assert model_text(rec.model) == "world_size × min(X', R_next), X' = X(k)"
 
 
 def test_a_straggler_fix_the_next_rank_would_cap_under_the_minimum_gain_is_not_advised():
     # Rank 2 is nearly as slow as rank 1: fixing rank 1 alone gains the job under MIN_GAIN.
     job = make_job([make_rank(0, collective=0.75, cores=8), make_rank(1, wait=0.8, cores=8),
                     make_rank(2, wait=0.79, collective=0.01, cores=8)], median=0)
-    fix = Recommendation({"loader.num_workers": 4}, 4000.0, 4000.0 / 1280, "more workers", "X(k)")
+    fix = Recommendation({"loader.num_workers": 4}, 4000.0, 4000.0 / 1280, Reason.written("more workers"), Reason.written("X(k)"))
     (rec,) = job_recommendations(_results(job, {1: [fix]}), 0, straggler(job.ranks), 3 * 1280.0)
     assert rec.change == {} and rec.predicted_speedup == 1.0
-    assert "rank 2 sets the pace" in rec.reason and f"{100 * (MIN_GAIN - 1):.0f}%" in rec.reason
+    assert rec.reason.kind == "straggler_no_gain" and rec.reason["next_rank"] == 2
+    words = reason_text(rec.reason)
+    assert "rank 2 sets the pace" in words and f"{100 * (MIN_GAIN - 1):.0f}%" in words
 
 
 def test_summary_json_of_a_job_and_of_one_process_match_the_schema():
@@ -258,7 +271,8 @@ def test_a_rank_slow_on_a_few_steps_only_is_no_straggler():
     found = straggler([steady, spiky])
     assert found.evidence["own_step_excess_fraction"] > STRAGGLER_MARGIN
     assert found.evidence["slower_step_fraction"] < 0.2
-    assert found.kind == "none" and found.rank is None and "within noise" in found.sentence
+    assert found.kind == "none" and found.rank is None and found.why.kind == "straggler_noise"
+    assert "within noise" in straggler_words(found)
     slow = make_rank(1, step_s=0.12)  # slower step after step, by 20%: named
     assert straggler([steady, slow]).rank == 1 and straggler([steady, slow]).evidence["slower_step_fraction"] == 1.0
 

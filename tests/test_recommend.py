@@ -9,10 +9,12 @@ from rich.console import Console
 from test_verdict import STEP_S, make_run
 
 from pipeprof.analysis.attribution import attribution
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.recommend import Recommendation, _Model, is_no_op, recommend
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS
 from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.pipeline.derive import summarize
+from pipeprof.render.advice_text import recommendation_words
 from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
 from pipeprof.render.interval_text import change_text
@@ -22,10 +24,18 @@ from pipeprof.scenario import SCHEMA
 BATCH = 128
 # Where no loader_workers probe measured k: the training process's CPU per sample receiving a batch, and the workers'
 # per sample sending one (from a run without workers), as the model estimates them.
+
+
+def as_written(rec: Recommendation) -> dict:
+    """A recommendation as summary.json has it: its record's keys and its words (``render.advice_text``)."""
+    return {**rec.to_json(), **recommendation_words(rec)}
+
+
 def recs_of(run, probe=None):
-    """The recommendations as summary.json has them (``Recommendation.to_json()``)."""
+    """The recommendations as summary.json has them (``Recommendation.to_json()`` and, written at the edge, their
+    words: ``as_written``)."""
     attr = attribution(run, probe)
-    return [r.to_json() for r in recommend(run, attr, verdict_from_attribution(attr))]
+    return [as_written(r) for r in recommend(run, attr, verdict_from_attribution(attr))]
 
 
 def with_main_cpu(run, pct: float):
@@ -188,7 +198,7 @@ def test_a_change_equal_to_the_current_settings_is_never_recommended(monkeypatch
     attr = attribution(run)
     model = _Model(run, attr)
     assert model.current_settings()["loader.num_workers"] == 1 and model.current_settings()["train.threads"] == 2
-    noop = Recommendation(dict(change), 1e9, 10.0, "a no-op", "none")
+    noop = Recommendation(dict(change), 1e9, 10.0, Reason.written("a no-op"), Reason.written("none"))
     monkeypatch.setattr(_Model, candidate, lambda self: noop)
     recs = recommend(run, attr, verdict_from_attribution(attr))
     assert all(r.change != change for r in recs) and recs
@@ -330,7 +340,7 @@ def test_pin_memory_on_cpu_is_noted_for_a_script():
     (None, "torch.set_num_threads(1); train_iter: DataLoader(SyntheticImages(...), num_workers=1)"),
 ])
 def test_advice_code_is_what_the_user_can_write_for_their_framework(framework, text):
-    from pipeprof.analysis.advice_text import script_text
+    from pipeprof.render.script_text import script_text
     loader = _train_loader(0, 1, framework=framework, built_in="train_dataloader" if framework else None)
     assert script_text({"loader.num_workers": 1, "train.threads": 1}, loader) == text
     assert script_text({"train.threads": 1}, loader) == "torch.set_num_threads(1)"  # never a loader's name
@@ -345,7 +355,7 @@ def test_advice_code_is_what_the_user_can_write_for_their_framework(framework, t
 
 def test_a_lightning_script_passing_its_own_loaders_to_fit_is_told_the_loaders_name():
     # No train_dataloader() in the script: its loaders were built in main() and handed to trainer.fit.
-    from pipeprof.analysis.advice_text import script_text
+    from pipeprof.render.script_text import script_text
     loader = _train_loader(0, 1, framework="lightning", built_in=None, name="train_loader")
     assert script_text({"loader.num_workers": 1}, loader) == \
         "train_loader: DataLoader(SyntheticImages(...), num_workers=1)"
@@ -369,7 +379,7 @@ def with_what_ifs(run, **rates):
 def predicted(run, change):
     attr = attribution(run, None)
     rec = predict_change(run, attr, verdict_from_attribution(attr), change)
-    return rec if rec is None else rec.to_json()
+    return rec if rec is None else as_written(rec)
 
 
 def test_whole_batches_with_no_workers_are_the_device_loop_plus_the_copy():

@@ -14,6 +14,7 @@ from pipeprof.analysis.steps import fractions, step_breakdown
 from pipeprof.analysis.summary import Summary, bottleneck, summary_record, uss_snapshot
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.pipeline.derive import summarize, summary_document
+from pipeprof.render.advice_text import recommendation_words
 from pipeprof.render.verdict_text import bottleneck_words
 from pipeprof.resource_use import UssSnapshot
 from pipeprof.run_folder import PROCESS_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, Run, to_json
@@ -184,8 +185,11 @@ def test_the_summary_record_is_what_summary_json_is_made_of():
     assert {k: v for k, v in summarize(run)["verdict"].items() if k not in ("sentence", "notes")} == \
         record.verdict.to_json()
     assert record.bottleneck == record.verdict.coarse == "input"
-    assert record.recommendations and {**record.recommendations[0].to_json(), "interval": record.intervals[0].to_json()
+    # its data, and the words written at the edge (render.advice_text)
+    assert record.recommendations and {**record.recommendations[0].to_json(), "interval": record.intervals[0].to_json(),
+                                       **recommendation_words(record.recommendations[0])
                                        } == summarize(run)["recommendations"][0]
+    assert {"reason", "model"}.isdisjoint(record.recommendations[0].to_json())
     assert record.attribution.fractions == record.fractions and record.loading is None
 
 
@@ -236,7 +240,7 @@ def test_a_recorded_script_wall_time_wins_over_the_sampler_span():
 
 
 def _round_trips(doc):
-    """summary.json read back (summary_from_json) and written again is the same summary.json."""
+    """summary.json read back (summary_from_json) and written again (its words as read) is the same summary.json."""
     from pipeprof.analysis.summary import summary_from_json
     again = json.loads(to_json(summary_document(summary_from_json(doc))))
     assert again == json.loads(to_json(doc))

@@ -17,6 +17,8 @@ from pipeprof.analysis.transform_advice import (
 )
 from pipeprof.analysis.transforms import DecodeCost, LoaderTransforms, PrepSplit, TransformCost
 from pipeprof.analysis.verdict import verdict, verdict_from_attribution, with_transforms
+from pipeprof.render.advice_text import code_text, note_text, reason_text
+from pipeprof.render.prediction_text import model_text
 from pipeprof.render.verdict_text import verdict_sentence
 
 BATCH = 128
@@ -51,7 +53,7 @@ def recs_with(monkeypatch, record: LoaderTransforms | None, **run_kw):
 
 
 def code(recs, starts: str):
-    return [r for r in recs if (r.code_change or "").startswith(starts)]
+    return [r for r in recs if r.code_change is not None and code_text(r.code_change).startswith(starts)]
 
 
 # -- the verdict ---------------------------------------------------------------------------------------------------
@@ -148,11 +150,14 @@ def test_the_cache_point_takes_the_deterministic_transforms_after_the_dominant_o
     assert top is resize and prefix == (resize, crop)
     (saving,) = [s for s in prep_savings(record) if s.kind == "cache_after"]
     assert saving.prep_saved_s == pytest.approx(640e-6) and saving.fetch_saved_s == 0
-    assert saving.code_change == ("cache the samples after CenterCrop(size=56): apply Resize(size=64) → "
+    assert saving.code_change.kind == "cache_after_code"
+    assert code_text(saving.code_change) == ("cache the samples after CenterCrop(size=56): apply Resize(size=64) → "
                                   "CenterCrop(size=56) once (e.g. in a first pass into a tensor held in RAM or saved "
                                   "to disk) and keep RandomHorizontalFlip(p=0.5) → ToTensor() → Normalize in the "
                                   "per-sample transform")
-    assert "(the first random transform is RandomHorizontalFlip(p=0.5))" in saving.why
+    assert saving.why.kind == "cache_after" and saving.why["first_random"] == "RandomHorizontalFlip(p=0.5)"
+    assert saving.why["prefix"] == ("Resize(size=64)", "CenterCrop(size=56)")
+    assert "(the first random transform is RandomHorizontalFlip(p=0.5))" in reason_text(saving.why)
 
 
 def test_no_advice_without_measured_transforms():
@@ -172,9 +177,11 @@ def test_cache_after_the_deterministic_prefix_predicts_from_the_measured_costs(m
     assert rec.change == {}
     assert rec.predicted_samples_per_s == pytest.approx(x)
     assert rec.predicted_speedup == pytest.approx(x / NOW)
-    assert "RandomHorizontalFlip(p=0.5)" in rec.code_change
-    assert "measured per-transform costs" in rec.reason and "80%" in rec.reason  # 120 of the transforms' 150 µs
-    assert "--verify cannot re-run it" in rec.note and "more than they save" in rec.note
+    assert rec.code_change is not None and "RandomHorizontalFlip(p=0.5)" in code_text(rec.code_change)
+    assert rec.reason.kind == "predicted" and rec.reason["why"].kind == "transform_saving"
+    reason, note = reason_text(rec.reason), note_text(rec.note) or ""
+    assert "measured per-transform costs" in reason and "80%" in reason  # 120 of the transforms' 150 µs
+    assert "--verify cannot re-run it" in note and "more than they save" in note
 
 
 def test_decode_dominating_a_sample_suggests_decoding_once_and_decode_jpeg_as_an_estimate(monkeypatch):
@@ -185,12 +192,14 @@ def test_decode_dominating_a_sample_suggests_decoding_once_and_decode_jpeg_as_an
     (ram,) = code(recs, "decode the data set once into RAM")
     x_ram = NOW * (p + 1 / C) / (p - 150e-6 - FETCH + 1 / C)  # the decode and the fetch before it go
     assert ram.predicted_samples_per_s == pytest.approx(x_ram)
-    assert "69% of a sample's making" in ram.reason
+    assert "69% of a sample's making" in reason_text(ram.reason)
     (jpeg,) = code(recs, "decode JPEG files with torchvision.io.decode_jpeg")
     saved = 150e-6 * (1 - DECODE_JPEG_KEEPS)
     assert jpeg.predicted_samples_per_s == pytest.approx(NOW * (p + 1 / C) / (p - saved + 1 / C))
-    assert "an estimate" in jpeg.reason and "(assumed" in jpeg.model and "not in this run" in jpeg.model
-    assert "only for JPEG" in jpeg.note
+    assert jpeg.model.kind == "assumed"
+    assert "an estimate" in reason_text(jpeg.reason)
+    assert "(assumed" in model_text(jpeg.model) and "not in this run" in model_text(jpeg.model)
+    assert "only for JPEG" in (note_text(jpeg.note) or "")
 
 
 def test_decode_jpeg_only_for_pil_and_nothing_where_decode_does_not_dominate(monkeypatch):
@@ -208,7 +217,9 @@ def test_a_scenarios_images_on_disk_get_the_decoded_cache_as_a_setting_citing_th
     split = PrepSplit(FETCH, None, 150e-6, 30e-6, PREP - 180e-6)
     recs = recs_with(monkeypatch, lt((cost("Normalize", 0, 30e-6, False),), slow_decode, split), storage="images")
     (ram,) = [r for r in recs if r.change.get("data.storage") == "ram"]
-    assert "decoding (PIL.Image.open+convert) measured at 69% of a sample's making, 150 µs per sample" in ram.reason
+    assert ram.reason["why"].kind == "cache_in_ram" and ram.reason["why"]["decode"]
+    assert ("decoding (PIL.Image.open+convert) measured at 69% of a sample's making, 150 µs per sample"
+            in reason_text(ram.reason))
     # fetch gone and only the measured decode out of prep (the transforms stay)
     assert ram.predicted_samples_per_s == pytest.approx(1 / (PREP - 150e-6 + COLLATE + 1 / C))
     assert code(recs, "decode the data set once") == []  # the setting says it; no code change beside it

@@ -6,10 +6,10 @@ import pytest
 import tomllib
 from tiny import tiny_file, tiny_toml
 
-from pipeprof.analysis.advice_text import dataloader_kwargs
 from pipeprof.analysis.tune import FINALISTS
 from pipeprof.cli.main import main
 from pipeprof.pipeline.tune import ROUNDS, toml_snippet
+from pipeprof.render.script_text import dataloader_kwargs
 from pipeprof.scenario import scenario_from_dict
 
 TINY = tiny_toml("tiny-tune", "a tiny <script>alert(1)</script> tuning")

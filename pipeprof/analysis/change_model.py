@@ -14,7 +14,6 @@ from typing import Any
 
 import pandas as pd
 
-from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution
 from pipeprof.analysis.prediction import (
     ESTIMATED,
@@ -26,6 +25,7 @@ from pipeprof.analysis.prediction import (
     not_predicted,
     probes_of,
 )
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.steps import counted_steps
 from pipeprof.analysis.thresholds import SLOW_EPOCH_START_STEPS
 from pipeprof.analysis.transforms import LoaderTransforms, training_transforms
@@ -117,18 +117,18 @@ class ChangeModel:
             current["data.cache"] = self.data.cache
         return current
 
-    def _storage_ceiling(self) -> tuple[float, str]:
+    def _storage_ceiling(self) -> tuple[float, Reason]:
         if not self.cold:
-            return math.inf, "no storage ceiling (the data is not read from a cold disk)"
+            return math.inf, Reason("storage_ceiling", {"case": "not_cold"})
         ceiling = self.attr.disk.ceiling
         if ceiling is None or ceiling.absent is not None:
             why = ceiling.absent if ceiling is not None else self.attr.disk.absent
-            return math.inf, f"no storage ceiling ({why or 'no probe'})"
+            return math.inf, Reason("storage_ceiling", {"case": "absent", "absent": why})
         limits = [v for v in (ceiling.random_4k_cold_reads_per_s,
                               (ceiling.sequential_cold_bytes_per_s or 0) / self._bytes_per_sample() or None) if v]
         if not limits:
-            return math.inf, "no storage ceiling (the probe has no cold read rates)"
-        return min(limits), f"storage ceiling {fmt.rate(min(limits))} (probe, cold reads)"
+            return math.inf, Reason("storage_ceiling", {"case": "no_rates"})
+        return min(limits), Reason("storage_ceiling", {"case": "probe", "rate": min(limits)})
 
     def _bytes_per_sample(self) -> float:
         loading = self.run.loading
@@ -148,55 +148,55 @@ class ChangeModel:
         io = self._io(fetch)
         return Supply(io, fetch - io + prep + collate)
 
-    def worker_supply(self, k: int) -> tuple[Supply, str]:
+    def worker_supply(self, k: int) -> tuple[Supply, dict[str, Any] | None]:
         """What a sample costs ``k`` workers: the run's storage wait, and on a core the workers' CPU per sample
         measured with the nearest number of workers probed (what_ifs.loader_workers: a worker process's cost,
-        with its neighbours', which the run's own loading at 0 workers does not show); else the run's own."""
+        with its neighbours', which the run's own loading at 0 workers does not show), with the numbers a
+        ``worker_cost`` model states; else the run's own, and None."""
         assert self.parts is not None
         supply = self.supply(*self.parts)
         near = self.probes.worker_cpu_near(k) if k > 0 else None
         if near is None:
-            return supply, ""
-        k_probed, cpu = near
-        return Supply(supply.io, cpu), (f"; a worker's CPU per sample {fmt.duration(cpu)}, measured with "
-                                        f"{fmt.plural(k_probed, 'worker')} (what_ifs.loader_workers)")
+            return supply, None
+        k_probed, cpu_s = near
+        return Supply(supply.io, cpu_s), {"cpu_s": cpu_s, "k_probed": k_probed}
 
     # -- any change's prediction (predict_change; every candidate's number comes from here) ------
 
     def predict(self, change: dict[str, Any]) -> Prediction:
         """The prediction for ``change``, in its tier (``analysis.prediction``)."""
         if not set(change) <= PREDICTABLE_KEYS:
-            return not_predicted(f"{', '.join(sorted(set(change) - PREDICTABLE_KEYS))}: not a setting predicted")
+            return not_predicted(Reason("not_a_setting", {"keys": sorted(set(change) - PREDICTABLE_KEYS)}))
         if self.current is None:
-            return not_predicted("no counted steps")
+            return not_predicted(Reason("no_counted_steps"))
         storage = change.get("data.storage", self.data.storage)
         k = int(change.get("loader.num_workers", self.k))
         threads = change.get("train.threads")
         threads = None if threads is None or threads == self.cpu.torch_threads else float(threads)
         placement = {"data.storage", "data.cache", "loader.num_workers", "loader.persistent_workers"}
         if change.get(WHOLE_BATCHES):
-            return self._batch_x() if set(change) == {WHOLE_BATCHES} else not_predicted("combined with another")
+            return self._batch_x() if set(change) == {WHOLE_BATCHES} else not_predicted(Reason("combined"))
         if storage == "device" and self.storage != "device":
-            return self._device_x() if set(change) <= placement else not_predicted("combined with another")
+            return self._device_x() if set(change) <= placement else not_predicted(Reason("combined"))
         if storage != self.data.storage:
             if storage == "ram" and self.storage in ON_DISK and threads is None and set(change) <= placement:
                 return self._ram_x(k)
-            return not_predicted(f"data.storage = {storage!r} from {self.storage!r}")
+            return not_predicted(Reason("storage_change", {"to": storage, "from": self.storage}))
         if change.get("data.cache", self.data.cache) != self.data.cache:
-            return not_predicted("warm and cold reads of the same storage")
+            return not_predicted(Reason("warm_and_cold"))
         if "loader.pin_memory" in change:
             if len(change) == 1 and change["loader.pin_memory"] and \
                     (not self.gpu or pins_memory(self.loader.pin_memory, self.device)):
-                return Prediction(self.current, MEASURED, "the run as measured: pinned memory changes nothing here")
-            return not_predicted("pinned memory's effect on the copy was not measured")
+                return Prediction(self.current, MEASURED, Reason("pin_memory_unchanged"))
+            return not_predicted(Reason("pin_memory_unmeasured"))
         if "loader.persistent_workers" in change and k == self.k and len(change) == 1:
             if bool(change["loader.persistent_workers"]) == bool(self.loader.persistent_workers):
-                return Prediction(self.current, MEASURED, "the run as measured")
+                return Prediction(self.current, MEASURED, Reason("as_measured"))
             return self._persistent_x() if change["loader.persistent_workers"] else \
-                not_predicted("turning persistent workers off")
+                not_predicted(Reason("persistent_off"))
         if "loader.prefetch_factor" in change:
             if not k or k != self.k or len(change) > 1:
-                return not_predicted("prefetch with another number of workers")
+                return not_predicted(Reason("prefetch_other_workers"))
             return self._prefetch_x()
         return self._workers_x(k, threads)
 
@@ -204,45 +204,40 @@ class ChangeModel:
         """``k`` workers at ``threads`` torch threads (None: the run's)."""
         assert self.current is not None
         if k == self.k and threads is None:
-            return Prediction(self.current, MEASURED, "the run as measured")
+            return Prediction(self.current, MEASURED, Reason("as_measured"))
         probe = self.probes.trained.get((k, threads if threads is not None else self.threads))
         if probe is not None:
-            what = f"the training loop fed by {fmt.plural(k, 'worker')}" + \
-                (f" at {fmt.plural(int(threads), 'torch thread')}" if threads is not None else "")
-            return self.probes.read(self.current, probe, what)
+            return self.probes.read(self.current, probe, Reason("loop_fed_by", {"k": k, "threads": threads}))
         if self.parts is None or self.storage == "device":
-            return not_predicted("no loading records to estimate workers from")
+            return not_predicted(Reason("no_loading_records_workers"))
         if k < self.k:
-            return not_predicted(f"fewer workers than the run's {self.k}: their effect was not measured")
-        supply, cost_words = self.worker_supply(k)
+            return not_predicted(Reason("fewer_workers", {"k": self.k}))
+        supply, cost = self.worker_supply(k)
         if threads is None:
             beside = self._compute_beside_workers(k)
             if beside is None:
-                p = self.estimate.at(k, supply)
-                return dataclasses.replace(p, model=p.model + cost_words) if p.samples_per_s is not None else p
+                return _with_cost(self.estimate.at(k, supply), cost)
             c, k_probed = beside
-            p = self.estimate.at(k, supply, ceiling=min(self.ceiling, c))
-            words = cost_words + (f"; C beside workers = {fmt.rate(c)}, the loop's compute measured beside "
-                     f"{fmt.plural(k_probed, 'worker')} (receiving their batches included: what_ifs.train_workers)")
+            p = _with_cost(self.estimate.at(k, supply, ceiling=min(self.ceiling, c)), cost)
             probe = self.probes.trained.get((k_probed, self.threads))
-            measured = self.probes.read(self.current, probe, "").samples_per_s if probe is not None else None
+            measured = self.probes.read(self.current, probe, None).samples_per_s if probe is not None else None
+            capped = None
             if measured is not None and p.samples_per_s is not None:  # k workers supply at most k/k' × k' workers'
                 cap = measured * k / k_probed
                 if cap < p.samples_per_s:
                     p = dataclasses.replace(p, samples_per_s=cap)
-                    words += (f"; at most {k}/{k_probed} × the loop measured with {fmt.plural(k_probed, 'worker')} "
-                              f"= {fmt.rate(cap)}")
-            return dataclasses.replace(p, model=p.model + words)
+                    capped = cap
+            return dataclasses.replace(p, model=Reason("beside_workers", {"model": p.model, "c": c, "k": k,
+                                                                          "k_probed": k_probed, "cap": capped}))
         if self.gpu:
-            return not_predicted("the job computes on a GPU: torch's CPU threads are not its compute, and no probe "
-                                 "measured them")
+            return not_predicted(Reason("gpu_threads"))
         loop = self.probes.loop_threads
         if threads not in loop or self.threads not in loop:
-            return not_predicted(f"compute at {fmt.plural(int(threads), 'torch thread')} was not measured")
+            return not_predicted(Reason("threads_unmeasured", {"threads": threads}))
         c = self.ceiling * loop[threads] / loop[self.threads]
         p = self.estimate.at(k, supply, ceiling=c, main=min(threads, self.cores.main))
-        return dataclasses.replace(p, model=f"{p.model}{cost_words}; C at {threads:g} threads = C × the loop alone at "
-                                            f"{threads:g} / at {self.threads:g} threads (what_ifs.device_loop_threads)")
+        return dataclasses.replace(p, model=Reason("threads_ceiling", {"model": _with_cost(p, cost).model, "threads": threads,
+                                                                       "run_threads": self.threads}))
 
     def self_check(self) -> ModelCheck:
         """The model against what this run measured itself (``ModelCheck``): the estimate ``min(C, supply, S)`` at
@@ -255,7 +250,7 @@ class ChangeModel:
             measured = {self.k: self.current} if self.k else {}
             for (k, threads), rate in self.probes.trained.items():
                 if threads == self.threads and k > self.k:
-                    value = self.probes.read(self.current, rate, "").samples_per_s
+                    value = self.probes.read(self.current, rate, None).samples_per_s
                     if value:
                         measured[k] = value
             for k, value in sorted(measured.items()):
@@ -283,20 +278,18 @@ class ChangeModel:
         (measured), plus the run's host -> device copy. With workers: not predicted."""
         loop = self.probes.device_loop
         if self.k or loop is None or not self.samples:
-            return not_predicted("taking whole batches was not measured" + (" with workers" if self.k else ""))
+            return not_predicted(Reason("batches_unmeasured", {"workers": bool(self.k)}))
         x = 1.0 / (1.0 / loop + self.h2d_s / self.samples)
-        return Prediction(x, ESTIMATED, "1/(1/C_loop + h2d per sample): the loop taking whole batches by one index, "
-                                        "measured after the run (what_ifs.device_loop), plus the run's copy")
+        return Prediction(x, ESTIMATED, Reason("whole_batches"))
 
     def _device_x(self) -> Prediction:
         assert self.current is not None
         if self.probes.device_loop:
-            return self.probes.read(self.current, self.probes.device_loop, "the training loop over on-device data")
+            return self.probes.read(self.current, self.probes.device_loop, Reason("device_loop"))
         c = self.ceiling_alone or self.ceiling
         if not math.isfinite(c):
-            return not_predicted("no compute ceiling measured")
-        words = "measured after the run alone" if self.ceiling_alone else "n / Σ(compute + h2d)"
-        return Prediction(c, ESTIMATED, f"C = {fmt.rate(c)}, the compute ceiling ({words}): no loading is left")
+            return not_predicted(Reason("no_ceiling"))
+        return Prediction(c, ESTIMATED, Reason("device_ceiling", {"c": c, "alone": bool(self.ceiling_alone)}))
 
     def _ram_x(self, k: int) -> Prediction:
         """Decoded samples cached in RAM: the loop fed by ``k`` workers over them where measured; else the
@@ -304,37 +297,35 @@ class ChangeModel:
         assert self.current is not None
         if k in self.probes.trained_ram and k:
             return self.probes.read(self.current, self.probes.trained_ram[k],
-                                    f"the training loop fed by {fmt.plural(k, 'worker')} over decoded samples in RAM")
+                                    Reason("loop_fed_by_ram", {"k": k}))
         est = dataclasses.replace(self.estimate, storage=math.inf)
         ram = self.run.info.what_ifs.probe("ram_loader")
         rate = ram.samples_per_s if ram is not None and ram.absent is None else None
         if rate is not None and rate > 0:
             p = est.at(k, Supply(0.0, 1.0 / rate))
-            return dataclasses.replace(p, model=f"{p.model}; p = decoded samples in RAM through a 0-worker loader, "
-                                                "measured after the run (what_ifs.ram_loader)")
+            return dataclasses.replace(p, model=Reason("ram_loader", {"model": p.model}))
         if self.parts is None:
-            return not_predicted("no loading records")
+            return not_predicted(Reason("no_loading_records"))
         fetch, prep, collate = self.parts
         decode = self.transforms.decode if self.transforms is not None else None
         if decode is not None:
             return est.at(k, Supply(0.0, max(prep - decode.per_sample_s, 0.0) + collate))
         if self.storage == "images" and self.data.transform != "augment":
-            return not_predicted("the decode's share of preparing a sample was not measured")
+            return not_predicted(Reason("decode_share_unmeasured"))
         return est.at(k, Supply(0.0, prep + collate))
 
     def _persistent_x(self) -> Prediction:
         """Persistent workers: the run without the excess wait of re-iterated passes' first steps."""
         firsts = self._pass_firsts
         if not self.k or firsts is None:
-            return not_predicted("no workers or no epochs to tell passes by")
+            return not_predicted(Reason("no_passes"))
         assert self.current is not None
-        model = "n / (counted time − excess wait of re-iterated passes' first steps)"
         if firsts.empty:
-            return Prediction(self.current, ESTIMATED, model + ": no counted pass start, nothing to save")
+            return Prediction(self.current, ESTIMATED, Reason("persistent_model", {"case": "no_start"}))
         slow = self._slow_starts(self._pass_starts(firsts)[0], float(self.counted["data_wait_s"].median()),
                                  float(self.counted["step_s"].median()), threshold=False)
         return Prediction(slow[1] if slow is not None else self.current, ESTIMATED,
-                          model if slow is not None else model + ": none waited longer")
+                          Reason("persistent_model", {"case": "saved" if slow is not None else "none_longer"}))
 
     def _pass_starts(self, firsts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """The counted first steps of re-iterated passes, and of new loaders' first passes (not the first's)."""
@@ -368,14 +359,15 @@ class ChangeModel:
             epoch += max(int(loader.get("passes") or 1), 1)
         return out
 
-    def _recreated(self) -> tuple[str, int] | None:
-        """(name, count) of training loaders built again with the same name and settings, else None."""
+    def _recreated(self) -> tuple[str | None, int] | None:
+        """(name, count) of training loaders built again with the same name and settings (name None: the loader
+        had none), else None."""
         groups: dict[tuple, int] = {}
         for d in self.train_loaders:
             key = (d.get("name"), d.get("dataset"), d.get("batch_size"), d.get("num_workers"))
             groups[key] = groups.get(key, 0) + 1
         key, count = max(groups.items(), key=lambda kv: kv[1], default=((None,), 0))
-        return (str(key[0] or "the training loader"), count) if count >= 2 else None
+        return (str(key[0]) if key[0] else None, count) if count >= 2 else None
 
     @functools.cached_property
     def _pass_firsts(self) -> pd.DataFrame | None:
@@ -399,6 +391,11 @@ class ChangeModel:
         busy = self.loading.worker_busy_mean_fraction
         cap = self.current / min(busy, 1.0) if busy and busy > 0 else math.inf
         x = max(self.current, min(self.samples / max(self.total_s - saved, 1e-12), cap))
-        return Prediction(x, ESTIMATED, "min(n / (counted time − Σ max(wait − median wait, 0)), X / busy): the "
-                                        "bursts' waits saved, at most the workers' output busy all the time"
-                          + (f" (busy {fmt.pct(min(busy, 1.0))})" if busy else " (their busy share not measured)"))
+        return Prediction(x, ESTIMATED, Reason("prefetch_model", {"busy": min(busy, 1.0) if busy else None}))
+
+
+def _with_cost(p: Prediction, cost: dict[str, Any] | None) -> Prediction:
+    """An estimate whose workers' cost per sample was measured (``worker_supply``) says so in its model."""
+    if cost is None or p.samples_per_s is None:
+        return p
+    return dataclasses.replace(p, model=Reason("worker_cost", {"model": p.model, **cost}))

@@ -1,7 +1,7 @@
 """Comparing runs: throughput ratio with its uncertainty, fraction changes, verdicts, differing settings.
 
 The first run is the baseline; every other run is compared against it.
-Pure: takes each run's records and summary (``summarize(run)``), returns the
+Pure: takes each run's records and summary (``pipeline.derive.summarize(run)``), returns the
 ``compare.json`` dict. Runs are referred to by their position in ``runs``
 (0 = the baseline).
 

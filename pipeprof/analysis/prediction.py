@@ -21,25 +21,25 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeprof import format as fmt
+from pipeprof.analysis.reasons import Reason
 from pipeprof.run_meta import Probe, RankInfo, WhatIfs
 
 MEASURED, ESTIMATED, NOT_PREDICTED = "measured", "estimated", "not_predicted"
 TIERS = (MEASURED, ESTIMATED, NOT_PREDICTED)
-TRY_MEASURING = "not predicted: nothing this run measured carries this change; try --verify or tune"
 
 
 @dataclass(frozen=True)
 class Prediction:
-    """Predicted samples/s (None: not predicted), its ``tier`` and the arithmetic in words (``model``)."""
+    """Predicted samples/s (None: not predicted), its ``tier`` and the arithmetic (``model``, worded by
+    ``render.prediction_text``)."""
 
     samples_per_s: float | None
     tier: str
-    model: str
+    model: Reason
 
 
-def not_predicted(why: str) -> Prediction:
-    return Prediction(None, NOT_PREDICTED, f"{TRY_MEASURING} ({why})")
+def not_predicted(why: Reason) -> Prediction:
+    return Prediction(None, NOT_PREDICTED, Reason("not_predicted", {"why": why}))
 
 
 @dataclass(frozen=True)
@@ -69,11 +69,9 @@ class Cores:
         run's)."""
         return max(self.available - (self.main if main is None else main), 0.0)
 
-    def words(self) -> str:
-        shared = f" a rank (the {self.cores - self.other:.2f} shared by {self.ranks} ranks)" if self.ranks > 1 else ""
-        other = (f" (processes outside the job used {self.other:.2f} of {self.cores:g})"
-                 if self.other >= 0.05 else "")
-        return f"{self.available:.2f} cores available{shared}{other}"
+    def words(self) -> Reason:
+        """The cores in a ``Reason`` (``render.prediction_text``: "N cores available ...")."""
+        return Reason("cores", {"available": self.available, "cores": self.cores, "other": self.other, "ranks": self.ranks})
 
 
 def cores_of(rank: RankInfo | None, cores: float, main_pct: float | None, workers_pct: float | None,
@@ -127,31 +125,29 @@ class Estimate:
         c = self.ceiling if ceiling is None else ceiling
         p = supply.per_sample_s
         if not math.isfinite(c) or c <= 0:
-            return not_predicted("no compute ceiling measured")
+            return not_predicted(Reason("no_ceiling"))
         if k == 0:
             x = min(1.0 / (p + 1.0 / c), self.storage)
-            return Prediction(x, ESTIMATED, f"1/(p + 1/C) = 1/({fmt.duration(p)} + 1/{fmt.rate(c)}) = "
-                                            f"{fmt.rate(x)}{self._storage_words()}")
+            return Prediction(x, ESTIMATED, Reason("estimate_no_workers", {"p": p, "c": c, "x": x, "storage": self.storage}))
         w = min(float(k), self.cores.for_workers(main))
         if w <= 0:
-            return not_predicted(f"no core left for workers: {self.cores.words()}, the training process "
-                                 f"uses {self.cores.main if main is None else main:.2f}")
+            return not_predicted(Reason("no_core_left", {"cores": self.cores.words(),
+                                                         "main": self.cores.main if main is None else main}))
         busy = self.cores.main_busy if main is None else None
         if busy is not None:  # the training process at X takes busy × X/C of the cores: solve X = supply(X)
             x, w = self._with_main_at(k, supply, c, busy)
             if w <= 0:
-                return not_predicted(f"no core left for workers: {self.cores.words()}")
+                return not_predicted(Reason("no_core_left", {"cores": self.cores.words(), "main": None}))
             rate = k / (supply.io + supply.cpu * k / w) if supply.io + supply.cpu > 0 else math.inf
-            main_words = f" beside the training process's {busy * min(x, c) / c:.2f} at that pace"
+            main_at: float | None = busy * min(x, c) / c
         else:
             per = supply.io + supply.cpu * k / w
             rate = k / per if per > 0 else math.inf
-            main_words = ""
+            main_at = None
         x = min(c, rate, self.storage)
-        return Prediction(x, ESTIMATED,
-                          f"min(compute ceiling {fmt.rate(c)}, {k} × {fmt.rate(1 / p) if p > 0 else 'unbounded'} a "
-                          f"worker on {w:.2f} free cores{main_words} = {fmt.rate(rate)}"
-                          f"{self._storage_words(True)}) = {fmt.rate(x)}; {self.cores.words()}")
+        return Prediction(x, ESTIMATED, Reason("estimate_workers", {
+            "c": c, "k": k, "p": p, "w": w, "main_at": main_at, "rate": rate, "storage": self.storage, "x": x,
+            "cores": self.cores.words()}))
 
     def _with_main_at(self, k: int, supply: Supply, c: float, busy: float) -> tuple[float, float]:
         """The pace X at which ``k`` workers supply X samples/s on the cores the training process leaves them at
@@ -172,11 +168,6 @@ class Estimate:
             mid = (low + high) / 2
             low, high = (mid, high) if supplied(mid) >= mid else (low, mid)
         return low, free(low)
-
-    def _storage_words(self, inside: bool = False) -> str:
-        if not math.isfinite(self.storage):
-            return ""
-        return f", storage {fmt.rate(self.storage)}" if inside else f", at most storage {fmt.rate(self.storage)}"
 
 
 @dataclass(frozen=True)
@@ -207,16 +198,14 @@ class Probes:
         kp = max(below) if below else min(self.worker_cpu)
         return kp, self.worker_cpu[kp]
 
-    def read(self, run_samples_per_s: float, probe_samples_per_s: float, what: str) -> Prediction:
+    def read(self, run_samples_per_s: float, probe_samples_per_s: float, what: Reason | None) -> Prediction:
         """``X_run · probe(change) / probe(as run)`` where the as-run loop was measured, else the probe."""
         if self.as_run:
             x = run_samples_per_s * probe_samples_per_s / self.as_run
-            return Prediction(x, MEASURED, f"X_run · probe/probe(as run) = {fmt.rate(run_samples_per_s)} × "
-                                           f"{fmt.rate(probe_samples_per_s)} / {fmt.rate(self.as_run)}: {what} "
-                                           f"measured after the run beside the run's own loop "
-                                           f"(what_ifs.{self.as_run_source})")
-        return Prediction(probe_samples_per_s, MEASURED, f"{what} measured after the run (no as-run loop beside "
-                                                         f"it: the probe's samples/s as read)")
+            return Prediction(x, MEASURED, Reason("probe_beside_run", {
+                "run": run_samples_per_s, "probe": probe_samples_per_s, "as_run": self.as_run, "what": what,
+                "source": self.as_run_source}))
+        return Prediction(probe_samples_per_s, MEASURED, Reason("probe_as_read", {"what": what}))
 
 
 def probes_of(what_ifs: WhatIfs, storage: str | None) -> Probes:
@@ -254,15 +243,15 @@ def _positive(value: Any) -> float | None:
     return float(value)
 
 
-def ratio(before: Prediction, after: Prediction, current: float, what: str) -> Prediction:
+def ratio(before: Prediction, after: Prediction, current: float, what: Reason) -> Prediction:
     """The run's samples/s moved by the estimate's ratio for a saving: ``X_run · X(after) / X(before)``; the
     tier of the weaker of the two."""
     if before.samples_per_s is None or after.samples_per_s is None or before.samples_per_s <= 0:
-        return not_predicted(f"{what}: {after.model if after.samples_per_s is None else before.model}")
+        return not_predicted(Reason("ratio_missing", {"what": what,
+                                                      "model": after.model if after.samples_per_s is None else before.model}))
     x = current * after.samples_per_s / before.samples_per_s
     tier = MEASURED if before.tier == after.tier == MEASURED else ESTIMATED
-    return Prediction(x, tier, f"X_run · X(after)/X(before), {what}: X(before) = {before.model}; X(after) = "
-                               f"{after.model}")
+    return Prediction(x, tier, Reason("ratio", {"what": what, "before": before.model, "after": after.model}))
 
 
 def rank_key(tier: str, speedup: float | None) -> tuple[int, float]:

@@ -48,11 +48,10 @@ from typing import Any
 
 import numpy as np
 
-from pipeprof import format as fmt
-from pipeprof.analysis.advice_text import script_text
 from pipeprof.analysis.evidence import CpuEvidence
 from pipeprof.analysis.loading import LoadingSummary
-from pipeprof.analysis.recommend import Recommendation
+from pipeprof.analysis.reasons import Reason
+from pipeprof.analysis.recommend import Recommendation, script_change
 from pipeprof.analysis.steps import PHASES, counted_steps, step_breakdown
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS, MIN_GAIN, STRAGGLER_CONSISTENCY, STRAGGLER_MARGIN
 from pipeprof.analysis.verdict import Verdict
@@ -149,21 +148,23 @@ class JobSection:
 
 @dataclass(frozen=True)
 class Straggler:
-    """summary.json's ``straggler``: which rank sets the job's pace, and why (module docstring)."""
+    """summary.json's ``straggler``: which rank sets the job's pace, and why (module docstring). ``why`` is
+    worded by ``render.straggler_text`` (summary.json's ``sentence``, written at the edge); read back, the words
+    as written (``Reason.written``)."""
 
     rank: int | None
     node: str | None
     kind: str  # one of STRAGGLER_KINDS
     evidence: dict[str, Any]  # the numbers that decided it, units in their names
-    sentence: str
+    why: Reason
 
     def __post_init__(self) -> None:
         if self.kind not in STRAGGLER_KINDS:
             raise ValueError(f"not a straggler kind: {self.kind!r}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"rank": self.rank, "node": self.node, "kind": self.kind, "evidence": dict(self.evidence),
-                "sentence": self.sentence}
+        """summary.json's ``straggler`` but its ``sentence`` (written at the edge)."""
+        return {"rank": self.rank, "node": self.node, "kind": self.kind, "evidence": dict(self.evidence)}
 
     @classmethod
     def from_json(cls, data: Any) -> Straggler | None:
@@ -171,7 +172,7 @@ class Straggler:
         if d.get("kind") not in STRAGGLER_KINDS:
             return None
         return cls(rank=d.get("rank"), node=d.get("node"), kind=str(d["kind"]),
-                   evidence=dict(as_dict(d.get("evidence"))), sentence=str(d.get("sentence") or ""))
+                   evidence=dict(as_dict(d.get("evidence"))), why=Reason.written(str(d.get("sentence") or "")))
 
 
 def _nan_if_none(value: float | None) -> float:
@@ -277,8 +278,7 @@ def straggler(ranks: Sequence[Run]) -> Straggler:
     by_rank = {str(p.rank): p.own_s for p in paces}
     if len(paces) < 2:
         return Straggler(None, None, "none", {"ranks_compared": len(paces), "own_step_s_by_rank": by_rank},
-                         f"No straggler to name: {fmt.plural(len(paces), 'rank')} with at least "
-                         f"{MIN_COUNTED_STEPS} counted steps, 2 needed to compare.")
+                         Reason("straggler_too_few", {"ranks": len(paces), "min_steps": MIN_COUNTED_STEPS}))
     slow = max(paces, key=lambda p: (p.own_s, -p.rank))
     others = [p for p in paces if p is not slow]
 
@@ -300,25 +300,18 @@ def straggler(ranks: Sequence[Run]) -> Straggler:
     slower = evidence["slower_step_fraction"]
     if excess > STRAGGLER_MARGIN and slower is not None and slower < STRAGGLER_CONSISTENCY:
         return Straggler(None, None, "none", evidence,
-                         f"No rank sets the pace: rank {slow.rank}'s own work per step is "
-                         f"{fmt.pct(excess)} above the others' on average, but it was the slower in only "
-                         f"{fmt.pct(slower)} of the steps (a straggler is slower step after step, in "
-                         f"{fmt.pct(STRAGGLER_CONSISTENCY)} or more): a few slow steps, within noise.")
+                         Reason("straggler_noise", {"rank": slow.rank, "excess": excess, "slower": slower,
+                                                    "consistency": STRAGGLER_CONSISTENCY}))
     if excess <= STRAGGLER_MARGIN:
         return Straggler(None, None, "none", evidence,
-                         f"No rank sets the pace: the ranks' own work per step is within {fmt.pct(STRAGGLER_MARGIN)} "
-                         f"of each other (slowest, rank {slow.rank}: {fmt.duration(slow.own_s)}; the others' median "
-                         f"{fmt.duration(median_own)}).")
+                         Reason("straggler_within", {"margin": STRAGGLER_MARGIN, "rank": slow.rank,
+                                                     "own_s": slow.own_s, "median_own_s": median_own}))
     phase = max(_KIND_OF_PHASE, key=lambda p: evidence[f"{p}_excess_s"])
     kind = _KIND_OF_PHASE[phase]
-    what = {"input": "waiting for data", "h2d": "copying batches to the device", "compute": "computing"}[kind]
-    where = f" (node {slow.node})" if slow.node else ""
-    sentence = (f"Rank {slow.rank}{where} sets the job's pace: its own work takes {fmt.duration(slow.own_s)} a step "
-                f"against {fmt.duration(median_own)} on the other ranks (median), {fmt.duration(slow.phase_s[phase])} "
-                f"of it {what} (the others {fmt.duration(slow.phase_s[phase] - evidence[f'{phase}_excess_s'])}); "
-                f"meanwhile the other ranks wait {fmt.pct(evidence['others_median_collective_wait_fraction'])} of "
-                f"their steps in collectives.")
-    return Straggler(slow.rank, slow.node, kind, evidence, sentence)
+    return Straggler(slow.rank, slow.node, kind, evidence, Reason("straggler_named", {
+        "rank": slow.rank, "node": slow.node, "kind": kind, "own_s": slow.own_s, "median_own_s": median_own,
+        "phase_s": slow.phase_s[phase], "others_phase_s": slow.phase_s[phase] - evidence[f"{phase}_excess_s"],
+        "others_collective_wait": evidence["others_median_collective_wait_fraction"]}))
 
 
 def job_recommendations(results: Sequence[RankResult], median: int, straggler_: Straggler,
@@ -338,8 +331,8 @@ def job_recommendations(results: Sequence[RankResult], median: int, straggler_: 
 def _scaled(rec: Recommendation, job_samples_per_s: float | None, world_size: int) -> Recommendation:
     predicted = (job_samples_per_s * rec.predicted_speedup
                  if job_samples_per_s is not None and rec.predicted_speedup is not None else None)
-    reason = f"on every rank: {rec.reason}" if world_size > 1 else rec.reason
-    return dataclasses.replace(rec, predicted_samples_per_s=predicted, reason=reason)
+    why = Reason("on_every_rank", {"reason": rec.reason}) if world_size > 1 else rec.reason
+    return dataclasses.replace(rec, predicted_samples_per_s=predicted, reason=why)
 
 
 def _straggler_advice(results: Sequence[RankResult], straggler_: Straggler,
@@ -350,13 +343,12 @@ def _straggler_advice(results: Sequence[RankResult], straggler_: Straggler,
     next_slowest = max(others, key=lambda p: p.own_s)
     bound = next_slowest.samples_per_step / next_slowest.own_s if next_slowest.own_s > 0 else math.inf
     world = len(results)
-    where = f" on node {slow.node}" if slow.node else ""
-    label = f"rank {slow.rank} (the straggler{where}): "
+    label = {"rank": slow.rank, "node": slow.node}
     out = []
     for rec in slow.recommendations:
         if not rec.change and rec.code_change is None:  # its honest negative: nothing to gain for the job either
             out.append(dataclasses.replace(rec, predicted_samples_per_s=job_samples_per_s, predicted_speedup=1.0,
-                                           reason=label + rec.reason))
+                                           reason=Reason("straggler", {**label, "reason": rec.reason})))
             continue
         if rec.predicted_samples_per_s is None or not job_samples_per_s:
             continue
@@ -365,19 +357,18 @@ def _straggler_advice(results: Sequence[RankResult], straggler_: Straggler,
         speedup = predicted / job_samples_per_s
         if speedup < MIN_GAIN:
             continue
-        limit = (f", bounded by rank {next_slowest.rank}'s own pace {fmt.rate(bound)}"
-                 if bound < rec.predicted_samples_per_s else "")
         out.append(dataclasses.replace(
             rec, predicted_samples_per_s=predicted, predicted_speedup=speedup,
-            reason=(f"{label}{rec.reason}; the job goes at the slowest rank's pace: {world} ranks × "
-                    f"{fmt.rate(pace)}{limit} = {fmt.rate(predicted)} for the job ({fmt.rate(job_samples_per_s)} "
-                    f"now)"),
-            model=f"world_size × min(X', R_next), X' = {rec.model}"))
+            reason=Reason("straggler_pace", {
+                **label, "reason": rec.reason, "world": world, "pace": pace, "next_rank": next_slowest.rank,
+                "bound": bound if bound < rec.predicted_samples_per_s else None, "predicted": predicted,
+                "job": job_samples_per_s}),
+            model=Reason("job_pace", {"model": rec.model})))
     if not out:
         out.append(Recommendation({}, job_samples_per_s, 1.0,
-                                  f"{label}none of its changes would speed the job up by {fmt.pct(MIN_GAIN - 1, 0)} or "
-                                  f"more: past {fmt.rate(bound)} rank {next_slowest.rank} sets the pace",
-                                  "world_size × min(X', R_next)", tier="measured"))
+                                  Reason("straggler_no_gain", {**label, "min_gain": MIN_GAIN - 1, "bound": bound,
+                                                               "next_rank": next_slowest.rank}),
+                                  Reason("job_pace", {"model": None}), tier="measured"))
     return out
 
 
@@ -408,18 +399,11 @@ def oversubscription(results: Sequence[RankResult]) -> list[Recommendation]:
             change["train.threads"] = new_threads
         if not change:  # already at one worker and one thread a rank, or fewer: nothing to lower
             continue
-        if len(set(wanted)) == 1:
-            how = f"{len(known)} ranks × ({fmt.plural(workers, 'worker')} + {fmt.plural(threads, 'torch thread')})"
-        else:
-            how = " + ".join(f"rank {r.rank}: ({w} + {t})" for r, (w, t) in zip(known, wanted, strict=True))
-        where = f"node {node}" if node else "the node"
-        reason = (f"{how} = {busy} busy threads on {fmt.plural(cores, 'core')} of {where}: the ranks' workers and "
-                  f"torch threads take turns on the cores, each rank's model sees only its own; "
-                  f"{fmt.plural(share, 'core')} per rank: {fmt.plural(new_workers, 'worker')} + "
-                  f"{fmt.plural(new_threads, 'torch thread')} on each rank")
+        why = Reason("oversubscribed_node", {
+            "ranks": tuple((r.rank, w, t) for r, (w, t) in zip(known, wanted, strict=True)),
+            "alike": len(set(wanted)) == 1, "busy": busy, "cores": cores, "node": node, "share": share,
+            "new_workers": new_workers, "new_threads": new_threads})
         loader = next((d for d in known[0].run.info.loaders if d.get("role") == "train"), None)
-        extra = {"script_text": script_text(change, loader)} if loader is not None and change else {}
-        out.append(Recommendation(change, None, None, reason,
-                                  "Σ over the node's ranks (num_workers + torch threads) against its usable cores; "
-                                  "⌊N / ranks⌋ cores per rank; not predicted", tier="not_predicted", **extra))
+        out.append(Recommendation(change, None, None, why, Reason("node_cores"), tier="not_predicted",
+                                  script_text=script_change(change, loader) if loader is not None and change else None))
     return out

@@ -20,8 +20,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pipeprof import format as fmt
-from pipeprof.analysis.advice_text import script_text
 from pipeprof.analysis.attribution import Attribution
 from pipeprof.analysis.change_model import WHOLE_BATCHES, ChangeModel, ModelCheck
 from pipeprof.analysis.prediction import (
@@ -32,6 +30,7 @@ from pipeprof.analysis.prediction import (
     rank_key,
     ratio,
 )
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.steps import counted_steps
 from pipeprof.analysis.thresholds import (
     BURSTY_EMPTY_FRACTION,
@@ -45,7 +44,7 @@ from pipeprof.analysis.thresholds import (
     SHARE_DOMINATES,
     WORKERS_BUSY,
 )
-from pipeprof.analysis.transform_advice import DECODE_IN_RAM, PrepSaving, decode_share, decode_words, prep_savings
+from pipeprof.analysis.transform_advice import DECODE_IN_RAM, PrepSaving, decode_reason, decode_share, prep_savings
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.loader_rules import pins_memory, prefetch_factor, worker_only_conflicts
 from pipeprof.numbers import finite
@@ -53,46 +52,56 @@ from pipeprof.run_folder import Run, as_dict
 from pipeprof.scenario import ON_DISK, SAMPLE_BYTES
 
 DEVICE_DATA_MAX_BYTES = 2 * 1024**3
-WHOLE_BATCHES_CODE = ("give the Dataset a __getitems__(indices) that returns the whole batch, or use a BatchSampler "
-                      "with batch_size=None")
-# The risk of persistent workers on loaders re-created per fit (issue 14, item 5: predicted x1.13, ~3x slower).
-RECREATED_LOADERS_NOTE = ("a new DataLoader is built per fit: persistent_workers would keep each one's workers alive "
-                          "until garbage collection; build the loader once and reuse it")
+# The code changes no setting makes (written by render.advice_text.code_text).
+WHOLE_BATCHES_CODE = Reason("whole_batches_code")
+RECREATED_LOADERS_CODE = Reason("reuse_loader_code")
 
 
 @dataclass(frozen=True)
 class Recommendation:
     """One change, the throughput predicted for it and the prediction's ``tier``; summary.json's entry is
-    ``to_json()``. ``predicted_speedup`` is ``predicted_samples_per_s`` over the run's measured samples/s (both
-    None: not predicted). Optional: ``note``, ``code_change`` (a change no setting makes) and, for a profiled
-    script, ``script_text`` (the Python to change where it builds its loader)."""
+    ``to_json()`` with the words written at the edge (``pipeline.derive.summary_document``: ``reason``, ``model``
+    and ``note`` by ``render.advice_text``). ``predicted_speedup`` is ``predicted_samples_per_s`` over the run's
+    measured samples/s (both None: not predicted). ``reason`` says why, ``model`` the prediction's arithmetic,
+    ``note`` the risks (joined by "; "), each a ``Reason`` (a summary.json read back: the words, ``reasons.WRITTEN``).
+    Optional: ``code_change`` (a change no setting makes, a ``Reason`` worded by ``render.advice_text.code_text``)
+    and, for a profiled script, ``script_text`` (the Python
+    to change where it builds its loader: kind ``script_text``, the change and the loader's description, written
+    by ``render.script_text``)."""
 
     change: dict[str, Any]
     predicted_samples_per_s: float | None
     predicted_speedup: float | None
-    reason: str
-    model: str
-    note: str | None = None
-    code_change: str | None = None
-    script_text: str | None = None
+    reason: Reason
+    model: Reason
+    note: tuple[Reason, ...] = ()
+    code_change: Reason | None = None
+    script_text: Reason | None = None
     tier: str = ESTIMATED
 
     def to_json(self) -> dict[str, Any]:
-        out = {"change": dict(self.change), "predicted_samples_per_s": self.predicted_samples_per_s,
-               "predicted_speedup": self.predicted_speedup, "reason": self.reason, "model": self.model,
-               "tier": self.tier}
-        out.update({k: v for k, v in (("note", self.note), ("code_change", self.code_change),
-                                      ("script_text", self.script_text)) if v is not None})
-        return out
+        """summary.json's entry but its words (``reason``, ``model``, ``note``, ``code_change``, ``script_text``:
+        written at the edge)."""
+        return {"change": dict(self.change), "predicted_samples_per_s": self.predicted_samples_per_s,
+                "predicted_speedup": self.predicted_speedup, "tier": self.tier}
 
     @classmethod
     def from_json(cls, data: Any) -> Recommendation:
-        """The inverse of ``to_json`` (its ``interval`` is ``intervals.Interval.from_json``'s)."""
+        """A summary.json entry read back (its ``interval`` is ``intervals.Interval.from_json``'s): its words as
+        written (``reasons.WRITTEN``)."""
         d = as_dict(data)
+        note = d.get("note")
         return cls(change=dict(as_dict(d.get("change"))), predicted_samples_per_s=finite(d.get("predicted_samples_per_s")),
-                   predicted_speedup=finite(d.get("predicted_speedup")), reason=str(d.get("reason") or ""),
-                   model=str(d.get("model") or ""), note=d.get("note"), code_change=d.get("code_change"),
-                   script_text=d.get("script_text"), tier=str(d.get("tier") or ESTIMATED))
+                   predicted_speedup=finite(d.get("predicted_speedup")),
+                   reason=Reason.written(str(d.get("reason") or "")), model=Reason.written(str(d.get("model") or "")),
+                   note=(Reason.written(str(note)),) if note is not None else (),
+                   code_change=Reason.written(str(d["code_change"])) if d.get("code_change") is not None else None,
+                   script_text=Reason.written(str(d["script_text"])) if d.get("script_text") is not None else None,
+                   tier=str(d.get("tier") or ESTIMATED))
+
+    def with_note(self, note: Reason) -> Recommendation:
+        """This recommendation with ``note`` said after its own."""
+        return dataclasses.replace(self, note=(*self.note, note))
 
 
 def recommend(run: Run, attribution: Attribution, verdict: Verdict) -> list[Recommendation]:
@@ -115,7 +124,7 @@ def recommend(run: Run, attribution: Attribution, verdict: Verdict) -> list[Reco
     recs = recs or [m.negative(verdict)]
     caveat = ended_early_caveat(run)
     if caveat:
-        recs = [dataclasses.replace(r, note=f"{r.note}; {caveat}" if r.note else caveat) for r in recs]
+        recs = [r.with_note(caveat) for r in recs]
     return recs
 
 
@@ -133,8 +142,8 @@ def predict_change(run: Run, attribution: Attribution, verdict: Verdict,
         return None
     code = bool(change.get(WHOLE_BATCHES))
     settings = {key: value for key, value in change.items() if key != WHOLE_BATCHES}
-    what = "taking whole batches at once" if code else ", ".join(f"{k}={v!r}" for k, v in settings.items())
-    return m._rec(settings, p, f"{what or 'no change'}", code_change=WHOLE_BATCHES_CODE if code else None)
+    return m._rec(settings, p, Reason("predicted_change", {"whole_batches": code, "settings": dict(settings)}),
+                  code_change=WHOLE_BATCHES_CODE if code else None)
 
 
 def model_check(run: Run, attribution: Attribution) -> ModelCheck:
@@ -148,65 +157,65 @@ def is_no_op(change: dict[str, Any], current: dict[str, Any]) -> bool:
     return bool(change) and all(key in current and current[key] == value for key, value in change.items())
 
 
-def ended_early_caveat(run: Run) -> str | None:
+def ended_early_caveat(run: Run) -> Reason | None:
     """The caveat on every recommendation of a run that failed or was interrupted: it ended after N steps."""
     status = run.info.status
     if status not in ("failed", "interrupted"):
         return None
-    total = len(run.steps)
-    counted = len(counted_steps(run.steps))
-    return (f"the run ended early ({status}) after {fmt.plural(total, 'step')} ({counted} counted): this advice "
-            "rests on those steps only, and a full run may behave differently")
+    return Reason("ended_early", {"status": status, "steps": len(run.steps), "counted": len(counted_steps(run.steps))})
 
 
 def _for_script(recs: list[Recommendation], loader: dict[str, Any]) -> list[Recommendation]:
     """A script's recommendations: only settings its code can change where it builds the training loader
-    (placement is the script's design), each with the Python to write (``script_text``)."""
+    (placement is the script's design), each with the Python to write (``script_text``: the change and the loader
+    it is written for)."""
     out = []
     for rec in recs:
         if any(key.startswith("data.") for key in rec.change):
             continue
-        out.append(dataclasses.replace(rec, script_text=script_text(rec.change, loader)) if rec.change else rec)
+        out.append(dataclasses.replace(rec, script_text=script_change(rec.change, loader)) if rec.change else rec)
     return out
 
+def script_change(change: dict[str, Any], loader: dict[str, Any]) -> Reason:
+    """The Python a script's author writes for ``change`` where their code builds ``loader`` (its description in
+    run.json's ``loaders``), as a Reason (kind ``script_text``, written by ``render.script_text``)."""
+    return Reason("script_text", {"change": dict(change), "loader": dict(loader)})
+
+
 class _Model(ChangeModel):
-    """The candidates of ``recommend``, each worded with its prediction."""
+    """The candidates of ``recommend``, each with its reason (``render.advice_text`` words it) and prediction."""
 
-    # -- words ---------------------------------------------------------------------------
+    # -- reasons -------------------------------------------------------------------------
 
-    def _rec(self, change: dict[str, Any], p: Prediction, reason: str, **extra: Any) -> Recommendation:
+    def _rec(self, change: dict[str, Any], p: Prediction, why: Reason, *, note: tuple[Reason, ...] = (),
+             code_change: Reason | None = None) -> Recommendation:
         """A recommendation from prediction ``p``: its number and tier beside the reason."""
         assert self.current is not None
         if p.samples_per_s is None:
-            return Recommendation(change, None, None, f"{reason}; not predicted: try --verify or tune", p.model,
-                                  tier=NOT_PREDICTED, **extra)
+            return Recommendation(change, None, None, Reason("not_predicted_change", {"why": why}), p.model, note=note,
+                                  code_change=code_change, tier=NOT_PREDICTED)
         x = float(p.samples_per_s)
-        return Recommendation(change, x, x / self.current, f"{reason}: predicted {fmt.rate(x)} ({p.tier}; "
-                                                           f"{self._now()})", p.model, tier=p.tier, **extra)
+        return Recommendation(change, x, x / self.current,
+                              Reason("predicted", {"why": why, "x": x, "tier": p.tier, "current": self.current}), p.model,
+                              note=note, code_change=code_change, tier=p.tier)
 
-    def _now(self) -> str:
-        return f"{fmt.rate(self.current)} now"
-
-    def _drop_worker_only(self, change: dict[str, Any]) -> list[str]:
+    def _drop_worker_only(self, change: dict[str, Any]) -> list[Reason]:
         """Going to 0 workers: the settings that need workers reset in ``change`` where ``--set`` can reset them
         (``persistent_workers = false``), else a note to remove them, in the script's terms for a script."""
         notes = []
         for key in worker_only_conflicts(0, self.loader.as_dict()):
             if key == "persistent_workers" and not self.script:
                 change[f"loader.{key}"] = False
-            elif self.script:
-                notes.append(f"drop {key}= from the DataLoader(...) call: it needs workers")
             else:
-                notes.append(f"remove loader.{key} from the scenario: it needs workers")
+                notes.append(Reason("needs_workers", {"key": key, "script": self.script}))
         return notes
 
-    def _other_load(self) -> str:
+    def _other_load(self) -> Reason | None:
         """The load of processes outside the job, where worth saying."""
         c = self.cores
         if c.other < OTHER_LOAD_WORTH_SAYING * c.cores:
-            return ""
-        return (f"; processes outside the job kept {c.other:.2f} of the {c.cores:g} cores busy during the run "
-                "(not this job's threads)")
+            return None
+        return Reason("other_load", {"other": c.other, "cores": c.cores})
 
     # -- candidates ----------------------------------------------------------------------
 
@@ -222,16 +231,10 @@ class _Model(ChangeModel):
         if k == self.k:
             return None
         change: dict[str, Any] = {"loader.num_workers": k}
-        extra: dict[str, Any] = {}
-        if k == 0:
-            notes = self._drop_worker_only(change)
-            if notes:
-                extra["note"] = "; ".join(notes)
-        made_s = sum(self.parts)
-        how = (f"a worker makes a sample in {fmt.duration(made_s)} "
-               f"({fmt.rate(1 / made_s) if made_s > 0 else 'unbounded'} each); with {fmt.plural(k, 'worker')}"
-               if k else f"the training process makes each sample in {fmt.duration(made_s)} between steps")
-        return self._rec(change, predicted[k], f"{how}{self._other_load()}", **extra)
+        notes = self._drop_worker_only(change) if k == 0 else []
+        return self._rec(change, predicted[k], Reason("workers", {"k": k, "made_s": sum(self.parts),
+                                                                  "other": self._other_load()}),
+                         note=tuple(notes))
 
     def fewer_threads(self) -> Recommendation | None:
         """Fewer torch threads where the job's own threads and workers fill the cores available and the change's
@@ -249,9 +252,8 @@ class _Model(ChangeModel):
         if p.samples_per_s is None:
             return None
         return self._rec({"train.threads": threads}, p,
-                         f"{fmt.plural(self.k, 'worker')} + {fmt.plural(int(self.threads), 'torch thread')} keep "
-                         f"{c.busy:.2f} of the {c.available:.2f} cores available busy; with "
-                         f"{fmt.plural(threads, 'torch thread')} the workers get more of them")
+                         Reason("fewer_threads", {"k": self.k, "threads": int(self.threads), "busy": c.busy,
+                                                  "available": c.available, "fewer": threads}))
 
     def on_device(self) -> Recommendation | None:
         n = self.data.samples
@@ -263,25 +265,22 @@ class _Model(ChangeModel):
             change["loader.num_workers"] = 0
         notes = self._drop_worker_only(change)
         if self.storage == "images":
-            notes.append("remove data.format / data.quality from the scenario: they apply to images only")
+            notes.append(Reason("images_only"))
         if self.throttled:
-            notes.append("remove data.throttle from the scenario: it does not apply to on-device data")
-        extra = {"note": "; ".join(notes)} if notes else {}
+            notes.append(Reason("throttle_on_device"))
         if self.data.cache == "cold":
             change["data.cache"] = "warm"
         p = self.predict(change)
         if p.samples_per_s is None:
             return None
-        return self._rec(change, p, f"the data set is small ({fmt.byte_size(n * SAMPLE_BYTES)}): held on the device, "
-                                    f"batches are taken by index with no loading at all ({fmt.pct(self.wait)} of "
-                                    "step time waits for data now)", **extra)
+        return self._rec(change, p, Reason("on_device", {"data_bytes": n * SAMPLE_BYTES, "wait": self.wait}),
+                         note=tuple(notes))
 
     def pin_memory(self) -> Recommendation | None:
         if not self.gpu or pins_memory(self.loader.pin_memory, self.device) or self.h2d < PIN_MEMORY_H2D:
             return None
         return self._rec({"loader.pin_memory": True}, self.predict({"loader.pin_memory": True}),
-                         f"host → device copies take {fmt.pct(self.h2d)} of step time; pinned memory can make them "
-                         "faster and lets them overlap compute")
+                         Reason("pin_memory", {"h2d": self.h2d}))
 
     def batch_fetch(self) -> Recommendation | None:
         if self.parts is None or self.storage != "ram" or self.wait < COMPUTE_BOUND_FRACTION:
@@ -290,9 +289,8 @@ class _Model(ChangeModel):
         p = fetch + prep + collate
         if p <= 0 or (fetch + collate) / p < SHARE_DOMINATES:
             return None
-        return self._rec({}, self._batch_x(),
-                         f"per-sample indexing and collate are {fmt.pct((fetch + collate) / p)} of making a batch "
-                         f"({fmt.duration(fetch)} + {fmt.duration(collate)} per sample): take whole batches at once",
+        return self._rec({}, self._batch_x(), Reason("batch_fetch", {"share": (fetch + collate) / p, "fetch": fetch,
+                                                                     "collate": collate}),
                          code_change=WHOLE_BATCHES_CODE)
 
     def cache_in_ram(self) -> Recommendation | None:
@@ -309,21 +307,20 @@ class _Model(ChangeModel):
         change: dict[str, Any] = {"data.storage": "ram"}
         if self.data.cache == "cold":
             change["data.cache"] = "warm"
-        how = "cold" if self.cold else "throttled" if self.throttled else "one file per sample"
+        how = "cold" if self.cold else "throttled" if self.throttled else "files"
+        measured_decode = (decode_reason(self.transforms) if self.transforms is not None and measured is not None
+                           else None)
         if decode:
-            what = (decode_words(self.transforms) if self.transforms is not None and measured is not None else None) \
-                or f"decoding is {fmt.pct(prep / p)} of making a batch ({fmt.duration(prep)} per sample)"
+            what = measured_decode or Reason("decode_share", {"share": prep / p, "prep": prep})
         else:
-            what = (f"fetching from {self.storage} ({how}) is {fmt.pct(fetch / p)} of making a batch "
-                    f"({fmt.duration(fetch)} per sample)")
-        extra = {}
+            what = Reason("fetch_share", {"storage": self.storage, "how": how, "share": fetch / p, "fetch": fetch})
+        note: tuple[Reason, ...] = ()
         if self.storage == "images":
-            extra["note"] = "remove data.format / data.quality from the scenario: they apply to images only"
+            note = (Reason("images_only"),)
         if self.throttled:
-            extra["note"] = "remove data.throttle from the scenario (slow storage is what the cache avoids)"
-        return self._rec(change, self.predict(change),
-                         f"{what}; with decoded samples cached in RAM fetch{' and decode' if decode else ''} go away",
-                         **extra)
+            note = (Reason("throttle_cache"),)
+        return self._rec(change, self.predict(change), Reason("cache_in_ram", {"what": what, "decode": decode}),
+                         note=note)
 
     def transform_changes(self) -> list[Recommendation]:
         """The training loader's transform and decode changes (``transform_advice``), each predicted from the
@@ -337,11 +334,11 @@ class _Model(ChangeModel):
             p = self.saved_x(saving)
             if p is None:
                 continue
-            note = saving.note
+            notes = (saving.note,) if saving.note is not None else ()
             if not self.script:
-                note = f"{note}; a code change: no scenario setting expresses it, so --verify cannot re-run it"
-            out.append(self._rec({}, p, f"{saving.why}, from the measured per-transform costs",
-                                 code_change=saving.code_change, note=note))
+                notes = (*notes, Reason("code_change_only"))
+            out.append(self._rec({}, p, Reason("transform_saving", {"why": saving.why}),
+                                 code_change=saving.code_change, note=notes))
         return out
 
     def saved_x(self, saving: PrepSaving) -> Prediction | None:
@@ -354,8 +351,9 @@ class _Model(ChangeModel):
         after_estimate = dataclasses.replace(self.estimate, storage=math.inf) if saving.fetch_saved_s else self.estimate
         after = after_estimate.at(self.k, self.supply(fetch - min(saving.fetch_saved_s, fetch),
                                                       prep - min(saving.prep_saved_s, prep), collate))
-        p = ratio(before, after, self.current, f"prep − {fmt.duration(min(saving.prep_saved_s, prep))}")
-        return dataclasses.replace(p, model=f"{p.model}; {saving.assumed}") if saving.assumed else p
+        p = ratio(before, after, self.current, Reason("prep_saved", {"saved_s": min(saving.prep_saved_s, prep)}))
+        return dataclasses.replace(p, model=Reason("assumed", {"model": p.model, "assumed": saving.assumed})) \
+            if saving.assumed else p
 
     def prefetch(self) -> Recommendation | None:
         pre = self.attr.prefetch
@@ -367,9 +365,7 @@ class _Model(ChangeModel):
         factor = prefetch_factor(self.k, pre.prefetch_factor) or 1
         change = {"loader.prefetch_factor": 2 * factor}
         return self._rec(change, self.predict(change),
-                         f"supply is bursty: {fmt.pct(empty)} of steps found the queue empty while the workers "
-                         f"were busy only {fmt.pct(busy or 0)} of the time; a deeper queue "
-                         f"({self.k} × {2 * factor} batches) lets them run ahead, saving the bursts' waits")
+                         Reason("prefetch", {"empty": empty, "busy": busy or 0, "k": self.k, "factor": 2 * factor}))
 
     # -- the honest negative -------------------------------------------------------------
 
@@ -379,30 +375,23 @@ class _Model(ChangeModel):
         busy = c.busy / c.available if c.available > 0 else None
         other = self._other_load()
         if verdict.klass == "compute":
-            threads = ""
+            threads = None
             if not self.gpu and self.k and self.cpu.oversubscribed and busy is not None and busy >= SATURATED_FRACTION:
-                fewer = int(max(1, c.available - self.k))
-                how = (f"try torch.set_num_threads({fewer}) in the script" if self.script else
-                       f"measure --set train.threads={fewer}")
-                threads = (f"; its {fmt.plural(self.k, 'worker')} + {fmt.plural(int(self.threads), 'torch thread')} "
-                           f"keep {c.busy:.2f} of the {c.available:.2f} cores available busy: {how}")
-            headroom = fmt.change_pct(self.ceiling, self.current)
-            above = (f"is the same as the {self._now()}" if headroom == "the same" else
-                     f"is {headroom} the {self._now()}")
+                threads = Reason("oversubscribed", {"k": self.k, "threads": int(self.threads), "busy": c.busy,
+                                                    "available": c.available, "fewer": int(max(1, c.available - self.k)),
+                                                    "script": self.script})
             return _negative(self.current,
-                             f"the run is compute-bound: only {fmt.pct(self.wait, 1)} of step time waits for data; "
-                             f"the compute ceiling {fmt.rate(self.ceiling)} {above}, so a faster input pipeline "
-                             f"cannot gain more — make the model's step cheaper instead{threads}{other}",
-                             "C = n / Σ(compute + h2d)")
+                             Reason("compute_bound", {"wait": self.wait, "ceiling": self.ceiling,
+                                                      "current": self.current, "threads": threads, "other": other}),
+                             Reason("compute_ceiling"))
         if busy is not None and busy >= SATURATED_FRACTION:
             return _negative(self.current,
-                             f"more workers will not help: the job keeps {fmt.pct(busy)} of the {c.available:.2f} "
-                             f"cores available busy (training process and workers){other}",
-                             "W = the cores available, none left")
+                             Reason("cores_saturated", {"busy": busy, "available": c.available, "other": other}),
+                             Reason("cores_none_left"))
         return _negative(self.current,
-                         f"no change predicts a gain of {fmt.pct(MIN_GAIN - 1, 0)} or more from what this run "
-                         f"measured ({self._now()}, compute ceiling {fmt.rate(self.ceiling)}; {self.storage_words})"
-                         f"{other}; --verify or tune measures a change", "all candidates")
+                         Reason("no_gain", {"min_gain": MIN_GAIN - 1, "current": self.current, "ceiling": self.ceiling,
+                                            "storage": self.storage_words, "other": other}),
+                         Reason("all_candidates"))
 
     def persistent(self) -> Recommendation | None:
         """Persistent workers save the start of a *re-iterated* loader's pass (its workers are kept), never a new
@@ -421,27 +410,21 @@ class _Model(ChangeModel):
         if slow is not None:
             saved, _ = slow
             return self._rec({"loader.persistent_workers": True}, self._persistent_x(),
-                             f"the first step of {fmt.plural(len(again), 'epoch')} waited "
-                             f"{fmt.duration(float(again['data_wait_s'].mean()))} on average against a median wait "
-                             f"of {fmt.duration(median_wait)} (median step {fmt.duration(median_step)}): workers are "
-                             f"started anew every time the loader is iterated again; keeping them saves "
-                             f"{fmt.duration(saved)} of {fmt.duration(self.total_s)}")
+                             Reason("persistent", {"epochs": len(again), "wait": float(again["data_wait_s"].mean()),
+                                                   "median_wait": median_wait, "median_step": median_step,
+                                                   "saved": saved, "total": self.total_s}))
         recreated = self._recreated()
         slow = self._slow_starts(new, median_wait, median_step) if recreated else None
         if slow is None or recreated is None:
             return None
         saved, x = slow
         name, count = recreated
-        return self._rec({}, Prediction(x, ESTIMATED, "n / (counted time − excess wait of new loaders' first steps)"),
-                         f"{count} DataLoaders named {name} were built, each iterated once (a new DataLoader per "
-                         f"fit); the first step of each new one's pass waited "
-                         f"{fmt.duration(float(new['data_wait_s'].mean()))} on average against a median wait of "
-                         f"{fmt.duration(median_wait)}, starting its workers: one loader built once and iterated "
-                         f"again, its workers kept, saves {fmt.duration(saved)} of {fmt.duration(self.total_s)}",
-                         code_change="build the DataLoader once, outside fit, and iterate that one loader in every "
-                                     "fit (with persistent_workers=True it keeps its workers between passes)",
-                         note=RECREATED_LOADERS_NOTE)
+        return self._rec({}, Prediction(x, ESTIMATED, Reason("new_loaders")),
+                         Reason("recreated_loaders", {"count": count, "name": name,
+                                                      "wait": float(new["data_wait_s"].mean()),
+                                                      "median_wait": median_wait, "saved": saved, "total": self.total_s}),
+                         code_change=RECREATED_LOADERS_CODE, note=(Reason("recreated_loaders_risk"),))
 
 
-def _negative(current: float | None, reason: str, model: str) -> Recommendation:
-    return Recommendation({}, current, 1.0, reason, model, tier=MEASURED)
+def _negative(current: float | None, why: Reason, model: Reason) -> Recommendation:
+    return Recommendation({}, current, 1.0, why, model, tier=MEASURED)

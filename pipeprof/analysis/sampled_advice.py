@@ -24,13 +24,12 @@ the ``not_predicted`` tier: no samples/s, no speed-up; the reason says what the 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from pipeprof import format as fmt
 from pipeprof.analysis.attribution import Attribution
 from pipeprof.analysis.prediction import NOT_PREDICTED, Cores
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.recommend import Recommendation
 from pipeprof.analysis.thresholds import (
     COMPUTE_BOUND_FRACTION,
@@ -47,9 +46,6 @@ from pipeprof.analysis.transform_advice import (
 )
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.loader_rules import pins_memory
-
-SAMPLED_MODEL = "sampled shares (attach): no step times to predict from"
-TRY_PROFILE = "not predicted (sampled from outside): try pipeprof profile --verify or pipeprof tune on the script"
 
 
 @dataclass(frozen=True)
@@ -99,27 +95,24 @@ def recommend_sampled(attr: Attribution, verdict: Verdict, evidence: SampledEvid
             ranked.append((share, rec))
     ranked.sort(key=lambda pair: -pair[0])  # stable: equal shares keep the order above
     recs = [rec for _, rec in ranked] or [_negative(attr, verdict, evidence, wait,
-                                                    workers if isinstance(workers, str) else None)]
+                                                    workers if isinstance(workers, Reason) else None)]
     if evidence.ended_early:
-        recs = [_with_note(r, evidence.ended_early) for r in recs]
+        recs = [r.with_note(Reason.written(evidence.ended_early)) for r in recs]  # the attach's words (attach.summary)
     return recs
 
 
-def _rec(change: dict[str, object], reason: str, **extra: str) -> Recommendation:
-    return Recommendation(change, None, None, f"{reason}; {TRY_PROFILE}", SAMPLED_MODEL, tier=NOT_PREDICTED,
-                          **extra)
-
-
-def _with_note(rec: Recommendation, note: str) -> Recommendation:
-    return dataclasses.replace(rec, note=f"{rec.note}; {note}" if rec.note else note)
+def _rec(change: dict[str, object], why: Reason, note: Reason | None = None, code_change: Reason | None = None
+         ) -> Recommendation:
+    return Recommendation(change, None, None, Reason("sampled_not_predicted", {"why": why}), Reason("sampled_shares"),
+                          note=(note,) if note is not None else (), code_change=code_change, tier=NOT_PREDICTED)
 
 
 def _saturated(cores: Cores | None) -> bool:
     return cores is not None and cores.available > 0 and cores.busy >= SATURATED_FRACTION * cores.available
 
 
-def _workers(attr: Attribution, evidence: SampledEvidence, wait: float) -> Recommendation | str | None:
-    """More workers, or why not where the workers set the pace (a string), or None where they do not."""
+def _workers(attr: Attribution, evidence: SampledEvidence, wait: float) -> Recommendation | Reason | None:
+    """More workers, or why not where the workers set the pace (a ``Reason``), or None where they do not."""
     k = evidence.loader.num_workers
     if k is None or wait < COMPUTE_BOUND_FRACTION or wait >= 1.0:
         return None
@@ -128,30 +121,26 @@ def _workers(attr: Attribution, evidence: SampledEvidence, wait: float) -> Recom
         if _saturated(cores):
             return None  # the making moves to workers, which need cores beside the training process's
         wanted = max(1, math.ceil(wait / (1 - wait) - 1e-9))
-        how = (f"the training process makes its own batches (no worker sampled): {fmt.pct(wait)} of its samples "
-               f"wait for them and {fmt.pct(1 - wait)} compute, so ⌈{wait:.2f} / {1 - wait:.2f}⌉ = "
-               f"{fmt.plural(wanted, 'worker')} making batches at its pace keep up")
-        if cores is not None:
-            how += f"; {max(cores.available - cores.busy, 0.0):.2f} cores were left idle"
+        how = Reason("sampled_workers_none", {"wait": wait, "wanted": wanted, "idle": max(cores.available - cores.busy,
+                                                                                          0.0) if cores is not None else None})
     else:
         busy = attr.loading.worker_busy_mean_fraction
         if busy is None or busy < WORKERS_BUSY:
             return None  # the workers have slack: more of them would wait too
         wanted = max(k + 1, math.ceil(k * busy / (1 - wait) - 1e-9))
-        how = (f"{fmt.plural(k, 'worker')} were busy {fmt.pct(busy)} of their samples while the training threads "
-               f"waited for a batch in {fmt.pct(wait)} of theirs: ⌈{k} × {busy:.2f} / {1 - wait:.2f}⌉ = "
-               f"{fmt.plural(wanted, 'worker')} keep up at the sampled pace")
+        idle, most = None, wanted
         if cores is not None:
             # a new worker takes the cores a worker kept busy (a worker waiting on storage or a sleep, next to none)
             left, each = max(cores.available - cores.busy, 0.0), cores.workers / k
             cap = k + (math.floor(left / each + 1e-9) if each > 0 else wanted)
-            words = f"{left:.2f} cores were left idle, and a worker kept {each:.2f} busy"
             if cap <= k:
-                return f"more workers will not help: {words}"
-            how += f"; {words}" + (f", so at most {cap}" if wanted > cap else "")
-            wanted = min(wanted, cap)
+                return Reason("sampled_no_core", {"idle": Reason("sampled_idle", {"left": left, "each": each, "cap": None})})
+            idle = Reason("sampled_idle", {"left": left, "each": each, "cap": cap if wanted > cap else None})
+            most = min(wanted, cap)
+        how = Reason("sampled_workers", {"k": k, "busy": busy, "wait": wait, "wanted": wanted, "idle": idle})
+        wanted = most
     if cores is None:
-        how += f"; the cores left idle were not sampled ({evidence.cores_absent or 'no CPU samples'})"
+        how = Reason("sampled_cores_unsampled", {"how": how, "absent": evidence.cores_absent})
     return _rec({"loader.num_workers": wanted}, how)
 
 
@@ -160,12 +149,10 @@ def _pin_memory(evidence: SampledEvidence, h2d: float) -> Recommendation | None:
     if not evidence.device.startswith("cuda") or pins_memory(bool(pinned), evidence.device) \
             or h2d < PIN_MEMORY_H2D:
         return None
-    extra = {}
+    note = None
     if pinned is None:
-        extra["note"] = f"pin_memory could not be read ({evidence.loader.absent.get('pin_memory', 'not seen')})"
-    return _rec({"loader.pin_memory": True},
-                f"host → device copies took {fmt.pct(h2d)} of the training threads' samples and no pinning was "
-                "seen; pinned memory can make them faster and lets them overlap compute", **extra)
+        note = Reason("sampled_pin_unread", {"absent": evidence.loader.absent.get("pin_memory")})
+    return _rec({"loader.pin_memory": True}, Reason("sampled_pin_memory", {"h2d": h2d}), note=note)
 
 
 def _decodes(evidence: SampledEvidence, wait: float) -> bool:
@@ -173,45 +160,38 @@ def _decodes(evidence: SampledEvidence, wait: float) -> bool:
     return wait >= COMPUTE_BOUND_FRACTION and share is not None and share >= SHARE_DOMINATES
 
 
-def _decode_words(evidence: SampledEvidence) -> str:
-    how = f" ({', '.join(evidence.decode_names)})" if evidence.decode_names else ""
-    return f"decoding{how} took {fmt.pct(evidence.decode_fraction)} of the workers' busy samples"
+def _decode(evidence: SampledEvidence) -> Reason:
+    return Reason("sampled_decode", {"names": evidence.decode_names, "fraction": evidence.decode_fraction})
 
 
 def _decode_in_ram(evidence: SampledEvidence, wait: float) -> Recommendation | None:
     if not _decodes(evidence, wait):
         return None
-    return _rec({}, f"{_decode_words(evidence)}: decoded once, it costs nothing after",
+    return _rec({}, Reason("sampled_decode_in_ram", {"decode": _decode(evidence)}),
                 code_change=DECODE_IN_RAM_CODE, note=DECODE_IN_RAM_NOTE)
 
 
 def _decode_jpeg(evidence: SampledEvidence, wait: float) -> Recommendation | None:
     if not _decodes(evidence, wait) or not any("PIL" in name for name in evidence.decode_names):
         return None
-    return _rec({}, f"{_decode_words(evidence)}, PIL's among them: torchvision's decode_jpeg decodes JPEG files "
-                    "faster", code_change=DECODE_JPEG_CODE,
+    return _rec({}, Reason("sampled_decode_jpeg", {"decode": _decode(evidence)}), code_change=DECODE_JPEG_CODE,
                 note=DECODE_JPEG_NOTE)
 
 
 def _negative(attr: Attribution, verdict: Verdict, evidence: SampledEvidence, wait: float,
-              no_workers: str | None) -> Recommendation:
+              no_workers: Reason | None) -> Recommendation:
     """No change the samples support, and why (nothing predicted: no samples/s was measured); ``no_workers``:
     why more workers, which would set the pace, cannot have cores."""
     if verdict.klass == "compute" or wait < COMPUTE_BOUND_FRACTION:
-        why = (f"the job is compute-bound: only {fmt.pct(wait, 1)} of the training threads' samples wait for data, "
-               "so a faster input pipeline cannot gain more — make the model's step cheaper instead")
+        why = Reason("sampled_compute_bound", {"wait": wait})
     elif no_workers is not None:
         why = no_workers
     elif _saturated(evidence.cores):
         cores = evidence.cores
         assert cores is not None
-        why = (f"more workers will not help: the job kept {cores.busy:.2f} of the {cores.available:.2f} cores "
-               "available to a rank busy")
+        why = Reason("sampled_saturated", {"busy": cores.busy, "available": cores.available})
     else:
         busy = attr.loading.worker_busy_mean_fraction
-        workers = (f"; the workers were busy only {fmt.pct(busy)} of their samples" if busy is not None
-                   and busy < WORKERS_BUSY else "")
-        why = (f"no setting change is supported by the samples: {fmt.pct(wait)} of the training threads' samples "
-               f"wait for data{workers} (where the wait falls is in the verdict)")
-    return Recommendation({}, None, None, f"{why}; pipeprof profile on the script measures steps and predicts "
-                                          "changes", SAMPLED_MODEL, tier=NOT_PREDICTED)
+        why = Reason("sampled_nothing", {"wait": wait, "busy": busy if busy is not None and busy < WORKERS_BUSY else None})
+    return Recommendation({}, None, None, Reason("sampled_negative", {"why": why}), Reason("sampled_shares"),
+                          tier=NOT_PREDICTED)

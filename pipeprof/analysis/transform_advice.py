@@ -1,5 +1,6 @@
 """What the measured transforms and decode calls suggest (issue 18, item 4): the rules, the per-sample time each
-change saves, and its words; ``recommend`` turns a saving into a prediction with its model.
+change saves, and its reasons (worded by ``render.advice_text``); ``recommend`` turns a saving into a prediction
+with its model.
 
 Pure functions over one loader's ``LoaderTransforms`` (``analysis.transforms``). Three changes, each only where
 its rule holds; each is a code change (no scenario setting expresses it, so ``--verify`` cannot re-run it) but
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeprof import format as fmt
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.thresholds import SHARE_DOMINATES
 from pipeprof.analysis.transforms import LoaderTransforms, TransformCost
 
@@ -30,9 +31,8 @@ from pipeprof.analysis.transforms import LoaderTransforms, TransformCost
 # this project's 2-core machine (torchvision 0.29, Pillow 13, one thread, best of 5 x 200 decodes of a quality-90
 # JPEG held in memory): 0.66 at 500x375 px, 0.62 at 256x256, 0.48 at 64x64. The larger images' 0.65 is assumed
 # for any JPEG; the PIL -> tensor conversion that decode_jpeg also avoids is not counted (a conservative side).
+# (render.prediction_text.DECODE_JPEG_BASIS says so with every estimate made from it.)
 DECODE_JPEG_KEEPS = 0.65
-DECODE_JPEG_BASIS = ("decode_jpeg took 0.48-0.66 of PIL's open + convert on 64-500 px JPEGs (measured once on "
-                     "pipeprof's 2-core machine, not in this run)")
 
 # A part's time on the CPU this far below its wall time is said beside it ("... 988 µs per sample (580 µs of it on
 # the CPU)"): under contention a transform's wall time holds its waits for a core, which prep's does not.
@@ -40,12 +40,10 @@ WAITED_NOTABLE = 0.2
 
 # The code changes of decoding once into RAM and of decode_jpeg, and their risks (also said for sampled shares:
 # analysis.sampled_advice).
-DECODE_IN_RAM_CODE = ("decode the data set once into RAM (e.g. a TensorDataset of decoded samples) and apply only "
-                      "the transforms per sample")
-DECODE_IN_RAM_NOTE = "the decoded data set must fit in RAM (decoded images are several times their files' size)"
-DECODE_JPEG_CODE = ("decode JPEG files with torchvision.io.decode_jpeg(torchvision.io.read_file(path)) instead of "
-                    "PIL.Image.open(path).convert('RGB'), and transforms.v2 on the uint8 tensor it returns")
-DECODE_JPEG_NOTE = "only for JPEG files; transforms that need a PIL image convert back and can lose the saving"
+DECODE_IN_RAM_CODE = Reason("decode_in_ram_code")
+DECODE_IN_RAM_NOTE = Reason("decode_in_ram_risk")
+DECODE_JPEG_CODE = Reason("decode_jpeg_code")
+DECODE_JPEG_NOTE = Reason("decode_jpeg_risk")
 
 CACHE_AFTER = "cache_after"
 DECODE_IN_RAM = "decode_in_ram"
@@ -68,15 +66,16 @@ class Costliest:
 class PrepSaving:
     """A change to a loader's transforms or decode, and the seconds per sample it saves (measured, or estimated
     where ``assumed`` says on what): ``prep_saved_s`` from the sample's CPU preparation, ``fetch_saved_s`` from
-    reading it. ``why`` is the measured basis in words; ``note`` the risk, where the change might not help."""
+    reading it. ``why`` is the measured basis; ``note`` the risk, where the change might not help (``Reason``s,
+    worded by ``render.advice_text``; ``assumed`` by ``render.prediction_text``)."""
 
     kind: str  # CACHE_AFTER, DECODE_IN_RAM or DECODE_JPEG
     prep_saved_s: float
     fetch_saved_s: float
-    code_change: str
-    why: str
-    assumed: str | None = None
-    note: str | None = None
+    code_change: Reason
+    why: Reason
+    assumed: Reason | None = None
+    note: Reason | None = None
 
 
 def prep_per_sample_s(lt: LoaderTransforms) -> float | None:
@@ -105,17 +104,6 @@ def costliest(lt: LoaderTransforms | None) -> Costliest | None:
     if top is None or top.per_sample_s <= 0:
         return None
     return Costliest(top.name, top.per_sample_s, top.share_of_prep, False, top.cpu_per_sample_s)
-
-
-def costliest_words(part: Costliest) -> str:
-    """"RandomResizedCrop(size=224) takes 61% of preparation, 1.30 ms per sample" (no share: the time only)."""
-    time = f"{fmt.duration(part.per_sample_s)} per sample"
-    cpu = part.cpu_per_sample_s
-    if cpu is not None and cpu == cpu and cpu < (1 - WAITED_NOTABLE) * part.per_sample_s:
-        time += f" ({fmt.duration(cpu)} of it on the CPU)"  # the rest waited: for a core (contention), I/O, a lock
-    if part.share_of_prep is None:
-        return f"{part.name} takes {time}"
-    return f"{part.name} takes {fmt.pct(part.share_of_prep)} of preparation, {time}"
 
 
 def cache_point(lt: LoaderTransforms) -> tuple[TransformCost, tuple[TransformCost, ...]] | None:
@@ -154,16 +142,14 @@ def decode_share(lt: LoaderTransforms) -> float | None:
     return lt.decode.per_sample_s / total
 
 
-def decode_words(lt: LoaderTransforms) -> str | None:
-    """"decoding (PIL.Image.open+convert) measured at 64% of a sample's making, 2.10 ms per sample"; None where
-    no decode was timed."""
+def decode_reason(lt: LoaderTransforms) -> Reason | None:
+    """The measured decode (kind ``decode_measured``: "decoding (PIL.Image.open+convert) measured at 64% of a
+    sample's making, 2.10 ms per sample"); None where no decode was timed."""
     decode = lt.decode
     if decode is None:
         return None
-    share = decode_share(lt)
-    how = f" ({decode.how})" if decode.how else ""
-    at = f"{fmt.pct(share)} of a sample's making, " if share is not None else ""
-    return f"decoding{how} measured at {at}{fmt.duration(decode.per_sample_s)} per sample"
+    return Reason("decode_measured", {"how": decode.how, "share": decode_share(lt),
+                                      "per_sample_s": decode.per_sample_s})
 
 
 def prep_savings(lt: LoaderTransforms | None) -> list[PrepSaving]:
@@ -185,18 +171,13 @@ def _cache_after(lt: LoaderTransforms) -> PrepSaving | None:
     decode_s = lt.decode.per_sample_s if lt.decode is not None else 0.0
     rest = [c for c in sorted(lt.transforms, key=lambda c: c.order) if c.order > last.order]
     first_random = next(c for c in rest if c.random)
-    names = " → ".join(c.name for c in prefix)
-    why = (f"{top.name} is deterministic and takes {fmt.pct(top.per_sample_s / total)} of the transforms' time "
-           f"({fmt.duration(top.per_sample_s)} per sample); {names} give{'s' if len(prefix) == 1 else ''} the same "
-           f"output every epoch (the first random transform is {first_random.name}): caching the samples after "
-           f"{last.name} saves {fmt.duration(prefix_s)} of transforms"
-           + (f" and {fmt.duration(decode_s)} of decoding" if decode_s else "") + " per sample")
+    why = Reason(CACHE_AFTER, {"top": top.name, "top_share": top.per_sample_s / total, "top_s": top.per_sample_s,
+                               "prefix": tuple(c.name for c in prefix), "first_random": first_random.name,
+                               "last": last.name, "prefix_s": prefix_s, "decode_s": decode_s})
     return PrepSaving(CACHE_AFTER, prefix_s + decode_s, 0.0,
-                      f"cache the samples after {last.name}: apply {names} once (e.g. in a first pass into a tensor "
-                      f"held in RAM or saved to disk) and keep {' → '.join(c.name for c in rest)} in the per-sample "
-                      "transform",
-                      why, note=("the cached samples take memory (or disk) at their size after "
-                                 f"{last.name}; read from a disk instead of RAM they can cost more than they save"))
+                      Reason("cache_after_code", {"last": last.name, "prefix": tuple(c.name for c in prefix),
+                                                  "rest": tuple(c.name for c in rest)}),
+                      why, note=Reason("cache_after_risk", {"last": last.name}))
 
 
 def decode_saving(lt: LoaderTransforms) -> PrepSaving | None:
@@ -206,7 +187,7 @@ def decode_saving(lt: LoaderTransforms) -> PrepSaving | None:
         return None
     fetch_s = lt.split.fetch_s if lt.split is not None else 0.0
     return PrepSaving(DECODE_IN_RAM, lt.decode.per_sample_s, fetch_s,
-                      DECODE_IN_RAM_CODE, f"{decode_words(lt)}: decoded once, it costs nothing after",
+                      DECODE_IN_RAM_CODE, Reason(DECODE_IN_RAM, {"decode": decode_reason(lt)}),
                       note=DECODE_IN_RAM_NOTE)
 
 
@@ -219,7 +200,6 @@ def jpeg_saving(lt: LoaderTransforms) -> PrepSaving | None:
     saved = decode.per_sample_s * (1 - DECODE_JPEG_KEEPS)
     return PrepSaving(DECODE_JPEG, saved, 0.0,
                       DECODE_JPEG_CODE,
-                      f"{decode_words(lt)}; decode_jpeg is estimated to save {fmt.pct(1 - DECODE_JPEG_KEEPS)} of it, "
-                      f"{fmt.duration(saved)} per sample (an estimate: {DECODE_JPEG_BASIS})",
-                      assumed=f"decode × {DECODE_JPEG_KEEPS} with decode_jpeg (assumed: {DECODE_JPEG_BASIS})",
+                      Reason(DECODE_JPEG, {"decode": decode_reason(lt), "keeps": DECODE_JPEG_KEEPS, "saved": saved}),
+                      assumed=Reason("decode_jpeg_assumed", {"keeps": DECODE_JPEG_KEEPS}),
                       note=DECODE_JPEG_NOTE)

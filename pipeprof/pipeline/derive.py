@@ -8,8 +8,10 @@ from typing import Any
 from pipeprof.analysis.light_summary import is_light, light_summary
 from pipeprof.analysis.summary import Summary, summary_record
 from pipeprof.attach.summary import is_sampled, sampled_summary
+from pipeprof.render.advice_text import recommendation_words
 from pipeprof.render.cache_text import cache_json, cache_words
 from pipeprof.render.html import render_html
+from pipeprof.render.straggler_text import straggler_words
 from pipeprof.render.verdict_text import bottleneck_words, verdict_json
 from pipeprof.render.verification_text import verification_words
 from pipeprof.run_folder import Run, to_json, write_text
@@ -27,7 +29,8 @@ def derived_files(run: Run, folder_name: str) -> tuple[dict[str, Any], dict[str,
 def summary_document(record: Summary) -> dict[str, Any]:
     """summary.json: the summary's data (``Summary.to_json``) and the sentences written here, at the edge, by
     render's text modules (``bottleneck_reason``, each verdict's ``sentence`` and ``notes``, the page-cache
-    check's ``reason``, ``verification.verdict_words``)."""
+    check's ``reason``, ``verification.verdict_words``; each recommendation's ``reason``, ``model`` and
+    ``note``; ``straggler.sentence``)."""
     summary = record.to_json()
     summary["bottleneck_reason"] = bottleneck_words(record.bottleneck_why)
     summary["verdict"] = verdict_json(record.verdict)
@@ -37,6 +40,10 @@ def summary_document(record: Summary) -> dict[str, Any]:
         summary["attribution"]["cache"]["reason"] = cache_words(record.attribution.cache.reason)
     for entry, written in zip(record.ranks, summary["ranks"], strict=True):
         written["verdict"] = verdict_json(entry.verdict)
+    for entry, rec in zip(summary["recommendations"], record.recommendations, strict=True):
+        entry.update(recommendation_words(rec))
+    if record.straggler is not None:
+        summary["straggler"]["sentence"] = straggler_words(record.straggler)
     if record.verification is not None:
         summary["verification"]["verdict_words"] = verification_words(record.verification)
     return summary

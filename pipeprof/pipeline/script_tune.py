@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from pipeprof import format as fmt
-from pipeprof.analysis.advice_text import script_text
 from pipeprof.analysis.prediction_check import point_predictions, prediction_check
 from pipeprof.analysis.thresholds import TUNE_MIN_GAIN
 from pipeprof.analysis.tune import FINALISTS, SEEDS, Settings, Space, search
@@ -48,6 +47,7 @@ from pipeprof.pipeline.progress import SILENT, Progress
 from pipeprof.pipeline.script_run import launched_name, run_name, split_command
 from pipeprof.pipeline.script_verify import script_flags
 from pipeprof.pipeline.sweep import create_folder
+from pipeprof.render.script_text import script_text
 from pipeprof.run_folder import write_text
 
 LOADER_KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size")

@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 
-from pipeprof.analysis.advice_text import dataloader_kwargs
 from pipeprof.analysis.prediction_check import prediction_check
 from pipeprof.analysis.recommend import DEVICE_DATA_MAX_BYTES
 from pipeprof.analysis.sweep import best_summary, near_best, point_record
@@ -38,6 +37,7 @@ from pipeprof.pipeline.fresh_process import ChildRun, run_child
 from pipeprof.pipeline.progress import SILENT, Progress
 from pipeprof.pipeline.sweep import Measure, create_folder, new_document, save_document
 from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
+from pipeprof.render.script_text import dataloader_kwargs
 from pipeprof.render.sweep import render_sweep_html
 from pipeprof.run_folder import write_text
 from pipeprof.scenario import ON_DISK, SAMPLE_BYTES, Scenario

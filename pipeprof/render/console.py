@@ -21,6 +21,7 @@ from pipeprof.analysis.summary import Summary, as_summary
 from pipeprof.format import NOT_MEASURED
 from pipeprof.numbers import finite as _value
 from pipeprof.numbers import scaled
+from pipeprof.render.advice_text import note_text, reason_text
 from pipeprof.render.cache_text import cache_words
 from pipeprof.render.interval_text import change_text, speedup_text
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
@@ -98,9 +99,10 @@ def summary_table(summary: Summary | Mapping[str, Any], folder: str | Path) -> T
         top, interval = s.recommendations[0], s.intervals[0] if s.intervals else None
         speedup = speedup_text(top, interval, missing="")
         text = (f"{change_text(top)} → {fmt.rate(top.predicted_samples_per_s, missing='not predicted')}"
-                + (f", {speedup}" if speedup else "") + f": {top.reason}")
-        if top.note:  # e.g. the caveat of a run that ended early
-            text += f"\nnote: {top.note}"
+                + (f", {speedup}" if speedup else "") + f": {reason_text(top.reason)}")
+        note = note_text(top.note)
+        if note:  # e.g. the caveat of a run that ended early
+            text += f"\nnote: {note}"
         certain = bool(top.change or top.code_change) and not (interval is not None and interval.may_not_help)
         add("top recommendation", text, "bold" if certain else "")
     split = loading.split if loading is not None else None

@@ -24,10 +24,12 @@ from pipeprof.analysis.steps import counted_steps, counted_window_s, step_breakd
 from pipeprof.analysis.summary import SUMMARY_SCHEMA_VERSION, TAIL_FRACTION, Summary, as_summary
 from pipeprof.format import NOT_MEASURED, finite
 from pipeprof.render import plots
+from pipeprof.render.advice_text import note_text, reason_text
 from pipeprof.render.cache_text import cache_words
 from pipeprof.render.gpu_view import gpu_telemetry_rows
 from pipeprof.render.interval_text import change_text, speedup_text
 from pipeprof.render.loaders import LoaderGroup, fold_loaders
+from pipeprof.render.prediction_text import model_text
 from pipeprof.render.ranks import rank_label, rank_rows, straggler_view
 from pipeprof.render.transform_plot import bars_svg
 from pipeprof.render.transform_view import loader_views, split_text, table_rows
@@ -180,7 +182,8 @@ def _recommendations(summary: Summary) -> list[dict[str, Any]]:
         (None,) * len(summary.recommendations)
     return [{"change": change_text(r), "samples_per_s": format_significant(r.predicted_samples_per_s),
              "speedup": speedup_text(r, i), "may_not_help": i is not None and i.may_not_help,
-             "method": i.method if i is not None else "", "reason": r.reason, "note": r.note or "", "model": r.model}
+             "method": i.method if i is not None else "", "reason": reason_text(r.reason), "note": note_text(r.note) or "",
+             "model": model_text(r.model)}
             for r, i in zip(summary.recommendations, intervals, strict=True)]
 
 

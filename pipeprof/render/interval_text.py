@@ -12,6 +12,8 @@ from pipeprof import format as fmt
 from pipeprof.analysis.intervals import Interval
 from pipeprof.analysis.recommend import Recommendation
 from pipeprof.numbers import finite
+from pipeprof.render.advice_text import code_text
+from pipeprof.render.script_text import script_words
 
 MAY_NOT_HELP = "may not help"
 NOT_PREDICTED = "not predicted: try --verify or tune"
@@ -20,11 +22,12 @@ NOT_PREDICTED = "not predicted: try --verify or tune"
 def change_text(rec: Recommendation) -> str:
     """A recommendation's change as command-line text: ``--set loader.num_workers=2 ...`` (for a script: the
     Python to change, ``script_text``), the code change, or ``no change``."""
-    if rec.script_text:
-        return rec.script_text
+    if rec.script_text is not None and (words := script_words(rec.script_text)):
+        return words
     if rec.change:
         return " ".join(f"--set {key}={fmt.setting_arg(value)}" for key, value in rec.change.items())
-    return f"code: {rec.code_change}" if rec.code_change else "no change"
+    code = code_text(rec.code_change) if rec.code_change is not None else ""
+    return f"code: {code}" if code else "no change"
 
 
 def speedup_text(rec: Recommendation, interval: Interval | None, *, missing: str = fmt.NOT_MEASURED) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from pipeprof import format as fmt
 from pipeprof.analysis.summary import Summary, as_summary
 from pipeprof.format import NOT_MEASURED, finite
+from pipeprof.render.straggler_text import straggler_words
 
 # What the straggler's kind says about it, after "rank N (node) ...".
 STRAGGLER_WORDS = {
@@ -50,7 +51,7 @@ def straggler_view(summary: Summary | Mapping[str, Any]) -> dict[str, Any] | Non
         title = f"Straggler: {rank_label(s.rank, s.node)}, {_KIND_TITLES.get(kind, kind)}"
         words = f"{rank_label(s.rank, s.node)} {STRAGGLER_WORDS.get(kind, f'is the straggler ({kind})')}"
     rows = [(evidence_label(k), evidence_text(k, v)) for k, v in evidence.items()]
-    return {"kind": kind, "rank": s.rank, "node": s.node, "title": title, "sentence": s.sentence or words,
+    return {"kind": kind, "rank": s.rank, "node": s.node, "title": title, "sentence": straggler_words(s) or words,
             "rows": rows}
 
 

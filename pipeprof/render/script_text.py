@@ -15,10 +15,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeprof.analysis.reasons import WRITTEN, Reason
+
 # TrainingArguments' names for the DataLoader settings the Hugging Face Trainer builds its loaders with.
 TRAINING_ARGUMENTS = {"loader.num_workers": "dataloader_num_workers", "loader.pin_memory": "dataloader_pin_memory",
                       "loader.prefetch_factor": "dataloader_prefetch_factor",
                       "loader.persistent_workers": "dataloader_persistent_workers"}
+
+
+def script_words(r: Reason) -> str:
+    """A recommendation's ``script_text`` (kind ``script_text``: ``script_text(change, loader)``; read back from a
+    summary.json, the Python as written)."""
+    if r.kind == WRITTEN:
+        return str(r["text"])
+    return script_text(r["change"], r["loader"])
 
 
 def script_text(change: dict[str, Any], loader: dict[str, Any]) -> str:
