@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from pipeprof.analysis.prediction_check import summarize  # noqa: E402 - after the repository is on the path
+from pipeprof.analysis.prediction_check import Disturbance, summarize  # noqa: E402 - after the repository is on the path
 from pipeprof.render.sweep import disturbed_words  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{said(check['summary']['undisturbed'])}")
                 for r in rows:
                     change = ", ".join(f"{k}={v}" for k, v in r["change"].items())
-                    disturbed = "; ".join(disturbed_words(d) for d in r.get("disturbed") or [])
+                    disturbed = "; ".join(disturbed_words(Disturbance.from_json(d)) for d in r.get("disturbed") or [])
                     inside = {True: "inside", False: "OUTSIDE", None: "no interval"}[r["inside"]]
                     print(f"    {r['from']} -> {change}: predicted {r['predicted']:,.0f}, measured "
                           f"{r['measured']:,.0f} ({100 * r['error']:+.1f}%, {inside}, {r.get('tier')})"

@@ -277,3 +277,43 @@ def test_more_workers_are_estimated_at_the_cpu_a_sample_costs_in_a_worker_proces
     assert after["predicted_samples_per_s"] == pytest.approx(min(supply, compute_ceiling(run)), rel=1e-6)
     assert after["predicted_samples_per_s"] < before["predicted_samples_per_s"]
     assert "measured with 4 workers (what_ifs.loader_workers)" in after["model"]
+
+
+def _probed(run, now: float, ceiling: float, at_two: float) -> None:
+    """The loop fed by 1 and 2 workers measured after the run (2 at ``at_two`` samples/s), and the as-run loop."""
+    run.meta["what_ifs"] = {"train_workers": {"1": {"samples_per_s": 1.2 * now, "threads": 1,
+                                                    "compute_samples_per_s": 0.9 * ceiling},
+                                              "2": {"samples_per_s": at_two, "threads": 1,
+                                                    "compute_samples_per_s": 0.85 * ceiling}},
+                            "train_as_run": {"samples_per_s": now}}
+
+
+def test_more_workers_than_measured_are_read_against_the_most_workers_measured():
+    # 2 cores, no workers: 1 and 2 workers were measured. 3 or 4 workers have no core more than 2 had, so the
+    # estimate gives them what it gives 2, and read against 2's measurement they are predicted at it: the
+    # advice is the measured 2 workers, not an estimate that only looks higher for being an estimate
+    run = machine_run(cores=2, workers=0, gpu=False, threads=1, main_cores=1.0, wait=0.6, batch_s=0.06)
+    now, ceiling = BATCH / STEP_S, compute_ceiling(run)
+    for at_two in (1.5 * now, 1.2 * 1.5 * now):
+        _probed(run, now, ceiling, at_two)
+        for k in (3, 4):
+            rec = predicted(run, {"loader.num_workers": k})
+            assert rec["tier"] == "estimated"
+            assert rec["predicted_samples_per_s"] == pytest.approx(at_two)  # X(2) measured × X(k)/X(2) estimated
+            assert "read against the loop measured with 2 workers" in rec["model"]
+        assert [(r["change"], r["tier"]) for r in recs_of(run) if "loader.num_workers" in r["change"]] == \
+            [({"loader.num_workers": 2}, "measured")]
+
+
+def test_on_many_cores_more_workers_scale_from_the_measurement_as_the_estimate_does():
+    # 16 cores: 4 workers have twice the cores 2 had; the estimate doubles from 2 to 4 and so does the
+    # prediction read against 2's measurement, whatever that measurement was
+    run = machine_run(cores=16, workers=0, gpu=False, threads=1, main_cores=1.0, wait=0.8, batch_s=0.3)
+    now, ceiling = BATCH / STEP_S, compute_ceiling(run)
+    predictions = []
+    for at_two in (1.5 * now, 1.2 * now):
+        _probed(run, now, ceiling, at_two)
+        predictions.append(predicted(run, {"loader.num_workers": 4})["predicted_samples_per_s"])
+    assert predictions[1] / predictions[0] == pytest.approx(1.2 / 1.5)  # moves with the measurement
+    assert predictions[0] == pytest.approx(2 * 1.5 * now, rel=0.05)  # twice the workers, twice the cores
+    assert predictions[0] <= 0.85 * ceiling  # never past the compute measured beside workers

@@ -221,14 +221,22 @@ class ChangeModel:
             p = _with_cost(self.estimate.at(k, supply, ceiling=min(self.ceiling, c)), cost)
             probe = self.probes.trained.get((k_probed, self.threads))
             measured = self.probes.read(self.current, probe, None).samples_per_s if probe is not None else None
-            capped = None
-            if measured is not None and p.samples_per_s is not None:  # k workers supply at most k/k' × k' workers'
-                cap = measured * k / k_probed
-                if cap < p.samples_per_s:
+            capped = anchored = None
+            if measured is not None and p.samples_per_s is not None:
+                # read against the loop measured with k' workers: X(k') measured × the estimate's X(k) / X(k'),
+                # within the ceilings (an estimate that ran high or low at k' runs so at k)
+                at_probed = self.estimate.at(k_probed, self.worker_supply(k_probed)[0],
+                                             ceiling=min(self.ceiling, c)).samples_per_s
+                if at_probed:
+                    anchored = min(measured * p.samples_per_s / at_probed, self.ceiling, c, self.estimate.storage)
+                    p = dataclasses.replace(p, samples_per_s=anchored)
+                cap = measured * k / k_probed  # k workers supply at most k/k' × k' workers'
+                if cap < float(p.samples_per_s or 0.0):
                     p = dataclasses.replace(p, samples_per_s=cap)
                     capped = cap
-            return dataclasses.replace(p, model=Reason("beside_workers", {"model": p.model, "c": c, "k": k,
-                                                                          "k_probed": k_probed, "cap": capped}))
+            return dataclasses.replace(p, model=Reason("beside_workers", {
+                "model": p.model, "c": c, "k": k, "k_probed": k_probed, "cap": capped, "anchored": anchored,
+                "measured": measured}))
         if self.gpu:
             return not_predicted(Reason("gpu_threads"))
         loop = self.probes.loop_threads
@@ -236,8 +244,8 @@ class ChangeModel:
             return not_predicted(Reason("threads_unmeasured", {"threads": threads}))
         c = self.ceiling * loop[threads] / loop[self.threads]
         p = self.estimate.at(k, supply, ceiling=c, main=min(threads, self.cores.main))
-        return dataclasses.replace(p, model=Reason("threads_ceiling", {"model": _with_cost(p, cost).model, "threads": threads,
-                                                                       "run_threads": self.threads}))
+        return dataclasses.replace(p, model=Reason("threads_ceiling", {"model": _with_cost(p, cost).model,
+                                                                       "threads": threads, "run_threads": self.threads}))
 
     def self_check(self) -> ModelCheck:
         """The model against what this run measured itself (``ModelCheck``): the estimate ``min(C, supply, S)`` at

@@ -65,6 +65,9 @@ def _beside_workers(n: Mapping[str, Any]) -> str:
     k, kp = n["k"], n["k_probed"]
     words = (f"; C beside workers = {fmt.rate(n['c'])}, the loop's compute measured beside "
              f"{fmt.plural(kp, 'worker')} (receiving their batches included: what_ifs.train_workers)")
+    if n.get("anchored") is not None:
+        words += (f"; read against the loop measured with {fmt.plural(kp, 'worker')} ({fmt.rate(n['measured'])}): "
+                  f"that × the estimate's X({k}) / X({kp}) = {fmt.rate(n['anchored'])}")
     if n["cap"] is not None:
         words += (f"; at most {k}/{kp} × the loop measured with {fmt.plural(kp, 'worker')} "
                   f"= {fmt.rate(n['cap'])}")
