@@ -171,9 +171,6 @@ RENDER_ANALYSIS_ALLOWED = {
     ("pipeprof.render.gate", "pipeprof.analysis.gate"),
     ("pipeprof.render.html", "pipeprof.analysis.steps"),
     ("pipeprof.render.html", "pipeprof.analysis.summary"),  # TAIL_FRACTION
-    ("pipeprof.render.live", "pipeprof.analysis.live_window"),
-    ("pipeprof.render.live", "pipeprof.analysis.thresholds"),
-    ("pipeprof.render.live", "pipeprof.analysis.verdict"),
     ("pipeprof.render.sweep", "pipeprof.analysis.sweep"),
 }
 
@@ -223,7 +220,7 @@ SUMMARY_RECORDS = frozenset({"Summary", "as_summary", "SUMMARY_SCHEMA_VERSION", 
                              "LightChange", "SampledSection", "SampledShare", "SampledWindow",
                              "Comparison", "FractionChange", "ThroughputRatio", "as_comparison",
                              "Disturbance", "PredictionCheck", "CrossCheck", "Diagnosis", "SampleSplit",
-                             "Sweep", "SweepPoint", "Reason", "WRITTEN", "CacheCheck"})
+                             "Sweep", "SweepPoint", "Reason", "WRITTEN", "CacheCheck", "LiveWindow"})
 
 
 def _imported_names(module: str) -> dict[str, set[str]]:

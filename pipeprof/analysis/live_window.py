@@ -14,6 +14,9 @@ from typing import Any
 
 import pandas as pd
 
+from pipeprof.analysis.reasons import Reason
+from pipeprof.analysis.thresholds import COMPUTE_BOUND_FRACTION, H2D_BOUND_FRACTION, INPUT_BOUND_FRACTION
+from pipeprof.analysis.verdict import input_degree
 from pipeprof.loader_rules import queue_capacity_batches
 
 
@@ -35,6 +38,22 @@ class LiveWindow:
     gpu_util_pct: float | None = None
     gpu_mem_bytes: float | None = None
     absent: Mapping[str, str] = field(default_factory=dict)  # "steps", "queue", "gpu" -> why not shown
+
+    @property
+    def verdict(self) -> Reason:
+        """The verdict's thresholds (analysis.thresholds) on the window's shares: a ``live_verdict`` whose
+        ``klass`` is ``unknown`` (no shares yet), ``h2d``, ``compute`` or the input degree, with the shares."""
+        wait, h2d = self.data_wait_fraction, self.h2d_fraction
+        if wait is None or math.isnan(wait):
+            klass = "unknown"
+        elif h2d is not None and h2d >= H2D_BOUND_FRACTION and h2d >= wait:
+            klass = "h2d"
+        elif wait < COMPUTE_BOUND_FRACTION:
+            klass = "compute"
+        else:
+            klass = input_degree(wait)
+        return Reason("live_verdict", {"klass": klass, "wait": wait, "h2d": h2d,
+                                       "input_bound_from": INPUT_BOUND_FRACTION})
 
 
 def timed_window(steps: pd.DataFrame, loading: pd.DataFrame, *, now_s: float, window_s: float,

@@ -19,24 +19,15 @@ from rich.text import Text
 
 from pipeprof import format as fmt
 from pipeprof.analysis.live_window import LiveWindow
-from pipeprof.analysis.thresholds import COMPUTE_BOUND_FRACTION, H2D_BOUND_FRACTION, INPUT_BOUND_FRACTION
-from pipeprof.analysis.verdict import input_degree
+from pipeprof.render.verdict_text import live_verdict_words
 
 BAR_CELLS = 20
 MAX_WORKERS_SHOWN = 8
 
 
 def verdict_so_far(window: LiveWindow) -> str:
-    """The verdict's thresholds (analysis.thresholds) on the window's shares, in words."""
-    wait, h2d = window.data_wait_fraction, window.h2d_fraction
-    if wait is None or math.isnan(wait):
-        return "unknown (no shares yet)"
-    if h2d is not None and h2d >= H2D_BOUND_FRACTION and h2d >= wait:
-        return f"bound by the copy to the device ({fmt.pct(h2d, 0)})"
-    if wait < COMPUTE_BOUND_FRACTION:
-        return f"compute-bound (data wait {fmt.pct(wait, 0)})"
-    degree = input_degree(wait)
-    return f"{degree} (data wait {fmt.pct(wait, 0)}, input-bound from {fmt.pct(INPUT_BOUND_FRACTION, 0)})"
+    """The window's verdict so far (``LiveWindow.verdict``: the verdict's thresholds on its shares), in words."""
+    return live_verdict_words(window.verdict)
 
 
 def _bar(fraction: float | None) -> Text:

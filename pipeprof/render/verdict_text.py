@@ -222,3 +222,17 @@ def bottleneck_words(r: Reason) -> str:
     else:
         raise ValueError(f"no words for a bottleneck reason of kind {r.kind!r}")
     return words + ("; no single cause" if r["no_single_cause"] else "")
+
+
+def live_verdict_words(r: Reason) -> str:
+    """A ``live_verdict`` (``LiveWindow.verdict``): the live view's verdict so far."""
+    assert r.kind == "live_verdict", r.kind
+    n = r.values
+    klass, wait = n["klass"], n["wait"]
+    if klass == "unknown":
+        return "unknown (no shares yet)"
+    if klass == "h2d":
+        return f"bound by the copy to the device ({fmt.pct(n['h2d'], 0)})"
+    if klass == "compute":
+        return f"compute-bound (data wait {fmt.pct(wait, 0)})"
+    return f"{klass} (data wait {fmt.pct(wait, 0)}, input-bound from {fmt.pct(n['input_bound_from'], 0)})"
