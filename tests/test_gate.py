@@ -48,7 +48,7 @@ def test_exit_status_fail_beats_undecided_beats_pass():
     assert gate_exit_status([noise, unknown, slower]) == 1
     assert gate_exit_status([noise, unknown]) == 2
     assert gate_exit_status([noise]) == 0
-    j = gate_json([noise, slower])
+    j = gate_json([noise, slower], gate_exit_status([noise, slower]))
     assert j["exit_status"] == 1 and not j["passed"]
     assert [(x["run"], x["outcome"], x["failed"]) for x in j["runs"]] == [("d", "within-noise", False),
                                                                          ("b", "slower", True)]

@@ -168,7 +168,6 @@ ANALYSIS_FORMATS_ALLOWED: set[str] = set()
 # Render only formats what the summary carries: these render modules still call analysis (the import, the
 # analysis module); no other import of analysis may start.
 RENDER_ANALYSIS_ALLOWED = {
-    ("pipeprof.render.gate", "pipeprof.analysis.gate"),
     ("pipeprof.render.html", "pipeprof.analysis.steps"),
     ("pipeprof.render.html", "pipeprof.analysis.summary"),  # TAIL_FRACTION
     ("pipeprof.render.sweep", "pipeprof.analysis.sweep"),
@@ -220,7 +219,7 @@ SUMMARY_RECORDS = frozenset({"Summary", "as_summary", "SUMMARY_SCHEMA_VERSION", 
                              "LightChange", "SampledSection", "SampledShare", "SampledWindow",
                              "Comparison", "FractionChange", "ThroughputRatio", "as_comparison",
                              "Disturbance", "PredictionCheck", "CrossCheck", "Diagnosis", "SampleSplit",
-                             "Sweep", "SweepPoint", "Reason", "WRITTEN", "CacheCheck", "LiveWindow"})
+                             "Sweep", "SweepPoint", "Reason", "WRITTEN", "CacheCheck", "LiveWindow", "GateResult"})
 
 
 def _imported_names(module: str) -> dict[str, set[str]]:

@@ -72,7 +72,8 @@ def execute(args: argparse.Namespace) -> int:
     gate = None if args.fail_if_slower is None else regression_gate(compare, args.fail_if_slower)
     if args.json:
         result = {"compare": str(folder / "compare.json"), "runs": compare["runs"],
-                  "comparisons": compare["comparisons"], "gate": None if gate is None else gate_json(gate)}
+                  "comparisons": compare["comparisons"],
+                  "gate": None if gate is None else gate_json(gate, gate_exit_status(gate))}
         print(json.dumps(json.loads(to_json(result)), sort_keys=True))  # to_json: NaN as null
         return 0 if gate is None else gate_exit_status(gate)
     if not args.quiet:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pipeprof.analysis.gate import GateResult, gate_exit_status
+from pipeprof.analysis.gate import GateResult
 
 VERDICT = {"slower": "FAIL", "undecided": "UNDECIDED"}
 
@@ -30,9 +30,9 @@ def gate_line(r: GateResult) -> str:
     return f"{head}: {measured}: {why}"
 
 
-def gate_json(results: Sequence[GateResult]) -> dict[str, Any]:
-    """The gate's result for CI logs: ``exit_status``, ``passed`` and one entry per run."""
-    status = gate_exit_status(results)
+def gate_json(results: Sequence[GateResult], status: int) -> dict[str, Any]:
+    """The gate's result for CI logs: ``exit_status`` (``analysis.gate.gate_exit_status``), ``passed`` and one
+    entry per run."""
     return {
         "kind": "gate",
         "exit_status": status,
