@@ -170,7 +170,6 @@ ANALYSIS_FORMATS_ALLOWED: set[str] = set()
 RENDER_ANALYSIS_ALLOWED = {
     ("pipeprof.render.html", "pipeprof.analysis.steps"),
     ("pipeprof.render.html", "pipeprof.analysis.summary"),  # TAIL_FRACTION
-    ("pipeprof.render.sweep", "pipeprof.analysis.sweep"),
 }
 
 

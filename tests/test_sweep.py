@@ -6,12 +6,13 @@ import json
 import pytest
 from tiny import tiny_file
 
-from pipeprof.analysis.sweep import SweepPoint, best_point, interval, near_best, point_record, series
+from pipeprof.analysis.sweep import SweepPoint, best_point, interval, near_best, point_record
 from pipeprof.cli.main import main
 from pipeprof.errors import UsageError
 from pipeprof.grid import axes_from_table, build_axes, parse_axis, plan
 from pipeprof.pipeline import sweep
 from pipeprof.pipeline.progress import OK, Progress
+from pipeprof.render.sweep import series
 from pipeprof.scenario import load_scenario
 
 

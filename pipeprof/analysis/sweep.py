@@ -12,7 +12,7 @@ on a noisy machine the ranking among them is not meaningful.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,18 +108,6 @@ def best_summary(best: dict[str, Any] | None, base_settings: dict[str, Any]) -> 
             "samples_per_s": best["samples_per_s"], "samples_per_s_low": best["samples_per_s_low"],
             "samples_per_s_high": best["samples_per_s_high"], "verdict": best["verdict"],
             "folder": best["folder"], "base": base_settings}
-
-
-def series(points: Sequence[SweepPoint], x_key: str, group_key: str | None) -> dict[str, list[tuple]]:
-    """samples/s against ``x_key`` for each value of ``group_key``: {group: [(x, rate, low, high), ...]}."""
-    out: dict[str, list[tuple]] = {}
-    for p in points:
-        if p.status != "complete" or p.samples_per_s is None or x_key not in p.change:
-            continue
-        group = str(p.change.get(group_key, "")) if group_key else ""
-        out.setdefault(group, []).append((p.change[x_key], p.samples_per_s, p.samples_per_s_low,
-                                          p.samples_per_s_high))
-    return {g: sorted(v, key=lambda t: t[0]) for g, v in out.items()}
 
 
 # -- read back ------------------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from pipeprof import format as fmt
 from pipeprof.analysis.prediction_check import Disturbance, PredictionCheck
-from pipeprof.analysis.sweep import Sweep, SweepPoint, series
+from pipeprof.analysis.sweep import Sweep, SweepPoint
 from pipeprof.numbers import finite
 from pipeprof.render import plots
 from pipeprof.render.html import FILTERS, measured
@@ -69,6 +69,18 @@ def disturbed_words(d: Disturbance) -> str:
     if d.outside_share is not None:
         why.append(f"processes outside the job kept {100 * d.outside_share:.0f}% of the cores busy")
     return f"{d.point}: {', '.join(why)}"
+
+
+def series(points: Sequence[SweepPoint], x_key: str, group_key: str | None) -> dict[str, list[tuple]]:
+    """samples/s against ``x_key`` for each value of ``group_key``: {group: [(x, rate, low, high), ...]}."""
+    out: dict[str, list[tuple]] = {}
+    for p in points:
+        if p.status != "complete" or p.samples_per_s is None or x_key not in p.change:
+            continue
+        group = str(p.change.get(group_key, "")) if group_key else ""
+        out.setdefault(group, []).append((p.change[x_key], p.samples_per_s, p.samples_per_s_low,
+                                          p.samples_per_s_high))
+    return {g: sorted(v, key=lambda t: t[0]) for g, v in out.items()}
 
 
 def workers_svg(points: Sequence[SweepPoint], axes: list[str]) -> str | None:
