@@ -168,8 +168,8 @@ ANALYSIS_FORMATS_ALLOWED: set[str] = set()
 # Render only formats what the summary carries: these render modules still call analysis (the import, the
 # analysis module); no other import of analysis may start.
 RENDER_ANALYSIS_ALLOWED = {
+    # the report plots the counted steps from the raw records (its step timeline, the prefetch queue, ranks)
     ("pipeprof.render.html", "pipeprof.analysis.steps"),
-    ("pipeprof.render.html", "pipeprof.analysis.summary"),  # TAIL_FRACTION
 }
 
 

@@ -19,7 +19,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -190,6 +190,8 @@ class Summary:
     light: LightSection | None = None  # profile --light: the windows' timeline and its change point
     sampled: SampledSection | None = None  # attach: the stacks' shares, workers, timeline and loader
     reason: Reason | None = None  # bottleneck_reason where it is not the verdict's own (an attach, a summary read back)
+    # final_loss and accuracy: means over this last share of the counted steps
+    tail_fraction: ClassVar[float] = TAIL_FRACTION
 
     @property
     def bottleneck(self) -> str:

@@ -21,7 +21,7 @@ from pipeprof.analysis.attribution import Attribution
 from pipeprof.analysis.code_view import CProfileView, StepCost
 from pipeprof.analysis.intervals import Interval
 from pipeprof.analysis.steps import counted_steps, counted_window_s, step_breakdown
-from pipeprof.analysis.summary import SUMMARY_SCHEMA_VERSION, TAIL_FRACTION, Summary, as_summary
+from pipeprof.analysis.summary import SUMMARY_SCHEMA_VERSION, Summary, as_summary
 from pipeprof.format import NOT_MEASURED, finite
 from pipeprof.render import plots
 from pipeprof.render.advice_text import note_text, reason_text
@@ -141,7 +141,7 @@ def render_html(run: Run, summary: Summary | Mapping[str, Any], *, folder_name: 
         status=str(summary.status or meta.status or "unknown"),
         cpu=summary.cpu, memory=summary.memory, disk=summary.disk, timing=summary.timing,
         damage=[d.text() for d in summary.damage],
-        tail_pct=round(100 * TAIL_FRACTION),
+        tail_pct=round(100 * Summary.tail_fraction),
     )
 
 
