@@ -36,6 +36,7 @@ from typing import Any
 from pipeprof.analysis.intervals import RERUN_CV, Z_90, Interval
 from pipeprof.numbers import finite
 from pipeprof.run_folder import as_dict
+from pipeprof.run_meta import JsonObject
 
 NOISE = 0.15  # the base's runs spreading by more than 2 × this (max / min − 1) flag a disturbed machine
 PRIOR_DF = 2  # the prior's weight in the pooled re-run noise, as degrees of freedom of measured runs
@@ -56,7 +57,7 @@ class RerunNoise:
         """One run against another at 90 %: z(0.9) × √2 × cv (as a fraction of samples/s)."""
         return Z_90 * math.sqrt(2) * self.cv
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"cv": self.cv, "measured_cv": self.measured_cv, "df": self.df, "prior_cv": self.prior_cv}
 
 
@@ -93,7 +94,7 @@ class Verification:
     """summary.json's ``verification``: run.json's raw record (``record``: the change, the prediction made at
     the time, the re-run's status, samples/s, runs and folder, kept as stored) and what is derived from it."""
 
-    record: dict[str, Any]
+    record: JsonObject  # run.json's verification record, as stored
     rerun_noise: RerunNoise
     measured_speedup: float | None = None
     prediction_error: float | None = None
@@ -123,7 +124,12 @@ class Verification:
         value = self.record.get(key)
         return None if value is None else str(value)
 
-    def to_json(self) -> dict[str, Any]:
+    def texts(self, key: str) -> list[str]:
+        """A list of the record as words (``dropped``: what the re-run could not set); empty where it is none."""
+        values = self.record.get(key)
+        return [str(v) for v in values] if isinstance(values, list) else []
+
+    def to_json(self) -> JsonObject:
         return {**self.record, "rerun_noise": self.rerun_noise.to_json(), "measured_speedup": self.measured_speedup,
                 "prediction_error": self.prediction_error, "within_interval": self.within_interval,
                 "base_disturbed": self.base_disturbed,
