@@ -485,7 +485,7 @@ def _loaders_inside(loaders: Any, inside: dict[int, LoaderTransforms]) -> Any:
     return out
 
 
-def checked_interval(record: Any, recommendations: tuple[Recommendation, ...],
+def checked_interval(record: JsonObject | None, recommendations: tuple[Recommendation, ...],
                      bounds: tuple[Interval, ...]) -> Interval | None:
     """The interval of the recommendation a ``--verify`` re-run checked (run.json's ``verification.change``),
     or None when none of the recommendations is that change."""

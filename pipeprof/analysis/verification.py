@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +62,7 @@ class RerunNoise:
         return {"cv": self.cv, "measured_cv": self.measured_cv, "df": self.df, "prior_cv": self.prior_cv}
 
 
-def rerun_noise(record: Any, prior_cv: float = RERUN_CV) -> RerunNoise:
+def rerun_noise(record: JsonObject | None, prior_cv: float = RERUN_CV) -> RerunNoise:
     """The re-run noise a verification record measured (``RerunNoise``), the prior alone where no side ran
     twice. Each side's runs are taken about their own mean, so the change's effect is not noise."""
     sides = [record.get(key) for key in ("base_runs_samples_per_s", "measured_runs_samples_per_s")] \
@@ -69,7 +70,7 @@ def rerun_noise(record: Any, prior_cv: float = RERUN_CV) -> RerunNoise:
     return pooled_noise(sides, prior_cv)
 
 
-def pooled_noise(sides: Any, prior_cv: float = RERUN_CV) -> RerunNoise:
+def pooled_noise(sides: Iterable[object], prior_cv: float = RERUN_CV) -> RerunNoise:
     """``RerunNoise`` from groups of fresh-process runs' samples/s, each group one setting (a list each)."""
     ss, df = 0.0, 0
     for side in sides:
@@ -152,7 +153,7 @@ class Verification:
             interval=Interval.from_json(data["interval"]) if isinstance(data.get("interval"), dict) else None)
 
 
-def verification(record: Any, samples_per_s: float | None, interval: Interval | None = None,
+def verification(record: JsonObject | None, samples_per_s: float | None, interval: Interval | None = None,
                  noise: RerunNoise | None = None) -> Verification | None:
     """summary.json's ``verification`` from run.json's record (None when ``--verify`` was not asked);
     ``interval``: the checked recommendation's (``analysis.intervals``), None when it has none; ``noise``: the
@@ -173,7 +174,7 @@ def verification(record: Any, samples_per_s: float | None, interval: Interval | 
         prediction_error=predicted / measured - 1 if predicted is not None and measured > 0 else None)
 
 
-def base_disturbed(runs: Any) -> bool:
+def base_disturbed(runs: object) -> bool:
     """Whether the runs as run (samples/s, fresh processes) spread by more than ``2 × NOISE`` (max / min − 1):
     the machine was disturbed during the check (``run --verify``, ``tune``'s confirmation)."""
     rates = [r for r in (finite(x) for x in (runs if isinstance(runs, list) else [])) if r is not None]
