@@ -195,13 +195,16 @@ class ScriptInfo:
 # What a DataLoader was built with: loaders equal in all of these (and in name and role) fold together.
 LOADER_SETTINGS = ("dataset", "batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers",
                    "drop_last", "multiprocessing_context")
+LIGHTNING_BUILT_IN = "train_dataloader"  # the LightningModule method that builds the training loader
 
 
 @dataclass(frozen=True)
 class LoaderInfo:
     """One of a script's DataLoaders as the hooks recorded it (run.json's ``loaders``; summary.json's, which add
     its ``transforms`` and ``decode``): its name, role and number as recorded, its settings (``LOADER_SETTINGS``),
-    its counts and times (seconds; None: not recorded) and the data-wait by batch position in a step."""
+    its counts and times (seconds; None: not recorded) and the data-wait by batch position in a step; the
+    ``framework`` that built it (``transformers``, ``lightning``; None: the script's own code) and the function
+    it was ``built_in`` (Lightning's; a run before ``built_in`` was recorded: ``train_dataloader``)."""
 
     name: Any = None
     role: Any = None
@@ -218,6 +221,8 @@ class LoaderInfo:
     wait_by_position_s: Any = None  # as recorded: seconds per batch position in a step of several batches
     transforms: Any = None  # summary.json's, as written (analysis.transforms reads them)
     decode: Any = None
+    framework: Any = None  # as recorded
+    built_in: Any = LIGHTNING_BUILT_IN  # as recorded
 
     def setting(self, key: str) -> Any:
         return dict(self.settings).get(key)
@@ -228,7 +233,8 @@ class LoaderInfo:
         if not isinstance(value, dict):
             return None
         return cls(name=value.get("name"), role=value.get("role"), number=value.get("number"),
-                   settings=tuple((k, value.get(k)) for k in LOADER_SETTINGS),
+                   settings=tuple((k, value.get(k)) for k in LOADER_SETTINGS), framework=value.get("framework"),
+                   built_in=value.get("built_in", LIGHTNING_BUILT_IN),
                    batches=as_number(value.get("batches")), samples=as_number(value.get("samples")),
                    passes=as_number(value.get("passes")), wait_s=as_number(value.get("wait_s")),
                    eval_s=as_number(value.get("eval_s")), wait_per_batch_s=as_number(value.get("wait_per_batch_s")),

@@ -17,6 +17,7 @@ from pipeprof.render.advice_text import note_text, reason_text, recommendation_w
 from pipeprof.render.interval_text import change_text
 from pipeprof.render.prediction_text import model_text
 from pipeprof.render.straggler_text import straggler_words
+from pipeprof.run_meta import LoaderInfo
 
 ANALYSIS = Path(pipeprof.__file__).parent / "analysis"
 # The analysis modules whose Reasons these render modules word (the verdict's and the causes' are render.verdict_text's
@@ -61,7 +62,7 @@ def test_words_read_back_are_written_back_as_they_were():
 
 
 def test_a_scripts_python_is_written_from_the_change_and_its_loader():
-    loader = {"name": "train_loader", "dataset": "Images", "num_workers": 0}
+    loader = LoaderInfo(name="train_loader", settings=(("dataset", "Images"), ("num_workers", 0)))
     rec = Recommendation({"loader.num_workers": 2}, None, None, Reason("images_only"), Reason("all_candidates"),
                          script_text=script_change({"loader.num_workers": 2}, loader))
     assert rec.script_text is not None and rec.script_text.kind == "script_text"

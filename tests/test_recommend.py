@@ -19,6 +19,7 @@ from pipeprof.render.console import print_summary
 from pipeprof.render.html import render_html
 from pipeprof.render.interval_text import change_text
 from pipeprof.render.verdict_text import verdict_notes
+from pipeprof.run_meta import LoaderInfo
 from pipeprof.scenario import SCHEMA
 
 BATCH = 128
@@ -341,14 +342,17 @@ def test_pin_memory_on_cpu_is_noted_for_a_script():
 ])
 def test_advice_code_is_what_the_user_can_write_for_their_framework(framework, text):
     from pipeprof.render.script_text import script_text
-    loader = _train_loader(0, 1, framework=framework, built_in="train_dataloader" if framework else None)
+    raw = _train_loader(0, 1, framework=framework, built_in="train_dataloader" if framework else None)
+    loader = LoaderInfo.parse(raw)
+    assert loader is not None
     assert script_text({"loader.num_workers": 1, "train.threads": 1}, loader) == text
     assert script_text({"train.threads": 1}, loader) == "torch.set_num_threads(1)"  # never a loader's name
     # the workers it already has are no change to write (a Trainer run with 1 worker told to set threads)
-    assert script_text({"loader.num_workers": 1, "train.threads": 1}, {**loader, "num_workers": 1}) == \
+    assert script_text({"loader.num_workers": 1, "train.threads": 1}, LoaderInfo.parse({**raw, "num_workers": 1})) == \
         "torch.set_num_threads(1)"
     args = script_text({"loader.num_workers": 2, "loader.pin_memory": True, "loader.prefetch_factor": 4,
-                        "loader.persistent_workers": True}, _train_loader(0, 1, framework="transformers", num_workers=0))
+                        "loader.persistent_workers": True},
+                       LoaderInfo.parse(_train_loader(0, 1, framework="transformers", num_workers=0)))
     assert args == ("TrainingArguments(dataloader_num_workers=2, dataloader_pin_memory=True, "
                     "dataloader_prefetch_factor=4, dataloader_persistent_workers=True)")
 
@@ -356,10 +360,12 @@ def test_advice_code_is_what_the_user_can_write_for_their_framework(framework, t
 def test_a_lightning_script_passing_its_own_loaders_to_fit_is_told_the_loaders_name():
     # No train_dataloader() in the script: its loaders were built in main() and handed to trainer.fit.
     from pipeprof.render.script_text import script_text
-    loader = _train_loader(0, 1, framework="lightning", built_in=None, name="train_loader")
+    loader = LoaderInfo.parse(_train_loader(0, 1, framework="lightning", built_in=None, name="train_loader"))
+    assert loader is not None
     assert script_text({"loader.num_workers": 1}, loader) == \
         "train_loader: DataLoader(SyntheticImages(...), num_workers=1)"
-    loader = _train_loader(0, 1, framework="lightning", built_in="make_loader", name="make_loader")
+    loader = LoaderInfo.parse(_train_loader(0, 1, framework="lightning", built_in="make_loader", name="make_loader"))
+    assert loader is not None
     assert script_text({"loader.num_workers": 1}, loader) == \
         "the DataLoader built in make_loader(): DataLoader(SyntheticImages(...), num_workers=1)"
 

@@ -33,25 +33,25 @@ def test_parts_medians_and_passes_of_hand_made_marks():
     rows = [_row(10.0, worker=0), _row(10.1, worker=1), _row(50.0, worker=0, import_s=3.0), _row(50.1, worker=1)]
     out = worker_start_summary(rows, wall_s=100.0)
     assert out is not None
-    assert out["workers"] == 4 and out["passes"] == 2
-    assert out["parts"] == pytest.approx({"interpreter_s": 0.2, "main_import_s": 1.0, "dataset_unpickle_s": 0.5})
-    assert out["max_s"] == pytest.approx(3.7) and out["median_s"] == pytest.approx(1.7)
+    assert out.workers == 4 and out.passes == 2
+    assert out.parts == pytest.approx({"interpreter_s": 0.2, "main_import_s": 1.0, "dataset_unpickle_s": 0.5})
+    assert out.max_s == pytest.approx(3.7) and out.median_s == pytest.approx(1.7)
     assert passes(rows) == pytest.approx([1.8, 3.7])  # first start to last ready, per pass
-    assert out["per_pass_s"] == pytest.approx((1.8 + 3.7) / 2)
-    assert out["share_of_wall"] == pytest.approx(5.5 / 100.0)
+    assert out.per_pass_s == pytest.approx((1.8 + 3.7) / 2)
+    assert out.share_of_wall == pytest.approx(5.5 / 100.0)
 
 
 def test_without_the_main_modules_import_the_parts_are_an_absence():
     rows = [{**_row(1.0), "prepare_t0_s": None, "prepare_t1_s": None}]
     out = worker_start_summary(rows, wall_s=None)
-    assert out is not None and out["parts"] == {"absent": NO_PARTS}
-    assert out["median_s"] == pytest.approx(1.7) and out["share_of_wall"] is None
+    assert out is not None and out.parts_absent == NO_PARTS and out.to_json()["parts"] == {"absent": NO_PARTS}
+    assert out.median_s == pytest.approx(1.7) and out.share_of_wall is None
     assert worker_start_summary([], 10.0) is None  # forked workers: nothing to say
 
 
 def test_an_unreadable_process_start_is_said():
     out = worker_start_summary([{**_row(1.0), "process_start_s": None}], wall_s=10.0)
-    assert out is not None and out["median_s"] is None and "/proc/self/stat" in out["absent"]
+    assert out is not None and out.median_s is None and out.absent is not None and "/proc/self/stat" in out.absent
 
 
 def test_the_process_start_is_read_from_proc_onto_the_monotonic_clock(tmp_path):

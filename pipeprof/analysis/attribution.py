@@ -39,7 +39,7 @@ from pipeprof.analysis.steps import counted_steps, counted_window_s, fractions
 from pipeprof.loader_rules import pins_memory, prefetch_factor, queue_capacity_batches
 from pipeprof.numbers import finite as _finite
 from pipeprof.run_folder import Run, as_dict
-from pipeprof.run_meta import RunMeta, RunSettings
+from pipeprof.run_meta import JsonObject, RunMeta, RunSettings
 
 RANDOM_READ_BYTES = 4096  # the probe's random reads are 4 KiB
 NO_PROBE = "no machine probe: run pipeprof probe"
@@ -71,7 +71,7 @@ class Attribution:
     # the command that made the run; not in summary.json's ``attribution`` (None when read back from it).
     settings: RunSettings | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"step": self.step.to_json(), "loading": self.loading.to_json(), "cpu": self.cpu.to_json(),
                 "disk": self.disk.to_json(), "gpu": self.gpu.to_json(), "prefetch": self.prefetch.to_json(),
                 "data": self.data.to_json(), "cache": self.cache.to_json()}
@@ -93,7 +93,7 @@ class Attribution:
                    fractions={p: math.nan if v is None else float(v) for p, v in fracs.items()})
 
 
-def attribution(run: Run, probe: dict | None = None) -> Attribution:
+def attribution(run: Run, probe: JsonObject | None = None) -> Attribution:
     """The direct attribution evidence of one run; every number carries its unit in its name.
 
     Sections, each a field of the ``Attribution`` and a record of ``evidence`` (``absent``
@@ -204,7 +204,7 @@ def _cpu(run: Run, meta: RunMeta, num_workers: int | None) -> CpuEvidence:
     )
 
 
-def _disk(run: Run, probe: dict | None) -> DiskEvidence:
+def _disk(run: Run, probe: JsonObject | None) -> DiskEvidence:
     reads = _during(run).get("read_bytes_per_s")
     mean_bps, peak_bps = _mean(reads), _max(reads)
     if mean_bps is None:
@@ -214,7 +214,7 @@ def _disk(run: Run, probe: dict | None) -> DiskEvidence:
                         ceiling=_disk_ceiling(probe, mean_bps, peak_bps))
 
 
-def _disk_ceiling(probe: dict | None, mean_bps: float, peak_bps: float | None) -> DiskCeiling:
+def _disk_ceiling(probe: JsonObject | None, mean_bps: float, peak_bps: float | None) -> DiskCeiling:
     if not probe:
         return DiskCeiling(absent=NO_PROBE)
     disk = as_dict(probe.get("disk"))

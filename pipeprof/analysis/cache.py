@@ -33,6 +33,7 @@ from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.thresholds import MIN_COLD_READ_FRACTION
 from pipeprof.numbers import finite
 from pipeprof.run_folder import Run, as_dict
+from pipeprof.run_meta import JsonObject
 
 EPOCH_COLUMNS = ["epoch", "start_s", "end_s", "samples", "read_bytes", "unattributed_read_bytes"]
 
@@ -118,9 +119,9 @@ class CacheEpoch:
     unattributed_read_bytes: float | None
     expected_bytes: float
     read_fraction: float | None
-    drop: dict[str, Any] | None = None
+    drop: JsonObject | None = None  # run.json's record of the drop, as recorded
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"epoch": self.epoch, "start_s": self.start_s, "end_s": self.end_s, "read_bytes": self.read_bytes,
                 "unattributed_read_bytes": self.unattributed_read_bytes, "expected_bytes": self.expected_bytes,
                 "read_fraction": self.read_fraction, "drop": self.drop}
@@ -149,11 +150,11 @@ class CacheCheck:
     epochs: tuple[CacheEpoch, ...] | None = None
     min_read_fraction: float | None = None
     threshold: float | None = None
-    drops: tuple[dict[str, Any], ...] | None = None
+    drops: tuple[JsonObject, ...] | None = None  # run.json's drop records, as recorded
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """summary.json's ``cache`` but its ``reason``, worded at the edge (``render.cache_text``)."""
-        out: dict[str, Any] = {"cache": self.cache, "verified": self.verified}
+        out: JsonObject = {"cache": self.cache, "verified": self.verified}
         if self.epochs is not None:
             out.update(min_read_fraction=self.min_read_fraction, threshold=self.threshold,
                        epochs=[e.to_json() for e in self.epochs],
@@ -174,7 +175,7 @@ class CacheCheck:
                    drops=tuple(d for d in drops if isinstance(d, dict)) if isinstance(drops, list) else None)
 
 
-def _drop_for(drops: list[dict] | None, epoch: int, position: int) -> dict | None:
+def _drop_for(drops: list[JsonObject] | None, epoch: int, position: int) -> JsonObject | None:
     """The drop recorded before ``epoch``: by its ``epoch`` key if drops carry one, else by position."""
     if not drops:
         return None
@@ -199,7 +200,7 @@ def _short(e: CacheEpoch) -> Reason:
 
 
 def cold_cache_check(epochs_df: pd.DataFrame, dataset_bytes: int, cache: str,
-                     drops: list[dict] | None, dataset_samples: int | None = None) -> CacheCheck:
+                     drops: list[JsonObject] | None, dataset_samples: int | None = None) -> CacheCheck:
     """Per-epoch disk reads as a fraction of the data set, and whether a cold run was cold.
 
     ``epochs_df`` comes from ``epoch_reads``; ``dataset_bytes`` is the data

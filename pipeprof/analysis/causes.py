@@ -11,10 +11,9 @@ decision table, the physics behind each rule and the uncertain bands are in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from pipeprof.analysis.attribution import Attribution
-from pipeprof.analysis.evidence import OFF_CPU_SPLIT, PARTS, DataEvidence, LoadingEvidence
+from pipeprof.analysis.evidence import OFF_CPU_SPLIT, PARTS, DataEvidence, Evidence, LoadingEvidence
 from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.thresholds import (
     CORE_WAIT_WORTH_SAYING,
@@ -45,7 +44,7 @@ class Cause:
     klass: str
     rule: str
     reason: Reason
-    evidence: dict[str, Any]
+    evidence: Evidence
     candidates: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -83,7 +82,7 @@ def input_cause(attr: Attribution) -> Cause:
         return _queue_cause(attr, share, storage)
     busy = loading.worker_busy_mean_fraction if has_loading else None
     if workers != 0 and busy is not None:
-        ev: dict[str, Any] = {"worker_busy_mean_fraction": busy}
+        ev: Evidence = {"worker_busy_mean_fraction": busy}
         busy_side = side(busy, WORKERS_BUSY, WORKERS_BUSY_BAND)
         if busy <= WORKERS_IDLE_BUSY - WORKERS_IDLE_BUSY_BAND:
             return Cause("input:main", "R8", Reason("workers_idle", {"busy_fraction": busy}), ev)
@@ -109,10 +108,10 @@ def _queue_cause(attr: Attribution, share: float, storage: Reason | None) -> Cau
     """R5-R7: workers and the prefetch queue observed; ``share`` of the wait fell on steps with a batch ready."""
     loading, prefetch = attr.loading, attr.prefetch
     has_loading = loading.absent is None
-    ev: dict[str, Any] = {"capacity_batches": prefetch.capacity_batches,
-                          "mean_ready_batches": prefetch.mean_ready_batches,
-                          "empty_step_fraction": prefetch.empty_step_fraction,
-                          "full_step_fraction": prefetch.full_step_fraction, "ready_wait_fraction": share}
+    ev: Evidence = {"capacity_batches": prefetch.capacity_batches,
+                    "mean_ready_batches": prefetch.mean_ready_batches,
+                    "empty_step_fraction": prefetch.empty_step_fraction,
+                    "full_step_fraction": prefetch.full_step_fraction, "ready_wait_fraction": share}
     # No step found the queue empty (or ready): there is no such mean, and "not measured" would mislead.
     if prefetch.wait_when_ready_mean_s is not None:
         ev["wait_when_ready_mean_s"] = prefetch.wait_when_ready_mean_s
@@ -209,10 +208,10 @@ def _undelivered(attr: Attribution) -> tuple[int | None, dict[str, float]]:
 def _serial_cause(attr: Attribution, storage: Reason | None) -> Cause:
     """R3-R4: with 0 workers, the largest share of the mean wait (fetch, prep, the training process's own)."""
     loading = attr.loading
-    ev: dict[str, Any] = {"fetch_fraction": loading.fetch_fraction, "prep_fraction": loading.prep_fraction,
-                          "collate_fraction": loading.collate_fraction, "batch_s": loading.batch_s,
-                          "production_over_wait_fraction": loading.production_over_wait_fraction,
-                          "data_wait_mean_s": attr.step.data_wait_mean_s}
+    ev: Evidence = {"fetch_fraction": loading.fetch_fraction, "prep_fraction": loading.prep_fraction,
+                    "collate_fraction": loading.collate_fraction, "batch_s": loading.batch_s,
+                    "production_over_wait_fraction": loading.production_over_wait_fraction,
+                    "data_wait_mean_s": attr.step.data_wait_mean_s}
     core = _core_wait_fraction(loading)
     if core is not None:
         ev["core_wait_fraction"] = core
@@ -274,7 +273,7 @@ def _serial_wait_s(loading: LoadingEvidence, wait_mean_s: float | None) -> dict[
     return {**parts, "own": max(wait_mean_s - batch_s, 0.0)}
 
 
-def _workers_split(loading: LoadingEvidence, storage: Reason | None, ev: dict[str, Any]) -> Cause:
+def _workers_split(loading: LoadingEvidence, storage: Reason | None, ev: Evidence) -> Cause:
     """input:fetch or input:prep by where the workers' time goes (collate counts as CPU work with prep; waiting
     for a core is contention, never storage, and counts for neither); both when too close to tell
     (``PART_MARGIN``)."""
@@ -311,7 +310,7 @@ def _core(core: float | None) -> Reason:
 def _inferred(attr: Attribution) -> Cause:
     """R9: no loading split or queue readings to go by; disk reads decide, marked as inferred."""
     mean_bps = attr.disk.mean_read_bytes_per_s
-    ev: dict[str, Any] = {"mean_read_bytes_per_s": mean_bps, "cause_measured": False}
+    ev: Evidence = {"mean_read_bytes_per_s": mean_bps, "cause_measured": False}
     if mean_bps is not None and mean_bps >= DISK_READ_FLOOR_BYTES_PER_S:
         return Cause("input:fetch", "R9", Reason("inferred_disk", {"mean_read_bytes_per_s": mean_bps}), ev)
     if attr.cpu.num_workers:

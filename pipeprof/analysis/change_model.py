@@ -10,7 +10,6 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
@@ -38,6 +37,21 @@ WHOLE_BATCHES = "code.whole_batches"
 PREDICTABLE_KEYS = frozenset({"loader.num_workers", "train.threads", "loader.prefetch_factor",
                               "loader.persistent_workers", "loader.pin_memory", "data.storage", "data.cache",
                               WHOLE_BATCHES})
+
+# A change to the run's settings: scenario keys as ``--set`` takes them (``{"loader.num_workers": 2}``), each to
+# its new value; ``WHOLE_BATCHES`` is the code change of taking whole batches. Empty: no setting changes.
+SettingValue = bool | int | float | str
+Change = dict[str, SettingValue]
+
+
+@dataclass(frozen=True)
+class WorkerCost:
+    """The workers' CPU seconds per sample a probe measured (``cpu_s``) with ``k_probed`` workers, the nearest
+    number probed (what_ifs.loader_workers): what a ``worker_cost`` model states."""
+
+    cpu_s: float
+    k_probed: int
+
 
 @dataclass(frozen=True)
 class ModelCheck:
@@ -101,11 +115,11 @@ class ChangeModel:
         """The training loader's measured transforms and decode calls (None where none were timed)."""
         return training_transforms(self.run)
 
-    def current_settings(self) -> dict[str, Any]:
+    def current_settings(self) -> Change:
         """The run's current value of each key a change can hold, where it is known (for ``is_no_op``)."""
-        current: dict[str, Any] = {"loader.num_workers": self.k,
-                                   "loader.persistent_workers": bool(self.loader.persistent_workers),
-                                   "loader.pin_memory": bool(self.loader.pin_memory)}
+        current: Change = {"loader.num_workers": self.k,
+                           "loader.persistent_workers": bool(self.loader.persistent_workers),
+                           "loader.pin_memory": bool(self.loader.pin_memory)}
         if self.cpu.torch_threads is not None:
             current["train.threads"] = int(self.cpu.torch_threads)
         factor = prefetch_factor(self.k, self.attr.prefetch.prefetch_factor or self.loader.prefetch_factor)
@@ -148,7 +162,7 @@ class ChangeModel:
         io = self._io(fetch)
         return Supply(io, fetch - io + prep + collate)
 
-    def worker_supply(self, k: int) -> tuple[Supply, dict[str, Any] | None]:
+    def worker_supply(self, k: int) -> tuple[Supply, WorkerCost | None]:
         """What a sample costs ``k`` workers: the run's storage wait, and on a core the workers' CPU per sample
         measured with the nearest number of workers probed (what_ifs.loader_workers: a worker process's cost,
         with its neighbours', which the run's own loading at 0 workers does not show), with the numbers a
@@ -159,11 +173,11 @@ class ChangeModel:
         if near is None:
             return supply, None
         k_probed, cpu_s = near
-        return Supply(supply.io, cpu_s), {"cpu_s": cpu_s, "k_probed": k_probed}
+        return Supply(supply.io, cpu_s), WorkerCost(cpu_s, k_probed)
 
     # -- any change's prediction (predict_change; every candidate's number comes from here) ------
 
-    def predict(self, change: dict[str, Any]) -> Prediction:
+    def predict(self, change: Change) -> Prediction:
         """The prediction for ``change``, in its tier (``analysis.prediction``)."""
         if not set(change) <= PREDICTABLE_KEYS:
             return not_predicted(Reason("not_a_setting", {"keys": sorted(set(change) - PREDICTABLE_KEYS)}))
@@ -402,8 +416,9 @@ class ChangeModel:
         return Prediction(x, ESTIMATED, Reason("prefetch_model", {"busy": min(busy, 1.0) if busy else None}))
 
 
-def _with_cost(p: Prediction, cost: dict[str, Any] | None) -> Prediction:
+def _with_cost(p: Prediction, cost: WorkerCost | None) -> Prediction:
     """An estimate whose workers' cost per sample was measured (``worker_supply``) says so in its model."""
     if cost is None or p.samples_per_s is None:
         return p
-    return dataclasses.replace(p, model=Reason("worker_cost", {"model": p.model, **cost}))
+    return dataclasses.replace(p, model=Reason("worker_cost", {"model": p.model, "cpu_s": cost.cpu_s,
+                                                               "k_probed": cost.k_probed}))

@@ -11,26 +11,33 @@ inverse (unknown keys ignored, missing ones at their defaults), for summaries re
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from pipeprof.analysis.reasons import Reason
 from pipeprof.run_folder import as_dict
+from pipeprof.run_meta import JsonObject
 
 _S = TypeVar("_S", bound="_Section")
+
+# One number a verdict, a cause or a straggler was decided on (their ``evidence``, units in the keys): a number,
+# a flag, a name or an absence's reason, or numbers by rank; None: not measured.
+EvidenceValue = bool | int | float | str | Mapping[str, float] | None
+Evidence = dict[str, EvidenceValue]
 
 
 class _Section:
     """to_json / from_json over a dataclass's fields; ``absent`` (where declared) replaces the whole section."""
 
-    __dataclass_fields__: ClassVar[dict[str, Any]]  # set by @dataclass on each section
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # set by @dataclass on each section
     _NESTED: ClassVar[dict[str, type[_Section]]] = {}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         absent = getattr(self, "absent", None)  # only the sections that can be missing declare it
         if absent is not None:
             return {"absent": absent}
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for f in dataclasses.fields(self):
             if f.name == "absent":
                 continue
@@ -45,7 +52,7 @@ class _Section:
         names = {f.name for f in dataclasses.fields(cls)}
         if "absent" in names and data.get("absent") is not None:
             return cls(absent=str(data["absent"]))  # type: ignore[call-arg]
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, object] = {}
         for name in names - {"absent"}:
             if name not in data:
                 continue
@@ -202,7 +209,7 @@ class CacheEvidence(_Section):
     reason: Reason | None = None
     absent: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """summary.json's ``attribution.cache`` but its ``reason``, worded at the edge."""
         return {"absent": self.absent} if self.absent is not None else {"cache": self.cache, "verified": self.verified}
 

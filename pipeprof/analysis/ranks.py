@@ -48,7 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeprof.analysis.evidence import CpuEvidence
+from pipeprof.analysis.change_model import Change
+from pipeprof.analysis.evidence import CpuEvidence, Evidence
 from pipeprof.analysis.loading import LoadingSummary
 from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.recommend import Recommendation, script_change
@@ -57,7 +58,7 @@ from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS, MIN_GAIN, STRAGGLER_
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.numbers import finite
 from pipeprof.run_folder import Run, as_dict
-from pipeprof.run_meta import JsonObject, RankInfo, as_int, as_str
+from pipeprof.run_meta import JsonObject, LoaderInfo, RankInfo, as_int, as_str
 
 STRAGGLER_KINDS = ("input", "compute", "h2d", "none")
 # The phase whose excess names the straggler's kind; compute includes the step's untimed rest (its own work too).
@@ -102,7 +103,7 @@ class RankEntry:
     verdict: Verdict  # summary.json's with its words written at the edge (render.verdict_text)
     status: str | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"rank": self.rank, "local_rank": self.local_rank, "node": self.node, "pid": self.pid,
                 "steps": self.steps, "samples_per_s": self.samples_per_s, "fractions": dict(self.fractions),
                 "loading": self.loading.to_json() if self.loading is not None else None,
@@ -155,14 +156,19 @@ class Straggler:
     rank: int | None
     node: str | None
     kind: str  # one of STRAGGLER_KINDS
-    evidence: dict[str, Any]  # the numbers that decided it, units in their names
+    evidence: Evidence  # the numbers that decided it, units in their names
     why: Reason
 
     def __post_init__(self) -> None:
         if self.kind not in STRAGGLER_KINDS:
             raise ValueError(f"not a straggler kind: {self.kind!r}")
 
-    def to_json(self) -> dict[str, Any]:
+    @property
+    def ranks_compared(self) -> float | None:
+        """How many ranks the straggler was looked for among (None: not said)."""
+        return finite(self.evidence.get("ranks_compared"))
+
+    def to_json(self) -> JsonObject:
         """summary.json's ``straggler`` but its ``sentence`` (written at the edge)."""
         return {"rank": self.rank, "node": self.node, "kind": self.kind, "evidence": dict(self.evidence)}
 
@@ -282,22 +288,24 @@ def straggler(ranks: Sequence[Run]) -> Straggler:
     slow = max(paces, key=lambda p: (p.own_s, -p.rank))
     others = [p for p in paces if p is not slow]
 
-    def others_median(value: Any) -> float:
-        return float(np.median([value(p) for p in others]))
+    def others_median(values: list[float]) -> float:
+        return float(np.median(values))
 
-    median_own = others_median(lambda p: p.own_s)
+    median_own = others_median([p.own_s for p in others])
     excess = slow.own_s / median_own - 1 if median_own > 0 else math.inf
     phases = ("data_wait", "h2d", "compute", "collective_wait")
-    evidence: dict[str, Any] = {
+    slower = _slower_share(slow, others)
+    others_fraction = {p: others_median([r.fraction(p) for r in others]) for p in phases}
+    excess_s = {p: slow.phase_s[p] - others_median([r.phase_s[p] for r in others]) for p in _KIND_OF_PHASE}
+    evidence: Evidence = {
         "ranks_compared": len(paces), "own_step_s_by_rank": by_rank, "margin_fraction": STRAGGLER_MARGIN,
         "slowest_rank": slow.rank, "straggler_own_step_s": slow.own_s, "others_median_own_step_s": median_own,
         "own_step_excess_fraction": excess if math.isfinite(excess) else None,
-        "slower_step_fraction": _slower_share(slow, others), "consistency_fraction": STRAGGLER_CONSISTENCY,
+        "slower_step_fraction": slower, "consistency_fraction": STRAGGLER_CONSISTENCY,
         **{f"straggler_{p}_fraction": slow.fraction(p) for p in phases},
-        **{f"others_median_{p}_fraction": others_median(lambda r, p=p: r.fraction(p)) for p in phases},
-        **{f"{p}_excess_s": slow.phase_s[p] - others_median(lambda r, p=p: r.phase_s[p]) for p in _KIND_OF_PHASE},
+        **{f"others_median_{p}_fraction": others_fraction[p] for p in phases},
+        **{f"{p}_excess_s": excess_s[p] for p in _KIND_OF_PHASE},
     }
-    slower = evidence["slower_step_fraction"]
     if excess > STRAGGLER_MARGIN and slower is not None and slower < STRAGGLER_CONSISTENCY:
         return Straggler(None, None, "none", evidence,
                          Reason("straggler_noise", {"rank": slow.rank, "excess": excess, "slower": slower,
@@ -306,12 +314,12 @@ def straggler(ranks: Sequence[Run]) -> Straggler:
         return Straggler(None, None, "none", evidence,
                          Reason("straggler_within", {"margin": STRAGGLER_MARGIN, "rank": slow.rank,
                                                      "own_s": slow.own_s, "median_own_s": median_own}))
-    phase = max(_KIND_OF_PHASE, key=lambda p: evidence[f"{p}_excess_s"])
+    phase = max(_KIND_OF_PHASE, key=lambda p: excess_s[p])
     kind = _KIND_OF_PHASE[phase]
     return Straggler(slow.rank, slow.node, kind, evidence, Reason("straggler_named", {
         "rank": slow.rank, "node": slow.node, "kind": kind, "own_s": slow.own_s, "median_own_s": median_own,
-        "phase_s": slow.phase_s[phase], "others_phase_s": slow.phase_s[phase] - evidence[f"{phase}_excess_s"],
-        "others_collective_wait": evidence["others_median_collective_wait_fraction"]}))
+        "phase_s": slow.phase_s[phase], "others_phase_s": slow.phase_s[phase] - excess_s[phase],
+        "others_collective_wait": others_fraction["collective_wait"]}))
 
 
 def job_recommendations(results: Sequence[RankResult], median: int, straggler_: Straggler,
@@ -392,7 +400,7 @@ def oversubscription(results: Sequence[RankResult]) -> list[Recommendation]:
         workers, threads = max(w for w, _ in wanted), max(t for _, t in wanted)
         new_workers = min(workers, max(1, round(share * workers / (workers + threads)))) if workers else 0
         new_threads = max(1, min(threads, share - new_workers))
-        change: dict[str, Any] = {}
+        change: Change = {}
         if new_workers != workers:
             change["loader.num_workers"] = new_workers
         if new_threads != threads:
@@ -403,7 +411,7 @@ def oversubscription(results: Sequence[RankResult]) -> list[Recommendation]:
             "ranks": tuple((r.rank, w, t) for r, (w, t) in zip(known, wanted, strict=True)),
             "alike": len(set(wanted)) == 1, "busy": busy, "cores": cores, "node": node, "share": share,
             "new_workers": new_workers, "new_threads": new_threads})
-        loader = next((d for d in known[0].run.info.loaders if d.get("role") == "train"), None)
+        loader = next((LoaderInfo.parse(d) for d in known[0].run.info.loaders if d.get("role") == "train"), None)
         out.append(Recommendation(change, None, None, why, Reason("node_cores"), tier="not_predicted",
                                   script_text=script_change(change, loader) if loader is not None and change else None))
     return out

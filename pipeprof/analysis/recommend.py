@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeprof.analysis.attribution import Attribution
-from pipeprof.analysis.change_model import WHOLE_BATCHES, ChangeModel, ModelCheck
+from pipeprof.analysis.change_model import WHOLE_BATCHES, Change, ChangeModel, ModelCheck
 from pipeprof.analysis.prediction import (
     ESTIMATED,
     MEASURED,
@@ -49,6 +49,7 @@ from pipeprof.analysis.verdict import Verdict
 from pipeprof.loader_rules import pins_memory, prefetch_factor, worker_only_conflicts
 from pipeprof.numbers import finite
 from pipeprof.run_folder import Run, as_dict
+from pipeprof.run_meta import JsonObject, LoaderInfo
 from pipeprof.scenario import ON_DISK, SAMPLE_BYTES
 
 DEVICE_DATA_MAX_BYTES = 2 * 1024**3
@@ -69,7 +70,7 @@ class Recommendation:
     to change where it builds its loader: kind ``script_text``, the change and the loader's description, written
     by ``render.script_text``)."""
 
-    change: dict[str, Any]
+    change: Change
     predicted_samples_per_s: float | None
     predicted_speedup: float | None
     reason: Reason
@@ -79,7 +80,7 @@ class Recommendation:
     script_text: Reason | None = None
     tier: str = ESTIMATED
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """summary.json's entry but its words (``reason``, ``model``, ``note``, ``code_change``, ``script_text``:
         written at the edge)."""
         return {"change": dict(self.change), "predicted_samples_per_s": self.predicted_samples_per_s,
@@ -120,7 +121,7 @@ def recommend(run: Run, attribution: Attribution, verdict: Verdict) -> list[Reco
             and not is_no_op(r.change, current)]
     recs.sort(key=lambda r: rank_key(r.tier, r.predicted_speedup))
     if m.script:
-        recs = _for_script(recs, m.train_loaders[0] if m.train_loaders else {})
+        recs = _for_script(recs, (LoaderInfo.parse(m.train_loaders[0]) if m.train_loaders else None) or LoaderInfo())
     recs = recs or [m.negative(verdict)]
     caveat = ended_early_caveat(run)
     if caveat:
@@ -129,7 +130,7 @@ def recommend(run: Run, attribution: Attribution, verdict: Verdict) -> list[Reco
 
 
 def predict_change(run: Run, attribution: Attribution, verdict: Verdict,
-                   change: dict[str, Any]) -> Recommendation | None:
+                   change: Change) -> Recommendation | None:
     """The prediction for ``change`` (``PREDICTABLE_KEYS``; ``{WHOLE_BATCHES: True}`` for taking whole batches),
     recommended or not, by the arithmetic of ``recommend``'s candidates; None where it is not predicted (too
     few counted steps, a key outside ``PREDICTABLE_KEYS``, nothing measured carries it)."""
@@ -151,7 +152,7 @@ def model_check(run: Run, attribution: Attribution) -> ModelCheck:
     return _Model(run, attribution).self_check()
 
 
-def is_no_op(change: dict[str, Any], current: dict[str, Any]) -> bool:
+def is_no_op(change: Change, current: Change) -> bool:
     """A change whose every key equals the run's current setting: it would change nothing. An empty change (a
     code change, the negative) is not one; a key whose current value is unknown is a change."""
     return bool(change) and all(key in current and current[key] == value for key, value in change.items())
@@ -165,7 +166,7 @@ def ended_early_caveat(run: Run) -> Reason | None:
     return Reason("ended_early", {"status": status, "steps": len(run.steps), "counted": len(counted_steps(run.steps))})
 
 
-def _for_script(recs: list[Recommendation], loader: dict[str, Any]) -> list[Recommendation]:
+def _for_script(recs: list[Recommendation], loader: LoaderInfo) -> list[Recommendation]:
     """A script's recommendations: only settings its code can change where it builds the training loader
     (placement is the script's design), each with the Python to write (``script_text``: the change and the loader
     it is written for)."""
@@ -176,10 +177,10 @@ def _for_script(recs: list[Recommendation], loader: dict[str, Any]) -> list[Reco
         out.append(dataclasses.replace(rec, script_text=script_change(rec.change, loader)) if rec.change else rec)
     return out
 
-def script_change(change: dict[str, Any], loader: dict[str, Any]) -> Reason:
+def script_change(change: Change, loader: LoaderInfo) -> Reason:
     """The Python a script's author writes for ``change`` where their code builds ``loader`` (its description in
     run.json's ``loaders``), as a Reason (kind ``script_text``, written by ``render.script_text``)."""
-    return Reason("script_text", {"change": dict(change), "loader": dict(loader)})
+    return Reason("script_text", {"change": dict(change), "loader": loader})
 
 
 class _Model(ChangeModel):
@@ -187,7 +188,7 @@ class _Model(ChangeModel):
 
     # -- reasons -------------------------------------------------------------------------
 
-    def _rec(self, change: dict[str, Any], p: Prediction, why: Reason, *, note: tuple[Reason, ...] = (),
+    def _rec(self, change: Change, p: Prediction, why: Reason, *, note: tuple[Reason, ...] = (),
              code_change: Reason | None = None) -> Recommendation:
         """A recommendation from prediction ``p``: its number and tier beside the reason."""
         assert self.current is not None
@@ -199,7 +200,7 @@ class _Model(ChangeModel):
                               Reason("predicted", {"why": why, "x": x, "tier": p.tier, "current": self.current}), p.model,
                               note=note, code_change=code_change, tier=p.tier)
 
-    def _drop_worker_only(self, change: dict[str, Any]) -> list[Reason]:
+    def _drop_worker_only(self, change: Change) -> list[Reason]:
         """Going to 0 workers: the settings that need workers reset in ``change`` where ``--set`` can reset them
         (``persistent_workers = false``), else a note to remove them, in the script's terms for a script."""
         notes = []
@@ -230,7 +231,7 @@ class _Model(ChangeModel):
         k = min(k for k, p in predicted.items() if (p.samples_per_s or 0.0) >= NEAR_BEST * best)
         if k == self.k:
             return None
-        change: dict[str, Any] = {"loader.num_workers": k}
+        change: Change = {"loader.num_workers": k}
         notes = self._drop_worker_only(change) if k == 0 else []
         return self._rec(change, predicted[k], Reason("workers", {"k": k, "made_s": sum(self.parts),
                                                                   "other": self._other_load()}),
@@ -260,7 +261,7 @@ class _Model(ChangeModel):
         if self.storage in ("device", "script") or not n or n * SAMPLE_BYTES > DEVICE_DATA_MAX_BYTES \
                 or self.wait < COMPUTE_BOUND_FRACTION:
             return None
-        change: dict[str, Any] = {"data.storage": "device"}
+        change: Change = {"data.storage": "device"}
         if self.k:
             change["loader.num_workers"] = 0
         notes = self._drop_worker_only(change)
@@ -304,7 +305,7 @@ class _Model(ChangeModel):
         stored = (self.cold or self.throttled or self.storage == "files") and p > 0 and fetch / p >= SHARE_DOMINATES
         if not (decode or stored):
             return None
-        change: dict[str, Any] = {"data.storage": "ram"}
+        change: Change = {"data.storage": "ram"}
         if self.data.cache == "cold":
             change["data.cache"] = "warm"
         how = "cold" if self.cold else "throttled" if self.throttled else "files"
@@ -363,7 +364,7 @@ class _Model(ChangeModel):
         if empty is None or empty < BURSTY_EMPTY_FRACTION or (busy is not None and busy >= WORKERS_BUSY):
             return None
         factor = prefetch_factor(self.k, pre.prefetch_factor) or 1
-        change = {"loader.prefetch_factor": 2 * factor}
+        change: Change = {"loader.prefetch_factor": 2 * factor}
         return self._rec(change, self.predict(change),
                          Reason("prefetch", {"empty": empty, "busy": busy or 0, "k": self.k, "factor": 2 * factor}))
 

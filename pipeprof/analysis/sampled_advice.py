@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 
 from pipeprof.analysis.attribution import Attribution
+from pipeprof.analysis.change_model import Change
 from pipeprof.analysis.prediction import NOT_PREDICTED, Cores
 from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.recommend import Recommendation
@@ -101,7 +102,7 @@ def recommend_sampled(attr: Attribution, verdict: Verdict, evidence: SampledEvid
     return recs
 
 
-def _rec(change: dict[str, object], why: Reason, note: Reason | None = None, code_change: Reason | None = None
+def _rec(change: Change, why: Reason, note: Reason | None = None, code_change: Reason | None = None
          ) -> Recommendation:
     return Recommendation(change, None, None, Reason("sampled_not_predicted", {"why": why}), Reason("sampled_shares"),
                           note=(note,) if note is not None else (), code_change=code_change, tier=NOT_PREDICTED)

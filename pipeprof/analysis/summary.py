@@ -77,7 +77,7 @@ from pipeprof.analysis.worker_start import with_worker_start_note, worker_start_
 from pipeprof.resource_use import CpuUse, DiskUse, GpuUse, MemoryUse, UssSnapshot
 from pipeprof.run_check import Damage
 from pipeprof.run_folder import Run, as_dict
-from pipeprof.run_meta import JobInfo, Timing
+from pipeprof.run_meta import JobInfo, JsonObject, Timing
 
 SUMMARY_SCHEMA_VERSION = 2  # 2 (issue 13): loading times renamed with their units; bottleneck from the verdict, "unknown" added
 
@@ -129,8 +129,8 @@ class ScriptSections:
     """A script's own summary.json keys (``pipeprof profile`` / ``pipeprof.profile()``): what ran
     (``script``, with its wall time and the settings set from outside), its ``loaders`` and the ``step_source``."""
 
-    script: dict[str, Any] | None = None
-    loaders: list[dict[str, Any]] | None = None
+    script: JsonObject | None = None  # run.json's ``script`` with the wall time and the overrides
+    loaders: list[JsonObject] | None = None  # run.json's ``loaders``, each with its transforms and decode
     step_source: str | None = None
 
 
@@ -207,9 +207,9 @@ class Summary:
             return self.intervals
         return tuple(none("not computed for these recommendations") for _ in self.recommendations)
 
-    def _sections(self) -> dict[str, Any]:
+    def _sections(self) -> JsonObject:
         """summary.json's keys between ``timing`` and ``attribution``, in the order they have always had."""
-        out: dict[str, Any] = {
+        out: JsonObject = {
             "gpu": self.gpu.to_json() if self.gpu is not None else None,
             "device_memory": self.device_memory.to_json() if self.device_memory is not None else None,
             "loading": self.loading.to_json() if self.loading is not None else None,
@@ -233,7 +233,7 @@ class Summary:
             out["sampled"] = self.sampled.to_json()
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "schema_version": SUMMARY_SCHEMA_VERSION, "scenario": self.scenario, "device": self.device,
             "steps": self.steps, "warmup_steps": self.warmup_steps, "samples": self.samples,
@@ -249,7 +249,7 @@ class Summary:
         }
 
 
-def _nan_for_null(values: Any) -> dict[str, Any]:
+def _nan_for_null(values: Any) -> dict[str, float]:
     return {k: math.nan if v is None else v for k, v in as_dict(values).items()}
 
 
@@ -296,7 +296,7 @@ def as_summary(value: Summary | Mapping[str, Any]) -> Summary:
     return value if isinstance(value, Summary) else summary_from_json(value)
 
 
-def summary_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
+def summary_record(run: Run, probe: JsonObject | None = None) -> Summary:
     """The summary of ``run``; its ``to_json()`` is the summary.json contract (see docs/summary-json.md).
 
     ``probe`` is the JSON of ``pipeprof probe`` (machine ceilings; default: the
@@ -347,7 +347,7 @@ def marked_damaged(record: Summary, run: Run) -> Summary:
     return dataclasses.replace(record, status="damaged", damage=tuple(run.damage))
 
 
-def job_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
+def job_record(run: Run, probe: JsonObject | None = None) -> Summary:
     """The summary of a distributed job (``run.ranks``): each rank summarized alone; the job's keys are its
     median rank's (``ranks.median_index``: ``job.median_rank``) but ``samples`` and ``samples_per_s``, the sums
     over the ranks, and ``status`` / ``error``, the job's own where run.json records them (a rank that failed
@@ -378,7 +378,7 @@ def job_record(run: Run, probe: dict[str, Any] | None = None) -> Summary:
         ranks=tuple(rank_entry(r) for r in results), straggler=paced)
 
 
-def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
+def _one_process(run: Run, probe: JsonObject | None) -> Summary:
     """The summary of one process's records (a single-process run, or one rank of a job)."""
     steps = run.steps
     counted = counted_steps(steps)
@@ -431,7 +431,7 @@ def _one_process(run: Run, probe: dict[str, Any] | None) -> Summary:
             if info.overrides:  # pipeprof profile --loader / --threads: what was set from outside
                 recorded["overrides"] = info.overrides
         if started is not None and loading is not None:  # spawned / forkserver workers
-            loading = dataclasses.replace(loading, worker_start=started)
+            loading = dataclasses.replace(loading, worker_start=started.to_json())
         script = ScriptSections(script=recorded, loaders=_loaders_inside(info.loaders_recorded, inside),
                                 step_source=info.step_source)
     probe = probe if probe is not None else info.probe
@@ -487,7 +487,7 @@ def _loaders_inside(loaders: Any, inside: dict[int, LoaderTransforms]) -> Any:
     return out
 
 
-def checked_interval(record: Any, recommendations: tuple[Recommendation, ...],
+def checked_interval(record: JsonObject | None, recommendations: tuple[Recommendation, ...],
                      bounds: tuple[Interval, ...]) -> Interval | None:
     """The interval of the recommendation a ``--verify`` re-run checked (run.json's ``verification.change``),
     or None when none of the recommendations is that change."""

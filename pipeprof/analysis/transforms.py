@@ -366,14 +366,14 @@ def decode_row(decode: DecodeCost | None) -> DecodeRow | None:
     return None if decode is None else DecodeRow.of(decode)
 
 
-def transforms_json(lt: LoaderTransforms | None) -> list[dict[str, Any]] | None:
+def transforms_json(lt: LoaderTransforms | None) -> list[JsonObject] | None:
     """summary.json ``transforms``: ``[{"name", "per_sample_s", "cpu_per_sample_s", "calls", "share_of_prep",
     "random"}]`` costliest first; None when nothing was timed."""
     rows = transform_rows(lt)
     return None if rows is None else [r.to_json() for r in rows]
 
 
-def decode_json(decode: DecodeCost | None) -> dict[str, Any] | None:
+def decode_json(decode: DecodeCost | None) -> JsonObject | None:
     """summary.json ``decode``: ``{"per_sample_s", "cpu_per_sample_s", "calls", "how"}``; None: no decode seen."""
     row = decode_row(decode)
     return None if row is None else row.to_json()
@@ -389,7 +389,7 @@ def split_row(split: PrepSplit | None) -> SampleSplit | None:
                        other_per_sample_s=split.other_s)
 
 
-def split_json(split: PrepSplit | None) -> dict[str, Any] | None:
+def split_json(split: PrepSplit | None) -> JsonObject | None:
     """summary.json ``loading.split``: seconds per sample of fetch / core_wait / decode / transform / other."""
     row = split_row(split)
     return None if row is None else row.to_json()

@@ -107,7 +107,7 @@ from typing import Any
 from pipeprof.analysis.attribution import Attribution, attribution
 from pipeprof.analysis.causes import input_cause, side
 from pipeprof.analysis.device_memory import DeviceMemory, device_memory
-from pipeprof.analysis.evidence import OFF_CPU_SPLIT, DiskCeiling, DiskEvidence
+from pipeprof.analysis.evidence import OFF_CPU_SPLIT, DiskCeiling, DiskEvidence, Evidence
 from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.thresholds import (
     COMPUTE_BOUND_BAND,
@@ -121,6 +121,7 @@ from pipeprof.analysis.thresholds import (
 from pipeprof.analysis.transform_advice import WAITED_NOTABLE, costliest
 from pipeprof.analysis.transforms import LoaderTransforms, training_transforms
 from pipeprof.run_folder import Run, as_dict
+from pipeprof.run_meta import JsonObject
 
 CLASSES = ("compute", "input:fetch", "input:prep", "input:main", "h2d", "balanced", "unknown")
 # summary.json's ``bottleneck``: the verdict's class without the input's cause.
@@ -166,7 +167,7 @@ class Verdict:
     rule: str
     degree: str | None
     reason: Reason  # worded by render.verdict_text: summary.json's "sentence"
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: Evidence = field(default_factory=dict)
     notes: tuple[Reason, ...] = ()
     uncertain: bool = False
     candidates: tuple[str, ...] = ()
@@ -182,7 +183,7 @@ class Verdict:
         """summary.json's ``bottleneck``: the class without the input's cause."""
         return coarse(self.klass)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """summary.json's ``verdict`` but its words (``sentence``, ``notes``: ``render.verdict_text``)."""
         return {"class": self.klass, "rule": self.rule, "degree": self.degree, "evidence": dict(self.evidence),
                 "uncertain": self.uncertain, "candidates": list(self.candidates)}
@@ -201,7 +202,7 @@ class Verdict:
                    candidates=tuple(str(c) for c in d.get("candidates") or ()))
 
 
-def verdict(run: Run, probe: dict | None = None) -> Verdict:
+def verdict(run: Run, probe: JsonObject | None = None) -> Verdict:
     """The verdict of ``run`` (see the module's decision table and ``Verdict``)."""
     attr = attribution(run, probe)
     judged = with_memory_note(verdict_from_attribution(attr), device_memory(run))
@@ -265,8 +266,8 @@ def verdict_from_attribution(record: Attribution) -> Verdict:
     """The verdict from an ``attribution(...)`` result (what ``summary_record`` uses: computed once)."""
     step = record.step
     wait, h2d = step.data_wait_fraction, step.h2d_fraction
-    evidence: dict[str, Any] = {"data_wait_fraction": wait, "h2d_fraction": h2d,
-                                "compute_fraction": step.compute_fraction}
+    evidence: Evidence = {"data_wait_fraction": wait, "h2d_fraction": h2d,
+                          "compute_fraction": step.compute_fraction}
     notes = _notes(record)
     if (step.steps or 0) < MIN_COUNTED_STEPS or wait is None:
         evidence["counted_steps"] = int(step.steps or 0)
@@ -284,7 +285,7 @@ def verdict_from_attribution(record: Attribution) -> Verdict:
     return rest
 
 
-def _after_h2d(record: Attribution, evidence: dict[str, Any], notes: list[Reason]) -> Verdict:
+def _after_h2d(record: Attribution, evidence: Evidence, notes: list[Reason]) -> Verdict:
     """R2-R9: the verdict of a run that R1 did not settle."""
     step = record.step
     wait = step.data_wait_fraction or 0.0
@@ -321,7 +322,7 @@ def _either(klass: str, rule: str, degree: str | None, other: Verdict, near: Rea
     return Verdict(klass, rule, degree, reason, other.evidence, other.notes, True, candidates)
 
 
-def _disk(disk: DiskEvidence, evidence: dict[str, Any]) -> Reason | None:
+def _disk(disk: DiskEvidence, evidence: Evidence) -> Reason | None:
     """The disk's read rate against the probed ceiling, for a storage verdict (and its evidence); None where
     the disk was not sampled."""
     if disk.absent is not None:
@@ -362,7 +363,7 @@ def _notes(attr: Attribution) -> list[Reason]:
     return notes
 
 
-def _result(klass: str, rule: str, degree: str | None, reason: Reason, evidence: dict,
+def _result(klass: str, rule: str, degree: str | None, reason: Reason, evidence: Evidence,
             notes: list[Reason]) -> Verdict:
     return Verdict(klass, rule, degree, reason, evidence, tuple(notes))
 

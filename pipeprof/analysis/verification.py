@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from pipeprof.analysis.intervals import RERUN_CV, Z_90, Interval
 from pipeprof.numbers import finite
 from pipeprof.run_folder import as_dict
+from pipeprof.run_meta import JsonObject
 
 NOISE = 0.15  # the base's runs spreading by more than 2 × this (max / min − 1) flag a disturbed machine
 PRIOR_DF = 2  # the prior's weight in the pooled re-run noise, as degrees of freedom of measured runs
@@ -56,11 +58,11 @@ class RerunNoise:
         """One run against another at 90 %: z(0.9) × √2 × cv (as a fraction of samples/s)."""
         return Z_90 * math.sqrt(2) * self.cv
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"cv": self.cv, "measured_cv": self.measured_cv, "df": self.df, "prior_cv": self.prior_cv}
 
 
-def rerun_noise(record: Any, prior_cv: float = RERUN_CV) -> RerunNoise:
+def rerun_noise(record: JsonObject | None, prior_cv: float = RERUN_CV) -> RerunNoise:
     """The re-run noise a verification record measured (``RerunNoise``), the prior alone where no side ran
     twice. Each side's runs are taken about their own mean, so the change's effect is not noise."""
     sides = [record.get(key) for key in ("base_runs_samples_per_s", "measured_runs_samples_per_s")] \
@@ -68,7 +70,7 @@ def rerun_noise(record: Any, prior_cv: float = RERUN_CV) -> RerunNoise:
     return pooled_noise(sides, prior_cv)
 
 
-def pooled_noise(sides: Any, prior_cv: float = RERUN_CV) -> RerunNoise:
+def pooled_noise(sides: Iterable[object], prior_cv: float = RERUN_CV) -> RerunNoise:
     """``RerunNoise`` from groups of fresh-process runs' samples/s, each group one setting (a list each)."""
     ss, df = 0.0, 0
     for side in sides:
@@ -93,7 +95,7 @@ class Verification:
     """summary.json's ``verification``: run.json's raw record (``record``: the change, the prediction made at
     the time, the re-run's status, samples/s, runs and folder, kept as stored) and what is derived from it."""
 
-    record: dict[str, Any]
+    record: JsonObject  # run.json's verification record, as stored
     rerun_noise: RerunNoise
     measured_speedup: float | None = None
     prediction_error: float | None = None
@@ -123,7 +125,12 @@ class Verification:
         value = self.record.get(key)
         return None if value is None else str(value)
 
-    def to_json(self) -> dict[str, Any]:
+    def texts(self, key: str) -> list[str]:
+        """A list of the record as words (``dropped``: what the re-run could not set); empty where it is none."""
+        values = self.record.get(key)
+        return [str(v) for v in values] if isinstance(values, list) else []
+
+    def to_json(self) -> JsonObject:
         return {**self.record, "rerun_noise": self.rerun_noise.to_json(), "measured_speedup": self.measured_speedup,
                 "prediction_error": self.prediction_error, "within_interval": self.within_interval,
                 "base_disturbed": self.base_disturbed,
@@ -146,7 +153,7 @@ class Verification:
             interval=Interval.from_json(data["interval"]) if isinstance(data.get("interval"), dict) else None)
 
 
-def verification(record: Any, samples_per_s: float | None, interval: Interval | None = None,
+def verification(record: JsonObject | None, samples_per_s: float | None, interval: Interval | None = None,
                  noise: RerunNoise | None = None) -> Verification | None:
     """summary.json's ``verification`` from run.json's record (None when ``--verify`` was not asked);
     ``interval``: the checked recommendation's (``analysis.intervals``), None when it has none; ``noise``: the
@@ -167,7 +174,7 @@ def verification(record: Any, samples_per_s: float | None, interval: Interval | 
         prediction_error=predicted / measured - 1 if predicted is not None and measured > 0 else None)
 
 
-def base_disturbed(runs: Any) -> bool:
+def base_disturbed(runs: object) -> bool:
     """Whether the runs as run (samples/s, fresh processes) spread by more than ``2 × NOISE`` (max / min − 1):
     the machine was disturbed during the check (``run --verify``, ``tune``'s confirmation)."""
     rates = [r for r in (finite(x) for x in (runs if isinstance(runs, list) else [])) if r is not None]

@@ -8,11 +8,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from typing import Any
+from dataclasses import dataclass, field
 
 from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.thresholds import WORKER_START_WORTH_SAYING
 from pipeprof.analysis.verdict import Verdict
+from pipeprof.run_meta import JsonObject
 
 PARTS = {  # part -> (from mark, to mark)
     "interpreter_s": ("process_start_s", "prepare_t0_s"),
@@ -24,7 +25,41 @@ NO_PARTS = ("the main module's import was not timed in the workers (they were no
 NO_START = "the workers' process start could not be read (/proc/self/stat): their start-up is unknown"
 
 
-def _span(row: dict[str, Any], start: str, end: str) -> float | None:
+@dataclass(frozen=True)
+class WorkerStart:
+    """Spawned workers' start-up (``loading.worker_start``): how many ``workers`` started, the median and the
+    longest start (s; None: their process start was unreadable, ``absent`` says so), the median of each part
+    (``PARTS``; ``parts_absent`` where the main module's import was not timed), how many ``passes`` of their
+    loaders started workers, a pass's median start-up (s) and every pass's start-up over the wall time."""
+
+    workers: int
+    median_s: float | None
+    max_s: float | None
+    passes: int
+    per_pass_s: float | None
+    share_of_wall: float | None
+    parts: dict[str, float | None] = field(default_factory=dict)  # part -> its median, s (empty: parts_absent)
+    parts_absent: str | None = None
+    absent: str | None = None
+
+    @property
+    def timed(self) -> bool:
+        """Whether each part of a worker's start-up was timed."""
+        return self.parts_absent is None and None not in self.parts.values()
+
+    def to_json(self) -> JsonObject:
+        """summary.json's ``loading.worker_start``."""
+        out: JsonObject = {
+            "workers": self.workers, "median_s": self.median_s, "max_s": self.max_s,
+            "parts": {"absent": self.parts_absent} if self.parts_absent is not None else dict(self.parts),
+            "passes": self.passes, "per_pass_s": self.per_pass_s, "share_of_wall": self.share_of_wall,
+        }
+        if self.absent is not None:
+            out["absent"] = self.absent
+        return out
+
+
+def _span(row: JsonObject, start: str, end: str) -> float | None:
     a, b = row.get(start), row.get(end)
     if not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or not math.isfinite(a - b):
         return None
@@ -36,12 +71,12 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def passes(rows: list[dict[str, Any]]) -> list[float]:
+def passes(rows: list[JsonObject]) -> list[float]:
     """Each pass's start-up, s: from its first worker's process start to its last worker's dataset unpickled
     (the workers of a loader's pass start together; a worker starting after the others are ready opens a new
     pass)."""
     spans: list[float] = []
-    by_loader: dict[Any, list[dict[str, Any]]] = {}
+    by_loader: dict[object, list[JsonObject]] = {}
     for row in rows:
         if _span(row, "process_start_s", "unpickled_s") is not None:
             by_loader.setdefault(row.get("loader"), []).append(row)
@@ -58,42 +93,33 @@ def passes(rows: list[dict[str, Any]]) -> list[float]:
     return spans
 
 
-def worker_start_summary(rows: list[dict[str, Any]] | None, wall_s: float | None) -> dict[str, Any] | None:
-    """``{"workers", "median_s", "max_s", "parts", "per_pass_s", "share_of_wall"}`` of spawned workers' start-up
-    (None when no worker was spawned: forked workers start as a copy of the script, at once)."""
+def worker_start_summary(rows: list[JsonObject] | None, wall_s: float | None) -> WorkerStart | None:
+    """Spawned workers' start-up from run.json's ``worker_starts`` rows (None when no worker was spawned: forked
+    workers start as a copy of the script, at once)."""
     if not rows:
         return None
     totals = [_span(r, "process_start_s", "unpickled_s") for r in rows]
     known = [t for t in totals if t is not None]
-    parts: dict[str, Any] = {name: _median([_span(r, a, b) for r in rows]) for name, (a, b) in PARTS.items()}
-    if parts["main_import_s"] is None:
-        parts = {"absent": NO_PARTS}
+    parts = {name: _median([_span(r, a, b) for r in rows]) for name, (a, b) in PARTS.items()}
+    timed = parts["main_import_s"] is not None
     spans = passes(rows)
-    out: dict[str, Any] = {
-        "workers": len(rows),
-        "median_s": statistics.median(known) if known else None,
-        "max_s": max(known) if known else None,
-        "parts": parts,
-        "passes": len(spans),
-        "per_pass_s": statistics.median(spans) if spans else None,
-        "share_of_wall": sum(spans) / wall_s if spans and wall_s else None,
-    }
-    if not known:
-        out["absent"] = NO_START
-    return out
+    return WorkerStart(
+        workers=len(rows), median_s=statistics.median(known) if known else None, max_s=max(known) if known else None,
+        passes=len(spans), per_pass_s=statistics.median(spans) if spans else None,
+        share_of_wall=sum(spans) / wall_s if spans and wall_s else None,
+        parts=parts if timed else {}, parts_absent=None if timed else NO_PARTS, absent=None if known else NO_START)
 
 
-def with_worker_start_note(judged: Verdict, started: dict[str, Any] | None) -> Verdict:
+def with_worker_start_note(judged: Verdict, started: WorkerStart | None) -> Verdict:
     """``judged`` with a note, and the numbers in its evidence, where spawned workers' start-up took at least
     ``WORKER_START_WORTH_SAYING`` of the script's wall time; the class, rule and reason stay as they are."""
-    share = (started or {}).get("share_of_wall")
+    share = started.share_of_wall if started is not None else None
     if started is None or share is None or share < WORKER_START_WORTH_SAYING:
         return judged
-    parts = started.get("parts") or {}
-    timed = "main_import_s" in parts and None not in parts.values()  # each part of a worker's start-up
-    note = Reason("worker_start", {"share_of_wall": share, "per_pass_s": started["per_pass_s"],
-                                   "passes": started["passes"], "median_s": started["median_s"],
-                                   **{name: parts[name] if timed else None for name in PARTS}})
+    timed = started.timed  # each part of a worker's start-up
+    note = Reason("worker_start", {"share_of_wall": share, "per_pass_s": started.per_pass_s,
+                                   "passes": started.passes, "median_s": started.median_s,
+                                   **{name: started.parts[name] if timed else None for name in PARTS}})
     evidence = {**judged.evidence, "worker_start_share_of_wall": share, "worker_start_per_pass_s":
-                started["per_pass_s"]}
+                started.per_pass_s}
     return dataclasses.replace(judged, notes=(*judged.notes, note), evidence=evidence)

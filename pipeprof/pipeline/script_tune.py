@@ -49,6 +49,7 @@ from pipeprof.pipeline.script_verify import script_flags
 from pipeprof.pipeline.sweep import create_folder
 from pipeprof.render.script_text import script_text
 from pipeprof.run_folder import write_text
+from pipeprof.run_meta import LoaderInfo
 
 LOADER_KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size")
 ERROR_CHARS = 400  # of a failed trial's stderr kept in tune.json
@@ -302,7 +303,8 @@ def _search_and_confirm(doc: dict[str, Any], trials: _Trials, budget: ScriptBudg
                                 "keep them.")
     base = doc["base"]["samples_per_s"]
     best["speedup"] = best["samples_per_s"] / base if base else None
-    best["python"] = script_text(written(best["change"], start), loader) if best["change"] else ""
+    best["python"] = (script_text(written(best["change"], start), LoaderInfo.parse(loader) or LoaderInfo())
+                      if best["change"] else "")
     doc["best"] = best
     if result.best is not None:  # the search's fastest trial, before confirmation (may be noise)
         doc["searched_best"] = {"change": changed(result.best["settings"], start),

@@ -193,9 +193,8 @@ def _verification(summary: Summary) -> dict[str, Any] | None:
     if v is None:
         return None
     folder = v.text("folder")
-    dropped = v.record.get("dropped")
     return {"status": v.status, "reason": v.text("reason") or "", "set": v.text("set") or "no change",
-            "dropped": [str(d) for d in dropped] if isinstance(dropped, list) else [],
+            "dropped": v.texts("dropped"),
             "report": f"{folder}/report.html" if folder else None,
             "predicted": format_significant(v.number("predicted_samples_per_s")),
             "measured": format_significant(v.number("measured_samples_per_s")),

@@ -25,6 +25,7 @@ folder's modification time. All text is autoescaped.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import functools
 import json
@@ -232,9 +233,7 @@ def render_index(entries: list[dict[str, Any]], *, title: str = "reports") -> st
     env = Environment(loader=PackageLoader("pipeprof", "render/templates"), autoescape=True,
                       undefined=ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(rate=_rate, pct=functools.partial(fmt.pct, digits=1), ratio=_ratio, settings=_settings)
-    counts: dict[str, int] = {}
-    for e in entries:
-        counts[e["kind"]] = counts.get(e["kind"], 0) + 1
+    counts = collections.Counter(e["kind"] for e in entries)
     return env.get_template("index.html.j2").render(
         entries=entries, title=title, counts=sorted(counts.items()),
         generated_utc=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))

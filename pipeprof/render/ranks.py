@@ -44,7 +44,7 @@ def straggler_view(summary: Summary | Mapping[str, Any]) -> dict[str, Any] | Non
         return None
     kind, evidence = s.kind, s.evidence
     if kind == "none" or s.rank is None:
-        compared = finite(evidence.get("ranks_compared"))
+        compared = s.ranks_compared
         title = "No straggler named" if compared is not None and compared < 2 else "No straggler: the ranks kept pace"
         words = KEPT_PACE
     else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeprof.analysis.reasons import WRITTEN, Reason
+from pipeprof.run_meta import LoaderInfo
 
 # TrainingArguments' names for the DataLoader settings the Hugging Face Trainer builds its loaders with.
 TRAINING_ARGUMENTS = {"loader.num_workers": "dataloader_num_workers", "loader.pin_memory": "dataloader_pin_memory",
@@ -31,9 +32,9 @@ def script_words(r: Reason) -> str:
     return script_text(r["change"], r["loader"])
 
 
-def script_text(change: dict[str, Any], loader: dict[str, Any]) -> str:
+def script_text(change: dict[str, Any], loader: LoaderInfo) -> str:
     """The Python a script's author writes for ``change``, where their code builds the training loader
-    (``loader``: its description in run.json's ``loaders``; ``framework`` read leniently, absent in older runs).
+    (``loader``: its description in run.json's ``loaders``; ``framework`` absent in older runs).
 
     The thread count comes first and alone (it is the process's, never a loader's); loader settings are
     ``TrainingArguments(dataloader_...=...)`` for the Hugging Face Trainer, the DataLoader built in the
@@ -45,18 +46,17 @@ def script_text(change: dict[str, Any], loader: dict[str, Any]) -> str:
         parts.append(f"torch.set_num_threads({change['train.threads']})")
     # A setting the loader already has is no change to write (a thread change keeps the workers as they are).
     settings = {k: v for k, v in change.items() if k.startswith("loader.") and v is not None
-                and not (k.partition(".")[2] in loader and loader[k.partition(".")[2]] == v)}
+                and loader.setting(k.partition(".")[2]) != v}
     if settings:
-        framework = loader.get("framework")
-        dataset = f"{loader.get('dataset') or 'dataset'}(...)"
+        framework = loader.framework
+        dataset = f"{loader.setting('dataset') or 'dataset'}(...)"
         if framework == "transformers" and all(k in TRAINING_ARGUMENTS for k in settings):
             kwargs = ", ".join(f"{TRAINING_ARGUMENTS[k]}={v!r}" for k, v in settings.items())
             parts.append(f"TrainingArguments({kwargs})")
-        elif framework == "lightning" and loader.get("built_in", "train_dataloader"):  # a run before built_in
-            parts.append(f"the DataLoader built in {loader.get('built_in', 'train_dataloader')}(): "
-                         f"{dataloader_kwargs(settings, dataset)}")
+        elif framework == "lightning" and loader.built_in:
+            parts.append(f"the DataLoader built in {loader.built_in}(): {dataloader_kwargs(settings, dataset)}")
         else:
-            parts.append(f"{loader.get('name') or 'the training loader'}: {dataloader_kwargs(settings, dataset)}")
+            parts.append(f"{loader.name or 'the training loader'}: {dataloader_kwargs(settings, dataset)}")
     return "; ".join(parts)
 
 
