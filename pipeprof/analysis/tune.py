@@ -61,7 +61,8 @@ from pipeprof.analysis.thresholds import TUNE_MIN_GAIN
 from pipeprof.loader_rules import prefetch_factor, without_worker_only
 from pipeprof.run_meta import JsonObject
 
-Settings = dict[str, Any]  # "section.key" -> its value (as a scenario's --set, or a script's DataLoader argument)
+SettingValue = bool | int | float | str | None
+Settings = dict[str, SettingValue]  # "section.key" -> its value (as a scenario's --set, or a script's DataLoader argument)
 # (settings, why it is tried) -> (samples/s or None, status: "complete", "failed" or "skipped")
 Evaluate = Callable[[Settings, str], "tuple[float | None, str]"]
 
@@ -102,13 +103,13 @@ class Space:
         if not workers:
             s.update({f"loader.{key}": value for key, value in without_worker_only({}).items()})
         else:  # the factor the DataLoader uses, PyTorch's default written out, so it can be compared
-            s["loader.prefetch_factor"] = prefetch_factor(workers, s.get("loader.prefetch_factor"))
+            s["loader.prefetch_factor"] = prefetch_factor(workers, _factor(s.get("loader.prefetch_factor")))
         return s
 
     def neighbours(self, dim: str, current: Settings) -> list[Any]:
         """Values of ``dim`` to try from ``current`` (which always holds every dimension's value)."""
         value = current.get(dim)
-        workers = current.get("loader.num_workers") or 0
+        workers = int(current.get("loader.num_workers") or 0)
         if current.get("data.storage") == "device" and dim != "data.storage" and dim != "train.threads" \
                 and dim != "loader.batch_size":
             return []  # batches by index on the device: no DataLoader settings apply
@@ -120,7 +121,7 @@ class Space:
             t = int(value or self.cores)
             return _unique(v for v in (t - 1, t + 1, 1, self.cores) if 1 <= v <= self.cores and v != t)
         if dim == "loader.prefetch_factor":
-            return [] if workers == 0 else [v for v in PREFETCH_FACTORS if v != prefetch_factor(workers, value)]
+            return [] if workers == 0 else [v for v in PREFETCH_FACTORS if v != prefetch_factor(workers, _factor(value))]
         if dim == "loader.persistent_workers":
             return [] if workers == 0 else [not bool(value)]
         if dim == "loader.pin_memory":
@@ -341,6 +342,11 @@ def _spent(result: Search) -> int:
 
 def _key(settings: Settings) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in settings.items()))
+
+
+def _factor(value: SettingValue) -> int | None:
+    """A prefetch factor setting as ``loader_rules.prefetch_factor`` takes it (unset: None)."""
+    return int(value) if value else None
 
 
 def _unique(values: Iterable[Any]) -> list[Any]:
