@@ -141,6 +141,24 @@ class RankInfo:
 
 
 @dataclass(frozen=True)
+class UntracedProcess:
+    """One of run.json's ``job.untraced``: a process of the job pipeprof did not trace (or a rank no process
+    trained as), its pid and command line, and why, as recorded (None: not recorded). ``recorded`` is the entry
+    itself (None where it is not a JSON object)."""
+
+    pid: Any = None
+    cmdline: Any = None
+    reason: Any = None
+    recorded: JsonObject | None = None
+
+    @classmethod
+    def parse(cls, value: Any) -> UntracedProcess:
+        if not isinstance(value, dict):
+            return cls()
+        return cls(pid=value.get("pid"), cmdline=value.get("cmdline"), reason=value.get("reason"), recorded=value)
+
+
+@dataclass(frozen=True)
 class JobInfo:
     """run.json ``job``: a distributed job's identity, its ranks and its median rank."""
 
@@ -149,7 +167,7 @@ class JobInfo:
     nodes: tuple[Any, ...] = ()
     launcher: Any = None
     median_rank: int | None = None
-    untraced: tuple[Any, ...] = ()  # processes of the job pipeprof did not trace, as recorded
+    untraced: tuple[UntracedProcess, ...] = ()  # processes of the job pipeprof did not trace
     ranks: tuple[int, ...] | None = None  # the ranks this folder holds; None: not listed
 
     @classmethod
@@ -159,7 +177,8 @@ class JobInfo:
         ranks = value.get("ranks")
         return cls(id=value.get("id"), world_size=as_int(value.get("world_size")),
                    nodes=tuple(value.get("nodes") or ()), launcher=value.get("launcher"),
-                   median_rank=as_int(value.get("median_rank")), untraced=tuple(value.get("untraced") or ()),
+                   median_rank=as_int(value.get("median_rank")),
+                   untraced=tuple(UntracedProcess.parse(u) for u in value.get("untraced") or ()),
                    ranks=tuple(r for r in ranks if isinstance(r, int) and not isinstance(r, bool))
                    if isinstance(ranks, list) else None)
 

@@ -128,7 +128,7 @@ def test_shares_are_disjoint_self_time_and_sum_to_one():
     assert stack["tottime_s"] == pytest.approx(0.4) and stack["group"] == "loading"
     assert stack["loading_s"] == pytest.approx(0.3) and stack["compute_s"] == pytest.approx(0.1)
     top = top_functions(grouped, n=1)
-    assert top[0]["function"] == "{built-in method torch._C._nn.linear}" and top[0]["share"] == pytest.approx(0.6)
+    assert top[0].function == "{built-in method torch._C._nn.linear}" and top[0].share == pytest.approx(0.6)
     assert group_fractions(grouped_functions(df, "workers"))["loading"] != group_fractions(grouped)["loading"]
 
 
@@ -226,19 +226,20 @@ def steps_table(step_s, warmup=2):
 def test_overhead_is_the_median_profiled_step_over_the_unprofiled_ones():
     steps = steps_table([9.0, 9.0] + [0.015] * 4 + [0.010] * 10)
     overhead = window_overhead(steps, first_step=2, window_steps=4)
-    assert overhead["ratio"] == pytest.approx(1.5) and overhead["slowdown_fraction"] == pytest.approx(0.5)
-    assert overhead["steps_in_window"] == 4 and overhead["steps_outside"] == 10
-    assert "no unprofiled steps" in window_overhead(steps, 2, 50)["absent"]
+    assert overhead.ratio == pytest.approx(1.5) and overhead.slowdown_fraction == pytest.approx(0.5)
+    assert overhead.steps_in_window == 4 and overhead.steps_outside == 10
+    assert "no unprofiled steps" in (window_overhead(steps, 2, 50).absent or "")
 
 
 def test_too_few_steps_outside_the_window_are_not_compared():
     # 5 steps after a 40-step window were the queue's drained tail: "profiled steps x90.19 the others".
     steps = steps_table([9.0, 9.0] + [0.9] * 40 + [0.01] * 5)
     overhead = window_overhead(steps, first_step=2, window_steps=40)
-    assert "ratio" not in overhead
-    assert overhead["absent"].startswith("too few steps outside the window to compare")
-    assert overhead["steps_outside"] == 5
-    line = _code_profile_line(CodeView.from_json({"cprofile": {"processes": {}, "overhead": overhead}, "pyspy": {}}))
+    assert overhead.ratio is None and "ratio" not in overhead.to_json()
+    assert (overhead.absent or "").startswith("too few steps outside the window to compare")
+    assert overhead.steps_outside == 5
+    line = _code_profile_line(CodeView.from_json({"cprofile": {"processes": {}, "overhead": overhead.to_json()},
+                                                  "pyspy": {}}))
     assert line is not None and "too few steps outside the window to compare (5)" in line and "×" not in line
 
 
@@ -451,7 +452,7 @@ def test_report_shows_the_view_escaped_with_the_missing_parts_as_notes(tmp_path)
     loaded = load_run(folder)
     assert loaded.attachments == {"cprofile-main.prof": b"x"}
     summary = summarize(loaded)
-    assert summary["code_profile"] == code_profile(run)
+    assert summary["code_profile"] == code_profile(run).to_json()
     cp = summary["code_profile"]["cprofile"]
     assert cp["overhead"]["ratio"] == pytest.approx(2.0)
     assert cp["processes"]["main"]["groups"]["compute"] == pytest.approx(0.75)
@@ -503,10 +504,10 @@ def test_a_real_run_profiles_compute_in_main_and_loading_in_the_workers(tmp_path
     cp = summary["code_profile"]["cprofile"]
     assert cp["window"] == {"first_step": 3, "steps": 6, "profiled_steps": 6}
     assert cp["overhead"]["steps_in_window"] == 6 and cp["overhead"]["ratio"] > 0
-    main_groups = {t["name"]: t["group"] for t in grouped_top(folder, "main")}
+    main_groups = {t.name: t.group for t in grouped_top(folder, "main")}
     assert main_groups.get("<built-in method torch._C._nn.linear>") == "compute"
     assert main_groups.get("<method 'run_backward' of 'torch._C._EngineBase' objects>") == "compute"
-    worker_groups = {t["name"]: t["group"] for t in grouped_top(folder, "workers")}
+    worker_groups = {t.name: t.group for t in grouped_top(folder, "workers")}
     assert worker_groups.get("__getitem__") == "loading" and worker_groups.get("fetch") == "loading"
     assert cp["processes"]["workers"]["processes_profiled"] == 1
     for name in ("functions.csv", "cprofile-main.prof", "cprofile-workers.prof"):

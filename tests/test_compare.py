@@ -35,35 +35,35 @@ def test_throughput_ratio_interval_and_noise():
     # cv 0.05 over 10 windows each: se = sqrt(2 * 0.05**2 / 10), Welch df = 18, t = 2.1009
     se = math.sqrt(2 * 0.05**2 / 10)
     r = throughput_ratio({"throughput": windows(1000, 0.05, 10)}, {"throughput": windows(1100, 0.05, 10)})
-    assert r["ratio"] == pytest.approx(1.1) and r["df"] == pytest.approx(18)
-    assert r["low"] == pytest.approx(1.1 * math.exp(-2.1009 * se), rel=1e-4)
-    assert r["high"] == pytest.approx(1.1 * math.exp(2.1009 * se), rel=1e-4)
-    assert r["within_noise"] is False and r["reason"] is None
+    assert r.ratio == pytest.approx(1.1) and r.df == pytest.approx(18)
+    assert r.low == pytest.approx(1.1 * math.exp(-2.1009 * se), rel=1e-4)
+    assert r.high == pytest.approx(1.1 * math.exp(2.1009 * se), rel=1e-4)
+    assert r.within_noise is False and r.reason is None
 
     close = throughput_ratio({"throughput": windows(1000, 0.05, 10)}, {"throughput": windows(1020, 0.05, 10)})
-    assert close["low"] < 1 < close["high"] and close["within_noise"] is True
+    assert close.low < 1 < close.high and close.within_noise is True
 
     flat = throughput_ratio({"throughput": windows(1000, 0.0, 5)}, {"throughput": windows(1000, 0.0, 5)})
-    assert flat["ratio"] == flat["low"] == flat["high"] == 1 and flat["within_noise"] is True
+    assert flat.ratio == flat.low == flat.high == 1 and flat.within_noise is True
 
 
 def test_throughput_ratio_without_windows_has_no_interval():
     base = {"samples_per_s": 1000.0, "throughput": {"mean": None, "reason": "only 7 counted steps: ..."}}
     r = throughput_ratio(base, {"samples_per_s": 1500.0, "throughput": windows(1500, 0.02, 5)})
-    assert r["ratio"] == pytest.approx(1.5) and r["low"] is None and r["high"] is None
-    assert r["within_noise"] is None and "the baseline: only 7 counted steps" in r["reason"]
+    assert r.ratio == pytest.approx(1.5) and r.low is None and r.high is None
+    assert r.within_noise is None and "the baseline: only 7 counted steps" in r.reason
     old = throughput_ratio({"samples_per_s": 1000.0}, {"samples_per_s": None})  # summaries from before windows
-    assert old["ratio"] is None and old["within_noise"] is None
+    assert old.ratio is None and old.within_noise is None
 
 
 def test_fraction_changes_in_points_with_the_noise_threshold():
     a = {"fractions": {"data_wait": 0.30, "h2d": 0.01, "compute": 0.60, "other": 0.09}}
     b = {"fractions": {"data_wait": 0.281, "h2d": 0.01, "compute": 0.621, "other": None}}
     f = fraction_changes(a, b)
-    assert f["data_wait"]["delta_pp"] == pytest.approx(-1.9) and f["data_wait"]["within_noise"] is True
-    assert f["compute"]["delta_pp"] == pytest.approx(2.1) and f["compute"]["within_noise"] is False
-    assert f["h2d"]["delta_pp"] == pytest.approx(0) and f["h2d"]["within_noise"] is True
-    assert f["other"] == {"baseline": 0.09, "value": None, "delta_pp": None, "within_noise": None}
+    assert f["data_wait"].delta_pp == pytest.approx(-1.9) and f["data_wait"].within_noise is True
+    assert f["compute"].delta_pp == pytest.approx(2.1) and f["compute"].within_noise is False
+    assert f["h2d"].delta_pp == pytest.approx(0) and f["h2d"].within_noise is True
+    assert f["other"].to_json() == {"baseline": 0.09, "value": None, "delta_pp": None, "within_noise": None}
     assert FRACTION_NOISE_PP == 2.0
 
 
@@ -73,7 +73,7 @@ def test_settings_are_flattened_and_only_differences_listed():
     b = {"name": "q", "data": {"storage": "ram", "throttle": None}, "loader": {"num_workers": 2, "batch_size": 64},
          "model": {"hidden": [256]}, "train": {"threads": 2}}
     assert flatten_settings(a)["model.hidden"] == [512, 256] and flatten_settings(a)["name"] == "q"
-    assert differing_settings([a, b]) == [
+    assert [d.to_json() for d in differing_settings([a, b])] == [
         {"key": "loader.num_workers", "values": [0, 2], "absent_in": []},
         {"key": "model.hidden", "values": [[512, 256], [256]], "absent_in": []},
         {"key": "train.threads", "values": [None, 2], "absent_in": [0]},

@@ -88,7 +88,7 @@ def test_a_prep_run_faster_than_the_ceiling_clamps_the_prep_stall():
     assert f["prep_stall"] == 0.0 and f["fetch_stall"] == pytest.approx(0.5) and f["compute"] == pytest.approx(0.5)
     assert set(r["clamped"]) == {"prep_stall", "fetch_stall"}
     assert "faster than the compute ceiling" in r["clamped"]["prep_stall"]
-    reason = analysis.stall_fractions({"compute": 1000.0, "prep": 1250.0, "real": 500.0})["clamped"]["prep_stall"]
+    reason = analysis.stall_fractions({"compute": 1000.0, "prep": 1250.0, "real": 500.0}).clamped["prep_stall"]
     assert (reason.kind, reason["unclamped"], reason["clamped"]) == ("clamped", pytest.approx(-0.1), 0.0)
     assert [(c.kind, c["run"], c["other"]) for c in reason.parts] == [("run_faster", "prep", "compute")]
 

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from test_compare import fake_run
 
+from pipeprof.analysis.summary import summary_record
 from pipeprof.cli.main import main
 from pipeprof.export.series import export_series
 from pipeprof.export.text import export_texts
@@ -91,7 +92,7 @@ def test_a_workers_busy_share_cpu_and_memory_in_a_hand_made_window():
 def test_texts_say_the_verdict_the_top_recommendations_and_the_absences():
     run = load_run(WORKERS)
     s = summarize(run)
-    texts = export_texts(s, export_series(run))
+    texts = export_texts(summary_record(run), export_series(run))
     assert s["verdict"]["sentence"] in texts["pipeprof/verdict"]
     assert texts["pipeprof/recommendations"].startswith("1. `")
     assert texts["pipeprof/recommendations"].count("\n") == min(3, len(s["recommendations"])) - 1

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from pipeprof.analysis.prediction_check import point_predictions, prediction_check
+from pipeprof.analysis import prediction_check as checking
+from pipeprof.analysis.prediction_check import point_predictions
 from pipeprof.analysis.sweep import point_record
 from pipeprof.render.sweep import render_sweep_html
+
+
+def prediction_check(points: list[dict]) -> dict:
+    """sweep.json's ``prediction_check`` as written."""
+    return checking.prediction_check(points).to_json()
 
 
 def summary(rate: float, recs: list[dict]) -> dict:

@@ -45,7 +45,7 @@ def test_the_search_finds_the_grid_best_in_far_fewer_measurements():
     space = Space(cores=4, max_workers=8, placements=("ram",))
     calls = []
     result = search(START, space, fake(loader_bound, calls), max_evals=40)
-    assert result.best["samples_per_s"] >= 0.95 * grid_best(loader_bound, space)
+    assert result.best.samples_per_s >= 0.95 * grid_best(loader_bound, space)
     assert len(calls) <= 40 < (space.max_workers + 1) * space.cores * 3 * 2 * 2  # the grid: 432 settings
     assert calls[0] == (space.normalize(START), "the scenario as given")
     assert len({repr(sorted(c[0].items())) for c in calls}) == len(calls)  # nothing measured twice
@@ -57,7 +57,7 @@ def test_seeds_from_the_recommendations_are_measured_right_after_the_start():
     result = search(START, space, fake(loader_bound, calls), lambda: [{"data.storage": "device"}], max_evals=5)
     assert calls[1][1] == "predicted by the recommendations"
     assert calls[1][0]["data.storage"] == "device" and calls[1][0]["loader.num_workers"] == 0
-    assert result.best["settings"]["data.storage"] == "device" and len(calls) == 5
+    assert result.best.settings["data.storage"] == "device" and len(calls) == 5
 
 
 def test_on_the_device_no_loader_setting_is_tried():
@@ -85,12 +85,12 @@ def test_a_gain_within_the_noise_does_not_move_the_incumbent_and_skipped_setting
         return (1020.0 if settings["loader.num_workers"] == 0 else 1000.0), "complete"
 
     result = search({"loader.num_workers": 1, "train.threads": 2}, space, evaluate, max_evals=3)
-    assert [(t["settings"]["loader.num_workers"], t["settings"]["train.threads"], t["status"])
+    assert [(t.settings["loader.num_workers"], t.settings["train.threads"], t.status)
             for t in result.trials] == [(1, 2, "complete"), (0, 2, "complete"), (2, 2, "skipped"),
                                         (1, 1, "complete")]
     # 0 workers was 2% faster: below the 3% gain, so the search went on from 1 worker (threads = 1 tried
     # with 1 worker), yet the fastest measured setting is the one reported
-    assert result.best["settings"]["loader.num_workers"] == 0
+    assert result.best.settings["loader.num_workers"] == 0
 
 
 @pytest.mark.parametrize("best, ceiling, words", [
@@ -134,14 +134,14 @@ def test_one_lucky_window_fools_the_plain_search_but_not_the_robust_one():
     space = Space(cores=2, max_workers=4)
     plain, _ = lucky_once(two_cores, LUCKY, 2.2)
     fooled = search(START_2, space, plain, max_evals=16)
-    assert fooled.best["settings"]["loader.num_workers"] == 1  # the lucky 5,500: really 2,500, half the best
-    assert two_cores(fooled.best["settings"]) == 2_500.0
+    assert fooled.best.settings["loader.num_workers"] == 1  # the lucky 5,500: really 2,500, half the best
+    assert two_cores(fooled.best.settings) == 2_500.0
     robust, calls = lucky_once(two_cores, LUCKY, 2.2)
     result = search(START_2, space, robust, max_evals=16 + 3 * 2, confirm_gains=True, finalists=3, rounds=2)
-    assert result.best["settings"]["loader.num_workers"] == 3 and result.best["settings"]["train.threads"] == 1
-    assert result.best["samples_per_s"] == 5_000.0  # the final round's mean, not a broad-round window
-    assert [t["why"] for t in result.trials].count("confirming a gain") >= 2
-    assert sum(t["why"].startswith("final round") for t in result.trials) <= 3 * 2
+    assert result.best.settings["loader.num_workers"] == 3 and result.best.settings["train.threads"] == 1
+    assert result.best.samples_per_s == 5_000.0  # the final round's mean, not a broad-round window
+    assert [t.why for t in result.trials].count("confirming a gain") >= 2
+    assert sum(t.why.startswith("final round") for t in result.trials) <= 3 * 2
     assert len(calls) <= 16 + 3 * 2  # max_evals: every measurement, the final round's too
 
 
@@ -163,10 +163,10 @@ def test_the_final_round_interleaves_rotates_drops_the_clearly_slower_and_measur
     assert round_2 == [(4, 1), (2, 1), (3, 1)]  # rotated: no setting always first
     # one measurement each cannot tell 4,600 or even 4,000 from 5,000 under the assumed 10% noise; two each,
     # with the noise now measured (about 3%), can: both are dropped and no third round is needed
-    dropped = {f["settings"]["loader.num_workers"]: f["dropped_after_round"] for f in result.finalists}
+    dropped = {f.settings["loader.num_workers"]: f.dropped_after_round for f in result.finalists}
     assert dropped == {3: None, 4: 2, 2: 2}
     assert not any(why == "final round 3 of 3" for _, _, why in final)
-    assert result.best["settings"]["loader.num_workers"] == 3
+    assert result.best.settings["loader.num_workers"] == 3
     assert 0.01 < result.noise < 0.05
 
 
@@ -185,12 +185,12 @@ def test_the_scenario_as_given_is_kept_unless_a_change_beats_it_beyond_the_noise
 
     start = {"loader.num_workers": 0, "train.threads": 2, "loader.prefetch_factor": None,
              "loader.persistent_workers": False}
-    assert search(start, space, evaluate, max_evals=8).best["settings"]["loader.num_workers"] == 1
+    assert search(start, space, evaluate, max_evals=8).best.settings["loader.num_workers"] == 1
     calls.clear()
     result = search(start, space, evaluate, max_evals=8 + 2 * 2, finalists=2, rounds=2)
-    assert [f["settings"]["loader.num_workers"] for f in result.finalists] == [1, 0]
-    assert result.best["settings"]["loader.num_workers"] == 0
-    assert "scenario as given" in result.best["why"]
+    assert [f.settings["loader.num_workers"] for f in result.finalists] == [1, 0]
+    assert result.best.settings["loader.num_workers"] == 0
+    assert "scenario as given" in result.best.why
 
 
 def test_the_final_round_uses_remeasure_and_a_failed_final_round_keeps_the_broad_best():
@@ -205,9 +205,9 @@ def test_the_final_round_uses_remeasure_and_a_failed_final_round_keeps_the_broad
     result = search(start, space, fake(lambda s: 1_000.0 + 100 * s["loader.num_workers"], []), max_evals=6 + 4,
                     finalists=2, rounds=2, remeasure=remeasure)
     assert longer == ["final round 1 of 2"] * 2
-    broad = [t for t in result.trials if not t["why"].startswith("final round")]
-    assert result.best is next(t for t in broad if t["samples_per_s"] == max(b["samples_per_s"] for b in broad))
-    assert result.best["samples_per_s"] == 1_100.0 and result.noise == 0.10  # no repeat: the prior
+    broad = [t for t in result.trials if not t.why.startswith("final round")]
+    assert result.best is next(t for t in broad if t.samples_per_s == max(b.samples_per_s for b in broad))
+    assert result.best.samples_per_s == 1_100.0 and result.noise == 0.10  # no repeat: the prior
 
 
 def test_max_evals_bounds_the_final_round_too():

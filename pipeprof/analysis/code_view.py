@@ -1,9 +1,9 @@
 """summary.json's ``code_profile`` as typed records: cProfile's window, cost, processes and top functions, and
 py-spy's file.
 
-``analysis.hotspots.code_profile`` builds the dict form from the run's records; ``CodeView.from_json`` reads
-it (or a summary.json's) into these records, which the renderers read as fields. ``to_json`` gives back the
-same dict: keys a section did not have stay out of it (``_present``), so a summary round-trips exactly.
+``analysis.hotspots.code_profile`` builds these records from the run's records; ``CodeView.from_json`` reads a
+summary.json's back into them, which the renderers read as fields. ``to_json`` writes summary.json's form: keys a
+section did not have stay out of it (``_present``), so a summary round-trips exactly.
 """
 
 from __future__ import annotations
@@ -12,16 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeprof.numbers import finite
-from pipeprof.run_meta import JsonObject
+from pipeprof.run_meta import JsonObject, as_object
 
 
-def _present(**values: Any) -> dict[str, Any]:
+def _present(**values: Any) -> JsonObject:
     """The keys whose value is not None (the dict forms leave a key out where they have nothing)."""
     return {k: v for k, v in values.items() if v is not None}
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -36,14 +32,14 @@ class StepCost:
     slowdown_fraction: float | None = None
     absent: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return _present(absent=self.absent, median_step_in_window_s=self.median_step_in_window_s,
                         median_step_outside_s=self.median_step_outside_s, steps_in_window=self.steps_in_window,
                         steps_outside=self.steps_outside, ratio=self.ratio, slowdown_fraction=self.slowdown_fraction)
 
     @classmethod
     def from_json(cls, data: Any) -> StepCost:
-        d = _dict(data)
+        d = as_object(data)
         return cls(median_step_in_window_s=finite(d.get("median_step_in_window_s")),
                    median_step_outside_s=finite(d.get("median_step_outside_s")),
                    steps_in_window=d.get("steps_in_window"), steps_outside=d.get("steps_outside"),
@@ -65,14 +61,14 @@ class TopFunction:
     calls: int
     share: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"function": self.function, "file": self.file, "line": self.line, "name": self.name,
                 "group": self.group, "self_s": self.self_s, "cum_s": self.cum_s, "calls": self.calls,
                 "share": self.share}
 
     @classmethod
     def from_json(cls, data: Any) -> TopFunction:
-        d = _dict(data)
+        d = as_object(data)
         share = finite(d.get("share"))
         return cls(function=str(d.get("function") or ""), file=str(d.get("file") or ""), line=int(d.get("line") or 0),
                    name=str(d.get("name") or ""), group=str(d.get("group") or ""),
@@ -93,7 +89,7 @@ class ProfiledProcess:
     processes_started: int | None = None
     processes_profiled: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         if self.absent is not None:
             return {"absent": self.absent}
         return _present(profiled_s=self.profiled_s, functions=self.functions, groups=dict(self.groups),
@@ -102,11 +98,11 @@ class ProfiledProcess:
 
     @classmethod
     def from_json(cls, data: Any) -> ProfiledProcess:
-        d = _dict(data)
+        d = as_object(data)
         if d.get("absent") is not None:
             return cls(absent=str(d["absent"]))
         return cls(profiled_s=finite(d.get("profiled_s")), functions=d.get("functions"),
-                   groups={str(k): float(v) for k, v in _dict(d.get("groups")).items() if finite(v) is not None},
+                   groups={str(k): float(v) for k, v in as_object(d.get("groups")).items() if finite(v) is not None},
                    scope=d.get("scope"), processes_started=d.get("processes_started"),
                    processes_profiled=d.get("processes_profiled"))
 
@@ -117,7 +113,7 @@ class CProfileView:
     groups and top functions, the .prof files; or ``absent`` with its reason (and the window, where one was)."""
 
     absent: str | None = None
-    window: dict[str, Any] | None = None
+    window: JsonObject | None = None  # run.json's, as recorded
     overhead: StepCost | None = None
     processes: dict[str, ProfiledProcess] = field(default_factory=dict)
     top: dict[str, tuple[TopFunction, ...]] = field(default_factory=dict)
@@ -135,7 +131,7 @@ class CProfileView:
         window = self.window or {}
         return window.get("profiled_steps", window.get("steps"))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         if self.absent is not None:
             return _present(absent=self.absent, window=self.window)
         return {"window": self.window or {}, "overhead": self.overhead.to_json() if self.overhead else {},
@@ -145,16 +141,16 @@ class CProfileView:
 
     @classmethod
     def from_json(cls, data: Any) -> CProfileView:
-        d = _dict(data)
+        d = as_object(data)
         window = d.get("window") if isinstance(d.get("window"), dict) else None
         if d.get("absent") is not None:
             return cls(absent=str(d["absent"]), window=window)
         overhead = StepCost.from_json(d["overhead"]) if isinstance(d.get("overhead"), dict) else None
         return cls(window=window, overhead=overhead,
-                   processes={str(k): ProfiledProcess.from_json(v) for k, v in _dict(d.get("processes")).items()},
+                   processes={str(k): ProfiledProcess.from_json(v) for k, v in as_object(d.get("processes")).items()},
                    top={str(k): tuple(TopFunction.from_json(t) for t in rows if isinstance(t, dict))
-                        for k, rows in _dict(d.get("top")).items() if isinstance(rows, list)},
-                   files={str(k): str(v) for k, v in _dict(d.get("files")).items()},
+                        for k, rows in as_object(d.get("top")).items() if isinstance(rows, list)},
+                   files={str(k): str(v) for k, v in as_object(d.get("files")).items()},
                    overhead_note=d.get("overhead_note"))
 
 
@@ -173,7 +169,7 @@ class PySpyView:
 
     @classmethod
     def from_json(cls, data: Any) -> PySpyView:
-        d = dict(_dict(data))
+        d = dict(as_object(data))
         return cls(recorded=d, file=d.get("file"), absent=d.get("absent"))
 
 
@@ -185,7 +181,7 @@ class CodeView:
     cprofile: CProfileView
     pyspy: PySpyView
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"cprofile": self.cprofile.to_json(), "pyspy": self.pyspy.to_json()}
 
     @classmethod

@@ -2,7 +2,8 @@
 
 The first run is the baseline; every other run is compared against it.
 Pure: takes each run's records and summary (``pipeline.derive.summarize(run)``), returns the
-``compare.json`` dict. Runs are referred to by their position in ``runs``
+``compare.json`` document; its parts are the typed records below (``ThroughputRatio``, ``FractionChange``,
+``SettingDifference``), which compare.json is read back into as well. Runs are referred to by their position in ``runs``
 (0 = the baseline).
 
 **Noise rules** — which differences are said to be *within noise*:
@@ -31,6 +32,7 @@ runs to include run-to-run noise.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,9 +58,10 @@ NOISE_RULES = {
 }
 
 
-def flatten_settings(scenario: Any, prefix: str = "") -> dict[str, Any]:
-    """run.json's ``scenario`` as ``{"section.key": value}`` (top-level keys stay bare: ``name``)."""
-    flat: dict[str, Any] = {}
+def flatten_settings(scenario: Any, prefix: str = "") -> JsonObject:
+    """run.json's ``scenario`` as ``{"section.key": value}`` (top-level keys stay bare: ``name``), each value as
+    recorded."""
+    flat: JsonObject = {}
     if not isinstance(scenario, dict):
         return flat
     for key, value in scenario.items():
@@ -70,10 +73,10 @@ def flatten_settings(scenario: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def differing_settings(scenarios: Sequence[Any]) -> list[dict[str, Any]]:
+def differing_settings(scenarios: Sequence[Any]) -> list[SettingDifference]:
     """The scenario keys whose value is not the same in every run, sorted by key.
 
-    Each: ``{"key", "values"}`` (one value per run; null where absent) and
+    Each: its ``key``, ``values`` (one value per run; None where absent) and
     ``absent_in`` (positions of the runs without the key, e.g. older runs).
     """
     flat = [flatten_settings(s) for s in scenarios]
@@ -84,16 +87,17 @@ def differing_settings(scenarios: Sequence[Any]) -> list[dict[str, Any]]:
         values = [f.get(key) for f in flat]
         if all(present) and all(v == values[0] for v in values[1:]):
             continue
-        rows.append({"key": key, "values": values, "absent_in": [i for i, p in enumerate(present) if not p]})
+        rows.append(SettingDifference(key=key, values=tuple(values),
+                                      absent_in=frozenset(i for i, p in enumerate(present) if not p)))
     return rows
 
 
-def throughput_ratio(baseline: Summary | Mapping[str, Any], other: Summary | Mapping[str, Any]) -> dict[str, Any]:
+def throughput_ratio(baseline: Summary | Mapping[str, Any], other: Summary | Mapping[str, Any]) -> ThroughputRatio:
     """``other`` over ``baseline`` throughput with its 95% interval (see the module's noise rules).
 
     Both arguments are summaries (``samples_per_s`` and the ``throughput``
     windows; a summary.json's dict is read first, ``as_summary``). Returns ``ratio``, ``low``, ``high``, ``df``
-    (degrees of freedom), ``method``, ``within_noise`` and ``reason`` (why there is no interval, else null).
+    (degrees of freedom), ``method``, ``within_noise`` and ``reason`` (why there is no interval, else None).
     """
     a, b = as_summary(baseline), as_summary(other)
     wa, wb = a.throughput or Throughput(), b.throughput or Throughput()
@@ -116,31 +120,31 @@ def throughput_ratio(baseline: Summary | Mapping[str, Any], other: Summary | Map
     reasons = [f"{name}: {w.reason or 'no throughput windows'}"
                for name, w in (("the baseline", wa), ("this run", wb)) if finite(w.mean) is None]
     reason = "; ".join(reasons) or "a run's window rates have no usable spread"
-    return dict(_ratio(plain, None, None, None, "ratio of samples/s (no interval)"), reason=reason)
+    return dataclasses.replace(_ratio(plain, None, None, None, "ratio of samples/s (no interval)"), reason=reason)
 
 
 def _ratio(ratio: float | None, low: float | None, high: float | None, df: float | None,
-           method: str) -> dict[str, Any]:
+           method: str) -> ThroughputRatio:
     within = None if low is None or high is None else bool(low <= 1.0 <= high)
-    return {"ratio": ratio, "low": low, "high": high, "df": df, "method": method, "within_noise": within,
-            "reason": None}
+    return ThroughputRatio(ratio=ratio, low=low, high=high, df=df, method=method, within_noise=within)
 
 
 def fraction_changes(baseline: Summary | Mapping[str, Any],
-                     other: Summary | Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+                     other: Summary | Mapping[str, Any]) -> dict[str, FractionChange]:
     """Per phase: ``baseline`` and ``value`` (fractions of step time), ``delta_pp`` and ``within_noise``."""
     fa, fb = as_summary(baseline).fractions, as_summary(other).fractions
     out = {}
     for phase in PHASES:
         a, b = finite(fa.get(phase)), finite(fb.get(phase))
         delta_pp = None if a is None or b is None else 100.0 * (b - a)
-        out[phase] = {"baseline": a, "value": b, "delta_pp": delta_pp,
-                      "within_noise": None if delta_pp is None else abs(delta_pp) < FRACTION_NOISE_PP}
+        out[phase] = FractionChange(baseline=a, value=b, delta_pp=delta_pp,
+                                    within_noise=None if delta_pp is None else abs(delta_pp) < FRACTION_NOISE_PP)
     return out
 
 
-def run_entry(label: str, folder: str, run: Run, summary: Summary | Mapping[str, Any]) -> dict[str, Any]:
-    """What compare.json keeps of one run: identity, status, throughput, fractions, verdict."""
+def run_entry(label: str, folder: str, run: Run, summary: Summary | Mapping[str, Any]) -> JsonObject:
+    """What compare.json keeps of one run (its entry, as written): identity, status, throughput, fractions,
+    verdict."""
     meta, s = run.info, as_summary(summary)
     return {
         "label": label,
@@ -162,7 +166,7 @@ def run_entry(label: str, folder: str, run: Run, summary: Summary | Mapping[str,
 
 
 def compare_runs(runs: Sequence[tuple[str, str, Run, Summary | Mapping[str, Any]]], *,
-                 created_utc: str | None = None) -> dict[str, Any]:
+                 created_utc: str | None = None) -> JsonObject:
     """compare.json for ``runs`` = ``(label, folder, run, summary)``, the first being the baseline.
 
     Keys: ``schema_version``, ``kind`` ("compare"), ``created_utc``, ``baseline`` (0), ``runs`` (``run_entry`` each),
@@ -182,14 +186,14 @@ def compare_runs(runs: Sequence[tuple[str, str, Run, Summary | Mapping[str, Any]
     for i, ((_, _, run, _), summary) in enumerate(zip(runs[1:], summaries[1:]), start=1):
         ratio = throughput_ratio(base_summary, summary)
         fractions = fraction_changes(base_summary, summary)
-        checks = {"throughput": ratio["within_noise"], **{p: f["within_noise"] for p, f in fractions.items()}}
+        checks = {"throughput": ratio.within_noise, **{p: f.within_noise for p, f in fractions.items()}}
         base_class, klass = entries[0]["verdict"]["class"], entries[i]["verdict"]["class"]
         comparisons.append({
             "run": i,
-            "throughput_ratio": ratio,
-            "fractions": fractions,
+            "throughput_ratio": ratio.to_json(),
+            "fractions": {p: f.to_json() for p, f in fractions.items()},
             "verdict": {"baseline": base_class, "value": klass, "changed": base_class != klass},
-            "settings": [d["key"] for d in differing_settings([runs[0][2].info.scenario, run.info.scenario])],
+            "settings": [d.key for d in differing_settings([runs[0][2].info.scenario, run.info.scenario])],
             "within_noise": [name for name, within in checks.items() if within is True],
             "beyond_noise": [name for name, within in checks.items() if within is False],
         })
@@ -200,7 +204,7 @@ def compare_runs(runs: Sequence[tuple[str, str, Run, Summary | Mapping[str, Any]
         "baseline": 0,
         "runs": entries,
         "comparisons": comparisons,
-        "settings": differing_settings([run.info.scenario for _, _, run, _ in runs]),
+        "settings": [d.to_json() for d in differing_settings([run.info.scenario for _, _, run, _ in runs])],
         "noise": {"fraction_pp": FRACTION_NOISE_PP, "rules": NOISE_RULES},
     }
 
@@ -223,6 +227,10 @@ class ThroughputRatio:
     within_noise: bool | None = None
     reason: str | None = None
 
+    def to_json(self) -> JsonObject:
+        return {"ratio": self.ratio, "low": self.low, "high": self.high, "df": self.df, "method": self.method,
+                "within_noise": self.within_noise, "reason": self.reason}
+
     @classmethod
     def from_json(cls, data: Any) -> ThroughputRatio:
         d = as_object(data)
@@ -240,6 +248,10 @@ class FractionChange:
     value: float | None = None
     delta_pp: float | None = None
     within_noise: bool | None = None
+
+    def to_json(self) -> JsonObject:
+        return {"baseline": self.baseline, "value": self.value, "delta_pp": self.delta_pp,
+                "within_noise": self.within_noise}
 
     @classmethod
     def from_json(cls, data: Any) -> FractionChange:
@@ -303,6 +315,9 @@ class SettingDifference:
     key: str
     values: tuple[Any, ...]
     absent_in: frozenset[int]
+
+    def to_json(self) -> JsonObject:
+        return {"key": self.key, "values": list(self.values), "absent_in": sorted(self.absent_in)}
 
     @classmethod
     def from_json(cls, data: Any) -> SettingDifference:

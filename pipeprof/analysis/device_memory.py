@@ -34,6 +34,7 @@ import pandas as pd
 from pipeprof.analysis.steps import counted_steps, counted_window_s
 from pipeprof.numbers import finite
 from pipeprof.run_folder import Run
+from pipeprof.run_meta import JsonObject
 
 MIN_WINDOWS = 4
 NOISE_FLOOR_BYTES = 64 * 2**20
@@ -52,7 +53,7 @@ class MemoryCreep:
     per_step_bytes: float | None  # growth_bytes / counted steps
     threshold_bytes: float | None = None  # the noise floor the growth was held against
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"growing": self.growing, "growth_bytes": self.growth_bytes, "per_step_bytes": self.per_step_bytes,
                 "rule": CREEP_RULE}
 
@@ -74,7 +75,7 @@ class DeviceMemory:
     windows: int = 0
     creep: MemoryCreep | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         if self.absent is not None:
             return {"absent": self.absent}
         return {"peak_allocated_bytes": self.peak_allocated_bytes, "peak_reserved_bytes": self.peak_reserved_bytes,

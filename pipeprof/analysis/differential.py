@@ -4,7 +4,8 @@ After DS-Analyzer (Mohan et al., "Analyzing and Mitigating Data Stalls in DNN
 Training", VLDB 2021). ``pipeprof diagnose`` trains the same scenario three
 times, each with a fresh workload, and this module turns their summaries into
 stall fractions. Pure functions over ``summary.json`` dicts; nothing here
-trains, times or renders.
+trains, times or renders; the results are typed records (``Differential``), which
+``to_json`` writes into diagnosis.json with their reasons in words.
 
 The three runs (``RUNS``), from fastest to slowest in principle:
 
@@ -68,7 +69,8 @@ records (a kind plus its numbers); ``render.diagnosis_text`` words them where
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,15 +115,82 @@ def _why_missing(missing: Mapping[str, str | Reason] | None) -> dict[str, Reason
     return {run: why if isinstance(why, Reason) else Reason.written(why) for run, why in (missing or {}).items()}
 
 
+Words = Callable[[Reason], str]  # a reason in words (``render.diagnosis_text.reason_words``)
+
+
+@dataclass(frozen=True)
+class Stalls:
+    """``stall_fractions``: the fractions (clamped into the model's order), before clamping, and the reasons of
+    those clamped and those null; each keyed by ``FRACTIONS`` (``clamped`` and ``null_reasons`` only hold the
+    affected ones)."""
+
+    fractions: dict[str, float | None]
+    unclamped: dict[str, float | None]
+    clamped: dict[str, Reason]
+    null_reasons: dict[str, Reason]
+
+    def to_json(self, words: Words) -> JsonObject:
+        """diagnosis.json's keys, each reason in ``words``."""
+        return {"fractions": dict(self.fractions), "unclamped": dict(self.unclamped),
+                "clamped": {k: words(r) for k, r in self.clamped.items()},
+                "null_reasons": {k: words(r) for k, r in self.null_reasons.items()}}
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """One cross-check as made: the direct and the differential share, their difference (direct - differential),
+    whether they agree (None: not checked, ``reason`` says why) and its notes."""
+
+    direct: float | None
+    differential: float | None
+    difference: float | None
+    agree: bool | None
+    reason: Reason | None
+    notes: tuple[Reason, ...] = ()
+
+    def to_json(self, words: Words) -> JsonObject:
+        return {"direct": self.direct, "differential": self.differential, "difference": self.difference,
+                "agree": self.agree, "reason": words(self.reason) if self.reason is not None else None,
+                "notes": [words(n) for n in self.notes]}
+
+
+@dataclass(frozen=True)
+class CrossChecks:
+    """``cross_check``: the tolerance, whether the checks agree (False when any disagrees, None when none could
+    be made) and the two checks."""
+
+    tolerance: float
+    agree: bool | None
+    data_wait: Agreement
+    fetch_share: Agreement
+
+    def to_json(self, words: Words) -> JsonObject:
+        return {"tolerance": self.tolerance, "agree": self.agree, "data_wait": self.data_wait.to_json(words),
+                "fetch_share": self.fetch_share.to_json(words)}
+
+
+@dataclass(frozen=True)
+class Differential:
+    """``differential``: each run's samples/s and seconds per sample (None: missing), the stalls and the
+    cross-check."""
+
+    samples_per_s: dict[str, float | None]
+    seconds_per_sample: dict[str, float | None]
+    stalls: Stalls
+    cross_check: CrossChecks
+
+    def to_json(self, words: Words) -> JsonObject:
+        """diagnosis.json's analysis keys, each reason in ``words``."""
+        return {"samples_per_s": dict(self.samples_per_s), "seconds_per_sample": dict(self.seconds_per_sample),
+                **self.stalls.to_json(words), "cross_check": self.cross_check.to_json(words)}
+
+
 def stall_fractions(samples_per_s: Mapping[str, float | None],
-                    missing: Mapping[str, str | Reason] | None = None) -> dict[str, Any]:
+                    missing: Mapping[str, str | Reason] | None = None) -> Stalls:
     """Fetch, prep and total stall and the compute share from the three runs' samples/s.
 
     ``samples_per_s`` maps ``compute`` / ``prep`` / ``real`` to samples/s
     (None: the run is missing); ``missing`` gives the reason a run is missing.
-    Returns ``{"fractions", "unclamped", "clamped", "null_reasons"}``: each a
-    dict keyed by ``FRACTIONS`` (``clamped`` and ``null_reasons`` only hold the
-    affected ones, with the ``Reason``).
     """
     why_missing = _why_missing(missing)
     t = {run: (1.0 / v if v else None) for run, v in ((r, samples_per_s.get(r)) for r in RUNS)}
@@ -162,7 +231,7 @@ def stall_fractions(samples_per_s: Mapping[str, float | None],
         before = unclamped[name]
         if value is not None and before is not None and abs(value - before) > 1e-12:
             clamped[name] = Reason("clamped", {"unclamped": before, "clamped": value}, tuple(causes))
-    return {"fractions": fractions, "unclamped": unclamped, "clamped": clamped, "null_reasons": null_reasons}
+    return Stalls(fractions=fractions, unclamped=unclamped, clamped=clamped, null_reasons=null_reasons)
 
 
 def _fractions(tc: float | None, tp: float | None, tr: float | None,
@@ -181,14 +250,13 @@ def _fractions(tc: float | None, tp: float | None, tr: float | None,
 
 def cross_check(real: Mapping[str, Any] | None, fractions: Mapping[str, float | None], *,
                 storage: str | None = None, num_workers: int | None = None,
-                missing_reason: str | Reason | None = None, tolerance: float = TOLERANCE) -> dict[str, Any]:
+                missing_reason: str | Reason | None = None, tolerance: float = TOLERANCE) -> CrossChecks:
     """Direct attribution of run ``real`` against the differential fractions (see the module docstring).
 
-    ``real`` is the real run's summary (None when it failed, ``missing_reason``
-    says why); ``fractions`` are ``stall_fractions(...)["fractions"]``;
-    ``storage`` and ``num_workers`` of the real run only add notes. Returns
-    ``{"tolerance", "agree", "data_wait", "fetch_share"}``: each check has
-    ``direct``, ``differential``, ``difference`` (direct - differential),
+    ``real`` is the real run's summary.json, as read (None when it failed, ``missing_reason``
+    says why); ``fractions`` are ``stall_fractions(...).fractions``;
+    ``storage`` and ``num_workers`` of the real run only add notes. Each check (``data_wait``,
+    ``fetch_share``) has ``direct``, ``differential``, ``difference`` (direct - differential),
     ``agree`` (True / False / None when a number is missing), ``reason`` (why
     null) and ``notes`` (``Reason`` records); the top-level ``agree`` is False when any check
     disagrees, True when all agree, None when none could be made.
@@ -219,54 +287,48 @@ def cross_check(real: Mapping[str, Any] | None, fractions: Mapping[str, float | 
     elif stall < MIN_STALL_TO_SPLIT:
         split_reason = Reason("stall_too_small", {"stall": stall, "min_stall": MIN_STALL_TO_SPLIT})
     share = fetch / stall if split_reason is None and fetch is not None and stall is not None else None
-    fetch_share = _check(direct_fetch, share, split_reason, tolerance)
-    if storage == "images":
-        fetch_share["notes"].append(Reason("decode_is_fetch_here"))
+    fetch_notes = [Reason("decode_is_fetch_here")] if storage == "images" else []
     if num_workers:
-        fetch_share["notes"].append(Reason("workers_overlap", {"num_workers": num_workers}))
-        data_wait["notes"].append(Reason("workers_share_the_cpu"))
+        fetch_notes.append(Reason("workers_overlap", {"num_workers": num_workers}))
+        data_wait = dataclasses.replace(data_wait, notes=(*data_wait.notes, Reason("workers_share_the_cpu")))
+    fetch_share = dataclasses.replace(_check(direct_fetch, share, split_reason, tolerance), notes=tuple(fetch_notes))
 
-    flags = [c["agree"] for c in (data_wait, fetch_share) if c["agree"] is not None]
-    return {"tolerance": tolerance, "agree": (all(flags) if flags else None),
-            "data_wait": data_wait, "fetch_share": fetch_share}
+    flags = [c.agree for c in (data_wait, fetch_share) if c.agree is not None]
+    return CrossChecks(tolerance=tolerance, agree=all(flags) if flags else None, data_wait=data_wait,
+                       fetch_share=fetch_share)
 
 
 def differential(summaries: Mapping[str, Mapping[str, Any] | None], *,
                  missing: Mapping[str, str | Reason] | None = None, storage: str | None = None,
-                 num_workers: int | None = None, tolerance: float = TOLERANCE) -> dict[str, Any]:
-    """The whole analysis from the three runs' summaries (None: the run failed, ``missing`` says why).
-
-    Returns ``{"samples_per_s", "seconds_per_sample", "fractions",
-    "unclamped", "clamped", "null_reasons", "cross_check"}``; see
-    ``stall_fractions`` and ``cross_check``.
+                 num_workers: int | None = None, tolerance: float = TOLERANCE) -> Differential:
+    """The whole analysis from the three runs' summaries (summary.json, as read; None: the run failed,
+    ``missing`` says why): see ``stall_fractions`` and ``cross_check``.
     """
     missing = _why_missing(missing)
-    rates = {}
+    rates: dict[str, float | None] = {}
     for run in RUNS:
         rates[run] = throughput(summaries.get(run))
         if rates[run] is None and summaries.get(run) is not None:
             missing.setdefault(run, Reason("no_samples_per_s"))
-    result = stall_fractions(rates, missing)
-    return {
-        "samples_per_s": rates,
-        "seconds_per_sample": {run: (1.0 / v if v else None) for run, v in rates.items()},
-        **result,
-        "cross_check": cross_check(summaries.get("real"), result["fractions"], storage=storage,
-                                   num_workers=num_workers, missing_reason=missing.get("real"),
-                                   tolerance=tolerance),
-    }
+    stalls = stall_fractions(rates, missing)
+    return Differential(
+        samples_per_s=rates,
+        seconds_per_sample={run: (1.0 / v if v else None) for run, v in rates.items()},
+        stalls=stalls,
+        cross_check=cross_check(summaries.get("real"), stalls.fractions, storage=storage,
+                                num_workers=num_workers, missing_reason=missing.get("real"), tolerance=tolerance),
+    )
 
 
 def _check(direct: float | None, differential_value: float | None, reason: Reason | None,
-           tolerance: float) -> dict[str, Any]:
+           tolerance: float) -> Agreement:
     if reason is not None or direct is None or differential_value is None:
-        return {"direct": direct, "differential": differential_value, "difference": None, "agree": None,
-                "reason": reason or Reason("number_missing"), "notes": []}
+        return Agreement(direct=direct, differential=differential_value, difference=None, agree=None,
+                         reason=reason or Reason("number_missing"))
     difference = direct - differential_value
     # A hair of float slack, so that exactly "tolerance apart" agrees.
     agree = abs(difference) <= tolerance + 1e-12
-    return {"direct": direct, "differential": differential_value, "difference": difference, "agree": agree,
-            "reason": None, "notes": []}
+    return Agreement(direct=direct, differential=differential_value, difference=difference, agree=agree, reason=None)
 
 # -- diagnosis.json read back ---------------------------------------------------------------------------------------
 # The typed reader of diagnosis.json (``pipeline.diagnose.build_diagnosis``: the runs, then ``differential``'s keys):

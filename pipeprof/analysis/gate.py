@@ -64,8 +64,8 @@ def check_pct(fail_if_slower_pct: float) -> float:
 
 def gate_one(ratio: ThroughputRatio | Mapping[str, Any], fail_if_slower_pct: float, *, label: str,
              baseline_label: str) -> GateResult:
-    """The gate for one comparison's ``throughput_ratio`` (``throughput_ratio()``'s dict, read as
-    ``compare.ThroughputRatio``)."""
+    """The gate for one comparison's ``throughput_ratio`` (``compare.throughput_ratio()``'s record, or compare.json's
+    entry, read as ``compare.ThroughputRatio``)."""
     pct = check_pct(fail_if_slower_pct)
     threshold = 1.0 - pct / 100.0
     read = ratio if isinstance(ratio, ThroughputRatio) else ThroughputRatio.from_json(ratio)

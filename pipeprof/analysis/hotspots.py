@@ -3,7 +3,7 @@
 Pure functions over a run's ``functions`` table (``run.FUNCTION_COLUMNS``: one
 row per function and caller, from cProfile) and its steps; nothing here
 profiles or renders. ``code_profile(run)`` is ``summary.json``'s
-``code_profile``.
+``code_profile`` as its typed records (``analysis.code_view``).
 
 **Groups.** Self time (``tottime_s``: time in a function itself, not in the
 functions it called, so the groups are disjoint and add up to the profiled
@@ -62,13 +62,18 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from pipeprof.analysis.code_view import CodeView, CProfileView, ProfiledProcess, PySpyView, StepCost, TopFunction
 from pipeprof.analysis.thresholds import MIN_STEPS_TO_COMPARE
+from pipeprof.numbers import finite
 from pipeprof.run_folder import Run
+from pipeprof.run_meta import JsonObject, as_object
 
 LOADING, TRANSFER, COMPUTE, WAITING, OTHER = "loading", "transfer", "compute", "waiting", "other"
 GROUPS = (LOADING, TRANSFER, COMPUTE, WAITING, OTHER)
@@ -155,33 +160,45 @@ def _fallback(key: Key, process: str) -> str:
     return OTHER
 
 
+@dataclass(frozen=True)
+class _Edge:
+    """One row of the functions table: a function (``key``: file, line, name) as called from one caller (None:
+    none recorded), with its calls and seconds (self and cumulative)."""
+
+    key: Key
+    caller: Key | None
+    calls: float
+    tottime_s: float
+    cumtime_s: float
+
+
 class _Resolver:
     """The group mix of every function of one process's rows (rules in the module docstring)."""
 
-    def __init__(self, rows: list[dict[str, Any]], process: str) -> None:
+    def __init__(self, rows: list[_Edge], process: str) -> None:
         self.process = process
-        self.edges: dict[Key, list[dict[str, Any]]] = defaultdict(list)
+        self.edges: dict[Key, list[_Edge]] = defaultdict(list)
         for row in rows:
-            self.edges[_key(row)].append(row)
+            self.edges[row.key].append(row)
         self.memo: dict[Key, dict[str, float]] = {}
         self.active: set[Key] = set()
 
-    def row_mix(self, row: dict[str, Any]) -> dict[str, float]:
+    def row_mix(self, row: _Edge) -> dict[str, float]:
         mix = self._row_mix(row)
         if self.process == "workers" and COMPUTE in mix:  # a DataLoader worker runs no model: all is loading
             mix = dict(mix)
             mix[LOADING] = mix.get(LOADING, 0.0) + mix.pop(COMPUTE)
         return mix
 
-    def _row_mix(self, row: dict[str, Any]) -> dict[str, float]:
-        key = _key(row)
+    def _row_mix(self, row: _Edge) -> dict[str, float]:
+        key = row.key
         own = file_group(key[0])
         if own is not None:
             return {own: 1.0}
         builtin = _is_builtin(key[0])
         if builtin and _TRANSFER_BUILTIN.search(key[2]):
             return {TRANSFER: 1.0}
-        caller = _caller(row)
+        caller = row.caller
         by_caller = file_group(caller[0]) if caller else None
         if by_caller is not None:
             return {by_caller: 1.0}
@@ -202,7 +219,7 @@ class _Resolver:
         if not rows or key in self.active or len(self.active) > _MAX_DEPTH:
             return {_fallback(key, self.process): 1.0}
         self.active.add(key)
-        weights = [max(float(r["cumtime_s"]), float(r["tottime_s"]), 0.0) for r in rows]
+        weights = [max(r.cumtime_s, r.tottime_s, 0.0) for r in rows]
         if sum(weights) <= 0:
             weights = [1.0] * len(rows)
         total: dict[str, float] = defaultdict(float)
@@ -220,15 +237,12 @@ def _clean(value: Any) -> Any:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-def _key(row: dict[str, Any]) -> Key:
-    return (str(row["file"]), int(row["line"]), str(row["function"]))
-
-
-def _caller(row: dict[str, Any]) -> Key | None:
+def _edge(row: Mapping[Hashable, Any]) -> _Edge:
+    """A functions table row (``run_folder.FUNCTION_COLUMNS``) as an edge."""
     file = _clean(row.get("caller_file"))
-    if file is None:
-        return None
-    return (str(file), int(row["caller_line"]), str(row["caller_function"]))
+    caller = None if file is None else (str(file), int(row["caller_line"]), str(row["caller_function"]))
+    return _Edge(key=(str(row["file"]), int(row["line"]), str(row["function"])), caller=caller,
+                 calls=float(row["calls"]), tottime_s=float(row["tottime_s"]), cumtime_s=float(row["cumtime_s"]))
 
 
 def grouped_functions(functions: pd.DataFrame, process: str) -> pd.DataFrame:
@@ -241,21 +255,21 @@ def grouped_functions(functions: pd.DataFrame, process: str) -> pd.DataFrame:
     columns = ["file", "line", "function", "calls", "tottime_s", "cumtime_s", *(f"{g}_s" for g in GROUPS), "group"]
     if functions is None or functions.empty:
         return pd.DataFrame(columns=columns)
-    rows = functions.loc[functions["process"] == process].to_dict("records")
+    rows = [_edge(row) for row in functions.loc[functions["process"] == process].to_dict("records")]
     if not rows:
         return pd.DataFrame(columns=columns)
     resolver = _Resolver(rows, process)
     totals: dict[Key, dict[str, float]] = {}
     decided: dict[Key, dict[str, float]] = {}
     for row in rows:
-        key = _key(row)
+        key = row.key
         t = totals.setdefault(key, {"calls": 0.0, "tottime_s": 0.0, "cumtime_s": 0.0,
                                     **{f"{g}_s": 0.0 for g in GROUPS}})
         votes = decided.setdefault(key, defaultdict(float))
-        tottime_s = float(row["tottime_s"])
-        t["calls"] += float(row["calls"])
+        tottime_s = row.tottime_s
+        t["calls"] += row.calls
         t["tottime_s"] += tottime_s
-        t["cumtime_s"] += float(row["cumtime_s"])
+        t["cumtime_s"] += row.cumtime_s
         for group, share in resolver.row_mix(row).items():
             t[f"{group}_s"] += tottime_s * share
             votes[group] += share * (tottime_s + 1e-12)  # a function with no self time still gets a group
@@ -294,93 +308,104 @@ def short_path(file: str) -> str:
     return match.group(1) if match else path.rsplit("/", 1)[-1]
 
 
-def top_functions(grouped: pd.DataFrame, n: int = TOP_FUNCTIONS) -> list[dict[str, Any]]:
+def top_functions(grouped: pd.DataFrame, n: int = TOP_FUNCTIONS) -> list[TopFunction]:
     """The ``n`` functions with most self time, with their group and share of the process's self time."""
     total_s = float(grouped["tottime_s"].sum()) if not grouped.empty else 0.0
-    return [{"function": function_label(r["file"], int(r["line"]), r["function"]), "file": r["file"],
-             "line": int(r["line"]), "name": r["function"], "group": r["group"], "self_s": float(r["tottime_s"]),
-             "cum_s": float(r["cumtime_s"]), "calls": int(r["calls"]),
-             "share": float(r["tottime_s"]) / total_s if total_s > 0 else math.nan}
+    return [TopFunction(function=function_label(r["file"], int(r["line"]), r["function"]), file=str(r["file"]),
+                        line=int(r["line"]), name=str(r["function"]), group=str(r["group"]),
+                        self_s=float(r["tottime_s"]), cum_s=float(r["cumtime_s"]), calls=int(r["calls"]),
+                        share=float(r["tottime_s"]) / total_s if total_s > 0 else math.nan)
             for r in grouped.head(n).to_dict("records")]
 
 
-def window_overhead(steps: pd.DataFrame, first_step: int, window_steps: int) -> dict[str, Any]:
+def window_overhead(steps: pd.DataFrame, first_step: int, window_steps: int) -> StepCost:
     """cProfile's cost in the training process: median counted step inside the window over outside it.
 
     ``ratio`` > 1 means profiled steps were slower; ``slowdown_fraction`` =
-    ratio - 1. Workers, profiled for their whole life, slow every step alike
-    and are not in this ratio.
+    ratio - 1 (None where the steps outside took no time). Workers, profiled for their whole life, slow every
+    step alike and are not in this ratio.
     """
     if steps is None or steps.empty:
-        return {"absent": "no steps recorded"}
+        return StepCost(absent="no steps recorded")
     counted = steps.loc[~steps["warmup"].astype(bool)]
     inside = counted["step"].between(first_step, first_step + window_steps - 1)
     in_s = counted.loc[inside, "step_s"].to_numpy(dtype=float)
     out_s = counted.loc[~inside, "step_s"].to_numpy(dtype=float)
     if len(in_s) == 0:
-        return {"absent": "no counted step fell inside the profiled window"}
+        return StepCost(absent="no counted step fell inside the profiled window")
     if len(out_s) == 0:
-        return {"absent": "every counted step was profiled: no unprofiled steps to compare with "
-                          "(use fewer cprofile_steps than the run's counted steps)"}
+        return StepCost(absent="every counted step was profiled: no unprofiled steps to compare with "
+                               "(use fewer cprofile_steps than the run's counted steps)")
     if len(out_s) < MIN_STEPS_TO_COMPARE:
-        return {"absent": f"too few steps outside the window to compare: {len(out_s)} counted step(s) were not "
-                          f"profiled (at least {MIN_STEPS_TO_COMPARE} needed; use fewer cprofile_steps, or more "
-                          f"steps)", "steps_in_window": int(len(in_s)), "steps_outside": int(len(out_s))}
+        return StepCost(absent=f"too few steps outside the window to compare: {len(out_s)} counted step(s) were not "
+                               f"profiled (at least {MIN_STEPS_TO_COMPARE} needed; use fewer cprofile_steps, or more "
+                               f"steps)", steps_in_window=int(len(in_s)), steps_outside=int(len(out_s)))
     median_in, median_out = float(np.median(in_s)), float(np.median(out_s))
     ratio = median_in / median_out if median_out > 0 else math.nan
-    return {"median_step_in_window_s": median_in, "median_step_outside_s": median_out,
-            "steps_in_window": int(len(in_s)), "steps_outside": int(len(out_s)), "ratio": ratio,
-            "slowdown_fraction": ratio - 1}
+    return StepCost(median_step_in_window_s=finite(median_in), median_step_outside_s=finite(median_out),
+                    steps_in_window=int(len(in_s)), steps_outside=int(len(out_s)), ratio=finite(ratio),
+                    slowdown_fraction=finite(ratio - 1))
 
 
-def _cprofile(run: Run, meta: dict[str, Any]) -> dict[str, Any]:
-    window = meta.get("window") or {}
+def _process(grouped: pd.DataFrame, scope: str, workers: JsonObject | None = None) -> ProfiledProcess:
+    """One process kind's record: its self time by group (a group with no share left out), in ``scope``; the
+    workers' counts as run.json's ``workers`` recorded them."""
+    recorded = workers or {}
+    return ProfiledProcess(profiled_s=finite(float(grouped["tottime_s"].sum())), functions=int(len(grouped)),
+                           groups={g: v for g, v in group_fractions(grouped).items() if finite(v) is not None},
+                           scope=scope, processes_started=recorded.get("processes_started"),
+                           processes_profiled=recorded.get("processes_profiled"))
+
+
+def _cprofile(run: Run, recorded: JsonObject) -> CProfileView:
+    """``code_profile.cprofile`` from the functions table and run.json's record of the window (``recorded``)."""
+    window = as_object(recorded.get("window"))
     first, n = int(window.get("first_step") or 0), int(window.get("steps") or 0)
     absences = run.info.absences
-    processes: dict[str, Any] = {}
-    top: dict[str, list[dict[str, Any]]] = {}
+    workers = as_object(recorded.get("workers"))
+    processes: dict[str, ProfiledProcess] = {}
+    top: dict[str, tuple[TopFunction, ...]] = {}
     for process in PROCESSES:
         grouped = grouped_functions(run.functions, process)
         if grouped.empty:
-            reason = absences.get("cprofile") if process == "main" else (meta.get("workers") or {}).get("absent")
-            processes[process] = {"absent": str(reason or f"no {process} rows in functions.csv")}
+            reason = absences.get("cprofile") if process == "main" else workers.get("absent")
+            processes[process] = ProfiledProcess(absent=str(reason or f"no {process} rows in functions.csv"))
             continue
-        info = {"profiled_s": float(grouped["tottime_s"].sum()), "functions": int(len(grouped)),
-                "groups": group_fractions(grouped)}
         if process == "main":
             last = first + int(window.get("profiled_steps") or n) - 1
-            info["scope"] = f"steps {first}-{last} of the training process (its training thread)"
+            scope = f"steps {first}-{last} of the training process (its training thread)"
+            processes[process] = _process(grouped, scope)
         else:
-            workers = meta.get("workers") or {}
-            info["scope"] = "DataLoader workers, whole life, all merged"
-            info.update({k: workers[k] for k in ("processes_started", "processes_profiled") if k in workers})
-        processes[process] = info
-        top[process] = top_functions(grouped)
-    if all("absent" in p for p in processes.values()):
-        return {"absent": str(absences.get("cprofile") or "cProfile recorded nothing"), "window": window}
-    return {"window": window, "overhead": window_overhead(run.steps, first, n), "processes": processes,
-            "top": top, "files": dict(meta.get("files") or {}), "overhead_note": CPROFILE_OVERHEAD_NOTE}
+            processes[process] = _process(grouped, "DataLoader workers, whole life, all merged", workers)
+        top[process] = tuple(top_functions(grouped))
+    if all(p.absent is not None for p in processes.values()):
+        return CProfileView(absent=str(absences.get("cprofile") or "cProfile recorded nothing"), window=window)
+    return CProfileView(window=window, overhead=window_overhead(run.steps, first, n), processes=processes, top=top,
+                        files={str(k): str(v) for k, v in as_object(recorded.get("files")).items()},
+                        overhead_note=CPROFILE_OVERHEAD_NOTE)
 
 
-def _pyspy(meta: dict[str, Any]) -> dict[str, Any]:
+def _pyspy(recorded: JsonObject) -> PySpyView:
+    """``code_profile.pyspy``: run.json's record of py-spy (``recorded``) as summary.json has it."""
     keys = ("rate_hz", "started", "file", "bytes", "samples", "profiles", "command", "cpu_s", "elapsed_s")
-    out = {k: meta[k] for k in keys if meta.get(k) is not None}
+    out = {k: recorded[k] for k in keys if recorded.get(k) is not None}
     if out.get("cpu_s") is not None and out.get("elapsed_s"):
         out["cpu_fraction"] = out["cpu_s"] / out["elapsed_s"]  # share of one core py-spy itself kept busy
     out["overhead_note"] = PYSPY_OVERHEAD_NOTE
-    if meta.get("absent"):
-        return {"absent": str(meta["absent"]), **{k: out[k] for k in ("rate_hz",) if k in out}}
-    return out
+    if recorded.get("absent"):
+        out = {"absent": str(recorded["absent"]), **{k: out[k] for k in ("rate_hz",) if k in out}}
+    return PySpyView(recorded=out, file=out.get("file"), absent=out.get("absent"))
 
 
-def code_profile(run: Run) -> dict[str, Any]:
-    """summary.json's ``code_profile``: ``cprofile`` and ``pyspy``, each its results or ``{"absent": reason}``."""
+def code_profile(run: Run) -> CodeView:
+    """summary.json's ``code_profile``: ``cprofile`` and ``pyspy``, each its results or its ``absent`` reason."""
     recorded = run.info.code_profile
     cprofile, pyspy = recorded.get("cprofile"), recorded.get("pyspy")
-    return {
-        "cprofile": _cprofile(run, cprofile) if isinstance(cprofile, dict) else {"absent": _off(run, "cprofile")},
-        "pyspy": _pyspy(pyspy) if isinstance(pyspy, dict) else {"absent": _off(run, "pyspy")},
-    }
+    return CodeView(
+        cprofile=_cprofile(run, cprofile) if isinstance(cprofile, dict) else CProfileView(absent=_off(run, "cprofile")),
+        pyspy=_pyspy(pyspy) if isinstance(pyspy, dict) else PySpyView(recorded={"absent": _off(run, "pyspy")},
+                                                                     absent=_off(run, "pyspy")),
+    )
 
 
 def _off(run: Run, tool: str) -> str:

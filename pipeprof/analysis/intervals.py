@@ -79,7 +79,8 @@ from pipeprof.analysis.steps import counted_steps, counted_window_s
 from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.analysis.windows import throughput_windows
 from pipeprof.numbers import finite
-from pipeprof.run_folder import Run, as_dict
+from pipeprof.run_folder import Run
+from pipeprof.run_meta import JsonObject, as_object
 
 LEVEL = 0.8  # the 10th to the 90th percentile
 RESAMPLES = 8  # each costs one resample, attribution and prediction
@@ -126,7 +127,7 @@ class Interval:
         low, high = self.samples_per_s
         return low <= value <= high
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"samples_per_s": list(self.samples_per_s) if self.samples_per_s else None,
                 "speedup": list(self.speedup) if self.speedup else None, "level": self.level,
                 "method": self.method, "may_not_help": self.may_not_help}
@@ -134,7 +135,7 @@ class Interval:
     @classmethod
     def from_json(cls, data: Any) -> Interval:
         """The inverse of ``to_json`` (``may_not_help`` follows from ``speedup``, as it was written)."""
-        d = as_dict(data)
+        d = as_object(data)
         level = finite(d.get("level"))
         return cls(samples_per_s=_pair(d.get("samples_per_s")), speedup=_pair(d.get("speedup")),
                    method=str(d.get("method") or ""), level=LEVEL if level is None else level)
@@ -280,7 +281,7 @@ def _resample_windows(value: Any, rng: np.random.Generator) -> Any:
     return out
 
 
-def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: dict[str, Any] | None = None,
+def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: JsonObject | None = None,
               resamples: int = RESAMPLES, seed: int = SEED, rerun_cv: float = RERUN_CV,
               model_error: dict[str, float] | None = None, attr: Attribution | None = None,
               rerun_measured: bool = False) -> tuple[Interval, ...]:
@@ -343,7 +344,7 @@ def _no_bounds(rec: Recommendation, reason: str) -> Interval:
     return none(reason)
 
 
-def _predict(run: Run, probe: dict[str, Any] | None, recs: Sequence[Recommendation],
+def _predict(run: Run, probe: JsonObject | None, recs: Sequence[Recommendation],
              wanted: Sequence[int]) -> dict[int, float | None]:
     """The resample's predicted samples/s for each wanted recommendation (None: no prediction of it)."""
     attr = attribution(run, probe)

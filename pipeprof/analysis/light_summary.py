@@ -31,7 +31,7 @@ from pipeprof.analysis.steps import StepTime
 from pipeprof.analysis.summary import Summary, summary_record
 from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.numbers import finite
-from pipeprof.run_folder import Run, as_dict
+from pipeprof.run_folder import Run
 from pipeprof.run_meta import as_int, as_number, as_object
 
 CHANGE_POINT_TEST = (f"two-segment split of the windows' median step times: the best split (at least {MIN_SIDE} "
@@ -127,7 +127,7 @@ def light_summary(run: Run) -> Summary:
         step_time_s=StepTime(mean=total_s / steps if steps else None),
         fractions=fractions, attribution=dataclasses.replace(summary.attribution, step=step), verdict=judged,
         absences=absences,
-        light=LightSection(window_s=as_number(as_dict(run.info.light).get("window_s")), windows=len(windows),
+        light=LightSection(window_s=as_number((run.info.light or {}).get("window_s")), windows=len(windows),
                            timeline=tuple(timeline), change_point_test=CHANGE_POINT_TEST,
                            change_point=None if cp is None else LightChange(
                                index=cp.index, t_s=with_steps[cp.index].t_start_s, before_s=cp.before_s,

@@ -28,7 +28,7 @@ import pandas as pd
 from pipeprof.numbers import finite as _finite
 from pipeprof.run_folder import LOADING_PARTS as PARTS
 from pipeprof.run_folder import MAIN_PROCESS
-from pipeprof.run_meta import JsonObject, as_number
+from pipeprof.run_meta import JsonObject, as_number, as_object
 
 BREAKDOWN_COLUMNS = [
     "worker",  # DataLoader worker id; -1 = the training process
@@ -83,7 +83,7 @@ class WorkerLoading:
     busy_fraction: float | None = None
     fetch_max_s: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return dataclasses.asdict(self)
 
     @classmethod
@@ -139,10 +139,10 @@ class LoadingSummary:
     fractions: dict[str, float | None]
     by_worker: dict[str, WorkerLoading]
     split: SampleSplit | None = None
-    worker_start: dict[str, Any] | None = None
+    worker_start: JsonObject | None = None  # analysis.worker_start's record, as summary.json holds it
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
             "batches": self.batches, "samples": self.samples, "workers": self.workers,
             "fetch_per_sample_s": self.fetch_per_sample_s, "core_wait_per_sample_s": self.core_wait_per_sample_s,
             "prep_per_sample_s": self.prep_per_sample_s, "collate_per_batch_s": self.collate_per_batch_s,
@@ -158,9 +158,7 @@ class LoadingSummary:
         """The inverse of ``to_json``; None for a summary without loading records (null)."""
         if not isinstance(data, dict):
             return None
-        raw_workers, raw_fractions = data.get("by_worker"), data.get("fractions")
-        by_worker: dict[str, Any] = raw_workers if isinstance(raw_workers, dict) else {}
-        fractions: dict[str, Any] = raw_fractions if isinstance(raw_fractions, dict) else {}
+        by_worker, fractions = as_object(data.get("by_worker")), as_object(data.get("fractions"))
         return cls(batches=int(data.get("batches") or 0), samples=int(data.get("samples") or 0),
                    workers=int(data.get("workers") or 0),
                    fetch_per_sample_s=_finite(data.get("fetch_per_sample_s")),

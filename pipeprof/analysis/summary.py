@@ -461,7 +461,7 @@ def _one_process(run: Run, probe: JsonObject | None) -> Summary:
         status=info.status, error=info.error, script=script,
         verification=verification(info.verification, samples_per_s, checked_interval(info.verification, recs, bounds),
                                   noise),
-        throughput=throughput_windows(run.steps), code_profile=CodeView.from_json(code_profile(run)))
+        throughput=throughput_windows(run.steps), code_profile=code_profile(run))
 
 
 def _with_split(loading: LoadingSummary | None, lt: LoaderTransforms | None) -> LoadingSummary | None:

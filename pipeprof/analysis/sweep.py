@@ -1,6 +1,7 @@
 """A sweep's results: one record per point from its run's summary, the best point, and the plot series.
 
-Pure functions over summaries (dicts); the sweep command runs the points.
+Pure functions over the points' summary.json documents, writing sweep.json's rows; the sweep command runs the
+points. ``Sweep.from_json`` reads sweep.json back into typed records for the renderers.
 A point's throughput is its run's ``samples_per_s`` (counted steps: after
 warm-up, and with ``train.steady`` after the unstable start as well) with
 the uncertainty of its windowed throughput (``summary["throughput"]``:
@@ -19,15 +20,16 @@ from typing import Any
 from pipeprof.analysis.prediction_check import PredictionCheck, point_predictions
 from pipeprof.numbers import finite
 from pipeprof.resource_use import CpuUse, MemoryUse
-from pipeprof.run_meta import JsonObject
+from pipeprof.run_meta import JsonObject, as_object
 
 POINT_STATUSES = ("complete", "failed", "invalid", "interrupted", "skipped", "not run")
 
 
-def point_record(index: int, label: str, change: dict[str, Any], status: str, *, reason: str | None = None,
-                 folder: str | None = None, summary: dict[str, Any] | None = None,
-                 wall_s: float | None = None) -> dict[str, Any]:
-    """One row of the sweep: the settings, the outcome, and the headline numbers of its run."""
+def point_record(index: int, label: str, change: JsonObject, status: str, *, reason: str | None = None,
+                 folder: str | None = None, summary: JsonObject | None = None,
+                 wall_s: float | None = None) -> JsonObject:
+    """One row of sweep.json (tune.json), as written: the settings (``change``), the outcome, and the headline
+    numbers of its run's summary.json (``summary``, as read)."""
     s = summary or {}
     fractions = s.get("fractions") or {}
     low, high, how = interval(s)
@@ -58,20 +60,19 @@ def point_record(index: int, label: str, change: dict[str, Any], status: str, *,
     }
 
 
-def _outside_share(summary: dict[str, Any]) -> float | None:
+def _outside_share(summary: JsonObject) -> float | None:
     """The share of the machine's cores that processes outside the job kept busy during the run (a job's ranks
     on this machine are the job's); None where not measured."""
     cpu = CpuUse.from_json(summary.get("cpu"))
-    raw = summary.get("job")
-    job: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    job = as_object(summary.get("job"))
     world = finite(job.get("world_size")) or 1
     nodes = len(job.get("nodes") or []) or 1
     outside = cpu.outside_cores(max(int(round(world / nodes)), 1))
     return outside / float(cpu.cores) if outside is not None and cpu.cores else None
 
 
-def interval(summary: dict[str, Any]) -> tuple[float | None, float | None, str | None]:
-    """(low, high, method) of a run's samples/s from its windowed throughput."""
+def interval(summary: JsonObject) -> tuple[float | None, float | None, str | None]:
+    """(low, high, method) of a run's samples/s from its windowed throughput (its summary.json, as read)."""
     t = summary.get("throughput") or {}
     low, high = finite(t.get("ci95_low")), finite(t.get("ci95_high"))
     if low is not None and high is not None:
@@ -85,13 +86,14 @@ def interval(summary: dict[str, Any]) -> tuple[float | None, float | None, str |
     return None, None, None
 
 
-def best_point(points: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
-    """The complete point with the highest samples/s (the first one on a tie)."""
+def best_point(points: Iterable[JsonObject]) -> JsonObject | None:
+    """The complete point (sweep.json's row, ``point_record``) with the highest samples/s (the first one on a
+    tie)."""
     done = [p for p in points if p["status"] == "complete" and p.get("samples_per_s") is not None]
     return max(done, key=lambda p: p["samples_per_s"]) if done else None
 
 
-def near_best(points: list[dict[str, Any]], best: dict[str, Any] | None) -> list[int]:
+def near_best(points: list[JsonObject], best: JsonObject | None) -> list[int]:
     """Indices of complete points whose upper bound reaches the best point's lower bound (best included)."""
     if best is None:
         return []
@@ -100,7 +102,7 @@ def near_best(points: list[dict[str, Any]], best: dict[str, Any] | None) -> list
             and (p.get("samples_per_s_high") or p["samples_per_s"]) >= floor]
 
 
-def best_summary(best: dict[str, Any] | None, base_settings: dict[str, Any]) -> dict[str, Any] | None:
+def best_summary(best: JsonObject | None, base_settings: JsonObject) -> JsonObject | None:
     """sweep.json's ``best``: the point's settings (its change over the base), samples/s and folder."""
     if best is None:
         return None
@@ -173,8 +175,7 @@ class Sweep:
     @classmethod
     def from_json(cls, data: Any) -> Sweep:
         d = data if isinstance(data, dict) else {}
-        raw_best = d.get("best")
-        best: JsonObject = raw_best if isinstance(raw_best, dict) else {}
+        best = as_object(d.get("best"))
         settings = best.get("settings")
         counted = d.get("points") if "points" in d else d.get("trials")
         return cls(kind=str(d.get("kind", "sweep")), scenario=d.get("scenario"),

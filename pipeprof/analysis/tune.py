@@ -59,8 +59,10 @@ from typing import Any
 
 from pipeprof.analysis.thresholds import TUNE_MIN_GAIN
 from pipeprof.loader_rules import prefetch_factor, without_worker_only
+from pipeprof.run_meta import JsonObject
 
-Settings = dict[str, Any]
+SettingValue = bool | int | float | str | None
+Settings = dict[str, SettingValue]  # "section.key" -> its value (as a scenario's --set, or a script's DataLoader argument)
 # (settings, why it is tried) -> (samples/s or None, status: "complete", "failed" or "skipped")
 Evaluate = Callable[[Settings, str], "tuple[float | None, str]"]
 
@@ -101,13 +103,13 @@ class Space:
         if not workers:
             s.update({f"loader.{key}": value for key, value in without_worker_only({}).items()})
         else:  # the factor the DataLoader uses, PyTorch's default written out, so it can be compared
-            s["loader.prefetch_factor"] = prefetch_factor(workers, s.get("loader.prefetch_factor"))
+            s["loader.prefetch_factor"] = prefetch_factor(workers, _factor(s.get("loader.prefetch_factor")))
         return s
 
     def neighbours(self, dim: str, current: Settings) -> list[Any]:
         """Values of ``dim`` to try from ``current`` (which always holds every dimension's value)."""
         value = current.get(dim)
-        workers = current.get("loader.num_workers") or 0
+        workers = int(current.get("loader.num_workers") or 0)
         if current.get("data.storage") == "device" and dim != "data.storage" and dim != "train.threads" \
                 and dim != "loader.batch_size":
             return []  # batches by index on the device: no DataLoader settings apply
@@ -119,7 +121,7 @@ class Space:
             t = int(value or self.cores)
             return _unique(v for v in (t - 1, t + 1, 1, self.cores) if 1 <= v <= self.cores and v != t)
         if dim == "loader.prefetch_factor":
-            return [] if workers == 0 else [v for v in PREFETCH_FACTORS if v != prefetch_factor(workers, value)]
+            return [] if workers == 0 else [v for v in PREFETCH_FACTORS if v != prefetch_factor(workers, _factor(value))]
         if dim == "loader.persistent_workers":
             return [] if workers == 0 else [not bool(value)]
         if dim == "loader.pin_memory":
@@ -131,17 +133,45 @@ class Space:
         raise KeyError(dim)
 
 
+@dataclass(frozen=True)
+class Trial:
+    """One measurement of the search (or its best): the settings, why they were tried, the samples/s (None: not
+    measured) and the status ("complete", "failed", "skipped"); the final round's winner keeps its rates."""
+
+    settings: Settings
+    why: str = ""
+    samples_per_s: float | None = None
+    status: str = "complete"
+    samples_per_s_per_window: tuple[float, ...] | None = None  # the final round's measurements of the best
+
+
+@dataclass
+class Finalist:
+    """One of the final round's settings, updated round by round: its last measurement before the final round
+    (``broad_samples_per_s``: the confirmation where one was made, not the window that looked fast enough to need
+    one), its final-round measurements and their mean, and the round after which it was dropped (None: in the
+    running to the end)."""
+
+    settings: Settings
+    broad_samples_per_s: float
+    samples_per_s_per_window: list[float] = field(default_factory=list)
+    samples_per_s: float | None = None
+    dropped_after_round: int | None = None
+
+    def to_json(self) -> JsonObject:
+        """tune.json's ``final_round.finalists`` entry."""
+        return {"settings": dict(self.settings), "broad_samples_per_s": self.broad_samples_per_s,
+                "samples_per_s_per_window": list(self.samples_per_s_per_window), "samples_per_s": self.samples_per_s,
+                "dropped_after_round": self.dropped_after_round}
+
+
 @dataclass
 class Search:
     """The measurements made, in order, and the incumbent; the final round's finalists and noise when it ran."""
 
-    trials: list[dict[str, Any]] = field(default_factory=list)
-    best: dict[str, Any] | None = None
-    # per finalist: settings, broad_samples_per_s (its last measurement before the final round: the
-    # confirmation where one was made, not the window that looked fast enough to need one),
-    # samples_per_s_per_window (its final-round measurements),
-    # samples_per_s (their mean), dropped_after_round (None: in the running to the end)
-    finalists: list[dict[str, Any]] = field(default_factory=list)
+    trials: list[Trial] = field(default_factory=list)
+    best: Trial | None = None
+    finalists: list[Finalist] = field(default_factory=list)
     noise: float | None = None  # relative standard deviation of one measurement used for the margins
 
 
@@ -176,8 +206,9 @@ def search(start: Settings, space: Space, evaluate: Evaluate, seeds: Callable[[]
             return None
         rate, status = evaluate(dict(settings), why)
         seen[key] = rate
-        result.trials.append({"settings": dict(settings), "why": why, "samples_per_s": rate, "status": status})
-        if rate is not None and (result.best is None or rate > result.best["samples_per_s"]):
+        result.trials.append(Trial(dict(settings), why, rate, status))
+        if rate is not None and (result.best is None or result.best.samples_per_s is None
+                                 or rate > result.best.samples_per_s):
             result.best = result.trials[-1]
         return rate
 
@@ -190,8 +221,7 @@ def search(start: Settings, space: Space, evaluate: Evaluate, seeds: Callable[[]
         if _spent(result) >= walk_evals:
             return None
         second, status = again(dict(candidate), "confirming a gain")
-        result.trials.append({"settings": dict(candidate), "why": "confirming a gain", "samples_per_s": second,
-                              "status": status})
+        result.trials.append(Trial(dict(candidate), "confirming a gain", second, status))
         if second is None or status != "complete" or (best is not None and second <= best * (1 + needed)):
             return None
         return second
@@ -220,8 +250,7 @@ def search(start: Settings, space: Space, evaluate: Evaluate, seeds: Callable[[]
             if _spent(result) >= walk_evals:
                 break
     if confirm_gains and best_rate is not None:  # the walk's incumbent, at its confirmed rate
-        result.best = {"settings": dict(incumbent), "why": "the search's incumbent", "samples_per_s": best_rate,
-                       "status": "complete"}
+        result.best = Trial(dict(incumbent), "the search's incumbent", best_rate, "complete")
     if finalists > 0 and result.best is not None:
         final_round(result, space.normalize(start), again, finalists=finalists, rounds=rounds,
                     min_gain=min_gain, noise=noise, max_evals=max_evals)
@@ -231,15 +260,12 @@ def search(start: Settings, space: Space, evaluate: Evaluate, seeds: Callable[[]
 def final_round(result: Search, start: Settings, measure: Evaluate, *, finalists: int, rounds: int,
                 min_gain: float, noise: float, max_evals: int | None = None) -> None:
     """Step 4 of the module docstring, on ``result`` in place: its finalists, noise and best."""
-    by_setting: dict[tuple, list[dict[str, Any]]] = {}
+    by_setting: dict[tuple, list[tuple[Settings, float]]] = {}
     for t in result.trials:
-        if t["status"] == "complete" and t["samples_per_s"] is not None:
-            by_setting.setdefault(_key(t["settings"]), []).append(t)
-    ranked = [{"settings": dict(ts[0]["settings"]),
-               "broad_samples_per_s": ts[-1]["samples_per_s"],
-               "samples_per_s_per_window": [], "samples_per_s": None, "dropped_after_round": None}
-              for ts in by_setting.values()]
-    ranked = sorted(ranked, key=lambda f: -f["broad_samples_per_s"])[:finalists]
+        if t.status == "complete" and t.samples_per_s is not None:
+            by_setting.setdefault(_key(t.settings), []).append((t.settings, t.samples_per_s))
+    ranked = [Finalist(settings=dict(ts[0][0]), broad_samples_per_s=ts[-1][1]) for ts in by_setting.values()]
+    ranked = sorted(ranked, key=lambda f: -f.broad_samples_per_s)[:finalists]
     result.finalists = ranked
     alive = list(ranked)
     sd = noise
@@ -250,36 +276,39 @@ def final_round(result: Search, start: Settings, measure: Evaluate, *, finalists
         for f in alive[shift:] + alive[:shift]:
             if max_evals is not None and _spent(result) >= max_evals:
                 break
-            rate, status = measure(dict(f["settings"]), f"final round {r + 1} of {rounds}")
-            result.trials.append({"settings": dict(f["settings"]), "why": f"final round {r + 1} of {rounds}",
-                                  "samples_per_s": rate, "status": status})
+            rate, status = measure(dict(f.settings), f"final round {r + 1} of {rounds}")
+            result.trials.append(Trial(dict(f.settings), f"final round {r + 1} of {rounds}", rate, status))
             if rate is not None and status == "complete":
-                f["samples_per_s_per_window"].append(rate)
+                f.samples_per_s_per_window.append(rate)
         for f in ranked:
-            rates = f["samples_per_s_per_window"]
-            f["samples_per_s"] = sum(rates) / len(rates) if rates else None
-        pooled = pooled_noise([f["samples_per_s_per_window"] for f in ranked])
+            rates = f.samples_per_s_per_window
+            f.samples_per_s = sum(rates) / len(rates) if rates else None
+        pooled = pooled_noise([f.samples_per_s_per_window for f in ranked])
         sd = noise if pooled is None else pooled
-        measured = [f for f in alive if f["samples_per_s"] is not None]
+        measured = [f for f in alive if f.samples_per_s is not None]
         if not measured:
             break
-        leader = max(measured, key=lambda f: f["samples_per_s"])
+        leader = max(measured, key=_mean)
         for f in alive:
-            if f is not leader and (f["samples_per_s"] is None
-                                    or not within(f, leader, sd, min_gain)):
-                f["dropped_after_round"] = r + 1
-        alive = [f for f in alive if f["dropped_after_round"] is None]
+            if f is not leader and (f.samples_per_s is None or not within(f, leader, sd, min_gain)):
+                f.dropped_after_round = r + 1
+        alive = [f for f in alive if f.dropped_after_round is None]
     result.noise = sd
-    contenders = [f for f in alive if f["samples_per_s"] is not None]
+    contenders = [f for f in alive if f.samples_per_s is not None]
     if not contenders:
         return  # every final measurement failed: the broad round's best stands
-    winner = max(contenders, key=lambda f: f["samples_per_s"])
-    given = next((f for f in contenders if _key(f["settings"]) == _key(start)), None)
-    why = f"the final round's fastest (mean of {len(winner['samples_per_s_per_window'])})"
+    winner = max(contenders, key=_mean)
+    given = next((f for f in contenders if _key(f.settings) == _key(start)), None)
+    why = f"the final round's fastest (mean of {len(winner.samples_per_s_per_window)})"
     if given is not None and given is not winner and within(given, winner, sd, min_gain):
         winner, why = given, "the scenario as given: no change beat it beyond the noise in the final round"
-    result.best = {"settings": dict(winner["settings"]), "why": why, "samples_per_s": winner["samples_per_s"],
-                   "status": "complete", "samples_per_s_per_window": list(winner["samples_per_s_per_window"])}
+    result.best = Trial(dict(winner.settings), why, winner.samples_per_s, "complete",
+                        samples_per_s_per_window=tuple(winner.samples_per_s_per_window))
+
+
+def _mean(f: Finalist) -> float:
+    """A measured finalist's mean samples/s (its key among the measured ones)."""
+    return f.samples_per_s if f.samples_per_s is not None else -math.inf
 
 
 def margin(n_a: int, n_b: int, noise: float, min_gain: float) -> float:
@@ -287,10 +316,10 @@ def margin(n_a: int, n_b: int, noise: float, min_gain: float) -> float:
     return max(min_gain, 2 * noise * math.sqrt(1 / max(n_a, 1) + 1 / max(n_b, 1)))
 
 
-def within(f: dict[str, Any], leader: dict[str, Any], noise: float, min_gain: float) -> bool:
-    """Whether finalist ``f``'s mean is within the noise margin below ``leader``'s."""
-    m = margin(len(f["samples_per_s_per_window"]), len(leader["samples_per_s_per_window"]), noise, min_gain)
-    return f["samples_per_s"] >= leader["samples_per_s"] * (1 - m)
+def within(f: Finalist, leader: Finalist, noise: float, min_gain: float) -> bool:
+    """Whether finalist ``f``'s mean is within the noise margin below ``leader``'s (both measured)."""
+    m = margin(len(f.samples_per_s_per_window), len(leader.samples_per_s_per_window), noise, min_gain)
+    return _mean(f) >= _mean(leader) * (1 - m)
 
 
 def pooled_noise(groups: Iterable[list[float]]) -> float | None:
@@ -308,11 +337,16 @@ def pooled_noise(groups: Iterable[list[float]]) -> float | None:
 
 def _spent(result: Search) -> int:
     """Measurements made (complete or failed); skipped settings cost nothing."""
-    return sum(t["status"] != "skipped" for t in result.trials)
+    return sum(t.status != "skipped" for t in result.trials)
 
 
 def _key(settings: Settings) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in settings.items()))
+
+
+def _factor(value: SettingValue) -> int | None:
+    """A prefetch factor setting as ``loader_rules.prefetch_factor`` takes it (unset: None)."""
+    return int(value) if value else None
 
 
 def _unique(values: Iterable[Any]) -> list[Any]:

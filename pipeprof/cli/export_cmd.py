@@ -100,14 +100,14 @@ def _out_folder(path: Path) -> Path:
 
 def _tracker(run: Any, folder: Path, args: argparse.Namespace) -> int:
     from pipeprof.analysis.compare import flatten_settings
+    from pipeprof.analysis.summary import summary_record
     from pipeprof.export import trackers
     from pipeprof.export.series import export_series
     from pipeprof.export.text import export_texts
-    from pipeprof.pipeline.derive import summarize
 
     name = folder.resolve().name
     series = export_series(run)
-    texts = export_texts(summarize(run), series)
+    texts = export_texts(summary_record(run), series)
     params = flatten_settings(run.info.scenario)
     start = _start_epoch_s(run.info.created_utc)
     if args.format == "tensorboard":

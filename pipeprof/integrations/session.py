@@ -16,7 +16,7 @@ from typing import Any
 
 from pipeprof.api import Profile
 from pipeprof.numbers import finite
-from pipeprof.run_folder import as_dict
+from pipeprof.run_meta import JsonObject, as_object
 
 PREFIX = "pipeprof/"
 SHARES = ("data_wait", "h2d", "compute", "other")
@@ -26,11 +26,11 @@ class UnfinishedFit(RuntimeError):
     """The process ended while a fit was still being profiled (its end hook never ran)."""
 
 
-def step_split(summary: dict[str, Any]) -> dict[str, float]:
+def step_split(summary: JsonObject) -> dict[str, float]:
     """The summary's split of step time as tracker metrics: ``pipeprof/<phase>_share`` (0..1) for data wait,
     host → device, compute and other, ``pipeprof/samples_per_s`` and ``pipeprof/steps``; a value the run could
     not measure is left out, never sent as 0."""
-    fractions = as_dict(summary.get("fractions"))
+    fractions = as_object(summary.get("fractions"))
     values = {f"{PREFIX}{p}_share": finite(fractions.get(p)) for p in SHARES}
     values[f"{PREFIX}samples_per_s"] = finite(summary.get("samples_per_s"))
     values[f"{PREFIX}steps"] = finite(summary.get("steps"))

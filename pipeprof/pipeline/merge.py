@@ -69,7 +69,7 @@ def read_part(folder: Path, run: Run) -> Part:
         sizes = [_world_size(job.world_size)]
         launcher = job.launcher
         nodes = [str(n) for n in job.nodes]
-        untraced = [u for u in job.untraced if isinstance(u, dict)]
+        untraced = [u.recorded for u in job.untraced if u.recorded is not None]
     elif _rank_of(run) is not None and not run.ranks:
         ranks, ids, sizes, launcher, nodes, untraced = [run], [], [], None, [], []
     else:

@@ -250,7 +250,7 @@ def trials_check(doc: dict[str, Any]) -> dict[str, Any]:
     start = dict((doc.get("base") or {}).get("settings") or {})
     points = [{**t, "label": f"trial {t['index']}", "change": {**start, **t["change"]}}
               for t in doc["trials"] if t.get("phase") == "search"]
-    return prediction_check(points)
+    return prediction_check(points).to_json()
 
 
 def _search_and_confirm(doc: dict[str, Any], trials: _Trials, budget: ScriptBudget, batch_sizes: tuple[int, ...],
@@ -307,8 +307,8 @@ def _search_and_confirm(doc: dict[str, Any], trials: _Trials, budget: ScriptBudg
                       if best["change"] else "")
     doc["best"] = best
     if result.best is not None:  # the search's fastest trial, before confirmation (may be noise)
-        doc["searched_best"] = {"change": changed(result.best["settings"], start),
-                                "samples_per_s": result.best["samples_per_s"]}
+        doc["searched_best"] = {"change": changed(result.best.settings, start),
+                                "samples_per_s": result.best.samples_per_s}
 
 
 def _confirm(trials: _Trials, finalists: list[dict[str, Any]], start: Settings,

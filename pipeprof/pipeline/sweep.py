@@ -167,7 +167,7 @@ def finish(doc: dict[str, Any], folder: Path, status: str) -> None:
     best = best_point(doc["points"])
     doc["best"] = best_summary(best, {})
     doc["near_best"] = near_best(doc["points"], best)
-    doc["prediction_check"] = prediction_check(doc["points"])
+    doc["prediction_check"] = prediction_check(doc["points"]).to_json()
     doc["status"] = status if best is not None or status == "interrupted" else "failed"
     save_document(doc, folder)
     write_text(folder / f"{doc['kind']}.html", render_sweep_html(doc, folder_name=folder.name))

@@ -25,7 +25,7 @@ import torch
 from pipeprof.analysis.prediction_check import prediction_check
 from pipeprof.analysis.recommend import DEVICE_DATA_MAX_BYTES
 from pipeprof.analysis.sweep import best_summary, near_best, point_record
-from pipeprof.analysis.tune import FINALISTS, SEEDS, Evaluate, Search, Space, ceiling_words, search
+from pipeprof.analysis.tune import FINALISTS, SEEDS, Evaluate, Search, Space, Trial, ceiling_words, search
 from pipeprof.analysis.verification import base_disturbed, pooled_noise
 from pipeprof.errors import UsageError
 from pipeprof.format import setting
@@ -102,11 +102,11 @@ def tune(scenario: Scenario, *, scenario_file: Path, overrides: list[str], out: 
     except KeyboardInterrupt:
         status, result, ceiling = "interrupted", trials.partial(), None
     doc["points"] = trials.records
-    doc["final_round"] = {"finalists": result.finalists, "noise": result.noise, "broad_window_s": broad_s,
-                          "window_s": budget.window_s} if result.finalists else None
+    doc["final_round"] = {"finalists": [f.to_json() for f in result.finalists], "noise": result.noise,
+                          "broad_window_s": broad_s, "window_s": budget.window_s} if result.finalists else None
     best = result.best
     if best is not None and status == "complete":
-        confirm = confirm_best(scenario, best["settings"], folder, scenario_file=scenario_file,
+        confirm = confirm_best(scenario, best.settings, folder, scenario_file=scenario_file,
                                seconds=budget.confirm_s, cache=cache, progress=progress, base=start,
                                repeats=budget.confirm_repeats)
         doc["points"].append(confirm)
@@ -230,13 +230,13 @@ class Trials:
     def ceiling(self, result: Search) -> float | None:
         """The compute ceiling: the device-placement trial if the search made one, else one more trial."""
         for t in result.trials:
-            if t["settings"].get("data.storage") == "device" and t["samples_per_s"] is not None:
-                return t["samples_per_s"]
+            if t.settings.get("data.storage") == "device" and t.samples_per_s is not None:
+                return t.samples_per_s
         if self.compute_probe is not None:  # training steps on one batch on the device: no loading at all
             return self.compute_probe
         if self.scenario.data.samples * SAMPLE_BYTES > DEVICE_DATA_MAX_BYTES:
             return None
-        base = result.trials[0]["settings"] if result.trials else {}
+        base = result.trials[0].settings if result.trials else {}
         no_workers = {f"loader.{key}": value for key, value in without_worker_only({}).items()}
         rate, _ = self.evaluate({**base, "data.storage": "device", "loader.num_workers": 0, **no_workers},
                                 "the compute ceiling")
@@ -246,7 +246,7 @@ class Trials:
         """The search so far, after Ctrl-C: the best completed trial."""
         done = [r for r in self.records if r["status"] == "complete"]
         best = max(done, key=lambda r: r["samples_per_s"]) if done else None
-        return Search([], {"settings": best["change"], "samples_per_s": best["samples_per_s"]} if best else None)
+        return Search([], Trial(best["change"], samples_per_s=best["samples_per_s"]) if best else None)
 
 
 def confirm_best(scenario: Scenario, settings: dict[str, Any], folder: Path, *, scenario_file: Path,
@@ -299,18 +299,18 @@ def confirm_best(scenario: Scenario, settings: dict[str, Any], folder: Path, *, 
     return record
 
 
-def finish_tune(doc: dict[str, Any], folder: Path, status: str, best: dict[str, Any] | None,
+def finish_tune(doc: dict[str, Any], folder: Path, status: str, best: Trial | None,
                 ceiling: float | None, start: dict[str, Any]) -> None:
     """tune.json's best (the confirmed run when it completed), the snippets, the ceiling; the files."""
     confirm = next((p for p in doc["points"] if p["index"] == -1 and p["status"] == "complete"), None)
     trial = None
     if best is not None:
-        trial = next((p for p in doc["points"] if p["status"] == "complete" and p["change"] == best["settings"]
+        trial = next((p for p in doc["points"] if p["status"] == "complete" and p["change"] == best.settings
                       and p["index"] >= 0), None)
     chosen = confirm or trial
     doc["best"] = best_summary(chosen, start)
     doc["near_best"] = near_best([p for p in doc["points"] if p["index"] >= 0], trial)
-    doc["prediction_check"] = prediction_check(doc["points"])
+    doc["prediction_check"] = prediction_check(doc["points"]).to_json()
     if chosen is not None:
         doc["best"]["changed"] = {k: v for k, v in chosen["change"].items() if start.get(k) != v}
         doc["toml_snippet"] = toml_snippet(chosen["change"])

@@ -5,21 +5,22 @@ why a cross-check could not be made, and its notes. ``diagnosis_words`` writes t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from pipeprof import format as fmt
 from pipeprof.analysis.reasons import WRITTEN, Reason
 
 
-def diagnosis_words(value: Any) -> Any:
-    """``value`` (the differential analysis, or any part of it) with each ``Reason`` in it in words."""
-    if isinstance(value, Reason):
-        return reason_words(value)
-    if isinstance(value, dict):
-        return {k: diagnosis_words(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [diagnosis_words(v) for v in value]
-    return value
+class _Worded(Protocol):
+    """A record of the differential analysis (``Differential``, ``Stalls``, ``CrossChecks``): JSON with its
+    reasons in the words given."""
+
+    def to_json(self, words: Callable[[Reason], str]) -> dict[str, Any]: ...
+
+
+def diagnosis_words(analysis: _Worded) -> dict[str, Any]:
+    """The differential analysis (or a part of it) as diagnosis.json holds it: each ``Reason`` in words."""
+    return analysis.to_json(reason_words)
 
 
 def reason_words(r: Reason) -> str:

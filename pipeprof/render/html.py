@@ -36,8 +36,8 @@ from pipeprof.render.transform_view import loader_views, split_text, table_rows
 from pipeprof.render.verdict_text import bottleneck_words, verdict_notes, verdict_sentence
 from pipeprof.render.verification_text import verification_words
 from pipeprof.render.window_plot import window_timeline_svg
-from pipeprof.run_folder import MAIN_PROCESS, Run, as_dict
-from pipeprof.run_meta import JobInfo, LoaderInfo, RankInfo, RunMeta, ScriptInfo
+from pipeprof.run_folder import MAIN_PROCESS, Run
+from pipeprof.run_meta import JobInfo, JsonObject, LoaderInfo, RankInfo, RunMeta, ScriptInfo
 
 # Verdict classes (analysis.verdict.CLASSES): a title, and the CSS family for its color.
 _VERDICT_TITLES = {
@@ -288,7 +288,7 @@ def _ranks(run: Run, summary: Summary) -> dict[str, Any] | None:
             "median_rank": job.median_rank, "world_size": job.world_size or len(rows),
             "nodes": [str(n) for n in job.nodes], "launcher": job.launcher,
             "job_id": job.id,
-            "untraced": [as_dict(u) for u in job.untraced]}
+            "untraced": list(job.untraced)}
 
 
 def _plots(run: Run, meta: RunMeta, summary: Summary,
@@ -554,19 +554,19 @@ def _python(value: Any) -> str:
     return repr(value)
 
 
-def _scenario_sections(scenario: Any) -> list[tuple[str, list[tuple[str, str]]]]:
-    """Top-level scalars as a "scenario" section, then one section per table."""
-    scenario = as_dict(scenario)
+def _scenario_sections(recorded: JsonObject | None) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Top-level scalars as a "scenario" section, then one section per table (run.json's ``scenario``)."""
+    scenario = recorded or {}
     top = [(k, v) for k, v in scenario.items() if not isinstance(v, dict)]
     sections = [("scenario", _rows(dict(top)))] if top else []
     sections += [(k, _rows(v)) for k, v in scenario.items() if isinstance(v, dict)]
     return sections
 
 
-def _rows(data: Any, prefix: str = "") -> list[tuple[str, str]]:
-    """(key, display text) pairs; nested tables flatten to dotted keys."""
+def _rows(data: JsonObject, prefix: str = "") -> list[tuple[str, str]]:
+    """(key, display text) pairs of a JSON object as run.json recorded it; nested tables flatten to dotted keys."""
     rows: list[tuple[str, str]] = []
-    for key, value in as_dict(data).items():
+    for key, value in data.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
             rows += _rows(value, prefix=f"{name}.")

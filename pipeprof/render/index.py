@@ -42,7 +42,8 @@ from pipeprof.analysis.differential import Diagnosis
 from pipeprof.analysis.summary import as_summary
 from pipeprof.analysis.sweep import Sweep
 from pipeprof.numbers import finite
-from pipeprof.run_folder import FolderHead, as_dict, write_text
+from pipeprof.run_folder import FolderHead, write_text
+from pipeprof.run_meta import JsonObject
 
 INDEX_NAME = "index.html"
 MAX_JSON_BYTES = 20 * 1024 * 1024  # a summary is tens of kB; anything this big is not ours
@@ -247,6 +248,7 @@ def _ratio(value: Any) -> str:
     return "" if finite(value) is None else f"×{fmt.number(value, 2)}"
 
 
-def _settings(settings: Any) -> str:
-    """``{"loader.num_workers": 2}`` as ``loader.num_workers=2`` (each value as ``pipeprof.format.setting``)."""
-    return ", ".join(f"{k}={fmt.setting(v)}" for k, v in as_dict(settings).items())
+def _settings(settings: JsonObject | None) -> str:
+    """A sweep's best settings as read (``Sweep.best_settings``), ``{"loader.num_workers": 2}``, as
+    ``loader.num_workers=2`` (each value as ``pipeprof.format.setting``)."""
+    return ", ".join(f"{k}={fmt.setting(v)}" for k, v in (settings or {}).items())
