@@ -49,6 +49,7 @@ def job(tmp_path_factory):
         proc.wait()
 
 
+@pytest.mark.serial  # the sampled share against the script's own clock: timed alone, as the other such tests
 def test_attach_measures_the_scripts_own_data_wait_and_leaves_it_running(job, capsys):
     proc, log, _, folder = job
     status = main(["attach", str(proc.pid), "--seconds", "4", "-o", str(folder / "runs"), "--quiet"])

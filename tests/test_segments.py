@@ -344,13 +344,14 @@ def test_a_scripts_loop_goes_on_after_steps_and_its_predictions_read_the_segment
 
     from pipeprof.analysis.recommend import predict_change
     from pipeprof.analysis.summary import summary_record
+    from pipeprof.render.prediction_text import model_text
     from pipeprof.run_folder import load_run
 
     run = load_run(folder)
     record = summary_record(run)
     rec = predict_change(run, record.attribution, record.verdict, {"loader.num_workers": 1})
     assert rec is not None and rec.tier == "measured"  # the segment ran the change: X_run · probe / probe(as run)
-    assert "beside the run's own loop (what_ifs.train_as_run)" in rec.model
+    assert "beside the run's own loop (what_ifs.train_as_run)" in model_text(rec.model)
 
 
 @pytest.mark.integration
