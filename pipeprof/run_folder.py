@@ -265,10 +265,6 @@ class Run:
         return self.info.settings
 
 
-# A JSON object read from run.json, summary.json or a probe: the value, or {} where it is not an object.
-as_dict = as_object
-
-
 @dataclass(frozen=True)
 class FolderHead:
     """What a pipeprof folder's document (run.json, diagnosis.json, compare.json, sweep.json, tune.json) says of

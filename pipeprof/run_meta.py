@@ -354,7 +354,7 @@ class LoaderSettings:
     pin_memory: bool = False  # as asked: whether it pinned is loader_rules.pins_memory(pin_memory, device)
     persistent_workers: bool = False
 
-    def as_dict(self) -> dict[str, Any]:
+    def settings_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 

@@ -45,11 +45,13 @@ def test_each_rank_of_a_job_carries_its_own_transforms(tmp_path):
     for n in (0, 1):
         assert [t.name for t in own[n]] == ["Sleep", "Lambda(double)"], own[n]
         # the summary's cost is the wall less its share of the waits for a core, shared out over the off-CPU
-        # time (a sleep's included): never more than the raw rows' wall, and a 2 ms sleep stays about 2 ms
-        # (1.99 ms seen on a loaded 2-core CI machine)
+        # time (a sleep's included), over the counted steps' rows: never more than the slowest row's wall per
+        # call (the rows' mean over every step is no bound for the counted ones': 2.0797 ms against 2.0765 ms
+        # seen), and a 2 ms sleep stays about 2 ms (1.99 ms seen on a loaded 2-core CI machine)
         sleep = rows[n][(rows[n]["kind"] == "transform") & (rows[n]["name"] == "Sleep")]
-        raw_s = sleep["wall_s"].sum() / sleep["calls"].sum()
-        assert 0.9 * TRANSFORM_MS / 1e3 <= (own[n][0].per_sample_s or 0.0) <= raw_s * (1 + 1e-9), (own[n][0], raw_s)
+        slowest_s = float((sleep["wall_s"] / sleep["calls"]).max())
+        cost_s = own[n][0].per_sample_s or 0.0
+        assert 0.9 * TRANSFORM_MS / 1e3 <= cost_s <= slowest_s * (1 + 1e-9), (own[n][0], slowest_s)
         assert (own[n][0].calls or 0) > 0
     # the job's top level is its median rank's: summary.json's transforms and the folder's transforms.csv
     median = meta["job"]["median_rank"]

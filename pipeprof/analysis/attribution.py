@@ -37,9 +37,10 @@ from pipeprof.analysis.evidence import (
 from pipeprof.analysis.loading import LoadingSummary, counted_batches, loading_summary
 from pipeprof.analysis.steps import counted_steps, counted_window_s, fractions
 from pipeprof.loader_rules import pins_memory, prefetch_factor, queue_capacity_batches
+from pipeprof.measure.probe_record import Measurement, ProbeDisk
 from pipeprof.numbers import finite as _finite
-from pipeprof.run_folder import Run, as_dict
-from pipeprof.run_meta import JsonObject, RunMeta, RunSettings
+from pipeprof.run_folder import Run
+from pipeprof.run_meta import JsonObject, RunMeta, RunSettings, as_object
 
 RANDOM_READ_BYTES = 4096  # the probe's random reads are 4 KiB
 NO_PROBE = "no machine probe: run pipeprof probe"
@@ -82,7 +83,7 @@ class Attribution:
 
         ``fractions`` come from ``step`` (NaN where null); ``loading_summary`` and ``cache_check``
         are not in summary.json's ``attribution``: None."""
-        data = as_dict(data)
+        data = as_object(data)
         step = StepShares.from_json(data.get("step"))
         fracs = {"data_wait": step.data_wait_fraction, "h2d": step.h2d_fraction,
                  "collective_wait": step.collective_wait_fraction, "compute": step.compute_fraction, "other": step.other_fraction}
@@ -217,11 +218,11 @@ def _disk(run: Run, probe: JsonObject | None) -> DiskEvidence:
 def _disk_ceiling(probe: JsonObject | None, mean_bps: float, peak_bps: float | None) -> DiskCeiling:
     if not probe:
         return DiskCeiling(absent=NO_PROBE)
-    disk = as_dict(probe.get("disk"))
-    seq, rnd = as_dict(disk.get("sequential_read_cold")), as_dict(disk.get("random_read_cold"))
-    seq_bps, rnd_iops = seq.get("median_bytes_per_s"), rnd.get("median_reads_per_s")
+    disk = ProbeDisk.from_json(probe.get("disk"))
+    seq, rnd = disk.sequential_read_cold or Measurement(), disk.random_read_cold or Measurement()
+    seq_bps, rnd_iops = seq.median, rnd.median
     if not seq_bps and not rnd_iops:
-        why = seq.get("absent") or rnd.get("absent") or disk.get("absent") or "the probe has no cold disk numbers"
+        why = seq.absent or rnd.absent or disk.absent or "the probe has no cold disk numbers"
         return DiskCeiling(absent=f"machine probe: {why}")
     rnd_bps = rnd_iops * RANDOM_READ_BYTES if rnd_iops else None
     return DiskCeiling(

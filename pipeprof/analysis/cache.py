@@ -32,8 +32,8 @@ import pandas as pd
 from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.thresholds import MIN_COLD_READ_FRACTION
 from pipeprof.numbers import finite
-from pipeprof.run_folder import Run, as_dict
-from pipeprof.run_meta import JsonObject
+from pipeprof.run_folder import Run
+from pipeprof.run_meta import JsonObject, as_object
 
 EPOCH_COLUMNS = ["epoch", "start_s", "end_s", "samples", "read_bytes", "unattributed_read_bytes"]
 
@@ -128,7 +128,7 @@ class CacheEpoch:
 
     @classmethod
     def from_json(cls, data: Any) -> CacheEpoch:
-        d = as_dict(data)
+        d = as_object(data)
         drop = d.get("drop")
         return cls(epoch=int(d.get("epoch") or 0), start_s=float(d.get("start_s") or 0.0),
                    end_s=float(d.get("end_s") or 0.0), read_bytes=finite(d.get("read_bytes")),

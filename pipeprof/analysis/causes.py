@@ -33,7 +33,7 @@ from pipeprof.analysis.thresholds import (
 )
 from pipeprof.numbers import finite as _finite
 from pipeprof.numbers import scaled as _scaled
-from pipeprof.run_folder import as_dict
+from pipeprof.run_meta import as_object
 
 
 @dataclass(frozen=True)
@@ -325,7 +325,7 @@ def _storage(data: DataEvidence) -> Reason | None:
         return None
     if not throttle:
         return Reason("storage", {"name": storage, "throttled": False})
-    spec = as_dict(throttle)
+    spec = as_object(throttle)
     label = spec.get("preset") or (throttle if isinstance(throttle, str) else None)
     return Reason("storage", {"name": storage, "throttled": True, "preset": label or None,
                               "latency_s": _scaled(spec.get("latency_ms"), 1e-3),

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from pipeprof.analysis.reasons import Reason
-from pipeprof.run_folder import as_dict
-from pipeprof.run_meta import JsonObject
+from pipeprof.run_meta import JsonObject, as_object
 
 _S = TypeVar("_S", bound="_Section")
 
@@ -48,7 +47,7 @@ class _Section:
 
     @classmethod
     def from_json(cls: type[_S], data: Any) -> _S:
-        data = as_dict(data)
+        data = as_object(data)
         names = {f.name for f in dataclasses.fields(cls)}
         if "absent" in names and data.get("absent") is not None:
             return cls(absent=str(data["absent"]))  # type: ignore[call-arg]
@@ -215,7 +214,7 @@ class CacheEvidence(_Section):
 
     @classmethod
     def from_json(cls, data: Any) -> CacheEvidence:
-        d = as_dict(data)
+        d = as_object(data)
         if d.get("absent") is not None:
             return cls(absent=str(d["absent"]))
         reason = d.get("reason")

@@ -57,8 +57,8 @@ from pipeprof.analysis.steps import PHASES, counted_steps, step_breakdown
 from pipeprof.analysis.thresholds import MIN_COUNTED_STEPS, MIN_GAIN, STRAGGLER_CONSISTENCY, STRAGGLER_MARGIN
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.numbers import finite
-from pipeprof.run_folder import Run, as_dict
-from pipeprof.run_meta import JsonObject, LoaderInfo, RankInfo, as_int, as_str
+from pipeprof.run_folder import Run
+from pipeprof.run_meta import JsonObject, LoaderInfo, RankInfo, as_int, as_object, as_str
 
 STRAGGLER_KINDS = ("input", "compute", "h2d", "none")
 # The phase whose excess names the straggler's kind; compute includes the step's untimed rest (its own work too).
@@ -111,10 +111,10 @@ class RankEntry:
 
     @classmethod
     def from_json(cls, data: Any) -> RankEntry:
-        d = as_dict(data)
+        d = as_object(data)
         return cls(rank=d.get("rank"), local_rank=d.get("local_rank"), node=d.get("node"), pid=d.get("pid"),
                    steps=int(d.get("steps") or 0), samples_per_s=finite(d.get("samples_per_s")),
-                   fractions={k: _nan_if_none(finite(v)) for k, v in as_dict(d.get("fractions")).items()},
+                   fractions={k: _nan_if_none(finite(v)) for k, v in as_object(d.get("fractions")).items()},
                    loading=LoadingSummary.from_json(d.get("loading")), verdict=Verdict.from_json(d.get("verdict")),
                    status=d.get("status"))
 
@@ -174,11 +174,11 @@ class Straggler:
 
     @classmethod
     def from_json(cls, data: Any) -> Straggler | None:
-        d = as_dict(data)
+        d = as_object(data)
         if d.get("kind") not in STRAGGLER_KINDS:
             return None
         return cls(rank=d.get("rank"), node=d.get("node"), kind=str(d["kind"]),
-                   evidence=dict(as_dict(d.get("evidence"))), why=Reason.written(str(d.get("sentence") or "")))
+                   evidence=dict(as_object(d.get("evidence"))), why=Reason.written(str(d.get("sentence") or "")))
 
 
 def _nan_if_none(value: float | None) -> float:

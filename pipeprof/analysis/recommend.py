@@ -48,8 +48,8 @@ from pipeprof.analysis.transform_advice import DECODE_IN_RAM, PrepSaving, decode
 from pipeprof.analysis.verdict import Verdict
 from pipeprof.loader_rules import pins_memory, prefetch_factor, worker_only_conflicts
 from pipeprof.numbers import finite
-from pipeprof.run_folder import Run, as_dict
-from pipeprof.run_meta import JsonObject, LoaderInfo
+from pipeprof.run_folder import Run
+from pipeprof.run_meta import JsonObject, LoaderInfo, as_object
 from pipeprof.scenario import ON_DISK, SAMPLE_BYTES
 
 DEVICE_DATA_MAX_BYTES = 2 * 1024**3
@@ -90,9 +90,9 @@ class Recommendation:
     def from_json(cls, data: Any) -> Recommendation:
         """A summary.json entry read back (its ``interval`` is ``intervals.Interval.from_json``'s): its words as
         written (``reasons.WRITTEN``)."""
-        d = as_dict(data)
+        d = as_object(data)
         note = d.get("note")
-        return cls(change=dict(as_dict(d.get("change"))), predicted_samples_per_s=finite(d.get("predicted_samples_per_s")),
+        return cls(change=dict(as_object(d.get("change"))), predicted_samples_per_s=finite(d.get("predicted_samples_per_s")),
                    predicted_speedup=finite(d.get("predicted_speedup")),
                    reason=Reason.written(str(d.get("reason") or "")), model=Reason.written(str(d.get("model") or "")),
                    note=(Reason.written(str(note)),) if note is not None else (),
@@ -204,7 +204,7 @@ class _Model(ChangeModel):
         """Going to 0 workers: the settings that need workers reset in ``change`` where ``--set`` can reset them
         (``persistent_workers = false``), else a note to remove them, in the script's terms for a script."""
         notes = []
-        for key in worker_only_conflicts(0, self.loader.as_dict()):
+        for key in worker_only_conflicts(0, self.loader.settings_json()):
             if key == "persistent_workers" and not self.script:
                 change[f"loader.{key}"] = False
             else:

@@ -76,8 +76,8 @@ from pipeprof.analysis.windows import Throughput, throughput_windows
 from pipeprof.analysis.worker_start import with_worker_start_note, worker_start_summary
 from pipeprof.resource_use import CpuUse, DiskUse, GpuUse, MemoryUse, UssSnapshot
 from pipeprof.run_check import Damage
-from pipeprof.run_folder import Run, as_dict
-from pipeprof.run_meta import JobInfo, JsonObject, Timing
+from pipeprof.run_folder import Run
+from pipeprof.run_meta import JobInfo, JsonObject, Timing, as_object
 
 SUMMARY_SCHEMA_VERSION = 2  # 2 (issue 13): loading times renamed with their units; bottleneck from the verdict, "unknown" added
 
@@ -250,14 +250,14 @@ class Summary:
 
 
 def _nan_for_null(values: Any) -> dict[str, float]:
-    return {k: math.nan if v is None else v for k, v in as_dict(values).items()}
+    return {k: math.nan if v is None else v for k, v in as_object(values).items()}
 
 
 def summary_from_json(data: Any) -> Summary:
     """The inverse of ``Summary.to_json``: a summary.json read back (``run_folder.read_summary``), for the
     renderers and commands that compare runs already saved. Lenient: a key a summary lacks (an older one) is
     at its default, and ``to_json`` of the result writes the same summary.json again."""
-    d = as_dict(data)
+    d = as_object(data)
     verdict = Verdict.from_json(d.get("verdict"))
     recs = [r for r in d.get("recommendations") or [] if isinstance(r, dict)]
     script = (ScriptSections(script=d.get("script"), loaders=d.get("loaders"), step_source=d.get("step_source"))
@@ -281,7 +281,7 @@ def summary_from_json(data: Any) -> Summary:
                     if isinstance(d.get("transforms"), list) else None),
         decode=DecodeRow.from_json(d.get("decode")), cache=CacheCheck.from_json(d.get("cache")),
         final_loss=d.get("final_loss"), accuracy=d.get("accuracy"),
-        absences={k: v for k, v in as_dict(d.get("absences")).items() if isinstance(v, str)},
+        absences={k: v for k, v in as_object(d.get("absences")).items() if isinstance(v, str)},
         steady=Steady.from_json(d.get("steady")), status=d.get("status"),
         error=d.get("error"), job=JobSection.from_json(d.get("job")), script=script,
         verification=Verification.from_json(d.get("verification")), throughput=Throughput.from_json(d.get("throughput")),

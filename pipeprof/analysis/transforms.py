@@ -54,8 +54,8 @@ from typing import Any
 import pandas as pd
 
 from pipeprof.analysis.loading import SampleSplit, counted_batches
-from pipeprof.run_folder import TRANSFORM_COLUMNS, Run, as_dict
-from pipeprof.run_meta import JsonObject, as_number
+from pipeprof.run_folder import TRANSFORM_COLUMNS, Run
+from pipeprof.run_meta import JsonObject, as_number, as_object
 
 TRANSFORM, DECODE, BATCH = "transform", "decode", "batch"  # transforms.csv's kinds
 
@@ -113,7 +113,7 @@ def training_loader(run: Run) -> int | None:
         return 0
     loaders = run.info.loaders
     chosen = next((d for d in loaders if d.get("role") == "train"), loaders[0] if loaders else None)
-    number = as_dict(chosen).get("number")
+    number = as_object(chosen).get("number")
     return int(number) if isinstance(number, (int, float)) and not isinstance(number, bool) else None
 
 
@@ -211,7 +211,7 @@ def _pipeline_leaves(pipeline: Any) -> dict[str, tuple[int, bool | None]]:
     """name -> (call order, random) from run.json ``transform_pipelines``' list for one loader."""
     leaves: dict[str, tuple[int, bool | None]] = {}
     for i, leaf in enumerate(pipeline if isinstance(pipeline, list) else []):
-        leaf = as_dict(leaf)
+        leaf = as_object(leaf)
         name, random = leaf.get("name"), leaf.get("random")
         if isinstance(name, str) and name not in leaves:
             leaves[name] = (i, random if isinstance(random, bool) else None)
@@ -321,7 +321,7 @@ class TransformRow:
 
     @classmethod
     def from_json(cls, data: Any) -> TransformRow:
-        d = as_dict(data)
+        d = as_object(data)
         random, calls = d.get("random"), as_number(d.get("calls"))
         return cls(name=str(d.get("name")), per_sample_s=as_number(d.get("per_sample_s")),
                    cpu_per_sample_s=as_number(d.get("cpu_per_sample_s")),

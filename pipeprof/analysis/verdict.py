@@ -120,8 +120,8 @@ from pipeprof.analysis.thresholds import (
 )
 from pipeprof.analysis.transform_advice import WAITED_NOTABLE, costliest
 from pipeprof.analysis.transforms import LoaderTransforms, training_transforms
-from pipeprof.run_folder import Run, as_dict
-from pipeprof.run_meta import JsonObject
+from pipeprof.run_folder import Run
+from pipeprof.run_meta import JsonObject, as_object
 
 CLASSES = ("compute", "input:fetch", "input:prep", "input:main", "h2d", "balanced", "unknown")
 # summary.json's ``bottleneck``: the verdict's class without the input's cause.
@@ -192,11 +192,11 @@ class Verdict:
     def from_json(cls, data: Any) -> Verdict:
         """The inverse of ``to_json``, for a summary read back (an unknown class reads as ``unknown``); the
         sentence and notes are the words the summary kept (``Reason.written``)."""
-        d = as_dict(data)
+        d = as_object(data)
         klass = str(d.get("class") or "unknown")
         return cls(klass=klass if klass in CLASSES else "unknown", rule=str(d.get("rule") or ""),
                    degree=d.get("degree"), reason=Reason.written(str(d.get("sentence") or "")),
-                   evidence=dict(as_dict(d.get("evidence"))),
+                   evidence=dict(as_object(d.get("evidence"))),
                    notes=tuple(Reason.written(str(n)) for n in d.get("notes") or ()),
                    uncertain=bool(d.get("uncertain")),
                    candidates=tuple(str(c) for c in d.get("candidates") or ()))

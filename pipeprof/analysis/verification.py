@@ -36,8 +36,7 @@ from typing import Any
 
 from pipeprof.analysis.intervals import RERUN_CV, Z_90, Interval
 from pipeprof.numbers import finite
-from pipeprof.run_folder import as_dict
-from pipeprof.run_meta import JsonObject
+from pipeprof.run_meta import JsonObject, as_object
 
 NOISE = 0.15  # the base's runs spreading by more than 2 × this (max / min − 1) flag a disturbed machine
 PRIOR_DF = 2  # the prior's weight in the pooled re-run noise, as degrees of freedom of measured runs
@@ -141,7 +140,7 @@ class Verification:
         """summary.json's ``verification`` read back (None where there is none)."""
         if not isinstance(data, dict):
             return None
-        noise = as_dict(data.get("rerun_noise"))
+        noise = as_object(data.get("rerun_noise"))
         within, disturbed = data.get("within_interval"), data.get("base_disturbed")
         return Verification(
             record={k: v for k, v in data.items() if k not in DERIVED},
