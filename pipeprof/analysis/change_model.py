@@ -21,6 +21,7 @@ from pipeprof.analysis.prediction import (
     Prediction,
     Supply,
     cores_of,
+    most_probed_up_to,
     not_predicted,
     probes_of,
 )
@@ -286,10 +287,9 @@ class ChangeModel:
     def _compute_beside_workers(self, k: int) -> tuple[float, int] | None:
         """The loop's compute rate measured beside the most workers probed up to ``k`` (read at the run's pace
         where the as-run loop was measured beside the probes), and that number of workers; None: no probe."""
-        probed = [kp for kp in self.probes.compute_beside if kp <= k]
-        if not probed:
+        kp = most_probed_up_to(self.probes.compute_beside, k)
+        if kp is None:
             return None
-        kp = max(probed)
         c = self.probes.compute_beside[kp]
         if self.probes.as_run and self.current:
             c *= self.current / self.probes.as_run

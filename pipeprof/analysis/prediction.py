@@ -18,6 +18,7 @@ workers get ``avail / ranks − m`` cores, ``m`` the cores its training process 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,11 +193,9 @@ class Probes:
     def worker_cpu_near(self, k: int) -> tuple[int, float] | None:
         """The workers' measured CPU per sample at the most workers probed up to ``k`` (else the fewest
         probed), and that number of workers; None: none measured."""
-        if not self.worker_cpu:
-            return None
-        below = [kp for kp in self.worker_cpu if kp <= k]
-        kp = max(below) if below else min(self.worker_cpu)
-        return kp, self.worker_cpu[kp]
+        kp = most_probed_up_to(self.worker_cpu, k)
+        kp = kp if kp is not None else min(self.worker_cpu, default=None)
+        return (kp, self.worker_cpu[kp]) if kp is not None else None
 
     def read(self, run_samples_per_s: float, probe_samples_per_s: float, what: Reason | None) -> Prediction:
         """``X_run · probe(change) / probe(as run)`` where the as-run loop was measured, else the probe."""
@@ -206,6 +205,12 @@ class Probes:
                 "run": run_samples_per_s, "probe": probe_samples_per_s, "as_run": self.as_run, "what": what,
                 "source": self.as_run_source}))
         return Prediction(probe_samples_per_s, MEASURED, Reason("probe_as_read", {"what": what}))
+
+
+def most_probed_up_to(probed: Mapping[int, Any], k: int) -> int | None:
+    """The most workers a probe measured up to ``k`` (the measurement an estimate of ``k`` workers starts from);
+    None where none was measured at ``k`` or fewer."""
+    return max((kp for kp in probed if kp <= k), default=None)
 
 
 def probes_of(what_ifs: WhatIfs, storage: str | None) -> Probes:
