@@ -23,6 +23,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
+from pipeprof.pipeline.script_verify import report_lines
 from pipeprof.script import frameworks, hooks
 from pipeprof.script.event_steps import read_events, script_steps
 
@@ -299,8 +300,7 @@ def _profile(tmp_path: Path, script: str, *args: str) -> tuple[subprocess.Comple
                            "python", str(FIXTURES / script), *args], capture_output=True, text=True, timeout=240,
                           env={**__import__("os").environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr
-    report = next(line for line in proc.stdout.splitlines() if line.startswith("report: "))
-    folder = Path(report[len("report: "):]).parent
+    folder = Path(report_lines(proc.stdout, proc.stderr)[-1]).parent
     return proc, json.loads((folder / "summary.json").read_text()), pd.read_csv(folder / "steps.csv")
 
 

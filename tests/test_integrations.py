@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from pipeprof.integrations.session import FitProfile, UnfinishedFit, step_split
+from pipeprof.pipeline.script_verify import report_lines
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,9 +69,8 @@ def _profiled(tmp: Path, script: str, *args: str) -> tuple[Path, dict]:
                            "python", str(FIXTURES / script), *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env=ENV)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = next(line for line in proc.stdout.splitlines() if line.startswith("report: "))
     own = json.loads(next(line for line in reversed(proc.stdout.splitlines()) if line.startswith("{")))
-    return Path(report[len("report: "):]).parent, own
+    return Path(report_lines(proc.stdout, proc.stderr)[-1]).parent, own
 
 
 def _called_back(tmp: Path, script: str, *args: str) -> dict:

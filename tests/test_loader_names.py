@@ -19,6 +19,7 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
 
+from pipeprof.pipeline.script_verify import report_lines
 from pipeprof.script import hooks
 from pipeprof.script.loader_names import loader_name
 
@@ -377,8 +378,7 @@ def _profile(tmp_path: Path, script: str, *args: str, options: tuple[str, ...] =
                            "--", "python", str(FIXTURES / script), *args],
                           capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = [line for line in proc.stdout.splitlines() if line.startswith("report: ")]
-    folder = Path(report[-1][len("report: "):]).parent
+    folder = Path(report_lines(proc.stdout, proc.stderr)[-1]).parent
     return proc, json.loads((folder / "summary.json").read_text()), json.loads((folder / "run.json").read_text())
 
 

@@ -221,7 +221,7 @@ def test_ctrl_c_saves_the_run_and_exits_130(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C: the whole process group
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
-    folder = report_folder(stdout)
+    folder = report_folder(stdout, stderr)
     meta = json.loads((folder / "run.json").read_text())
     assert meta["status"] == "interrupted"
     assert json.loads((folder / "summary.json").read_text())["steps"] > 0

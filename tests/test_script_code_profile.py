@@ -24,6 +24,7 @@ import pytest
 
 from pipeprof.analysis.hotspots import GROUPS
 from pipeprof.pipeline.script_code_profile import collect
+from pipeprof.pipeline.script_verify import report_lines
 from pipeprof.script.code_profile import StepWindow, main_files
 from pipeprof.script.worker_profile import workers_folder
 
@@ -38,8 +39,8 @@ def profile(tmp_path: Path, *options: str, command: list[str] = PLAIN, env: dict
     proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--out", str(tmp_path / "reports"), "--quiet",
                            *options, "--", *command], capture_output=True, text=True, timeout=timeout,
                           env=env)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("report: ")]
-    return proc, Path(lines[-1][len("report: "):]).parent if lines else None
+    lines = report_lines(proc.stdout, proc.stderr)
+    return proc, Path(lines[-1]).parent if lines else None
 
 
 def read(folder: Path) -> tuple[dict, dict, pd.DataFrame]:

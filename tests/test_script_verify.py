@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_verify import as_written
 
-from pipeprof.pipeline.script_verify import Child, child_command, combined, script_flags, verify_script
+from pipeprof.pipeline.script_verify import Child, child_command, combined, report_lines, script_flags, verify_script
 from pipeprof.script.overrides import LoaderOverride, Overrides, parse
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -105,7 +105,7 @@ def test_verify_re_runs_the_plain_loop_with_the_recommendation_applied(tmp_path)
                            "--samples", "4096", "--collate-ms", "5"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    folder = Path(next(line for line in proc.stdout.splitlines() if line.startswith("report: "))[8:]).parent
+    folder = Path(report_lines(proc.stdout, proc.stderr)[-1]).parent
     s = json.loads((folder / "summary.json").read_text())
     v = s["verification"]
     assert SCENARIO_KEYS <= set(v) and "prediction_error" in v and v["status"] == "complete", v

@@ -191,7 +191,10 @@ def execute(args: argparse.Namespace) -> int:
         for note in run.info.notes:
             if note.startswith(("overridden: ", "--loader ")):
                 print(note if note.startswith("overridden: ") else f"note: {note}")
-        print(f"report: {folder / 'report.html'}", flush=True)
+        if args.quiet:  # the script's stdout is the user's: its report's place goes to stderr, as pipeprof's word
+            print(f"pipeprof: report: {folder / 'report.html'}", file=sys.stderr, flush=True)
+        else:
+            print(f"report: {folder / 'report.html'}", flush=True)
     except BrokenPipeError:  # stdout closed early (| head): the report's place and the closing line go to stderr
         stdout_closed()
         print(f"pipeprof: report: {folder / 'report.html'}", file=sys.stderr)

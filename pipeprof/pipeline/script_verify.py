@@ -96,13 +96,21 @@ def child_command(command: list[str], out: Path, name: str, overrides: Overrides
     return [*argv, *overrides.flags(), "--", *words]
 
 
+def report_lines(stdout: str, stderr: str) -> list[str]:
+    """The report paths a ``pipeprof profile`` command named: ``report: PATH`` on its stdout, or (``--quiet``,
+    which leaves the script's stdout to the script) ``pipeprof: report: PATH`` on its stderr."""
+    said = [line[len("report: "):] for line in stdout.splitlines() if line.startswith("report: ")]
+    return said + [line[len("pipeprof: report: "):] for line in stderr.splitlines()
+                   if line.startswith("pipeprof: report: ")]
+
+
 def run_child(argv: list[str], timeout_s: float | None = None) -> Child:
     """Run a ``pipeprof profile`` command; its run folder from its ``report: PATH`` line."""
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as e:
         return Child(124, None, None, f"the re-run took longer than {e.timeout:.0f} s")
-    reports = [line[len("report: "):] for line in proc.stdout.splitlines() if line.startswith("report: ")]
+    reports = report_lines(proc.stdout, proc.stderr)
     folder = Path(reports[-1]).parent if reports else None
     summary = None
     if folder is not None and (folder / "summary.json").is_file():

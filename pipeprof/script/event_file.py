@@ -42,6 +42,8 @@ ROWS = {
     "I": (SPAN_COLUMNS, 3, lambda e: e[1:4]),
     "E": (SPAN_COLUMNS, 3, lambda e: e[1:4]),
     "N": (BATCH_COLUMNS, 4, lambda e: [*e[1:5], *_record(e[5]), e[6] if len(e) > 6 else None]),
+    # H: a batch a loader handed to another thread than the training loop's (its own busy time, never the wait)
+    "H": (BATCH_COLUMNS, 4, lambda e: [*e[1:5], *_record(e[5]), e[6] if len(e) > 6 else None]),
     "C": (COPY_COLUMNS, 3, lambda e: [*e[1:5], e[5] if len(e) > 5 else 0]),
     "P": (PART_COLUMNS, 6, lambda e: e[1:7]),
     "O": (["t_s"], 1, lambda e: e[1:2]),
@@ -203,7 +205,7 @@ def _numbers(kind: str, lines: list[str], width: int) -> np.ndarray | None:
     if not lines:
         return np.empty((0, width))
     text = "\n".join(lines)
-    head, nested = f'["{kind}", ', 2 if kind == "N" else 1  # an N event holds its maker's record: [[...]]
+    head, nested = f'["{kind}", ', 2 if kind in "NH" else 1  # an N (H) event holds its maker's record: [[...]]
     whole = text.count(head) == len(lines) and text.count("[") == text.count("]") == nested * len(lines)
     text = text.replace(head, "").replace("[", "").replace("]", "")
     if not whole or text.count(",") != (width - 1) * len(lines):

@@ -13,6 +13,8 @@ N     loader, t0, t1, samples, record,           ``next()`` returned a batch; ``
                                                  (before the DataLoader's ``next()`` calls in it,
                                                  for a loader that fetches ahead: the fewest)
 E     loader, t0, t1                             ``next()`` ended the pass (StopIteration)
+H     as N, ready null                           a batch a DataLoader handed to another thread than the
+                                                 loop's (a prefetch thread): the loader's busy time
 C     t0, t1, bytes, device_s|None, overlapped   a batch tensor was copied (``.to``/``.cuda``);
                                                  overlapped 1: on a side stream, beside the compute
 O     t                                          an optimizer step ended (global post-hook)
@@ -47,6 +49,15 @@ nulls when the batch came without one): ``__getitem__``'s off-CPU time is
 ``fetch_s`` (storage, sleep) plus ``core_wait_s`` (runnable, waiting for a
 core; null when the thread's run-queue wait could not be read). ``pipeprof.script.event_file`` reads the
 event file into one table per kind.
+
+**The loop's own batches.** A loop fed by no DataLoader on its thread (a
+generator, a queue filled by a thread, a third-party loader: ``script.loop_feed``)
+has its batches written as ``N`` events of a loader entry of its own (``feed``
+"loop"): the wait from a step's end to the batch's first use, its samples, no
+maker's record; evaluation passes seen between its steps are the ``I``/``E``
+of another (``feed`` "loop evaluation"). A DataLoader iterated on another
+thread (``H``) is listed with ``role`` "background" and its ``busy_s``: it
+never counts as the loop's wait.
 
 **Which loader trains.** Loaders given to ``prof.wrap``; otherwise each
 step end and each backward pass is credited to the loader whose batch came
@@ -115,10 +126,12 @@ import pandas as pd
 from pipeprof.run_folder import LOADING_COLUMNS, STEP_COLUMNS, TRANSFORM_COLUMNS
 from pipeprof.script.event_file import Events, read_events
 
-__all__ = ["EVAL", "OPTIMIZER_AND_BACKWARD", "TRAIN", "ScriptSteps", "Uncounted", "read_events", "script_steps"]
+__all__ = ["BACKGROUND", "EVAL", "OPTIMIZER_AND_BACKWARD", "TRAIN", "ScriptSteps", "Uncounted", "read_events", "script_steps"]
 
 NAN = float("nan")
 TRAIN, EVAL = "train", "eval"
+BACKGROUND = "background"  # a DataLoader iterated on another thread than the loop's: its own busy time
+LOOP = "loop"  # a loader entry's feed: the loop's own batches (script.loaders.LOOP)
 OPTIMIZER_AND_BACKWARD = "optimizer and backward"  # step_source: a fit by hand beside one with torch.optim
 ITER, END, NEXT = 1, 0, 2  # kinds of wait, in the order ties sort ("E" < "I" < "N")
 
@@ -196,7 +209,8 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
         by_hand = backward_ends_without_optimizer(train_waits, opts, backwards)
         if len(by_hand):
             boundaries, source = np.union1d(opts, by_hand), OPTIMIZER_AND_BACKWARD
-    eval_spans = _eval_spans(waits, set(ev.loaders) - train)
+    loop_feeds = {n for n, info in ev.loaders.items() if info.get("feed") == LOOP}
+    eval_spans = _eval_spans(waits, set(ev.loaders) - train - loop_feeds)
     if train_nexts.empty:
         begins, ends, source = np.array([]), np.array([]), None
     elif len(boundaries):
@@ -207,7 +221,7 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
     steps, timing = _step_rows(begins, ends, train_waits, train_nexts, tables["C"], train_iters, eval_spans,
                                t0_s, warmup_steps, tables["K"], DeviceTimes(tables["G"]))
     loading = _loading_rows(train_nexts, begins, ends, t0_s)
-    summary = _loader_summaries(ev.loaders, train, nexts, waits, eval_spans)
+    summary = _loader_summaries(ev.loaders, train, nexts, waits, eval_spans, tables["H"])
     by_position = wait_by_position(train_nexts, begins, ends, warmup_steps) if len(begins) else None
     for loader in summary:  # the burst a step's batches make, on the loaders that trained
         loader["wait_by_position_s"] = by_position if loader["role"] == TRAIN else None
@@ -342,7 +356,7 @@ def _cut_at_ends(train_waits: pd.DataFrame, train_nexts: pd.DataFrame,
     kept = boundaries[boundaries >= first]
     batches_by = np.searchsorted(batch_t1, kept, side="right").tolist()  # batches received by each boundary
     ends: list[float] = []
-    seen = int(np.searchsorted(batch_t1, first, side="right"))
+    seen = int(np.searchsorted(batch_t1, first, side="left"))  # none (a first wait of zero counts: the loop's feed)
     for b, received in zip(kept.tolist(), batches_by):
         if received > seen:
             ends.append(b)
@@ -615,10 +629,30 @@ def _loading_rows(train_nexts: pd.DataFrame, begins: np.ndarray, ends: np.ndarra
 
 
 def _loader_summaries(loaders: dict[int, dict], train: set[int], nexts: pd.DataFrame, waits: pd.DataFrame,
-                      eval_spans: list[tuple[float, float, int]]) -> list[dict[str, Any]]:
+                      eval_spans: list[tuple[float, float, int]],
+                      elsewhere: pd.DataFrame | None = None) -> list[dict[str, Any]]:
+    """run.json's ``loaders``; ``elsewhere``: the ``H`` batches (taken on another thread than the loop's)."""
     out = []
+    elsewhere = elsewhere if elsewhere is not None else nexts.iloc[:0]
     for n in sorted(set(loaders) | set(nexts["loader"].astype(int).tolist())):
+        if loaders.get(n, {}).get("feed") == LOOP and n not in train:
+            continue  # the loop's own feed that trained no step (a forward pass before training began)
         mine = nexts[nexts["loader"] == n]
+        off = elsewhere[elsewhere["loader"] == n]
+        if mine.empty and len(off):  # iterated on a thread of its own only: its batches and busy time
+            info = dict(loaders.get(n, {"number": n, "name": f"loader{n}"}))
+            made = off[off["made_samples"].notna()]
+            made_samples = int(made["made_samples"].sum())
+            info.update({"role": BACKGROUND, "batches": len(off), "samples": int(off["samples"].sum()),
+                         "passes": 0, "wait_s": 0.0, "wait_per_batch_s": None, "eval_s": None,
+                         "busy_s": float((off["t1_s"] - off["t0_s"]).sum()),
+                         "busy_per_batch_s": float((off["t1_s"] - off["t0_s"]).mean()),
+                         **{f"{part}_per_sample_s": (float(made[f"{part}_s"].sum()) / made_samples
+                                                     if made_samples else None)
+                            for part in ("fetch", "prep", "collate")},
+                         "core_wait_per_sample_s": None})
+            out.append(info)
+            continue
         made = mine[mine["made_samples"].notna()]
         made_samples = int(made["made_samples"].sum())
         my_waits = waits[waits["loader"] == n]

@@ -67,8 +67,10 @@ import json
 import os
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable
+from threading import get_ident
 from typing import Any
 
 import torch
@@ -84,12 +86,18 @@ from pipeprof.script.batches import Tagged, TimedCollate, clock, cpu_clock, inst
 from pipeprof.script.device_clock import CudaDevice, Device, DeviceMarks
 from pipeprof.script.frameworks import OuterPass
 from pipeprof.script.loader_names import loader_name, note_built
-from pipeprof.script.loaders import batch_samples, describe_loader, tensors
+from pipeprof.script.loaders import batch_samples, describe_loader, describe_loop_feed, input_samples, tensors
+from pipeprof.script.loop_feed import COPY, FORWARD, LoopFeed, Use
 from pipeprof.script.patches import Patches, wraps
 from pipeprof.script.segments import WhatIfSegments
 from pipeprof.script.transform_hooks import TransformHooks
 
 FLUSH_EVERY_S = 0.5
+OWN_THREADS_GRACE_S = 2.0  # how long a script stopped by --steps waits for its own threads at exit
+NO_LOADER_RECORD = ("the loop's batches come from no torch DataLoader on its thread: how each batch was made (fetch, "
+                    "decode, transforms, workers) has no record; only the loop's wait for it is timed")
+NO_LOADER_WHAT_IFS = ("no torch DataLoader feeds the training loop on its thread: the what-if segments vary a "
+                      "DataLoader's settings, and there is none to vary")
 STEP_ENDS = frozenset("OM")  # optimizer steps and marks: where a step's events are written
 # a step's batch, copies, parts, collectives, device clock, memory and backward pass (a step end only where
 # no optimizer step is seen: written as it comes until one is)
@@ -244,6 +252,11 @@ def _plain(obj: Any) -> Any:
 # to the nanosecond). Fields of other types (a numpy number, None where a number belongs) go through json.
 _FORMATS = {
     "N": '["N", %d, %.9f, %.9f, %d, [%d, %d, %.9f, %.9f, %.9f, %.9f, %.9f, %d, %.9f], %s]\n',
+    "H": '["H", %d, %.9f, %.9f, %d, [%d, %d, %.9f, %.9f, %.9f, %.9f, %.9f, %d, %.9f], %s]\n',
+    # a batch without its maker's record (the loop's own feed, a loader that hands none): its times written as
+    # every other event's, so that a wait that begins at a step's end is read back in the next step
+    "n": '["N", %d, %.9f, %.9f, %d, [null, null, null, null, null, null, null, null, null], %s]\n',
+    "h": '["H", %d, %.9f, %.9f, %d, [null, null, null, null, null, null, null, null, null], %s]\n',
     "C": '["C", %.9f, %.9f, %d, %s, %d]\n',  # the last: 1 on a side stream (device_clock.DeviceMarks)
     "I": '["I", %d, %.9f, %.9f]\n',
     "E": '["E", %d, %.9f, %.9f]\n',
@@ -270,8 +283,11 @@ def _line(event: tuple) -> str:
     """One event as a JSON line."""
     kind, line = event[0], None
     try:
-        if kind == "N":
-            line = _FORMATS["N"] % (*event[1:5], *event[5], _number_or_null(event[6]))
+        if kind == "N" or kind == "H":
+            if event[5] is NO_RECORD:
+                line = _FORMATS[kind.lower()] % (*event[1:5], _number_or_null(event[6]))
+            else:
+                line = _FORMATS[kind] % (*event[1:5], *event[5], _number_or_null(event[6]))
         elif kind == "C":
             line = _FORMATS["C"] % (*event[1:4], _number_or_null(event[4]), event[5] if len(event) > 5 else 0)
         elif kind in _FORMATS:
@@ -337,6 +353,16 @@ class Hooks:
         self.live = False  # True from the end of a successful install() to uninstall(): the wrappers' switch
         self.patches = Patches()
         self.transforms = TransformHooks(self.patches, self.log, self.clock, str(id(self)))  # issue 18
+        # The training loop's thread: the one its steps end on (the main thread until one does). A DataLoader
+        # iterated on any other thread hands its batches to a thread of the loader's own (a prefetch thread):
+        # its next() is the loader's busy time (H), never the loop's wait.
+        self.loop_thread = threading.main_thread().ident
+        # The loop's batches when no DataLoader on its thread hands them over (script.loop_feed): a generator,
+        # a queue, a third-party loader; their "loader" is the loop itself (a number of its own, ``loop_number``).
+        self.feed = LoopFeed()
+        self.loop_number: int | None = None
+        self.loop_eval_number: int | None = None  # the evaluation passes seen between its training steps
+        self.loader_fed = False  # a DataLoader on the loop's thread fed a training step: the feed is not watched
 
     def _device_index(self) -> int | None:
         return self.device.index
@@ -361,9 +387,30 @@ class Hooks:
             self.read_rank()
         return number
 
+    def _feed_number(self, evaluation: bool) -> int:
+        """The number of the loop's own feed (or of its evaluation passes), registered at its first batch."""
+        number = self.loop_eval_number if evaluation else self.loop_number
+        if number is None:
+            number = len(self.loaders)
+            self.loaders[-1 - number] = number  # a key no id() takes
+            self._keep.append(None)
+            if evaluation:
+                self.loop_eval_number = number
+            else:
+                self.loop_number = number
+            self.log.add(("L", number, describe_loop_feed(number, evaluation)), self.clock())
+            self.log.add(("F", number, {"absent": NO_LOADER_RECORD}), self.clock())
+        return number
+
     def on_iter(self, loader: DataLoader, original: Callable) -> Any:
         new = id(loader) not in self.loaders
         number = self.loader_number(loader)
+        if get_ident() != self.loop_thread:  # a pass on a thread of the loader's own: not the loop's wait
+            iterator = original(loader)
+            iterator._pipeprof_loader = number
+            iterator._pipeprof_outer = None
+            self._passes.add(iterator)
+            return iterator
         start = self.device.mark()
         t0 = self.clock()
         iterator = original(loader)
@@ -388,6 +435,8 @@ class Hooks:
         if number is None:  # an iterator made before install(), or by an __iter__ not timed: its batch untouched
             data = original(iterator)
             return data.batch if type(data) is Tagged else data
+        if get_ident() != self.loop_thread:
+            return self._off_thread(iterator, number, original)
         if self.stopping:
             return self._after_stop(iterator, number, original)
         outer = getattr(iterator, "_pipeprof_outer", None)  # a framework's look-ahead pass it runs in, if any
@@ -421,6 +470,80 @@ class Hooks:
             return data
         self._batch(number, t0, t1, batch_samples(data, record), record, ready)
         return data
+
+    def _off_thread(self, iterator: Any, number: int, original: Callable) -> Any:
+        """``H``: a batch the loader handed to a thread of its own (a prefetch thread that passes batches to the
+        loop through a queue): the loader's busy time, with the worker's record of how it was made. After
+        ``--steps``, the pass ends there (the thread's loop ends as at the end of an epoch)."""
+        if self.stopping:
+            raise StopIteration
+        t0 = self.clock()
+        data = original(iterator)
+        t1 = self.clock()
+        record = None
+        if type(data) is Tagged:
+            if data.start is not None:
+                self.log.add(("U", number, data.record[0], data.record[1], data.start), t1)
+            data, record, parts = data.batch, data.record, data.parts
+            if parts:
+                self.transforms.on_batch(number, record, parts, t1)
+        self.log.add(("H", number, t0, t1, batch_samples(data, record), NO_RECORD if record is None else record,
+                      None), t1)
+        return data
+
+    # nn.Module.__call__ and Tensor.to / .cuda while the loop waits for a batch no DataLoader on its thread gave
+    def on_module_call(self, module: Any, original: Callable, args: tuple, kwargs: dict) -> Any:
+        if get_ident() != self.loop_thread or self.feed.depth:
+            return original(module, *args, **kwargs)
+        if torch.is_grad_enabled():  # the training step uses its batch
+            self._loop_batch(input_samples(args, kwargs))
+            return original(module, *args, **kwargs)
+        self.feed.depth += 1  # a call without gradients: a frozen part of the step, or an evaluation pass
+        t0 = self.clock()
+        try:
+            out = original(module, *args, **kwargs)
+        finally:
+            self.feed.depth -= 1
+        if self.feed.awaiting:
+            self.feed.add(Use(FORWARD, t0, self.clock(), input_samples(args, kwargs)))
+        return out
+
+    def on_loop_copy(self, tensor: torch.Tensor, original: Callable, args: tuple, kwargs: dict) -> Any:
+        if get_ident() != self.loop_thread or self.feed.depth:
+            return original(tensor, *args, **kwargs)
+        t0 = self.clock()
+        out = original(tensor, *args, **kwargs)
+        t1 = self.clock()
+        if out is not tensor and isinstance(out, torch.Tensor):
+            self.device.holds(out)  # the first copy to CUDA names the training device
+            self.feed.add(Use(COPY, t0, t1, int(tensor.shape[0]) if tensor.dim() else 1,
+                              out.element_size() * out.nelement()))
+        return out
+
+    def _loop_batch(self, samples: int) -> None:
+        """The loop used a batch that no DataLoader on its thread handed over: its wait since the last step's
+        end (``N`` of the loop's own feed), the evaluation pass in between and the batch's copies (``C``)."""
+        if self.stopping:
+            self._stop_loop()
+        fed = self.feed.resolve(self.clock(), samples)
+        number = self._feed_number(False)
+        if fed.eval_span is not None:
+            evaluation = self._feed_number(True)
+            self.log.add(("I", evaluation, fed.eval_span[0], fed.eval_span[0]), fed.eval_span[0])
+            self.log.add(("E", evaluation, fed.eval_span[1], fed.eval_span[1]), fed.eval_span[1])
+        for copy in fed.copies:
+            self.log.add(("C", copy.t0_s, copy.t1_s, copy.nbytes, None), copy.t1_s)
+        self._batch(number, fed.t0_s, fed.t1_s, fed.samples, None, None)
+
+    def _stop_loop(self) -> None:
+        """``--steps`` reached in a loop no DataLoader on its thread feeds: it ends at its next batch's first use,
+        as at a DataLoader's ``next()``; the what-if segments, which vary a DataLoader, do not run."""
+        if self.segments is not None and not self.segments.begun:
+            self.segments.decline(NO_LOADER_WHAT_IFS)
+            self.end_segments("")
+        self.log.flush()
+        _end_own_threads_at_exit()
+        raise SystemExit(0)
 
     def _after_stop(self, iterator: Any, number: int, original: Callable) -> Any:
         """A ``next()`` after ``--steps`` ended the run: the what-if segments' batch (another loader's own batch,
@@ -471,6 +594,7 @@ class Hooks:
         """``N``: the loop waited ``t0``..``t1`` for a batch of loader ``number``."""
         self.last_batch_loader = number
         self.step_at_backward = False
+        self.feed.fed()
         if self.segments is not None:
             self.waits_s.setdefault(number, []).append(t1 - t0)
         self.log.add(("N", number, t0, t1, samples, NO_RECORD if record is None else record,
@@ -543,8 +667,7 @@ class Hooks:
         self.optimizer_steps += 1
         now = self.clock()
         self.log.add(("O", now), now)
-        if self.last_batch_loader is not None:
-            self.trained.add(self.last_batch_loader)
+        self._loop_step_end(now)
         ends_step = not self.marks and not self.step_at_backward  # prof.step() marks end the steps when any
         self.stretch_optimized, self.expect_optimizer, self.step_at_backward = True, True, False
         self.pending_backwards = 0
@@ -562,9 +685,8 @@ class Hooks:
         self.backwards += 1
         now = self.clock()
         self.log.add(("B", t0, now), now)
-        if self.last_batch_loader is not None:
-            self.trained.add(self.last_batch_loader)
         ends_step = not (self.expect_optimizer or self.marks)  # no optimizer step expected in this stretch
+        self._loop_step_end(now, wants=ends_step)
         if self.expect_optimizer and not (self.stretch_optimized or self.marks):
             self.pending_backwards += 1  # counted at the stretch's end if no optimizer step comes
         if ends_step:
@@ -606,10 +728,21 @@ class Hooks:
         self.marks += 1
         now = self.clock()
         self.log.add(("M", now), now)
+        self._loop_step_end(now)
         self._step_end(now)
         if not self.threads_read:
             self.read_threads("first step")
         self._maybe_stop(self.marks)
+
+    def _loop_step_end(self, now: float, wants: bool = True) -> None:
+        """A step end (or a backward pass) on the loop's thread: its batch's loader trained; from ``now`` the
+        loop wants its next batch (``wants``), watched unless a DataLoader on its thread feeds it."""
+        self.loop_thread = get_ident()
+        if self.last_batch_loader is not None:
+            self.trained.add(self.last_batch_loader)
+            self.loader_fed = self.loader_fed or self.last_batch_loader != self.loop_number
+        if wants and not self.loader_fed:
+            self.feed.want(now)
 
     def _end_stretch(self, new_loader: bool) -> None:
         """A stretch of training ends: backward passes that waited in vain for an optimizer step were its
@@ -651,6 +784,7 @@ class Hooks:
                                lambda original: _switched(original, self, self.on_next))
             for name in ("to", "cuda"):
                 self.patches.apply(torch.Tensor, name, lambda original: _copy_method(original, self))
+            self.patches.apply(torch.nn.Module, "__call__", lambda original: _module_call(original, self))
             frameworks.install(self.patches, self, self.clock)  # accelerate's loaders, when the script imports it
             # Tensor.backward calls torch.autograd.backward: one patch sees both, each pass once.
             self.patches.apply(torch.autograd, "backward", lambda original: _backward_function(original, self))
@@ -741,11 +875,56 @@ def _built_method(original: Callable, hooks: Hooks) -> Callable:
 
 
 def _copy_method(original: Callable, hooks: Hooks) -> Callable:
+    feed = hooks.feed
+
     def method(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if not hooks.live or not hooks.batch_refs:
+        if not hooks.live:
+            return original(self, *args, **kwargs)
+        if feed.awaiting:
+            return hooks.on_loop_copy(self, original, args, kwargs)
+        if not hooks.batch_refs:
             return original(self, *args, **kwargs)
         return hooks.on_copy(self, original, args, kwargs)
     return wraps(method, original)
+
+
+def _module_call(original: Callable, hooks: Hooks) -> Callable:
+    """``nn.Module.__call__``: one flag read a call, except between a step's end and the next batch's first
+    use in a loop no DataLoader on its thread feeds (``Hooks.on_module_call``)."""
+    feed = hooks.feed
+
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if feed.awaiting and hooks.live:
+            return hooks.on_module_call(self, original, args, kwargs)
+        return original(self, *args, **kwargs)
+    return wraps(__call__, original)
+
+
+def _end_own_threads_at_exit() -> None:
+    """A script stopped by ``--steps`` whose own threads would never end (a producer blocked on a full queue that
+    no one reads now) would hang at exit waiting for them: once the interpreter starts to shut down, wait a
+    moment for them, then end the process with the event log written. Threads that end by themselves, and
+    daemon threads, are left as they are."""
+    register = getattr(threading, "_register_atexit", None)  # runs before the interpreter joins its threads
+    if register is None:
+        return
+
+    def end() -> None:
+        deadline = time.monotonic() + OWN_THREADS_GRACE_S
+        for t in threading.enumerate():
+            if t is not threading.current_thread() and not t.daemon and t.is_alive():
+                t.join(max(0.0, deadline - time.monotonic()))
+        if any(t is not threading.current_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
+            hooks = active()
+            if hooks is not None:
+                hooks.uninstall()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+    try:
+        register(end)
+    except RuntimeError:  # the interpreter is already shutting down
+        pass
 
 
 def _backward_function(original: Callable, hooks: Hooks) -> Callable:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import sysconfig
 from collections.abc import Sized
+from types import FrameType
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -16,6 +20,54 @@ def batch_samples(data: Any, record: list | None) -> int:
         return int(record[7])
     found = tensors(data)
     return int(found[0].shape[0]) if found and found[0].dim() else 1
+
+
+def input_samples(args: tuple, kwargs: dict) -> int:
+    """The samples a module call takes: the leading dimension of its first tensor argument (1: none shows one)."""
+    found = tensors(args) or tensors(kwargs)
+    return int(found[0].shape[0]) if found and found[0].dim() else 1
+
+
+LOOP, LOOP_EVALUATION = "loop", "loop evaluation"  # a loader entry's ``feed``: the loop's own batches
+_LIBRARY_ROOTS = tuple(os.path.realpath(p) + os.sep for p in {sysconfig.get_paths()["purelib"],
+                                                                 sysconfig.get_paths()["platlib"],
+                                                                 sysconfig.get_paths()["stdlib"]})
+_OWN = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep  # pipeprof itself
+
+
+def _library(frame: FrameType) -> str | None:
+    """The installed package a frame's code belongs to (its top-level module), or None for the user's own code."""
+    path = os.path.realpath(frame.f_code.co_filename)
+    if not path.startswith(_LIBRARY_ROOTS) and "site-packages" not in path:
+        return None
+    return str(frame.f_globals.get("__name__") or "?").split(".")[0]
+
+
+def describe_loop_feed(number: int, evaluation: bool) -> dict[str, Any]:
+    """A loader entry for the loop's own batches (no DataLoader on its thread handed them over): where the loop
+    uses them (the first frame outside pipeprof and torch, in the user's code or the library that runs the loop),
+    and that library (``framework``); PyTorch's loader settings are unknown (None)."""
+    frame: FrameType | None = sys._getframe(1)
+    caller = user = None
+    while frame is not None and user is None:
+        path = os.path.realpath(frame.f_code.co_filename)
+        if not path.startswith(_OWN) and str(frame.f_globals.get("__name__") or "").split(".")[0] != "torch":
+            caller = caller or frame
+            user = frame if _library(frame) is None else None
+        frame = frame.f_back
+    framework = _library(caller) if caller is not None else None
+    site = user or caller
+    where = (f"{site.f_code.co_name} ({os.path.basename(site.f_code.co_filename)}:{site.f_lineno})"
+             if site is not None else "?")
+    where = f"{framework}, from {where}" if framework else f"in {where}"
+    return {
+        "number": number,
+        "name": f"the loop's evaluation passes ({where})" if evaluation else f"the loop's batches ({where})",
+        "feed": LOOP_EVALUATION if evaluation else LOOP,
+        "framework": framework, "built_in": None, "dataset": None, "dataset_module": None,
+        "dataset_samples": None, "batch_size": None, "num_workers": None, "pin_memory": None,
+        "prefetch_factor": None, "persistent_workers": None, "drop_last": None, "multiprocessing_context": None,
+    }
 
 
 def describe_loader(loader: DataLoader, number: int) -> dict[str, Any]:

@@ -211,6 +211,11 @@ class WhatIfSegments:
         self.results["workers_wanted"] = wanted
         self.plan = plan(k, self.threads, self.cores, wanted)
 
+    def decline(self, why: str) -> None:
+        """The run ended at ``--steps`` with nothing the segments can vary: recorded as absent, with ``why``."""
+        self.start_s = self.clock()
+        self.results = {"absent": why}
+
     def _size_budget(self, training_s: float | None, step_s: float | None) -> None:
         """The budgets from the run's pace, as a scenario's probes get theirs (``measure.windows.probes_budget``):
         all the segments take at most the larger of 3 s and 10 % of the run's training; a segment's windows

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeprof.pipeline.script_verify import report_lines
 from support.shared import made_once
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -59,10 +60,11 @@ class Profiled:
         return Path(shutil.copytree(self.folder, where / self.folder.name, symlinks=True))
 
 
-def report_folder(stdout: str) -> Path | None:
-    """The run folder the last ``report: .../report.html`` line names, None when there is none."""
-    lines = [line for line in stdout.splitlines() if line.startswith("report: ")]
-    return Path(lines[-1][len("report: "):]).parent if lines else None
+def report_folder(stdout: str, stderr: str = "") -> Path | None:
+    """The run folder the last ``report: .../report.html`` line names (``--quiet``: ``pipeprof: report: ...`` on
+    stderr), None when there is none."""
+    lines = report_lines(stdout, stderr)
+    return Path(lines[-1]).parent if lines else None
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -75,7 +77,7 @@ def profile(out: Path, *command: str, options: Sequence[str] = (), cwd: Path | N
     proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--out", str(out), "--quiet", *options,
                            "--", *command], capture_output=True, text=True, timeout=timeout, cwd=cwd,
                           env={**os.environ, **env} if env else None)
-    folder = report_folder(proc.stdout)
+    folder = report_folder(proc.stdout, proc.stderr)
     if folder is not None and not folder.is_absolute():
         folder = (cwd or Path.cwd()) / folder
     if folder is None:
