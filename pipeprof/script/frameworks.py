@@ -51,6 +51,11 @@ LOOK_AHEAD: dict[str, tuple[str, ...]] = {
 OWN_ITER: dict[str, tuple[str, ...]] = {
     "torchdata.stateful_dataloader.stateful_dataloader": ("StatefulDataLoader",),
 }
+# module -> its optimizer classes that are no torch.optim.Optimizer (torch's step post-hook never sees them): their
+# step() ends a training step as torch.optim's does (Hooks.on_optimizer_step), not the backward pass before it
+OWN_STEP: dict[str, tuple[str, ...]] = {
+    "fastai.optimizer": ("Optimizer",),
+}
 
 
 class OuterPass:
@@ -110,6 +115,8 @@ class OuterHooks(Protocol):
     def on_outer_end(self, state: OuterPass, t0_s: float, t1_s: float) -> None: ...
 
     def on_iter(self, loader: Any, original: Callable[[Any], Any]) -> Any: ...  # DataLoader.__iter__, timed
+
+    def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None: ...  # a training step ended
 
 
 def timed_pass(inner: Iterator[Any], hooks: OuterHooks, clock: Callable[[], float],
@@ -180,6 +187,19 @@ def patch_module(module: ModuleType, patches: Patches, hooks: OuterHooks, clock:
         cls = getattr(module, name, None)
         if isinstance(cls, type) and "__iter__" in vars(cls):
             patches.apply(cls, "__iter__", lambda original: _own_iter(original, hooks))
+    for name in OWN_STEP.get(module.__name__, ()):
+        cls = getattr(module, name, None)
+        if isinstance(cls, type) and "step" in vars(cls):
+            patches.apply(cls, "step", lambda original: _own_step(original, hooks))
+
+
+def _own_step(original: Callable[..., Any], hooks: OuterHooks) -> Callable[..., Any]:
+    def step(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        out = original(optimizer, *args, **kwargs)
+        if hooks.live:
+            hooks.on_optimizer_step(optimizer, args, kwargs)
+        return out
+    return wraps(step, original)
 
 
 def install(patches: Patches, hooks: OuterHooks, clock: Callable[[], float]) -> None:
@@ -190,7 +210,7 @@ def install(patches: Patches, hooks: OuterHooks, clock: Callable[[], float]) -> 
             return
         patch_module(module, patches, hooks, clock)
 
-    modules = [*LOOK_AHEAD, *OWN_ITER, nodes_loader.MODULE]
+    modules = [*LOOK_AHEAD, *OWN_ITER, *OWN_STEP, nodes_loader.MODULE]
     finder = PostImport(modules, then)
     sys.meta_path.insert(0, finder)
     patches.on_undo(lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None)

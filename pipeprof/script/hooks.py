@@ -363,6 +363,7 @@ class Hooks:
         self.loop_number: int | None = None
         self.loop_eval_number: int | None = None  # the evaluation passes seen between its training steps
         self.loader_fed = False  # a DataLoader on the loop's thread fed a training step: the feed is not watched
+        self._module_calls: Any = None  # the nn.Module.__call__ patch, retired once a DataLoader feeds the loop
 
     def _device_index(self) -> int | None:
         return self.device.index
@@ -740,7 +741,11 @@ class Hooks:
         self.loop_thread = get_ident()
         if self.last_batch_loader is not None:
             self.trained.add(self.last_batch_loader)
-            self.loader_fed = self.loader_fed or self.last_batch_loader != self.loop_number
+            if not self.loader_fed and self.last_batch_loader != self.loop_number:
+                self.loader_fed = True  # a DataLoader on the loop's thread feeds it: module calls are not watched
+                if self._module_calls is not None:
+                    self.patches.retire(self._module_calls)
+                    self._module_calls = None
         if wants and not self.loader_fed:
             self.feed.want(now)
 
@@ -784,7 +789,8 @@ class Hooks:
                                lambda original: _switched(original, self, self.on_next))
             for name in ("to", "cuda"):
                 self.patches.apply(torch.Tensor, name, lambda original: _copy_method(original, self))
-            self.patches.apply(torch.nn.Module, "__call__", lambda original: _module_call(original, self))
+            self._module_calls = self.patches.apply(torch.nn.Module, "__call__",
+                                                    lambda original: _module_call(original, self))
             frameworks.install(self.patches, self, self.clock)  # accelerate's loaders, when the script imports it
             # Tensor.backward calls torch.autograd.backward: one patch sees both, each pass once.
             self.patches.apply(torch.autograd, "backward", lambda original: _backward_function(original, self))

@@ -83,6 +83,16 @@ class Patches:
         self._undo.append(patch)
         return patch
 
+    def retire(self, patch: Patch) -> None:
+        """Take one patch back now, before the others (a wrapper the session no longer needs): restored if it is
+        still ours, left if someone patched over it (its wrapper passes through once the session ends)."""
+        if patch in self._undo:
+            self._undo.remove(patch)
+            if patch.is_ours():
+                patch.restore()
+            else:
+                self.stranded.append(patch)
+
     def on_undo(self, undo: Callable[[], object]) -> None:
         """Run ``undo()`` at its turn in ``undo()`` (a hook's handle ``remove``, an ``atexit.unregister``)."""
         self._undo.append(undo)
