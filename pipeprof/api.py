@@ -99,12 +99,12 @@ class Profile:
         loaders) declares the DataLoader it wraps, and a ``torchdata.nodes`` Loader itself; an object that holds
         none is returned and declares nothing (its batches are the script's own, whatever their type). A
         wrapper's own ``next()`` is then timed, as a look-ahead loader's (``frameworks.time_wrapper``)."""
+        from pipeprof.adapters import own_loader
         from pipeprof.script.frameworks import time_wrapper
         from pipeprof.script.loader_names import inner_dataloader
-        from pipeprof.script.nodes_loader import is_nodes_loader
 
         hooks = self._active()
-        inner = loader if is_nodes_loader(loader) else inner_dataloader(loader)  # a torchdata.nodes Loader is one
+        inner = loader if own_loader(loader) is not None else inner_dataloader(loader)  # a torchdata.nodes Loader is one
         if inner is not None:
             hooks.declare_training(inner)
         if inner is not None and inner is not loader:  # a wrapper: the loop's next() on it is what it waits in

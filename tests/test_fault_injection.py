@@ -492,7 +492,7 @@ def test_a_killed_script_or_worker_is_a_failed_run_with_its_steps(tmp_path, vict
         assert proc.returncode == 1, meta["error"]
         torch_words = ("DataLoader worker", "ConnectionResetError", "EOFError")
         assert any(w in meta["error"] for w in torch_words) and not meta["error"].endswith(": "), meta["error"]
-        assert "pipeprof" not in err.split("Traceback")[-1].split("pipeprof: failed")[0]
+        assert "pipeprof" not in err.split("Traceback")[-1].split("pipeprof: report:")[0].split("pipeprof: failed")[0]
 
 
 @pytest.mark.integration
@@ -501,7 +501,8 @@ def test_an_exception_in_the_dataset_shows_no_pipeprof_frame(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--out", str(out), "--quiet", "--",
                            "python", SCRIPT, "--bad-index", "100"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
-    traceback = done.stderr.split("Traceback (most recent call last):")[-1].split("pipeprof: failed")[0]
+    traceback = done.stderr.split("Traceback (most recent call last):")[-1]
+    traceback = traceback.split("pipeprof: report:")[0].split("pipeprof: failed")[0]
     assert "ValueError: corrupt record 100" in traceback and "faulty_loop.py" in traceback
     assert "pipeprof" not in traceback and "runpy" not in traceback, traceback
 

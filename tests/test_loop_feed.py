@@ -137,7 +137,7 @@ def test_an_evaluation_pass_between_steps_is_not_the_next_steps_wait(session):
     h, clock, path = session
     model = nn.Linear(8, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for epoch in range(2):
+    for _epoch in range(2):
         for x, y in _generator(clock, 4, load_s=0.005):
             loss = nn.functional.cross_entropy(model(x), y)
             loss.backward()

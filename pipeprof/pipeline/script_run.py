@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeprof import adapters
 from pipeprof.analysis.live_window import LiveWindow
 from pipeprof.errors import Interrupts, NotSaved, UsageError, current_interrupts, one_line, saving
 from pipeprof.pipeline.fresh_process import die_with_parent, stop_process
@@ -51,7 +52,7 @@ _PYTHON = re.compile(r"python[0-9.]*(\.exe)?$")
 _OPTIONS_WITH_VALUE = {"-W", "-X", "-Q"}  # python's own options that take the next word
 # Modules that launch a script given as an argument: the run is named after that script
 LIVE_POLL_S = 0.25  # --live / --light: how often the wait for the script looks at the clock (ProfileLive decides to refresh)
-_LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch"}
+_LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch", *adapters.launchers()}
 
 
 @dataclass(frozen=True)

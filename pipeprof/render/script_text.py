@@ -3,11 +3,9 @@
 For a scenario: ``--set key=VALUE`` (``render.interval_text.change_text``). For a script: the Python
 to write where the training loader is built (``script_text``): the thread
 count first and alone (it is the process's, never a loader's), then the
-loader settings as ``TrainingArguments(dataloader_...=...)`` for the Hugging
-Face Trainer, as the DataLoader built in ``train_dataloader()`` (the
-function that built it) for Lightning, and as the loader's
-``DataLoader(...)`` keywords otherwise (a Lightning script passing its own
-loaders to ``trainer.fit`` among them)
+loader settings as the code of the library that built the loader writes them
+(``pipeprof.adapters``: a Trainer's arguments, the function that built it),
+and as the loader's ``DataLoader(...)`` keywords otherwise
 (``dataloader_kwargs``, also the tuner's answer).
 """
 
@@ -15,13 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeprof import adapters
 from pipeprof.analysis.reasons import WRITTEN, Reason
 from pipeprof.run_meta import LoaderInfo
-
-# TrainingArguments' names for the DataLoader settings the Hugging Face Trainer builds its loaders with.
-TRAINING_ARGUMENTS = {"loader.num_workers": "dataloader_num_workers", "loader.pin_memory": "dataloader_pin_memory",
-                      "loader.prefetch_factor": "dataloader_prefetch_factor",
-                      "loader.persistent_workers": "dataloader_persistent_workers"}
 
 
 def script_words(r: Reason) -> str:
@@ -36,11 +30,9 @@ def script_text(change: dict[str, Any], loader: LoaderInfo) -> str:
     """The Python a script's author writes for ``change``, where their code builds the training loader
     (``loader``: its description in run.json's ``loaders``; ``framework`` absent in older runs).
 
-    The thread count comes first and alone (it is the process's, never a loader's); loader settings are
-    ``TrainingArguments(dataloader_...=...)`` for the Hugging Face Trainer, the DataLoader built in the
-    function that returned it (``built_in``: Lightning's ``train_dataloader()``) for Lightning, and the loader's
-    ``DataLoader(...)`` under its name otherwise; a loader setting
-    equal to the loader's own is left out."""
+    The thread count comes first and alone (it is the process's, never a loader's); loader settings are written
+    as the library that built the loader has them (``adapters.write_change``), and as the loader's
+    ``DataLoader(...)`` under its name otherwise; a loader setting equal to the loader's own is left out."""
     parts = []
     if change.get("train.threads"):
         parts.append(f"torch.set_num_threads({change['train.threads']})")
@@ -48,15 +40,10 @@ def script_text(change: dict[str, Any], loader: LoaderInfo) -> str:
     settings = {k: v for k, v in change.items() if k.startswith("loader.") and v is not None
                 and loader.setting(k.partition(".")[2]) != v}
     if settings:
-        framework = loader.framework
         dataset = f"{loader.setting('dataset') or 'dataset'}(...)"
-        if framework == "transformers" and all(k in TRAINING_ARGUMENTS for k in settings):
-            kwargs = ", ".join(f"{TRAINING_ARGUMENTS[k]}={v!r}" for k, v in settings.items())
-            parts.append(f"TrainingArguments({kwargs})")
-        elif framework == "lightning" and loader.built_in:
-            parts.append(f"the DataLoader built in {loader.built_in}(): {dataloader_kwargs(settings, dataset)}")
-        else:
-            parts.append(f"{loader.name or 'the training loader'}: {dataloader_kwargs(settings, dataset)}")
+        as_dataloader = dataloader_kwargs(settings, dataset)
+        own = adapters.write_change(loader.framework, settings, loader.built_in, as_dataloader)
+        parts.append(own or f"{loader.name or 'the training loader'}: {as_dataloader}")
     return "; ".join(parts)
 
 

@@ -37,25 +37,18 @@ from collections.abc import Callable, Generator, Iterator
 from types import ModuleType
 from typing import Any, Protocol
 
-from pipeprof.script import nodes_loader
+from pipeprof import adapters
 from pipeprof.script.patches import Patches, wraps
 from pipeprof.script.post_import import PostImport
 
-# module -> its loader classes whose __iter__ keeps one batch of the wrapped DataLoader in hand (timm's
-# PrefetchLoader also starts the next batch's copy and normalisation there: the loop waits for them in next())
-LOOK_AHEAD: dict[str, tuple[str, ...]] = {
-    "accelerate.data_loader": ("DataLoaderShard", "DataLoaderDispatcher"),
-    "timm.data.loader": ("PrefetchLoader",),
-}
-# module -> its DataLoader subclasses whose own __iter__ never calls DataLoader.__iter__: patched as it is
-OWN_ITER: dict[str, tuple[str, ...]] = {
-    "torchdata.stateful_dataloader.stateful_dataloader": ("StatefulDataLoader",),
-}
-# module -> its optimizer classes that are no torch.optim.Optimizer (torch's step post-hook never sees them): their
-# step() ends a training step as torch.optim's does (Hooks.on_optimizer_step), not the backward pass before it
-OWN_STEP: dict[str, tuple[str, ...]] = {
-    "fastai.optimizer": ("Optimizer",),
-}
+# module -> its classes, from the adapters' registry (pipeprof.adapters): wrappers whose __iter__ keeps a batch
+# of the wrapped DataLoader in hand (the loop waits for them in its next()), DataLoader subclasses whose own
+# __iter__ never calls DataLoader.__iter__ (patched as it is), optimizers that are no torch.optim.Optimizer
+# (torch's step post-hook never sees them: their step() ends a training step as torch.optim's does)
+LOOK_AHEAD: dict[str, tuple[str, ...]] = adapters.look_ahead()
+OWN_ITER: dict[str, tuple[str, ...]] = adapters.own_iter()
+OWN_STEP: dict[str, tuple[str, ...]] = adapters.own_step()
+OWN_LOADERS = adapters.loader_modules()  # module -> patch(module, patches, hooks): loaders that are no DataLoader
 
 
 class OuterPass:
@@ -205,12 +198,12 @@ def _own_step(original: Callable[..., Any], hooks: OuterHooks) -> Callable[..., 
 def install(patches: Patches, hooks: OuterHooks, clock: Callable[[], float]) -> None:
     """Patch the look-ahead loaders now where their module is imported, else right after it is."""
     def then(module: ModuleType) -> None:
-        if module.__name__ == nodes_loader.MODULE:  # torchdata.nodes: its Loader timed as a loader
-            nodes_loader.patch_module(module, patches, hooks)
+        if module.__name__ in OWN_LOADERS:  # a library's own loader (no DataLoader): timed as a loader
+            OWN_LOADERS[module.__name__](module, patches, hooks)
             return
         patch_module(module, patches, hooks, clock)
 
-    modules = [*LOOK_AHEAD, *OWN_ITER, *OWN_STEP, nodes_loader.MODULE]
+    modules = [*LOOK_AHEAD, *OWN_ITER, *OWN_STEP, *OWN_LOADERS]
     finder = PostImport(modules, then)
     sys.meta_path.insert(0, finder)
     patches.on_undo(lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None)

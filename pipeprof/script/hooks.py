@@ -49,7 +49,7 @@ first, and so does a start that fails half-way):
   ``next()`` that yielded it.
 * timm's ``PrefetchLoader`` likewise (one batch ahead), torchdata's
   ``StatefulDataLoader.__iter__`` as DataLoader's, and a ``torchdata.nodes``
-  ``Loader``'s pass and ``next()`` (``pipeprof.script.nodes_loader``: no
+  ``Loader``'s pass and ``next()`` (``pipeprof.adapters.torchdata``: no
   record of how its batches are made, said as an absence).
 * a spawned worker's first batch carries how the worker started (``U``:
   ``pipeprof.script.worker_start``).
@@ -78,10 +78,11 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as _dataloader
 
+from pipeprof import adapters
 from pipeprof.measure.cuda_memory import CudaMemoryWindows  # standard library and torch
 from pipeprof.measure.prefetch import ready_batches  # standard library only
 from pipeprof.measure.schedstat import blocked_s, run_queue_wait
-from pipeprof.script import frameworks, nodes_loader
+from pipeprof.script import frameworks
 from pipeprof.script.batches import Tagged, TimedCollate, clock, cpu_clock, install_fetch
 from pipeprof.script.device_clock import CudaDevice, Device, DeviceMarks
 from pipeprof.script.frameworks import OuterPass
@@ -374,10 +375,11 @@ class Hooks:
         if number is None:
             number = self.loaders[id(loader)] = len(self.loaders)
             self._keep.append(loader)
-            if nodes_loader.is_nodes_loader(loader):  # torchdata.nodes: no DataLoader inside to time
+            own = adapters.own_loader(loader)
+            if own is not None and own.describe is not None:  # a library's own loader: no DataLoader inside to time
                 now = self.clock()
-                self.log.add(("L", number, nodes_loader.describe(loader, number, loader_name(loader))), now)
-                self.log.add(("F", number, {"absent": nodes_loader.NOT_TIMED}), now)
+                self.log.add(("L", number, own.describe(loader, number, loader_name(loader))), now)
+                self.log.add(("F", number, {"absent": own.not_timed}), now)
                 self.read_rank()
                 return number
             self.patches.on_undo(lambda: _end_persistent_workers(loader))  # after its collate is restored
@@ -444,6 +446,7 @@ class Hooks:
         ready = ready_batches(iterator)  # before the clock: the step timer does the same
         start = self.device.mark()  # the GPU reaches it when done with what is queued: the wait starts then
         t0 = self.clock()
+        self.feed.depth += 1  # its transforms' module calls (a torchvision transform) are no use of a batch
         try:
             data = original(iterator)
         except StopIteration:
@@ -455,6 +458,8 @@ class Hooks:
             else:  # the look-ahead loader's next() that saw it reports the pass's end
                 outer.ended = True
             raise
+        finally:
+            self.feed.depth -= 1
         t1 = self.clock()
         if start is not None:
             self._bracket(start, t0, t1)
@@ -494,7 +499,8 @@ class Hooks:
 
     # nn.Module.__call__ and Tensor.to / .cuda while the loop waits for a batch no DataLoader on its thread gave
     def on_module_call(self, module: Any, original: Callable, args: tuple, kwargs: dict) -> Any:
-        if get_ident() != self.loop_thread or self.feed.depth:
+        # a module without parameters (a torchvision transform a generator applies) is no model using a batch
+        if get_ident() != self.loop_thread or self.feed.depth or next(module.parameters(), None) is None:
             return original(module, *args, **kwargs)
         if torch.is_grad_enabled():  # the training step uses its batch
             self._loop_batch(input_samples(args, kwargs))

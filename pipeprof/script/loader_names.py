@@ -38,7 +38,6 @@ no user ``__getattr__`` or property runs.
 from __future__ import annotations
 
 import dis
-import re
 import sys
 from dataclasses import dataclass
 from inspect import CO_ASYNC_GENERATOR, CO_GENERATOR, CO_VARARGS, CO_VARKEYWORDS
@@ -46,26 +45,22 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader
 
+from pipeprof import adapters
+
 if TYPE_CHECKING:
     from types import CodeType, FrameType
 
-# Library code a loader passes through: never where a user names it. Top-level packages.
-LIBRARIES = frozenset({
-    "torch", "tqdm", "pipeprof", "contextlib", "runpy", "threading", "functools", "itertools",
-    "lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities", "transformers", "accelerate",
-    "timm", "datasets", "webdataset", "torchdata",
-})
-# Which framework builds or iterates a loader, by the packages seen: the first found wins (the Trainer
-# iterates through accelerate; Lightning Fabric and both Lightning packages are "lightning").
-FRAMEWORKS = (("transformers", "transformers"), ("lightning", "lightning"), ("pytorch_lightning", "lightning"),
-              ("lightning_fabric", "lightning"), ("accelerate", "accelerate"))
+# Library code a loader passes through: never where a user names it. Top-level packages: torch, pipeprof, the
+# standard library's that iterate for a user, and every data library's (pipeprof.adapters).
+LIBRARIES = frozenset({"torch", "tqdm", "pipeprof", "contextlib", "runpy", "threading", "functools",
+                       "itertools"}) | adapters.library_packages()
+# Which framework builds or iterates a loader, by the packages seen: the first found wins (the adapters' order).
+FRAMEWORKS = adapters.framework_packages()
 # Parameter names that say nothing about which loader was passed in.
 GENERIC = frozenset({
     "self", "cls", "iterable", "iterator", "it", "obj", "x", "items", "seq", "data", "loader", "loaders",
     "dataloader", "dataloaders", "data_loader", "dl", "batches", "source", "args", "kwargs",
 })
-# A library function that builds a loader, and the name a user of that library knows it by.
-_BUILDERS = {"transformers": (re.compile(r"get_(\w+?)_dataloader$"), "Trainer {} loader")}
 _GENERATOR_FLAGS = CO_GENERATOR | CO_ASYNC_GENERATOR
 _MAX_ITEMS = 64  # a local dict / list looked into for the loader: no bigger (a dataset is not searched)
 
@@ -295,9 +290,8 @@ def _package(frame: FrameType) -> str:
 
 
 def _builder_name(package: str, function: str) -> str | None:
-    pattern, name = _BUILDERS.get(package, (None, ""))
-    match = pattern.match(function) if pattern is not None else None
-    return name.format(match.group(1)) if match else None
+    """A library builder's name for the loader its ``function`` builds (``pipeprof.adapters``)."""
+    return adapters.builder_name(package, function)
 
 
 def _holder(frame: FrameType, loader: Any, same_data: bool) -> tuple[str | None, str | None]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeprof import adapters
 from pipeprof.analysis.loading import core_wait_absence
 from pipeprof.analysis.ranks import median_index
 from pipeprof.measure import gpu as gpu_mod
@@ -418,8 +419,8 @@ class Session:
                    device_memory=cut.device_memory, transforms=cut.transforms)
 
 
-# Iterable datasets that apply a sample's transforms as stages of one pipeline (WebDataset's fluid interface)
-PIPELINE_DATASETS = frozenset({"WebDataset", "DataPipeline", "FluidWrapper"})
+# Iterable datasets that apply a sample's transforms as stages of one pipeline (pipeprof.adapters)
+PIPELINE_DATASETS = adapters.pipeline_datasets()
 
 
 def one_sample_an_item(train: dict[str, Any] | None, steps: pd.DataFrame) -> str | None:
@@ -433,17 +434,13 @@ def one_sample_an_item(train: dict[str, Any] | None, steps: pd.DataFrame) -> str
             "tensors show no leading dimension they share: each item is counted as one sample")
 
 
-# Datasets whose __getitem__ reads its rows from a table pipeprof does not time apart: the reads' time lands in the
-# split's "other" (on the CPU) or "fetch" (waiting for storage), never in decode.
-TABLE_READS = {"datasets.": "a Hugging Face datasets Dataset: its Arrow table reads (query_table) and their "
-                            "conversion to Python"}
-
-
+# Datasets whose __getitem__ reads its rows from a table pipeprof does not time apart (pipeprof.adapters): the
+# reads' time lands in the split's "other" (on the CPU) or "fetch" (waiting for storage), never in decode.
 def untimed_reads(loader: dict[str, Any] | None) -> str | None:
     """``absences.reads`` where the loader's dataset reads rows from a table whose reads are not timed apart (a
     Hugging Face ``Dataset``'s Arrow table), else None."""
     module = str((loader or {}).get("dataset_module") or "")
-    what = next((words for prefix, words in TABLE_READS.items() if module.startswith(prefix)), None)
+    what = adapters.table_reads(module)
     if what is None:
         return None
     return (f"{(loader or {}).get('name') or 'the training loader'}'s dataset is {what} in __getitem__ are not "

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
+from pipeprof import adapters
 from pipeprof.measure.transforms import TransformTimer, drop_table, is_container, take_table
 from pipeprof.script import decode_hooks
 from pipeprof.script.patches import Patches
@@ -106,8 +107,10 @@ def find_pipelines(dataset: Any) -> list[tuple[Any, str, Any]]:
     return found
 
 
-# WebDataset's stages that call the user's functions on each sample: .map(f), .map_tuple(f, g, ...)
-STAGE_FUNCTIONS = frozenset({"_map", "_map_tuple"})
+# Pipeline stages that call the user's functions on each sample (.map(f), .map_tuple(f, g, ...)), and the
+# modules of a library's own stage functions (its decoding, not a transform): pipeprof.adapters
+STAGE_FUNCTIONS = adapters.stage_functions()
+OWN_FUNCTIONS = adapters.own_functions()
 
 
 class Slot:
@@ -132,8 +135,8 @@ class Slot:
 
 
 def _stage_functions(pipeline: Any) -> list[tuple[Any, str, Any]]:
-    """The user's functions in a WebDataset pipeline's ``map`` / ``map_tuple`` stages (WebDataset's own, such
-    as its ``Decoder``, are its decoding, not a transform)."""
+    """The user's functions in a pipeline's ``map`` / ``map_tuple`` stages (a library's own, such as its
+    ``Decoder``, are its decoding, not a transform)."""
     found: list[tuple[Any, str, Any]] = []
     if not isinstance(pipeline, list):
         return found
@@ -144,7 +147,7 @@ def _stage_functions(pipeline: Any) -> list[tuple[Any, str, Any]]:
             continue
         for i, function in enumerate(args):
             module = getattr(type(function), "__module__", "") or ""
-            if callable(function) and not module.startswith("webdataset"):
+            if callable(function) and not module.startswith(OWN_FUNCTIONS):
                 found.append((Slot(stage, "args", i), "", function))
     return found
 

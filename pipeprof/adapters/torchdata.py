@@ -1,16 +1,17 @@
-"""torchdata's ``nodes`` pipelines: a ``torchdata.nodes.Loader`` iterated as a training loader is.
+"""torchdata: its ``StatefulDataLoader`` (a DataLoader subclass whose ``__iter__`` never calls DataLoader's: timed
+as DataLoader's is) and its ``nodes`` pipelines.
 
-A ``nodes`` pipeline is no DataLoader: its samples are made inside its nodes (``ParallelMapper``'s threads or
-processes, ``Batcher``, ``Prefetcher``, ``PinMemory``), which hand back no record of how a batch was made. So
+A ``torchdata.nodes.Loader`` is no DataLoader: its samples are made inside its nodes (``ParallelMapper``'s threads
+or processes, ``Batcher``, ``Prefetcher``, ``PinMemory``), which hand back no record of how a batch was made. So
 the loop's ``next()`` on the ``Loader``'s iterator is what is timed (``Hooks.on_iter`` / ``on_next``, as for a
-DataLoader: the data wait, the steps, ``--steps``), its samples are counted from the batch itself (the
-leading dimension its tensors share), and its settings are read from its nodes under PyTorch's names
-(``batch_size`` and ``drop_last`` of the ``Batcher``, ``num_workers`` of the ``ParallelMapper``s,
-``prefetch_factor`` of the ``Prefetcher``, ``pin_memory`` where a ``PinMemory`` node is). What happens inside
-the nodes (fetch, decode, transforms, each worker's record) is recorded as absent, with that reason.
+DataLoader: the data wait, the steps, ``--steps``), its samples are counted from the batch itself (the leading
+dimension its tensors share), and its settings are read from its nodes under PyTorch's names (``batch_size`` and
+``drop_last`` of the ``Batcher``, ``num_workers`` of the ``ParallelMapper``s, ``prefetch_factor`` of the
+``Prefetcher``, ``pin_memory`` where a ``PinMemory`` node is). What happens inside the nodes (fetch, decode,
+transforms, each worker's record) is recorded as absent, with that reason.
 
-torchdata is never imported here: ``frameworks.install``'s finder calls ``patch_module`` once the script
-imports ``torchdata.nodes.loader``. Standard library only.
+torchdata is never imported here: the hooks' finder calls ``patch_module`` once the script imports
+``torchdata.nodes.loader``. Standard library only.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from pipeprof.adapters import Adapter
 from pipeprof.script.patches import Patches, wraps
 
 MODULE = "torchdata.nodes.loader"
@@ -77,3 +79,16 @@ def patch_module(module: ModuleType, patches: Patches, hooks: Any) -> None:
 
     patches.apply(loader_cls, "__iter__", switched(hooks.on_iter))
     patches.apply(iterator_cls, "__next__", switched(hooks.on_next))
+
+
+ADAPTER = Adapter(
+    name="torchdata",
+    packages=("torchdata",),
+    own_iter={"torchdata.stateful_dataloader.stateful_dataloader": ("StatefulDataLoader",)},
+    loader_modules={MODULE: patch_module},
+    recognise=is_nodes_loader,
+    describe=describe,
+    not_timed=NOT_TIMED,
+    sees=("StatefulDataLoader as a DataLoader, workers included; a nodes Loader at the loop's next() (data wait, "
+          "steps, --steps), its settings read from its nodes, what happens inside them absent"),
+)
