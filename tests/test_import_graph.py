@@ -144,7 +144,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     ("storage", frozenset({"storage"})),
     ("measure", frozenset({"measure"})),
     ("analysis", frozenset({"analysis"})),
-    ("in the training process", frozenset({"workload", "script", "attach"})),
+    ("in the training process", frozenset({"workload", "script", "attach", "adapters"})),
     ("render", frozenset({"render", "export"})),
     ("pipeline", frozenset({"pipeline"})),
     ("api", frozenset({"pipeprof", "api", "integrations", "gpu_check"})),  # "pipeprof": the package's __init__

@@ -37,63 +37,28 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-Classes = Mapping[str, tuple[str, ...]]  # module -> class names defined there
+from pipeprof.adapters import (
+    accelerate,
+    fastai,
+    hf,
+    lightning,
+    litdata,
+    mosaic,
+    ray,
+    spdl,
+    timm,
+    torch_dataloader,
+    torchdata,
+    webdataset,
+)
+from pipeprof.adapters.base import Adapter
 
-
-@dataclass(frozen=True)
-class Adapter:
-    """One library, as pipeprof needs to know it (module docstring)."""
-
-    name: str  # as users name it: "Hugging Face datasets and Trainer"
-    packages: tuple[str, ...] = ()
-    framework: str | None = None  # the ``framework`` of a loader it builds or iterates
-    framework_packages: tuple[str, ...] = ()  # the packages whose frames name that framework
-    look_ahead: Classes = field(default_factory=dict)
-    own_iter: Classes = field(default_factory=dict)
-    own_step: Classes = field(default_factory=dict)
-    loader_modules: Mapping[str, Callable[[Any, Any, Any], None]] = field(default_factory=dict)
-    builder: tuple[str, str, str] | None = None  # (package, function name pattern, the name "{}" filled)
-    pipeline_datasets: frozenset[str] = frozenset()  # dataset classes applying transforms in pipeline stages
-    stage_functions: frozenset[str] = frozenset()  # its pipeline stages' callables that apply the user's functions
-    own_functions: tuple[str, ...] = ()  # module prefixes of its own stage functions (not the user's transforms)
-    table_reads: tuple[str, str] | None = None  # (dataset module prefix, what is read there untimed)
-    # (settings "loader.key" -> value, the function that built the loader or None, the change as DataLoader
-    # keywords) -> the change written as this library's code, or None where it has no way of its own
-    write_change: Callable[[Mapping[str, Any], str | None, str], str | None] | None = None
-    # a loader of its own that is no DataLoader (the hooks time the loop's next() on it): whether an object is
-    # one, its settings under PyTorch's names (loader, number, name), and why how its batches are made is unknown
-    recognise: Callable[[Any], bool] | None = None
-    describe: Callable[[Any, int, str], dict[str, Any]] | None = None
-    not_timed: str = ""
-    launchers: tuple[str, ...] = ()  # its modules that launch a training script given as an argument (-m)
-    sees: str = ""
-
-
-def _registry() -> tuple[Adapter, ...]:
-    # Order matters where frameworks nest: the first whose packages are seen names the framework (the Hugging
-    # Face Trainer iterates through accelerate).
-    from pipeprof.adapters import (
-        accelerate,
-        fastai,
-        hf,
-        lightning,
-        litdata,
-        mosaic,
-        ray,
-        spdl,
-        timm,
-        torch_dataloader,
-        torchdata,
-        webdataset,
-    )
-    return tuple(m.ADAPTER for m in (torch_dataloader, hf, lightning, accelerate, timm, torchdata, webdataset,
-                                     fastai, litdata, mosaic, spdl, ray))
-
-
-ADAPTERS: tuple[Adapter, ...] = _registry()
+# Order matters where frameworks nest: the first whose packages are seen names the framework (the Hugging Face
+# Trainer iterates through accelerate).
+ADAPTERS: tuple[Adapter, ...] = tuple(m.ADAPTER for m in (
+    torch_dataloader, hf, lightning, accelerate, timm, torchdata, webdataset, fastai, litdata, mosaic, spdl, ray))
 
 
 def library_packages() -> frozenset[str]:

@@ -1,7 +1,7 @@
 """accelerate: ``accelerator.prepare`` hands the loop a ``DataLoaderShard`` / ``DataLoaderDispatcher`` that takes
 batch k+1 from the DataLoader before it yields batch k: the loop's ``next()`` on it is timed (``script.frameworks``)."""
 
-from pipeprof.adapters import Adapter
+from pipeprof.adapters.base import Adapter
 
 ADAPTER = Adapter(
     name="accelerate",

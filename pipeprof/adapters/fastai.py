@@ -2,7 +2,7 @@
 ``Learner.fit``; its loop's batches are timed from the loop's side (``script.loop_feed``). Its ``Optimizer`` is
 no ``torch.optim`` optimizer: its ``step()`` ends a training step."""
 
-from pipeprof.adapters import Adapter
+from pipeprof.adapters.base import Adapter
 
 ADAPTER = Adapter(
     name="fastai",

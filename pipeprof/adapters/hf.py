@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeprof.adapters import Adapter
+from pipeprof.adapters.base import Adapter
 
 # TrainingArguments' names for the DataLoader settings the Trainer builds its loaders with
 TRAINING_ARGUMENTS = {"loader.num_workers": "dataloader_num_workers", "loader.pin_memory": "dataloader_pin_memory",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeprof.adapters import Adapter
+from pipeprof.adapters.base import Adapter
 
 
 def write_change(settings: Mapping[str, Any], built_in: str | None, as_dataloader: str) -> str | None:

@@ -1,7 +1,7 @@
 """litdata: ``StreamingDataset`` and ``StreamingDataLoader`` (a DataLoader subclass) are profiled as a DataLoader
 and its dataset."""
 
-from pipeprof.adapters import Adapter
+from pipeprof.adapters.base import Adapter
 
 ADAPTER = Adapter(
     name="litdata",

@@ -1,6 +1,6 @@
 """MosaicML streaming (the ``streaming`` package): a ``StreamingDataset`` under a torch DataLoader."""
 
-from pipeprof.adapters import Adapter
+from pipeprof.adapters.base import Adapter
 
 ADAPTER = Adapter(
     name="mosaicml-streaming",

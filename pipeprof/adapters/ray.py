@@ -1,7 +1,7 @@
 """Ray Data and Ray Train: ``iter_torch_batches()`` feeds the loop; its batches are timed from the loop's side
 (``script.loop_feed``). Not tried in the suite (Ray is too heavy to install for it)."""
 
-from pipeprof.adapters import Adapter
+from pipeprof.adapters.base import Adapter
 
 ADAPTER = Adapter(
     name="Ray Data",

@@ -1,7 +1,7 @@
 """SPDL: a pipeline of thread pools and an event loop feeds the loop through ``get_iterator()``; its batches are
 timed from the loop's side (``script.loop_feed``)."""
 
-from pipeprof.adapters import Adapter
+from pipeprof.adapters.base import Adapter
 
 ADAPTER = Adapter(
     name="SPDL",

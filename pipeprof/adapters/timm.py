@@ -1,7 +1,7 @@
 """timm: ``create_loader`` returns a ``PrefetchLoader`` that starts the next batch's copy and normalisation before
 it yields the current one: the loop's ``next()`` on it is timed (``script.frameworks``)."""
 
-from pipeprof.adapters import Adapter
+from pipeprof.adapters.base import Adapter
 
 ADAPTER = Adapter(
     name="timm",

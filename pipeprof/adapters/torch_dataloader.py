@@ -1,6 +1,6 @@
 """torch's own ``DataLoader``: the loader the hooks are built around (``script.hooks``); nothing to add here."""
 
-from pipeprof.adapters import Adapter
+from pipeprof.adapters.base import Adapter
 
 ADAPTER = Adapter(
     name="torch DataLoader",

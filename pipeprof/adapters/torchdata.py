@@ -20,7 +20,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from pipeprof.adapters import Adapter
+from pipeprof.adapters.base import Adapter
 from pipeprof.script.patches import Patches, wraps
 
 MODULE = "torchdata.nodes.loader"

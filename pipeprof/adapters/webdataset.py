@@ -1,7 +1,7 @@
 """WebDataset: its pipelines apply a sample's functions as stages (``map``, ``map_tuple``); the user's functions
 there are timed as transforms, WebDataset's own are not (``script.transform_hooks``)."""
 
-from pipeprof.adapters import Adapter
+from pipeprof.adapters.base import Adapter
 
 ADAPTER = Adapter(
     name="WebDataset",
