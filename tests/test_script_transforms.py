@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import pickle
+import sys
+import time
+import types
 
 import numpy as np
 import pytest
@@ -114,6 +117,47 @@ def test_decode_calls_count_once_inside_a_fetch_and_not_in_a_transform_or_outsid
     finally:
         patches.undo()
     assert not getattr(Image.open, "_pipeprof_decode", False)
+
+
+def test_a_formats_own_load_is_timed_whole_as_pil_image_load():
+    """A WebP image decodes in WebPImageFile.load, before ImageFile.load: timing only the latter missed it."""
+    out = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (512, 512, 3), dtype=np.uint8)).save(out, "WEBP")
+    image = Image.open(io.BytesIO(out.getvalue()))
+    assert "load" in vars(type(image))  # the format's own load
+    patches = Patches()
+    decode_hooks.install(patches)
+    try:
+        decode_hooks.begin()
+        t0 = time.perf_counter()
+        image.load()  # explicit, as Hugging Face datasets' Image feature does
+        took_s = time.perf_counter() - t0
+        decode_hooks.end()
+        (row,) = decode_hooks.take()
+        assert row[:2] == ("PIL.Image.load", 1)
+        assert row[2] >= 0.9 * took_s  # the whole decode, not the tail in ImageFile.load
+    finally:
+        patches.undo()
+    assert not getattr(type(image).load, "_pipeprof_decode", False)
+
+
+def test_opencv_reads_are_decode_calls(monkeypatch):
+    """cv2 may be absent: a stand-in module with its functions shows they are patched by name, and restored."""
+    fake = types.ModuleType("cv2")
+    fake.imread = lambda path: ("read", path)
+    fake.imdecode = lambda buf, flags: ("decoded", flags)
+    monkeypatch.setitem(sys.modules, "cv2", fake)
+    patches = Patches()
+    decode_hooks.install(patches)
+    try:
+        decode_hooks.begin()
+        assert fake.imread("a.jpg") == ("read", "a.jpg") and fake.imdecode(b"", 1) == ("decoded", 1)
+        decode_hooks.end()
+        assert sorted((name, calls) for name, calls, _, _ in decode_hooks.take()) == [("cv2.imdecode", 1),
+                                                                                       ("cv2.imread", 1)]
+    finally:
+        patches.undo()
+    assert not getattr(fake.imread, "_pipeprof_decode", False)
 
 
 def test_parts_become_rows_of_the_step_that_took_the_batch_and_old_tagged_records_still_read():

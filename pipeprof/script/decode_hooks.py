@@ -14,8 +14,9 @@ clears the totals, one batch's worth.
 Rows are named per function, as the user's code calls it:
 ``PIL.Image.open`` (for a file, it reads the header; the pixels are decoded
 later, in ``load``, which ``convert`` calls), ``PIL.Image.convert``,
-``PIL.Image.load``, ``torchvision.io.decode_image`` / ``decode_jpeg`` /
-``decode_png`` / ``read_file`` / ``read_image``, ``numpy.load``. A function
+``PIL.Image.load`` (a format's own ``load``, WebP's or TIFF's, as well),
+``torchvision.io.decode_image`` / ``decode_jpeg`` / ``decode_png`` /
+``read_file`` / ``read_image``, ``numpy.load``, ``cv2.imread`` / ``cv2.imdecode``. A function
 reached through another name bound before the patch (``from torchvision.io
 import decode_jpeg`` at import time) is not seen.
 
@@ -46,7 +47,12 @@ DECODE_CALLS = (
       ("decode_image", "decode_jpeg", "decode_png", "read_file", "read_image")
       for module in ("torchvision.io.image", "torchvision.io")),
     ("numpy", "", "load", "numpy.load"),
+    ("cv2", "", "imread", "cv2.imread"),  # OpenCV reads and decodes a file in one call
+    ("cv2", "", "imdecode", "cv2.imdecode"),
 )
+# A file format's image class with a ``load`` of its own (Pillow's WebP, TIFF, AVIF, JPEG 2000...: it decodes
+# there, then calls ``ImageFile.load``): every subclass of this one defining ``load`` is timed as PIL.Image.load
+IMAGE_CLASS = ("PIL.Image", "Image", "load", "PIL.Image.load")
 
 
 class _Fetch:
@@ -128,11 +134,38 @@ def install(patches: Patches) -> list[str]:
 def targets() -> list[tuple[Any, str, str]]:
     """``(owner, attribute, row name)`` of each decode call this process has imported, where it is defined
     (not inherited)."""
-    out = []
+    out: list[tuple[Any, str, str]] = []
     for module_name, owner_path, attr, name in DECODE_CALLS:
         owner = sys.modules.get(module_name)
         for part in filter(None, owner_path.split(".")):
             owner = getattr(owner, part, None)
         if owner is not None and attr in vars(owner):
             out.append((owner, attr, name))
+    module_name, owner_name, attr, name = IMAGE_CLASS
+    module = sys.modules.get(module_name)
+    base = getattr(module, owner_name, None)
+    if isinstance(base, type):
+        _load_formats(module)
+        found = {id(owner) for owner, _, _ in out}
+        out.extend((c, attr, name) for c in _subclasses(base) if attr in vars(c) and id(c) not in found)
+    return out
+
+
+def _load_formats(module: Any) -> None:
+    """Import every file format's plugin now, as the first ``Image.open`` of a rarer format would (``init``):
+    their classes exist to be patched before a worker forks (Pillow's own first call, not the script's)."""
+    init = getattr(module, "init", None)
+    if callable(init):
+        init()  # Pillow's own: a plugin that fails to import is left out there
+
+
+def _subclasses(cls: type) -> list[type]:
+    """Every subclass of ``cls`` defined so far (a format's plugin imported later is patched at the next call)."""
+    out: list[type] = []
+    todo: list[type] = list(cls.__subclasses__())
+    while todo:
+        c = todo.pop()
+        if c not in out:
+            out.append(c)
+            todo.extend(c.__subclasses__())
     return out
