@@ -302,3 +302,84 @@ def test_an_evaluation_loaders_batches_after_the_last_step_have_their_transform_
     cut = script_steps(Events.of(events), 0.0)
     rows = cut.transforms[cut.transforms["kind"] == "transform"]
     assert rows[["step", "loader", "name"]].values.tolist() == [[-1, 1, "Resize"], [0, 0, "Resize"]]
+
+
+def _in_library(obj, module: str):
+    obj.__module__ = module
+    return obj
+
+
+def test_a_transform_keeping_its_own_steps_in_transforms_is_one_transform_not_four():
+    """albumentations' ColorJitter holds its brightness/contrast/saturation/hue functions in ``transforms`` (it
+    applies them in a random order): one transform, and the costliest when it is, not four small ones."""
+    def adjust(x):
+        return x + 1
+    steps = [_in_library(types.FunctionType(adjust.__code__, {}, name), "albu.functional")
+             for name in ("adjust_brightness", "adjust_contrast", "adjust_saturation", "adjust_hue")]
+    jitter_cls = _in_library(type("ColorJitter", (), {"__call__": lambda self, x: x}), "albu.transforms")
+    compose_cls = _in_library(type("Compose", (), {"__call__": lambda self, x: x}), "albu.core.composition")
+    jitter = jitter_cls()
+    jitter.transforms = steps
+    blur = _in_library(type("GaussianBlur", (), {"__call__": lambda self, x: x}), "albu.transforms")()
+    pipeline = compose_cls()
+    pipeline.transforms = [jitter, blur]
+    timer = TransformTimer()
+    timer.install(pipeline)
+    assert [name for name, _ in timer.leaves] == ["ColorJitter", "GaussianBlur"]
+    assert jitter.transforms == steps  # its own steps untouched
+    timer.uninstall()
+
+
+def test_a_pipeline_of_the_users_own_functions_is_still_a_container():
+    def to_tensor(x):
+        return x
+
+    def normalize(x):
+        return x
+    pipeline = transforms.Compose([to_tensor, normalize])
+    timer = TransformTimer()
+    timer.install(pipeline)
+    assert [name for name, _ in timer.leaves] == ["to_tensor", "normalize"]
+    timer.uninstall()
+
+
+def test_a_list_of_transforms_a_dataset_applies_in_turn_is_timed_and_stays_a_list():
+    """litdata's StreamingDataset(transform=fn) keeps ``self.transform`` as a list and checks it is one."""
+    def resize(x):
+        return x * 2
+
+    def scale(x):
+        return x + 1
+
+    class Streaming(torch.utils.data.Dataset):
+        def __init__(self):
+            self.transform = [resize, scale]
+
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            item = torch.tensor(float(i))
+            if isinstance(self.transform, list):
+                for t in self.transform:
+                    item = t(item)
+            return item
+
+    dataset = Streaming()
+    assert [(attr, f) for _, attr, f in find_pipelines(dataset)] == [("", resize), ("", scale)]
+    patches = Patches()
+    hooks = TransformHooks(patches, _Log(), lambda: 0.0, "s")
+    keys, leaves = hooks._install(dataset, 0)
+    try:
+        assert [leaf["name"] for leaf in leaves] == ["resize", "scale"]
+        assert isinstance(dataset.transform, list) and dataset[3].item() == 7.0
+        calls = {name: c for name, c, _, _ in take_table(keys[0])}
+        assert calls == {"resize": 1, "scale": 1}
+    finally:
+        patches.undo()
+    assert dataset.transform == [resize, scale]
+
+
+class _Log:
+    def add(self, event, now_s):
+        pass

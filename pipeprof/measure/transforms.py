@@ -48,8 +48,10 @@ in one pipeline are told apart by their position (``Normalize #2``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -193,9 +195,29 @@ def transform_name(transform: Any) -> str:
 
 
 def is_container(transform: Any) -> bool:
-    """Whether ``transform`` holds others in its ``transforms`` (``Compose``, ``RandomApply``, ...)."""
+    """Whether ``transform`` holds others in its ``transforms`` (``Compose``, ``RandomApply``, ...), not
+    functions of its own library it applies itself (``own_steps``)."""
     inner = getattr(transform, "transforms", None)
-    return inner is not None and not isinstance(inner, (str, bytes)) and isinstance(inner, Iterable)
+    if inner is None or isinstance(inner, (str, bytes)) or not isinstance(inner, Iterable):
+        return False
+    return not own_steps(transform, inner)
+
+
+_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, functools.partial)
+
+
+def own_steps(transform: Any, inner: Any) -> bool:
+    """Whether ``inner`` (a transform's ``transforms``) holds only functions of the transform's own library: the
+    steps of one transform (albumentations' ``ColorJitter`` keeps its brightness, contrast, saturation and hue
+    adjustments there, to apply in a random order), timed as that one transform, not as four. A pipeline of
+    a user's own functions (``Compose([to_tensor, normalize])``) is a container."""
+    if not isinstance(inner, (list, tuple)) or not inner:
+        return False
+    package = (type(transform).__module__ or "").split(".")[0]
+
+    def library(f: Any) -> str:
+        return (getattr(getattr(f, "func", f), "__module__", None) or "").split(".")[0]
+    return all(isinstance(f, _FUNCTIONS) and library(f) == package for f in inner)
 
 
 # Random transforms whose class name does not start with "Random" (torchvision v1 and v2)

@@ -83,9 +83,12 @@ def find_pipelines(dataset: Any) -> list[tuple[Any, str, Any]]:
             continue
         seen.add(id(obj))
         names = [a for a in PIPELINE_ATTRS if a in attrs] + \
-            [a for a in attrs if a not in PIPELINE_ATTRS and pipeline_like(a, attrs[a])]
+            [a for a in attrs if a not in PIPELINE_ATTRS and (pipeline_like(a, attrs[a]) or _transform_list(a, attrs[a]))]
         for attr in names:
-            value = attrs.get(attr)
+            value: Any = attrs.get(attr)
+            if _transform_list(attr, value):  # a list of transforms the dataset applies in turn
+                found.extend((Slot(obj, attr, i), "", f) for i, f in enumerate(value))
+                continue
             if value is None or not callable(value) or isinstance(value, type):
                 continue
             if holds_pipelines(value):
@@ -115,7 +118,8 @@ OWN_FUNCTIONS = adapters.own_functions()
 
 class Slot:
     """Where a pipeline is held that is no attribute: a dict's item (a Hugging Face Dataset's format arguments)
-    or an item of a tuple attribute (the functions a WebDataset stage calls, ``args``)."""
+    or an item of a tuple or list attribute (the functions a WebDataset stage calls, ``args``; a dataset's
+    ``transform`` list, applied in turn, as litdata's ``StreamingDataset`` holds it)."""
 
     def __init__(self, owner: Any, key: Any, index: int | None = None) -> None:
         self.owner, self.key, self.index = owner, key, index
@@ -129,7 +133,11 @@ class Slot:
         if self.index is None:
             self.owner[self.key] = value
             return
-        items = list(getattr(self.owner, self.key))
+        held = getattr(self.owner, self.key)
+        if isinstance(held, list):  # a list stays the list its owner holds (litdata checks it is one)
+            held[self.index] = value
+            return
+        items = list(held)
         items[self.index] = value
         setattr(self.owner, self.key, tuple(items))
 
@@ -164,6 +172,12 @@ def pipeline_like(attr: str, value: Any) -> bool:
     module = type(value).__module__ or ""
     return is_container(value) or module.startswith("torchvision.transforms") or \
         isinstance(value, torch.nn.Module) or holds_pipelines(value)
+
+
+def _transform_list(attr: str, value: Any) -> bool:
+    """A list or tuple of callables under a transform's name (``self.transform = [resize, normalize]``)."""
+    return isinstance(value, (list, tuple)) and bool(value) and bool(_PIPELINE_NAME.search(attr.lstrip("_"))) \
+        and all(callable(f) and not isinstance(f, type) for f in value)
 
 
 def holds_pipelines(value: Any) -> bool:
