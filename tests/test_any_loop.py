@@ -29,6 +29,11 @@ def background_run(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
 
 
 @pytest.fixture(scope="module")
+def prefetch_run(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
+    return _profile(tmp_path_factory, "prefetch_wrapper.py")
+
+
+@pytest.fixture(scope="module")
 def fastai_run(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
     pytest.importorskip("fastai", reason="fastai could not be installed here (44 packages, ~110 MB: scipy, "
                                          "scikit-learn, spaCy; not in the test extra): pip install fastai")
@@ -79,3 +84,15 @@ def test_fastai_learner_fit_with_fastais_own_dataloader(fastai_run):
 
 def test_spdl_pipeline_fed_loop(spdl_run):
     _same_as_the_loops_own_clock(spdl_run)
+
+
+def test_a_one_ahead_wrapper_of_the_users_own_keeps_every_step_and_is_named_as_the_loop_holds_it(prefetch_run):
+    """A prefetcher pipeprof knows by no name: the pass's last step waits only for the pass's end (its batch was
+    taken in the step before), and still counts; the DataLoader is named as the loop holds the wrapper."""
+    own = prefetch_run.own
+    assert own["steps"] == 3 * own["len_loader"]
+    s = prefetch_run.summary
+    assert s["steps"] + s["warmup_steps"] == own["steps"]
+    assert s["fractions"]["data_wait"] == pytest.approx(own["data_wait_share"], abs=0.05)
+    assert s["samples_per_s"] == pytest.approx(own["samples_per_s"], rel=0.10)
+    assert prefetch_run.train()["name"] == "loader_train"

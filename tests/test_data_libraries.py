@@ -240,7 +240,7 @@ def test_a_users_own_one_ahead_wrapper_given_to_wrap_is_one_step_a_batch(tmp_pat
     assert s["steps"] + s["warmup_steps"] == 10  # no step of two batches, no last step lost
     assert prof.run.steps["samples"].tolist() == [16] * 10
     (loader,) = s["loaders"]
-    assert loader["name"] == "prefetcher.loader" and loader["batches"] == 10  # where the user's object holds it
+    assert loader["name"] == "prefetcher" and loader["batches"] == 10  # as the loop holds the wrapper
     assert not getattr(OneAhead.__iter__, "_pipeprof_outer", False)  # its class put back after the block
 
 

@@ -214,7 +214,8 @@ def script_steps(events: Events | Iterable[list], t0_s: float, warmup_steps: int
     if train_nexts.empty:
         begins, ends, source = np.array([]), np.array([]), None
     elif len(boundaries):
-        begins, ends = _cut_at_ends(train_waits, train_nexts, boundaries)
+        begins, ends = _cut_at_ends(train_waits, train_nexts, boundaries,
+                                    tables["E"][tables["E"]["loader"].isin(train)]["t1_s"].to_numpy())
     else:
         begins, ends = _cut_at_batches(train_waits, train_nexts, tables["E"])
     train_iters = np.sort(tables["I"]["t0_s"][tables["I"]["loader"].isin(train)].to_numpy())
@@ -348,11 +349,15 @@ def _eval_spans(waits: pd.DataFrame, evaluation: set[int]) -> list[tuple[float, 
     return sorted(spans)
 
 
-def _cut_at_ends(train_waits: pd.DataFrame, train_nexts: pd.DataFrame,
-                 boundaries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Steps end at the boundaries; a boundary with no training batch since the previous one extends it."""
+def _cut_at_ends(train_waits: pd.DataFrame, train_nexts: pd.DataFrame, boundaries: np.ndarray,
+                 pass_ends_t1: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Steps end at the boundaries; a boundary with no training batch since the previous one extends it. A
+    training pass's end counts as a batch there (``pass_ends_t1``): a wrapper that holds one batch ahead (a
+    prefetcher of the user's own) takes the pass's last batch in the step before, and its last step's wait
+    holds only the end of the pass; in a plain loop a pass ends in a window that holds a batch anyway."""
     first = float(train_waits["t0_s"].iloc[0])
-    batch_t1 = train_nexts["t1_s"].to_numpy()
+    batch_t1 = np.sort(np.r_[train_nexts["t1_s"].to_numpy(),
+                             pass_ends_t1 if pass_ends_t1 is not None else np.empty(0)])
     kept = boundaries[boundaries >= first]
     batches_by = np.searchsorted(batch_t1, kept, side="right").tolist()  # batches received by each boundary
     ends: list[float] = []

@@ -323,7 +323,7 @@ def _holder(frame: FrameType, loader: Any, same_data: bool) -> tuple[str | None,
     for name, value in local.items():
         if name == "self" or value is loader:
             continue
-        if _is_users(value):
+        if _is_users(value) and not _user_wrapper(value, loader):  # a wrapper is named as the loop holds it
             for attr, held in _own_attrs(value).items():
                 if not attr.startswith("_"):
                     _add(found, _refers(held, loader, same_data), 3, f"{name}.{attr}")
@@ -352,11 +352,20 @@ def _refers(value: Any, loader: Any, same_data: bool) -> int | None:
         return None
     if attrs.get("base_dataloader") is loader or (not _is_users(value) and wrapped(attrs) is loader):
         return _WRAPS  # accelerate's DataLoaderShard; timm's PrefetchLoader, WebDataset's WebLoader
+    if _user_wrapper(value, loader):
+        return _WRAPS  # the user's own wrapper the loop iterates (a prefetcher): named as the loop holds it
     if same_data and isinstance(value, DataLoader) and attrs.get("dataset") is _own_attrs(loader).get("dataset"):
         site = attrs.get(_SITE_ATTR)
         if site is None or not site.by_library:  # the user's loader, not another one the library built
             return _SAME_DATA
     return None
+
+
+def _user_wrapper(value: Any, loader: Any) -> bool:
+    """An object of the user's own that holds ``loader`` and that a loop can iterate (its class has
+    ``__iter__``): a wrapper of the loader (a prefetcher), not a trainer that holds one."""
+    return _is_users(value) and callable(getattr(type(value), "__iter__", None)) and \
+        any(held is loader for held in _own_attrs(value).values())
 
 
 def wrapped(attrs: dict[str, Any]) -> Any:
