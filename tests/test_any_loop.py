@@ -7,10 +7,16 @@ samples/s are checked against the script's own count and its own ``perf_counter`
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from test_data_library_fixtures import Profiled, _profile
 
 pytestmark = pytest.mark.integration
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +102,22 @@ def test_a_one_ahead_wrapper_of_the_users_own_keeps_every_step_and_is_named_as_t
     assert s["fractions"]["data_wait"] == pytest.approx(own["data_wait_share"], abs=0.05)
     assert s["samples_per_s"] == pytest.approx(own["samples_per_s"], rel=0.10)
     assert prefetch_run.train()["name"] == "loader_train"
+
+
+def test_steps_ends_an_ignite_run_as_its_own_terminate_does_never_as_a_crash(tmp_path):
+    """ignite's Engine catches whatever its run raises and runs its EXCEPTION_RAISED handlers (a save-on-crash
+    checkpoint): --steps must end the run as engine.terminate() does, and the script goes on from there."""
+    pytest.importorskip("ignite", reason="pytorch-ignite could not be installed here (the test extra has it)")
+    out = tmp_path / "reports"
+    proc = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--quiet", "--steps", "12", "--no-what-ifs",
+                           "--out", str(out), "--", sys.executable, str(FIXTURES / "ignite_trainer.py")],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "terminating due to exception" not in proc.stderr
+    own = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert own == {"steps": 12, "epochs": 0, "crash_handler": False, "terminated": True, "completed": True}
+    (folder,) = [p for p in out.iterdir() if (p / "run.json").is_file()]
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["script"]["ended"] == {"how": "stopped", "detail": 12}
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["steps"] + summary["warmup_steps"] == 12

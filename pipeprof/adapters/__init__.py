@@ -22,6 +22,8 @@ library to measure a training loop that uses it:
   sample's making cannot be timed apart, and why.
 * ``write_change``: a settings change written as the library's own code.
 * ``launchers``: its modules that launch a training script (``python -m ...``).
+* ``stop_loop``: ends the library's own loop as its stop request does (``--steps``), where an exception would
+  look like a crash to it.
 * ``sees``: what pipeprof sees of a loop fed through it (the docs' table).
 
 Nothing outside this package names a library: the hooks, the loader names,
@@ -43,6 +45,7 @@ from pipeprof.adapters import (
     accelerate,
     fastai,
     hf,
+    ignite,
     lightning,
     litdata,
     mosaic,
@@ -58,7 +61,8 @@ from pipeprof.adapters.base import Adapter
 # Order matters where frameworks nest: the first whose packages are seen names the framework (the Hugging Face
 # Trainer iterates through accelerate).
 ADAPTERS: tuple[Adapter, ...] = tuple(m.ADAPTER for m in (
-    torch_dataloader, hf, lightning, accelerate, timm, torchdata, webdataset, fastai, litdata, mosaic, spdl, ray))
+    torch_dataloader, hf, lightning, accelerate, timm, torchdata, webdataset, fastai, ignite, litdata, mosaic, spdl,
+    ray))
 
 
 def library_packages() -> frozenset[str]:
@@ -93,6 +97,11 @@ def own_step() -> dict[str, tuple[str, ...]]:
 
 def loader_modules() -> dict[str, Callable[[Any, Any, Any], None]]:
     return {module: patch for a in ADAPTERS for module, patch in a.loader_modules.items()}
+
+
+def stop_loop(frame: Any) -> bool:
+    """Ask a library's loop running on the stack to end as at its own stop request (``Adapter.stop_loop``)."""
+    return any(a.stop_loop is not None and a.stop_loop(frame) for a in ADAPTERS)
 
 
 def launchers() -> tuple[str, ...]:

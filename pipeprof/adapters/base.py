@@ -36,5 +36,8 @@ class Adapter:
     recognise: Callable[[Any], bool] | None = None
     describe: Callable[[Any, int, str], dict[str, Any]] | None = None
     not_timed: str = ""
+    # ask the library's own loop running on the stack (from this frame out) to end as at its own stop request,
+    # rather than by an exception it would take for a crash; whether one was asked (the data then ends there)
+    stop_loop: Callable[[Any], bool] | None = None
     launchers: tuple[str, ...] = ()  # its modules that launch a training script given as an argument (-m)
     sees: str = ""

@@ -77,8 +77,9 @@ def main(argv: list[str]) -> None:
         log.add(("X", clock(), "exception", one_line(e)), clock())
         _trim_own_frames_from_traceback()
         raise
-    else:
-        log.add(("X", clock(), "exit", 0), clock())
+    else:  # a framework's loop that --steps ended as at its own stop request: the script then ended by itself
+        log.add(("X", clock(), "stopped", hooks.stop_after_steps) if hooks.stopping else ("X", clock(), "exit", 0),
+                clock())
     finally:
         try:  # the last events written; torch as it was for the exit handlers
             hooks.uninstall()
@@ -141,11 +142,13 @@ def own_frames_trimmed(tb: TracebackType | None) -> TracebackType | None:
     return kept[0]
 
 
-_SCRIPT_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# the hooks' packages: this one and the data libraries' adapters (a library's own loader's wrappers)
+_OWN_PACKAGES = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name) + os.sep
+                      for name in ("script", "adapters"))
 
 
 def _is_own_frame(filename: str) -> bool:
-    return filename.startswith(_SCRIPT_PACKAGE) or filename in (runpy.__file__, "<frozen runpy>")
+    return filename.startswith(_OWN_PACKAGES) or filename in (runpy.__file__, "<frozen runpy>")
 
 
 if __name__ == "__main__":

@@ -441,7 +441,12 @@ class Hooks:
         if get_ident() != self.loop_thread:
             return self._off_thread(iterator, number, original)
         if self.stopping:
-            return self._after_stop(iterator, number, original)
+            try:
+                return self._after_stop(iterator, number, original)
+            except SystemExit:
+                if adapters.stop_loop(sys._getframe(1)):  # the framework's own loop ends as at its stop request
+                    raise StopIteration from None
+                raise
         outer = getattr(iterator, "_pipeprof_outer", None)  # a framework's look-ahead pass it runs in, if any
         ready = ready_batches(iterator)  # before the clock: the step timer does the same
         start = self.device.mark()  # the GPU reaches it when done with what is queued: the wait starts then
@@ -531,7 +536,8 @@ class Hooks:
         """The loop used a batch that no DataLoader on its thread handed over: its wait since the last step's
         end (``N`` of the loop's own feed), the evaluation pass in between and the batch's copies (``C``)."""
         if self.stopping:
-            self._stop_loop()
+            self._stop_loop()  # SystemExit, or a framework's loop asked to end: this batch is not the run's
+            return
         fed = self.feed.resolve(self.clock(), samples)
         number = self._feed_number(False)
         if fed.eval_span is not None:
@@ -549,6 +555,8 @@ class Hooks:
             self.segments.decline(NO_LOADER_WHAT_IFS)
             self.end_segments("")
         self.log.flush()
+        if adapters.stop_loop(sys._getframe(1)):  # a framework's loop: it ends as at its own stop request
+            return
         _end_own_threads_at_exit()
         raise SystemExit(0)
 
