@@ -34,6 +34,7 @@ Events written in the training process:
 from __future__ import annotations
 
 import re
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -94,10 +95,10 @@ def find_pipelines(dataset: Any) -> list[tuple[Any, str, Any]]:
             if holds_pipelines(value):
                 queue.append(value)
             else:
-                found.append((obj, attr, value))
+                found.extend(_opened(obj, attr, value))
         formatted = attrs.get("_format_kwargs")  # a Hugging Face Dataset's with_transform / set_transform
         if isinstance(formatted, dict) and callable(formatted.get("transform")):
-            found.append((Slot(formatted, "transform"), "", formatted["transform"]))
+            found.extend(_opened(Slot(formatted, "transform"), "", formatted["transform"]))
         found.extend(_stage_functions(attrs.get("pipeline")))
         inner = attrs.get("dataset")
         if inner is not None:
@@ -172,6 +173,47 @@ def pipeline_like(attr: str, value: Any) -> bool:
     module = type(value).__module__ or ""
     return is_container(value) or module.startswith("torchvision.transforms") or \
         isinstance(value, torch.nn.Module) or holds_pipelines(value)
+
+
+def _opened(holder: Any, attr: str, function: Any) -> list[tuple[Any, str, Any]]:
+    """A function of the user's that applies pipelines of its own (``def apply_tf(batch): ... tf(image) ...``,
+    as Hugging Face ``set_transform`` functions are written): those pipelines, timed leaf by leaf where they are
+    held (its module's globals, its closure), and not the function as one opaque transform (its other work,
+    a PIL ``convert``, is then decode, or the sample's other); anything else: the function itself."""
+    if not isinstance(function, types.FunctionType):
+        return [(holder, attr, function)]
+    inner: list[tuple[Any, str, Any]] = []
+    for name in _global_names(function.__code__):
+        value = function.__globals__.get(name)
+        if _applies(value):
+            inner.append((Slot(function.__globals__, name), "", value))
+    for cell in function.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if is_container(value):  # timed in place: a cell holding a bare transform cannot be replaced
+            inner.append((cell, "cell_contents", value))
+    return inner or [(holder, attr, function)]
+
+
+def _global_names(code: types.CodeType) -> list[str]:
+    """The global names a function's code reads, its comprehensions' and inner functions' included (in 3.11 a
+    list comprehension is a code object of its own)."""
+    names: list[str] = []
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        names.extend(n for n in c.co_names if n not in names)
+        todo.extend(const for const in c.co_consts if isinstance(const, types.CodeType))
+    return names
+
+
+def _applies(value: Any) -> bool:
+    """A transform pipeline a function may apply: a container (``Compose``) or a torchvision transform."""
+    if value is None or isinstance(value, type) or not callable(value):
+        return False
+    return is_container(value) or (type(value).__module__ or "").startswith("torchvision.transforms")
 
 
 def _transform_list(attr: str, value: Any) -> bool:
