@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from pipeprof.script import hooks
 from pipeprof.script.event_file import read_events
 from pipeprof.script.event_steps import BACKGROUND, TRAIN, script_steps
-from pipeprof.script.loop_feed import COPY, FORWARD, LoopFeed, Use
+from pipeprof.script.loop_feed import COPY, FORWARD, MAX_PENDING, LoopFeed, Use
 
 # --- the rule, on hand-made times ---------------------------------------------------------------------
 
@@ -60,6 +60,14 @@ def test_several_calls_without_gradients_are_an_evaluation_pass_taken_out_of_the
     assert fed.eval_span == (3.0, pytest.approx(3.65))  # from the step's end: its first fetch is the pass's
     assert (fed.t0_s, fed.t1_s, fed.samples) == (pytest.approx(3.65), 4.0, 32)
     assert [c.nbytes for c in fed.copies] == [20]
+
+
+def test_uses_kept_while_waiting_are_bounded_and_the_first_is_kept():
+    feed = LoopFeed()
+    for i in range(10_000):  # a data set moved tensor by tensor before the first step
+        feed.add(Use(COPY, float(i), float(i) + 0.5, 1, 4))
+    fed = feed.resolve(20_000.0, samples=8)
+    assert fed.t1_s == 0.0 and len(fed.copies) == MAX_PENDING
 
 
 def test_the_first_batchs_wait_is_not_seen():

@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 COPY, FORWARD = "copy", "forward"
+# uses kept while the loop waits: its batch's first use and copies (a script that copies a data set tensor by
+# tensor before its first step would otherwise keep every copy)
+MAX_PENDING = 64
 
 
 class Use(NamedTuple):
@@ -85,7 +88,8 @@ class LoopFeed:
                 self._eval_end_s = use.t1_s
                 self._pending.clear()  # the uses after the pass's last call are the training batch's
                 return
-        self._pending.append(use)
+        if len(self._pending) < MAX_PENDING:
+            self._pending.append(use)
 
     def resolve(self, now_s: float, samples: int) -> Fed:
         """The loop used its batch (a module call with gradients at ``now_s``, on ``samples`` samples)."""
