@@ -451,7 +451,9 @@ class Hooks:
         ready = ready_batches(iterator)  # before the clock: the step timer does the same
         start = self.device.mark()  # the GPU reaches it when done with what is queued: the wait starts then
         t0 = self.clock()
-        self.feed.depth += 1  # its transforms' module calls (a torchvision transform) are no use of a batch
+        watching = self.feed.awaiting  # module calls watched: its transforms' (a torchvision one) are no use
+        if watching:
+            self.feed.depth += 1
         try:
             data = original(iterator)
         except StopIteration:
@@ -464,7 +466,8 @@ class Hooks:
                 outer.ended = True
             raise
         finally:
-            self.feed.depth -= 1
+            if watching:
+                self.feed.depth -= 1
         t1 = self.clock()
         if start is not None:
             self._bracket(start, t0, t1)
@@ -609,7 +612,8 @@ class Hooks:
         """``N``: the loop waited ``t0``..``t1`` for a batch of loader ``number``."""
         self.last_batch_loader = number
         self.step_at_backward = False
-        self.feed.fed()
+        if self.feed.awaiting:
+            self.feed.fed()
         if self.segments is not None:
             self.waits_s.setdefault(number, []).append(t1 - t0)
         self.log.add(("N", number, t0, t1, samples, NO_RECORD if record is None else record,
