@@ -648,8 +648,8 @@ def test_two_ctrl_c_to_the_group_under_tune_or_diagnose_keep_what_they_measured(
     proc = start([command, str(scenario), "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet", *extra])
     if command == "tune":
         wait_for_descendants(proc, 1)
-    else:
-        wait_for_path(proc, out, ".staged.*")
+    else:  # the compute run recording (its folder staged comes seconds before on a loaded machine)
+        wait_for_path(proc, out, ".staged.*/compute/recording")
     time.sleep(2)
     os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: every process of the group
     time.sleep(1.0)
