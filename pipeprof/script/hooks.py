@@ -87,7 +87,7 @@ from pipeprof.script.batches import Tagged, TimedCollate, clock, cpu_clock, inst
 from pipeprof.script.device_clock import CudaDevice, Device, DeviceMarks
 from pipeprof.script.frameworks import OuterPass
 from pipeprof.script.loader_names import loader_name, note_built
-from pipeprof.script.loaders import batch_samples, describe_loader, describe_loop_feed, input_samples, tensors
+from pipeprof.script.loaders import batch_samples, describe_loader, describe_loop_feed, tensors
 from pipeprof.script.loop_feed import COPY, FORWARD, LoopFeed, Use
 from pipeprof.script.patches import Patches, wraps
 from pipeprof.script.segments import WhatIfSegments
@@ -473,11 +473,7 @@ class Hooks:
             self._bracket(start, t0, t1)
         record = None
         if type(data) is Tagged:
-            if data.start is not None:  # a spawned worker's first batch: how long the worker took to start
-                self.log.add(("U", number, data.record[0], data.record[1], data.start), t1)
-            data, record, parts = data.batch, data.record, data.parts
-            if parts:  # what its samples spent in transforms and decode calls
-                self.transforms.on_batch(number, record, parts, t1)
+            data, record = self._unwrap(number, data, t1)
         self._remember(data)
         if outer is not None:  # taken ahead by a framework's loader: written when the loop's next() yields it
             outer.taken(batch_samples(data, record), record, None if ready != ready else ready)
@@ -496,14 +492,19 @@ class Hooks:
         t1 = self.clock()
         record = None
         if type(data) is Tagged:
-            if data.start is not None:
-                self.log.add(("U", number, data.record[0], data.record[1], data.start), t1)
-            data, record, parts = data.batch, data.record, data.parts
-            if parts:
-                self.transforms.on_batch(number, record, parts, t1)
+            data, record = self._unwrap(number, data, t1)
         self.log.add(("H", number, t0, t1, batch_samples(data, record), NO_RECORD if record is None else record,
                       None), t1)
         return data
+
+    def _unwrap(self, number: int, tagged: Tagged, t1: float) -> tuple[Any, Any]:
+        """A worker's batch and its record: how a spawned worker started (``U``, its first batch) and what the
+        samples spent in transforms and decode calls (``P``) written for loader ``number``."""
+        if tagged.start is not None:  # a spawned worker's first batch: how long the worker took to start
+            self.log.add(("U", number, tagged.record[0], tagged.record[1], tagged.start), t1)
+        if tagged.parts:  # what its samples spent in transforms and decode calls
+            self.transforms.on_batch(number, tagged.record, tagged.parts, t1)
+        return tagged.batch, tagged.record
 
     # nn.Module.__call__ and Tensor.to / .cuda while the loop waits for a batch no DataLoader on its thread gave
     def on_module_call(self, module: Any, original: Callable, args: tuple, kwargs: dict) -> Any:
@@ -511,7 +512,7 @@ class Hooks:
         if get_ident() != self.loop_thread or self.feed.depth or next(module.parameters(), None) is None:
             return original(module, *args, **kwargs)
         if torch.is_grad_enabled():  # the training step uses its batch
-            self._loop_batch(input_samples(args, kwargs))
+            self._loop_batch(batch_samples((args, kwargs), None))
             return original(module, *args, **kwargs)
         self.feed.depth += 1  # a call without gradients: a frozen part of the step, or an evaluation pass
         t0 = self.clock()
@@ -520,7 +521,7 @@ class Hooks:
         finally:
             self.feed.depth -= 1
         if self.feed.awaiting:
-            self.feed.add(Use(FORWARD, t0, self.clock(), input_samples(args, kwargs)))
+            self.feed.add(Use(FORWARD, t0, self.clock(), batch_samples((args, kwargs), None)))
         return out
 
     def on_loop_copy(self, tensor: torch.Tensor, original: Callable, args: tuple, kwargs: dict) -> Any:

@@ -22,12 +22,6 @@ def batch_samples(data: Any, record: list | None) -> int:
     return int(found[0].shape[0]) if found and found[0].dim() else 1
 
 
-def input_samples(args: tuple, kwargs: dict) -> int:
-    """The samples a module call takes: the leading dimension of its first tensor argument (1: none shows one)."""
-    found = tensors(args) or tensors(kwargs)
-    return int(found[0].shape[0]) if found and found[0].dim() else 1
-
-
 LOOP, LOOP_EVALUATION = "loop", "loop evaluation"  # a loader entry's ``feed``: the loop's own batches
 _LIBRARY_ROOTS = tuple(os.path.realpath(p) + os.sep for p in {sysconfig.get_paths()["purelib"],
                                                                  sysconfig.get_paths()["platlib"],
