@@ -129,13 +129,14 @@ def test_a_formats_own_load_is_timed_whole_as_pil_image_load():
     decode_hooks.install(patches)
     try:
         decode_hooks.begin()
-        t0 = time.perf_counter()
+        c0 = time.thread_time()
         image.load()  # explicit, as Hugging Face datasets' Image feature does
-        took_s = time.perf_counter() - t0
+        cpu_s = time.thread_time() - c0
         decode_hooks.end()
         (row,) = decode_hooks.take()
         assert row[:2] == ("PIL.Image.load", 1)
-        assert row[2] >= 0.9 * took_s  # the whole decode, not the tail in ImageFile.load
+        # the whole decode, not the tail in ImageFile.load: in CPU time, which a loaded machine does not stretch
+        assert row[3] >= 0.9 * cpu_s
     finally:
         patches.undo()
     assert not getattr(type(image).load, "_pipeprof_decode", False)
