@@ -89,14 +89,22 @@ def _both(tmp: Path, script: str, *args: str) -> tuple[dict, dict, dict, dict]:
     return summaries[0], summaries[1], profiled_own, own
 
 
+def _within_own_clock(fractions: dict, own_share: float) -> None:
+    """The script's own clock times from one batch's end hook to the next one's start hook: the loader's fetch
+    (pipeprof's data wait) and the framework's own work in between (its loop's bookkeeping, its loggers: pipeprof's
+    "other"). So its share lies between pipeprof's data wait and data wait + other, 3 points either way; how much of
+    "other" falls there is the framework's and the machine's (5 points of a step on a slow, shared 2-core machine)."""
+    low, other = fractions["data_wait"], fractions["other"] or 0.0
+    assert low - 0.03 <= own_share <= low + other + 0.03, (own_share, fractions)
+
+
 def _same_wait(profiled: dict, called_back: dict, profiled_own: dict, own: dict) -> None:
     """Data wait shares: the callback's and `pipeprof profile`'s within 3 points of each other beyond what the
     script's own clock saw change between the two runs (a machine's run-to-run noise is no fault of either way
-    of profiling); each within 5 points of its script's own clock in the same run, as every framework fixture
-    is held (that clock also counts the framework's own work between a batch's end and the next one's start)."""
+    of profiling); each held to its script's own clock in the same run (``_within_own_clock``)."""
     cb, pp = called_back["fractions"]["data_wait"], profiled["fractions"]["data_wait"]
-    assert cb == pytest.approx(own["data_wait_share"], abs=0.05)
-    assert pp == pytest.approx(profiled_own["data_wait_share"], abs=0.05)
+    _within_own_clock(called_back["fractions"], own["data_wait_share"])
+    _within_own_clock(profiled["fractions"], profiled_own["data_wait_share"])
     assert abs(cb - pp) <= 0.03 + abs(own["data_wait_share"] - profiled_own["data_wait_share"])
 
 
