@@ -44,6 +44,15 @@ MAY_BE_INFINITE = {"loss"}
 STRICT = {"steps", "loading", "transforms", "device_memory"}
 # Cells a row cannot do without (an empty cell elsewhere is "not measured", as the writer leaves it).
 REQUIRED = {"steps": ("step", "warmup", "t_start_s", "step_s", "samples"), "loading": ("batch", "step")}
+# Counts: a cell with a fraction is no count (a batch of 3.5 samples).
+WHOLE = {"steps": ("step", "epoch", "samples", "correct"),
+         "loading": ("batch", "step", "worker", "pid", "samples", "nbytes"),
+         "transforms": ("step", "loader", "worker", "calls")}
+NOT_BEFORE_START = {"steps": ("t_start_s",)}  # a step's start is read on the run's own clock, from its start
+# A batch's parts that are one call each (its slowest sample's fetch, its collate) lie inside the batch: from its
+# first fetch to its collate's end, with the clock's rounding (a microsecond, 1 %). Summed parts may not: a
+# dataset's __getitems__ may fetch its samples in threads.
+INSIDE_BATCH = ("fetch_max_s", "collate_s")
 # What makes a row the same record twice: a second row with these values repeats the first.
 ROW_KEYS = {"steps": ("step",), "loading": ("batch",), "samples": ("t_s",), "processes": ("t_s", "pid")}
 
@@ -118,6 +127,8 @@ def read_table(path: Path, name: str, columns: Sequence[str]) -> tuple[pd.DataFr
         row = next(csv.reader([parts[numbers[i] - 1]]), [])
         reason = _row_problem(row, header, checked, required, strict=name in STRICT, minus_one=minus_one)
         bad[int(numbers[i])] = reason or "a cell pandas cannot read as its column's type"
+    for row_index, why in _contradictions(df, name, wrong):
+        bad[int(numbers[row_index])] = why
     keys = [k for k in ROW_KEYS.get(name, ()) if k in df.columns] if name in ROW_KEYS else list(df.columns)
     repeated = df.duplicated(subset=keys).to_numpy() & ~wrong if keys and len(df) else np.zeros(0, dtype=bool)
     if repeated.any():
@@ -133,6 +144,34 @@ def read_table(path: Path, name: str, columns: Sequence[str]) -> tuple[pd.DataFr
     if bad:  # read again without them: the columns' types as a sound table gives them
         df = _typed(path, raw, parts, bad, len(header))
     return df, damage
+
+
+def _contradictions(df: pd.DataFrame, name: str, wrong: np.ndarray) -> list[tuple[int, str]]:
+    """Rows (index, why) whose cells each read but cannot all be true: a count with a fraction, a step before
+    the run's start, a batch's one-call part longer than the batch."""
+    if df.empty:
+        return []
+    found: dict[int, str] = {}
+
+    def number(column: str) -> np.ndarray:
+        return pd.to_numeric(df[column], errors="coerce").to_numpy(dtype=float)
+
+    for column in (c for c in WHOLE.get(name, ()) if c in df.columns):
+        value = number(column)
+        for i in np.flatnonzero(np.isfinite(value) & (value != np.round(value)) & ~wrong):
+            found.setdefault(int(i), f"{column} {value[i]:g} is not a whole number")
+    for column in (c for c in NOT_BEFORE_START.get(name, ()) if c in df.columns):
+        value = number(column)
+        for i in np.flatnonzero((value < 0) & ~wrong):
+            found.setdefault(int(i), f"{column} {value[i]:g} is before the run began")
+    if name == "loading" and {"t_start_s", "t_end_s"} <= set(df.columns):
+        span = number("t_end_s") - number("t_start_s")
+        for column in (c for c in INSIDE_BATCH if c in df.columns):
+            value = number(column)
+            for i in np.flatnonzero((value > span * 1.01 + 1e-6) & ~wrong):
+                found.setdefault(int(i), f"{column} {value[i]:.6g} s is longer than its batch "
+                                         f"({span[i]:.6g} s from t_start_s to t_end_s)")
+    return sorted(found.items())
 
 
 _TOO_MANY = re.compile(r"Expected (\d+) fields in line (\d+), saw (\d+)")
@@ -228,6 +267,16 @@ def _row_problem(row: list[str], header: list[str], checked: list[tuple[int, str
     return None
 
 
+# run.json's keys of a fixed shape (None: not recorded); one of another type is set aside, not read as something
+# else (``overrides``: a scenario's list of settings, a script's object).
+META_TYPES: dict[str, type | tuple[type, ...]] = {
+    **dict.fromkeys(("loaders", "notes", "worker_starts"), list),
+    **dict.fromkeys(("script", "scenario", "absences", "gpu", "environment", "timing", "job", "rank", "light",
+                     "what_ifs", "cache", "rows", "compute_ceiling", "code_profile", "transform_pipelines", "merge",
+                     "diagnose", "steady"), dict),
+    "overrides": (list, dict)}
+
+
 def check_meta(meta: dict[str, Any], newest_format: int, where: Path) -> list[Damage]:
     """Damage of run.json's keys the analysis reads (their wrong-typed values are removed from ``meta``);
     a format newer than ``newest_format`` raises UsageError (its records may mean something else)."""
@@ -245,12 +294,32 @@ def check_meta(meta: dict[str, Any], newest_format: int, where: Path) -> list[Da
     if "status" in meta and meta["status"] not in (None, "complete", "interrupted", "failed"):
         damage.append(Damage("run.json", None, f"status {_shown(meta.pop('status'))} is not complete, interrupted "
                                                "or failed"))
+    for key, kind in META_TYPES.items():
+        if meta.get(key) is not None and not isinstance(meta[key], kind):
+            shape = {list: "a list", dict: "an object"}.get(kind, "a list or an object")  # type: ignore[call-overload]
+            damage.append(Damage("run.json", None, f"{key} {_shown(meta.pop(key))} is not {shape}"))
     job = meta.get("job")
     if isinstance(job, dict) and "world_size" in job:
         size = job["world_size"]
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             damage.append(Damage("run.json", None, f"job.world_size {_shown(size)} is not a whole number >= 1"))
             meta["job"] = {k: v for k, v in job.items() if k != "world_size"}
+    return damage
+
+
+def fewer_rows(meta: dict[str, Any], found: dict[str, int]) -> list[Damage]:
+    """Tables with another number of rows than run.json's ``rows`` says were written (``found``: the rows read,
+    damaged ones included): a table cut at a row's end, or emptied to its header, reads as whole otherwise."""
+    rows = meta.get("rows")
+    if not isinstance(rows, dict):
+        return []  # a folder from before format 1's row counts
+    damage = []
+    for name, count in found.items():
+        written = rows.get(name)
+        if isinstance(written, int) and not isinstance(written, bool) and count != written:
+            what = "the rest is missing (cut short)" if count < written else "rows were added since"
+            damage.append(Damage(f"{name}.csv", None, f"{count} rows where run.json says {written} were written: "
+                                                      f"{what}"))
     return damage
 
 

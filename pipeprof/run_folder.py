@@ -71,7 +71,15 @@ from typing import Any
 import pandas as pd
 
 from pipeprof.errors import UsageError, one_line
-from pipeprof.run_check import BOOL_VALUES, Damage, check_attachment, check_meta, missing_ranks, read_table
+from pipeprof.run_check import (
+    BOOL_VALUES,
+    Damage,
+    check_attachment,
+    check_meta,
+    fewer_rows,
+    missing_ranks,
+    read_table,
+)
 from pipeprof.run_meta import RankInfo, RunMeta, RunSettings, as_object
 
 RUN_FORMAT_VERSION = 1
@@ -391,8 +399,18 @@ def write_json(path: Path, data: Any) -> None:
     write_text(path, to_json(data))
 
 
+def write_output(path: Path, text: str) -> None:
+    """Write a file the user named (``-o``): a device or a pipe there (``/dev/stdout``, ``/dev/null``) is written
+    into, never replaced by a file; anything else as ``write_text``."""
+    if Path(path).exists() and not Path(path).is_file():
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
+    write_text(path, text)
+
+
 def write_text(path: Path, text: str) -> None:
-    """Write a text file atomically (temp file + rename).
+    """Write a text file atomically (temp file + rename): a link in its place is replaced, never followed.
 
     An OSError that names no file (write(2) on a full disk says only "No space left on device") is raised
     again naming ``path``, so the one line the user reads says where."""
@@ -433,12 +451,13 @@ def save_run(run: Run, folder: Path, extra_files: dict[str, str] | None = None) 
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
     try:
         os.chmod(tmp, 0o755)
-        meta = dict(run.meta, format_version=RUN_FORMAT_VERSION)
+        saved = {name: getattr(run, name) for name in TABLES
+                 if name in _SAVED_WHEN_EMPTY or not getattr(run, name).empty}
+        # each table's rows as written: a table cut later at a row's end is told from a short run (run_check)
+        meta = dict(run.meta, format_version=RUN_FORMAT_VERSION, rows={n: len(t) for n, t in saved.items()})
         write_json(tmp / "run.json", meta)
-        for name in TABLES:
-            table = getattr(run, name)
-            if name in _SAVED_WHEN_EMPTY or not table.empty:
-                table.to_csv(tmp / f"{name}.csv", index=False)
+        for name, table in saved.items():
+            table.to_csv(tmp / f"{name}.csv", index=False)
         for name, content in run.attachments.items():
             if name not in ATTACHMENTS:
                 raise ValueError(f"unknown attachment {name!r}; known: {', '.join(ATTACHMENTS)}")
@@ -514,6 +533,8 @@ def load_run(folder: Path) -> Run:
             if c not in df.columns:
                 df[c] = _LOADED_AS[c] if c in _LOADED_AS and not df.empty else pd.Series(dtype="float64")
         tables[name] = df
+    damage += fewer_rows(meta, {name: len(df) + sum(d.file == f"{name}.csv" and d.line is not None for d in damage)
+                                for name, df in tables.items() if (folder / f"{name}.csv").is_file()})
     if "warmup" in tables["steps"]:
         tables["steps"]["warmup"] = tables["steps"]["warmup"].map(
             lambda v: BOOL_VALUES.get(str(v), bool(v))).astype(bool)

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import schema_errors
 
 from pipeprof.cli.main import main
 from pipeprof.errors import UsageError
 from pipeprof.pipeline.derive import summarize
 from pipeprof.run_check import TEXT_COLUMNS
-from pipeprof.run_folder import TABLES, Run, load_run
+from pipeprof.run_folder import TABLES, Run, load_run, save_run
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 FOLDERS = sorted(p.name for p in RUNS.iterdir() if (p / "run.json").exists())
@@ -166,6 +167,8 @@ def test_a_truncated_loading_csv_keeps_the_prep_cost_it_measured(plain):
     ({"data_wait_s": "nan"}, "data_wait_s nan is not a finite number"),
     ({"compute_s": "inf"}, "compute_s inf is not a finite number"),
     ({"samples": "6x4"}, "samples '6x4' is not a number"),
+    ({"samples": "3.5"}, "samples 3.5 is not a whole number"),
+    ({"t_start_s": "-100"}, "t_start_s -100 is before the run began"),
 ])
 def test_an_impossible_cell_sets_its_row_aside_named(plain, cells, reason):
     counted = int((~_steps(plain)["warmup"]).sum())
@@ -317,3 +320,57 @@ def test_a_transforms_row_outside_every_step_is_sound_and_no_other_negative_step
     table, damage = read_table(path, "transforms", TRANSFORM_COLUMNS)
     assert table is not None and table["step"].tolist() == [3, -1, -1]
     assert [d.text() for d in damage] == ["transforms.csv line 5: step -2 is negative"]
+
+
+def _saved_again(plain: Path, tmp_path: Path) -> Path:
+    """The golden folder saved by this version (run.json's ``rows``: each table's rows as written)."""
+    return save_run(load_run(plain), tmp_path / "saved")
+
+
+def _cut_rows(path: Path, keep: int) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[: 1 + keep]))  # at a row's end: every row left is whole
+
+
+def test_a_table_cut_at_a_rows_end_is_named_from_run_jsons_own_count(plain, tmp_path, capsys):
+    saved = _saved_again(plain, tmp_path)
+    rows = json.loads((saved / "run.json").read_text())["rows"]
+    assert rows["loading"] == len(pd.read_csv(saved / "loading.csv")) == 64
+    _cut_rows(saved / "loading.csv", 20)
+    run = load_run(saved)
+    assert [d.text() for d in run.damage] == ["loading.csv: 20 rows where run.json says 64 were written: the rest "
+                                              "is missing (cut short)"]
+    assert summarize(run)["status"] == "damaged"
+    _cut_rows(saved / "loading.csv", 0)  # to its header: the verdict would lose its evidence without a word
+    assert summarize(load_run(saved))["status"] == "damaged"
+    _cut_rows(saved / "steps.csv", 0)  # no step left: refused, one line, exit 2
+    assert main(["report", "--quiet", str(saved)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "no counted step is left" in err and "0 rows where run.json says 64" in err
+
+
+def test_a_batchs_one_call_part_longer_than_the_batch_is_set_aside(plain):
+    lines = (plain / "loading.csv").read_text().splitlines(keepends=True)
+    header = lines[0].rstrip("\n").split(",")
+    cells = lines[11].rstrip("\n").split(",")
+    cells[header.index("t_end_s")] = repr(float(cells[header.index("t_start_s")]) + 0.0015)
+    cells[header.index("fetch_max_s")] = "8.8"
+    lines[11] = ",".join(cells) + "\n"
+    (plain / "loading.csv").write_text("".join(lines))
+    (damage,) = load_run(plain).damage
+    assert damage.text() == "loading.csv line 12: fetch_max_s 8.8 s is longer than its batch (0.0015 s from " \
+                            "t_start_s to t_end_s)"
+
+
+@pytest.mark.parametrize(("key", "value", "kind"), [("loaders", "x", "a list"), ("script", 7, "an object"),
+                                                    ("absences", [1], "an object")])
+def test_a_run_json_key_of_the_wrong_type_is_damage_and_the_summary_keeps_its_schema(plain, key, value, kind,
+                                                                                     capsys):
+    meta = json.loads((plain / "run.json").read_text())
+    (plain / "run.json").write_text(json.dumps({**meta, key: value}))
+    run = load_run(plain)
+    assert [d.text() for d in run.damage] == [f"run.json: {key} {value!r} is not {kind}"]
+    summary = summarize(run)
+    assert summary["status"] == "damaged" and schema_errors(summary) == []
+    assert main(["report", "--quiet", str(plain)]) == 2  # the page is drawn from what remains, damage named
+    assert f"run.json: {key}" in capsys.readouterr().err

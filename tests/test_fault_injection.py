@@ -389,8 +389,9 @@ def test_a_full_disk_under_report_or_compare_names_the_file_and_keeps_the_old_on
 
 # --- real runs under pipeprof profile ------------------------------------------------------------------------
 
-def _profile(out: Path, *args: str, workers: int = 0) -> subprocess.Popen:
-    return start(["profile", "--out", str(out), "--quiet", "--", "python", SCRIPT, "--num-workers", str(workers),
+def _profile(out: Path, *args: str, workers: int = 0, light: str | None = None) -> subprocess.Popen:
+    return start(["profile", "--out", str(out), "--quiet", *(["--light", light] if light else []), "--",
+                  "python", SCRIPT, "--num-workers", str(workers),
                   "--epochs", "1000", "--compute-ms", "5", *args])
 
 
@@ -439,6 +440,33 @@ def test_kill_9_of_profile_ends_the_script_and_report_rebuilds_what_was_recorded
     assert meta["status"] == "interrupted" and meta["cut_short"] and "cut short" in meta["error"]
     assert summary["steps"] > 0 and "samples" in meta["absences"]
     assert not (folder / "recording").exists()  # the rebuilt run replaced it
+
+
+@pytest.mark.integration
+def test_a_live_light_folder_is_never_rewritten_and_after_kill_9_report_keeps_its_windows(tmp_path, capsys):
+    """``report`` on a folder still being recorded: one line, exit 2, the folder as it was. After kill -9 of
+    pipeprof, ``report`` rebuilds the light run from the windows written before the kill, every one of them."""
+    out = tmp_path / "reports"
+    proc = _profile(out, light="1")
+    _stepping(proc, out)
+    folder = _run_folder(out)
+    windows = folder / "recording" / "light" / "windows.jsonl"
+    wait_until(proc, lambda: windows.is_file() and windows.read_text().count("\n") >= 2, "two windows", 60)
+    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+    assert main(["report", "--quiet", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "still being recorded by pipeprof" in err[0] and str(proc.pid) in err[0], err
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before  # read, never rewritten
+    proc.kill()  # kill -9 of pipeprof alone: the script ends with it
+    _finished(proc)
+    lines = windows.read_text().splitlines()
+    kept = [json.loads(line) for line in lines]
+    assert main(["report", "--quiet", str(folder)]) == 0
+    meta, summary = _saved(folder)
+    assert meta["status"] == "interrupted" and meta["cut_short"] and meta["light"]["windows"] == len(kept) >= 2
+    assert summary["light"]["windows"] == len(kept)
+    assert summary["steps"] == sum(w["steps"] for w in kept) > 0  # every step of every window written
+    assert (folder / "windows.jsonl").read_text().splitlines() == lines and not (folder / "recording").exists()
 
 
 @pytest.mark.integration

@@ -49,28 +49,32 @@ def test_windows_of_a_real_scripts_events_count_every_step_once_and_time_it_as_t
     assert cutter.step_source == "optimizer" and cutter.loaders[0]["num_workers"] == 2
 
 
-def test_event_tail_reads_whole_lines_only_and_loses_nothing_across_a_rotation(tmp_path):
+def test_event_tail_reads_every_event_once_while_the_hooks_keep_their_file_and_its_disk_stays_bounded(tmp_path):
+    """The hooks' own writer (one descriptor kept open, one write a step) and the tail, a read every few steps:
+    past ``trim_bytes`` read, the disk under the lines read is given back in place; nothing is lost or read twice,
+    and the file's disk stays within a trim of what is unread, however long the job."""
+    from pipeprof.measure.file_holes import disk_bytes
+    from pipeprof.script.event_file import read_events
+    from pipeprof.script.hooks import EventLog
+
     path = tmp_path / "events.jsonl"
-    lines = [json.dumps(["O", float(i)]) + "\n" for i in range(50)]
-    tail = EventTail(path, rotate_bytes=300)
-    seen = []
-    with open(path, "a") as f:
-        f.write("".join(lines[:3]) + lines[3][:5])  # a flush cut inside a line
+    log = EventLog(str(path), clock=lambda: 0.0)
+    log.open()
+    tail = EventTail(path, trim_bytes=64 * 1024)
+    seen, most_disk = [], 0
+    for step in range(50000):  # about 1.1 MB of events: some 17 trims
+        log.add(("M", float(step)), 0.0)  # a mark (prof.step()): written as it comes
+        if step % 301 == 0:
+            seen += tail.read_new()
+            most_disk = max(most_disk, disk_bytes(path))
     seen += tail.read_new()
-    assert [e[1] for e in seen] == [0.0, 1.0, 2.0]
-    written = 3
-    while written < 50:
-        with open(path, "a") as f:  # the hooks open the file by name at every flush
-            if written == 3:
-                f.write(lines[3][5:])
-                written += 1
-            chunk = lines[written:written + 7]
-            f.write("".join(chunk))
-            written += len(chunk)
-        seen += tail.read_new()
-    seen += tail.read_new()
-    assert [e[1] for e in seen] == [float(i) for i in range(50)]
-    assert path.stat().st_size < 300 + 7 * 20 and tail.unreadable == 0
+    assert [e[1] for e in seen] == [float(i) for i in range(50000)] and tail.unreadable == 0
+    assert tail.untrimmable is None and path.stat().st_size > 1_000_000  # the file's length runs on...
+    assert most_disk <= 64 * 1024 + 40 * 1024  # ...its disk does not (a trim, a read's worth of lines, a block)
+    # read whole, as a rebuild would: what was given back is neither an event nor damage; the rest is all there
+    events = read_events(path)
+    marks = events.tables["M"]["t_s"].tolist()
+    assert events.unreadable == 0 and 0 < len(marks) < 50000 and marks == [float(i) for i in range(50000 - len(marks), 50000)]
 
 
 def test_windows_file_stays_under_its_bound_and_keeps_the_newest(tmp_path):

@@ -2,6 +2,7 @@
 
 import datetime as dt
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -133,3 +134,26 @@ def test_settings_of_a_script_and_of_older_or_odd_run_json():
     assert RunSettings.from_meta(None) == RunSettings.from_meta({"scenario": []}) == RunSettings(
         data=DataSettings(storage="ram"))
     assert RunSettings.from_meta({"scenario": {"loader": {"num_workers": True}}}).loader.num_workers is None
+
+
+def test_an_output_the_user_named_that_is_a_pipe_is_written_into_never_replaced(tmp_path):
+    """`export -o /dev/stdout`, `-o pipe`: the device or pipe is written into (a rename over it would put a
+    regular file in its place: as root, in /dev); a run folder's own files are replaced, a link never followed."""
+    import stat
+    import threading
+
+    from pipeprof.run_folder import write_output, write_text
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_text()), daemon=True)
+    reader.start()
+    write_output(pipe, "trace\n")
+    reader.join(10)
+    assert got == ["trace\n"] and stat.S_ISFIFO(os.stat(pipe).st_mode)
+    outside, link = tmp_path / "outside.html", tmp_path / "report.html"
+    outside.write_text("theirs")
+    link.symlink_to(outside)
+    write_text(link, "ours")
+    assert not link.is_symlink() and link.read_text() == "ours" and outside.read_text() == "theirs"

@@ -425,7 +425,7 @@ def _one_process(run: Run, probe: JsonObject | None) -> Summary:
     loading = _with_split(attr.loading_summary, trained)
     script = None
     if info.is_script:  # pipeprof profile / pipeprof.profile(): what ran, and its loaders
-        recorded = info.script.recorded if info.script else None
+        recorded = info.script.recorded if info.script else {}  # {}: run.json's was set aside as damage
         if isinstance(recorded, dict):  # the script's own wall time, beside the counted steps' duration_s
             recorded = {**recorded, "wall_s": script_wall_s(run)}
             if info.overrides:  # pipeprof profile --loader / --threads: what was set from outside
@@ -473,13 +473,13 @@ def _with_split(loading: LoadingSummary | None, lt: LoaderTransforms | None) -> 
 
 
 def _loaders_inside(loaders: Any, inside: dict[int, LoaderTransforms]) -> Any:
-    """A script's ``loaders``, each with its ``transforms`` and ``decode`` (null where none was timed)."""
+    """A script's ``loaders``, each with its ``transforms`` and ``decode`` (null where none was timed); none where
+    run.json's were not a list of objects (set aside as damage: ``run_check.check_meta``)."""
     if not isinstance(loaders, list):
-        return loaders
+        return []
     out = []
     for d in loaders:
         if not isinstance(d, dict):
-            out.append(d)
             continue
         number = d.get("number")
         lt = inside.get(number) if isinstance(number, int) and not isinstance(number, bool) else None

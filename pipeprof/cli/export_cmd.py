@@ -64,7 +64,7 @@ def execute(args: argparse.Namespace) -> int:
 
 def _chrome_trace(run: Any, folder: Path, output: Path | None) -> int:
     from pipeprof.render.trace import chrome_trace  # pandas loads here, not for --help
-    from pipeprof.run_folder import write_text
+    from pipeprof.run_folder import write_output
 
     output = output if output is not None else folder / "trace.json"
     if output.is_dir():
@@ -73,7 +73,7 @@ def _chrome_trace(run: Any, folder: Path, output: Path | None) -> int:
         raise UsageError(f"--output {output}: no such folder {output.parent}")
     text = json.dumps(chrome_trace(run), allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     try:
-        write_text(output, text + "\n")
+        write_output(output, text + "\n")
     except OSError as e:
         raise UsageError(f"--output {output}: cannot write it ({e.strerror or e})") from None
     print(f"trace: {output}")

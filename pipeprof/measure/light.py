@@ -3,8 +3,9 @@
 ``pipeprof profile --light N`` runs the script under the same hooks (their cost
 per step is the profile's); what changes is what is kept. Every ``window_s``
 the profiling process reads the events the script wrote since the last window
-(``EventTail``: by offset, whole lines only; the event file is renamed and
-started afresh past ``rotate_bytes``, so the disk it takes stays bounded),
+(``EventTail``: by offset, whole lines only; the disk under the lines read
+is given back in place past ``trim_bytes``, so the disk it takes stays
+bounded while the hooks keep appending to the same file),
 cuts them into steps with the events that give them context (the loaders'
 and the script's records, the current pass of each loader, and the events
 of the step still running at the last cut, carried over), and writes one
@@ -29,13 +30,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeprof.measure.file_holes import punch_hole
 from pipeprof.run_folder import finite_json
 from pipeprof.script.event_file import ROWS
 from pipeprof.script.event_steps import script_steps
 
 MAX_BYTES = 64 * 2**20
 WINDOWS_FILE, OLDER_WINDOWS_FILE = "windows.jsonl", "windows.1.jsonl"
-ROTATE_EVENTS_BYTES = 8 * 2**20
+TRIM_EVENTS_BYTES = 8 * 2**20
 
 # The event index of each numeric kind's time (its first t*_s column), to carry a running step's events.
 _TIME_INDEX = {kind: 1 + next(i for i, c in enumerate(columns) if c.endswith("t_s") or c.endswith("t0_s"))
@@ -84,31 +86,28 @@ def read_windows(folder: Path) -> tuple[list[dict[str, Any]], int]:
 
 
 class EventTail:
-    """The whole lines appended to an event file since the last read; the file renamed past ``rotate_bytes``.
+    """The whole lines appended to an event file since the last read; the disk under the lines read given back.
 
-    The script's hooks open the file by name at every flush (append mode), so a rename starts a new file at
-    the next flush; the renamed one is read to its end at the next call (the flush that was writing to it,
-    if any, is long over) and removed."""
+    The script's hooks append through a descriptor they keep open, so the file is never renamed or cut: past
+    ``trim_bytes`` read since the last trim, the blocks under the lines read are freed in place
+    (``file_holes.punch_hole``), and the file's disk stays bounded while its offsets run on. Where the file
+    system cannot, ``untrimmable`` says why (the file then grows with the job: about 200 bytes a step)."""
 
-    def __init__(self, path: Path, rotate_bytes: int = ROTATE_EVENTS_BYTES) -> None:
+    def __init__(self, path: Path, trim_bytes: int = TRIM_EVENTS_BYTES) -> None:
         self.path = Path(path)
-        self.rotate_bytes = rotate_bytes
-        self.old = self.path.with_name(self.path.name + ".old")
+        self.trim_bytes = trim_bytes
         self._offset = 0
-        self._old_offset: int | None = None
+        self._trimmed_to = 0
+        self.untrimmable: str | None = None
         self.unreadable = 0
 
     def read_new(self) -> list[list[Any]]:
-        lines: list[str] = []
-        if self._old_offset is not None:
-            lines += self._read(self.old, self._old_offset, final=True)[0]
-            self.old.unlink(missing_ok=True)
-            self._old_offset = None
-        new, self._offset = self._read(self.path, self._offset)
-        lines += new
-        if self._offset >= self.rotate_bytes:
-            os.replace(self.path, self.old)
-            self._old_offset, self._offset = self._offset, 0
+        lines, self._offset = self._read(self.path, self._offset)
+        if self.untrimmable is None and self._offset - self._trimmed_to >= self.trim_bytes:
+            try:
+                self._trimmed_to = max(self._trimmed_to, punch_hole(self.path, self._offset))
+            except OSError as e:
+                self.untrimmable = f"{self.path.name} could not be trimmed as it was read ({e.strerror or e})"
         events = []
         for line in lines:
             try:
@@ -123,14 +122,14 @@ class EventTail:
         return events
 
     @staticmethod
-    def _read(path: Path, offset: int, final: bool = False) -> tuple[list[str], int]:
+    def _read(path: Path, offset: int) -> tuple[list[str], int]:
         try:
             with open(path, "rb") as f:
                 f.seek(offset)
                 data = f.read()
         except FileNotFoundError:
             return [], offset
-        cut = len(data) if final else data.rfind(b"\n") + 1
+        cut = data.rfind(b"\n") + 1
         text = data[:cut].decode("utf-8", errors="replace")
         return [line for line in text.split("\n") if line.strip()], offset + cut
 

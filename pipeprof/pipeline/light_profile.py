@@ -3,10 +3,13 @@
 ``LightProfile.tick`` is called while the profiling process waits for the
 script; at each window it reads the events written since the last one, cuts
 them into steps, and writes the window's aggregate (the sampler's rows of the
-window give its GPU use). ``finish`` takes the last window once the script
-has ended and leaves in the event file only the records that are not per
-step (the script's start and end, its loaders), so the run keeps no step of
-its own: only the windows.
+window give its GPU use). The records that are not per step (the script's
+start and end, its loaders) are kept as they come in ``context.jsonl`` beside
+the windows: the event file's disk is given back as it is read, and a
+pipeprof killed mid-job leaves a recording that ``pipeprof report`` rebuilds
+from the two (``rebuilt_light``). ``finish`` takes the last window once the
+script has ended and leaves in the event file only those records, so the run
+keeps no step of its own: only the windows.
 """
 
 from __future__ import annotations
@@ -19,9 +22,20 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeprof.measure.light import OLDER_WINDOWS_FILE, WINDOWS_FILE, EventTail, LightWindows, RotatingWindows, window_aggregate
+from pipeprof.measure.light import (
+    MAX_BYTES,
+    OLDER_WINDOWS_FILE,
+    WINDOWS_FILE,
+    EventTail,
+    LightWindows,
+    RotatingWindows,
+    read_windows,
+    window_aggregate,
+)
 from pipeprof.run_folder import LOADING_COLUMNS, STEP_COLUMNS, TRANSFORM_COLUMNS, Run
 from pipeprof.script.session import Session
+
+CONTEXT_FILE = "context.jsonl"  # the records that are not per step, as they came
 
 
 class LightProfile:
@@ -37,6 +51,7 @@ class LightProfile:
         self.cutter: LightWindows | None = None
         self._last_s = 0.0
         self.windows = 0
+        self._context_kept = 0
 
     def tick(self) -> None:
         now_s = self.clock() - self.session.t0_s
@@ -48,6 +63,7 @@ class LightProfile:
         if self.cutter is None:
             self.cutter = LightWindows(s.t0_s, s.warmup_steps)
         steps, loading = self.cutter.steps(self.tail.read_new())
+        self._keep_context(self.cutter.context)
         # the window's ticks and a margin, from those in memory (never the whole run's)
         rows = s.sampler.recent_sample_rows(int(2 * self.window_s * s.sample_hz) + 2) if s.sampler is not None else []
         gpu = [r for r in rows if self._last_s <= float(r.get("t_s", -1.0)) < now_s]
@@ -62,26 +78,48 @@ class LightProfile:
         assert self.cutter is not None
         with open(self.session.events_path, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(e) + "\n" for e in self.cutter.context)
-        self.tail.old.unlink(missing_ok=True)
+
+    def _keep_context(self, context: list[list]) -> None:
+        if len(context) > self._context_kept:
+            with open(self.folder / CONTEXT_FILE, "a", encoding="utf-8") as f:
+                f.writelines(json.dumps(e) + "\n" for e in context[self._context_kept:])
+            self._context_kept = len(context)
 
 
 def keep_windows_only(run: Run, light: LightProfile) -> None:
     """The run of a light profile: its windows (attached as recorded), no step, batch or transform table."""
-    run.steps = pd.DataFrame(columns=STEP_COLUMNS)
-    run.loading = pd.DataFrame(columns=LOADING_COLUMNS)
-    run.transforms = pd.DataFrame(columns=TRANSFORM_COLUMNS)
-    for name in (OLDER_WINDOWS_FILE, WINDOWS_FILE):
-        path = light.folder / name
-        if path.is_file():
-            run.attachments[name] = path.read_bytes()
+    _windows_only(run, light.folder, {"window_s": light.window_s, "windows": light.windows,
+                                      "max_bytes": light.writer.max_bytes, "unreadable_events": light.tail.unreadable,
+                                      "events_untrimmed": light.tail.untrimmable})
     if light.cutter is not None and light.cutter.step_source is not None:
         # the run's own cut saw only the records that are not per step: the loaders as the windows saw them
         run.meta["loaders"], run.meta["step_source"] = light.cutter.loaders, light.cutter.step_source
         run.meta["absences"].pop("steps", None)
-    run.meta["light"] = {"window_s": light.window_s, "windows": light.windows, "max_bytes": light.writer.max_bytes,
-                         "unreadable_events": light.tail.unreadable}
     run.meta["notes"].append(f"--light {light.window_s:g}: only window aggregates were kept ({light.windows} "
                              f"windows of {light.window_s:g} s, windows.jsonl); no step of the run's own")
+
+
+def rebuilt_light(run: Run, folder: Path, window_s: float) -> None:
+    """A light run whose pipeprof ended before it saved it (``recording.rebuilt_run``): every window written
+    until then, from ``folder``, and what the last one after it would have held said to be lost."""
+    windows, _ = read_windows(folder)
+    _windows_only(run, folder, {"window_s": window_s, "windows": len(windows), "max_bytes": MAX_BYTES,
+                                "unreadable_events": None, "events_untrimmed": None})
+    last = max((float(w["t_end_s"]) for w in windows if isinstance(w.get("t_end_s"), (int, float))), default=0.0)
+    run.meta["notes"].append(f"--light {window_s:g}: the {len(windows)} windows written before pipeprof ended were "
+                             f"kept (until {last:.1f} s); what the script did after the last of them was not "
+                             "recorded")
+
+
+def _windows_only(run: Run, folder: Path, light: dict[str, object]) -> None:
+    run.steps = pd.DataFrame(columns=STEP_COLUMNS)
+    run.loading = pd.DataFrame(columns=LOADING_COLUMNS)
+    run.transforms = pd.DataFrame(columns=TRANSFORM_COLUMNS)
+    for name in (OLDER_WINDOWS_FILE, WINDOWS_FILE):
+        path = folder / name
+        if path.is_file():
+            run.attachments[name] = path.read_bytes()
+    run.meta["light"] = light
 
 
 class LightThread:

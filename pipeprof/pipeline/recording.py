@@ -15,21 +15,29 @@ sampler stream their rows (``measure.spool``) into ``recording/``, every
 ``FLUSH_STEPS`` steps and every ``FLUSH_TICKS`` sampler ticks, and
 ``recording.json`` holds run.json's start (``kind`` "scenario"). A rebuild
 keeps every row written, the system samples included.
+
+One rule for a folder in use: recording.json names the pipeprof process that
+records (``recorder``: its pid and start time). While that process is alive
+the folder is read, never rewritten: ``rebuilt_run`` refuses it, in one line.
+A ``--light`` recording is rebuilt from its windows (``light_profile``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import psutil
 
 from pipeprof.errors import UsageError, one_line
 from pipeprof.measure.spool import spooled
+from pipeprof.pipeline.light_profile import CONTEXT_FILE, rebuilt_light
 from pipeprof.run_folder import (
     LOADING_COLUMNS,
     PROCESS_COLUMNS,
@@ -45,6 +53,7 @@ from pipeprof.script.session import Session
 RECORDING = "recording"  # the run folder's sub-folder with the hooks' event files
 FACTS = "recording.json"
 EVENTS = "events.jsonl"
+LIGHT = "light"  # a --light recording's windows and context (pipeline.light_profile)
 CUT_SHORT = ("cut short: pipeprof ended before it saved the run (killed, or the disk was full); rebuilt by "
              "pipeprof report from the raw records it kept")
 SCENARIO = "scenario"  # recording.json's kind for a `pipeprof run`; none: a profiled script's
@@ -104,8 +113,22 @@ def start_recording(folder: Path) -> Recording:
 
 def note_facts(recording: Recording, facts: dict[str, Any]) -> None:
     """What a rebuild needs that the events do not say: the name, warm-up, the clock's origin (``t0_s``), the
-    command (``script``)..."""
-    write_json(recording.path / FACTS, facts)
+    command (``script``)..., and which process records (``recorder``: this one)."""
+    me = psutil.Process()
+    write_json(recording.path / FACTS, {**facts, "recorder": {"pid": me.pid, "started_s": me.create_time()}})
+
+
+def live_recorder(folder: Path) -> int | None:
+    """The pid of the pipeprof process still recording ``folder``, if it is alive (the same process: its start
+    time is the one recorded, so a pid used again by another process is not taken for it)."""
+    try:
+        recorder = json.loads((Recording(folder).path / FACTS).read_text(encoding="utf-8"))["recorder"]
+        process = psutil.Process(int(recorder["pid"]))
+        alive = (abs(process.create_time() - float(recorder["started_s"])) < 1.0
+                 and process.status() != psutil.STATUS_ZOMBIE)
+    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+        return None
+    return process.pid if alive and process.pid != os.getpid() else None
 
 
 def is_recording(folder: Path) -> bool:
@@ -116,11 +139,18 @@ def is_recording(folder: Path) -> bool:
 def rebuilt_run(folder: Path) -> Run:
     """The run recorded in ``folder``, from its raw records, marked interrupted and cut short."""
     recording = Recording(folder)
+    pid = live_recorder(folder)
+    if pid is not None:
+        raise UsageError(f"{folder}: still being recorded by pipeprof (pid {pid}); a run folder in use is read, "
+                         "never rewritten: run pipeprof report on it once that process has ended")
     try:
         facts = json.loads((recording.path / FACTS).read_text(encoding="utf-8"))
         if facts.get("kind") == SCENARIO:
             return _rebuilt_scenario_run(recording, dict(facts["meta"]), float(facts["t0_s"]))
-        session = Session(str(facts["name"]), recording.events, warmup_steps=int(facts["warmup_steps"]),
+        light_s = float(facts["light_s"]) if facts.get("light_s") is not None else None
+        light = recording.path / LIGHT
+        events = light / CONTEXT_FILE if light_s is not None else recording.events  # a light job's: per step, none
+        session = Session(str(facts["name"]), events, warmup_steps=int(facts["warmup_steps"]),
                           sample_hz=float(facts["sample_hz"]), events_dir=recording.path,
                           what_ifs_absent=facts.get("what_ifs_absent"), cuda_available=False)
         session.t0_s = float(facts["t0_s"])
@@ -133,6 +163,8 @@ def rebuilt_run(folder: Path) -> Run:
     script["ended"] = {"how": "cut short", "detail": CUT_SHORT, "recorded_by": "pipeprof report"}
     run = session.finish("interrupted", CUT_SHORT, script)
     run.meta["cut_short"] = True
+    if light_s is not None:
+        rebuilt_light(run, light, light_s)
     return run
 
 

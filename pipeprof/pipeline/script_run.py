@@ -32,7 +32,7 @@ from pipeprof.errors import Interrupts, NotSaved, UsageError, current_interrupts
 from pipeprof.pipeline.fresh_process import die_with_parent, stop_process
 from pipeprof.pipeline.light_profile import LightProfile, keep_windows_only
 from pipeprof.pipeline.live_profile import ProfileLive
-from pipeprof.pipeline.recording import note_facts, start_recording
+from pipeprof.pipeline.recording import LIGHT, note_facts, start_recording
 from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
 from pipeprof.script import overrides as overrides_mod
 from pipeprof.script.overrides import Overrides
@@ -290,7 +290,7 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
             try:
                 note_facts(recording, {"name": name, "warmup_steps": warmup_steps, "sample_hz": sample_hz,
                                        "what_ifs_absent": what_ifs_absent, "t0_s": session.t0_s,
-                                       "pid": process.pid, "script": script})
+                                       "pid": process.pid, "script": script, "light_s": light_s})
             except OSError as e:  # a disk full from the start: nothing the script does could be kept
                 unrecordable = e
                 raise
@@ -307,7 +307,7 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
         # The report's modules (matplotlib, jinja2: half a second) load while the script runs, not
         # before it starts.
         from pipeprof.pipeline.derive import derived_files
-        light = LightProfile(session, tmp / "light", light_s) if light_s else None
+        light = LightProfile(session, tmp / LIGHT, light_s) if light_s else None
         ticks = [t for t in (ProfileLive(session, live).tick if live is not None else None,
                              light.tick if light is not None else None) if t is not None]
         returncode = _wait(process, ticks)

@@ -225,11 +225,26 @@ def read_events(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Events:
     except FileNotFoundError:
         return reader.finish()
     with f:
-        rest = ""
+        rest, freed = "", "zeros"
         while block := f.read(chunk_bytes):
+            if freed != "done":  # a long --light job's file begins with the part given back as it was read
+                block, freed = _after_freed(block, freed)
             block = rest + block
             cut = block.rfind("\n") + 1
             reader.add_text(block[:cut])
             rest = block[cut:]
         reader.add_text(rest)  # a last line without its newline (cut short?)
     return reader.finish()
+
+
+def _after_freed(block: str, state: str) -> tuple[str, str]:
+    """``block`` past a freed start (``measure.file_holes``: zeros, then the end of a line read before it was
+    freed, neither an event) and the state for the next block: "zeros", "line" (that line goes on) or "done"."""
+    if state == "zeros":
+        if not block.startswith("\0"):
+            return block, "done"
+        block = block.lstrip("\0")
+        if not block:
+            return "", "zeros"
+    cut = block.find("\n")
+    return (block[cut + 1:], "done") if cut >= 0 else ("", "line")
