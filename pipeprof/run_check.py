@@ -164,6 +164,14 @@ def _contradictions(df: pd.DataFrame, name: str, wrong: np.ndarray) -> list[tupl
         value = number(column)
         for i in np.flatnonzero((value < 0) & ~wrong):
             found.setdefault(int(i), f"{column} {value[i]:g} is before the run began")
+    if name == "steps" and {"t_start_s", "step_s"} <= set(df.columns):  # a step ends by the next one's start
+        start, step_s = number("t_start_s"), number("step_s")
+        order = np.argsort(start, kind="stable")
+        gap = np.full(len(start), np.inf)
+        gap[order[:-1]] = np.diff(start[order])
+        for i in np.flatnonzero((step_s > gap * 1.01 + 1e-3) & ~wrong):
+            found.setdefault(int(i), f"step_s {step_s[i]:.6g} s is longer than the time to the next step's start "
+                                     f"({gap[i]:.6g} s)")
     if name == "loading" and {"t_start_s", "t_end_s"} <= set(df.columns):
         span = number("t_end_s") - number("t_start_s")
         for column in (c for c in INSIDE_BATCH if c in df.columns):

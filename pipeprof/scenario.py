@@ -534,3 +534,9 @@ def check_key(where: str, dotted: str, value: Any) -> None:
     if key not in SCHEMA[section]:
         raise _unknown(where, section, key, list(SCHEMA[section]))
     _check_value(where, section, key, value)
+    if dotted in ("loader.num_workers", "train.threads"):  # more than this machine starts whatever goes with it
+        limits = machine_limits.current()
+        most = limits.most_workers()
+        if value > most:
+            raise UsageError(f"{where}: {dotted} = {value} is not allowed: expected 0 to {most} on this machine "
+                             f"({limits.where()})")

@@ -247,6 +247,19 @@ def test_no_ptrace_permission_says_what_to_do():
     assert "Python interpreter" in str(other)
 
 
+def test_no_pyspy_says_to_install_it_and_nothing_of_the_process(monkeypatch, capsys, tmp_path):
+    import os
+
+    from pipeprof.attach import stacks
+    from pipeprof.cli.main import main
+
+    monkeypatch.setattr(stacks, "locate_pyspy", lambda: None)
+    assert main(["attach", str(os.getpid()), "--seconds", "1", "-o", str(tmp_path)]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert "py-spy is not installed" in err and "pip install 'pipeprof[pyspy]'" in err
+    assert "Python interpreter" not in err and "pid of the" not in err  # the process is not what is wrong
+
+
 def test_timed_window_of_a_profiled_script_takes_the_last_second_only():
     steps = pd.DataFrame({c: [] for c in STEP_COLUMNS})
     rows = []

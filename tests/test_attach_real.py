@@ -154,3 +154,10 @@ def test_a_torchrun_job_is_sampled_rank_by_rank_and_goes_on_untouched(tmp_path):
         assert abs(wait["fraction"] - own_wait) <= WAIT_POINTS, (pid, wait["fraction"], own_wait, len(own))
         # the job untouched: every rank made its own steps, each logged, and ended with them
         assert rows[-1]["steps"] == steps and sum("t" in r for r in rows) == steps
+
+
+@pytest.mark.parametrize("pid", ["99999999999999999999", "0", "-3"])
+def test_a_pid_no_process_can_have_is_one_line_and_exit_2(pid, capsys, tmp_path):
+    assert main(["attach", pid, "--seconds", "1", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "argument pid: expected a process id from 1 to" in err[0], err

@@ -169,6 +169,7 @@ def test_a_truncated_loading_csv_keeps_the_prep_cost_it_measured(plain):
     ({"samples": "6x4"}, "samples '6x4' is not a number"),
     ({"samples": "3.5"}, "samples 3.5 is not a whole number"),
     ({"t_start_s": "-100"}, "t_start_s -100 is before the run began"),
+    ({"step_s": "1e300"}, "step_s 1e+300 s is longer than the time to the next step's start (0.000871462 s)"),
 ])
 def test_an_impossible_cell_sets_its_row_aside_named(plain, cells, reason):
     counted = int((~_steps(plain)["warmup"]).sum())

@@ -118,3 +118,25 @@ def test_runs_too_short_to_tell_noise_are_undecided_exit_2(tmp_path, capsys):
     assert main(["compare", str(a), str(b), "--fail-if-slower", "10", "--out", str(tmp_path / "r"), "--quiet"]) == 2
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("gate:")]
     assert line.startswith("gate: UNDECIDED b vs a") and "profile more steps" in line and "counted steps" in line
+
+
+def _script_run(name: str, step_s: float, command: list[str]):
+    run = fake_run(name, step_s)
+    run.meta.update(kind="script", script={"command": command}, loaders=[])
+    return run
+
+
+def test_a_gate_between_two_different_scripts_says_so_and_one_script_with_other_arguments_does_not(tmp_path,
+                                                                                                    capsys):
+    base = save_run(_script_run("train", 0.010, ["python", "-u", "train.py", "--lr", "1"]), tmp_path / "base")
+    other = save_run(_script_run("train", 0.0125, ["python", "eval.py"]), tmp_path / "other")
+    tuned = save_run(_script_run("train", 0.0101, ["python", "train.py", "--num-workers", "4"]), tmp_path / "tuned")
+    main(["compare", str(base), str(other), str(tuned), "--fail-if-slower", "10", "--out", str(tmp_path / "r"),
+          "--quiet"])
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("gate:")]
+    assert lines[0].endswith("; note: other runs eval.py and base runs train.py: two different workloads, "
+                             "compared all the same")
+    assert "note:" not in lines[1]  # the same script, other arguments: the A/B the gate is for
+    main(["compare", str(base), str(other), "--fail-if-slower", "10", "--json", "--out", str(tmp_path / "r")])
+    (gate,) = json.loads(capsys.readouterr().out)["gate"]["runs"]
+    assert gate["different_workloads"] == {"baseline": "train.py", "run": "eval.py"}

@@ -236,6 +236,7 @@ def test_ctrl_c_saves_the_run_and_exits_130(tmp_path):
     (["profile", "--steps", "0", "--", "python", "x.py"], "expected a whole number >= 1"),
     (["profile", "--sample-hz", "0", "--", "python", "x.py"], "a rate in Hz"),
     (["profile", "--", "/no/such/python3", "x.py"], "no such interpreter"),
+    (["profile", "--light", "inf", "--", "python", "x.py"], "--light: expected a finite number of seconds >= 1"),
 ])
 def test_usage_errors_are_one_line_and_status_2(argv, message, capsys, tmp_path):
     assert main([*argv[:1], "--out", str(tmp_path), *argv[1:]]) == 2

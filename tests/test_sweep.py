@@ -50,6 +50,16 @@ def test_a_bad_grid_is_refused_before_anything_runs(cli, match):
         build_axes([], [parse_axis(c) for c in cli], "tiny.toml")
 
 
+@pytest.mark.parametrize("key", ["loader.num_workers", "train.threads"])
+def test_a_grid_value_past_what_this_machine_starts_is_refused_before_anything_runs(key):
+    from pipeprof import machine_limits
+
+    beyond = machine_limits.current().most_workers() + 1  # whatever the machine: one more than it can start
+    with pytest.raises(UsageError, match=f"{key} = {beyond} is not allowed: expected 0 to {beyond - 1} on this "
+                                         "machine"):
+        build_axes([], [parse_axis(f"{key}=0,{beyond}")], "tiny.toml")
+
+
 def test_the_sweep_table_gives_axes_and_the_command_line_replaces_one():
     table = {"loader": {"num_workers": [0, 1]}, "data.storage": ["ram", "memmap"]}
     axes = build_axes(axes_from_table(table, "f.toml"), [parse_axis("loader.num_workers=2,4")], "f.toml")

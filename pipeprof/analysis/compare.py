@@ -36,6 +36,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pipeprof.analysis.reasons import WRITTEN
@@ -142,6 +143,23 @@ def fraction_changes(baseline: Summary | Mapping[str, Any],
     return out
 
 
+def workload(run: Run) -> str | None:
+    """What a run trained, to tell an A/B of one workload from two different ones: a script's file (or ``-m``
+    module), whatever its arguments; a scenario's file (a sweep's points share it), else its name."""
+    script = run.info.script
+    command = script.recorded.get("command") if script is not None else None
+    if isinstance(command, list) and all(isinstance(w, str) for w in command):
+        words = command[1:]
+        for i, word in enumerate(words):
+            if word == "-m" and i + 1 < len(words):
+                return f"-m {words[i + 1]}"
+            if word.endswith(".py"):
+                return Path(word).name
+        return " ".join(command[:2]) or None
+    scenario_file = run.meta.get("scenario_file")
+    return Path(scenario_file).name if isinstance(scenario_file, str) and scenario_file else run.name
+
+
 def run_entry(label: str, folder: str, run: Run, summary: Summary | Mapping[str, Any]) -> JsonObject:
     """What compare.json keeps of one run (its entry, as written): identity, status, throughput, fractions,
     verdict."""
@@ -150,6 +168,7 @@ def run_entry(label: str, folder: str, run: Run, summary: Summary | Mapping[str,
         "label": label,
         "folder": folder,
         "scenario": s.scenario or run.name,
+        "workload": workload(run),
         "created_utc": meta.created_utc,
         "status": meta.status,
         "device": s.device,
@@ -268,6 +287,7 @@ class ComparedRun:
     label: str | None = None
     folder: str | None = None
     scenario: str | None = None
+    workload: str | None = None  # ``workload``: None in a compare.json written before it
     status: str | None = None
     report: str | None = None
     overrides: tuple[str, ...] = ()
@@ -282,7 +302,7 @@ class ComparedRun:
         d = as_object(data)
         verdict = as_object(d.get("verdict"))
         return cls(label=_text(d.get("label")), folder=_text(d.get("folder")), scenario=_text(d.get("scenario")),
-                   status=_text(d.get("status")), report=as_str(d.get("report")),
+                   workload=_text(d.get("workload")), status=_text(d.get("status")), report=as_str(d.get("report")),
                    overrides=tuple(str(o) for o in d.get("overrides") or []),
                    samples_per_s=finite(d.get("samples_per_s")), throughput=Throughput.from_json(d.get("throughput")),
                    fractions={str(k): finite(v) for k, v in as_object(d.get("fractions")).items()},

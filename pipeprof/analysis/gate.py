@@ -18,6 +18,8 @@ windows) the gate cannot tell a slowdown from noise: the outcome is
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -43,6 +45,9 @@ class GateResult:
     low: float | None
     high: float | None
     reason: str | None = None
+    # (the baseline's, this run's) where they trained different workloads (``compare.workload``): None when the
+    # same or not recorded
+    workloads: tuple[str, str] | None = None
 
     @property
     def failed(self) -> bool:
@@ -92,9 +97,16 @@ def regression_gate(compare: Comparison | Mapping[str, Any], fail_if_slower_pct:
     ``compare.Comparison``)."""
     c = as_comparison(compare)
     base = (c.runs[0].label or "baseline") if c.runs else "baseline"
-    return [gate_one(r.throughput_ratio, fail_if_slower_pct, baseline_label=base,
-                     label=(c.runs[r.run].label if r.run is not None and r.run < len(c.runs) else None) or f"run {r.run}")
-            for r in c.comparisons]
+    out = []
+    for r in c.comparisons:
+        run = c.runs[r.run] if r.run is not None and r.run < len(c.runs) else None
+        result = gate_one(r.throughput_ratio, fail_if_slower_pct, baseline_label=base,
+                          label=(run.label if run is not None else None) or f"run {r.run}")
+        theirs, ours = (c.runs[0].workload if c.runs else None), (run.workload if run is not None else None)
+        if theirs is not None and ours is not None and theirs != ours:
+            result = dataclasses.replace(result, workloads=(theirs, ours))
+        out.append(result)
+    return out
 
 
 def gate_exit_status(results: Sequence[GateResult]) -> int:

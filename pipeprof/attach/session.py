@@ -30,6 +30,7 @@ import psutil
 from pipeprof.attach.stacks import (
     PERMISSION_WORDS,
     StackLine,
+    NoPySpy,
     Unattachable,
     WindowRecorder,
     check_attachable,
@@ -42,6 +43,7 @@ from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import usable_cores
 from pipeprof.measure.gpu_set import GpuSet, on_gpu
+from pipeprof.measure.pyspy import INSTALL_HINT
 from pipeprof.measure.sampler import SystemSampler
 from pipeprof.run_folder import STACK_COLUMNS, STEP_COLUMNS, Run, sample_tables
 from pipeprof.version import __version__
@@ -51,8 +53,12 @@ STEP_LEVEL_ABSENT = ("attached from outside: steps cannot be cut without the hoo
                      "samples/s and per-batch loading times are not measured; the shares are sampled stacks")
 
 
-def unattachable_error(pid: int, reason: str) -> UsageError:
-    """The one line for a process py-spy cannot read: what to do about ptrace, or why else."""
+def unattachable_error(pid: int, reason: str, *, no_pyspy: bool = False) -> UsageError:
+    """The one line for a process py-spy cannot read: what to do about ptrace, or why else (``no_pyspy``: no
+    py-spy to read it with, which says nothing of the process)."""
+    if no_pyspy:
+        return UsageError(f"pipeprof attach {pid}: py-spy is not installed (attach reads the job's Python stacks "
+                          f"with it, from outside): {INSTALL_HINT}")
     if any(w in reason.lower() for w in PERMISSION_WORDS):
         return UsageError(f"pipeprof attach {pid}: not permitted to read the process ({reason}); run pipeprof as "
                           f"the job's user with kernel.yama.ptrace_scope = 0 (sudo sysctl kernel.yama.ptrace_scope=0)"
@@ -168,7 +174,7 @@ def attach(pid: int, *, seconds: float | None = None, rate_hz: int = DEFAULT_RAT
     try:
         check_attachable(pid, recorder.pyspy)
     except Unattachable as e:
-        raise unattachable_error(pid, str(e)) from None
+        raise unattachable_error(pid, str(e), no_pyspy=isinstance(e, NoPySpy)) from None
     command = _command(pid)
     absences: dict[str, str] = {"steps": STEP_LEVEL_ABSENT}
     inventory = gpu_mod.gpu_inventory()

@@ -133,6 +133,10 @@ class Unattachable(Exception):
     """py-spy cannot read the process (no ptrace permission, not a Python process, gone): ``str`` says why."""
 
 
+class NoPySpy(Unattachable):
+    """py-spy is not installed: nothing is wrong with the process."""
+
+
 CHECK_TRIES = 3  # a non-blocking dump reads a running process's memory as it changes: one read may fail
 PERMISSION_WORDS = ("permission", "operation not permitted", "ptrace")  # py-spy refused to trace: not transient
 
@@ -144,7 +148,7 @@ def check_attachable(pid: int, pyspy: str | None = None, timeout_s: float = 30.0
     error output first) when no dump could read it."""
     exe = pyspy or locate_pyspy()
     if exe is None:
-        raise Unattachable("py-spy is not installed: pip install 'pipeprof[pyspy]'")
+        raise NoPySpy("py-spy is not installed")
     reason = "no dump was tried"
     for attempt in range(max(tries, 1)):
         if attempt:

@@ -30,13 +30,28 @@ def positive_float(text: str) -> float:
 
 
 def seconds_at_least_1(text: str) -> float:
-    """An argument type: a number of seconds >= 1 (NaN refused)."""
+    """An argument type: a finite number of seconds >= 1 (NaN and infinity refused)."""
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not value >= 1:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 1, got {text!r}")
+    if not (value >= 1 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 1, got {text!r}")
+    return value
+
+
+PID_MAX = 2**22  # Linux's largest pid_max (/proc/sys/kernel/pid_max says this machine's)
+
+
+def pid_number(text: str) -> int:
+    """An argument type: a process id, a whole number from 1 to the system's largest."""
+    value = _int(text)
+    try:
+        most = int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        most = PID_MAX
+    if not 1 <= value <= most:
+        raise argparse.ArgumentTypeError(f"expected a process id from 1 to {most}, got {text!r}")
     return value
 
 

@@ -34,13 +34,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeprof.cli.arguments import positive_int, seconds_at_least_1
+from pipeprof.cli.arguments import pid_number, positive_int, seconds_at_least_1
 from pipeprof.cli.output import stdout_console
 from pipeprof.errors import UsageError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("pid", type=positive_int, help="the training process's pid (or its launcher's: torchrun)")
+    p.add_argument("pid", type=pid_number, help="the training process's pid (or its launcher's: torchrun)")
     p.add_argument("--seconds", type=seconds_at_least_1, metavar="S", help="end after S seconds (default: at Ctrl-C)")
     p.add_argument("-o", "--out", type=Path, metavar="DIR", default=Path("reports"),
                    help="where run folders go (default: reports/)")

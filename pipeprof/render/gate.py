@@ -11,7 +11,16 @@ VERDICT = {"slower": "FAIL", "undecided": "UNDECIDED"}
 
 
 def gate_line(r: GateResult) -> str:
-    """One line: the outcome, the measured ratio with its interval, and the rule that decided it."""
+    """One line: the outcome, the measured ratio with its interval, the rule that decided it, and whether the two
+    runs trained different workloads."""
+    line = _decided(r)
+    if r.workloads is not None:
+        line += (f"; note: {r.label} runs {r.workloads[1]} and {r.baseline_label} runs {r.workloads[0]}: two "
+                 "different workloads, compared all the same")
+    return line
+
+
+def _decided(r: GateResult) -> str:
     head = f"gate: {VERDICT.get(r.outcome, 'PASS')} {r.label} vs {r.baseline_label}"
     if r.outcome == "undecided":
         ratio = "" if r.ratio is None else f" (throughput ratio {r.ratio:.3f}, no interval)"
@@ -40,5 +49,7 @@ def gate_json(results: Sequence[GateResult], status: int) -> dict[str, Any]:
         "runs": [{"run": r.label, "baseline": r.baseline_label, "outcome": r.outcome, "failed": r.failed,
                   "fail_if_slower_pct": r.fail_if_slower_pct, "threshold_ratio": r.threshold_ratio,
                   "throughput_ratio": r.ratio, "low": r.low, "high": r.high, "slowdown_pct": r.slowdown_pct,
-                  "reason": r.reason, "why": gate_line(r)} for r in results],
+                  "reason": r.reason, "why": gate_line(r),
+                  "different_workloads": None if r.workloads is None else
+                  {"baseline": r.workloads[0], "run": r.workloads[1]}} for r in results],
     }
