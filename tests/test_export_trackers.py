@@ -139,6 +139,30 @@ def test_tensorboard_refuses_to_write_the_same_run_twice(tmp_path, capsys):
     assert len(list((tmp_path / PLAIN.name).iterdir())) == 1
 
 
+def test_tensorboard_onto_a_full_disk_is_one_line_leaves_nothing_and_the_retry_works(tmp_path, capsys,
+                                                                                    monkeypatch):
+    """The disk fills while TensorBoard's own writer thread writes: one line naming the folder, exit 2, no
+    thread traceback, and no half export that would block the retry."""
+    import errno
+
+    pytest.importorskip("tensorboard", reason="the tensorboard extra (in the test extra) is not installed")
+    from tensorboard.summary.writer import record_writer
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(record_writer.RecordWriter, "write", full)  # called in the writer's thread
+        assert main(["export", str(PLAIN), "--format", "tensorboard", "-o", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    log_dir = tmp_path / PLAIN.name
+    assert f"{log_dir}: cannot write the export (No space left on device)" in line and "Traceback" not in captured.err
+    assert not log_dir.exists() and not list(tmp_path.iterdir())  # nothing half-written, nothing hidden left
+    assert main(["export", str(PLAIN), "--format", "tensorboard", "-o", str(tmp_path)]) == 0
+    assert any(p.name.startswith("events.out.tfevents") for p in log_dir.iterdir())
+
+
 @pytest.mark.parametrize(("fmt", "module"), [("tensorboard", "torch.utils.tensorboard"), ("mlflow", "mlflow"),
                                              ("wandb", "wandb")])
 def test_a_missing_package_is_one_line_naming_its_extra(tmp_path, capsys, monkeypatch, fmt, module):

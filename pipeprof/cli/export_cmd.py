@@ -115,7 +115,11 @@ def _tracker(run: Any, folder: Path, args: argparse.Namespace) -> int:
         if log_dir.is_dir() and any(p.name.startswith("events.out.tfevents") for p in log_dir.iterdir()):
             raise UsageError(f"{log_dir}: already holds an export (TensorBoard would show every point twice); "
                              "remove it or give another -o")
-        done = trackers.write_tensorboard(series, texts, log_dir, start_epoch_s=start)
+        try:
+            done = trackers.write_tensorboard(series, texts, log_dir, start_epoch_s=start)
+        except OSError as e:
+            raise UsageError(f"{log_dir}: cannot write the export ({e.strerror or e}); nothing was left there: "
+                             "make room (or give another -o) and run it again") from None
         print(f"tensorboard: {done.location}")
         print(f"open it with: tensorboard --logdir {done.location if args.output is None else args.output}")
     elif args.format == "mlflow":

@@ -11,6 +11,9 @@ file store; W&B runs offline unless the user set ``WANDB_MODE``.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,21 +53,40 @@ def write_tensorboard(series: ExportSeries, texts: Mapping[str, str], log_dir: P
                       start_epoch_s: float | None) -> Exported:
     """Event files under ``log_dir``, written by ``torch.utils.tensorboard.SummaryWriter`` (needs ``tensorboard``).
 
-    Each point at its step, with the wall time ``start_epoch_s + t_s``; each text at the last step."""
+    Each point at its step, with the wall time ``start_epoch_s + t_s``; each text at the last step. The files are
+    written into a hidden folder beside ``log_dir`` and moved in once whole: a disk that fills or a folder that
+    cannot be written leaves nothing behind (an ``OSError`` naming ``log_dir``), so running it again works. The
+    writer's own thread fails with the error the caller gets: its traceback is not printed."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         raise MissingExtra("tensorboard", "tensorboard") from None
     last = int(series.points["step"].max()) if len(series.points) else 0
-    writer = SummaryWriter(log_dir=str(log_dir))
+    log_dir.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=log_dir.parent, prefix=f".{log_dir.name}.", suffix=".tmp"))
+    failed: list[BaseException] = []
+    shown = threading.excepthook
+    threading.excepthook = lambda hook: failed.append(hook.exc_value) if hook.exc_value is not None else None
     try:
-        for tag, step, value, t_s in series.points.itertuples(index=False):
-            writer.add_scalar(tag, value, global_step=int(step),
-                              walltime=None if start_epoch_s is None else start_epoch_s + t_s)
-        for tag, text in texts.items():
-            writer.add_text(tag, text, global_step=last)
+        writer = SummaryWriter(log_dir=str(stage))
+        try:
+            for tag, step, value, t_s in series.points.itertuples(index=False):
+                writer.add_scalar(tag, value, global_step=int(step),
+                                  walltime=None if start_epoch_s is None else start_epoch_s + t_s)
+            for tag, text in texts.items():
+                writer.add_text(tag, text, global_step=last)
+        finally:
+            writer.close()
+        if failed:
+            raise failed[0]
+        log_dir.mkdir(exist_ok=True)
+        for made in stage.iterdir():
+            os.replace(made, log_dir / made.name)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror or str(e), str(log_dir)) from e
     finally:
-        writer.close()
+        threading.excepthook = shown
+        shutil.rmtree(stage, ignore_errors=True)
     return Exported(str(log_dir))
 
 
