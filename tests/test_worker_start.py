@@ -14,7 +14,14 @@ import pytest
 
 from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.verdict import Verdict
-from pipeprof.analysis.worker_start import NO_PARTS, passes, with_worker_start_note, worker_start_summary
+from pipeprof.analysis.worker_start import (
+    NO_PARTS,
+    pass_start_wait_share,
+    passes,
+    with_start_verdict,
+    with_worker_start_note,
+    worker_start_summary,
+)
 from pipeprof.render.verdict_text import verdict_notes, verdict_sentence
 from pipeprof.script import worker_start
 
@@ -76,6 +83,39 @@ def test_the_verdict_names_the_start_up_where_it_matters():
     assert with_worker_start_note(judged, cheap) is judged and with_worker_start_note(judged, None) is judged
 
 
+def _epochs(first_wait_s: float, wait_s: float, epochs: int = 4, per_epoch: int = 10):
+    import pandas as pd
+
+    rows = [{"step": e * per_epoch + i, "epoch": e, "warmup": e * per_epoch + i < 3,
+             "data_wait_s": first_wait_s if i == 0 else wait_s, "step_s": (first_wait_s if i == 0 else wait_s) + 0.01}
+            for e in range(epochs) for i in range(per_epoch)]
+    return pd.DataFrame(rows)
+
+
+def test_a_loop_that_waits_mostly_for_workers_starting_is_told_so_not_by_what_they_then_make():
+    """9 s a pass starting two spawned workers (importing a slow main module), 1 ms a batch once they run: the
+    verdict's cause is the start-up, whatever the per-sample cost of what the workers then made."""
+    judged = Verdict("input:prep", "R6", "input-bound", Reason.written("preprocessing, 4.16 µs per sample"),
+                     evidence={"data_wait_fraction": 0.9})
+    rows = [_row(10.0, import_s=8.0), _row(10.1, import_s=8.0, worker=1),
+            _row(60.0, import_s=8.0), _row(60.1, import_s=8.0, worker=1)]
+    started = worker_start_summary(rows, wall_s=120.0)
+    steps = _epochs(first_wait_s=9.0, wait_s=0.001)
+    assert pass_start_wait_share(steps) == pytest.approx(27.0 / (27.0 + 34 * 0.001))  # epochs 1-3: first steps
+    told = with_start_verdict(judged, started, steps)
+    assert (told.klass, told.rule, told.candidates) == ("input:start", "R10", ("input:start",))
+    sentence = verdict_sentence(told)
+    assert sentence.startswith("Input-bound (90% of step time waiting for data), by the DataLoader workers "
+                               "starting: 100% of the wait falls on the first batch of a pass, while 2 spawned "
+                               "workers start (8.80 s a pass"), sentence
+    assert "importing the script's main module again" in sentence and "per sample" not in sentence
+    # the wait spread over every batch (the workers cannot keep up), or no start-up timed: left as judged
+    assert with_start_verdict(judged, started, _epochs(first_wait_s=0.05, wait_s=0.04)) is judged
+    assert with_start_verdict(judged, None, steps) is judged
+    compute = Verdict("compute", "R2", None, Reason.written("compute"))
+    assert with_start_verdict(compute, started, steps) is compute
+
+
 def test_a_spawned_child_is_told_by_its_command_line():
     assert worker_start.is_spawned_child(["python", "-c", "from multiprocessing.spawn import spawn_main; "
                                                           "spawn_main(tracker_fd=5, pipe_handle=7)",
@@ -104,3 +144,6 @@ def test_a_script_whose_workers_spawn_has_their_start_up_in_parts(tmp_path):
     assert started["median_s"] == pytest.approx(sum(parts.values()), rel=0.05)
     assert 0 < started["share_of_wall"] < 1
     assert any(note.startswith("Starting the DataLoader workers") for note in summary["verdict"]["notes"])
+    # the loop waits mostly at each pass's first batch, for its worker to start: that is the cause named
+    assert summary["verdict"]["class"] == "input:start", summary["verdict"]["sentence"]
+    assert "while 1 spawned worker starts" in summary["verdict"]["sentence"]

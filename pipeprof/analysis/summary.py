@@ -73,7 +73,7 @@ from pipeprof.analysis.verdict import (
 )
 from pipeprof.analysis.verification import Verification, rerun_noise, verification
 from pipeprof.analysis.windows import Throughput, throughput_windows
-from pipeprof.analysis.worker_start import with_worker_start_note, worker_start_summary
+from pipeprof.analysis.worker_start import with_start_verdict, with_worker_start_note, worker_start_summary
 from pipeprof.resource_use import CpuUse, DiskUse, GpuUse, MemoryUse, UssSnapshot
 from pipeprof.run_check import Damage
 from pipeprof.run_folder import Run
@@ -310,7 +310,7 @@ def summary_record(run: Run, probe: JsonObject | None = None) -> Summary:
       what was not measured).
     * ``verdict``: ``{"class", "rule", "degree", "sentence", "evidence",
       "notes"}`` (``verdict.verdict``); ``class`` is one of ``compute``,
-      ``input:fetch``, ``input:prep``, ``input:main``, ``h2d``, ``balanced``, ``unknown``;
+      ``input:fetch``, ``input:prep``, ``input:main``, ``input:start``, ``h2d``, ``balanced``, ``unknown``;
       ``bottleneck`` is its coarse form (``verdict.coarse``: ``input`` for every ``input:*``)
       and ``bottleneck_reason`` says it in words, so the two never disagree.
     * ``recommendations``: ``[{"change", "predicted_samples_per_s",
@@ -398,6 +398,7 @@ def _one_process(run: Run, probe: JsonObject | None) -> Summary:
                              fetch_off_cpu=attr.loading.split == OFF_CPU_SPLIT)
     started = worker_start_summary(info.worker_starts, script_wall_s(run)) if info.is_script else None
     judged = with_worker_start_note(judged, started)  # spawned workers' start-up, where it matters
+    judged = with_start_verdict(judged, started, steps)  # ... and the cause, where the loop waits mostly for it
     # windows of the run judged differently (the machine's other load came and went): said, not one class
     judged = with_variation(judged, run_variation(steps, run.samples, _cores(run)), attr)
 

@@ -69,6 +69,7 @@ OTHER_LOAD_WORTH_SAYING = 0.1
 BURSTY_EMPTY_FRACTION = 0.3  # the queue found empty on at least this share of steps: supply is bursty
 SLOW_EPOCH_START_STEPS = 2.0  # excess wait of an epoch's first step, in median steps: persistent workers
 WORKER_START_WORTH_SAYING = 0.05  # spawned workers' start-up, as a share of the script's wall time: named in the verdict
+START_WAIT_SHARE = 0.5  # of the counted data wait on the first step of a pass, with spawned workers timed: input:start
 SHARE_DOMINATES = 0.5  # a part of batch-making at least this share of it is worth removing
 PIN_MEMORY_H2D = 0.05  # h2d share of step time from which pinning is worth suggesting
 

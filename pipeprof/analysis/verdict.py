@@ -11,7 +11,9 @@ can never disagree.
 Classes: ``compute``; ``input:fetch`` (storage: reading samples' bytes);
 ``input:prep`` (decoding and transforms on the CPU); ``input:main`` (the
 training process: collate with ``num_workers = 0``, receiving batches from
-workers, pinning, DataLoader bookkeeping); ``h2d`` (copy to the device);
+workers, pinning, DataLoader bookkeeping); ``input:start`` (spawned workers
+starting at each pass: most of the wait on a pass's first batch, set after the
+table by ``worker_start.with_start_verdict``); ``h2d`` (copy to the device);
 ``balanced`` (the loop waits for data, at least 5% of step time, with no
 single cause); ``unknown`` (fewer counted steps than ``thresholds.MIN_COUNTED_STEPS``: too few to judge).
 
@@ -50,6 +52,9 @@ R8    workers, no ready_batches (older runs), loading records:    input:main
 R9    no usable loading records or queue readings: disk reads     input:fetch, else input:main
       >= 1 MB/s                                                   (0 workers) / input:prep
                                                                   (workers); marked inferred
+R10   after the table: an input-bound class, spawned workers'     input:start
+      start-up timed, and at least START_WAIT_SHARE (0.5) of the
+      counted data wait on the first step of a pass
 ====  ==========================================================  ==============================
 
 R3 and R4, the physics: with ``num_workers = 0`` nothing overlaps the wait.
@@ -123,7 +128,7 @@ from pipeprof.analysis.transforms import LoaderTransforms, training_transforms
 from pipeprof.run_folder import Run
 from pipeprof.run_meta import JsonObject, as_object
 
-CLASSES = ("compute", "input:fetch", "input:prep", "input:main", "h2d", "balanced", "unknown")
+CLASSES = ("compute", "input:fetch", "input:prep", "input:main", "input:start", "h2d", "balanced", "unknown")
 # summary.json's ``bottleneck``: the verdict's class without the input's cause.
 COARSE_CLASSES = ("compute", "input", "h2d", "balanced", "unknown")
 

@@ -10,9 +10,11 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+import pandas as pd
+
 from pipeprof.analysis.reasons import Reason
-from pipeprof.analysis.thresholds import WORKER_START_WORTH_SAYING
-from pipeprof.analysis.verdict import Verdict
+from pipeprof.analysis.thresholds import START_WAIT_SHARE, WORKER_START_WORTH_SAYING
+from pipeprof.analysis.verdict import Verdict, coarse
 from pipeprof.run_meta import JsonObject
 
 PARTS = {  # part -> (from mark, to mark)
@@ -123,3 +125,37 @@ def with_worker_start_note(judged: Verdict, started: WorkerStart | None) -> Verd
     evidence = {**judged.evidence, "worker_start_share_of_wall": share, "worker_start_per_pass_s":
                 started.per_pass_s}
     return dataclasses.replace(judged, notes=(*judged.notes, note), evidence=evidence)
+
+
+def pass_start_wait_share(steps: pd.DataFrame) -> float | None:
+    """The share of the counted steps' data wait that fell on the first step of a pass (an epoch's first batch:
+    where workers that start anew each pass are waited for); None without counted wait."""
+    if steps.empty or "epoch" not in steps.columns:
+        return None
+    epoch = pd.to_numeric(steps["epoch"], errors="coerce")
+    first = (epoch != epoch.shift()).to_numpy()
+    counted = ~steps["warmup"].astype(bool).to_numpy()
+    wait = pd.to_numeric(steps["data_wait_s"], errors="coerce").fillna(0.0).to_numpy()
+    total = float(wait[counted].sum())
+    return float(wait[counted & first].sum()) / total if total > 0 else None
+
+
+def with_start_verdict(judged: Verdict, started: WorkerStart | None, steps: pd.DataFrame) -> Verdict:
+    """``judged`` turned into ``input:start`` where the loop waits mostly for workers starting: an input-bound
+    run whose spawned workers' start-up was timed, with at least ``START_WAIT_SHARE`` of the counted data wait on
+    the first step of a pass. Whatever the workers do once started, the loop waits for them to start (the
+    per-sample cost of what they then make would name the wrong cause)."""
+    if started is None or started.per_pass_s is None or coarse(judged.klass) not in ("input", "balanced"):
+        return judged
+    share = pass_start_wait_share(steps)
+    if share is None or share < START_WAIT_SHARE:
+        return judged
+    timed = started.timed
+    reason = Reason("workers_starting", {
+        "data_wait_fraction": judged.evidence.get("data_wait_fraction"), "degree": judged.degree,
+        "pass_start_share": share, "per_pass_s": started.per_pass_s, "passes": started.passes,
+        "workers_per_pass": max(1, round(started.workers / max(started.passes, 1))),
+        **{name: started.parts[name] if timed else None for name in PARTS}})
+    evidence = {**judged.evidence, "pass_start_wait_share": share, "worker_start_per_pass_s": started.per_pass_s}
+    return dataclasses.replace(judged, klass="input:start", rule="R10", reason=reason, evidence=evidence,
+                               uncertain=False, candidates=("input:start",))

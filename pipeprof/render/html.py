@@ -44,6 +44,7 @@ _VERDICT_TITLES = {
     "compute": "Compute-bound",
     "input:fetch": "storage (fetch)",
     "input:prep": "CPU preprocessing (prep)",
+    "input:start": "workers starting",
     "input:main": "the training process (main)",
     "h2d": "Bound by the copy to the device",
     "balanced": "no single cause",

@@ -18,11 +18,13 @@ _CAUSE_WORDS = {
     "input:fetch": "by storage (reading samples)",
     "input:prep": "by preprocessing on the CPU (decoding and transforms)",
     "input:main": "in the training process itself",
+    "input:start": "by the DataLoader workers starting",
 }
 _CLASS_WORDS = {
     "input:fetch": "storage (reading samples)",
     "input:prep": "preprocessing on the CPU (decoding and transforms)",
     "input:main": "the training process itself",
+    "input:start": "the DataLoader workers starting",
     "balanced": "no single cause (bursty supply)",
     "compute": "compute",
     "h2d": "the copy to the device",
@@ -117,6 +119,18 @@ def _off_cpu_in_transforms(r: Reason) -> str:
                                  f"{fmt.duration(r['off_cpu_per_sample_s'])} of it off the CPU")
 
 
+def _workers_starting(r: Reason) -> str:
+    head = f"{str(r['degree']).capitalize()} ({share_text(r['data_wait_fraction'])} of step time waiting for data)"
+    inside = ""
+    if r["main_import_s"] is not None:
+        inside = (f"; a worker spends {fmt.duration(r['main_import_s'])} importing the script's main module again "
+                  f"and {fmt.duration(r['dataset_unpickle_s'])} unpickling the dataset")
+    return (f"{head}, by the DataLoader workers starting: {fmt.pct(r['pass_start_share'])} of the wait falls on "
+            f"the first batch of a pass, while {fmt.plural(r['workers_per_pass'], 'spawned worker')} "
+            f"{'starts' if r['workers_per_pass'] == 1 else 'start'} "
+            f"({fmt.duration(r['per_pass_s'])} a pass over {r['passes']} pass(es){inside}).")
+
+
 _WORDS: dict[str, Callable[[Reason], str]] = {
     WRITTEN: lambda r: str(r["text"]),
     "too_few_steps": _too_few_steps,
@@ -135,6 +149,7 @@ _WORDS: dict[str, Callable[[Reason], str]] = {
     "compute_near": _near("Uncertain: {data_wait_fraction} of step time waits for data, close to the "
                           "{cut_fraction} under which the run is compute-bound; if it is not, "),
     "input": _input,
+    "workers_starting": _workers_starting,
     "costliest_prep": lambda r: _extended(r.parts[0], costliest_words(r)),
     "off_cpu_in_transforms": _off_cpu_in_transforms,
     "run_varied": lambda r: _extended(r.parts[0], "uncertain: the run itself varied between its windows (a note "
