@@ -19,7 +19,6 @@ windows) the gate cannot tell a slowdown from noise: the outcome is
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal

@@ -29,8 +29,8 @@ import psutil
 
 from pipeprof.attach.stacks import (
     PERMISSION_WORDS,
-    StackLine,
     NoPySpy,
+    StackLine,
     Unattachable,
     WindowRecorder,
     check_attachable,
