@@ -191,8 +191,10 @@ class FakeRecorder:
 
     pyspy = "py-spy"
 
-    def __init__(self, texts: list[str], interrupt_at: int | None = None, clock: list[float] | None = None) -> None:
+    def __init__(self, texts: list[str], interrupt_at: int | None = None, clock: list[float] | None = None,
+                 interrupt: type[KeyboardInterrupt] = KeyboardInterrupt) -> None:
         self.texts, self.interrupt_at, self.calls = texts, interrupt_at, []
+        self.interrupt = interrupt
         self.partial = ""
         self.clock = clock
 
@@ -203,7 +205,7 @@ class FakeRecorder:
         text = self.texts[len(self.calls) - 1]
         if len(self.calls) - 1 == self.interrupt_at:
             self.partial = text
-            raise KeyboardInterrupt
+            raise self.interrupt
         return text, self.errors[len(self.calls) - 1] if self.errors else None
 
     errors: list[str | None] = []
@@ -228,6 +230,16 @@ def test_ctrl_c_ends_the_attach_and_keeps_the_window_it_interrupted():
     rec = FakeRecorder([LINE] * 5, interrupt_at=1, clock=now)
     out = record_stacks(rec, 7, None, 1, clock=lambda: now[0], t0_s=0.0, alive=lambda pid: True)
     assert out.ended == "ctrl-c" and out.windows == 2 and out.status == "complete"
+
+
+def test_sigterm_interrupts_the_attach_and_keeps_the_window_it_interrupted():
+    from pipeprof.errors import Terminated
+
+    now = [0.0]
+    rec = FakeRecorder([LINE] * 5, interrupt_at=1, clock=now, interrupt=Terminated)
+    out = record_stacks(rec, 7, None, 1, clock=lambda: now[0], t0_s=0.0, alive=lambda pid: True)
+    assert out.ended == "sigterm" and out.windows == 2 and out.status == "interrupted"
+    assert out.error is not None and out.error.startswith("terminated (SIGTERM)")
 
 
 def test_a_process_that_exits_mid_attach_gives_a_partial_run():

@@ -38,7 +38,7 @@ from pipeprof.attach.stacks import (
     source_line,
 )
 from pipeprof.attach.stacks import stack_text as _stack_text
-from pipeprof.errors import UsageError
+from pipeprof.errors import Terminated, UsageError, interrupt_reason
 from pipeprof.measure import gpu as gpu_mod
 from pipeprof.measure.clock import Clock, monotonic_clock
 from pipeprof.measure.environment import usable_cores
@@ -78,7 +78,7 @@ class Attached:
     unreadable_lines: int = 0
     status: str = "complete"
     error: str | None = None
-    ended: str = "seconds"  # "seconds", "ctrl-c", "exited"
+    ended: str = "seconds"  # "seconds", "ctrl-c", "sigterm", "exited"
 
 
 def stack_rows(stacks: list[StackLine], t_start_s: float, t_end_s: float,
@@ -119,9 +119,9 @@ def record_stacks(recorder: WindowRecorder, pid: int, seconds: float | None, win
         start = clock() - t0_s
         try:
             text, error = recorder.record(length)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:  # Ctrl-C ends an attach as asked; SIGTERM (Terminated) interrupts it
             text, error = recorder.partial, None
-            out.ended = "ctrl-c"
+            out.ended = "sigterm" if isinstance(e, Terminated) else "ctrl-c"
         end = clock() - t0_s
         stacks, unreadable = parse_raw(text)
         out.unreadable_lines += unreadable
@@ -132,7 +132,9 @@ def record_stacks(recorder: WindowRecorder, pid: int, seconds: float | None, win
             out.sampled_s += end - start
             if on_window is not None:
                 on_window(rows)
-        if out.ended == "ctrl-c":
+        if out.ended == "sigterm":
+            out.status, out.error = "interrupted", f"{interrupt_reason(Terminated())}; what was sampled until then is kept"
+        if out.ended in ("ctrl-c", "sigterm"):
             break
         if error is not None or not psutil.pid_exists(pid):
             # py-spy fails while a job is exiting (its interpreter already gone): only a job still running later
@@ -220,7 +222,8 @@ def _meta(pid: int, command: list[str], name: str | None, attached: Attached, ab
           gpu_meta: dict[str, Any], started_utc: dt.datetime, started_unix_s: float, rate_hz: int, window_s: int,
           seconds: float | None, recorder: WindowRecorder) -> dict[str, Any]:
     ended = {"seconds": f"after --seconds {seconds:g}" if seconds is not None else "",
-             "ctrl-c": "at Ctrl-C (the job goes on)", "exited": "when the process exited"}[attached.ended]
+             "ctrl-c": "at Ctrl-C (the job goes on)", "sigterm": "at SIGTERM to pipeprof (the job goes on)",
+             "exited": "when the process exited"}[attached.ended]
     if not attached.rows:
         absences["stacks"] = "py-spy recorded no samples" + (f" ({attached.error})" if attached.error else "")
     notes = [f"Attached to pid {pid} from outside; ended {ended}. Sampled: every share of step time in this report "

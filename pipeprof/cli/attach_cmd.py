@@ -36,7 +36,7 @@ from typing import Any
 
 from pipeprof.cli.arguments import pid_number, positive_int, seconds_at_least_1
 from pipeprof.cli.output import stdout_console
-from pipeprof.errors import UsageError
+from pipeprof.errors import EXIT_TERMINATED, UsageError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -87,4 +87,4 @@ def execute(args: argparse.Namespace) -> int:
     print(f"report: {folder / 'report.html'}", flush=True)
     if run.info.error:
         print(f"pipeprof attach: {run.info.error}; saved in {folder}", file=sys.stderr)
-    return 0
+    return EXIT_TERMINATED if run.meta.get("attach", {}).get("ended") == "sigterm" else 0
