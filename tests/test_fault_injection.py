@@ -637,6 +637,8 @@ def test_kill_9_of_sweep_stops_its_running_point_which_saves_its_steps(tmp_path)
     meta = json.loads(run.read_text())
     assert meta["status"] == "interrupted" and "SIGTERM" in meta["error"], meta["error"]
     assert json.loads((run.parent / "summary.json").read_text())["steps"] > 0
+    (sweep,) = list(out.rglob("sweep.json"))  # killed in its first point, the sweep still says what it was
+    assert json.loads(sweep.read_text())["status"] == "running"
 
 
 @pytest.mark.integration

@@ -220,19 +220,31 @@ def test_tuning_a_real_script_writes_tune_json_and_prints_the_winning_python(tmp
         assert "keep the script's settings" in printed
 
 
-def test_an_interrupted_tune_keeps_the_trials_so_far(tmp_path):
+def test_an_interrupted_tune_keeps_the_trials_so_far_its_running_one_and_the_best_measured(tmp_path):
     runner = FakeRunner(workers_help)
 
     def interrupted(change, steps, out):
-        if len(runner.calls) == 3:
+        if len(runner.calls) == 4:  # Ctrl-C while the fifth trial trains: its folder is there
+            (out / "run" / "recording").mkdir(parents=True)
             raise KeyboardInterrupt
         return runner(change, steps, out)
 
     doc, folder = tune_script(COMMAND, out=tmp_path, budget=ScriptBudget(20, 60, 12), run_trial=interrupted,
                               cores=2)
     saved = json.loads((folder / "tune.json").read_text())
-    assert saved["status"] == "interrupted" and len(saved["trials"]) == 3 and saved["best"] is None
-    assert saved["base"]["samples_per_s"] == 1000.0 and answer_text(saved) == ""
+    assert saved["status"] == "interrupted" and len(saved["trials"]) == 5
+    running = saved["trials"][-1]
+    assert running["status"] == "interrupted" and running["folder"] == "trials/04" and (folder / "trials/04").is_dir()
+    measured = [t for t in saved["trials"][:4] if t["change"]]
+    fastest = max(measured, key=lambda t: t["samples_per_s"])
+    assert fastest["samples_per_s"] > 1000.0  # 4 measured trials: one beat the script's own settings
+    best = saved["best"]
+    assert (best["change"], best["samples_per_s"], best["confirmed"]) == (fastest["change"],
+                                                                         fastest["samples_per_s"], False)
+    assert best["speedup"] == pytest.approx(fastest["samples_per_s"] / 1000.0) and best["python"]
+    assert any(n.startswith("Interrupted after 4 measured trial(s): the best is the fastest trial so far, not "
+                            "confirmed") for n in saved["notes"])
+    assert "(a short trial, not confirmed)" in answer_text(saved)
 
 
 def test_the_tuners_trials_check_the_first_runs_predictions(tmp_path):

@@ -194,13 +194,23 @@ class _Trials:
     def __init__(self, folder: Path, run_trial: RunTrial, progress: Progress, clock: Callable[[], float]) -> None:
         self.folder, self.run_trial, self.progress, self.clock = folder, run_trial, progress, clock
         self.records: list[dict[str, Any]] = []
+        self.start: Settings | None = None  # the script's own settings, once the first trial read them
+        self.loader: dict[str, Any] = {}  # its training loader, as that trial saw it
 
     def run(self, settings: Settings, change: Settings, steps: int, why: str, phase: str) -> TrialRun:
         index = len(self.records)
         out = self.folder / "trials" / f"{index:02d}"
         self.progress.line(f"  trial {index}: {label(change)} ({why}, {steps} steps) …", end="")
         started = self.clock()
-        trial = self.run_trial(change, steps, out)
+        try:
+            trial = self.run_trial(change, steps, out)
+        except KeyboardInterrupt:  # listed with what it left (its folder), then the tune stops
+            self.records.append({
+                "index": index, "phase": phase, "why": why, "settings": dict(settings), "change": dict(change),
+                "steps": steps, "status": "interrupted", "samples_per_s": None, "wall_s": self.clock() - started,
+                "folder": str(out.relative_to(self.folder)) if out.exists() else None,
+                "error": "the tune was interrupted while this trial ran", "predictions": []})
+            raise
         wall_s = self.clock() - started
         self.records.append({
             "index": index, "phase": phase, "why": why, "settings": dict(settings), "change": dict(change),
@@ -239,9 +249,35 @@ def tune_script(command: list[str], *, out: Path, budget: ScriptBudget, run_tria
         doc["status"], doc["error"] = "failed", str(e)
     except KeyboardInterrupt:
         doc["status"] = "interrupted"
+        _best_so_far(doc, trials, min_gain)
     doc["prediction_check"] = trials_check(doc)
     write_text(folder / "tune.json", json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
     return doc, folder
+
+
+def _best_so_far(doc: dict[str, Any], trials: _Trials, min_gain: float) -> None:
+    """An interrupted tune's ``best``: the fastest search trial measured so far that beat the script's own settings
+    by more than ``min_gain`` (else its own settings), not confirmed, said so in a note."""
+    if doc["best"] is not None or doc["base"] is None or trials.start is None:
+        return
+    base_rate = float(doc["base"]["samples_per_s"] or 0.0)
+    measured = [t for t in trials.records if t["phase"] == "search" and t["status"] == "complete"]
+    beating = [t for t in measured if t["change"] and t["samples_per_s"] > base_rate * (1 + min_gain)]
+    done = f"Interrupted after {len(measured)} measured trial(s)"
+    if not beating:
+        doc["best"] = {"settings": trials.start, "change": {}, "samples_per_s": base_rate, "confirmed": False,
+                       "speedup": 1.0, "python": ""}
+        doc["notes"].append(f"{done}: none so far beat the script's own settings by more than "
+                            f"{100 * min_gain:.0f}%.")
+        return
+    fastest = max(beating, key=lambda t: t["samples_per_s"])
+    doc["best"] = {"settings": fastest["settings"], "change": fastest["change"],
+                   "samples_per_s": fastest["samples_per_s"], "confirmed": False, "trial": fastest["index"],
+                   "speedup": fastest["samples_per_s"] / base_rate if base_rate else None,
+                   "python": script_text(written(fastest["change"], trials.start),
+                                         LoaderInfo.parse(trials.loader) or LoaderInfo())}
+    doc["notes"].append(f"{done}: the best is the fastest trial so far, not confirmed in a longer run beside the "
+                        "script's own settings.")
 
 
 def trials_check(doc: dict[str, Any]) -> dict[str, Any]:
@@ -267,6 +303,7 @@ def _search_and_confirm(doc: dict[str, Any], trials: _Trials, budget: ScriptBudg
                     "cuda": space.cuda, "batch_sizes": list(space.batch_sizes)}
     doc["base"] = {"settings": start, "change": {}, "samples_per_s": first.samples_per_s, "confirmed": False}
     loader = train_loader(first.summary) or {}
+    trials.start, trials.loader = start, loader
 
     def evaluate(settings: Settings, why: str) -> tuple[float | None, str]:
         if settings == start:  # the search begins with the script as written: measured already

@@ -116,6 +116,7 @@ def run_points(doc: dict[str, Any], points: list[Point], folder: Path, cache: Pa
     """Run every runnable point in a fresh process, saving sweep.json after each; the sweep's status."""
     runnable = sum(p.variant is not None for p in points)
     status = "complete"
+    save_document(doc, folder)  # "running" from the start: a sweep killed in its first point still says so
     with progress.showing():
         task = progress.task(doc["scenario"], runnable)
         for point in points:
