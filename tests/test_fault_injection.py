@@ -524,15 +524,23 @@ def test_a_killed_script_or_worker_is_a_failed_run_with_its_steps(tmp_path, vict
 
 
 @pytest.mark.integration
-def test_an_exception_in_the_dataset_shows_no_pipeprof_frame(tmp_path):
+@pytest.mark.parametrize("workers", [0, 1])
+def test_an_exception_in_the_dataset_shows_no_pipeprof_frame(tmp_path, workers):
+    """As `python faulty_loop.py` prints it: the script's traceback, and with a worker its "Original Traceback"
+    (formatted in the worker, where the hooks wrap the fetch), neither with a frame of pipeprof's."""
     out = tmp_path / "reports"
     done = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--out", str(out), "--quiet", "--",
-                           "python", SCRIPT, "--bad-index", "100"], capture_output=True, text=True, timeout=120)
+                           "python", SCRIPT, "--bad-index", "100", "--num-workers", str(workers)],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
-    traceback = done.stderr.split("Traceback (most recent call last):")[-1]
-    traceback = traceback.split("pipeprof: report:")[0].split("pipeprof: failed")[0]
-    assert "ValueError: corrupt record 100" in traceback and "faulty_loop.py" in traceback
-    assert "pipeprof" not in traceback and "runpy" not in traceback, traceback
+    tracebacks = done.stderr.split("pipeprof: report:")[0].split("pipeprof: failed")[0]
+    if workers:
+        assert "Original Traceback (most recent call last):" in tracebacks, tracebacks[-3000:]
+        assert "torch/utils/data/_utils/worker.py" in tracebacks  # the worker's own frames are kept
+    for traceback in tracebacks.split("Traceback (most recent call last):")[1:]:
+        assert "pipeprof" not in traceback and "runpy" not in traceback, traceback
+    last = tracebacks.split("Traceback (most recent call last):")[-1]
+    assert "ValueError: corrupt record 100" in last and "faulty_loop.py" in last
 
 
 @pytest.mark.integration

@@ -22,6 +22,7 @@ from typing import Any
 from pipeprof.errors import half_built_iterator, one_line
 from pipeprof.script import code_profile, overrides
 from pipeprof.script.hooks import EventLog, Hooks, clock, started_facts
+from pipeprof.script.own_frames import own_frames_trimmed
 from pipeprof.script.protocol import (
     EVENTS_DIR_ENV,
     EVENTS_ENV,
@@ -124,31 +125,6 @@ def _trim_own_frames_from_traceback() -> None:
         hook(kind, value.with_traceback(tb), tb)  # the interpreter's hook prints value.__traceback__
 
     sys.excepthook = trimmed
-
-
-def own_frames_trimmed(tb: TracebackType | None) -> TracebackType | None:
-    """``tb`` without the frames of pipeprof's hooks (this file, runpy in front of the script, the wrappers
-    around ``next()`` and the dataset's fetch: ``pipeprof/script/``), wherever they are in it; all of it if
-    nothing else is left. The frames kept are linked to each other in place."""
-    first, kept = tb, []
-    while tb is not None:
-        if not _is_own_frame(tb.tb_frame.f_code.co_filename):
-            kept.append(tb)
-        tb = tb.tb_next
-    if not kept:
-        return first
-    for here, after in zip(kept, [*kept[1:], None]):
-        here.tb_next = after
-    return kept[0]
-
-
-# the hooks' packages: this one and the data libraries' adapters (a library's own loader's wrappers)
-_OWN_PACKAGES = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name) + os.sep
-                      for name in ("script", "adapters"))
-
-
-def _is_own_frame(filename: str) -> bool:
-    return filename.startswith(_OWN_PACKAGES) or filename in (runpy.__file__, "<frozen runpy>")
 
 
 if __name__ == "__main__":

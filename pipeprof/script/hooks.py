@@ -89,6 +89,7 @@ from pipeprof.script.frameworks import OuterPass
 from pipeprof.script.loader_names import loader_name, note_built
 from pipeprof.script.loaders import batch_samples, describe_loader, describe_loop_feed, tensors
 from pipeprof.script.loop_feed import COPY, FORWARD, LoopFeed, Use
+from pipeprof.script.own_frames import own_frames_trimmed
 from pipeprof.script.patches import Patches, wraps
 from pipeprof.script.segments import WhatIfSegments
 from pipeprof.script.transform_hooks import TransformHooks
@@ -232,6 +233,15 @@ class EventLog:
             self._write()
         finally:
             self._lock.release()
+
+
+def _without_own_frames(original: Callable) -> Callable:
+    """``ExceptionWrapper.__init__`` formatting the traceback without the hooks' own frames (the fetch wrapped in
+    a worker): the "Original Traceback" reads as it would without pipeprof."""
+    def init(wrapper: Any, exc_info: Any = None, where: str = "in background") -> None:
+        kind, value, tb = sys.exc_info() if exc_info is None else exc_info
+        original(wrapper, (kind, value, own_frames_trimmed(tb)), where)
+    return wraps(init, original)
 
 
 _PID = [os.getpid()]  # this process's pid, kept by an at-fork hook: cheaper than os.getpid() per event
@@ -808,6 +818,8 @@ class Hooks:
                                lambda original: _switched(original, self, self.on_next))
             for name in ("to", "cuda"):
                 self.patches.apply(torch.Tensor, name, lambda original: _copy_method(original, self))
+            # a worker's exception reaches the loop as its "Original Traceback" text, made in the worker
+            self.patches.apply(torch._utils.ExceptionWrapper, "__init__", _without_own_frames)
             self._module_calls = self.patches.apply(torch.nn.Module, "__call__",
                                                     lambda original: _module_call(original, self))
             frameworks.install(self.patches, self, self.clock)  # accelerate's loaders, when the script imports it
