@@ -217,7 +217,8 @@ def test_a_refused_profiler_is_recorded_not_raised():
 
 
 def steps_table(step_s, warmup=2):
-    return pd.DataFrame([{"step": i, "epoch": 0, "warmup": i < warmup, "t_start_s": 0.0, "data_wait_s": 0.0,
+    starts = np.concatenate([[0.0], np.cumsum(step_s)[:-1]])  # each step begins as the one before it ends
+    return pd.DataFrame([{"step": i, "epoch": 0, "warmup": i < warmup, "t_start_s": starts[i], "data_wait_s": 0.0,
                           "h2d_s": 0.0, "compute_s": s, "step_s": s, "host_wait_s": 0.0, "samples": 8,
                           "loss": 1.0, "correct": 1, "ready_batches": np.nan} for i, s in enumerate(step_s)],
                         columns=STEP_COLUMNS)

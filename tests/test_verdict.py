@@ -196,6 +196,15 @@ def test_every_class_is_reachable_and_known():
         make_run(wait=0.01), make_run(wait=0.3, h2d=0.4), make_run(wait=0.3, loading=(0.03, 0, 0)),
         make_run(wait=0.3, loading=(0, 0.03, 0)), make_run(wait=0.3, loading=(0, 0, 0.03)),
         make_run(wait=0.3, workers=2, ready=[0, 3] * 20, loading=(0.01, 0.01, 0)), make_run(n=4, warmup=4))}
+    # input:start is set after the table, where spawned workers' start-up holds the wait at each pass's start
+    from pipeprof.analysis.worker_start import with_start_verdict, worker_start_summary
+
+    run = make_run(wait=0.3, workers=2, ready=[0, 3] * 20, loading=(0.01, 0.01, 0))
+    steps = run.steps.assign(epoch=np.arange(len(run.steps)) // 10)
+    steps["data_wait_s"] = np.where(steps["epoch"].diff().fillna(1) != 0, 5.0, 0.001)
+    started = worker_start_summary([{"loader": 0, "worker": 0, "pid": 9, "process_start_s": t, "prepare_t0_s": t + 0.2,
+                                     "prepare_t1_s": t + 4.0, "unpickled_s": t + 4.5} for t in (0.0, 60.0)], 120.0)
+    seen.add(with_start_verdict(verdict(run), started, steps).klass)
     assert seen == set(CLASSES)
 
 
