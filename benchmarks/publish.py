@@ -46,6 +46,8 @@ BENCHMARKS = {
     "suite": ("The test suite's time per tier", [], ["--tiers", "unit"]),
     "long_jobs": ("What `profile --light` and `attach` cost a long job's own step time", [],
                   ["--pairs", "2", "--seconds", "20", "--blocks", "10"]),
+    "soak": ("A long job under `profile --light`: every step kept, memory and disk flat, a kill -9 survived", [],
+             ["--seconds", "60"]),
     "sweep_check": ("Do the predictions hold on this machine? Three sweeps checked against themselves", [],
                     ["--repeats", "1"]),
 }
