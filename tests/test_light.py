@@ -77,6 +77,24 @@ def test_event_tail_reads_every_event_once_while_the_hooks_keep_their_file_and_i
     assert events.unreadable == 0 and 0 < len(marks) < 50000 and marks == [float(i) for i in range(50000 - len(marks), 50000)]
 
 
+def test_a_reader_of_the_whole_trimmed_file_gets_the_records_given_back_from_the_light_profile(tmp_path):
+    """--live beside --light reads the event file whole: once its start (the loaders' records) is given back, the
+    light profile's kept records are read ahead of it, so the live view still knows the loader."""
+    from pipeprof.script.event_file import read_events
+    from pipeprof.script.hooks import EventLog
+
+    loader = ["L", 0, {"number": 0, "name": "loader", "num_workers": 2, "batch_size": 32}]
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps(loader) + "\n")
+    log = EventLog(str(path), clock=lambda: 0.0)
+    tail = EventTail(path, trim_bytes=16 * 1024)
+    for step in range(5000):
+        log.add(("M", float(step)), 0.0)
+    tail.read_new()
+    assert tail.trimmed and read_events(path).loaders == {}  # the loader's record was in the part given back
+    assert read_events(path, before=[loader]).loaders[0]["num_workers"] == 2
+
+
 def test_windows_file_stays_under_its_bound_and_keeps_the_newest(tmp_path):
     writer = RotatingWindows(tmp_path, max_bytes=4000)
     for i in range(200):

@@ -121,6 +121,11 @@ class EventTail:
                 self.unreadable += 1
         return events
 
+    @property
+    def trimmed(self) -> bool:
+        """Whether part of the file has been given back (its first lines read as zeros since)."""
+        return self._trimmed_to > 0
+
     @staticmethod
     def _read(path: Path, offset: int) -> tuple[list[str], int]:
         try:

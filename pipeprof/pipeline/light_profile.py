@@ -79,6 +79,11 @@ class LightProfile:
         with open(self.session.events_path, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(e) + "\n" for e in self.cutter.context)
 
+    def given_back_context(self) -> list[list]:
+        """The records that are not per step, once the event file's start (where they were) has been given back:
+        for a reader of the whole file (``--live``); none before."""
+        return list(self.cutter.context) if self.cutter is not None and self.tail.trimmed else []
+
     def _keep_context(self, context: list[list]) -> None:
         if len(context) > self._context_kept:
             with open(self.folder / CONTEXT_FILE, "a", encoding="utf-8") as f:

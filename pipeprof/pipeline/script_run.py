@@ -308,7 +308,9 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
         # before it starts.
         from pipeprof.pipeline.derive import derived_files
         light = LightProfile(session, tmp / LIGHT, light_s) if light_s else None
-        ticks = [t for t in (ProfileLive(session, live).tick if live is not None else None,
+        live_view = ProfileLive(session, live, context=light.given_back_context if light is not None else tuple) \
+            if live is not None else None
+        ticks = [t for t in (live_view.tick if live_view is not None else None,
                              light.tick if light is not None else None) if t is not None]
         returncode = _wait(process, ticks)
         if light is not None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,9 +217,12 @@ def _numbers(kind: str, lines: list[str], width: int) -> np.ndarray | None:
     return values if values.shape == (len(lines), width) else None
 
 
-def read_events(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Events:
-    """The events of an event file (none if it is missing), ``chunk_bytes`` of whole lines at a time."""
+def read_events(path: Path, chunk_bytes: int = CHUNK_BYTES, before: Sequence[list] = ()) -> Events:
+    """The events of an event file (none if it is missing), ``chunk_bytes`` of whole lines at a time; ``before``:
+    events read ahead of the file's (a long --light job's records whose part of the file was given back)."""
     reader = EventReader()
+    if before:
+        reader.add(list(before))
     try:
         f = open(path, encoding="utf-8", errors="replace")
     except FileNotFoundError:
