@@ -7,11 +7,14 @@ test counts once (it tries many documents). Bad inputs: the CLI's
 arguments, scenario files, ``--set`` / ``--loader`` values and the
 fuzzed configuration, and settings refused up front against what the
 machine can start (``test_cli``, ``test_cli_output``, ``test_scenario``,
-``test_overrides``, ``test_fuzz_config``, ``test_validation_up_front``). Faults: signals to the process
+``test_overrides``, ``test_fuzz_config``, ``test_validation_up_front``, and the regression gate's,
+``test_gate``). Faults: signals to the process
 group, a double Ctrl-C, SIGTERM, SIGKILL of pipeprof, of the script and of
 a worker, read-only and full disks, ``os._exit``, failing loaders and
-ranks (``test_fault_injection``, ``test_interrupts``, ``test_faults``,
-``test_rank_exit``). Damaged run folders: ``test_run_folder`` and any
+ranks, a long --light job's event file, an export onto a full disk, SIGTERM to
+an attach (``test_fault_injection``, ``test_interrupts``, ``test_faults``,
+``test_rank_exit``, ``test_light``, ``test_export_trackers``, ``test_attach_analysis``). Damaged run
+folders: ``test_run_folder`` and any
 ``test_damaged*``. Skipped cases (no mount namespace, no GPU) are counted
 as such.
 
@@ -32,8 +35,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 GROUPS = {
     "bad inputs": ["test_cli.py", "test_cli_output.py", "test_scenario.py", "test_overrides.py",
-                   "test_fuzz_config.py", "test_validation_up_front.py"],
-    "faults": ["test_fault_injection.py", "test_interrupts.py", "test_faults.py", "test_rank_exit.py"],
+                   "test_fuzz_config.py", "test_validation_up_front.py", "test_gate.py"],
+    "faults": ["test_fault_injection.py", "test_interrupts.py", "test_faults.py", "test_rank_exit.py",
+               "test_light.py", "test_export_trackers.py", "test_attach_analysis.py"],
     "damaged folders": ["test_run_folder.py", "test_damaged*.py"],
 }
 

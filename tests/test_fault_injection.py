@@ -121,9 +121,9 @@ def test_ranks_the_launcher_ended_when_the_job_was_interrupted_are_interrupted_n
 
 
 def test_the_hooks_frames_are_trimmed_wherever_they_are_in_a_traceback():
-    from pipeprof.script import boot
+    from pipeprof.script import own_frames
 
-    hooks_file = str(Path(boot.__file__).parent / "hooks.py")  # a frame that looks like the hooks' wrapper
+    hooks_file = str(Path(own_frames.__file__).parent / "hooks.py")  # a frame that looks like the hooks' wrapper
     namespace: dict = {}
     exec(compile("def wrapper(f):\n    return f()\n", hooks_file, "exec"), namespace)
 
@@ -138,12 +138,27 @@ def test_the_hooks_frames_are_trimmed_wherever_they_are_in_a_traceback():
     except ValueError as e:
         tb = e.__traceback__
     names = []
-    tb = boot.own_frames_trimmed(tb)
+    tb = own_frames.own_frames_trimmed(tb)
     while tb is not None:
         names.append(tb.tb_frame.f_code.co_name)
         tb = tb.tb_next
     assert names == ["test_the_hooks_frames_are_trimmed_wherever_they_are_in_a_traceback", "training_loop",
                      "dataset_item"]
+
+
+@pytest.mark.integration
+def test_a_ctrl_c_while_the_hooks_load_shows_no_frame_of_pipeprofs(tmp_path):
+    """A Ctrl-C in the script's first second (torch loading, the hooks not yet installed): the traceback printed
+    is the one `python SCRIPT` would give, with no frame of pipeprof's, and the process ends."""
+    env = dict(os.environ, PIPEPROF_EVENTS=str(tmp_path / "events.jsonl"), PIPEPROF_EVENTS_DIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "pipeprof.script.boot", SCRIPT, "--epochs", "1000"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
+    frames = [line for line in err.splitlines() if line.strip().startswith("File ")]
+    assert not [f for f in frames if "pipeprof" in f or "runpy" in f], err[-3000:]
 
 
 def test_torchs_half_built_iterator_is_not_printed_and_anything_else_is():

@@ -16,13 +16,10 @@ from __future__ import annotations
 import os
 import runpy
 import sys
-from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeprof.errors import half_built_iterator, one_line
-from pipeprof.script import code_profile, overrides
-from pipeprof.script.hooks import EventLog, Hooks, clock, started_facts
-from pipeprof.script.own_frames import own_frames_trimmed
+from pipeprof.script.own_frames import trimming
 from pipeprof.script.protocol import (
     EVENTS_DIR_ENV,
     EVENTS_ENV,
@@ -31,10 +28,17 @@ from pipeprof.script.protocol import (
     WHAT_IFS_ENV,
     WHAT_IFS_SECONDS_ENV,
 )
-from pipeprof.script.segments import WhatIfSegments
+
+if TYPE_CHECKING:
+    from pipeprof.script.hooks import Hooks
 
 
 def main(argv: list[str]) -> None:
+    # torch loads here, after the excepthook that leaves pipeprof's frames out (a Ctrl-C while it loads)
+    from pipeprof.script import code_profile
+    from pipeprof.script.hooks import EventLog, Hooks, clock, started_facts
+    from pipeprof.script.segments import WhatIfSegments
+
     steps = os.environ.get(STEPS_ENV)
     hooks = Hooks(EventLog(os.environ[EVENTS_ENV]), int(steps) if steps else None)
     if steps and os.environ.get(WHAT_IFS_ENV, "1") != "0":  # after --steps, the loop fed by variants
@@ -90,6 +94,8 @@ def main(argv: list[str]) -> None:
 
 def _arm_overrides(hooks: Hooks) -> None:
     """``--loader`` / ``--threads`` (``PIPEPROF_OVERRIDES``), applied in this process (``script.overrides``)."""
+    from pipeprof.script import overrides
+
     folder = os.environ.get(EVENTS_DIR_ENV)
     record = overrides.record_path(folder, os.getpid()) if folder else None
     overrides.arm(hooks, overrides.from_environment(os.environ.get(OVERRIDES_ENV)), record)
@@ -113,21 +119,11 @@ def _trim_own_frames_from_traceback() -> None:
 
     Wraps the excepthook in place when the exception leaves the script (one the script set stays in charge).
     """
-    hook = sys.excepthook
-
-    def trimmed(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-        tb = own_frames_trimmed(tb)
-        seen, chained = {id(value)}, value.__cause__ or value.__context__
-        while chained is not None and id(chained) not in seen:  # "During handling of the above exception..."
-            seen.add(id(chained))
-            chained.with_traceback(own_frames_trimmed(chained.__traceback__))
-            chained = chained.__cause__ or chained.__context__
-        hook(kind, value.with_traceback(tb), tb)  # the interpreter's hook prints value.__traceback__
-
-    sys.excepthook = trimmed
+    sys.excepthook = trimming(sys.excepthook)
 
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or (sys.argv[1] == "-m" and len(sys.argv) < 3):
         sys.exit("usage: python -m pipeprof.script.boot SCRIPT [ARGS] | -m MODULE [ARGS]")
+    _trim_own_frames_from_traceback()  # from the start: a Ctrl-C while torch loads shows none of pipeprof's frames
     main(sys.argv[1:])

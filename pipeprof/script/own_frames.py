@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import os
 import runpy
+from collections.abc import Callable
 from types import TracebackType
+
+ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], object]
 
 
 def own_frames_trimmed(tb: TracebackType | None) -> TracebackType | None:
@@ -33,3 +36,17 @@ _OWN_PACKAGES = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspa
 
 def _is_own_frame(filename: str) -> bool:
     return filename.startswith(_OWN_PACKAGES) or filename in (runpy.__file__, "<frozen runpy>")
+
+
+def trimming(hook: ExceptHook) -> ExceptHook:
+    """``hook`` (an excepthook) given the exception with pipeprof's frames left out of its traceback and of every
+    exception chained to it ("During handling of the above exception...")."""
+    def trimmed(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> object:
+        tb = own_frames_trimmed(tb)
+        seen, chained = {id(value)}, value.__cause__ or value.__context__
+        while chained is not None and id(chained) not in seen:
+            seen.add(id(chained))
+            chained.with_traceback(own_frames_trimmed(chained.__traceback__))
+            chained = chained.__cause__ or chained.__context__
+        return hook(kind, value.with_traceback(tb), tb)  # the interpreter's hook prints value.__traceback__
+    return trimmed
