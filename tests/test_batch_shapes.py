@@ -6,11 +6,16 @@ In-process sessions (no subprocess): the hooks installed around a few passes of 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pandas as pd
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from pipeprof.analysis.attribution import _samples_per_call
+from pipeprof.analysis.reasons import Reason
+from pipeprof.render.cause_text import cause_words
 from pipeprof.script import hooks
 from pipeprof.script.batches import leading_samples
 from pipeprof.script.event_file import read_events
@@ -88,3 +93,17 @@ def test_items_counted_one_each_are_said_in_absences():
     assert said is not None and "shard_loader" in said and "batch_size=None" in said
     assert one_sample_an_item(ready, pd.DataFrame({"samples": [64, 64]})) is None  # counted by the batch
     assert one_sample_an_item({"name": "x", "batch_size": 1}, pd.DataFrame({"samples": [1, 1]})) is None
+
+
+def test_a_ready_made_batch_is_timed_per_call_as_well_as_per_sample():
+    train = {"name": "shard_loader", "role": "train", "batch_size": None}
+    loading = SimpleNamespace(samples=640, batches=10)
+    assert _samples_per_call(loading, SimpleNamespace(loaders=(train,))) == 64  # each batch one __getitem__ call
+    assert _samples_per_call(loading, SimpleNamespace(loaders=({**train, "batch_size": 64},))) is None  # collated
+    assert _samples_per_call(loading, SimpleNamespace(loaders=({"name": "x", "role": "train"},))) is None  # unknown
+    assert _samples_per_call(SimpleNamespace(samples=10, batches=10), SimpleNamespace(loaders=(train,))) is None
+    part = Reason("part", {"part": "prep", "time_s": 146e-6, "off_cpu_split": True, "core_wait_told_apart": True,
+                           "samples_per_call": 64.0})
+    assert cause_words(part) == ("CPU work in __getitem__ — decoding and transforms (9.34 ms per __getitem__ call, "
+                                 "a ready-made batch of 64 samples: 146 µs per sample)")
+    assert cause_words(Reason("part", {**part.values, "samples_per_call": None})).endswith("(146 µs per sample)")

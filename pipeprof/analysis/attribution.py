@@ -181,7 +181,18 @@ def _loading(loading: LoadingSummary | None, wait_mean_s: float | None, meta: Ru
         # How fetch and prep were told apart: null = timed around the storage's own fetch() and prep();
         # "thread-cpu-time" = a script's __getitem__, off-CPU time as fetch and on-CPU time as prep.
         split=meta.loading_split,
+        samples_per_call=_samples_per_call(loading, meta),
     )
+
+
+def _samples_per_call(loading: LoadingSummary, meta: RunMeta) -> float | None:
+    """The samples of one ``__getitem__`` call where the training loader hands over ready-made batches
+    (``batch_size=None``, recorded as such) of more than one sample: each batch is one call. None otherwise."""
+    train = next((d for d in meta.loaders if d.get("role") == "train"), None)
+    if train is None or "batch_size" not in train or train["batch_size"] is not None or not loading.batches:
+        return None
+    per_call = loading.samples / loading.batches
+    return per_call if per_call > 1 else None
 
 
 def _cpu(run: Run, meta: RunMeta, num_workers: int | None) -> CpuEvidence:

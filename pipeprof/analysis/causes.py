@@ -339,5 +339,6 @@ def _part(part: str, loading: LoadingEvidence, storage: Reason | None) -> Reason
               else loading.collate_per_batch_s)
     return Reason("part", {"part": part, "time_s": time_s,
                            "off_cpu_split": loading.split == OFF_CPU_SPLIT and part in ("fetch", "prep"),
-                           "core_wait_told_apart": _core_wait_fraction(loading) is not None},
+                           "core_wait_told_apart": _core_wait_fraction(loading) is not None,
+                           "samples_per_call": loading.samples_per_call if part in ("fetch", "prep") else None},
                   (storage,) if storage is not None else ())

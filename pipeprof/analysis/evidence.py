@@ -90,8 +90,9 @@ class LoadingEvidence(_Section):
     ``workers``: 0 when the training process made them; per-sample and per-batch times;
     ``*_fraction``: shares of production time; ``busy_fraction_by_worker`` (``"main"``,
     ``"0"``, ...); ``production_over_wait_fraction``: ``batch_s`` over the mean data wait
-    per step; ``split``: how fetch and prep were told apart (None: timed around the
-    storage's fetch() and prep(); ``"thread-cpu-time"``: a script's ``__getitem__``).
+    per step; ``samples_per_call``: a ready-made batch's samples (one ``__getitem__`` call); ``split``: how fetch
+    and prep were told apart (None: timed around the storage's fetch() and prep(); ``"thread-cpu-time"``: a
+    script's ``__getitem__``).
     """
 
     workers: int | None = None
@@ -109,7 +110,16 @@ class LoadingEvidence(_Section):
     worker_busy_mean_fraction: float | None = None
     production_over_wait_fraction: float | None = None
     split: str | None = None
+    # samples one __getitem__ call hands over where the loader takes ready-made batches (batch_size=None) of more
+    # than one sample; None: one sample a call
+    samples_per_call: float | None = None
     absent: str | None = None
+
+    def to_json(self) -> JsonObject:
+        out = super().to_json()
+        if out.get("samples_per_call", 0) is None:
+            del out["samples_per_call"]  # written only for ready-made batches (summary.json's optional key)
+        return out
 
     def part_fraction(self, part: str) -> float | None:
         """The share of production time of ``part`` (one of ``PARTS``, or ``CORE_WAIT``)."""
