@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import csv
 import errno
 import json
 import os
+import re
 import signal
+from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 from tiny import tiny_file
 
@@ -135,3 +139,33 @@ def test_dead_workers_says_which_worker_died_and_how():
     assert dead_workers(late, wait_s=5.0, poll_s=0.0) == "DataLoader worker (pid 14) is killed by signal: " \
         + signal.strsignal(signal.SIGSEGV)
     assert dead_workers(_Iterator(_Worker(15, [None, None, -9])), wait_s=0.0) is None  # not waited for unless asked
+
+
+def test_a_disk_that_fills_while_the_run_trains_says_how_many_steps_its_raw_records_keep(tmp_path, monkeypatch,
+                                                                                         capsys):
+    scenario = tiny_file(tmp_path, steps=60)
+    real_writer, step_writes = csv.writer, []
+
+    def filling(f, *args, **kwargs):  # the disk fills after the steps' second write: every write fails since
+        writer = real_writer(f, *args, **kwargs)
+        if "steps." in str(getattr(f, "name", "")):
+            step_writes.append(f.name)
+        if len(step_writes) <= 2:
+            return writer
+        full = OSError(errno.ENOSPC, "No space left on device")
+        return SimpleNamespace(writerow=lambda row: (_ for _ in ()).throw(full),
+                               writerows=lambda rows: (_ for _ in ()).throw(full))
+
+    monkeypatch.setattr(csv, "writer", filling)
+    monkeypatch.setattr("pandas.DataFrame.to_csv", lambda *a, **k: (_ for _ in ()).throw(
+        OSError(errno.ENOSPC, "No space left on device")))
+    status = main(["run", str(scenario), "--out", str(tmp_path / "reports"), "--cache", str(tmp_path / "cache"),
+                   "--quiet", "--set", "profile.what_ifs=false"])
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert status == 1
+    kept, steps = (int(n) for n in re.search(r"hold ([\d,]+) of its ([\d,]+) steps", err).groups())
+    assert steps == 60 and 0 < kept < steps and "the disk filled while the run went on" in err
+    monkeypatch.undo()
+    (folder,) = [p for p in (tmp_path / "reports").iterdir() if p.is_dir()]
+    assert main(["report", "--quiet", str(folder)]) == 0  # the rebuild keeps exactly the steps the line said
+    assert len(pd.read_csv(folder / "steps.csv")) == kept

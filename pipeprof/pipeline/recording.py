@@ -131,6 +131,12 @@ def live_recorder(folder: Path) -> int | None:
     return process.pid if alive and process.pid != os.getpid() else None
 
 
+def steps_kept(recording: Recording) -> int:
+    """The step rows a ``pipeprof run``'s spools wrote into ``recording`` (what a rebuild keeps)."""
+    steps = spooled(recording.path, "steps")
+    return 0 if steps is None else len(steps)
+
+
 def is_recording(folder: Path) -> bool:
     """A run folder that holds a recording and no saved run: pipeprof ended before it saved it."""
     return (folder / RECORDING / FACTS).is_file() and not (folder / "run.json").exists()

@@ -24,7 +24,7 @@ from pipeprof.measure.probe_cache import cached_probe
 from pipeprof.pipeline.derive import derived_files
 from pipeprof.pipeline.progress import SILENT, Progress
 from pipeprof.pipeline.ranks_run import run_ranks
-from pipeprof.pipeline.recording import Recording, is_recording, scenario_record_to, start_recording
+from pipeprof.pipeline.recording import Recording, is_recording, scenario_record_to, start_recording, steps_kept
 from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
 from pipeprof.pipeline.verify import VERIFY_REPEATS, store, verify
 from pipeprof.run_folder import Run, ensure_out_folder, new_run_folder, save_run
@@ -103,6 +103,12 @@ def _save(run: Run, folder: Path, recording: Recording | None) -> ScenarioRun:
                 shutil.rmtree(folder, ignore_errors=True)
                 raise NotSaved(f"could not write the run folder {folder} ({one_line(e)}); its records were in "
                                f"memory and are lost: make room in {folder.parent} and run again") from e
+            kept, steps = steps_kept(recording), len(run.steps)
+            if kept < steps:  # the disk filled while it trained: the spools held the rest in memory
+                raise NotSaved(f"could not complete the run folder {folder} ({one_line(e)}); the disk filled while "
+                               f"the run went on: the raw records kept in {recording.path} hold {kept:,} of its "
+                               f"{steps:,} steps (the rest were in memory and are lost): `pipeprof report "
+                               f"{folder}` rebuilds those once there is room") from e
             raise NotSaved(f"could not complete the run folder {folder} ({one_line(e)}); the raw records written "
                            f"so far are kept in {recording.path}: `pipeprof report {folder}` rebuilds the run "
                            "once there is room") from e
