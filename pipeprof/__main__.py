@@ -1,5 +1,5 @@
 import sys
 
-from pipeprof.cli.main import main
+from pipeprof.cli.entry import main
 
 sys.exit(main())

@@ -323,3 +323,20 @@ def test_a_ctrl_c_as_profile_hands_the_signals_back_waits_for_the_save(monkeypat
         restore(previous)
         signals.process.wait()
     assert state.signals == [signal.SIGINT, signal.SIGINT] and state.hurried
+
+
+def test_a_ctrl_c_while_the_commands_modules_load_is_one_line_and_exit_130(monkeypatch, capsys):
+    """The `pipeprof` entry point: a Ctrl-C while pipeprof.cli.main and what it imports load (before the command
+    has its handler) ends with one line and 130, not a traceback of the import it cut short."""
+    from pipeprof.cli import entry
+
+    class CtrlC:  # the import of the command's module meets the Ctrl-C
+        def find_spec(self, name, path=None, target=None):
+            if name == "pipeprof.cli.main":
+                raise KeyboardInterrupt
+            return None
+
+    monkeypatch.delitem(sys.modules, "pipeprof.cli.main", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [CtrlC(), *sys.meta_path])
+    assert entry.main() == 130
+    assert capsys.readouterr().err.splitlines() == [f"pipeprof: {interrupt_reason(KeyboardInterrupt())}"]
