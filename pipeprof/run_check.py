@@ -148,7 +148,7 @@ def read_table(path: Path, name: str, columns: Sequence[str]) -> tuple[pd.DataFr
 
 def _contradictions(df: pd.DataFrame, name: str, wrong: np.ndarray) -> list[tuple[int, str]]:
     """Rows (index, why) whose cells each read but cannot all be true: a count with a fraction, a step before
-    the run's start, a batch's one-call part longer than the batch."""
+    the run's start, a step lasting past the next step's start, a batch's one-call part longer than the batch."""
     if df.empty:
         return []
     found: dict[int, str] = {}

@@ -481,14 +481,9 @@ def _check_machine(where: str, scenario: Scenario, limits: machine_limits.Machin
     torch threads, and a data set held in memory."""
     loader, train, data = scenario.loader, scenario.train, scenario.data
     most = limits.most_workers()
-    per_rank = max(1, most // train.ranks)
-    if loader.num_workers > per_rank:
-        ranks = f" a rank of {train.ranks}" if train.ranks > 1 else ""
-        raise UsageError(f"{where}: loader.num_workers = {loader.num_workers} is not allowed: expected 0 to "
-                         f"{per_rank}{ranks} on this machine ({limits.where()})")
-    if train.threads > most:
-        raise UsageError(f"{where}: train.threads = {train.threads} is not allowed: expected 0 to {most} on this "
-                         f"machine ({limits.where()}; 0 keeps torch's default)")
+    _at_most(where, "loader.num_workers", loader.num_workers, max(1, most // train.ranks), limits,
+             each=f" a rank of {train.ranks}" if train.ranks > 1 else "")
+    _at_most(where, "train.threads", train.threads, most, limits, note="; 0 keeps torch's default")
     if data.storage in IN_MEMORY and limits.memory_bytes is not None and \
             data.samples * SAMPLE_BYTES > limits.memory_bytes:
         fits = limits.memory_bytes // SAMPLE_BYTES
@@ -536,7 +531,13 @@ def check_key(where: str, dotted: str, value: Any) -> None:
     _check_value(where, section, key, value)
     if dotted in ("loader.num_workers", "train.threads"):  # more than this machine starts whatever goes with it
         limits = machine_limits.current()
-        most = limits.most_workers()
-        if value > most:
-            raise UsageError(f"{where}: {dotted} = {value} is not allowed: expected 0 to {most} on this machine "
-                             f"({limits.where()})")
+        _at_most(where, dotted, value, limits.most_workers(), limits)
+
+
+def _at_most(where: str, dotted: str, value: int, most: int, limits: machine_limits.MachineLimits, *,
+             each: str = "", note: str = "") -> None:
+    """A count this machine cannot start (``machine_limits``) refused: "expected 0 to ``most````each`` on this
+    machine (why``note``)"."""
+    if value > most:
+        raise UsageError(f"{where}: {dotted} = {value} is not allowed: expected 0 to {most}{each} on this machine "
+                         f"({limits.where()}{note})")

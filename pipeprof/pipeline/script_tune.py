@@ -261,23 +261,41 @@ def _best_so_far(doc: dict[str, Any], trials: _Trials, min_gain: float) -> None:
     if doc["best"] is not None or doc["base"] is None or trials.start is None:
         return
     base_rate = float(doc["base"]["samples_per_s"] or 0.0)
-    measured = [t for t in trials.records if t["phase"] == "search" and t["status"] == "complete"]
-    beating = [t for t in measured if t["change"] and t["samples_per_s"] > base_rate * (1 + min_gain)]
-    done = f"Interrupted after {len(measured)} measured trial(s)"
+    done = (f"Interrupted after {sum(t['phase'] == 'search' and t['status'] == 'complete' for t in trials.records)} "
+            "measured trial(s)")
+    beating = _beating(trials, base_rate, min_gain)
     if not beating:
-        doc["best"] = {"settings": trials.start, "change": {}, "samples_per_s": base_rate, "confirmed": False,
-                       "speedup": 1.0, "python": ""}
+        doc["best"] = _best(trials, None, base_rate, base_rate, confirmed=False)
         doc["notes"].append(f"{done}: none so far beat the script's own settings by more than "
                             f"{100 * min_gain:.0f}%.")
         return
-    fastest = max(beating, key=lambda t: t["samples_per_s"])
-    doc["best"] = {"settings": fastest["settings"], "change": fastest["change"],
-                   "samples_per_s": fastest["samples_per_s"], "confirmed": False, "trial": fastest["index"],
-                   "speedup": fastest["samples_per_s"] / base_rate if base_rate else None,
-                   "python": script_text(written(fastest["change"], trials.start),
-                                         LoaderInfo.parse(trials.loader) or LoaderInfo())}
+    doc["best"] = _best(trials, beating[0], beating[0]["samples_per_s"], base_rate, confirmed=False)
     doc["notes"].append(f"{done}: the best is the fastest trial so far, not confirmed in a longer run beside the "
                         "script's own settings.")
+
+
+def _beating(trials: _Trials, base_rate: float, min_gain: float) -> list[dict[str, Any]]:
+    """The search trials measured whole that beat the script's own settings by more than ``min_gain``, fastest
+    first."""
+    return sorted((t for t in trials.records if t["phase"] == "search" and t["status"] == "complete"
+                   and t["change"] and t["samples_per_s"] > base_rate * (1 + min_gain)),
+                  key=lambda t: -t["samples_per_s"])
+
+
+def _best(trials: _Trials, winner: dict[str, Any] | None, rate: float, base_rate: float | None, *,
+          confirmed: bool) -> dict[str, Any]:
+    """tune.json's ``best``: ``winner``'s settings (None: the script's own) at ``rate`` samples/s, its speed-up
+    over ``base_rate`` and, for a change, the Python that makes it."""
+    start = trials.start or {}
+    change = winner["change"] if winner is not None else {}
+    best: dict[str, Any] = {"settings": winner["settings"] if winner is not None else start, "change": change,
+                            "samples_per_s": rate, "confirmed": confirmed}
+    if winner is not None:
+        best["trial"] = winner["index"]
+    best["speedup"] = rate / base_rate if base_rate else None
+    best["python"] = (script_text(written(change, start), LoaderInfo.parse(trials.loader) or LoaderInfo())
+                      if change else "")
+    return best
 
 
 def trials_check(doc: dict[str, Any]) -> dict[str, Any]:
@@ -314,11 +332,8 @@ def _search_and_confirm(doc: dict[str, Any], trials: _Trials, budget: ScriptBudg
     result = search(start, space, evaluate, lambda: seeds_from(first.summary or {}, space),
                     max_evals=budget.max_evals, min_gain=min_gain)
     base_rate = float(first.samples_per_s or 0.0)
-    searched = sorted((t for t in trials.records if t["phase"] == "search" and t["status"] == "complete"
-                       and t["change"] and t["samples_per_s"] > base_rate * (1 + min_gain)),
-                      key=lambda t: -t["samples_per_s"])
-    finalists = searched[:FINALISTS]
-    best: dict[str, Any] = {"settings": start, "change": {}, "samples_per_s": base_rate, "confirmed": False}
+    finalists = _beating(trials, base_rate, min_gain)[:FINALISTS]
+    best = _best(trials, None, base_rate, base_rate, confirmed=False)
     if not finalists:
         doc["notes"].append(f"No trial beat the script's own settings by more than {100 * min_gain:.0f}%: "
                             "keep them.")
@@ -327,21 +342,16 @@ def _search_and_confirm(doc: dict[str, Any], trials: _Trials, budget: ScriptBudg
         base_confirm = confirmed.pop(None, None)
         if base_confirm is not None:
             doc["base"].update(samples_per_s=base_confirm, confirmed=True)
-            best["samples_per_s"] = base_confirm
+            best = _best(trials, None, base_confirm, base_confirm, confirmed=False)
         held = [(rate, f) for f in finalists if (rate := confirmed.get(f["index"])) is not None
                 and base_confirm is not None and rate > base_confirm * (1 + min_gain)]
         if held:
             rate, winner = max(held, key=lambda pair: pair[0])
-            best = {"settings": winner["settings"], "change": winner["change"], "samples_per_s": rate,
-                    "confirmed": True, "trial": winner["index"]}
+            best = _best(trials, winner, rate, base_confirm, confirmed=True)
         else:
             doc["notes"].append(f"The best trials did not hold up in {budget.confirm_steps}-step runs beside the "
                                 f"script's own settings (a gain of more than {100 * min_gain:.0f}% was needed): "
                                 "keep them.")
-    base = doc["base"]["samples_per_s"]
-    best["speedup"] = best["samples_per_s"] / base if base else None
-    best["python"] = (script_text(written(best["change"], start), LoaderInfo.parse(loader) or LoaderInfo())
-                      if best["change"] else "")
     doc["best"] = best
     if result.best is not None:  # the search's fastest trial, before confirmation (may be noise)
         doc["searched_best"] = {"change": changed(result.best.settings, start),
