@@ -178,7 +178,11 @@ def test_every_storage_kind_trains_end_to_end(tmp_path, cache, storage):
     else:
         loading = pd.read_csv(folder / "loading.csv")
         assert len(loading) == 60 and (loading.worker == -1).all()
-        assert summary["loading"]["fetch_per_sample_s"] > 0 and summary["loading"]["prep_per_sample_s"] > 0
+        parts = summary["loading"]
+        # A batch's wait for a core is taken out of its fetch first, then its prep (measure.loading): on a busy
+        # machine a fetch of a few µs (images' bytes from RAM) can be all waiting, read as 0 beside the wait
+        waited = (parts["core_wait_per_sample_s"] or 0) > 0  # None: not read, and fetch and prep keep it all
+        assert (parts["fetch_per_sample_s"] > 0 or waited) and (parts["prep_per_sample_s"] > 0 or waited), parts
 
 
 def test_cold_cache_reads_the_data_set_from_disk_every_epoch(tmp_path, cache):
