@@ -102,16 +102,25 @@ def leading_samples(batch: Any) -> int:
 
 
 def tensors(data: Any, depth: int = 0) -> list[torch.Tensor]:
-    """The tensors of a batch: itself, or in a tuple / list / dict, two levels deep."""
+    """The tensors of a batch: itself, or in a tuple / list / dict, two levels deep. Read at every batch the
+    loop takes: a batch of tensors alone (the usual ``(inputs, targets)``) is taken without a call per item."""
     if isinstance(data, torch.Tensor):
         return [data]
     if depth >= 2:
         return []
     if isinstance(data, (list, tuple)):
-        return [t for item in data for t in tensors(item, depth + 1)]
-    if isinstance(data, dict):
-        return [t for item in data.values() for t in tensors(item, depth + 1)]
-    return []
+        items = data
+    elif isinstance(data, dict):
+        items = data.values()
+    else:
+        return []
+    found: list[torch.Tensor] = []
+    for item in items:
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif depth == 0 and isinstance(item, (list, tuple, dict)):
+            found.extend(tensors(item, 1))
+    return found
 
 
 def _timed_fetch(original: Callable, session: Any = None) -> Callable:

@@ -651,12 +651,10 @@ class Hooks:
             self.log.add(("E", state.number, state.wait_start(t0), t1), t1)
 
     def _remember(self, data: Any) -> None:
-        refs = {}
-        for t in tensors(data):
-            refs[id(t)] = weakref.ref(t)
-        self.batch_refs = refs
+        found = tensors(data)
+        self.batch_refs = {id(t): weakref.ref(t) for t in found}
         if self.device.index is None:  # a loader that yields CUDA tensors names the training device
-            for t in tensors(data):
+            for t in found:
                 if self.device.holds(t):
                     break
 
