@@ -281,7 +281,7 @@ META_TYPES: dict[str, type | tuple[type, ...]] = {
     **dict.fromkeys(("loaders", "notes", "worker_starts"), list),
     **dict.fromkeys(("script", "scenario", "absences", "gpu", "environment", "timing", "job", "rank", "light",
                      "what_ifs", "cache", "rows", "compute_ceiling", "code_profile", "transform_pipelines", "merge",
-                     "diagnose", "steady"), dict),
+                     "diagnose", "steady", "track_record"), dict),
     "overrides": (list, dict)}
 
 

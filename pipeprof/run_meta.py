@@ -450,6 +450,7 @@ class RunMeta:
     steady: Any = None  # the steady-state record, as recorded
     probe: JsonObject | None = None  # the machine probe the run found cached
     verification: JsonObject | None = None  # a --verify re-run's record
+    track_record: JsonObject | None = None  # this machine's track record when the run began (pipeprof.track_record)
     cache: JsonObject | None = None  # the page-cache record
     code_profile: JsonObject = field(default_factory=dict)  # profiler name -> its record
     transform_pipelines: JsonObject = field(default_factory=dict)  # loader number -> its transforms
@@ -487,6 +488,7 @@ class RunMeta:
             what_ifs=WhatIfs.parse(meta.get("what_ifs")), steady=meta.get("steady"),
             probe=meta["probe"] if isinstance(meta.get("probe"), dict) else None,
             verification=meta["verification"] if isinstance(meta.get("verification"), dict) else None,
+            track_record=meta["track_record"] if isinstance(meta.get("track_record"), dict) else None,
             cache=meta["cache"] if isinstance(meta.get("cache"), dict) else None,
             code_profile=as_object(meta.get("code_profile")),
             transform_pipelines=as_object(meta.get("transform_pipelines")), worker_starts=meta.get("worker_starts"),

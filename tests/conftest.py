@@ -30,6 +30,7 @@ import functools
 import json
 import os
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,10 +45,13 @@ import pipeprof
 from pipeprof.pipeline import derive as summary_module
 from pipeprof.run_folder import to_json
 from pipeprof.script.protocol import WHAT_IFS_ENV
+from pipeprof.track_record import ENV as TRACK_RECORD_ENV
 
 # The what-if segments add a second or more to every `pipeprof profile --steps` run: off for the suite, on in
 # the tests of them (tests/test_segments.py sets PIPEPROF_WHAT_IFS=1 or passes what_ifs=True).
 os.environ.setdefault(WHAT_IFS_ENV, "0")
+# Nothing the suite checks goes into the user's track record (each test has its own: own_track_record, below)
+os.environ[TRACK_RECORD_ENV] = os.path.join(tempfile.mkdtemp(prefix="pipeprof-track-"), "track-record.jsonl")
 
 SCHEMA_PATH = Path(pipeprof.__file__).parent / "schemas" / "summary.schema.json"
 VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
@@ -130,6 +134,13 @@ def _pipeprof_descendants() -> dict[int, psutil.Process]:
             if any("pipeprof" in part for part in proc.cmdline()):
                 found[proc.pid] = proc
     return found
+
+
+@pytest.fixture(autouse=True)
+def own_track_record(tmp_path_factory, monkeypatch):
+    """Each test its own, empty track record of checked predictions (pipeprof.track_record): a sweep or --verify in
+    one test never moves another's intervals, and none is written into the user's cache folder."""
+    monkeypatch.setenv(TRACK_RECORD_ENV, str(tmp_path_factory.mktemp("track") / "track-record.jsonl"))
 
 
 @pytest.fixture(autouse=True)

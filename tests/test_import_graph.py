@@ -140,7 +140,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     ("foundations", frozenset({"errors", "numbers", "version", "run_check", "loader_rules"})),
     ("words", frozenset({"format"})),  # numbers become text
     ("settings", frozenset({"scenario", "machine_limits", "variants", "grid"})),
-    ("records", frozenset({"run_meta", "run_folder", "resource_use"})),
+    ("records", frozenset({"run_meta", "run_folder", "resource_use", "track_record"})),
     ("storage", frozenset({"storage"})),
     ("measure", frozenset({"measure"})),
     ("analysis", frozenset({"analysis"})),

@@ -6,6 +6,7 @@ import json
 import pytest
 from tiny import tiny_file
 
+from pipeprof import track_record
 from pipeprof.analysis.sweep import SweepPoint, best_point, interval, near_best, point_record
 from pipeprof.cli.main import main
 from pipeprof.errors import UsageError
@@ -133,6 +134,7 @@ def test_a_small_sweep_runs_every_point_in_its_own_process_and_writes_the_compar
     assert run["scenario"]["loader"]["num_workers"] == 1
     assert run["steady"]["max_seconds"] == 2 and run["steady"]["stopped"] in ("stable", "budget")
     assert (folder / done["report"]).exists()
+    assert len(track_record.read()) == len(doc["prediction_check"]["rows"])  # each check kept on this machine
     rows = list(csv.DictReader((folder / "points.csv").open()))
     assert [r["status"] for r in rows] == ["skipped", "complete"]
     html = (folder / "sweep.html").read_text()

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from pipeprof import track_record
 from pipeprof.analysis.intervals import RERUN_CV, Z_90
 from pipeprof.analysis.verification import PRIOR_DF, rerun_noise, verification
 from pipeprof.cli.main import main
@@ -318,6 +319,9 @@ def test_run_verify_re_runs_the_top_recommendation_in_a_fresh_process(tmp_path, 
         section, _, name = key.partition(".")
         assert getattr(getattr(again, section), name) == value
     assert json.loads((folder / "run.json").read_text())["verification"]["folder"] == v["folder"]
+    (kept,) = track_record.read()  # the check, in this machine's track record
+    assert (kept["source"], kept["tier"], kept["predicted_samples_per_s"], kept["measured_samples_per_s"]) == \
+        ("verify", top["tier"], v["predicted_samples_per_s"], v["measured_samples_per_s"])
     html = (folder / "report.html").read_text()
     assert 'id="verification"' in html and f'href="{v["folder"]}/report.html"' in html
     assert "<script>alert(1)</script>" not in html

@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeprof import track_record
 from pipeprof.analysis.attribution import Attribution, attribution
 from pipeprof.analysis.change_model import ModelCheck
 from pipeprof.analysis.recommend import (
@@ -284,13 +285,15 @@ def _resample_windows(value: Any, rng: np.random.Generator) -> Any:
 def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: JsonObject | None = None,
               resamples: int = RESAMPLES, seed: int = SEED, rerun_cv: float = RERUN_CV,
               model_error: dict[str, float] | None = None, attr: Attribution | None = None,
-              rerun_measured: bool = False) -> tuple[Interval, ...]:
+              rerun_measured: bool = False, track_record: JsonObject | None = None) -> tuple[Interval, ...]:
     """One ``Interval`` per recommendation, in order (the module docstring's method).
 
     ``probe``: the machine probe the recommendations were derived with (default: run.json's); ``rerun_cv`` and
     ``model_error`` (by ``model_kind``): fixed terms of step 3 in place of ``RERUN_CV`` and the model's own error
     (``own_error``); ``attr``: the run's attribution with ``probe``, where the caller has it (else computed here);
-    ``rerun_measured``: ``rerun_cv`` is this machine's, measured by repeated runs (``verification.rerun_noise``).
+    ``rerun_measured``: ``rerun_cv`` is this machine's, measured by repeated runs (``verification.rerun_noise``);
+    ``track_record``: this machine's record of checked predictions as the run found it (``pipeprof.track_record``;
+    default: run.json's), whose tiers with enough checks replace the yardstick's typical error.
     The honest negative (no change, no code change) and a recommendation without a prediction get no bounds.
     """
     if not recommendations:
@@ -312,6 +315,7 @@ def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: Jso
             found[i] += value is not None
             draws[b, i] = value if value is not None else rate_b  # not predicted (not listed): no gain
     noise = finite(throughput_windows(run.steps).cv)
+    record = track_record if track_record is not None else run.info.track_record
     attr = attr if attr is not None else attribution(run, probe)  # the summary's own, where it has one
     check = model_check(run, attr)
     run_workers = int(attr.cpu.num_workers or 0)
@@ -321,19 +325,40 @@ def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: Jso
             out.append(_no_bounds(rec, "no change is predicted: nothing to bound"))
             continue
         kind = model_kind(rec)
+        prior = Prior.of(record, kind)
         error, checked = (model_error[kind], False) if model_error is not None else \
-            own_error(kind, check, int(rec.change.get("loader.num_workers", run_workers)))
+            own_error(kind, check, int(rec.change.get("loader.num_workers", run_workers)), prior.error)
         out.append(_bounds(float(predicted[i] or 0.0), draws[:, i], current, noise, int(found[i]), seed,
-                           rerun_cv, kind, error, checked, rerun_measured))
+                           rerun_cv, kind, error, checked, rerun_measured, prior))
     return tuple(out)
 
 
-def own_error(kind: str, check: ModelCheck, workers: int) -> tuple[float, bool]:
+@dataclass(frozen=True)
+class Prior:
+    """The model's typical error for a tier before this run's own evidence: this machine's track record where it
+    has enough checks of the tier (``checks``), else the yardstick's (``MODEL_ERROR``, ``checks`` None)."""
+
+    error: float
+    checks: int | None = None
+
+    @classmethod
+    def of(cls, record: Any, kind: str) -> Prior:
+        found = track_record.model_error(record, kind)
+        return cls(found[0], found[1]) if found is not None else cls(MODEL_ERROR[kind])
+
+    def words(self) -> str:
+        if self.checks is None:
+            return "the yardstick's typical, benchmarks/predict.py"
+        return f"this machine's track record: the median of its last {self.checks} checks"
+
+
+def own_error(kind: str, check: ModelCheck, workers: int, prior: float | None = None) -> tuple[float, bool]:
     """The model's own error for a prediction of ``kind`` at ``workers`` workers, and whether this run measured
-    more of it than ``MODEL_ERROR`` (the yardstick's typical error by tier, the floor): an estimate of workers
-    takes the furthest the workers' estimate missed a measurement of this run (``recommend.model_check``); a
-    measured prediction, how far the as-run loop measured again after the run moved from the run."""
-    prior = MODEL_ERROR[kind]
+    more of it than ``prior`` (the tier's typical error, the floor: ``Prior``; default ``MODEL_ERROR``'s): an
+    estimate of workers takes the furthest the workers' estimate missed a measurement of this run
+    (``recommend.model_check``); a measured prediction, how far the as-run loop measured again after the run
+    moved from the run."""
+    prior = MODEL_ERROR[kind] if prior is None else prior
     seen = (check.estimate_error if workers > 0 else None) if kind == "estimated" else check.remeasured
     return (seen, True) if seen is not None and seen > prior else (prior, False)
 
@@ -375,7 +400,7 @@ def model_kind(rec: Recommendation) -> str:
 
 def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None, found: int,
             seed: int, rerun_cv: float, kind: str, model_error: float, checked: bool = False,
-            rerun_measured: bool = False) -> Interval:
+            rerun_measured: bool = False, prior: Prior | None = None) -> Interval:
     resamples = len(draws)
     logs = np.log(np.clip(draws, 1e-12, None))  # a prediction of no samples at all: very far down, not -inf
     spread = float(logs.std(ddof=1)) if resamples >= 2 else 0.0
@@ -386,6 +411,8 @@ def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None
     tail = (1 - LEVEL) / 2
     low = min(point * math.exp(-half), float(np.quantile(draws, tail)), point)
     high = max(point * math.exp(half), float(np.quantile(draws, 1 - tail)), point)
+    prior = prior or Prior(MODEL_ERROR[kind])
+    typical = "the yardstick's typical" if prior.checks is None else "this machine's track record's typical"
     method = (f"block bootstrap of the run's steps, loading records, CPU samples and measured what-ifs "
               f"({resamples} resamples, seed {seed}; "
               + ("predicted in all" if found == resamples else f"predicted in {found}, the others counted as no gain")
@@ -399,7 +426,7 @@ def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None
                 f"{100 * model_error:.0f}% ("
               + ("as this run measured it: " + ("the workers' estimate against its own measurements" if kind ==
                                                 "estimated" else "the as-run loop measured again after the run")
-                 + ", above the yardstick's typical" if checked else "the yardstick's typical, benchmarks/predict.py")
+                 + f", above {typical}" if checked else prior.words())
               + f"): ±{100 * half:.1f}% in all")
     return Interval((low, high), (low / current, high / current), method)
 

@@ -15,6 +15,10 @@ The probe is kept as probe-<machine key>.json in the cache folder
 ($PIPEPROF_CACHE or ~/.cache/pipeprof; --cache DIR); the key hashes the
 hostname, CPU model, core counts, RAM and GPU names, so another machine never
 reuses it. The disk test writes (and deletes) a file of up to 256 MiB there.
+
+Below the probe: this machine's track record of predictions checked against measurements (every --verify,
+tune and sweep adds to it; $PIPEPROF_TRACK_RECORD, else track-record.jsonl in the cache folder). Once a
+tier of prediction has 8 checks there, their median error is its intervals' model error.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
+from pipeprof import track_record
 from pipeprof.cli.output import stdout_console
 from pipeprof.errors import EXIT_INTERRUPTED
 from pipeprof.measure.probe_record import ProbeRecord
-from pipeprof.render.probe import probe_table, provenance
+from pipeprof.render.probe import probe_table, provenance, track_record_text
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,4 +64,5 @@ def execute(args: argparse.Namespace) -> int:
     console = stdout_console()
     console.print(probe_table(record))
     console.print(Text(provenance(record), style="dim"))
+    console.print(Text(track_record_text(track_record.current())))
     return 0

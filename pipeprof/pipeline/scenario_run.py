@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeprof import track_record
 from pipeprof.errors import NotSaved, UsageError, one_line, saving
 from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.measure.probe_cache import cached_probe
@@ -62,7 +63,8 @@ def run_scenario(scenario: Scenario, *, scenario_file: str, overrides: list[str]
     """
     ensure_out_folder(out)  # a read-only or unwritable --out is refused before anything trains
     probe, why_not = cached_probe(cache)  # the machine's ceilings, if `pipeprof probe` ran here
-    context: dict[str, Any] = {"scenario_file": scenario_file, "overrides": list(overrides), "probe": probe}
+    context: dict[str, Any] = {"scenario_file": scenario_file, "overrides": list(overrides), "probe": probe,
+                               "track_record": track_record.current()}  # what the intervals' model error uses
     if probe is None:
         context["absences"] = {"probe": f"{why_not}: run pipeprof probe"}
     resolve_device(scenario.train.device)  # a usage error before any progress bar shows

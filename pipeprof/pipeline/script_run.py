@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeprof import adapters
+from pipeprof import adapters, track_record
 from pipeprof.analysis.live_window import LiveWindow
 from pipeprof.errors import Interrupts, NotSaved, UsageError, current_interrupts, one_line, saving
 from pipeprof.pipeline.fresh_process import die_with_parent, stop_process
@@ -276,6 +276,7 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
         spool.mkdir()
     session = Session(name, events, warmup_steps=warmup_steps, sample_hz=sample_hz, events_dir=tmp,
                       what_ifs_absent=what_ifs_absent, spool_dir=spool)
+    checks = track_record.current()  # this machine's record of checked predictions: the intervals' model error
     try:
         process = subprocess.Popen(argv, env=env, preexec_fn=die_with_parent())  # noqa: PLW1509 - see there
         started_s = time.monotonic()
@@ -326,6 +327,7 @@ def profile_script(command: list[str], *, out: Path, name: str | None = None, st
                        "ended": {"how": "signal" if returncode < 0 else status, "detail": error,
                                  "recorded_by": "pipeprof profile"}})
         run = session.finish(status, error, script)
+        run.meta["track_record"] = checks
         if light is not None:
             keep_windows_only(run, light)
         if code is not None:

@@ -46,7 +46,7 @@ from pipeprof.measure.environment import usable_cores
 from pipeprof.pipeline.progress import SILENT, Progress
 from pipeprof.pipeline.script_run import launched_name, run_name, split_command
 from pipeprof.pipeline.script_verify import script_flags
-from pipeprof.pipeline.sweep import create_folder
+from pipeprof.pipeline.sweep import create_folder, keep_checks
 from pipeprof.render.script_text import script_text
 from pipeprof.run_folder import write_text
 from pipeprof.run_meta import LoaderInfo
@@ -251,6 +251,7 @@ def tune_script(command: list[str], *, out: Path, budget: ScriptBudget, run_tria
         doc["status"] = "interrupted"
         _best_so_far(doc, trials, min_gain)
     doc["prediction_check"] = trials_check(doc)
+    keep_checks(doc, "tune")
     write_text(folder / "tune.json", json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
     return doc, folder
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeprof import track_record
 from pipeprof.analysis.prediction_check import prediction_check
 from pipeprof.analysis.sweep import best_point, best_summary, near_best, point_record
 from pipeprof.errors import UsageError
@@ -169,9 +170,18 @@ def finish(doc: dict[str, Any], folder: Path, status: str) -> None:
     doc["best"] = best_summary(best, {})
     doc["near_best"] = near_best(doc["points"], best)
     doc["prediction_check"] = prediction_check(doc["points"]).to_json()
+    keep_checks(doc, "sweep")
     doc["status"] = status if best is not None or status == "interrupted" else "failed"
     save_document(doc, folder)
     write_text(folder / f"{doc['kind']}.html", render_sweep_html(doc, folder_name=folder.name))
+
+
+def keep_checks(doc: dict[str, Any], source: str) -> None:
+    """The document's ``prediction_check`` rows added to this machine's track record (``pipeprof.track_record``);
+    a record that cannot be written is said in the document's notes."""
+    why_not = track_record.append(track_record.prediction_check_rows(source, doc.get("prediction_check")))
+    if why_not:
+        doc.setdefault("notes", []).append(f"{why_not}: these checks do not count towards this machine's intervals.")
 
 
 def save_document(doc: dict[str, Any], folder: Path) -> None:

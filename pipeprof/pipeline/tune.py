@@ -35,7 +35,7 @@ from pipeprof.measure.loading import LoadingRecorder
 from pipeprof.pipeline.derive import summarize
 from pipeprof.pipeline.fresh_process import ChildRun, run_child
 from pipeprof.pipeline.progress import SILENT, Progress
-from pipeprof.pipeline.sweep import Measure, create_folder, new_document, save_document
+from pipeprof.pipeline.sweep import Measure, create_folder, keep_checks, new_document, save_document
 from pipeprof.pipeline.train import build_workload, profile_workload, resolve_device
 from pipeprof.render.script_text import dataloader_kwargs
 from pipeprof.render.sweep import render_sweep_html
@@ -311,6 +311,7 @@ def finish_tune(doc: dict[str, Any], folder: Path, status: str, best: Trial | No
     doc["best"] = best_summary(chosen, start)
     doc["near_best"] = near_best([p for p in doc["points"] if p["index"] >= 0], trial)
     doc["prediction_check"] = prediction_check(doc["points"]).to_json()
+    keep_checks(doc, "tune")
     if chosen is not None:
         doc["best"]["changed"] = {k: v for k, v in chosen["change"].items() if start.get(k) != v}
         doc["toml_snippet"] = toml_snippet(chosen["change"])

@@ -16,10 +16,12 @@ seen (``analysis.verification``). The outcome goes into run.json as
 from __future__ import annotations
 
 import statistics
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pipeprof import track_record
 from pipeprof.analysis.recommend import Recommendation
 from pipeprof.errors import UsageError
 from pipeprof.pipeline.derive import rederive
@@ -115,4 +117,9 @@ def store(run: Run, folder: Path, record: dict[str, Any]) -> dict[str, Any]:
     """Put ``record`` into run.json and derive summary.json and report.html again; the new summary."""
     run.meta["verification"] = record
     write_json(folder / "run.json", dict(run.meta, format_version=RUN_FORMAT_VERSION))
-    return rederive(run, folder)
+    summary = rederive(run, folder)
+    why_not = track_record.append([track_record.verification_row(summary)])  # this machine's record of checks
+    if why_not:
+        print(f"pipeprof: warning: {why_not}: this check does not count towards this machine's intervals",
+              file=sys.stderr)
+    return summary

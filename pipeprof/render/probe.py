@@ -92,3 +92,25 @@ def probe_table(probe: ProbeRecord | dict[str, Any]) -> Table:
     add("measured (UTC)", f"{p.measured_at_utc} in {p.probe_duration_s:.1f} s"
                           f"{' (quick)' if p.quick else ''}, pipeprof {p.pipeprof}")
     return table
+
+
+def track_record_text(record: dict[str, Any]) -> str:
+    """This machine's track record (``pipeprof.track_record.summary``) in a few lines: by tier, the checks kept,
+    their median and worst error, the share inside their interval, and whether the intervals use them yet."""
+    tiers, need = record.get("tiers") or {}, record.get("min_checks")
+    lines = [f"track record of predictions checked on this machine ({record.get('path')}; --verify, tune and "
+             f"sweep add to it; delete it to start again):"]
+    for tier in ("measured", "estimated"):
+        t = tiers.get(tier) or {}
+        checks = int(t.get("checks") or 0)
+        if not checks:
+            lines.append(f"  {tier}: no check yet; intervals use the yardstick's typical error until it has "
+                         f"{need} checks")
+            continue
+        inside = f", {fmt.pct(t.get('inside_share'))} inside their interval" \
+            if t.get("inside_share") is not None else ""
+        use = ("its median is the intervals' model error" if t.get("used") else
+               f"intervals use the yardstick's typical error until it has {need} checks")
+        lines.append(f"  {tier}: {fmt.plural(checks, 'check')}, median error {fmt.pct(t.get('median_abs_error'))}, "
+                     f"worst {fmt.pct(t.get('worst_abs_error'))}{inside}; {use}")
+    return "\n".join(lines)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -108,6 +108,7 @@ def tensors(data: Any, depth: int = 0) -> list[torch.Tensor]:
         return [data]
     if depth >= 2:
         return []
+    items: Iterable[Any]
     if isinstance(data, (list, tuple)):
         items = data
     elif isinstance(data, dict):
