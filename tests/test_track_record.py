@@ -78,10 +78,10 @@ def test_enough_checks_of_a_tier_replace_the_yardsticks_error_in_the_intervals(t
     (rec,), (yardstick,) = recs_and_intervals(run, calibrated=True)
     assert rec.tier == "estimated" and "the yardstick's typical" in yardstick.method
     few = track_record.summary(_checks("estimated", [0.04] * (track_record.MIN_CHECKS - 1)))
-    (same,) = intervals(run, [rec], track_record=few)  # too few checks: the yardstick's still
+    (same,) = intervals(run, [rec], checks=few)  # too few checks: the yardstick's still
     assert same.method == yardstick.method
     record = track_record.summary(_checks("estimated", [0.04, -0.04] * track_record.MIN_CHECKS))
-    (own,) = intervals(run, [rec], track_record=record)
+    (own,) = intervals(run, [rec], checks=record)
     assert f"this machine's track record: the median of its last {2 * track_record.MIN_CHECKS} checks" in own.method
     assert "own error z(0.9) × 4%" in own.method and MODEL_ERROR["estimated"] > 0.05
     assert width(own) < width(yardstick)  # a machine whose estimates held gets narrower intervals
@@ -89,7 +89,7 @@ def test_enough_checks_of_a_tier_replace_the_yardsticks_error_in_the_intervals(t
     (recorded,) = intervals(run, [rec])
     assert recorded.method == own.method
     wrong = track_record.summary(_checks("estimated", [0.6, -0.5] * track_record.MIN_CHECKS))
-    (wider,) = intervals(run, [rec], track_record=wrong)
+    (wider,) = intervals(run, [rec], checks=wrong)
     assert width(wider) > width(yardstick)  # and one whose estimates missed, wider ones
 
 

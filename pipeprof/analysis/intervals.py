@@ -285,14 +285,14 @@ def _resample_windows(value: Any, rng: np.random.Generator) -> Any:
 def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: JsonObject | None = None,
               resamples: int = RESAMPLES, seed: int = SEED, rerun_cv: float = RERUN_CV,
               model_error: dict[str, float] | None = None, attr: Attribution | None = None,
-              rerun_measured: bool = False, track_record: JsonObject | None = None) -> tuple[Interval, ...]:
+              rerun_measured: bool = False, checks: JsonObject | None = None) -> tuple[Interval, ...]:
     """One ``Interval`` per recommendation, in order (the module docstring's method).
 
     ``probe``: the machine probe the recommendations were derived with (default: run.json's); ``rerun_cv`` and
     ``model_error`` (by ``model_kind``): fixed terms of step 3 in place of ``RERUN_CV`` and the model's own error
     (``own_error``); ``attr``: the run's attribution with ``probe``, where the caller has it (else computed here);
     ``rerun_measured``: ``rerun_cv`` is this machine's, measured by repeated runs (``verification.rerun_noise``);
-    ``track_record``: this machine's record of checked predictions as the run found it (``pipeprof.track_record``;
+    ``checks``: this machine's track record of checked predictions as the run found it (``pipeprof.track_record``;
     default: run.json's), whose tiers with enough checks replace the yardstick's typical error.
     The honest negative (no change, no code change) and a recommendation without a prediction get no bounds.
     """
@@ -315,7 +315,7 @@ def intervals(run: Run, recommendations: Sequence[Recommendation], *, probe: Jso
             found[i] += value is not None
             draws[b, i] = value if value is not None else rate_b  # not predicted (not listed): no gain
     noise = finite(throughput_windows(run.steps).cv)
-    record = track_record if track_record is not None else run.info.track_record
+    record = checks if checks is not None else run.info.track_record
     attr = attr if attr is not None else attribution(run, probe)  # the summary's own, where it has one
     check = model_check(run, attr)
     run_workers = int(attr.cpu.num_workers or 0)
