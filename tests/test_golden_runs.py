@@ -73,6 +73,10 @@ Documented changes since the fixtures were recorded (issue 13), re-recorded by r
 * Issue 35 (the renderer only formats): each ``loading.by_worker`` entry gains ``fetch_max_s``, the slowest
   single sample's fetch, which the report's loading table showed from the raw records and now reads from the
   summary (null where a script's hooks did not time it). The report did not change. Nothing else moved.
+* Issue 44, item 4 (the same advice twice): changes of one tier within each other's noise (each predicted inside
+  the other's interval) are ranked by the smaller change, each with a note naming the others: ``scenario-ram``'s
+  ``data.storage = "device"`` (x2.02, 87,537-176,226 samples/s) and ``num_workers = 1`` (x1.71, 73,929-148,885)
+  keep their order and gain that ``note``. Nothing else moved.
 * Sentences (``verdict.sentence``, recommendations' ``reason``, ...) are worded by
   ``pipeprof.format`` (issue 13, item 6). ``test_only_the_documented_keys_changed`` holds
   the fixtures to exactly these changes against their first recorded version.

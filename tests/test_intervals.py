@@ -29,6 +29,7 @@ from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.recommend import Recommendation, recommend
 from pipeprof.analysis.verdict import verdict_from_attribution
 from pipeprof.pipeline.derive import summarize
+from pipeprof.render.advice_text import note_text
 from pipeprof.render.console import print_summary
 
 
@@ -130,6 +131,30 @@ def test_changes_that_may_not_help_are_ranked_after_the_certain_gains():
     ordered, ordered_bounds = ranked(recs, bounds)
     assert [r.change for r in ordered] == [{"b": 1}, {"c": 1}, {"a": 1}]
     assert ordered_bounds[-1].may_not_help and not ordered_bounds[0].may_not_help
+
+
+def test_changes_within_each_others_noise_rank_the_same_way_every_run_the_smaller_first():
+    """Two profiles of one script (issue 44, item 4): 2 and 3 workers each predicted inside the other's interval
+    swap places with the noise of the run; ranked by the smaller change instead, the top advice is the same."""
+    def rec(workers: int, rate: float) -> Recommendation:
+        return Recommendation({"loader.num_workers": workers}, rate, rate / 100, Reason.written("why"),
+                              Reason.written("model"))
+
+    def bound(rate: float) -> Interval:
+        return Interval((0.85 * rate, 1.15 * rate), (0.0085 * rate, 0.0115 * rate), "m")
+
+    runs = [(180.0, 172.0), (171.0, 183.0)]  # (2 workers, 3 workers) predicted, profile by profile
+    for two, three in runs:
+        by_speed = sorted([rec(2, two), rec(3, three)], key=lambda r: -r.predicted_samples_per_s)
+        ordered, _ = ranked(by_speed, [bound(r.predicted_samples_per_s) for r in by_speed])
+        assert [r.change["loader.num_workers"] for r in ordered] == [2, 3]
+        assert [n.values["others"] for n in ordered[0].note] == [({"loader.num_workers": 3},)]
+        assert [n.values["others"] for n in ordered[1].note] == [({"loader.num_workers": 2},)]
+    apart = [rec(3, 240.0), rec(2, 150.0)]  # beyond each other's noise: the faster first, no note
+    ordered, _ = ranked(apart, [bound(240.0), bound(150.0)])
+    assert [r.change["loader.num_workers"] for r in ordered] == [3, 2] and not ordered[0].note
+    assert "within the noise of loader.num_workers=3" in (note_text(ranked(
+        [rec(3, 183.0), rec(2, 171.0)], [bound(183.0), bound(171.0)])[0][0].note) or "")
 
 
 def test_the_honest_negative_gets_no_bounds():

@@ -57,6 +57,7 @@ and drift between runs larger than the yardstick saw.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ import pandas as pd
 from pipeprof import track_record
 from pipeprof.analysis.attribution import Attribution, attribution
 from pipeprof.analysis.change_model import ModelCheck
+from pipeprof.analysis.reasons import Reason
 from pipeprof.analysis.recommend import (
     WHOLE_BATCHES,
     WHOLE_BATCHES_CODE,
@@ -442,6 +444,48 @@ def _rate(steps: pd.DataFrame) -> float | None:
 def ranked(recommendations: Sequence[Recommendation],
            bounds: Sequence[Interval]) -> tuple[tuple[Recommendation, ...], tuple[Interval, ...]]:
     """Recommendations (and their intervals) with the certain gains first and those that may not help after
-    them, each group in its order (by predicted speed-up)."""
+    them, each group in its order (by tier, then predicted speed-up).
+
+    Changes of one tier and group that are within each other's noise (each one's prediction inside the other's
+    interval) are ranked the same way every time, whatever the run's noise: the smaller change first (fewer
+    settings, fewer workers and threads; ``_smaller``), each with a ``within_noise`` note naming the others.
+    Two profiles of one script then give the same top advice unless their measurements differ beyond it."""
     order = sorted(range(len(recommendations)), key=lambda i: bounds[i].may_not_help)
-    return tuple(recommendations[i] for i in order), tuple(bounds[i] for i in order)
+    recs, ivals = [recommendations[i] for i in order], [bounds[i] for i in order]
+    out_recs: list[Recommendation] = []
+    out_bounds: list[Interval] = []
+    start = 0
+    while start < len(recs):
+        end = start + 1
+        while end < len(recs) and _same_group(recs[start], ivals[start], recs[end], ivals[end]) and \
+                any(_within_noise(recs[j], ivals[j], recs[end], ivals[end]) for j in range(start, end)):
+            end += 1
+        tied = sorted(range(start, end), key=lambda j: _smaller(recs[j]))
+        for j in tied:
+            others = tuple(dict(recs[o].change) for o in tied if o != j)
+            note = (*recs[j].note, Reason("within_noise", {"others": others})) if others else recs[j].note
+            out_recs.append(dataclasses.replace(recs[j], note=note))
+            out_bounds.append(ivals[j])
+        start = end
+    return tuple(out_recs), tuple(out_bounds)
+
+
+def _same_group(a: Recommendation, ia: Interval, b: Recommendation, ib: Interval) -> bool:
+    return a.tier == b.tier and ia.may_not_help == ib.may_not_help
+
+
+def _within_noise(a: Recommendation, ia: Interval, b: Recommendation, ib: Interval) -> bool:
+    """Each of two setting changes predicted inside the other's interval."""
+    if not (a.change and b.change) or a.code_change is not None or b.code_change is not None:
+        return False
+    return bool(ia.contains(b.predicted_samples_per_s)) and bool(ib.contains(a.predicted_samples_per_s))
+
+
+_RESOURCES = ("loader.num_workers", "train.threads", "loader.prefetch_factor")  # what a larger value costs
+
+
+def _smaller(rec: Recommendation) -> tuple[int, float, str]:
+    """The order of changes within each other's noise: fewer settings, then fewer workers, threads and batches
+    held ahead, then by name: never by the noisy prediction."""
+    cost = sum(float(v) for k, v in rec.change.items() if k in _RESOURCES and isinstance(v, (int, float)))
+    return len(rec.change), cost, repr(sorted(rec.change.items()))

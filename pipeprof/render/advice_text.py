@@ -21,6 +21,11 @@ def reason_text(r: Reason | None) -> str:
     return _REASONS[r.kind](r.values)
 
 
+def _change_words(change: dict[str, Any]) -> str:
+    """A setting change as the command line gives it: "loader.num_workers=3 loader.pin_memory=true"."""
+    return " ".join(f"{key}={fmt.setting_arg(value)}" for key, value in change.items()) or "no change"
+
+
 def note_text(notes: tuple[Reason, ...]) -> str | None:
     """A recommendation's notes, joined by "; "; None without any."""
     return "; ".join(reason_text(n) for n in notes) if notes else None
@@ -140,6 +145,9 @@ _REASONS: dict[str, Callable[[Mapping[str, Any]], str]] = {
                               f"making a batch ({fmt.duration(n['fetch'])} per sample)"),
     "cache_in_ram": lambda n: (f"{reason_text(n['what'])}; with decoded samples cached in RAM "
                                f"fetch{' and decode' if n['decode'] else ''} go away"),
+    "within_noise": lambda n: ("within the noise of " + " and ".join(_change_words(c) for c in n["others"])
+                               + " (each predicted inside the other's interval): ranked by the smaller change, "
+                                 "the same way every run"),
     "transform_saving": lambda n: f"{reason_text(n['why'])}, from the measured per-transform costs",
     "code_change_only": lambda n: "a code change: no scenario setting expresses it, so --verify cannot re-run it",
     "prefetch": lambda n: (f"supply is bursty: {fmt.pct(n['empty'])} of steps found the queue empty while the workers "
