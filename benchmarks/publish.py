@@ -50,6 +50,8 @@ BENCHMARKS = {
              ["--seconds", "60"]),
     "sweep_check": ("Do the predictions hold on this machine? Three sweeps checked against themselves", [],
                     ["--repeats", "1"]),
+    "advice_check": ("Does the advice hold on the user's own script? Applied and timed bare", [],
+                     ["--repeats", "2"]),
 }
 SECTION = re.compile(r"^## (?P<name>[a-z_]+): ", re.MULTILINE)
 GPU_CHECK = ROOT / "reports" / "gpu-check.json"  # make gpu-check's last result on this machine
