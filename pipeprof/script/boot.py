@@ -37,8 +37,9 @@ if TYPE_CHECKING:
 def main(argv: list[str]) -> None:
     # numpy first, in Python: torch imports it from C and clears whatever that import raised, a Ctrl-C's
     # KeyboardInterrupt included, and the script would train on with the interrupt lost (6 of 60 Ctrl-Cs sent
-    # while `import torch` ran; 0 of 60 with numpy loaded first)
-    with contextlib.suppress(ImportError):
+    # while `import torch` ran; 0 of 60 with numpy loaded first). A numpy that fails to import is torch's to
+    # meet (it goes on without numpy, with a warning): never the script's end here.
+    with contextlib.suppress(Exception):
         import numpy  # noqa: F401
     # torch loads here, after the excepthook that leaves pipeprof's frames out (a Ctrl-C while it loads)
     from pipeprof.script import code_profile
