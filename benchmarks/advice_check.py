@@ -1,12 +1,13 @@
 """Does the advice hold on the user's own script? Each fixture profiled as a user would, its top advice applied,
 and the script timed bare, in one invocation.
 
-    python benchmarks/advice_check.py [--repeats 3] [--only NAME ...] [--out DIR]
+    python benchmarks/advice_check.py [--repeats 3] [--only NAME ...] [--steps N] [--out DIR]
 
 For each fixture script (``tests/fixtures``, each in its own style; each prints its own throughput after
 its first 5 optimizer steps, measured by its own ``perf_counter``):
 
-1. ``pipeprof profile -- python SCRIPT`` twice, as a user would run it (no flags). The top advice of each
+1. ``pipeprof profile -- python SCRIPT`` twice, as a user would run it (no flags; ``--steps N``: with
+   ``--steps N``, so that the what-if segments measure the script's loop at other settings). The top advice of each
    is its first recommendation; the two must agree (**no flip**), unless the second says they are within
    each other's noise.
 2. The first profile's top advice is applied the way a user applies it: as the script's own arguments
@@ -40,21 +41,24 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 THROUGHPUT = re.compile(r"throughput: ([0-9.]+) samples/s")
 TARGETS = {"median": 0.15, "worst": 0.30, "inside": 0.80}
-# Each fixture: its style, and its command line (the arguments the advice is applied to are added after).
+# Each fixture: its style, and its command line (the arguments the advice is applied to are added after). Each
+# trains for a few seconds, in passes of half a second or more: a pass of a tenth of a second would make the
+# workers' start-up each pass most of what any worker count costs, which a real training job's passes never do,
+# and would leave no steps for the what-if segments after --steps.
 CASES: dict[str, tuple[str, list[str]]] = {
     "prep-bound, 0 workers, default threads": (
         "ImageFolder of JPEGs, RandomResizedCrop and a CPU-heavy transform, made in the training process",
-        ["imagefolder_train.py", "--data", "{tmp}/images", "--images-per-class", "40", "--epochs", "2",
+        ["imagefolder_train.py", "--data", "{tmp}/images", "--images-per-class", "100", "--epochs", "3",
          "--transform-ms", "1.0"]),
     "IterableDataset": (
         "a self-sharding IterableDataset with a per-sample augmentation",
-        ["iterable_shards.py", "--per-shard", "128"]),
+        ["iterable_shards.py", "--per-shard", "256", "--epochs", "6"]),
     "collate-bound plain loop": (
         "a TensorDataset and a bare loop whose collate costs 1 ms a batch",
-        ["plain_loop.py", "--epochs", "3", "--collate-ms", "1"]),
+        ["plain_loop.py", "--epochs", "6", "--samples", "16384", "--collate-ms", "1"]),
     "already good (compute-bound)": (
         "a TensorDataset and a bare loop whose step costs 8 ms of compute: nothing to fix in the loader",
-        ["plain_loop.py", "--epochs", "1", "--compute-ms", "8"]),
+        ["plain_loop.py", "--epochs", "4", "--compute-ms", "8"]),
 }
 ARGUMENTS = {"loader.num_workers": "--num-workers", "train.threads": "--threads"}
 
@@ -66,9 +70,9 @@ def bare(argv: list[str]) -> float | None:
     return float(found[-1]) if done.returncode == 0 and found else None
 
 
-def profiled_top(argv: list[str], out: Path) -> dict[str, Any] | None:
-    """The top recommendation of ``pipeprof profile -- python SCRIPT`` (None: the profile failed)."""
-    done = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--quiet", "--out", str(out), "--",
+def profiled_top(argv: list[str], out: Path, flags: list[str]) -> dict[str, Any] | None:
+    """The top recommendation of ``pipeprof profile FLAGS -- python SCRIPT`` (None: the profile failed)."""
+    done = subprocess.run([sys.executable, "-m", "pipeprof", "profile", "--quiet", "--out", str(out), *flags, "--",
                            "python", *argv], capture_output=True, text=True, timeout=900, cwd=FIXTURES)
     folders = sorted(p for p in out.iterdir() if p.is_dir()) if out.exists() else []
     if done.returncode != 0 or not folders:
@@ -94,9 +98,9 @@ def words(change: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in change.items()) or "keep the settings"
 
 
-def check(name: str, argv: list[str], repeats: int, work: Path) -> dict[str, Any]:
-    first = profiled_top(argv, work / "profile-1")
-    second = profiled_top(argv, work / "profile-2")
+def check(name: str, argv: list[str], repeats: int, work: Path, flags: list[str]) -> dict[str, Any]:
+    first = profiled_top(argv, work / "profile-1", flags)
+    second = profiled_top(argv, work / "profile-2", flags)
     row: dict[str, Any] = {"fixture": name, "advice": None, "second": None, "flip": None}
     if first is None or second is None:
         return {**row, "status": "profile failed"}
@@ -130,9 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="bare runs of each side, interleaved")
     parser.add_argument("--only", action="append", choices=list(CASES), help="only these fixtures (repeatable)")
+    parser.add_argument("--steps", type=int, default=None, help="profile with --steps N (the what-if segments)")
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench")
     args = parser.parse_args(argv)
-    print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
+    flags = ["--steps", str(args.steps)] if args.steps else []
+    print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores); profiled with "
+          f"{' '.join(flags) or 'no flags'}")
     rows = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pipeprof-advice-") as tmp:
@@ -142,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             work.mkdir()
             cmd = [part.format(tmp=work) for part in command]
             bare(cmd)  # a first run makes what the script caches (the JPEGs): not timed
-            row = check(name, cmd, args.repeats, work)
+            row = check(name, cmd, args.repeats, work, flags)
             rows.append(row)
             shown = (f"x{row['measured']:.2f} measured, error {100 * row['error']:+.0f} %, "
                      f"{'inside' if row['inside'] else 'outside'}" if row.get("status") == "checked" else row["status"])
