@@ -77,6 +77,10 @@ Documented changes since the fixtures were recorded (issue 13), re-recorded by r
   the other's interval) are ranked by the smaller change, each with a note naming the others: ``scenario-ram``'s
   ``data.storage = "device"`` (x2.02, 87,537-176,226 samples/s) and ``num_workers = 1`` (x1.71, 73,929-148,885)
   keep their order and gain that ``note``. Nothing else moved.
+* Issue 44 (advice that holds on the user's script; benchmarks/advice_check.py): an estimate of more workers from
+  a run at 0 workers whose loop was never measured beside a worker says, in its ``note``, that receiving each
+  batch from a worker is not in it and how to measure it: ``num_workers = 1`` of ``scenario-ram``,
+  ``script-plain-loop`` and ``script-failed`` (a note before the ones they had). Nothing else moved.
 * Sentences (``verdict.sentence``, recommendations' ``reason``, ...) are worded by
   ``pipeprof.format`` (issue 13, item 6). ``test_only_the_documented_keys_changed`` holds
   the fixtures to exactly these changes against their first recorded version.

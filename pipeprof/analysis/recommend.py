@@ -233,6 +233,9 @@ class _Model(ChangeModel):
             return None
         change: Change = {"loader.num_workers": k}
         notes = self._drop_worker_only(change) if k == 0 else []
+        if k and not self.k and predicted[k].tier == ESTIMATED and self._compute_beside_workers(k) is None:
+            # the loop never ran beside a worker: receiving each batch costs it CPU a 0-worker run cannot show
+            notes.append(Reason("handover_unmeasured", {"script": self.script}))
         return self._rec(change, predicted[k], Reason("workers", {"k": k, "made_s": sum(self.parts),
                                                                   "other": self._other_load()}),
                          note=tuple(notes))

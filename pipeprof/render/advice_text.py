@@ -145,6 +145,11 @@ _REASONS: dict[str, Callable[[Mapping[str, Any]], str]] = {
                               f"making a batch ({fmt.duration(n['fetch'])} per sample)"),
     "cache_in_ram": lambda n: (f"{reason_text(n['what'])}; with decoded samples cached in RAM "
                                f"fetch{' and decode' if n['decode'] else ''} go away"),
+    "handover_unmeasured": lambda n: (
+        "estimated from a run without workers, whose loop never ran beside one: what receiving each batch from a "
+        "worker costs the training process (unpickling it, its shared memory) is not in this estimate, which may "
+        "promise too much; " + ("`pipeprof profile --steps N` measures the loop beside workers"
+                                if n["script"] else "the what-if probes or --verify measure it")),
     "within_noise": lambda n: ("within the noise of " + " and ".join(_change_words(c) for c in n["others"])
                                + " (each predicted inside the other's interval): ranked by the smaller change, "
                                  "the same way every run"),
