@@ -81,6 +81,9 @@ Documented changes since the fixtures were recorded (issue 13), re-recorded by r
   a run at 0 workers whose loop was never measured beside a worker says, in its ``note``, that receiving each
   batch from a worker is not in it and how to measure it: ``num_workers = 1`` of ``scenario-ram``,
   ``script-plain-loop`` and ``script-failed`` (a note before the ones they had). Nothing else moved.
+* Issue 44, item 6 (the user's view names no source file): each interval's ``method`` ends "(the yardstick's
+  typical: pipeprof's benchmark of its own predictions)", where it named ``benchmarks/predict.py``. Nothing else
+  moved.
 * Sentences (``verdict.sentence``, recommendations' ``reason``, ...) are worded by
   ``pipeprof.format`` (issue 13, item 6). ``test_only_the_documented_keys_changed`` holds
   the fixtures to exactly these changes against their first recorded version.

@@ -350,7 +350,7 @@ class Prior:
 
     def words(self) -> str:
         if self.checks is None:
-            return "the yardstick's typical, benchmarks/predict.py"
+            return "the yardstick's typical: pipeprof's benchmark of its own predictions"
         return f"this machine's track record: the median of its last {self.checks} checks"
 
 
