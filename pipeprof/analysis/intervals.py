@@ -348,9 +348,14 @@ class Prior:
         found = track_record.model_error(record, kind)
         return cls(found[0], found[1]) if found is not None else cls(MODEL_ERROR[kind])
 
+    @property
+    def typical(self) -> str:
+        """Whose typical error it is, as the interval's method names it."""
+        return "the yardstick's typical" if self.checks is None else "this machine's track record's typical"
+
     def words(self) -> str:
         if self.checks is None:
-            return "the yardstick's typical: pipeprof's benchmark of its own predictions"
+            return f"{self.typical}: pipeprof's benchmark of its own predictions"
         return f"this machine's track record: the median of its last {self.checks} checks"
 
 
@@ -401,8 +406,8 @@ def model_kind(rec: Recommendation) -> str:
 
 
 def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None, found: int,
-            seed: int, rerun_cv: float, kind: str, model_error: float, checked: bool = False,
-            rerun_measured: bool = False, prior: Prior | None = None) -> Interval:
+            seed: int, rerun_cv: float, kind: str, model_error: float, checked: bool,
+            rerun_measured: bool, prior: Prior) -> Interval:
     resamples = len(draws)
     logs = np.log(np.clip(draws, 1e-12, None))  # a prediction of no samples at all: very far down, not -inf
     spread = float(logs.std(ddof=1)) if resamples >= 2 else 0.0
@@ -413,8 +418,6 @@ def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None
     tail = (1 - LEVEL) / 2
     low = min(point * math.exp(-half), float(np.quantile(draws, tail)), point)
     high = max(point * math.exp(half), float(np.quantile(draws, 1 - tail)), point)
-    prior = prior or Prior(MODEL_ERROR[kind])
-    typical = "the yardstick's typical" if prior.checks is None else "this machine's track record's typical"
     method = (f"block bootstrap of the run's steps, loading records, CPU samples and measured what-ifs "
               f"({resamples} resamples, seed {seed}; "
               + ("predicted in all" if found == resamples else f"predicted in {found}, the others counted as no gain")
@@ -428,7 +431,7 @@ def _bounds(point: float, draws: np.ndarray, current: float, noise: float | None
                 f"{100 * model_error:.0f}% ("
               + ("as this run measured it: " + ("the workers' estimate against its own measurements" if kind ==
                                                 "estimated" else "the as-run loop measured again after the run")
-                 + f", above {typical}" if checked else prior.words())
+                 + f", above {prior.typical}" if checked else prior.words())
               + f"): ±{100 * half:.1f}% in all")
     return Interval((low, high), (low / current, high / current), method)
 
